@@ -1,1 +1,57 @@
-fn main() {}
+//! `sandkasten`: run untrusted code in a sandbox. Subcommands: `run` (one-shot), `gc` (remove leftovers of crashed
+//! runs), `doctor` (what this host supports, per tier).
+
+mod exit_codes;
+mod gc_command;
+mod run_command;
+mod run_input;
+
+use clap::{Parser, Subcommand};
+
+/// Run untrusted code in a sandbox: namespaces, seccomp, landlock and cgroups, with hard limits and a structured result.
+#[derive(Debug, Parser)]
+#[command(name = "sandkasten", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run code or a program once in a fresh sandbox, then destroy it.
+    Run(run_input::RunArgs),
+    /// Remove sandboxes left behind by a crashed sandkasten (runs automatically when stale records exist).
+    Gc {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check this host and say, per isolation tier, what works and what to fix.
+    Doctor {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SANDKASTEN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+fn main() {
+    init_logging();
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Run(args) => run_command::run(args),
+        Command::Gc { json } => gc_command::run(json),
+        Command::Doctor { json } => doctor_stub(json),
+    };
+    std::process::exit(code);
+}
+
+fn doctor_stub(_json: bool) -> i32 {
+    eprintln!("sandkasten: doctor is not wired yet");
+    exit_codes::SANDBOX_ERROR
+}

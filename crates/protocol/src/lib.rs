@@ -1,1 +1,14 @@
-//! placeholder
+//! The host ↔ agent protocol: versioned, length-prefixed frames carrying JSON messages, the same on every tier's
+//! transport (a socketpair for the process tier; a unix socket or vsock for the others).
+//!
+//! A frame is a 4-byte little-endian payload length followed by the payload, a JSON `Envelope`
+//! `{"v": 1, "id": 7, "msg": {"type": "...", ...}}`. Frames larger than `MAX_FRAME_BYTES` are refused before any
+//! allocation, unknown versions are refused, and malformed payloads are an error, never a panic.
+
+mod clock;
+mod codec;
+mod message;
+
+pub use clock::monotonic_ns;
+pub use codec::{FrameDecoder, ProtocolError, encode, read_frame, write_frame, MAX_FRAME_BYTES};
+pub use message::{Envelope, Message, PROTOCOL_VERSION};

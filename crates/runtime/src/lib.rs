@@ -1,1 +1,21 @@
-//! placeholder
+//! The sandkasten runtime: turns a `SandboxSpec` and an `ExecRequest` into an `ExecResult` on one of the isolation
+//! backends, with every host resource recorded durably before it is created and removed on every path.
+
+mod backend;
+pub mod config;
+mod error;
+pub mod gc;
+mod ids;
+mod io_loop;
+pub mod output;
+mod plan;
+mod process_backend;
+mod result;
+pub mod records;
+
+pub use backend::Backend;
+pub use config::RuntimeConfig;
+pub use error::RuntimeError;
+pub use output::{DiscardOutput, OutputSink, StreamKind};
+pub use sandkasten_protocol::monotonic_ns;
+pub use process_backend::{ProcessBackend, StdinSource};

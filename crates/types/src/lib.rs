@@ -1,1 +1,17 @@
-//! placeholder
+//! Shared vocabulary of sandkasten: what a sandbox is asked to be (`SandboxSpec`, `Limits`, `NetworkPolicy`), what it is
+//! asked to run (`ExecRequest`), and what it answers (`ExecResult`, `PhaseTimings`, `ResourceUsage`, `ErrorInfo`).
+//!
+//! This crate has no OS dependencies: the CLI, the runtime, the server and the SDK schemas all speak it.
+
+mod error;
+mod exec;
+mod limits;
+mod result;
+mod spec;
+pub mod units;
+
+pub use error::{ErrorCode, ErrorInfo};
+pub use exec::{Command, ExecRequest, Language, Upload};
+pub use limits::{LimitKind, Limits, LimitsError};
+pub use result::{ExecResult, OutputStream, PhaseTimings, ResourceUsage};
+pub use spec::{NetworkPolicy, SandboxSpec, Template};

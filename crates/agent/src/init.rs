@@ -1,0 +1,139 @@
+//! The agent's main sequence for a one-shot execution: wait for the host's go, build the sandbox, optionally compile,
+//! run the program, reap, report, exit (which kills everything left in the pid namespace).
+
+#![allow(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use sandkasten_jail::process::{ProcessJail, Stdio};
+use sandkasten_jail::rootfs::{RealHostFs, RootfsSpec, plan_rootfs};
+use sandkasten_jail::{mounts, namespaces, net};
+use sandkasten_protocol::{Envelope, Message, monotonic_ns, read_frame, write_frame};
+
+use crate::reaper::{self, ExitStatus};
+use crate::step::{self, Started};
+
+/// Everything the agent needs, prepared by the host before the clone (the agent gets a copy of it).
+pub struct InitPlan<'a> {
+    /// The root filesystem to build.
+    pub rootfs: RootfsSpec,
+    /// The uts namespace's hostname.
+    pub hostname: String,
+    /// A compile step run before the program (C); its failure is reported as `CompileFailed`.
+    pub compile: Option<Vec<String>>,
+    /// The program and its arguments.
+    pub program: Vec<String>,
+    /// The program's complete environment.
+    pub env: BTreeMap<String, String>,
+    /// How the program is confined.
+    pub jail: ProcessJail<'a>,
+    /// The program's standard streams (descriptors inherited from the host).
+    pub stdio: Stdio,
+    /// Writable filesystems checked for fullness when the program ends.
+    pub writable_mounts: Vec<&'a Path>,
+}
+
+fn send(channel: &mut UnixStream, msg: Message) {
+    // A failed send means the host is gone; the agent then dies by its parent-death signal or ends on its own.
+    let _ = write_frame(channel, &Envelope::new(0, msg));
+}
+
+fn unblock_all_signals() {
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it and sigprocmask reads it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Runs the agent and exits the process; never returns. `channel` is the agent's end of the host socketpair.
+pub fn run_init(plan: &InitPlan<'_>, channel: OwnedFd) -> ! {
+    unblock_all_signals();
+    let mut channel = UnixStream::from(channel);
+    let code = match run(plan, &mut channel) {
+        Ok(()) => 0,
+        Err(message) => {
+            send(&mut channel, Message::SetupFailed { message });
+            1
+        }
+    };
+    // SAFETY: _exit ends PID 1 at once; the kernel then kills every process left in the pid namespace.
+    unsafe { libc::_exit(code) }
+}
+
+fn run(plan: &InitPlan<'_>, channel: &mut UnixStream) -> Result<(), String> {
+    namespaces::die_with_parent(0).map_err(|e| e.to_string())?;
+    match read_frame(channel) {
+        Ok(Some(Envelope { msg: Message::Start, .. })) => {}
+        Ok(_) | Err(_) => return Err("the host did not send start".to_owned()),
+    }
+    build_sandbox(plan).map_err(|e| e.to_string())?;
+    send(channel, Message::FilesystemReady { at_ns: monotonic_ns() });
+
+    if let Some(compile) = &plan.compile {
+        let status = match step::start(&plan.jail, compile, &plan.env, plan.stdio) {
+            Started::Running(pid) => reaper::wait_for(pid),
+            Started::Failed(message) => {
+                send(channel, Message::ExecFailed { message });
+                return Ok(());
+            }
+        };
+        if !status.success() {
+            send(channel, Message::CompileFailed { exit_code: status.exit_code, signal: status.signal });
+            return Ok(());
+        }
+    }
+
+    let status = match step::start(&plan.jail, &plan.program, &plan.env, plan.stdio) {
+        Started::Running(pid) => {
+            send(channel, Message::ProgramStarted { at_ns: monotonic_ns(), pid: pid as u32 });
+            close_stdio(plan.stdio);
+            reaper::wait_for(pid)
+        }
+        Started::Failed(message) => {
+            send(channel, Message::ExecFailed { message });
+            return Ok(());
+        }
+    };
+    let ExitStatus { exit_code, signal } = status;
+    let disk_full = plan.writable_mounts.iter().any(|mount| is_full(mount));
+    send(channel, Message::Exited { exit_code, signal, disk_full });
+    Ok(())
+}
+
+fn build_sandbox(plan: &InitPlan<'_>) -> Result<(), sandkasten_jail::JailError> {
+    namespaces::become_namespace_root()?;
+    namespaces::enter_cgroup_namespace()?;
+    namespaces::set_hostname(&plan.hostname)?;
+    net::bring_up_loopback()?;
+    let steps = plan_rootfs(&plan.rootfs, &RealHostFs);
+    mounts::execute(&steps, plan.rootfs.sandbox_uid, plan.rootfs.sandbox_gid)?;
+    mounts::pivot_into(&plan.rootfs.new_root)
+}
+
+/// The agent's copies of the program's streams must close, or the host would never see end-of-file.
+fn close_stdio(stdio: Stdio) {
+    for fd in [stdio.stdin, stdio.stdout, stdio.stderr] {
+        if fd > 2 {
+            // SAFETY: these descriptors were inherited for the program, which has its own copies now.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+/// A filesystem counts as full when less than 64 KiB or 1 % of it is left.
+fn is_full(mount: &Path) -> bool {
+    match rustix::fs::statvfs(mount) {
+        Ok(stat) => {
+            let available = stat.f_bavail.saturating_mul(stat.f_frsize);
+            let total = stat.f_blocks.saturating_mul(stat.f_frsize);
+            total > 0 && (available < 64 << 10 || available.saturating_mul(100) < total)
+        }
+        Err(_) => false,
+    }
+}
+

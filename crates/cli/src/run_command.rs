@@ -1,0 +1,87 @@
+//! `sandkasten run`: create a sandbox, run one program or piece of code in it, destroy it. Plain mode streams the
+//! output and exits with the program's code; `--json` prints one result object.
+
+use std::io::Write;
+use std::os::fd::AsFd;
+
+
+use sandkasten_runtime::{OutputSink, ProcessBackend, RuntimeConfig, RuntimeError, StdinSource};
+use sandkasten_types::{ExecResult, LimitKind, units::format_bytes, units::format_duration_ms};
+
+use crate::exit_codes;
+use crate::run_input::{self, ProgramStdin, RunArgs};
+
+/// Streams output to this process's stdout and stderr as it arrives.
+struct Terminal;
+
+impl OutputSink for Terminal {
+    fn chunk(&mut self, stream: sandkasten_runtime::StreamKind, bytes: &[u8]) {
+        // A closed terminal (EPIPE) must not stop the run: the result is still reported by the exit code.
+        let _ = match stream {
+            sandkasten_runtime::StreamKind::Stdout => std::io::stdout().write_all(bytes),
+            sandkasten_runtime::StreamKind::Stderr => std::io::stderr().write_all(bytes),
+        };
+    }
+}
+
+/// Runs `sandkasten run` and returns the exit code.
+pub fn run(args: RunArgs) -> i32 {
+    let started_ns = sandkasten_runtime::monotonic_ns();
+    let input = match run_input::parse(&args) {
+        Ok(input) => input,
+        Err(message) => {
+            eprintln!("sandkasten: {message}");
+            return exit_codes::BAD_INPUT;
+        }
+    };
+    let backend = match ProcessBackend::new(RuntimeConfig::default()) {
+        Ok(backend) => backend,
+        Err(error) => return report_error(&error),
+    };
+    let stdin_handle = std::io::stdin();
+    let stdin = match input.stdin {
+        ProgramStdin::Inherit => StdinSource::Inherit(stdin_handle.as_fd()),
+        ProgramStdin::Empty => StdinSource::Empty,
+    };
+    let mut terminal = Terminal;
+    let mut quiet = sandkasten_runtime::DiscardOutput;
+    let sink: &mut dyn OutputSink = if args.json { &mut quiet } else { &mut terminal };
+    let result = match backend.run_with_stdin(&input.spec, &input.request, stdin, sink, started_ns) {
+        Ok(result) => result,
+        Err(error) => return report_error(&error),
+    };
+    if args.json {
+        match serde_json::to_string(&result) {
+            Ok(json) => println!("{json}"),
+            Err(error) => eprintln!("sandkasten: serialising the result failed: {error}"),
+        }
+    } else {
+        explain(&result, &input.spec.limits);
+    }
+    exit_codes::for_result(&result)
+}
+
+fn report_error(error: &RuntimeError) -> i32 {
+    eprintln!("sandkasten: {error}");
+    match error {
+        RuntimeError::InvalidInput(_) | RuntimeError::HostUnsupported(_) => exit_codes::BAD_INPUT,
+        RuntimeError::Interrupted(signal) => 128 + signal,
+        _ => exit_codes::SANDBOX_ERROR,
+    }
+}
+
+/// In plain mode, one line on stderr when sandkasten (not the program) decided the outcome.
+fn explain(result: &ExecResult, limits: &sandkasten_types::Limits) {
+    if let Some(error) = &result.error {
+        eprintln!("sandkasten: {}", error.message);
+    }
+    let note = match result.limit {
+        Some(LimitKind::Time) => format!("timed out after {}; the sandbox was killed", format_duration_ms(limits.timeout_ms)),
+        Some(LimitKind::Output) => format!("output passed {} on one stream; the sandbox was stopped", format_bytes(limits.output_bytes)),
+        Some(LimitKind::Memory) => format!("memory limit of {} reached; a process was OOM-killed", format_bytes(limits.memory_bytes)),
+        Some(LimitKind::Disk) => format!("disk limit of {} reached", format_bytes(limits.disk_bytes)),
+        Some(LimitKind::Pids) => format!("process limit of {} reached; a fork was refused", limits.pids),
+        None => return,
+    };
+    eprintln!("sandkasten: {note}");
+}

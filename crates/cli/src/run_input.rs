@@ -1,0 +1,180 @@
+//! `sandkasten run`'s arguments and their translation into a `SandboxSpec` and an `ExecRequest`, with every mistake
+//! reported as one line that says what to do.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Read};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+
+use clap::Args;
+use sandkasten_types::units::{parse_bytes, parse_duration_ms};
+use sandkasten_types::{Command, ExecRequest, Language, Limits, SandboxSpec, Upload};
+
+/// Arguments of `sandkasten run`.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  sandkasten run --lang python --code 'print(2+2)'\n  \
+    echo 'console.log(1)' | sandkasten run --lang node --json\n  sandkasten run --timeout 2s -- ls -la /\n\n\
+    Exit codes: the program's own; 128+N when killed by signal N; 2 bad input; 121 output limit; 122 memory limit;\n  \
+    123 compile error; 124 timeout; 125 sandbox error.")]
+pub struct RunArgs {
+    /// Language of the code: python, node, bash or c (c is compiled with gcc inside the sandbox).
+    #[arg(long, value_name = "LANG")]
+    pub lang: Option<String>,
+    /// The code to run (otherwise --file, otherwise standard input).
+    #[arg(long, conflicts_with = "file")]
+    pub code: Option<String>,
+    /// A file holding the code to run.
+    #[arg(long, value_name = "PATH")]
+    pub file: Option<PathBuf>,
+    /// Print one JSON object with output, exit status, limits, timings and usage.
+    #[arg(long)]
+    pub json: bool,
+    /// Wall-clock timeout; the whole process tree is killed when it runs out.
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    pub timeout: String,
+    /// Memory limit (swap 0); beyond it the kernel OOM-kills inside the sandbox.
+    #[arg(long, default_value = "256MiB", value_name = "SIZE")]
+    pub memory: String,
+    /// Maximum number of processes and threads.
+    #[arg(long, default_value_t = 128, value_name = "N")]
+    pub pids: u64,
+    /// CPU bandwidth, in CPUs (0.5 = half a core).
+    #[arg(long, default_value = "1", value_name = "CPUS")]
+    pub cpus: String,
+    /// Size of /workspace and of /tmp (each), and the largest file a program may write.
+    #[arg(long, default_value = "128MiB", value_name = "SIZE")]
+    pub disk: String,
+    /// Bytes kept per output stream; the sandbox is stopped when a stream goes past it.
+    #[arg(long = "output-limit", default_value = "1MiB", value_name = "SIZE")]
+    pub output_limit: String,
+    /// Environment variable for the program (KEY=VALUE, or KEY to pass this shell's value). Repeatable.
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    /// Copy a local file into the sandbox before running (LOCAL:SANDBOX_PATH, relative to /workspace). Repeatable.
+    #[arg(long = "upload", value_name = "LOCAL:SANDBOX_PATH")]
+    pub upload: Vec<String>,
+    /// A program and its arguments to run instead of code (after `--`).
+    #[arg(last = true, value_name = "PROGRAM")]
+    pub program: Vec<String>,
+}
+
+/// Where the program's standard input comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgramStdin {
+    /// The CLI's own standard input.
+    Inherit,
+    /// Nothing (the code itself came from standard input).
+    Empty,
+}
+
+/// A fully validated run.
+#[derive(Debug)]
+pub struct RunInput {
+    /// The sandbox to create.
+    pub spec: SandboxSpec,
+    /// What to run in it.
+    pub request: ExecRequest,
+    /// Where stdin comes from.
+    pub stdin: ProgramStdin,
+}
+
+fn limits(args: &RunArgs) -> Result<Limits, String> {
+    let cpus: f64 = args
+        .cpus
+        .trim()
+        .parse()
+        .map_err(|_| format!("--cpus '{}' is not a number: use e.g. 1, 0.5, 2", args.cpus))?;
+    let limits = Limits {
+        timeout_ms: parse_duration_ms(&args.timeout).map_err(|e| format!("--timeout: {e}"))?,
+        memory_bytes: parse_bytes(&args.memory).map_err(|e| format!("--memory: {e}"))?,
+        pids: args.pids,
+        cpus,
+        disk_bytes: parse_bytes(&args.disk).map_err(|e| format!("--disk: {e}"))?,
+        output_bytes: parse_bytes(&args.output_limit).map_err(|e| format!("--output-limit: {e}"))?,
+    };
+    limits.validate().map_err(|e| e.to_string())?;
+    Ok(limits)
+}
+
+fn environment(args: &RunArgs) -> Result<BTreeMap<String, String>, String> {
+    let mut env = BTreeMap::new();
+    for item in &args.env {
+        let (key, value) = match item.split_once('=') {
+            Some((key, value)) => (key.to_owned(), value.to_owned()),
+            None => {
+                let value = std::env::var(item)
+                    .map_err(|_| format!("--env {item}: no such variable in this shell; use --env {item}=VALUE"))?;
+                (item.clone(), value)
+            }
+        };
+        if key.is_empty() || key.contains('\0') || value.contains('\0') {
+            return Err(format!("--env '{item}' is not KEY=VALUE with a non-empty KEY"));
+        }
+        env.insert(key, value);
+    }
+    Ok(env)
+}
+
+fn uploads(args: &RunArgs) -> Result<Vec<Upload>, String> {
+    args.upload
+        .iter()
+        .map(|item| {
+            let (local, destination) = match item.rsplit_once(':') {
+                Some((local, destination)) if !local.is_empty() => (local.to_owned(), destination.to_owned()),
+                _ => {
+                    let name = PathBuf::from(item).file_name().map(|n| n.to_string_lossy().into_owned());
+                    (item.clone(), name.unwrap_or_default())
+                }
+            };
+            let contents = std::fs::read(&local).map_err(|e| format!("--upload: cannot read '{local}': {e}"))?;
+            let executable = std::fs::metadata(&local).map(|m| m.permissions().mode() & 0o111 != 0).unwrap_or(false);
+            Ok(Upload { path: destination, contents, mode: if executable { 0o755 } else { 0o644 } })
+        })
+        .collect()
+}
+
+fn code_and_stdin(args: &RunArgs, language: Language) -> Result<(String, ProgramStdin), String> {
+    if let Some(code) = &args.code {
+        return Ok((code.clone(), ProgramStdin::Inherit));
+    }
+    if let Some(path) = &args.file {
+        let code = std::fs::read_to_string(path)
+            .map_err(|e| format!("--file: cannot read '{}': {e}", path.display()))?;
+        return Ok((code, ProgramStdin::Inherit));
+    }
+    let mut stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Err(format!("no {} code given: pass --code, --file, or pipe the code on stdin", language.name()));
+    }
+    let mut code = String::new();
+    stdin.read_to_string(&mut code).map_err(|e| format!("reading the code from stdin failed: {e}"))?;
+    Ok((code, ProgramStdin::Empty))
+}
+
+/// Validates the arguments and reads the code, uploads and environment they name.
+pub fn parse(args: &RunArgs) -> Result<RunInput, String> {
+    let limits = limits(args)?;
+    let (command, stdin) = match (&args.lang, args.program.is_empty()) {
+        (Some(_), false) => return Err("give either --lang with code, or a program after `--`, not both".into()),
+        (None, true) => {
+            return Err("nothing to run: pass --lang LANG with --code/--file/stdin, or a program after `--`".into());
+        }
+        (None, false) => {
+            if args.code.is_some() || args.file.is_some() {
+                return Err("--code and --file need --lang".into());
+            }
+            (Command::Argv(args.program.clone()), ProgramStdin::Inherit)
+        }
+        (Some(name), true) => {
+            let language = Language::from_name(name).ok_or_else(|| {
+                let known: Vec<&str> = Language::ALL.iter().map(|l| l.name()).collect();
+                format!("unknown language '{name}': use one of {}", known.join(", "))
+            })?;
+            let (code, stdin) = code_and_stdin(args, language)?;
+            (Command::Code { language, code }, stdin)
+        }
+    };
+    let spec = SandboxSpec { limits, ..SandboxSpec::default() };
+    let request = ExecRequest { command, env: environment(args)?, uploads: uploads(args)? };
+    Ok(RunInput { spec, request, stdin })
+}

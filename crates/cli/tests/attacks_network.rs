@@ -1,0 +1,183 @@
+//! Network attacks with the default policy (no network): the host's loopback listeners, the host's external address,
+//! abstract unix sockets, DNS and the internet are all unreachable; only `lo` exists inside.
+
+#![allow(unsafe_code, clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod common;
+
+use std::io::ErrorKind;
+use std::net::{IpAddr, TcpListener, UdpSocket};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Python that tries a TCP connect and prints `connected` or the error class.
+fn connect_code(host: &str, port: u16) -> String {
+    format!(
+        "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_STREAM)\ns.settimeout(2)\ntry:\n    s.connect(({host:?}, {port}))\n    s.sendall(b'SANDBOX-WAS-HERE')\n    print('CONNECTED')\nexcept OSError as e:\n    print('failed', type(e).__name__, e.errno)\n"
+    )
+}
+
+/// Accepts for `window` on a non-blocking listener; returns how many connections arrived.
+fn accepted_within(listener: &TcpListener, window: Duration) -> usize {
+    let start = Instant::now();
+    let mut count = 0;
+    while start.elapsed() < window {
+        match listener.accept() {
+            Ok(_) => count += 1,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+    count
+}
+
+#[test]
+fn host_loopback_listener_is_unreachable() {
+    require_root!();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Positive control: the listener is reachable from the host.
+    let probe = std::net::TcpStream::connect(("127.0.0.1", port)).expect("host connects to its own listener");
+    assert_eq!(accepted_within(&listener, Duration::from_millis(300)), 1, "positive control");
+    drop(probe);
+    let r = run_code("python", &connect_code("127.0.0.1", port), &["--timeout", "10s"]).json();
+    r.assert_exit(0);
+    assert!(!r.stdout().contains("CONNECTED"), "{}", r.describe());
+    assert!(
+        r.stdout().contains("ConnectionRefusedError") || r.stdout().contains("unreachable") || r.stdout().contains(" 101"),
+        "expected refused/unreachable\n{}",
+        r.describe()
+    );
+    assert_eq!(accepted_within(&listener, Duration::from_millis(500)), 0, "the host listener got a connection");
+    assert_no_leaks(&r.id());
+}
+
+fn host_external_ipv4() -> Option<IpAddr> {
+    // The source address the host would use to reach a public address (no packet is sent).
+    let socket = UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("192.0.2.254:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+#[test]
+fn host_external_address_is_unreachable() {
+    require_root!();
+    let Some(ip) = host_external_ipv4() else {
+        eprintln!("skipped: the host has no non-loopback IPv4 address");
+        return;
+    };
+    let listener = TcpListener::bind((ip, 0)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let r = run_code("python", &connect_code(&ip.to_string(), port), &["--timeout", "10s"]).json();
+    r.assert_exit(0);
+    assert!(!r.stdout().contains("CONNECTED"), "{}", r.describe());
+    assert!(r.stdout().contains("failed"), "{}", r.describe());
+    assert_eq!(accepted_within(&listener, Duration::from_millis(500)), 0, "the host listener on {ip} got a connection");
+    assert_no_leaks(&r.id());
+}
+
+#[test]
+fn internet_and_dns_are_unreachable() {
+    require_root!();
+    let code = "import socket\n\
+                for host, port in [('1.1.1.1', 53), ('8.8.8.8', 443), ('169.254.169.254', 80)]:\n\
+                \x20   s = socket.socket(); s.settimeout(2)\n\
+                \x20   try:\n\
+                \x20       s.connect((host, port)); print('CONNECTED', host)\n\
+                \x20   except OSError as e:\n\
+                \x20       print('failed', host, e.errno)\n\
+                try:\n\
+                \x20   print('RESOLVED', socket.getaddrinfo('example.com', 80)[0][4])\n\
+                except OSError as e:\n\
+                \x20   print('dns failed', e)\n\
+                u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+                try:\n\
+                \x20   u.sendto(b'x', ('8.8.8.8', 53)); print('SENT-UDP')\n\
+                except OSError as e:\n\
+                \x20   print('udp failed', e.errno)\n";
+    let r = run_code("python", code, &["--timeout", "15s"]).json();
+    r.assert_exit(0);
+    assert!(!r.stdout().contains("CONNECTED"), "{}", r.describe());
+    assert!(!r.stdout().contains("RESOLVED"), "{}", r.describe());
+    assert!(!r.stdout().contains("SENT-UDP"), "{}", r.describe());
+    assert_no_leaks(&r.id());
+}
+
+#[test]
+fn only_loopback_interface_exists() {
+    require_root!();
+    let code = "import socket\n\
+                names = [l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:]]\n\
+                print('proc-net-dev', sorted(names))\n\
+                try:\n\
+                \x20   print('if_nameindex', sorted(n for _, n in socket.if_nameindex()))\n\
+                except OSError as e:\n\
+                \x20   print('if_nameindex failed', e.errno)\n";
+    let r = run_code("python", code, &[]).json();
+    r.assert_exit(0);
+    assert!(r.stdout().contains("proc-net-dev ['lo']"), "{}", r.describe());
+    assert!(
+        r.stdout().contains("if_nameindex ['lo']") || r.stdout().contains("if_nameindex failed"),
+        "{}",
+        r.describe()
+    );
+    assert_no_leaks(&r.id());
+    let ip = run_code("bash", "ip -o link 2>&1 | awk -F': ' '{print $2}'", &[]).json();
+    let names: Vec<String> = ip.stdout().lines().map(|l| l.trim().to_owned()).filter(|l| !l.is_empty()).collect();
+    assert!(
+        names == ["lo"] || ip.stdout().contains("Cannot open netlink") || ip.stdout().contains("Operation not permitted"),
+        "ip link shows {names:?}\n{}",
+        ip.describe()
+    );
+    assert_no_leaks(&ip.id());
+}
+
+#[test]
+fn sandbox_loopback_works_but_is_private() {
+    require_root!();
+    // Positive control inside: loopback works within the sandbox. A host listener on the same port is not reached.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let code = format!(
+        "import socket\nsrv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\nsrv.bind(('127.0.0.1', {port})); srv.listen(1)\nc = socket.create_connection(('127.0.0.1', {port}), timeout=2)\nconn, _ = srv.accept(); c.sendall(b'ping'); print('inside', conn.recv(4).decode())\n"
+    );
+    let r = run_code("python", &code, &["--timeout", "10s"]).json();
+    r.assert_exit(0);
+    assert_eq!(r.stdout(), "inside ping\n", "{}", r.describe());
+    assert_eq!(accepted_within(&listener, Duration::from_millis(300)), 0);
+    assert_no_leaks(&r.id());
+}
+
+#[test]
+fn host_abstract_unix_socket_is_unreachable() {
+    require_root!();
+    let name = unique_token("sandkasten-test-");
+    let addr = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let listener = UnixListener::bind_addr(&addr).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let code = format!(
+        "import socket\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\ntry:\n    s.connect('\\0{name}'); print('CONNECTED')\nexcept OSError as e:\n    print('failed', type(e).__name__)\n"
+    );
+    let r = run_code("python", &code, &["--timeout", "10s"]).json();
+    r.assert_exit(0);
+    assert!(!r.stdout().contains("CONNECTED"), "{}", r.describe());
+    assert!(r.stdout().contains("failed"), "{}", r.describe());
+    let mut got = 0;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(300) {
+        if listener.accept().is_ok() {
+            got += 1;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(got, 0, "the host's abstract socket got a connection");
+    assert_no_leaks(&r.id());
+}

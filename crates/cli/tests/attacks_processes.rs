@@ -1,0 +1,201 @@
+//! Process attacks against the process tier, asserted on the host: fork bombs, escapees that double-fork and setsid,
+//! background processes that outlive the program, `kill -9 -1` against host processes, and seeing host processes.
+
+#![allow(unsafe_code, clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+#[test]
+fn fork_bomb_is_contained() {
+    require_root!();
+    let r = run_code("bash", ":(){ :|:& };:", &["--timeout", "3s", "--pids", "64"])
+        .watchdog(Duration::from_secs(40))
+        .json();
+    assert!(
+        matches!(r.limit().as_deref(), Some("time") | Some("pids")),
+        "a fork bomb ends by the time or pids limit\n{}",
+        r.describe()
+    );
+    assert!(r.output.elapsed < Duration::from_secs(30), "teardown took {:?}", r.output.elapsed);
+    assert_no_leaks(&r.id());
+    // The host can still start processes.
+    let status = Command::new("/bin/true").status().expect("host can still fork");
+    assert!(status.success());
+}
+
+#[test]
+fn fork_bomb_with_default_pids_is_contained() {
+    require_root!();
+    let r = run_code(
+        "python",
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+        &["--timeout", "2s"],
+    )
+    .watchdog(Duration::from_secs(40))
+    .json();
+    assert!(matches!(r.limit().as_deref(), Some("time") | Some("pids")), "{}", r.describe());
+    assert_no_leaks(&r.id());
+}
+
+#[test]
+fn double_fork_setsid_escapee_is_killed_when_program_exits() {
+    require_root!();
+    let token = unique_token("ESCAPEE");
+    // The grandchild detaches (setsid, double fork, stdio to /dev/null) and sleeps with the token in its argv; the
+    // program prints its pid once it is running, then exits 0 immediately.
+    let code = format!(
+        "import os, sys, time\n\
+         r, w = os.pipe()\n\
+         if os.fork() == 0:\n\
+         \x20   os.setsid()\n\
+         \x20   if os.fork() == 0:\n\
+         \x20       fd = os.open('/dev/null', os.O_RDWR)\n\
+         \x20       for n in (0, 1, 2): os.dup2(fd, n)\n\
+         \x20       os.write(w, str(os.getpid()).encode()); os.close(w)\n\
+         \x20       os.execv('/usr/bin/python3', ['python3', '-c', 'import time; time.sleep(600)', '{token}'])\n\
+         \x20   os._exit(0)\n\
+         os.close(w)\n\
+         pid = int(os.read(r, 64))\n\
+         time.sleep(0.3)\n\
+         print('escapee', pid, '{token}' in open(f'/proc/{{pid}}/cmdline').read())\n"
+    );
+    let r = run_code("python", &code, &["--timeout", "20s"]).watchdog(Duration::from_secs(30)).json();
+    assert!(r.stdout().contains("True"), "positive control: the escapee ran with the token\n{}", r.describe());
+    r.assert_exit(0);
+    assert!(r.output.elapsed < Duration::from_secs(15), "the run waited for the escapee ({:?})", r.output.elapsed);
+    assert_no_token_processes(&token);
+    assert_no_leaks(&r.id());
+}
+
+#[test]
+fn escapee_holding_stdout_does_not_hang_the_run() {
+    require_root!();
+    let token = unique_token("HOLDER");
+    let code = format!("setsid sh -c 'sleep 600; :' {token} &\nsleep 0.3\necho started");
+    let r = run_code("bash", &code, &["--timeout", "20s"]).watchdog(Duration::from_secs(30)).json();
+    r.assert_exit(0);
+    assert_eq!(r.stdout(), "started\n", "{}", r.describe());
+    assert!(r.output.elapsed < Duration::from_secs(15), "the run waited for the holder ({:?})", r.output.elapsed);
+    assert_no_token_processes(&token);
+    assert_no_leaks(&r.id());
+}
+
+#[test]
+fn background_processes_die_with_the_sandbox_in_plain_mode() {
+    require_root!();
+    let token = unique_token("BGPLAIN");
+    let code = format!("nohup sh -c 'sleep 600; :' {token} >/dev/null 2>&1 &\ndisown\nsleep 0.3\necho bye");
+    let out = run_code("bash", &code, &["--timeout", "20s"]).watchdog(Duration::from_secs(30)).output();
+    assert_eq!(out.code, 0, "{}", out.describe());
+    assert_no_token_processes(&token);
+}
+
+#[test]
+fn timeout_kills_the_whole_tree() {
+    require_root!();
+    let token = unique_token("TREE");
+    let code = format!(
+        "for i in 1 2 3; do setsid sh -c 'sleep 600; :' {token} </dev/null >/dev/null 2>&1 & done\nsleep 600"
+    );
+    let r = run_code("bash", &code, &["--timeout", "1s"]).watchdog(Duration::from_secs(20)).json();
+    assert_eq!(r.limit().as_deref(), Some("time"), "{}", r.describe());
+    assert_eq!(r.cli_code(), 124, "{}", r.describe());
+    assert_no_token_processes(&token);
+    assert_no_leaks(&r.id());
+}
+
+#[test]
+fn sandbox_processes_run_as_unprivileged_host_uid() {
+    require_root!();
+    let token = unique_token("UIDPROBE");
+    // While the sandbox runs, look at it from the host: its processes must be mapped into the sandbox uid range.
+    // The token is split in the CLI's argv so that only the sandboxed process carries it whole.
+    let (head, tail) = token.split_at(4);
+    let code = format!("exec -a \"{head}\"\"{tail}\" sleep 3");
+    let handle = std::thread::spawn(move || run_code("bash", &code, &["--timeout", "10s"]).json());
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        seen = token_processes(&token);
+        if !seen.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let uids: Vec<Option<u32>> = seen.iter().map(|(pid, _)| process_uid(*pid)).collect();
+    let r = handle.join().expect("run thread");
+    assert!(!seen.is_empty(), "positive control: the host sees the sandboxed process\n{}", r.describe());
+    for uid in &uids {
+        let uid = uid.unwrap_or(0);
+        assert!(
+            (SANDBOX_UID_BASE..SANDBOX_UID_BASE + 65536).contains(&uid),
+            "sandbox process runs as host uid {uid}, outside the sandbox range"
+        );
+        assert_eq!(uid, SANDBOX_UID_BASE + 1000, "inside uid 1000 maps to host {}", SANDBOX_UID_BASE + 1000);
+    }
+    assert_no_token_processes(&token);
+    assert_no_leaks(&r.id());
+}
+
+#[test]
+fn kill_all_cannot_reach_host_processes() {
+    require_root!();
+    let mut victim = HostVictim::sleep();
+    let pid = victim.pid();
+    let test_pid = std::process::id();
+    let code = format!(
+        "kill -9 -1; echo kill-all=$?\n\
+         kill -9 {pid}; echo kill-victim=$?\n\
+         kill -9 {test_pid}; echo kill-test=$?\n\
+         python3 -c 'import os\nfor p in ({pid}, {test_pid}):\n  try:\n    os.kill(p, 9); print(\"KILLED\", p)\n  except OSError as e: print(\"failed\", p, type(e).__name__)'\n"
+    );
+    let r = run_code("bash", &code, &["--timeout", "10s"]).json();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(victim.alive(), "host process {pid} was killed from inside the sandbox\n{}", r.describe());
+    assert!(!r.stdout().contains("KILLED"), "{}", r.describe());
+    assert!(r.stdout().contains("kill-victim=1"), "{}", r.describe());
+    assert_no_leaks(&r.id());
+}
+
+#[test]
+fn host_processes_are_not_visible() {
+    require_root!();
+    let victim = HostVictim::sleep();
+    let code = format!(
+        "import os\npids = [p for p in os.listdir('/proc') if p.isdigit()]\nprint(len(pids))\nprint('VISIBLE' if os.path.exists('/proc/{}/cmdline') else 'hidden')\nprint(open('/proc/1/cmdline').read().replace('\\0', ' '))\n",
+        victim.pid()
+    );
+    let r = run_code("python", &code, &[]).json();
+    r.assert_exit(0);
+    let count: usize = r.stdout().lines().next().and_then(|l| l.parse().ok()).unwrap_or(999);
+    assert!(count < 10, "the sandbox sees {count} processes: not its own pid namespace\n{}", r.describe());
+    assert!(r.stdout().contains("hidden"), "{}", r.describe());
+    assert!(!r.stdout().contains("systemd") && !r.stdout().contains("/sbin/init"), "{}", r.describe());
+    assert_no_leaks(&r.id());
+}
+
+#[test]
+fn setuid_binaries_cannot_gain_root() {
+    require_root!();
+    let code = "su -c 'id -u' root </dev/null; echo su=$?\n\
+                command -v sudo >/dev/null && { sudo -n id -u </dev/null; echo sudo=$?; }\n\
+                python3 -c 'import os\ntry:\n  os.setuid(0); print(\"SETUID-OK\")\nexcept OSError as e: print(\"setuid\", e.errno)'\n\
+                grep -E '^(CapEff|CapPrm|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status\n";
+    let r = run_code("bash", code, &["--timeout", "10s"]).json();
+    let out = r.stdout();
+    assert!(!out.lines().any(|l| l.trim() == "0"), "something printed uid 0\n{}", r.describe());
+    assert!(!out.contains("SETUID-OK"), "{}", r.describe());
+    assert!(!out.contains("su=0"), "{}", r.describe());
+    assert!(!out.contains("sudo=0"), "{}", r.describe());
+    for cap in ["CapEff", "CapPrm", "CapAmb"] {
+        assert!(out.contains(&format!("{cap}:\t0000000000000000")), "{cap} not empty\n{}", r.describe());
+    }
+    assert!(out.contains("NoNewPrivs:\t1"), "no_new_privs not set\n{}", r.describe());
+    assert!(out.contains("Seccomp:\t2"), "seccomp filter not active\n{}", r.describe());
+    assert_no_leaks(&r.id());
+}

@@ -1,0 +1,54 @@
+//! The sandboxed program's environment, built from scratch: nothing of the host's environment gets in.
+
+use std::collections::BTreeMap;
+
+/// PATH inside every sandbox.
+pub const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The base environment plus the caller's variables (which may override the base, e.g. LANG, but never come from the
+/// host implicitly).
+pub fn build(home: &str, user: &str, extra: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::from([
+        ("PATH".to_owned(), SANDBOX_PATH.to_owned()),
+        ("HOME".to_owned(), home.to_owned()),
+        ("USER".to_owned(), user.to_owned()),
+        ("LOGNAME".to_owned(), user.to_owned()),
+        ("LANG".to_owned(), "C.UTF-8".to_owned()),
+        ("TMPDIR".to_owned(), "/tmp".to_owned()),
+        ("HOSTNAME".to_owned(), "sandbox".to_owned()),
+    ]);
+    env.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env
+}
+
+/// Whether `name` is acceptable as an environment variable name (non-empty, no `=`, no NUL).
+pub fn is_valid_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains('=') && !name.contains('\0')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_environment_never_enters() {
+        let host_has_something = std::env::vars().count() > 0;
+        let env = build("/workspace", "sandbox", &BTreeMap::new());
+        assert!(host_has_something);
+        for (key, _) in std::env::vars() {
+            if !env.contains_key(&key) {
+                continue;
+            }
+            assert!(["PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR", "HOSTNAME"].contains(&key.as_str()));
+        }
+        assert_eq!(env["PATH"], SANDBOX_PATH);
+    }
+
+    #[test]
+    fn caller_variables_are_added() {
+        let env = build("/workspace", "sandbox", &BTreeMap::from([("A".to_owned(), "1".to_owned())]));
+        assert_eq!(env["A"], "1");
+        assert!(!is_valid_name("A=B"));
+        assert!(!is_valid_name(""));
+    }
+}

@@ -1,0 +1,169 @@
+//! Containing the sandboxed program itself, in the forked child of the sandbox's init, right before `execve`.
+//!
+//! `contain_and_exec` reads as the ordered list of steps (nsjail's `containProc`): session, standard streams, rlimits,
+//! capability bounding set, unprivileged ids, remaining capabilities, no_new_privs, landlock, file descriptors,
+//! working directory, seccomp (last: it also forbids the steps before it), execve.
+
+#![allow(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
+
+use rustix::thread::{Gid, Uid};
+
+use crate::error::{JailError, last_os_error};
+use crate::rlimits::{self, ProcessRlimits};
+use crate::seccomp::SandboxFilter;
+use crate::{capabilities, environment, landlock};
+
+/// Everything that confines the program, besides the namespaces and the root filesystem it already lives in.
+pub struct ProcessJail<'a> {
+    /// The unprivileged user inside the sandbox.
+    pub uid: u32,
+    /// Its group.
+    pub gid: u32,
+    /// Per-process rlimits.
+    pub rlimits: ProcessRlimits,
+    /// Directories the program may write beneath (landlock).
+    pub writable_dirs: Vec<PathBuf>,
+    /// Single files the program may write (landlock), e.g. /dev/null.
+    pub writable_files: Vec<PathBuf>,
+    /// Working directory.
+    pub cwd: PathBuf,
+    /// The compiled seccomp filter.
+    pub filter: &'a SandboxFilter,
+}
+
+/// The standard streams of the program.
+#[derive(Debug, Clone, Copy)]
+pub struct Stdio {
+    /// Standard input.
+    pub stdin: RawFd,
+    /// Standard output.
+    pub stdout: RawFd,
+    /// Standard error.
+    pub stderr: RawFd,
+}
+
+/// A program with argv and environment converted to C strings and its path resolved.
+pub struct PreparedExec {
+    program: CString,
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+    display_name: String,
+}
+
+fn c_string(text: &str, what: &str) -> Result<CString, JailError> {
+    CString::new(text).map_err(|_| JailError::NulByte(what.to_owned()))
+}
+
+/// Finds `program` on the sandbox's PATH (run after pivot_root, so paths are the sandbox's own).
+pub fn resolve_program(program: &str) -> Result<PathBuf, JailError> {
+    if program.contains('/') {
+        return Ok(PathBuf::from(program));
+    }
+    environment::SANDBOX_PATH
+        .split(':')
+        .map(|dir| Path::new(dir).join(program))
+        .find(|candidate| candidate.is_file())
+        .ok_or_else(|| JailError::ProgramNotFound(program.to_owned()))
+}
+
+impl PreparedExec {
+    /// Resolves the program on PATH and converts everything to C strings.
+    pub fn new(argv: &[String], env: &BTreeMap<String, String>) -> Result<PreparedExec, JailError> {
+        let first = argv.first().ok_or_else(|| JailError::ProgramNotFound(String::new()))?;
+        let program = resolve_program(first)?;
+        Ok(PreparedExec {
+            program: c_string(&program.to_string_lossy(), "program path")?,
+            argv: argv.iter().map(|arg| c_string(arg, "an argument")).collect::<Result<_, _>>()?,
+            envp: env
+                .iter()
+                .map(|(k, v)| c_string(&format!("{k}={v}"), "an environment variable"))
+                .collect::<Result<_, _>>()?,
+            display_name: first.clone(),
+        })
+    }
+}
+
+fn prctl(option: libc::c_int, name: &'static str, arg: libc::c_ulong) -> Result<(), JailError> {
+    // SAFETY: the prctl options used here take integer arguments only.
+    let ret = unsafe { libc::prctl(option, arg, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong) };
+    if ret != 0 {
+        return Err(JailError::Prctl { option: name, source: last_os_error() });
+    }
+    Ok(())
+}
+
+fn connect_stdio(stdio: Stdio) -> Result<(), JailError> {
+    for (from, to) in [(stdio.stdin, 0), (stdio.stdout, 1), (stdio.stderr, 2)] {
+        // SAFETY: dup2 on descriptors; an invalid one makes it fail with EBADF, which is reported.
+        if from != to && unsafe { libc::dup2(from, to) } < 0 {
+            return Err(JailError::Dup2 { fd: to, source: last_os_error() });
+        }
+    }
+    Ok(())
+}
+
+fn close_fds_except(keep: RawFd) -> Result<(), JailError> {
+    let close_range = |first: RawFd, last: libc::c_uint| -> Result<(), JailError> {
+        // SAFETY: close_range(2) takes integers; closing descriptors this process no longer uses is the point.
+        let ret = unsafe { libc::syscall(libc::SYS_close_range, first as libc::c_uint, last, 0 as libc::c_uint) };
+        if ret != 0 {
+            return Err(JailError::CloseFds(last_os_error()));
+        }
+        Ok(())
+    };
+    if keep > 3 {
+        close_range(3, (keep - 1) as libc::c_uint)?;
+    }
+    close_range(keep.max(2) + 1, libc::c_uint::MAX)
+}
+
+fn switch_ids(uid: u32, gid: u32) -> Result<(), JailError> {
+    let fail = |e: rustix::io::Errno| JailError::SetIds { uid, gid, source: e.into() };
+    rustix::thread::set_thread_groups(&[]).map_err(fail)?;
+    let (gid_t, uid_t) = (Gid::from_raw(gid), Uid::from_raw(uid));
+    rustix::thread::set_thread_res_gid(gid_t, gid_t, gid_t).map_err(fail)?;
+    rustix::thread::set_thread_res_uid(uid_t, uid_t, uid_t).map_err(fail)
+}
+
+/// Confines the calling process and replaces it with the program. Returns only on failure.
+///
+/// `keep_fd` is a close-on-exec descriptor that survives until execve (the caller's exec-error pipe).
+pub fn contain_and_exec(jail: &ProcessJail<'_>, exec: &PreparedExec, stdio: Stdio, keep_fd: RawFd) -> JailError {
+    match contain(jail, stdio, keep_fd) {
+        Err(error) => error,
+        Ok(()) => execve(exec),
+    }
+}
+
+fn contain(jail: &ProcessJail<'_>, stdio: Stdio, keep_fd: RawFd) -> Result<(), JailError> {
+    rustix::process::setsid().map_err(|e| JailError::Setsid(e.into()))?;
+    connect_stdio(stdio)?;
+    rlimits::apply(&jail.rlimits)?;
+    capabilities::drop_bounding_and_ambient()?;
+    switch_ids(jail.uid, jail.gid)?;
+    capabilities::drop_remaining_and_verify()?;
+    prctl(libc::PR_SET_NO_NEW_PRIVS, "PR_SET_NO_NEW_PRIVS", 1)?;
+    let dirs: Vec<&Path> = jail.writable_dirs.iter().map(PathBuf::as_path).collect();
+    let files: Vec<&Path> = jail.writable_files.iter().map(PathBuf::as_path).collect();
+    landlock::restrict(&dirs, &files)?;
+    close_fds_except(keep_fd)?;
+    rustix::process::chdir(&jail.cwd).map_err(|e| JailError::Chdir { path: jail.cwd.clone(), source: e.into() })?;
+    jail.filter.apply()?;
+    Ok(())
+}
+
+fn execve(exec: &PreparedExec) -> JailError {
+    let mut argv: Vec<*const libc::c_char> = exec.argv.iter().map(|arg| arg.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let mut envp: Vec<*const libc::c_char> = exec.envp.iter().map(|var| var.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    // SAFETY: program, argv and envp are NUL-terminated strings owned by `exec`, and both arrays end with a null
+    // pointer, as execve(2) requires. On success the call does not return.
+    unsafe { libc::execve(exec.program.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    JailError::Exec { program: exec.display_name.clone(), source: last_os_error() }
+}

@@ -1,0 +1,36 @@
+//! Resource limits (setrlimit) of the sandboxed program; the cgroup carries the limits that span processes.
+
+use rustix::process::{Resource, Rlimit, setrlimit};
+
+use crate::error::JailError;
+
+/// Per-process limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessRlimits {
+    /// Largest file a process may write (RLIMIT_FSIZE), in bytes: the disk limit. Beyond it: SIGXFSZ.
+    pub file_size_bytes: u64,
+    /// Open file descriptors (RLIMIT_NOFILE).
+    pub open_files: u64,
+    /// Stack size (RLIMIT_STACK), in bytes.
+    pub stack_bytes: u64,
+}
+
+impl ProcessRlimits {
+    /// Defaults for a given disk limit: 1024 open files, 8 MiB stack.
+    pub fn for_disk(disk_bytes: u64) -> Self {
+        ProcessRlimits { file_size_bytes: disk_bytes, open_files: 1024, stack_bytes: 8 << 20 }
+    }
+}
+
+/// Applies the limits; core dumps are always disabled (RLIMIT_CORE 0).
+pub fn apply(limits: &ProcessRlimits) -> Result<(), JailError> {
+    let set = |name, resource, value: u64| {
+        setrlimit(resource, Rlimit { current: Some(value), maximum: Some(value) })
+            .map_err(|e| JailError::Rlimit { name, source: e.into() })
+    };
+    set("RLIMIT_CORE", Resource::Core, 0)?;
+    set("RLIMIT_FSIZE", Resource::Fsize, limits.file_size_bytes)?;
+    set("RLIMIT_NOFILE", Resource::Nofile, limits.open_files)?;
+    set("RLIMIT_STACK", Resource::Stack, limits.stack_bytes)?;
+    Ok(())
+}

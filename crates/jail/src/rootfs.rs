@@ -1,0 +1,358 @@
+//! The plan of a sandbox's root filesystem: an ordered list of `MountStep`s computed from a `RootfsSpec` and what the
+//! host has. Planning is pure (unit-tested without root); `mounts::execute` carries the steps out.
+
+use std::path::{Path, PathBuf};
+
+/// What the planner needs to know about a host path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostEntry {
+    /// A directory.
+    Dir,
+    /// A regular file or a device node.
+    File,
+    /// A symbolic link with its target.
+    Symlink(PathBuf),
+}
+
+/// Read-only view of the host filesystem, replaceable by a test double.
+pub trait HostFs {
+    /// What is at `path` on the host (without following a final symlink), or `None`.
+    fn entry(&self, path: &Path) -> Option<HostEntry>;
+}
+
+/// The real host filesystem.
+pub struct RealHostFs;
+
+impl HostFs for RealHostFs {
+    fn entry(&self, path: &Path) -> Option<HostEntry> {
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        if meta.file_type().is_symlink() {
+            std::fs::read_link(path).ok().map(HostEntry::Symlink)
+        } else if meta.is_dir() {
+            Some(HostEntry::Dir)
+        } else {
+            Some(HostEntry::File)
+        }
+    }
+}
+
+/// A file created inside the sandbox's filesystem before it is sealed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxFile {
+    /// Absolute path inside the sandbox.
+    pub path: PathBuf,
+    /// Contents.
+    pub contents: Vec<u8>,
+    /// Permission bits.
+    pub mode: u32,
+    /// Owned by the sandbox user (true) or by the sandbox's root (false).
+    pub owned_by_sandbox_user: bool,
+}
+
+/// The inputs of a root filesystem plan.
+#[derive(Debug, Clone)]
+pub struct RootfsSpec {
+    /// Where the new root is assembled in the child's private mount namespace (a tmpfs is mounted over it).
+    pub new_root: PathBuf,
+    /// Size of `/workspace`, `/tmp` and `/dev/shm`, each, in bytes.
+    pub disk_bytes: u64,
+    /// The sandbox user's uid and gid inside the user namespace.
+    pub sandbox_uid: u32,
+    /// See `sandbox_uid`.
+    pub sandbox_gid: u32,
+    /// Files created in the sandbox (synthesised `/etc` files, code under `/sandbox`, uploads under `/workspace`).
+    pub files: Vec<SandboxFile>,
+}
+
+/// Kind of a bind mount's target, created before the bind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BindKind {
+    /// Create an empty directory as mount point.
+    Dir,
+    /// Create an empty file as mount point.
+    File,
+}
+
+/// One step of building the root filesystem. Paths are absolute in the child's mount namespace before pivot_root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MountStep {
+    /// Make every mount private (recursively), so nothing propagates back to the host.
+    MakeEverythingPrivate,
+    /// Mount a tmpfs at `target` (created if missing) with `options` and extra mount flags.
+    Tmpfs {
+        /// Mount point.
+        target: PathBuf,
+        /// tmpfs options, e.g. `size=1048576,mode=0755`.
+        options: String,
+        /// Extra MS_* flags (nosuid, nodev, noexec).
+        flags: u64,
+    },
+    /// Create `target` and bind `source` there read-only (keeping the source mount's locked flags).
+    BindReadOnly {
+        /// Host path.
+        source: PathBuf,
+        /// Mount point.
+        target: PathBuf,
+        /// Directory or file mount point.
+        kind: BindKind,
+    },
+    /// Create `target` and bind the host device node `source` there (read-write).
+    BindDevice {
+        /// Host device node.
+        source: PathBuf,
+        /// Mount point.
+        target: PathBuf,
+    },
+    /// Create a directory.
+    Mkdir {
+        /// The directory.
+        path: PathBuf,
+        /// Permission bits.
+        mode: u32,
+    },
+    /// Create a symlink at `link` pointing to `points_to`.
+    Symlink {
+        /// The link.
+        link: PathBuf,
+        /// Its target.
+        points_to: PathBuf,
+    },
+    /// Write a file (creating parent directories owned by the same user).
+    WriteFile(SandboxFile),
+    /// Mount a fresh procfs for the new pid namespace.
+    Proc {
+        /// Mount point.
+        target: PathBuf,
+    },
+    /// Hide a procfs file behind `/dev/null`.
+    MaskFile {
+        /// The file.
+        target: PathBuf,
+    },
+    /// Hide a procfs directory behind an empty read-only tmpfs.
+    MaskDir {
+        /// The directory.
+        target: PathBuf,
+    },
+    /// Bind a path onto itself read-only (skipped when it does not exist).
+    MakeReadOnly {
+        /// The path.
+        target: PathBuf,
+    },
+    /// Remount an existing mount read-only.
+    RemountReadOnly {
+        /// The mount point.
+        target: PathBuf,
+    },
+}
+
+/// Host directories bound read-only into every `host`-template sandbox (or recreated as symlinks when the host has
+/// them as symlinks, as merged-/usr systems do).
+pub const HOST_SYSTEM_PATHS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
+
+/// Host `/etc` entries a program may need and that carry no secrets: TLS roots, the dynamic linker's cache,
+/// alternatives (e.g. `cc`), time zone, protocol/service names.
+pub const HOST_ETC_PATHS: &[&str] = &[
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/pki",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/localtime",
+    "/etc/protocols",
+    "/etc/services",
+    "/etc/mime.types",
+    "/etc/gai.conf",
+];
+
+/// Device nodes bound from the host.
+pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+/// procfs files hidden behind `/dev/null` (Docker's default masked paths).
+pub const PROC_MASKED_FILES: &[&str] =
+    &["kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "kallsyms", "kpageflags", "kpagecount", "kpagecgroup", "sysrq-trigger", "config.gz", "slabinfo", "pagetypeinfo", "vmallocinfo", "buddyinfo", "zoneinfo"];
+
+/// procfs directories hidden behind an empty tmpfs.
+pub const PROC_MASKED_DIRS: &[&str] = &["acpi", "asound", "scsi", "firmware", "driver"];
+
+/// procfs paths made read-only.
+pub const PROC_READ_ONLY: &[&str] = &["bus", "fs", "irq", "sys"];
+
+const MS_NOSUID: u64 = 0x2;
+const MS_NODEV: u64 = 0x4;
+const MS_NOEXEC: u64 = 0x8;
+
+/// Computes the ordered steps that build the sandbox root at `spec.new_root`.
+pub fn plan_rootfs(spec: &RootfsSpec, host: &dyn HostFs) -> Vec<MountStep> {
+    let root = &spec.new_root;
+    let at = |path: &str| root.join(path.trim_start_matches('/'));
+    let mut steps = vec![
+        MountStep::MakeEverythingPrivate,
+        MountStep::Tmpfs { target: root.clone(), options: "size=16m,mode=0755".into(), flags: MS_NOSUID | MS_NODEV },
+    ];
+
+    for path in HOST_SYSTEM_PATHS.iter().chain(HOST_ETC_PATHS) {
+        match host.entry(Path::new(path)) {
+            Some(HostEntry::Symlink(points_to)) => steps.push(MountStep::Symlink { link: at(path), points_to }),
+            Some(HostEntry::Dir) => {
+                steps.push(MountStep::BindReadOnly { source: path.into(), target: at(path), kind: BindKind::Dir })
+            }
+            Some(HostEntry::File) => {
+                steps.push(MountStep::BindReadOnly { source: path.into(), target: at(path), kind: BindKind::File })
+            }
+            None => {}
+        }
+    }
+
+    let disk = spec.disk_bytes;
+    let (uid, gid) = (spec.sandbox_uid, spec.sandbox_gid);
+    steps.push(MountStep::Tmpfs {
+        target: at("/workspace"),
+        options: format!("size={disk},mode=0755,uid={uid},gid={gid}"),
+        flags: MS_NOSUID | MS_NODEV,
+    });
+    steps.push(MountStep::Tmpfs {
+        target: at("/tmp"),
+        options: format!("size={disk},mode=1777"),
+        flags: MS_NOSUID | MS_NODEV,
+    });
+
+    steps.push(MountStep::Tmpfs { target: at("/dev"), options: "size=64k,mode=0755".into(), flags: MS_NOSUID | MS_NOEXEC });
+    for device in DEVICES {
+        steps.push(MountStep::BindDevice { source: Path::new("/dev").join(device), target: at("/dev").join(device) });
+    }
+    for (link, points_to) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        steps.push(MountStep::Symlink { link: at("/dev").join(link), points_to: points_to.into() });
+    }
+    steps.push(MountStep::Tmpfs {
+        target: at("/dev/shm"),
+        options: format!("size={disk},mode=1777"),
+        flags: MS_NOSUID | MS_NODEV | MS_NOEXEC,
+    });
+    steps.push(MountStep::RemountReadOnly { target: at("/dev") });
+
+    steps.push(MountStep::Proc { target: at("/proc") });
+    for file in PROC_MASKED_FILES {
+        steps.push(MountStep::MaskFile { target: at("/proc").join(file) });
+    }
+    for dir in PROC_MASKED_DIRS {
+        steps.push(MountStep::MaskDir { target: at("/proc").join(dir) });
+    }
+    for path in PROC_READ_ONLY {
+        steps.push(MountStep::MakeReadOnly { target: at("/proc").join(path) });
+    }
+
+    steps.push(MountStep::Mkdir { path: at("/sandbox"), mode: 0o755 });
+    for file in &spec.files {
+        let mut placed = file.clone();
+        placed.path = at(&file.path.to_string_lossy());
+        steps.push(MountStep::WriteFile(placed));
+    }
+    steps.push(MountStep::RemountReadOnly { target: root.clone() });
+    steps
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    struct FakeHost(HashMap<&'static str, HostEntry>);
+
+    impl HostFs for FakeHost {
+        fn entry(&self, path: &Path) -> Option<HostEntry> {
+            self.0.get(path.to_str()?).cloned()
+        }
+    }
+
+    fn merged_usr_host() -> FakeHost {
+        FakeHost(HashMap::from([
+            ("/usr", HostEntry::Dir),
+            ("/bin", HostEntry::Symlink("usr/bin".into())),
+            ("/lib", HostEntry::Symlink("usr/lib".into())),
+            ("/lib64", HostEntry::Symlink("usr/lib64".into())),
+            ("/etc/ssl", HostEntry::Dir),
+            ("/etc/ld.so.cache", HostEntry::File),
+            ("/etc/localtime", HostEntry::Symlink("/usr/share/zoneinfo/Etc/UTC".into())),
+            ("/etc/shadow", HostEntry::File),
+            ("/home", HostEntry::Dir),
+            ("/root", HostEntry::Dir),
+        ]))
+    }
+
+    fn spec() -> RootfsSpec {
+        RootfsSpec {
+            new_root: "/tmp".into(),
+            disk_bytes: 1 << 20,
+            sandbox_uid: 1000,
+            sandbox_gid: 1000,
+            files: vec![SandboxFile {
+                path: "/sandbox/main.py".into(),
+                contents: b"print(1)".to_vec(),
+                mode: 0o444,
+                owned_by_sandbox_user: false,
+            }],
+        }
+    }
+
+    #[test]
+    fn merged_usr_links_are_recreated_not_bound() {
+        let steps = plan_rootfs(&spec(), &merged_usr_host());
+        assert!(steps.contains(&MountStep::Symlink { link: "/tmp/bin".into(), points_to: "usr/bin".into() }));
+        assert!(steps.contains(&MountStep::BindReadOnly {
+            source: "/usr".into(),
+            target: "/tmp/usr".into(),
+            kind: BindKind::Dir
+        }));
+        assert!(steps.contains(&MountStep::BindReadOnly {
+            source: "/etc/ld.so.cache".into(),
+            target: "/tmp/etc/ld.so.cache".into(),
+            kind: BindKind::File
+        }));
+    }
+
+    #[test]
+    fn secrets_and_home_directories_are_never_planned() {
+        let steps = plan_rootfs(&spec(), &merged_usr_host());
+        let text = format!("{steps:?}");
+        for forbidden in ["/etc/shadow", "/home", "/root", "/var/run", "\"/sys"] {
+            assert!(!text.contains(forbidden), "{forbidden} must not be in the plan");
+        }
+    }
+
+    #[test]
+    fn root_is_sealed_last_and_private_first() {
+        let steps = plan_rootfs(&spec(), &merged_usr_host());
+        assert_eq!(steps.first(), Some(&MountStep::MakeEverythingPrivate));
+        assert_eq!(steps.last(), Some(&MountStep::RemountReadOnly { target: "/tmp".into() }));
+        let proc_at = steps.iter().position(|s| matches!(s, MountStep::Proc { .. }));
+        let first_mask = steps.iter().position(|s| matches!(s, MountStep::MaskFile { .. }));
+        assert!(proc_at < first_mask, "masks must come after procfs is mounted");
+    }
+
+    #[test]
+    fn writable_filesystems_are_size_limited() {
+        let steps = plan_rootfs(&spec(), &merged_usr_host());
+        for dir in ["/tmp/workspace", "/tmp/tmp", "/tmp/dev/shm"] {
+            let found = steps.iter().any(|s| {
+                matches!(s, MountStep::Tmpfs { target, options, .. }
+                    if target == Path::new(dir) && options.contains("size=1048576"))
+            });
+            assert!(found, "{dir} must be a tmpfs of the disk size");
+        }
+    }
+
+    #[test]
+    fn files_are_placed_under_the_new_root() {
+        let steps = plan_rootfs(&spec(), &merged_usr_host());
+        assert!(steps.iter().any(|s| matches!(s, MountStep::WriteFile(f) if f.path == Path::new("/tmp/sandbox/main.py"))));
+    }
+}

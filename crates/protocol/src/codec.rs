@@ -1,0 +1,171 @@
+//! Framing: encode an envelope into a frame, decode frames from a byte stream incrementally or blocking.
+
+use std::io::{self, Read, Write};
+
+use thiserror::Error;
+
+use crate::message::{Envelope, PROTOCOL_VERSION};
+
+/// Largest payload accepted, in bytes. Bulk data (files, output) travels in many frames, never one huge one.
+pub const MAX_FRAME_BYTES: usize = 16 << 20;
+
+const HEADER_BYTES: usize = 4;
+
+/// What can go wrong reading or writing frames.
+#[derive(Debug, Error)]
+pub enum ProtocolError {
+    /// The length prefix announces more than `MAX_FRAME_BYTES`.
+    #[error("frame of {0} bytes exceeds the limit of {MAX_FRAME_BYTES}")]
+    FrameTooLarge(usize),
+    /// The payload is not a valid envelope.
+    #[error("malformed frame: {0}")]
+    Malformed(#[from] serde_json::Error),
+    /// The peer speaks another protocol version.
+    #[error("peer speaks protocol version {0}, this build speaks {PROTOCOL_VERSION}")]
+    UnsupportedVersion(u16),
+    /// The stream ended in the middle of a frame.
+    #[error("stream ended inside a frame")]
+    Truncated,
+    /// Reading or writing the transport failed.
+    #[error("transport: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Serialises an envelope into one frame.
+pub fn encode(envelope: &Envelope) -> Result<Vec<u8>, ProtocolError> {
+    let payload = serde_json::to_vec(envelope)?;
+    if payload.len() > MAX_FRAME_BYTES {
+        return Err(ProtocolError::FrameTooLarge(payload.len()));
+    }
+    let mut frame = Vec::with_capacity(HEADER_BYTES + payload.len());
+    frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&payload);
+    Ok(frame)
+}
+
+fn decode_payload(payload: &[u8]) -> Result<Envelope, ProtocolError> {
+    #[derive(serde::Deserialize)]
+    struct VersionOnly {
+        v: u16,
+    }
+    let version: VersionOnly = serde_json::from_slice(payload)?;
+    if version.v != PROTOCOL_VERSION {
+        return Err(ProtocolError::UnsupportedVersion(version.v));
+    }
+    Ok(serde_json::from_slice(payload)?)
+}
+
+/// Incremental decoder for non-blocking transports: push bytes as they arrive, take whole envelopes out.
+#[derive(Debug, Default)]
+pub struct FrameDecoder {
+    buffer: Vec<u8>,
+}
+
+impl FrameDecoder {
+    /// An empty decoder.
+    pub fn new() -> Self {
+        FrameDecoder::default()
+    }
+
+    /// Appends received bytes.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buffer.extend_from_slice(bytes);
+    }
+
+    /// True when a partial frame is buffered (an end of stream now would cut it).
+    pub fn has_partial_frame(&self) -> bool {
+        !self.buffer.is_empty()
+    }
+
+    /// The next whole envelope, if one is buffered.
+    pub fn next_envelope(&mut self) -> Result<Option<Envelope>, ProtocolError> {
+        let Some(header) = self.buffer.first_chunk::<HEADER_BYTES>() else {
+            return Ok(None);
+        };
+        let length = u32::from_le_bytes(*header) as usize;
+        if length > MAX_FRAME_BYTES {
+            return Err(ProtocolError::FrameTooLarge(length));
+        }
+        if self.buffer.len() < HEADER_BYTES + length {
+            return Ok(None);
+        }
+        let frame: Vec<u8> = self.buffer.drain(..HEADER_BYTES + length).collect();
+        decode_payload(&frame[HEADER_BYTES..]).map(Some)
+    }
+}
+
+/// Writes one frame.
+pub fn write_frame(writer: &mut impl Write, envelope: &Envelope) -> Result<(), ProtocolError> {
+    writer.write_all(&encode(envelope)?)?;
+    Ok(())
+}
+
+/// Reads one frame; `Ok(None)` on a clean end of stream before a frame starts.
+pub fn read_frame(reader: &mut impl Read) -> Result<Option<Envelope>, ProtocolError> {
+    let mut header = [0u8; HEADER_BYTES];
+    let mut filled = 0;
+    while filled < HEADER_BYTES {
+        match reader.read(&mut header[filled..]) {
+            Ok(0) if filled == 0 => return Ok(None),
+            Ok(0) => return Err(ProtocolError::Truncated),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let length = u32::from_le_bytes(header) as usize;
+    if length > MAX_FRAME_BYTES {
+        return Err(ProtocolError::FrameTooLarge(length));
+    }
+    let mut payload = vec![0u8; length];
+    reader.read_exact(&mut payload).map_err(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof => ProtocolError::Truncated,
+        _ => ProtocolError::Io(e),
+    })?;
+    decode_payload(&payload).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Message;
+
+    fn sample() -> Envelope {
+        Envelope::new(7, Message::Exited { exit_code: Some(3), signal: None, disk_full: false })
+    }
+
+    #[test]
+    fn frames_round_trip_blocking_and_incremental() {
+        let frame = encode(&sample()).unwrap_or_default();
+        let mut reader = &frame[..];
+        assert_eq!(read_frame(&mut reader).ok().flatten(), Some(sample()));
+        let mut decoder = FrameDecoder::new();
+        for byte in frame.iter().chain(&frame) {
+            decoder.push(std::slice::from_ref(byte));
+        }
+        assert_eq!(decoder.next_envelope().ok().flatten(), Some(sample()));
+        assert_eq!(decoder.next_envelope().ok().flatten(), Some(sample()));
+        assert_eq!(decoder.next_envelope().ok().flatten(), None);
+    }
+
+    #[test]
+    fn oversized_frames_are_refused_before_allocation() {
+        let mut decoder = FrameDecoder::new();
+        decoder.push(&u32::MAX.to_le_bytes());
+        assert!(matches!(decoder.next_envelope(), Err(ProtocolError::FrameTooLarge(_))));
+        let mut reader = &u32::MAX.to_le_bytes()[..];
+        assert!(matches!(read_frame(&mut reader), Err(ProtocolError::FrameTooLarge(_))));
+    }
+
+    #[test]
+    fn other_versions_and_garbage_are_errors_not_panics() {
+        let payload = br#"{"v":99,"id":1,"msg":{"type":"start"}}"#;
+        let mut frame = (payload.len() as u32).to_le_bytes().to_vec();
+        frame.extend_from_slice(payload);
+        assert!(matches!(read_frame(&mut &frame[..]), Err(ProtocolError::UnsupportedVersion(99))));
+        for garbage in [&b"\x03\0\0\0abc"[..], b"\x02\0\0\0{}", b"\x05\0\0"] {
+            assert!(read_frame(&mut &garbage[..]).is_err());
+        }
+        assert_eq!(read_frame(&mut &b""[..]).ok().flatten(), None);
+    }
+}

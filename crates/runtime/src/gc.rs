@@ -1,0 +1,70 @@
+//! Garbage collection of what a crashed owner left behind: for every record whose owner is dead, kill and remove the
+//! sandbox's cgroup, then the record; cgroups under the parent that no record describes are removed too.
+
+use std::collections::BTreeSet;
+
+use sandkasten_cgroups::Hierarchy;
+
+use crate::config::RuntimeConfig;
+use crate::error::RuntimeError;
+use crate::records::RecordStore;
+
+/// What a collection did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct GcReport {
+    /// Sandboxes whose leftovers were removed.
+    pub removed: Vec<String>,
+    /// Record files that could not be parsed (left in place, named here).
+    pub unreadable: Vec<String>,
+    /// Sandboxes still owned by a live process (left alone).
+    pub live: usize,
+}
+
+/// Removes the leftovers of every sandbox whose owner is gone.
+pub fn collect(config: &RuntimeConfig, hierarchy: &Hierarchy) -> Result<GcReport, RuntimeError> {
+    let store = RecordStore::new(config.records_dir());
+    // Cgroups are listed before records: a cgroup's record is written before the cgroup is created, so every cgroup
+    // listed here that belongs to a live sandbox has its record in the listing below.
+    let cgroups = hierarchy.list(&config.cgroup_parent)?;
+    let mut report = GcReport::default();
+    let mut described = BTreeSet::new();
+    for entry in store.list()? {
+        let record = match entry {
+            Ok(record) => record,
+            Err(path) => {
+                report.unreadable.push(path.display().to_string());
+                continue;
+            }
+        };
+        described.insert(record.id.clone());
+        if record.owner_alive() {
+            report.live += 1;
+            continue;
+        }
+        if let Some(cgroup) = hierarchy.open(&record.cgroup_parent, &record.id)? {
+            cgroup.remove()?;
+        }
+        store.remove(&record.id)?;
+        report.removed.push(record.id);
+    }
+    // A cgroup is created only after its record, and its record is removed only after it: a cgroup without a record
+    // belongs to nobody.
+    for name in cgroups {
+        if described.contains(&name) {
+            continue;
+        }
+        if let Some(cgroup) = hierarchy.open(&config.cgroup_parent, &name)? {
+            cgroup.remove()?;
+            report.removed.push(name);
+        }
+    }
+    Ok(report)
+}
+
+/// True when some record's owner is dead (cheap: one directory read and a stat per record).
+pub fn has_stale_records(config: &RuntimeConfig) -> bool {
+    RecordStore::new(config.records_dir())
+        .list()
+        .map(|records| records.iter().any(|r| r.as_ref().is_ok_and(|record| !record.owner_alive())))
+        .unwrap_or(false)
+}

@@ -1,0 +1,171 @@
+//! Translating a request into what the agent runs: the files of the sandbox (synthesised `/etc`, the source code,
+//! uploads), the compile step, the program's argv and its environment.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use sandkasten_jail::environment;
+use sandkasten_jail::rootfs::SandboxFile;
+use sandkasten_types::{Command, ExecRequest, Language, SandboxSpec, units::format_bytes};
+
+use crate::error::RuntimeError;
+
+/// The sandbox user's uid and gid inside the user namespace.
+pub const SANDBOX_UID: u32 = 1000;
+/// See `SANDBOX_UID`.
+pub const SANDBOX_GID: u32 = 1000;
+/// The sandbox user's name, home and working directory.
+pub const SANDBOX_USER: &str = "sandbox";
+/// Home and working directory.
+pub const WORKSPACE: &str = "/workspace";
+/// Largest source text accepted, in bytes.
+pub const MAX_CODE_BYTES: usize = 1 << 20;
+/// Where source code is stored inside the sandbox (read-only).
+pub const CODE_DIR: &str = "/sandbox";
+/// Where the compiled C program is written.
+const C_BINARY: &str = "/tmp/.sandkasten-main";
+
+/// What the agent will run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunPlan {
+    /// Files created in the sandbox.
+    pub files: Vec<SandboxFile>,
+    /// Compile step, if the language needs one.
+    pub compile: Option<Vec<String>>,
+    /// The program and its arguments.
+    pub program: Vec<String>,
+    /// Complete environment.
+    pub env: BTreeMap<String, String>,
+}
+
+fn system_file(path: &str, contents: &str) -> SandboxFile {
+    SandboxFile { path: path.into(), contents: contents.as_bytes().to_vec(), mode: 0o644, owned_by_sandbox_user: false }
+}
+
+/// `/etc` files synthesised for every sandbox: only the sandbox's own users, no host accounts, no DNS servers.
+fn etc_files() -> Vec<SandboxFile> {
+    vec![
+        system_file(
+            "/etc/passwd",
+            "root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:1000:1000:sandbox:/workspace:/bin/bash\n\
+             nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+        ),
+        system_file("/etc/group", "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n"),
+        system_file("/etc/hosts", "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
+        system_file("/etc/hostname", "sandbox\n"),
+        system_file("/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n"),
+        system_file("/etc/resolv.conf", "# no network: no name servers\n"),
+    ]
+}
+
+/// Where an upload lands: relative paths are under /workspace; absolute ones must be under /workspace or /tmp.
+pub fn upload_destination(path: &str) -> Result<PathBuf, RuntimeError> {
+    let candidate = Path::new(path);
+    let absolute = if candidate.is_absolute() { candidate.to_path_buf() } else { Path::new(WORKSPACE).join(candidate) };
+    let clean = absolute.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    let inside = ["/workspace/", "/tmp/"].iter().any(|dir| absolute.starts_with(dir) && absolute != Path::new(dir));
+    if !clean || !inside || path.is_empty() {
+        return Err(RuntimeError::InvalidInput(format!(
+            "upload destination '{path}' must be a file path under /workspace or /tmp, without '..'"
+        )));
+    }
+    Ok(absolute)
+}
+
+fn code_plan(language: Language, code: &str) -> Result<(SandboxFile, Option<Vec<String>>, Vec<String>), RuntimeError> {
+    if code.len() > MAX_CODE_BYTES {
+        return Err(RuntimeError::InvalidInput(format!(
+            "the code is {}; the limit is {}: upload large inputs as files instead",
+            format_bytes(code.len() as u64),
+            format_bytes(MAX_CODE_BYTES as u64)
+        )));
+    }
+    let source = format!("{CODE_DIR}/{}", language.source_file_name());
+    let file = SandboxFile { path: source.clone().into(), contents: code.as_bytes().to_vec(), mode: 0o444, owned_by_sandbox_user: false };
+    let argv = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    let (compile, program) = match language {
+        Language::Python => (None, argv(&["python3", &source])),
+        Language::Node => (None, argv(&["node", &source])),
+        Language::Bash => (None, argv(&["bash", &source])),
+        Language::C => (Some(argv(&["gcc", "-O1", "-o", C_BINARY, &source, "-lm"])), argv(&[C_BINARY])),
+    };
+    Ok((file, compile, program))
+}
+
+/// Builds the run plan, validating everything that can be checked before any resource exists.
+pub fn plan(spec: &SandboxSpec, request: &ExecRequest) -> Result<RunPlan, RuntimeError> {
+    spec.limits.validate().map_err(|e| RuntimeError::InvalidInput(e.to_string()))?;
+    let mut files = etc_files();
+    let (compile, program) = match &request.command {
+        Command::Argv(argv) if argv.is_empty() || argv[0].is_empty() => {
+            return Err(RuntimeError::InvalidInput("no program given: pass one after `--`".to_owned()));
+        }
+        Command::Argv(argv) => (None, argv.clone()),
+        Command::Code { language, code } => {
+            let (file, compile, program) = code_plan(*language, code)?;
+            files.push(file);
+            (compile, program)
+        }
+    };
+    let mut uploaded = 0u64;
+    for upload in &request.uploads {
+        uploaded += upload.contents.len() as u64;
+        files.push(SandboxFile {
+            path: upload_destination(&upload.path)?,
+            contents: upload.contents.clone(),
+            mode: upload.mode & 0o777,
+            owned_by_sandbox_user: true,
+        });
+    }
+    if uploaded > spec.limits.disk_bytes {
+        return Err(RuntimeError::InvalidInput(format!(
+            "uploads total {}, more than the disk limit of {}: raise --disk",
+            format_bytes(uploaded),
+            format_bytes(spec.limits.disk_bytes)
+        )));
+    }
+    let mut extra = spec.env.clone();
+    extra.extend(request.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    if let Some(bad) = extra.keys().find(|k| !environment::is_valid_name(k)) {
+        return Err(RuntimeError::InvalidInput(format!("'{bad}' is not a valid environment variable name")));
+    }
+    let env = environment::build(WORKSPACE, SANDBOX_USER, &extra);
+    Ok(RunPlan { files, compile, program, env })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uploads_stay_inside_the_writable_dirs() {
+        assert_eq!(upload_destination("data.csv").ok(), Some(PathBuf::from("/workspace/data.csv")));
+        assert_eq!(upload_destination("/tmp/x").ok(), Some(PathBuf::from("/tmp/x")));
+        for bad in ["../etc/passwd", "/etc/passwd", "/workspace/../etc/x", "/workspace", "", "/tmpx/a"] {
+            assert!(upload_destination(bad).is_err(), "{bad} must be refused");
+        }
+    }
+
+    #[test]
+    fn c_is_compiled_then_run() {
+        let request = ExecRequest {
+            command: Command::Code { language: Language::C, code: "int main(){return 0;}".into() },
+            env: BTreeMap::new(),
+            uploads: vec![],
+        };
+        let plan = plan(&SandboxSpec::default(), &request).unwrap_or_else(|e| panic!("{e}"));
+        assert!(plan.compile.is_some());
+        assert_eq!(plan.program, vec![C_BINARY.to_owned()]);
+    }
+
+    #[test]
+    fn oversized_code_is_refused() {
+        let request = ExecRequest {
+            command: Command::Code { language: Language::Python, code: "#".repeat(MAX_CODE_BYTES + 1) },
+            env: BTreeMap::new(),
+            uploads: vec![],
+        };
+        let message = plan(&SandboxSpec::default(), &request).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains("the limit is 1MiB"), "{message}");
+    }
+}

@@ -1,0 +1,150 @@
+//! The structured answer of one execution: output, exit status, which limit fired, phase timings, resource usage.
+
+use base64::Engine as _;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::error::ErrorInfo;
+use crate::limits::LimitKind;
+
+/// Captured bytes of one output stream.
+///
+/// In JSON, `text` is always a string: the bytes decoded as UTF-8 with invalid sequences replaced by U+FFFD. When the
+/// bytes are not valid UTF-8, `base64` additionally carries them exactly, so nothing is lost.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OutputStream {
+    /// The bytes kept (at most the output limit).
+    pub bytes: Vec<u8>,
+    /// True when the program wrote more than was kept.
+    pub truncated: bool,
+}
+
+impl OutputStream {
+    /// The text form: lossless when the bytes are UTF-8.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+
+    /// The exact bytes in base64 when they are not valid UTF-8, `None` otherwise.
+    pub fn base64_if_binary(&self) -> Option<String> {
+        match std::str::from_utf8(&self.bytes) {
+            Ok(_) => None,
+            Err(_) => Some(base64::engine::general_purpose::STANDARD.encode(&self.bytes)),
+        }
+    }
+}
+
+/// Milliseconds from the request's arrival to the end of each phase (cumulative, so each is ≥ the one before).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct PhaseTimings {
+    /// Sandbox resources reserved (record written, cgroup created with its limits).
+    pub allocate: f64,
+    /// Namespaces created and the root filesystem mounted and pivoted into.
+    pub filesystem_ready: f64,
+    /// Jail complete (ids, capabilities, landlock, seccomp) and the program's `execve` succeeded.
+    pub runtime_ready: f64,
+    /// The first byte of output arrived, or the program ended without output.
+    pub first_command: f64,
+}
+
+/// Resources the sandbox consumed, read from its cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct ResourceUsage {
+    /// CPU time in user mode, all processes, in milliseconds.
+    pub cpu_user_ms: u64,
+    /// CPU time in kernel mode, all processes, in milliseconds.
+    pub cpu_system_ms: u64,
+    /// Highest memory use seen, in bytes.
+    pub memory_peak_bytes: u64,
+}
+
+/// The result of one execution.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct ExecResult {
+    /// The sandbox that ran it.
+    pub sandbox_id: String,
+    /// Exit code when the program exited normally.
+    pub exit_code: Option<i32>,
+    /// Signal number when the program was killed by a signal.
+    pub signal: Option<i32>,
+    /// Standard output, decoded as UTF-8 (invalid bytes become U+FFFD; see `stdout_base64`).
+    pub stdout: String,
+    /// The exact stdout bytes in base64, present only when they are not valid UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub stdout_base64: Option<String>,
+    /// Standard error, decoded as UTF-8 (see `stderr_base64`).
+    pub stderr: String,
+    /// The exact stderr bytes in base64, present only when they are not valid UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub stderr_base64: Option<String>,
+    /// True when stdout went past the output limit and was cut.
+    pub stdout_truncated: bool,
+    /// True when stderr went past the output limit and was cut.
+    pub stderr_truncated: bool,
+    /// True when the wall-clock timeout killed the sandbox.
+    pub timed_out: bool,
+    /// True when the kernel's OOM killer killed a process of the sandbox.
+    pub oom_killed: bool,
+    /// The limit that fired, if any.
+    pub limit: Option<LimitKind>,
+    /// Wall-clock time from request to result, in milliseconds.
+    pub duration_ms: f64,
+    /// When each phase completed.
+    pub phases: PhaseTimings,
+    /// Resources consumed.
+    pub usage: ResourceUsage,
+    /// Set when the program could not run as asked (compile error, sandbox failure).
+    pub error: Option<ErrorInfo>,
+}
+
+impl ExecResult {
+    /// Stores both output streams in their JSON form.
+    pub fn set_output(&mut self, stdout: &OutputStream, stderr: &OutputStream) {
+        self.stdout = stdout.text();
+        self.stdout_base64 = stdout.base64_if_binary();
+        self.stdout_truncated = stdout.truncated;
+        self.stderr = stderr.text();
+        self.stderr_base64 = stderr.base64_if_binary();
+        self.stderr_truncated = stderr.truncated;
+    }
+}
+
+/// Serde helper: `Vec<u8>` as a base64 string.
+pub(crate) mod base64_bytes {
+    use base64::Engine as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        base64::engine::general_purpose::STANDARD.decode(text).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_utf8_output_is_kept_exactly_in_base64() {
+        let stream = OutputStream { bytes: vec![b'a', 0xff, b'b'], truncated: false };
+        assert_eq!(stream.text(), "a\u{fffd}b");
+        assert_eq!(stream.base64_if_binary().as_deref(), Some("Yf9i"));
+        let utf8 = OutputStream { bytes: "grüß".as_bytes().to_vec(), truncated: false };
+        assert_eq!(utf8.base64_if_binary(), None);
+    }
+
+    #[test]
+    fn result_json_has_the_documented_fields() {
+        let json = serde_json::to_value(ExecResult::default()).unwrap_or_default();
+        for key in [
+            "sandbox_id", "exit_code", "signal", "stdout", "stderr", "stdout_truncated", "stderr_truncated",
+            "timed_out", "oom_killed", "limit", "duration_ms", "phases", "usage", "error",
+        ] {
+            assert!(json.get(key).is_some(), "missing {key}");
+        }
+    }
+}
