@@ -19,7 +19,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run code or a program once in a fresh sandbox, then destroy it.
-    Run(run_input::RunArgs),
+    Run(Box<run_input::RunArgs>),
     /// Remove sandboxes left behind by a crashed sandkasten (runs automatically when stale records exist).
     Gc {
         /// Print the report as JSON.
@@ -44,7 +44,7 @@ fn main() {
     init_logging();
     let cli = Cli::parse();
     let code = match cli.command {
-        Command::Run(args) => run_command::run(args),
+        Command::Run(args) => run_command::run(*args),
         Command::Gc { json } => gc_command::run(json),
         Command::Doctor { json } => doctor_stub(json),
     };

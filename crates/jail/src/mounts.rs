@@ -105,11 +105,11 @@ fn write_file(file: &SandboxFile, uid: u32, gid: u32) -> Result<(), JailError> {
         }
         Ok(())
     };
-    if let Some(parent) = file.path.parent() {
-        if !parent.exists() {
-            create_dir_all(parent)?;
-            owner(parent)?;
-        }
+    if let Some(parent) = file.path.parent()
+        && !parent.exists()
+    {
+        create_dir_all(parent)?;
+        owner(parent)?;
     }
     fs::write(&file.path, &file.contents).map_err(fail)?;
     fs::set_permissions(&file.path, fs::Permissions::from_mode(file.mode)).map_err(fail)?;

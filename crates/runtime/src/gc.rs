@@ -58,6 +58,8 @@ pub fn collect(config: &RuntimeConfig, hierarchy: &Hierarchy) -> Result<GcReport
             report.removed.push(name);
         }
     }
+    // Like the per-run cleanup: the parent goes once nothing is under it (ENOTEMPTY otherwise, which is fine).
+    let _ = hierarchy.remove_parent(&config.cgroup_parent);
     Ok(report)
 }
 

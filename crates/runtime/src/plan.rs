@@ -72,7 +72,10 @@ pub fn upload_destination(path: &str) -> Result<PathBuf, RuntimeError> {
     Ok(absolute)
 }
 
-fn code_plan(language: Language, code: &str) -> Result<(SandboxFile, Option<Vec<String>>, Vec<String>), RuntimeError> {
+/// The source file, the compile step and the program of a piece of code.
+type CodePlan = (SandboxFile, Option<Vec<String>>, Vec<String>);
+
+fn code_plan(language: Language, code: &str) -> Result<CodePlan, RuntimeError> {
     if code.len() > MAX_CODE_BYTES {
         return Err(RuntimeError::InvalidInput(format!(
             "the code is {}; the limit is {}: upload large inputs as files instead",

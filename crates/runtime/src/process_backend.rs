@@ -82,6 +82,22 @@ impl ProcessBackend {
         &self.config
     }
 
+    /// Creates the sandbox's cgroup. A concurrent run may remove the shared (empty) parent between our creating it
+    /// and creating the child: that shows as ENOENT and is retried.
+    fn create_cgroup(&self, id: &str, limits: &CgroupLimits) -> Result<Cgroup, RuntimeError> {
+        let mut attempts = 0;
+        loop {
+            match self.hierarchy.create(&self.config.cgroup_parent, id, limits) {
+                Err(sandkasten_cgroups::CgroupError::CreateDir { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound && attempts < 5 =>
+                {
+                    attempts += 1;
+                }
+                other => return Ok(other?),
+            }
+        }
+    }
+
     /// Runs one execution with the program's stdin taken from `stdin`.
     pub fn run_with_stdin(
         &self,
@@ -92,16 +108,15 @@ impl ProcessBackend {
         started_ns: u64,
     ) -> Result<ExecResult, RuntimeError> {
         let plan = plan::plan(spec, request)?;
-        if gc::has_stale_records(&self.config) {
-            if let Err(error) = gc::collect(&self.config, &self.hierarchy) {
-                tracing::warn!(%error, "garbage collection of stale sandboxes failed");
-            }
+        if gc::has_stale_records(&self.config)
+            && let Err(error) = gc::collect(&self.config, &self.hierarchy)
+        {
+            tracing::warn!(%error, "garbage collection of stale sandboxes failed");
         }
         let id = ids::new_sandbox_id()?;
         let mut guard = SandboxGuard::record(&self.config, &id)?;
         let limits = &spec.limits;
-        let cgroup = self.hierarchy.create(&self.config.cgroup_parent, &id, &cgroup_limits(spec))?;
-        guard.cgroup = Some(cgroup);
+        guard.cgroup = Some(self.create_cgroup(&id, &cgroup_limits(spec))?);
         let allocated_ns = monotonic_ns();
 
         let (stdout_read, stdout_write) = pipe()?;
@@ -179,6 +194,8 @@ impl ProcessBackend {
         guard.reap();
         let usage = guard.cgroup()?.usage()?;
         guard.release()?;
+        // The shared parent goes when the last sandbox does (ENOTEMPTY while others run: fine).
+        let _ = self.hierarchy.remove_parent(&self.config.cgroup_parent);
         if let WaitEnd::Interrupted(signal) = end {
             return Err(RuntimeError::Interrupted(signal));
         }
@@ -229,10 +246,10 @@ impl SandboxGuard {
     }
 
     fn kill(&self) {
-        if let Some(cgroup) = &self.cgroup {
-            if let Err(error) = cgroup.kill_all() {
-                tracing::warn!(%error, sandbox = %self.id, "killing the sandbox's cgroup failed");
-            }
+        if let Some(cgroup) = &self.cgroup
+            && let Err(error) = cgroup.kill_all()
+        {
+            tracing::warn!(%error, sandbox = %self.id, "killing the sandbox's cgroup failed");
         }
         if let Some(pid) = self.init_pid {
             // SAFETY: kill(2) with a pid we created and have not reaped yet, so it cannot be recycled.

@@ -78,7 +78,7 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, UnitError> {
 pub fn format_bytes(bytes: u64) -> String {
     const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (name, size) in UNITS {
-        if bytes >= size && bytes % size == 0 {
+        if bytes >= size && bytes.is_multiple_of(size) {
             return format!("{}{name}", bytes / size);
         }
     }
@@ -87,7 +87,7 @@ pub fn format_bytes(bytes: u64) -> String {
 
 /// Formats milliseconds the way `parse_duration_ms` reads them back (`10s`, `1500ms`).
 pub fn format_duration_ms(millis: u64) -> String {
-    if millis % 1_000 == 0 { format!("{}s", millis / 1_000) } else { format!("{millis}ms") }
+    if millis.is_multiple_of(1_000) { format!("{}s", millis / 1_000) } else { format!("{millis}ms") }
 }
 
 #[cfg(test)]

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Fails when anything of a sandbox is still on the host: records, cgroups, processes running as sandbox ids, or mounts.
+# Run after the test suite (nothing else may be running sandboxes at that moment).
+set -uo pipefail
+
+state_dir=${SANDKASTEN_STATE_DIR:-/run/sandkasten}
+id_base=1000000000
+id_end=$((id_base + 65536))
+problems=()
+
+records=$(find "$state_dir/sandboxes" -name '*.json' 2>/dev/null)
+[ -n "$records" ] && problems+=("records left: $records")
+
+cgroups=$(find /sys/fs/cgroup -maxdepth 3 -type d -name 'sandkasten*' 2>/dev/null)
+[ -n "$cgroups" ] && problems+=("cgroups left: $cgroups")
+
+processes=$(ps -e -o uid=,pid=,args= | awk -v lo="$id_base" -v hi="$id_end" '$1 >= lo && $1 < hi')
+[ -n "$processes" ] && problems+=("sandbox processes still running: $processes")
+
+mounts=$(grep -i sandkasten /proc/self/mountinfo)
+[ -n "$mounts" ] && problems+=("mounts left: $mounts")
+
+if [ "${#problems[@]}" -gt 0 ]; then
+  printf 'leak check failed:\n' >&2
+  printf '  %s\n' "${problems[@]}" >&2
+  exit 1
+fi
+echo "leak check: no records, cgroups, sandbox processes or mounts left"

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what building, testing and benchmarking need, idempotently: nothing is installed twice, and apt-get update
+# runs only when a package is missing.
+set -euo pipefail
+
+packages=(gcc nodejs python3 bubblewrap iproute2 util-linux)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: missing Debian packages: ${missing[*]} (run as root to install them)" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+
+command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
