@@ -66,10 +66,16 @@ pub fn run_init(plan: &InitPlan<'_>, channel: OwnedFd) -> ! {
 }
 
 fn run(plan: &InitPlan<'_>, channel: &mut UnixStream) -> Result<(), String> {
-    namespaces::die_with_parent(0).map_err(|e| e.to_string())?;
     match read_frame(channel) {
         Ok(Some(Envelope { msg: Message::Start, .. })) => {}
         Ok(_) | Err(_) => return Err("the host did not send start".to_owned()),
+    }
+    // Credentials change first: the kernel clears the parent-death signal on every change of ids, so it is armed
+    // after becoming the namespace's root, and the host is checked again in case it died in between.
+    namespaces::become_namespace_root().map_err(|e| e.to_string())?;
+    namespaces::die_with_parent(0).map_err(|e| e.to_string())?;
+    if host_hung_up(channel) {
+        return Err("the host exited before the sandbox was built".to_owned());
     }
     build_sandbox(plan).map_err(|e| e.to_string())?;
     send(channel, Message::FilesystemReady { at_ns: monotonic_ns() });
@@ -105,8 +111,16 @@ fn run(plan: &InitPlan<'_>, channel: &mut UnixStream) -> Result<(), String> {
     Ok(())
 }
 
+/// True when the host's end of the channel is closed (the host died).
+fn host_hung_up(channel: &UnixStream) -> bool {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let mut fds = [PollFd::new(channel, PollFlags::RDHUP)];
+    let zero = Timespec { tv_sec: 0, tv_nsec: 0 };
+    matches!(poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
+        && fds[0].revents().intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR)
+}
+
 fn build_sandbox(plan: &InitPlan<'_>) -> Result<(), sandkasten_jail::JailError> {
-    namespaces::become_namespace_root()?;
     namespaces::enter_cgroup_namespace()?;
     namespaces::set_hostname(&plan.hostname)?;
     net::bring_up_loopback()?;

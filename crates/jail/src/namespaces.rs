@@ -83,7 +83,10 @@ pub fn set_hostname(name: &str) -> Result<(), JailError> {
     rustix::system::sethostname(name.as_bytes()).map_err(|e| JailError::SetHostname(e.into()))
 }
 
-/// Asks the kernel to SIGKILL this process when its parent dies, and fails if the parent is already gone.
+/// Asks the kernel to SIGKILL this process when its parent dies, and fails if the parent is already gone (checked
+/// only when `expected_parent` is not 0: PID 1 of a new pid namespace sees its parent as pid 0).
+///
+/// The kernel clears this setting whenever the process's ids change: arm it after the last id switch.
 pub fn die_with_parent(expected_parent: libc::pid_t) -> Result<(), JailError> {
     // SAFETY: prctl(PR_SET_PDEATHSIG) takes plain integers.
     let ret = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
