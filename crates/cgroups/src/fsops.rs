@@ -66,6 +66,17 @@ pub(crate) fn ensure_dirs(root: &Path, rel: &Path) -> Result<PathBuf, CgroupErro
     Ok(dir)
 }
 
+/// `rmdir` of one directory, once: a shared parent that still has children (EBUSY or ENOTEMPTY) is an error the
+/// caller may ignore, never a reason to wait. A directory that is already gone is fine.
+pub(crate) fn remove_dir_once(path: &Path) -> Result<(), CgroupError> {
+    match fs::remove_dir(path) {
+        Err(err) if err.kind() != ErrorKind::NotFound => {
+            Err(CgroupError::RemoveDir { path: path.to_owned(), source: err })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// `rmdir` of one cgroup directory, retrying briefly while the kernel reports it busy.
 /// A directory that is already gone is fine.
 pub(crate) fn remove_dir(path: &Path) -> Result<(), CgroupError> {

@@ -131,8 +131,8 @@ impl Hierarchy {
         Ok(names.into_iter().collect())
     }
 
-    /// Removes the (empty) parent directory `parent` in every controller; fine if already gone. Fails with
-    /// `RemoveDir` while cgroups remain under it.
+    /// Removes the (empty) parent directory `parent` in every controller; fine if already gone. Fails at once with
+    /// `RemoveDir` while cgroups remain under it (no waiting: other sandboxes may live there for hours).
     pub fn remove_parent(&self, parent: &str) -> Result<(), CgroupError> {
         let parent_rel = fsops::relative_parent(parent)?;
         if parent_rel.as_os_str().is_empty() {
@@ -152,11 +152,11 @@ impl Hierarchy {
                     })
                     .collect();
                 for dir in v1::unique_dirs(&mounts) {
-                    fsops::remove_dir(&dir)?;
+                    fsops::remove_dir_once(&dir)?;
                 }
                 Ok(())
             }
-            Layout::V2 { root } => fsops::remove_dir(&root.join(parent_rel)),
+            Layout::V2 { root } => fsops::remove_dir_once(&root.join(parent_rel)),
         }
     }
 }

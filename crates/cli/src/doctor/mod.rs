@@ -1,0 +1,95 @@
+//! `sandkasten doctor`: checks this host and says, per isolation tier, what works and what to fix. Each check
+//! group has its own file; `report` holds the vocabulary and renderings, `tiers` the per-tier verdicts.
+
+mod cgroups;
+mod gvisor;
+mod host;
+mod kernel;
+mod kvm;
+mod kvm_probe;
+mod namespaces;
+mod report;
+mod tiers;
+
+use std::io::Write as _;
+
+use report::{Check, Report};
+use tiers::Tier;
+
+/// Runs every check, prints the report (aligned text, or one JSON object with `json`) to stdout, and returns the
+/// exit code: 0 when the default `process` tier is usable, 1 otherwise.
+pub fn run(json: bool) -> anyhow::Result<i32> {
+    let report = collect();
+    let text = if json {
+        report::render_json(&report)? + "\n"
+    } else {
+        report::render_text(&report)
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()?;
+    Ok(exit_code(&report))
+}
+
+/// Every check in report order, and the tiers' verdicts.
+fn collect() -> Report {
+    let checks: Vec<Check> = vec![
+        namespaces::root(),
+        namespaces::user_namespaces(),
+        cgroups::check(),
+        kernel::seccomp(),
+        kernel::landlock(),
+        kernel::filesystems(),
+        gvisor::runsc(),
+        kvm::device(),
+        kvm::speed(),
+    ];
+    let tiers = tiers::summarize(&checks);
+    Report { checks, tiers }
+}
+
+/// 0 when the default tier works, 1 otherwise (the other tiers are optional).
+fn exit_code(report: &Report) -> i32 {
+    if report.tiers.get(Tier::Process).usable { 0 } else { 1 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doctor::report::{CheckId, Status};
+
+    #[test]
+    fn the_report_on_this_host_has_every_check_and_every_tier() {
+        let report = collect();
+        let json = report::render_json(&report).unwrap_or_default();
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+        let checks = value["checks"].as_array().cloned().unwrap_or_default();
+        assert_eq!(checks.len(), 9, "{json}");
+        for check in &checks {
+            assert!(check["name"].is_string() && check["detail"].is_string(), "{check}");
+            if check["status"] != "ok" {
+                assert!(check["fix"].is_string(), "not ok without a fix: {check}");
+            }
+        }
+        for tier in Tier::ALL {
+            assert!(value["tiers"][tier.name()]["usable"].is_boolean(), "{json}");
+        }
+        let expected = if report.tiers.process.usable { 0 } else { 1 };
+        assert_eq!(exit_code(&report), expected);
+    }
+
+    #[test]
+    fn run_prints_json_and_returns_an_exit_code() {
+        let code = run(true).unwrap_or(-1);
+        assert!(code == 0 || code == 1, "exit code {code}");
+    }
+
+    #[test]
+    fn exit_code_follows_the_process_tier_only() {
+        let checks = vec![Check::fail(CheckId::Root, "uid 1000", "run as root")];
+        let tiers = tiers::summarize(&checks);
+        let report = Report { checks, tiers };
+        assert_eq!(exit_code(&report), 1);
+        assert_eq!(report.checks[0].status, Status::Fail);
+    }
+}
