@@ -39,8 +39,17 @@ const RUN_IO_PORT_OFFSET: usize = 34;
 const GUEST_CODE_ADDR: u64 = 0x1000;
 /// The port the guest writes to.
 const GUEST_PORT: u16 = 0x3f8;
-/// `mov dx, 0x3f8; l: out dx, al; jmp l`.
-const GUEST_CODE: [u8; 6] = [0xBA, 0xF8, 0x03, 0xEE, 0xEB, 0xFD];
+/// `mov dx, 0x3f8; top: mov cx, bx; l: dec cx; jnz l; out dx, al; jmp top`: every KVM_RUN spins `bx` times
+/// (bx = 1: effectively no work) and then exits once.
+const GUEST_CODE: [u8; 12] = [
+    0xBA, 0xF8, 0x03, // mov dx, 0x3f8
+    0x89, 0xD9, // top: mov cx, bx
+    0x49, // l: dec cx
+    0x75, 0xFD, // jnz l
+    0xEE, // out dx, al
+    0xEB, 0xF7, // jmp top
+    0xF4, // hlt (never reached)
+];
 /// Where the VMX TSS goes when the CPU needs one for real mode (top of the 32-bit space, as QEMU does).
 const TSS_ADDR: libc::c_ulong = 0xfffb_d000;
 const PAGE: usize = 4096;
