@@ -9,7 +9,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 
 use sandkasten_jail::process::{ProcessJail, Stdio};
-use sandkasten_jail::rootfs::{RealHostFs, RootfsSpec, plan_rootfs};
+use sandkasten_jail::rootfs::{RealHostFs, RootfsSpec, SandboxFile, plan_rootfs};
 use sandkasten_jail::{mounts, namespaces, net};
 use sandkasten_protocol::{Envelope, Message, monotonic_ns, read_frame, write_frame};
 
@@ -20,6 +20,8 @@ use crate::step::{self, Started};
 pub struct InitPlan<'a> {
     /// The root filesystem to build.
     pub rootfs: RootfsSpec,
+    /// Files written after joining the cgroup (uploads).
+    pub uploads: Vec<SandboxFile>,
     /// The uts namespace's hostname.
     pub hostname: String,
     /// A compile step run before the program (C); its failure is reported as `CompileFailed`.
@@ -79,6 +81,14 @@ fn run(plan: &InitPlan<'_>, channel: &mut UnixStream) -> Result<(), String> {
     }
     build_sandbox(plan).map_err(|e| e.to_string())?;
     send(channel, Message::FilesystemReady { at_ns: monotonic_ns() });
+    match read_frame(channel) {
+        Ok(Some(Envelope { msg: Message::CgroupJoined, .. })) => {}
+        Ok(_) | Err(_) => return Err("the host did not confirm the cgroup".to_owned()),
+    }
+    // Now that the agent is in the sandbox's cgroup, that cgroup becomes the root of its cgroup namespace, and what is
+    // written from here on is charged to the sandbox.
+    namespaces::enter_cgroup_namespace().map_err(|e| e.to_string())?;
+    mounts::write_files(&plan.uploads, plan.rootfs.sandbox_uid, plan.rootfs.sandbox_gid).map_err(|e| e.to_string())?;
 
     if let Some(compile) = &plan.compile {
         let status = match step::start(&plan.jail, compile, &plan.env, plan.stdio) {
@@ -121,7 +131,6 @@ fn host_hung_up(channel: &UnixStream) -> bool {
 }
 
 fn build_sandbox(plan: &InitPlan<'_>) -> Result<(), sandkasten_jail::JailError> {
-    namespaces::enter_cgroup_namespace()?;
     namespaces::set_hostname(&plan.hostname)?;
     net::bring_up_loopback()?;
     let steps = plan_rootfs(&plan.rootfs, &RealHostFs);

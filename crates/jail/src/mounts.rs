@@ -116,6 +116,11 @@ fn write_file(file: &SandboxFile, uid: u32, gid: u32) -> Result<(), JailError> {
     owner(&file.path)
 }
 
+/// Writes files into the (already pivoted) sandbox, e.g. uploads into `/workspace`; parents are created as needed.
+pub fn write_files(files: &[SandboxFile], sandbox_uid: u32, sandbox_gid: u32) -> Result<(), JailError> {
+    files.iter().try_for_each(|file| write_file(file, sandbox_uid, sandbox_gid))
+}
+
 /// Carries out the steps in order. `sandbox_uid`/`sandbox_gid` own the files marked as the sandbox user's.
 pub fn execute(steps: &[MountStep], sandbox_uid: u32, sandbox_gid: u32) -> Result<(), JailError> {
     for step in steps {

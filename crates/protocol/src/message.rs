@@ -29,6 +29,9 @@ impl Envelope {
 pub enum Message {
     /// host → agent: ids are mapped and the agent is in its cgroup; build the sandbox and run.
     Start,
+    /// host → agent: the agent is in the sandbox's cgroup; it may run the program. (Sent after `Start` so that the
+    /// host's cgroup attach, which costs an RCU grace period on cgroup v1, overlaps the agent's filesystem build.)
+    CgroupJoined,
     /// agent → host: the root filesystem is mounted and pivoted into.
     FilesystemReady {
         /// CLOCK_MONOTONIC, ns.

@@ -28,8 +28,11 @@ const C_BINARY: &str = "/tmp/.sandkasten-main";
 /// What the agent will run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunPlan {
-    /// Files created in the sandbox.
+    /// Files of the sandbox's own root (synthesised `/etc`, the source code), written before it is sealed.
     pub files: Vec<SandboxFile>,
+    /// The caller's uploads into `/workspace` and `/tmp`, written once the agent is in the sandbox's cgroup (so their
+    /// pages are charged to the sandbox).
+    pub uploads: Vec<SandboxFile>,
     /// Compile step, if the language needs one.
     pub compile: Option<Vec<String>>,
     /// The program and its arguments.
@@ -111,9 +114,10 @@ pub fn plan(spec: &SandboxSpec, request: &ExecRequest) -> Result<RunPlan, Runtim
         }
     };
     let mut uploaded = 0u64;
+    let mut uploads = Vec::with_capacity(request.uploads.len());
     for upload in &request.uploads {
         uploaded += upload.contents.len() as u64;
-        files.push(SandboxFile {
+        uploads.push(SandboxFile {
             path: upload_destination(&upload.path)?,
             contents: upload.contents.clone(),
             mode: upload.mode & 0o777,
@@ -133,7 +137,7 @@ pub fn plan(spec: &SandboxSpec, request: &ExecRequest) -> Result<RunPlan, Runtim
         return Err(RuntimeError::InvalidInput(format!("'{bad}' is not a valid environment variable name")));
     }
     let env = environment::build(WORKSPACE, SANDBOX_USER, &extra);
-    Ok(RunPlan { files, compile, program, env })
+    Ok(RunPlan { files, uploads, compile, program, env })
 }
 
 #[cfg(test)]

@@ -140,6 +140,7 @@ impl ProcessBackend {
                 sandbox_gid: SANDBOX_GID,
                 files: plan.files,
             },
+            uploads: plan.uploads,
             hostname: "sandbox".to_owned(),
             compile: plan.compile,
             program: plan.program,
@@ -178,11 +179,16 @@ impl ProcessBackend {
         drop((agent_channel, stdout_write, stderr_write, stdin_fd));
 
         namespaces::write_id_maps(pid, self.config.host_id_base)?;
-        guard.cgroup()?.add_process(pid)?;
-        // The agent must outlive its children so it can report; the OOM killer picks the program instead.
-        let _ = std::fs::write(format!("/proc/{pid}/oom_score_adj"), "-1000");
+        // The agent must outlive its children so it can report; the OOM killer picks the program instead. Lowering
+        // needs CAP_SYS_RESOURCE, which some hosts' root lacks: then the result still reports the memory limit.
+        if let Err(error) = std::fs::write(format!("/proc/{pid}/oom_score_adj"), "-1000") {
+            tracing::debug!(%error, "could not protect the agent from the OOM killer");
+        }
         let mut host_channel = host_channel;
         write_frame(&mut host_channel, &Envelope::new(0, Message::Start))?;
+        // The agent builds its filesystem meanwhile; it runs nothing of the caller's before `CgroupJoined`.
+        guard.cgroup()?.add_process(pid)?;
+        write_frame(&mut host_channel, &Envelope::new(0, Message::CgroupJoined))?;
 
         let deadline_ns = started_ns.saturating_add(limits.timeout_ms.saturating_mul(1_000_000));
         let watched = Watched { stdout: stdout_read, stderr: stderr_read, channel: host_channel.into(), signals };

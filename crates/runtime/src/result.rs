@@ -59,7 +59,7 @@ pub(crate) fn build_result(outcome: Outcome) -> ExecResult {
             Message::SetupFailed { message } => {
                 result.error = Some(ErrorInfo::new(ErrorCode::SandboxError, format!("sandbox setup failed: {message}")));
             }
-            Message::Start => {}
+            Message::Start | Message::CgroupJoined => {}
         }
     }
     if let Some(problem) = &observed.protocol_error {
@@ -67,7 +67,14 @@ pub(crate) fn build_result(outcome: Outcome) -> ExecResult {
     }
     let ended_normally = result.exit_code.is_some() || result.signal.is_some() || result.error.is_some();
     if end == WaitEnd::Finished && !ended_normally {
-        result.error = Some(ErrorInfo::new(ErrorCode::SandboxError, "the sandbox's agent exited without a report"));
+        if usage.oom_kills > 0 {
+            // The OOM killer chose the agent itself (possible where oom_score_adj cannot be lowered, i.e. without
+            // CAP_SYS_RESOURCE): the sandbox died of its memory limit, which is what the caller needs to know.
+            result.signal = Some(libc::SIGKILL);
+        } else {
+            result.error =
+                Some(ErrorInfo::new(ErrorCode::SandboxError, "the sandbox's agent exited without a report"));
+        }
     }
 
     result.timed_out = end == WaitEnd::TimedOut;

@@ -1,6 +1,8 @@
 //! The cgroups check: which hierarchy `sandkasten_cgroups` detects, and whether a cgroup with memory, pids and CPU
 //! limits can really be created (and removed) in it.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use sandkasten_cgroups::{CgroupLimits, Hierarchy};
 
 use super::host;
@@ -16,7 +18,17 @@ fn probe_limits() -> CgroupLimits {
     }
 }
 
-/// Detects the hierarchy and creates/removes `sandkasten-doctor-<pid>` at its root with all three limits.
+/// A cgroup name no other doctor run (or concurrent check in this process) uses.
+fn probe_name() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "sandkasten-doctor-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Detects the hierarchy and creates/removes `sandkasten-doctor-<pid>-<n>` at its root with all three limits.
 pub fn check() -> Check {
     let hierarchy = match Hierarchy::detect() {
         Ok(hierarchy) => hierarchy,
@@ -29,7 +41,7 @@ pub fn check() -> Check {
         }
     };
     let description = hierarchy.describe();
-    let name = format!("sandkasten-doctor-{}", std::process::id());
+    let name = probe_name();
     match hierarchy.create("", &name, &probe_limits()) {
         Ok(cgroup) => {
             let missing = cgroup.missing_controllers().to_vec();
@@ -37,7 +49,10 @@ pub fn check() -> Check {
             match (missing.is_empty(), removed) {
                 (_, Err(e)) => Check::warn(
                     CheckId::Cgroups,
-                    format!("{description}; created a probe cgroup but could not remove it: {}", host::error_chain(&e)),
+                    format!(
+                        "{description}; created a probe cgroup but could not remove it: {}",
+                        host::error_chain(&e)
+                    ),
                     format!("remove the leftover probe cgroup {name} (rmdir in each controller)"),
                 ),
                 (true, Ok(())) => Check::ok(
@@ -46,14 +61,20 @@ pub fn check() -> Check {
                 ),
                 (false, Ok(())) => Check::warn(
                     CheckId::Cgroups,
-                    format!("{description}; created a cgroup without: {}", missing.join(", ")),
+                    format!(
+                        "{description}; created a cgroup without: {}",
+                        missing.join(", ")
+                    ),
                     "enable the missing controllers (v2: add them to cgroup.subtree_control up to the root)",
                 ),
             }
         }
         Err(e) => Check::fail(
             CheckId::Cgroups,
-            format!("{description}; creating a cgroup with limits failed: {}", host::error_chain(&e)),
+            format!(
+                "{description}; creating a cgroup with limits failed: {}",
+                host::error_chain(&e)
+            ),
             "run as root with a writable cgroup hierarchy that has the memory, pids and cpu controllers",
         ),
     }

@@ -6,8 +6,7 @@ use super::host;
 use super::report::{Check, CheckId};
 
 /// How to install gVisor.
-const INSTALL: &str =
-    "install gVisor for the gvisor tier: apt-get install runsc (Debian), or see https://gvisor.dev/docs/user_guide/install/";
+const INSTALL: &str = "install gVisor for the gvisor tier: apt-get install runsc (Debian), or see https://gvisor.dev/docs/user_guide/install/";
 
 /// Finds `runsc` and asks for its version.
 pub fn runsc() -> Check {
@@ -38,7 +37,11 @@ pub fn runsc() -> Check {
             ),
             INSTALL,
         ),
-        Err(e) => Check::fail(CheckId::Runsc, format!("running {}: {e}", path.display()), INSTALL),
+        Err(e) => Check::fail(
+            CheckId::Runsc,
+            format!("running {}: {e}", path.display()),
+            INSTALL,
+        ),
     }
 }
 

@@ -21,7 +21,11 @@ pub fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
 
 /// The effective uid from a status text (`Uid:` is real, effective, saved, filesystem).
 pub fn effective_uid(status: &str) -> Option<u32> {
-    status_field(status, "Uid")?.split_whitespace().nth(1)?.parse().ok()
+    status_field(status, "Uid")?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// Whether capability number `cap` is in the effective set (`CapEff:` is a hex mask).
@@ -70,7 +74,12 @@ pub fn error_chain(error: &dyn Error) -> String {
 /// The last non-empty line of a program's stderr (where tools put the reason), at most 200 characters.
 pub fn last_line(stderr: &[u8]) -> String {
     let text = String::from_utf8_lossy(stderr);
-    let line = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
     line.chars().take(200).collect()
 }
 
@@ -97,7 +106,10 @@ mod tests {
     #[test]
     fn effective_capabilities_are_read_from_the_hex_mask() {
         assert_eq!(has_effective_capability(STATUS, 21), Some(true));
-        assert_eq!(has_effective_capability("CapEff:\t0000000000000000\n", 21), Some(false));
+        assert_eq!(
+            has_effective_capability("CapEff:\t0000000000000000\n", 21),
+            Some(false)
+        );
         assert_eq!(has_effective_capability("CapEff:\tzz\n", 21), None);
     }
 
@@ -114,7 +126,10 @@ mod tests {
 
     #[test]
     fn last_line_skips_trailing_blank_lines() {
-        assert_eq!(last_line(b"warning\nunshare: Operation not permitted\n\n"), "unshare: Operation not permitted");
+        assert_eq!(
+            last_line(b"warning\nunshare: Operation not permitted\n\n"),
+            "unshare: Operation not permitted"
+        );
         assert_eq!(last_line(b""), "");
     }
 

@@ -24,6 +24,7 @@ const KVM_CREATE_VCPU: libc::Ioctl = 0xAE41;
 const KVM_SET_USER_MEMORY_REGION: libc::Ioctl = 0x4020_AE46_u32 as libc::Ioctl;
 const KVM_SET_TSS_ADDR: libc::Ioctl = 0xAE47;
 const KVM_RUN: libc::Ioctl = 0xAE80;
+const KVM_GET_REGS: libc::Ioctl = 0x8090_AE81_u32 as libc::Ioctl;
 const KVM_SET_REGS: libc::Ioctl = 0x4090_AE82_u32 as libc::Ioctl;
 const KVM_GET_SREGS: libc::Ioctl = 0x8138_AE83_u32 as libc::Ioctl;
 const KVM_SET_SREGS: libc::Ioctl = 0x4138_AE84_u32 as libc::Ioctl;
@@ -47,7 +48,7 @@ const GUEST_CODE: [u8; 12] = [
     0x49, // l: dec cx
     0x75, 0xFD, // jnz l
     0xEE, // out dx, al
-    0xEB, 0xF7, // jmp top
+    0xEB, 0xF8, // jmp top
     0xF4, // hlt (never reached)
 ];
 /// Where the VMX TSS goes when the CPU needs one for real mode (top of the 32-bit space, as QEMU does).
@@ -144,6 +145,20 @@ const _: () = assert!(size_of::<MemoryRegion>() == 32);
 const _: () = assert!(size_of::<Regs>() == 144);
 const _: () = assert!(size_of::<Sregs>() == 312);
 
+/// Guest loop iterations per KVM_RUN in the compute phase (hardware: ~7 µs of work; emulated: ~35 ms).
+pub const SPIN_ITERATIONS: u16 = 20_000;
+
+/// How much to measure and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbePlan {
+    /// Bare exits to time (the guest does no work between them).
+    pub exits: u32,
+    /// Runs of SPIN_ITERATIONS guest loop iterations to time.
+    pub spins: u32,
+    /// Time limit of each of the two phases; a phase stops early (after at least one run) when it is spent.
+    pub phase_budget: Duration,
+}
+
 /// What the probe measured.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Timings {
@@ -151,10 +166,14 @@ pub struct Timings {
     pub setup: Duration,
     /// The first KVM_RUN (first entry into the guest) until its exit.
     pub first_run: Duration,
-    /// How many further exits were timed.
+    /// How many bare exits were timed (VM exit + return to user space + re-entry).
     pub exits: u32,
     /// The time those exits took together.
     pub exits_time: Duration,
+    /// How many runs of SPIN_ITERATIONS guest instructions pairs (`dec`, `jnz`) were timed.
+    pub spins: u32,
+    /// The time those runs took together.
+    pub spins_time: Duration,
 }
 
 /// Which step of the probe failed.
@@ -184,7 +203,9 @@ impl fmt::Display for ProbeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ProbeError::Open(e) => write!(f, "opening {KVM_DEVICE} read-write: {e}"),
-            ProbeError::ApiVersion(v) => write!(f, "KVM API version {v}, expected {KVM_API_VERSION}"),
+            ProbeError::ApiVersion(v) => {
+                write!(f, "KVM API version {v}, expected {KVM_API_VERSION}")
+            }
             ProbeError::Call { call, source } => write!(f, "{call}: {source}"),
             ProbeError::UnexpectedExit { reason, port } => {
                 write!(f, "unexpected guest exit (reason {reason}, port {port:#x})")
@@ -204,24 +225,44 @@ pub fn open_device() -> Result<File, ProbeError> {
         .map_err(ProbeError::Open)
 }
 
-/// Builds the VM and times up to `max_exits` exits after the first, stopping early once `budget` is spent.
-/// A single KVM_RUN cannot be interrupted here; callers wanting a hard deadline run this on its own thread.
-pub fn probe(max_exits: u32, budget: Duration) -> Result<Timings, ProbeError> {
+/// Builds the VM, then times `plan.exits` bare exits and `plan.spins` runs of guest compute (each phase stopping
+/// early once its budget is spent). A single KVM_RUN cannot be interrupted here; callers wanting a hard deadline
+/// run this on its own thread.
+pub fn probe(plan: ProbePlan) -> Result<Timings, ProbeError> {
     let kvm = open_device()?;
-    let version = ioctl_arg(kvm.as_raw_fd(), KVM_GET_API_VERSION, 0, "KVM_GET_API_VERSION")?;
+    let version = ioctl_arg(
+        kvm.as_raw_fd(),
+        KVM_GET_API_VERSION,
+        0,
+        "KVM_GET_API_VERSION",
+    )?;
     if version != KVM_API_VERSION {
         return Err(ProbeError::ApiVersion(version));
     }
     // Declared before the VM so that it is unmapped only after the VM is gone.
     let memory = Mapping::anonymous(PAGE)?;
     let started = Instant::now();
-    let vm = new_fd(ioctl_arg(kvm.as_raw_fd(), KVM_CREATE_VM, 0, "KVM_CREATE_VM")?);
+    let vm = new_fd(ioctl_arg(
+        kvm.as_raw_fd(),
+        KVM_CREATE_VM,
+        0,
+        "KVM_CREATE_VM",
+    )?);
     // Only needed on Intel CPUs without unrestricted guest; harmless elsewhere, so failures are ignored.
-    let _ = ioctl_arg(vm.as_raw_fd(), KVM_SET_TSS_ADDR, TSS_ADDR, "KVM_SET_TSS_ADDR");
+    let _ = ioctl_arg(
+        vm.as_raw_fd(),
+        KVM_SET_TSS_ADDR,
+        TSS_ADDR,
+        "KVM_SET_TSS_ADDR",
+    );
 
     // SAFETY: `memory` is a fresh, writable, page-sized private mapping and GUEST_CODE is shorter than a page.
     unsafe {
-        std::ptr::copy_nonoverlapping(GUEST_CODE.as_ptr(), memory.ptr.as_ptr().cast::<u8>(), GUEST_CODE.len());
+        std::ptr::copy_nonoverlapping(
+            GUEST_CODE.as_ptr(),
+            memory.ptr.as_ptr().cast::<u8>(),
+            GUEST_CODE.len(),
+        );
     }
     let region = MemoryRegion {
         slot: 0,
@@ -230,41 +271,103 @@ pub fn probe(max_exits: u32, budget: Duration) -> Result<Timings, ProbeError> {
         memory_size: PAGE as u64,
         userspace_addr: memory.ptr.as_ptr() as u64,
     };
-    ioctl_ptr(vm.as_raw_fd(), KVM_SET_USER_MEMORY_REGION, &raw const region, "KVM_SET_USER_MEMORY_REGION")?;
+    ioctl_ptr(
+        vm.as_raw_fd(),
+        KVM_SET_USER_MEMORY_REGION,
+        &raw const region,
+        "KVM_SET_USER_MEMORY_REGION",
+    )?;
 
-    let vcpu = new_fd(ioctl_arg(vm.as_raw_fd(), KVM_CREATE_VCPU, 0, "KVM_CREATE_VCPU")?);
-    let run_size = ioctl_arg(kvm.as_raw_fd(), KVM_GET_VCPU_MMAP_SIZE, 0, "KVM_GET_VCPU_MMAP_SIZE")?;
+    let vcpu = new_fd(ioctl_arg(
+        vm.as_raw_fd(),
+        KVM_CREATE_VCPU,
+        0,
+        "KVM_CREATE_VCPU",
+    )?);
+    let run_size = ioctl_arg(
+        kvm.as_raw_fd(),
+        KVM_GET_VCPU_MMAP_SIZE,
+        0,
+        "KVM_GET_VCPU_MMAP_SIZE",
+    )?;
     let run = Mapping::vcpu_run(vcpu.as_raw_fd(), usize::try_from(run_size).unwrap_or(0))?;
 
     let mut sregs = Sregs::default();
-    ioctl_ptr(vcpu.as_raw_fd(), KVM_GET_SREGS, &raw mut sregs, "KVM_GET_SREGS")?;
+    ioctl_ptr(
+        vcpu.as_raw_fd(),
+        KVM_GET_SREGS,
+        &raw mut sregs,
+        "KVM_GET_SREGS",
+    )?;
     sregs.cs.base = 0;
     sregs.cs.selector = 0;
-    ioctl_ptr(vcpu.as_raw_fd(), KVM_SET_SREGS, &raw const sregs, "KVM_SET_SREGS")?;
+    ioctl_ptr(
+        vcpu.as_raw_fd(),
+        KVM_SET_SREGS,
+        &raw const sregs,
+        "KVM_SET_SREGS",
+    )?;
     let regs = Regs {
+        rbx: 1, // no spinning in the first phase
         rip: GUEST_CODE_ADDR,
         rflags: 0x2, // bit 1 is reserved and must be set
         ..Regs::default()
     };
-    ioctl_ptr(vcpu.as_raw_fd(), KVM_SET_REGS, &raw const regs, "KVM_SET_REGS")?;
+    ioctl_ptr(
+        vcpu.as_raw_fd(),
+        KVM_SET_REGS,
+        &raw const regs,
+        "KVM_SET_REGS",
+    )?;
     let setup = started.elapsed();
 
     let first = Instant::now();
     run_once(&vcpu, &run)?;
     let first_run = first.elapsed();
 
-    let timed = Instant::now();
-    let mut exits = 0;
-    while exits < max_exits && timed.elapsed() < budget {
-        run_once(&vcpu, &run)?;
-        exits += 1;
-    }
+    let (exits, exits_time) = timed_runs(&vcpu, &run, plan.exits, plan.phase_budget)?;
+
+    // The guest is stopped right after its `out`; it re-reads bx at `top`.
+    let mut regs = Regs::default();
+    ioctl_ptr(
+        vcpu.as_raw_fd(),
+        KVM_GET_REGS,
+        &raw mut regs,
+        "KVM_GET_REGS",
+    )?;
+    regs.rbx = u64::from(SPIN_ITERATIONS);
+    ioctl_ptr(
+        vcpu.as_raw_fd(),
+        KVM_SET_REGS,
+        &raw const regs,
+        "KVM_SET_REGS",
+    )?;
+    let (spins, spins_time) = timed_runs(&vcpu, &run, plan.spins, plan.phase_budget)?;
+
     Ok(Timings {
         setup,
         first_run,
         exits,
-        exits_time: timed.elapsed(),
+        exits_time,
+        spins,
+        spins_time,
     })
+}
+
+/// Up to `max` KVM_RUNs (at least one), stopping once `budget` is spent; how many ran and how long they took.
+fn timed_runs(
+    vcpu: &OwnedFd,
+    run: &Mapping,
+    max: u32,
+    budget: Duration,
+) -> Result<(u32, Duration), ProbeError> {
+    let started = Instant::now();
+    let mut runs = 0;
+    while runs < max.max(1) && (runs == 0 || started.elapsed() < budget) {
+        run_once(vcpu, run)?;
+        runs += 1;
+    }
+    Ok((runs, started.elapsed()))
 }
 
 /// One KVM_RUN, which must end in the guest's `out` to GUEST_PORT.
@@ -276,7 +379,9 @@ fn run_once(vcpu: &OwnedFd, run: &Mapping) -> Result<(), ProbeError> {
     // are used.
     let (reason, port) = unsafe {
         (
-            base.add(RUN_EXIT_REASON_OFFSET).cast::<u32>().read_volatile(),
+            base.add(RUN_EXIT_REASON_OFFSET)
+                .cast::<u32>()
+                .read_volatile(),
             base.add(RUN_IO_PORT_OFFSET).cast::<u16>().read_unaligned(),
         )
     };
@@ -288,7 +393,12 @@ fn run_once(vcpu: &OwnedFd, run: &Mapping) -> Result<(), ProbeError> {
 }
 
 /// An ioctl taking an integer argument; returns its non-negative result.
-fn ioctl_arg(fd: RawFd, request: libc::Ioctl, arg: libc::c_ulong, call: &'static str) -> Result<i32, ProbeError> {
+fn ioctl_arg(
+    fd: RawFd,
+    request: libc::Ioctl,
+    arg: libc::c_ulong,
+    call: &'static str,
+) -> Result<i32, ProbeError> {
     // SAFETY: every request passed here (API version, create VM/vCPU, mmap size, TSS address, run) takes an integer
     // argument, not a pointer; an invalid fd only makes the call fail with EBADF.
     let ret = unsafe { libc::ioctl(fd, request, arg) };
@@ -303,7 +413,12 @@ fn ioctl_arg(fd: RawFd, request: libc::Ioctl, arg: libc::c_ulong, call: &'static
 }
 
 /// An ioctl taking a pointer to a `#[repr(C)]` struct whose size is encoded in `request`.
-fn ioctl_ptr<T>(fd: RawFd, request: libc::Ioctl, arg: *const T, call: &'static str) -> Result<i32, ProbeError> {
+fn ioctl_ptr<T>(
+    fd: RawFd,
+    request: libc::Ioctl,
+    arg: *const T,
+    call: &'static str,
+) -> Result<i32, ProbeError> {
     // SAFETY: callers pass a pointer to a live, properly sized `#[repr(C)]` struct (sizes asserted at compile time
     // against <linux/kvm.h>) matching the size in `request`; for _IOR requests the pointer came from `&raw mut`.
     let ret = unsafe { libc::ioctl(fd, request, arg) };
@@ -333,7 +448,12 @@ struct Mapping {
 impl Mapping {
     /// Private anonymous read-write memory (the guest's RAM).
     fn anonymous(len: usize) -> Result<Mapping, ProbeError> {
-        Mapping::map(len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, "mmap guest memory")
+        Mapping::map(
+            len,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            "mmap guest memory",
+        )
     }
 
     /// The vCPU's shared `struct kvm_run`.
@@ -366,10 +486,12 @@ impl Mapping {
                 source: io::Error::last_os_error(),
             });
         }
-        NonNull::new(ptr).map(|ptr| Mapping { ptr, len }).ok_or(ProbeError::Call {
-            call,
-            source: io::Error::other("mmap returned null"),
-        })
+        NonNull::new(ptr)
+            .map(|ptr| Mapping { ptr, len })
+            .ok_or(ProbeError::Call {
+                call,
+                source: io::Error::other("mmap returned null"),
+            })
     }
 }
 
@@ -391,8 +513,13 @@ mod tests {
         if open_device().is_err() {
             return;
         }
-        match probe(10, Duration::from_millis(200)) {
-            Ok(timings) => assert!(timings.exits >= 1, "{timings:?}"),
+        let plan = ProbePlan {
+            exits: 10,
+            spins: 2,
+            phase_budget: Duration::from_millis(200),
+        };
+        match probe(plan) {
+            Ok(timings) => assert!(timings.exits >= 1 && timings.spins >= 1, "{timings:?}"),
             Err(e) => panic!("probe failed: {e}"),
         }
     }

@@ -83,7 +83,10 @@ pub fn user_namespaces() -> Check {
         create_in_forked_child()
     };
     match created {
-        Ok(how) => Check::ok(CheckId::UserNamespaces, format!("created one {how}(max {max_text})")),
+        Ok(how) => Check::ok(
+            CheckId::UserNamespaces,
+            format!("created one {how}(max {max_text})"),
+        ),
         Err(why) => Check::fail(
             CheckId::UserNamespaces,
             format!("creating one failed: {why} (max {max_text})"),
@@ -96,7 +99,15 @@ pub fn user_namespaces() -> Check {
 /// Runs `unshare --user --map-root-user --mount --pid --fork --net true`; `Err` carries its last stderr line.
 fn create_with_unshare_tool() -> Result<&'static str, String> {
     let output = Command::new(UNSHARE)
-        .args(["--user", "--map-root-user", "--mount", "--pid", "--fork", "--net", "true"])
+        .args([
+            "--user",
+            "--map-root-user",
+            "--mount",
+            "--pid",
+            "--fork",
+            "--net",
+            "true",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -105,7 +116,11 @@ fn create_with_unshare_tool() -> Result<&'static str, String> {
     if output.status.success() {
         Ok("")
     } else {
-        Err(format!("{UNSHARE} exited with {}: {}", output.status, host::last_line(&output.stderr)))
+        Err(format!(
+            "{UNSHARE} exited with {}: {}",
+            output.status,
+            host::last_line(&output.stderr)
+        ))
     }
 }
 
@@ -116,7 +131,10 @@ pub fn create_in_forked_child() -> Result<&'static str, String> {
 
     let flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWNET;
     let mut command = Command::new("/nonexistent-never-executed");
-    command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     let hook = move || -> io::Result<()> {
         // SAFETY: unshare takes no pointers; the forked child is single-threaded, so CLONE_NEWUSER is allowed.
         #[allow(unsafe_code)]
@@ -135,9 +153,9 @@ pub fn create_in_forked_child() -> Result<&'static str, String> {
     // allocation, no locks); `io::Error::last_os_error` only reads errno.
     #[allow(unsafe_code)]
     let command = unsafe { command.pre_exec(hook) };
-    let status = command
-        .status()
-        .map_err(|e| format!("unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWNET): {e}"))?;
+    let status = command.status().map_err(|e| {
+        format!("unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWNET): {e}")
+    })?;
     if status.success() {
         Ok("in a forked child ")
     } else {

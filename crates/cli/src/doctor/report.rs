@@ -211,7 +211,10 @@ mod tests {
     fn text_columns_are_aligned_and_fix_follows_a_failed_check() {
         let text = render_text(&sample());
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "ok    user namespaces      created one (max 15000)");
+        assert_eq!(
+            lines[0],
+            "ok    user namespaces      created one (max 15000)"
+        );
         assert_eq!(lines[1], "fail  runsc (gvisor)       not found in PATH");
         assert_eq!(lines[2], "                           fix: install runsc");
         assert!(text.contains("gvisor               unusable: runsc (gvisor): not found in PATH"));
