@@ -55,6 +55,7 @@ fn unblock_all_signals() {
 /// Runs the agent and exits the process; never returns. `channel` is the agent's end of the host socketpair.
 pub fn run_init(plan: &InitPlan<'_>, channel: OwnedFd) -> ! {
     unblock_all_signals();
+    crate::scrub::wipe_inherited_argv_and_environment();
     let mut channel = UnixStream::from(channel);
     let code = match run(plan, &mut channel) {
         Ok(()) => 0,

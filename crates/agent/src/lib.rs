@@ -4,6 +4,7 @@
 
 mod init;
 mod reaper;
+mod scrub;
 mod step;
 
 pub use init::{InitPlan, run_init};

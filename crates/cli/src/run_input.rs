@@ -21,7 +21,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "LANG")]
     pub lang: Option<String>,
     /// The code to run (otherwise --file, otherwise standard input).
-    #[arg(long, conflicts_with = "file")]
+    #[arg(long)]
     pub code: Option<String>,
     /// A file holding the code to run.
     #[arg(long, value_name = "PATH")]
@@ -154,6 +154,9 @@ fn code_and_stdin(args: &RunArgs, language: Language) -> Result<(String, Program
 /// Validates the arguments and reads the code, uploads and environment they name.
 pub fn parse(args: &RunArgs) -> Result<RunInput, String> {
     let limits = limits(args)?;
+    if args.code.is_some() && args.file.is_some() {
+        return Err("give the code with --code or with --file, not both".into());
+    }
     let (command, stdin) = match (&args.lang, args.program.is_empty()) {
         (Some(_), false) => return Err("give either --lang with code, or a program after `--`, not both".into()),
         (None, true) => {

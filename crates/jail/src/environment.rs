@@ -5,17 +5,14 @@ use std::collections::BTreeMap;
 /// PATH inside every sandbox.
 pub const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
-/// The base environment plus the caller's variables (which may override the base, e.g. LANG, but never come from the
-/// host implicitly).
-pub fn build(home: &str, user: &str, extra: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+/// The base environment (PATH, HOME, LANG: the least that makes programs behave) plus the caller's variables, which
+/// may override the base but never come from the host implicitly. The user's name is in the synthesised
+/// `/etc/passwd`, so `getpass.getuser()`, `id` and `whoami` work without USER.
+pub fn build(home: &str, extra: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     let mut env = BTreeMap::from([
         ("PATH".to_owned(), SANDBOX_PATH.to_owned()),
         ("HOME".to_owned(), home.to_owned()),
-        ("USER".to_owned(), user.to_owned()),
-        ("LOGNAME".to_owned(), user.to_owned()),
         ("LANG".to_owned(), "C.UTF-8".to_owned()),
-        ("TMPDIR".to_owned(), "/tmp".to_owned()),
-        ("HOSTNAME".to_owned(), "sandbox".to_owned()),
     ]);
     env.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
     env
@@ -33,20 +30,20 @@ mod tests {
     #[test]
     fn host_environment_never_enters() {
         let host_has_something = std::env::vars().count() > 0;
-        let env = build("/workspace", "sandbox", &BTreeMap::new());
+        let env = build("/workspace", &BTreeMap::new());
         assert!(host_has_something);
         for (key, _) in std::env::vars() {
             if !env.contains_key(&key) {
                 continue;
             }
-            assert!(["PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR", "HOSTNAME"].contains(&key.as_str()));
+            assert!(["PATH", "HOME", "LANG"].contains(&key.as_str()));
         }
         assert_eq!(env["PATH"], SANDBOX_PATH);
     }
 
     #[test]
     fn caller_variables_are_added() {
-        let env = build("/workspace", "sandbox", &BTreeMap::from([("A".to_owned(), "1".to_owned())]));
+        let env = build("/workspace", &BTreeMap::from([("A".to_owned(), "1".to_owned())]));
         assert_eq!(env["A"], "1");
         assert!(!is_valid_name("A=B"));
         assert!(!is_valid_name(""));

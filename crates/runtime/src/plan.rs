@@ -14,8 +14,6 @@ use crate::error::RuntimeError;
 pub const SANDBOX_UID: u32 = 1000;
 /// See `SANDBOX_UID`.
 pub const SANDBOX_GID: u32 = 1000;
-/// The sandbox user's name, home and working directory.
-pub const SANDBOX_USER: &str = "sandbox";
 /// Home and working directory.
 pub const WORKSPACE: &str = "/workspace";
 /// Largest source text accepted, in bytes.
@@ -136,7 +134,7 @@ pub fn plan(spec: &SandboxSpec, request: &ExecRequest) -> Result<RunPlan, Runtim
     if let Some(bad) = extra.keys().find(|k| !environment::is_valid_name(k)) {
         return Err(RuntimeError::InvalidInput(format!("'{bad}' is not a valid environment variable name")));
     }
-    let env = environment::build(WORKSPACE, SANDBOX_USER, &extra);
+    let env = environment::build(WORKSPACE, &extra);
     Ok(RunPlan { files, uploads, compile, program, env })
 }
 
