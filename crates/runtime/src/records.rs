@@ -79,14 +79,18 @@ impl RecordStore {
         RuntimeError::Record { path: path.to_path_buf(), source }
     }
 
-    /// Writes a record durably: to a temporary file, fsynced, then renamed into place.
+    /// Writes a record atomically: to a temporary file, then renamed into place.
+    ///
+    /// No fsync: a record must survive the crash of its owner, which the page cache guarantees; what it describes
+    /// (cgroups, processes) does not survive a reboot, and after one `gc` drops records whose cgroups are gone. On
+    /// hosts where `/run` is a disk filesystem an fsync would cost milliseconds per sandbox for nothing.
     pub fn write(&self, record: &SandboxRecord) -> Result<(), RuntimeError> {
         fs::create_dir_all(&self.dir).map_err(|e| Self::error(&self.dir, e))?;
         let path = self.path_of(&record.id);
         let temporary = self.dir.join(format!(".{}.tmp", record.id));
         let json = serde_json::to_vec(record).map_err(|e| Self::error(&path, e.into()))?;
         let mut file = fs::File::create(&temporary).map_err(|e| Self::error(&temporary, e))?;
-        file.write_all(&json).and_then(|()| file.sync_all()).map_err(|e| Self::error(&temporary, e))?;
+        file.write_all(&json).map_err(|e| Self::error(&temporary, e))?;
         fs::rename(&temporary, &path).map_err(|e| Self::error(&path, e))
     }
 
