@@ -1,6 +1,7 @@
 //! Containing the sandboxed program itself, in the forked child of the sandbox's init, right before `execve`.
 //!
-//! `contain_and_exec` reads as the ordered list of steps (nsjail's `containProc`): session, standard streams, rlimits,
+//! `contain_and_exec` reads as the ordered list of steps (nsjail's `containProc`): default signal actions, session,
+//! standard streams, rlimits,
 //! capability bounding set, unprivileged ids, remaining capabilities, no_new_privs, landlock, file descriptors,
 //! working directory, seccomp (last: it also forbids the steps before it), execve.
 
@@ -140,7 +141,26 @@ pub fn contain_and_exec(jail: &ProcessJail<'_>, exec: &PreparedExec, stdio: Stdi
     }
 }
 
+/// Restores every signal's default action and unblocks all signals: ignored signals survive execve, and the owner
+/// (a Rust program) ignores SIGPIPE, which would change how the sandboxed program dies on a closed pipe.
+fn reset_signals() {
+    for signal in 1..libc::SIGRTMAX() {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: setting SIG_DFL is always valid; invalid numbers just fail with EINVAL, which is fine here.
+        unsafe { libc::signal(signal, libc::SIG_DFL) };
+    }
+    // SAFETY: an empty, initialised set; sigprocmask only reads it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    }
+}
+
 fn contain(jail: &ProcessJail<'_>, stdio: Stdio, keep_fd: RawFd) -> Result<(), JailError> {
+    reset_signals();
     rustix::process::setsid().map_err(|e| JailError::Setsid(e.into()))?;
     connect_stdio(stdio)?;
     rlimits::apply(&jail.rlimits)?;
