@@ -144,12 +144,17 @@ pub fn contain_and_exec(jail: &ProcessJail<'_>, exec: &PreparedExec, stdio: Stdi
 /// Restores every signal's default action and unblocks all signals: ignored signals survive execve, and the owner
 /// (a Rust program) ignores SIGPIPE, which would change how the sandboxed program dies on a closed pipe.
 fn reset_signals() {
-    for signal in 1..libc::SIGRTMAX() {
+    // The kernel's struct sigaction on x86_64: handler, flags, restorer, mask; all zero = SIG_DFL, no flags.
+    let default_action = [0u64; 4];
+    for signal in 1..=64 {
         if signal == libc::SIGKILL || signal == libc::SIGSTOP {
             continue;
         }
-        // SAFETY: setting SIG_DFL is always valid; invalid numbers just fail with EINVAL, which is fine here.
-        unsafe { libc::signal(signal, libc::SIG_DFL) };
+        // SAFETY: rt_sigaction reads a valid, initialised kernel sigaction and writes nothing (old = null). The raw
+        // call also reaches glibc's reserved real-time signals (32, 33), which an owner may have left ignored.
+        unsafe {
+            libc::syscall(libc::SYS_rt_sigaction, signal, default_action.as_ptr(), std::ptr::null_mut::<u64>(), 8usize)
+        };
     }
     // SAFETY: an empty, initialised set; sigprocmask only reads it.
     unsafe {
