@@ -27,7 +27,8 @@ pub(crate) fn read(path: &Path) -> Result<String, CgroupError> {
 pub(crate) fn read_optional(path: &Path) -> Result<Option<String>, CgroupError> {
     match fs::read_to_string(path) {
         Ok(text) => Ok(Some(text)),
-        Err(err) if err.kind() == ErrorKind::NotFound => Ok(None),
+        // ENODEV: the cgroup was removed (by another process) between opening and reading the file.
+        Err(err) if err.kind() == ErrorKind::NotFound || err.raw_os_error() == Some(libc::ENODEV) => Ok(None),
         Err(source) => Err(CgroupError::Read {
             path: path.to_owned(),
             source,

@@ -42,7 +42,8 @@ fn host_canary_files_are_not_readable() {
     assert_no_leaks(&r.id());
     // The same reads with cat and through a shell glob.
     let shell: Vec<String> = paths.iter().map(|p| format!("cat {} 2>&1", p.display())).collect();
-    let r = run_code("bash", &format!("{}; cat /tmp/sandkasten-canary-* /root/* 2>&1; true", shell.join("; ")), &[]).json();
+    let r =
+        run_code("bash", &format!("{}; cat /tmp/sandkasten-canary-* /root/* 2>&1; true", shell.join("; ")), &[]).json();
     for canary in &canaries {
         assert!(!r.stdout().contains(&canary.secret), "{} was read by cat\n{}", canary.path.display(), r.describe());
     }
@@ -71,20 +72,35 @@ fn host_env_is_not_visible() {
 #[test]
 fn mountinfo_shows_no_host_paths() {
     require_root!();
+    let host_mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let host_root_source = host_mountinfo
+        .lines()
+        .find(|l| l.split_whitespace().nth(4) == Some("/"))
+        .and_then(|l| l.split(" - ").nth(1)?.split_whitespace().nth(1).map(str::to_owned));
     let r = run(["--", "cat", "/proc/self/mountinfo"]).json();
     r.assert_exit(0);
     assert!(!r.stdout().is_empty(), "{}", r.describe());
     for line in r.stdout().lines() {
         let fields: Vec<&str> = line.split_whitespace().collect();
         let (root, mount_point) = (fields.get(3).copied().unwrap_or(""), fields.get(4).copied().unwrap_or(""));
-        for bad in ["/work", "/root", "/home", "/run/sandkasten", "/var/lib", "/tmp/"] {
+        let under = |path: &str, dir: &str| path == dir || path.starts_with(&format!("{dir}/"));
+        for bad in ["/work", "/root", "/home", "/run/sandkasten", "/var/lib"] {
             assert!(
-                !root.starts_with(bad) && !mount_point.starts_with(bad),
+                !under(root, bad) && !under(mount_point, bad),
                 "host path {bad} is mounted inside: {line}\n{}",
                 r.describe()
             );
         }
         assert_ne!(root, "/tmp", "the host /tmp is bind-mounted inside: {line}");
+        // The host's root filesystem must never be mounted whole (root "/" of the host's root device).
+        let source = line.split(" - ").nth(1).and_then(|rest| rest.split_whitespace().nth(1)).unwrap_or("");
+        if let Some(host_source) = &host_root_source {
+            assert!(
+                !(root == "/" && source == host_source),
+                "the host root filesystem ({host_source}) is mounted whole at {mount_point}\n{}",
+                r.describe()
+            );
+        }
     }
     assert_no_leaks(&r.id());
 }
@@ -174,7 +190,9 @@ fn found_below(dir: &Path, name: &str, depth: u32) -> bool {
         if entry.file_name().to_string_lossy().contains(name) {
             return true;
         }
-        if depth > 0 && entry.file_type().map(|t| t.is_dir()).unwrap_or(false) && found_below(&entry.path(), name, depth - 1)
+        if depth > 0
+            && entry.file_type().map(|t| t.is_dir()).unwrap_or(false)
+            && found_below(&entry.path(), name, depth - 1)
         {
             return true;
         }
@@ -188,7 +206,9 @@ fn disk_fill_stays_off_host() {
     let token = unique_token("fill");
     let before_root = free_bytes("/");
     let before_shm = free_bytes("/dev/shm");
-    let code = format!("dd if=/dev/zero of=/workspace/{token} bs=1M count=256; dd if=/dev/zero of=/tmp/{token} bs=1M count=256; true");
+    let code = format!(
+        "dd if=/dev/zero of=/workspace/{token} bs=1M count=256; dd if=/dev/zero of=/tmp/{token} bs=1M count=256; true"
+    );
     let r = run_code("bash", &code, &["--disk", "8MiB", "--timeout", "10s"]).json();
     assert_eq!(r.limit().as_deref(), Some("disk"), "{}", r.describe());
     let lost_root = before_root.saturating_sub(free_bytes("/"));
@@ -234,11 +254,15 @@ fn upload_path_traversal_is_refused() {
     let (_dir, path) = host_file("f.txt", b"content");
     let token = unique_token("escape");
     for target in [format!("../../etc/{token}"), format!("/workspace/../etc/{token}"), format!("/etc/{token}")] {
-        let out = run(["--lang", "bash", "--code", "true", "--upload", &format!("{}:{target}", path.display())]).output();
+        let out =
+            run(["--lang", "bash", "--code", "true", "--upload", &format!("{}:{target}", path.display())]).output();
         assert!(!Path::new(&format!("/etc/{token}")).exists(), "upload {target} escaped to the host /etc");
         assert_eq!(out.code, 2, "upload target {target} is outside /workspace and /tmp: bad input\n{}", out.describe());
     }
     for dir in ["/tmp", "/var/tmp", "/run", "/etc", "/"] {
-        assert!(!found_below(Path::new(dir), &token, if dir == "/" { 0 } else { 3 }), "{token} written under host {dir}");
+        assert!(
+            !found_below(Path::new(dir), &token, if dir == "/" { 0 } else { 3 }),
+            "{token} written under host {dir}"
+        );
     }
 }

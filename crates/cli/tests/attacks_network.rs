@@ -49,7 +49,9 @@ fn host_loopback_listener_is_unreachable() {
     r.assert_exit(0);
     assert!(!r.stdout().contains("CONNECTED"), "{}", r.describe());
     assert!(
-        r.stdout().contains("ConnectionRefusedError") || r.stdout().contains("unreachable") || r.stdout().contains(" 101"),
+        r.stdout().contains("ConnectionRefusedError")
+            || r.stdout().contains("unreachable")
+            || r.stdout().contains(" 101"),
         "expected refused/unreachable\n{}",
         r.describe()
     );
@@ -132,7 +134,9 @@ fn only_loopback_interface_exists() {
     let ip = run_code("bash", "ip -o link 2>&1 | awk -F': ' '{print $2}'", &[]).json();
     let names: Vec<String> = ip.stdout().lines().map(|l| l.trim().to_owned()).filter(|l| !l.is_empty()).collect();
     assert!(
-        names == ["lo"] || ip.stdout().contains("Cannot open netlink") || ip.stdout().contains("Operation not permitted"),
+        names == ["lo"]
+            || ip.stdout().contains("Cannot open netlink")
+            || ip.stdout().contains("Operation not permitted"),
         "ip link shows {names:?}\n{}",
         ip.describe()
     );

@@ -14,7 +14,8 @@ use common::*;
 #[test]
 fn fork_bomb_is_contained() {
     require_root!();
-    let r = run_code("bash", ":(){ :|:& };:", &["--timeout", "3s", "--pids", "64"])
+    // The shell stays alive after starting the bomb, so the bomb runs until a limit stops the sandbox.
+    let r = run_code("bash", ":(){ :|:& };:; sleep 30", &["--timeout", "3s", "--pids", "64"])
         .watchdog(Duration::from_secs(40))
         .json();
     assert!(
@@ -27,6 +28,17 @@ fn fork_bomb_is_contained() {
     // The host can still start processes.
     let status = Command::new("/bin/true").status().expect("host can still fork");
     assert!(status.success());
+}
+
+#[test]
+fn classic_fork_bomb_one_liner_leaves_nothing() {
+    require_root!();
+    // The classic one-liner returns at once; the bomb's processes must die with the sandbox all the same.
+    let r = run_code("bash", ":(){ :|:& };:", &["--timeout", "3s", "--pids", "64"])
+        .watchdog(Duration::from_secs(40))
+        .json();
+    assert!(r.output.elapsed < Duration::from_secs(30), "teardown took {:?}", r.output.elapsed);
+    assert_no_leaks(&r.id());
 }
 
 #[test]
@@ -100,9 +112,8 @@ fn background_processes_die_with_the_sandbox_in_plain_mode() {
 fn timeout_kills_the_whole_tree() {
     require_root!();
     let token = unique_token("TREE");
-    let code = format!(
-        "for i in 1 2 3; do setsid sh -c 'sleep 600; :' {token} </dev/null >/dev/null 2>&1 & done\nsleep 600"
-    );
+    let code =
+        format!("for i in 1 2 3; do setsid sh -c 'sleep 600; :' {token} </dev/null >/dev/null 2>&1 & done\nsleep 600");
     let r = run_code("bash", &code, &["--timeout", "1s"]).watchdog(Duration::from_secs(20)).json();
     assert_eq!(r.limit().as_deref(), Some("time"), "{}", r.describe());
     assert_eq!(r.cli_code(), 124, "{}", r.describe());

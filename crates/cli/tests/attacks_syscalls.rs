@@ -77,7 +77,7 @@ fn mount_family_is_denied() {
         ("fsopen", 430, "cstr(b'tmpfs'), 0"),
         ("open_tree", 428, "-100, cstr(b'/'), 1"),
         ("move_mount", 429, "-100, cstr(b'/tmp'), -100, cstr(b'/tmp/mnt'), 0"),
-        ("chroot", 161, "cstr(b'/tmp')"),
+        ("chroot", 161, "cstr(b'/tmp'),"),
     ];
     assert_calls_fail(&calls, &["EPERM"], prelude);
 }
@@ -88,7 +88,8 @@ fn namespace_creation_and_joining_is_denied() {
     if !x86_64_only() {
         return;
     }
-    let prelude = "netns = os.open('/proc/self/ns/net', os.O_RDONLY)\nuserns = os.open('/proc/self/ns/user', os.O_RDONLY)\n";
+    let prelude =
+        "netns = os.open('/proc/self/ns/net', os.O_RDONLY)\nuserns = os.open('/proc/self/ns/user', os.O_RDONLY)\n";
     let calls = [
         ("unshare_user", 272, "0x10000000,"),
         ("unshare_net", 272, "0x40000000,"),
@@ -125,7 +126,7 @@ fn kernel_attack_surface_syscalls_are_denied() {
         ("adjtimex", 159, "buf(256),"),
         ("sethostname", 170, "cstr(b'pwned'), 5"),
         ("swapon", 167, "cstr(b'/tmp/x'), 0"),
-        ("acct", 163, "cstr(b'/tmp/acct')"),
+        ("acct", 163, "cstr(b'/tmp/acct'),"),
     ];
     assert_calls_fail(&calls, &["EPERM"], "");
 }
@@ -173,7 +174,10 @@ fn mount_and_unshare_commands_fail() {
     let r = run_code("bash", code, &["--timeout", "10s"]).json();
     let out = r.stdout();
     for cmd in ["mount", "unshare_r", "unshare_n", "unshare_U", "chroot", "nsenter", "date"] {
-        let line = out.lines().find(|l| l.starts_with(&format!("{cmd}="))).unwrap_or_else(|| panic!("{cmd} missing\n{}", r.describe()));
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{cmd}=")))
+            .unwrap_or_else(|| panic!("{cmd} missing\n{}", r.describe()));
         assert_ne!(line, format!("{cmd}=0"), "{cmd} succeeded inside the sandbox\n{}", r.describe());
     }
     assert_no_leaks(&r.id());

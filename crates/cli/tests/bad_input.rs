@@ -1,5 +1,6 @@
 //! Bad input is refused before anything is created: exit code 2, a one-line message on stderr, no record and no
-//! cgroup. Each test holds the suite lock exclusively, so the before/after listings are not disturbed by other tests.
+//! cgroup. Each test holds the suite lock exclusively (so this suite's other tests do not run sandboxes meanwhile) and
+//! attributes any new sandbox by its record's owner pid (tests outside the lock may still run sandboxes).
 
 #![allow(unsafe_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,7 +14,7 @@ fn assert_bad_input(args: &[&str], stdin: Option<Vec<u8>>, hint: &str) {
     let _lock = exclusive_lock();
     let before = global_state();
     let mut cli = run(args.iter().copied());
-    if let Some(bytes) = stdin {
+    if let Some(bytes) = stdin.clone() {
         cli = cli.stdin(bytes);
     }
     let out = cli.output_unlocked();
@@ -28,16 +29,20 @@ fn assert_bad_input(args: &[&str], stdin: Option<Vec<u8>>, hint: &str) {
         out.describe()
     );
     assert!(out.stdout.is_empty(), "nothing on stdout in plain mode\n{}", out.describe());
-    let created: Vec<&String> = after.difference(&before).collect();
+    let created = created_by(out.pid, &before, &after);
     assert!(created.is_empty(), "bad input created host state: {created:?}");
     // The same in --json mode: still exit 2 and nothing created.
     let mut json_args = vec!["--json"];
     json_args.extend_from_slice(args);
     let before = global_state();
-    let out = run(json_args.iter().copied()).output_unlocked();
+    let mut cli = run(json_args.iter().copied());
+    if let Some(bytes) = stdin {
+        cli = cli.stdin(bytes);
+    }
+    let out = cli.output_unlocked();
     let after = global_state();
     assert_eq!(out.code, 2, "bad input must exit 2 with --json too\n{}", out.describe());
-    let created: Vec<&String> = after.difference(&before).collect();
+    let created = created_by(out.pid, &before, &after);
     assert!(created.is_empty(), "bad input (--json) created host state: {created:?}");
 }
 

@@ -2,6 +2,9 @@
 //! (SIGTERM, SIGINT) or killed outright (`kill -9`, after which `sandkasten gc` removes what the owner could not).
 
 #![allow(unsafe_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+// A failed assertion ends the test process, which reaps the CLI child with it.
+#![allow(clippy::zombie_processes)]
 
 #[macro_use]
 mod common;

@@ -227,12 +227,8 @@ fn utf8_output_has_no_base64_field() {
 #[test]
 fn identity_is_sandbox_user_in_workspace() {
     require_root!();
-    let r = run_code(
-        "bash",
-        "id -u; id -g; whoami; hostname; pwd; echo $HOME; cat /proc/sys/kernel/hostname",
-        &[],
-    )
-    .json();
+    let r =
+        run_code("bash", "id -u; id -g; whoami; hostname; pwd; echo $HOME; cat /proc/sys/kernel/hostname", &[]).json();
     r.assert_exit(0);
     assert_eq!(r.stdout(), "1000\n1000\nsandbox\nsandbox\n/workspace\n/workspace\nsandbox\n", "{}", r.describe());
     assert_no_leaks(&r.id());
@@ -254,8 +250,20 @@ fn json_result_has_documented_fields() {
     require_root!();
     let r = run_code("bash", "echo ok", &[]).json();
     for key in [
-        "sandbox_id", "exit_code", "signal", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "timed_out",
-        "oom_killed", "limit", "duration_ms", "phases", "usage", "error",
+        "sandbox_id",
+        "exit_code",
+        "signal",
+        "stdout",
+        "stderr",
+        "stdout_truncated",
+        "stderr_truncated",
+        "timed_out",
+        "oom_killed",
+        "limit",
+        "duration_ms",
+        "phases",
+        "usage",
+        "error",
     ] {
         assert!(r.json.get(key).is_some(), "missing {key}\n{}", r.describe());
     }

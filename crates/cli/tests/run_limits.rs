@@ -181,7 +181,8 @@ fn cpus_limit_throttles_parallel_busy_loops() {
     let code = "import os, time\nfor _ in range(2):\n    if os.fork() == 0:\n        t = time.time()\n        while time.time() - t < 1.5: pass\n        os._exit(0)\nfor _ in range(2): os.wait()\n";
     let r = run_code("python", code, &["--cpus", "0.5", "--timeout", "20s"]).json();
     r.assert_exit(0);
-    let cpu = r.json["usage"]["cpu_user_ms"].as_f64().unwrap_or(0.0) + r.json["usage"]["cpu_system_ms"].as_f64().unwrap_or(0.0);
+    let cpu = r.json["usage"]["cpu_user_ms"].as_f64().unwrap_or(0.0)
+        + r.json["usage"]["cpu_system_ms"].as_f64().unwrap_or(0.0);
     // Two busy loops for 1.5s wall under half a CPU: ~750ms of CPU; without a quota ~3000ms.
     assert!(cpu > 0.0 && cpu < 1400.0, "cpu {cpu} ms under --cpus 0.5\n{}", r.describe());
     assert_no_leaks(&r.id());

@@ -41,9 +41,7 @@ pub fn collect(config: &RuntimeConfig, hierarchy: &Hierarchy) -> Result<GcReport
             report.live += 1;
             continue;
         }
-        if let Some(cgroup) = hierarchy.open(&record.cgroup_parent, &record.id)? {
-            cgroup.remove()?;
-        }
+        remove_cgroup(hierarchy, &record.cgroup_parent, &record.id)?;
         store.remove(&record.id)?;
         report.removed.push(record.id);
     }
@@ -53,14 +51,28 @@ pub fn collect(config: &RuntimeConfig, hierarchy: &Hierarchy) -> Result<GcReport
         if described.contains(&name) {
             continue;
         }
-        if let Some(cgroup) = hierarchy.open(&config.cgroup_parent, &name)? {
-            cgroup.remove()?;
+        if remove_cgroup(hierarchy, &config.cgroup_parent, &name)? {
             report.removed.push(name);
         }
     }
     // Like the per-run cleanup: the parent goes once nothing is under it (ENOTEMPTY otherwise, which is fine).
     let _ = hierarchy.remove_parent(&config.cgroup_parent);
     Ok(report)
+}
+
+/// Kills and removes a leftover cgroup. Another `gc` (every `run` starts one when it sees stale records) may be
+/// removing the same cgroup at the same moment: a cgroup that is gone by the time an error shows up counts as removed.
+/// Returns whether this call found it.
+fn remove_cgroup(hierarchy: &Hierarchy, parent: &str, name: &str) -> Result<bool, RuntimeError> {
+    let mut attempts = 0;
+    loop {
+        let Some(cgroup) = hierarchy.open(parent, name)? else { return Ok(attempts > 0) };
+        match cgroup.remove() {
+            Ok(()) => return Ok(true),
+            Err(_) if attempts < 3 => attempts += 1,
+            Err(error) => return Err(error.into()),
+        }
+    }
 }
 
 /// True when some record's owner is dead (cheap: one directory read and a stat per record).

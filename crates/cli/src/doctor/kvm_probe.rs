@@ -271,12 +271,7 @@ pub fn probe(plan: ProbePlan) -> Result<Timings, ProbeError> {
         memory_size: PAGE as u64,
         userspace_addr: memory.ptr.as_ptr() as u64,
     };
-    ioctl_ptr(
-        vm.as_raw_fd(),
-        KVM_SET_USER_MEMORY_REGION,
-        &raw const region,
-        "KVM_SET_USER_MEMORY_REGION",
-    )?;
+    set_memory_region(&vm, &region)?;
 
     let vcpu = new_fd(ioctl_arg(
         vm.as_raw_fd(),
@@ -293,32 +288,17 @@ pub fn probe(plan: ProbePlan) -> Result<Timings, ProbeError> {
     let run = Mapping::vcpu_run(vcpu.as_raw_fd(), usize::try_from(run_size).unwrap_or(0))?;
 
     let mut sregs = Sregs::default();
-    ioctl_ptr(
-        vcpu.as_raw_fd(),
-        KVM_GET_SREGS,
-        &raw mut sregs,
-        "KVM_GET_SREGS",
-    )?;
+    get_sregs(&vcpu, &mut sregs)?;
     sregs.cs.base = 0;
     sregs.cs.selector = 0;
-    ioctl_ptr(
-        vcpu.as_raw_fd(),
-        KVM_SET_SREGS,
-        &raw const sregs,
-        "KVM_SET_SREGS",
-    )?;
+    set_sregs(&vcpu, &sregs)?;
     let regs = Regs {
         rbx: 1, // no spinning in the first phase
         rip: GUEST_CODE_ADDR,
         rflags: 0x2, // bit 1 is reserved and must be set
         ..Regs::default()
     };
-    ioctl_ptr(
-        vcpu.as_raw_fd(),
-        KVM_SET_REGS,
-        &raw const regs,
-        "KVM_SET_REGS",
-    )?;
+    set_regs(&vcpu, &regs)?;
     let setup = started.elapsed();
 
     let first = Instant::now();
@@ -329,19 +309,9 @@ pub fn probe(plan: ProbePlan) -> Result<Timings, ProbeError> {
 
     // The guest is stopped right after its `out`; it re-reads bx at `top`.
     let mut regs = Regs::default();
-    ioctl_ptr(
-        vcpu.as_raw_fd(),
-        KVM_GET_REGS,
-        &raw mut regs,
-        "KVM_GET_REGS",
-    )?;
+    get_regs(&vcpu, &mut regs)?;
     regs.rbx = u64::from(SPIN_ITERATIONS);
-    ioctl_ptr(
-        vcpu.as_raw_fd(),
-        KVM_SET_REGS,
-        &raw const regs,
-        "KVM_SET_REGS",
-    )?;
+    set_regs(&vcpu, &regs)?;
     let (spins, spins_time) = timed_runs(&vcpu, &run, plan.spins, plan.phase_budget)?;
 
     Ok(Timings {
@@ -374,9 +344,9 @@ fn timed_runs(
 fn run_once(vcpu: &OwnedFd, run: &Mapping) -> Result<(), ProbeError> {
     ioctl_arg(vcpu.as_raw_fd(), KVM_RUN, 0, "KVM_RUN")?;
     let base = run.ptr.as_ptr().cast::<u8>();
-    // SAFETY: `run` maps at least KVM_GET_VCPU_MMAP_SIZE bytes (checked ≥ one page in `vcpu_run`), so both offsets
-    // are inside it; the kernel does not write the page while KVM_RUN is not executing, and unaligned-safe reads
-    // are used.
+    // SAFETY: `run` maps at least one page (checked in `vcpu_run`), so both offsets are inside it; the mapping is
+    // page-aligned, so the u32 at offset 8 is aligned (the u16 is read unaligned anyway). The kernel writes the page
+    // only during KVM_RUN, which has returned.
     let (reason, port) = unsafe {
         (
             base.add(RUN_EXIT_REASON_OFFSET)
@@ -412,15 +382,18 @@ fn ioctl_arg(
     }
 }
 
-/// An ioctl taking a pointer to a `#[repr(C)]` struct whose size is encoded in `request`.
-fn ioctl_ptr<T>(
+/// An ioctl taking a pointer to a `#[repr(C)]` struct; `Err` names `call`.
+///
+/// # Safety
+/// `arg` must point to a live value of exactly the struct (and size) that `request` encodes, writable when the
+/// kernel writes it (`_IOR`).
+unsafe fn ioctl_struct<T>(
     fd: RawFd,
     request: libc::Ioctl,
     arg: *const T,
     call: &'static str,
-) -> Result<i32, ProbeError> {
-    // SAFETY: callers pass a pointer to a live, properly sized `#[repr(C)]` struct (sizes asserted at compile time
-    // against <linux/kvm.h>) matching the size in `request`; for _IOR requests the pointer came from `&raw mut`.
+) -> Result<(), ProbeError> {
+    // SAFETY: upheld by the caller (see `# Safety`); a bad fd only makes the call fail with EBADF.
     let ret = unsafe { libc::ioctl(fd, request, arg) };
     if ret < 0 {
         Err(ProbeError::Call {
@@ -428,8 +401,60 @@ fn ioctl_ptr<T>(
             source: io::Error::last_os_error(),
         })
     } else {
-        Ok(ret)
+        Ok(())
     }
+}
+
+/// KVM_SET_USER_MEMORY_REGION.
+fn set_memory_region(vm: &OwnedFd, region: &MemoryRegion) -> Result<(), ProbeError> {
+    // SAFETY: the request takes a `struct kvm_userspace_memory_region`, which `MemoryRegion` mirrors (size checked
+    // at compile time); the kernel only reads it. The memory it names stays mapped while the VM exists.
+    unsafe {
+        ioctl_struct(
+            vm.as_raw_fd(),
+            KVM_SET_USER_MEMORY_REGION,
+            region,
+            "KVM_SET_USER_MEMORY_REGION",
+        )
+    }
+}
+
+/// KVM_GET_REGS.
+fn get_regs(vcpu: &OwnedFd, regs: &mut Regs) -> Result<(), ProbeError> {
+    // SAFETY: the request writes a `struct kvm_regs`, which `Regs` mirrors (size checked); `regs` is exclusive.
+    unsafe {
+        ioctl_struct(
+            vcpu.as_raw_fd(),
+            KVM_GET_REGS,
+            &raw mut *regs,
+            "KVM_GET_REGS",
+        )
+    }
+}
+
+/// KVM_SET_REGS.
+fn set_regs(vcpu: &OwnedFd, regs: &Regs) -> Result<(), ProbeError> {
+    // SAFETY: the request reads a `struct kvm_regs`, which `Regs` mirrors (size checked).
+    unsafe { ioctl_struct(vcpu.as_raw_fd(), KVM_SET_REGS, regs, "KVM_SET_REGS") }
+}
+
+/// KVM_GET_SREGS.
+fn get_sregs(vcpu: &OwnedFd, sregs: &mut Sregs) -> Result<(), ProbeError> {
+    // SAFETY: the request writes a `struct kvm_sregs`, which `Sregs` mirrors (size checked); `sregs` is exclusive.
+    unsafe {
+        ioctl_struct(
+            vcpu.as_raw_fd(),
+            KVM_GET_SREGS,
+            &raw mut *sregs,
+            "KVM_GET_SREGS",
+        )
+    }
+}
+
+/// KVM_SET_SREGS.
+fn set_sregs(vcpu: &OwnedFd, sregs: &Sregs) -> Result<(), ProbeError> {
+    // SAFETY: the request reads a `struct kvm_sregs`, which `Sregs` mirrors (size checked).
+    unsafe { ioctl_struct(vcpu.as_raw_fd(), KVM_SET_SREGS, sregs, "KVM_SET_SREGS") }
 }
 
 /// Takes ownership of a file descriptor returned by a KVM ioctl (always ≥ 0 here).

@@ -217,7 +217,10 @@ mod tests {
         );
         assert_eq!(lines[1], "fail  runsc (gvisor)       not found in PATH");
         assert_eq!(lines[2], "                           fix: install runsc");
-        assert!(text.contains("gvisor               unusable: runsc (gvisor): not found in PATH"));
+        assert!(
+            text.contains("gvisor               unusable: failed: runsc (gvisor)"),
+            "{text}"
+        );
     }
 
     #[test]

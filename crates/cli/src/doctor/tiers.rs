@@ -64,30 +64,30 @@ pub fn summarize(checks: &[Check]) -> Tiers {
     }
 }
 
-/// A tier is usable when every requirement was checked and none failed. The reason lists failures (or, when
-/// usable, warnings) as `name: detail`, joined by `; `. A requirement that was not checked counts as failed.
+/// A tier is usable when every requirement was checked and none failed. The reason names the failed requirements
+/// (or, when usable, the ones with warnings); their details are in the checks.
 fn summarize_tier(tier: Tier, checks: &[Check]) -> TierSummary {
     let mut failed = Vec::new();
     let mut warned = Vec::new();
     for id in tier.requirements() {
         match checks.iter().find(|c| c.id == *id) {
-            None => failed.push(format!("{}: not checked", id.name())),
+            None => failed.push(format!("{} (not checked)", id.name())),
             Some(check) => match check.status {
                 Status::Ok => {}
-                Status::Warn => warned.push(format!("{}: {}", check.name, check.detail)),
-                Status::Fail => failed.push(format!("{}: {}", check.name, check.detail)),
+                Status::Warn => warned.push(check.name.to_owned()),
+                Status::Fail => failed.push(check.name.to_owned()),
             },
         }
     }
     if !failed.is_empty() {
         TierSummary {
             usable: false,
-            reason: failed.join("; "),
+            reason: format!("failed: {}", failed.join(", ")),
         }
     } else if !warned.is_empty() {
         TierSummary {
             usable: true,
-            reason: format!("with warnings: {}", warned.join("; ")),
+            reason: format!("with warnings: {}", warned.join(", ")),
         }
     } else {
         TierSummary {
@@ -144,7 +144,7 @@ mod tests {
         );
         let tiers = summarize(&checks);
         assert!(tiers.process.usable);
-        assert_eq!(tiers.process.reason, "with warnings: landlock: abi 0");
+        assert_eq!(tiers.process.reason, "with warnings: landlock");
     }
 
     #[test]
@@ -156,14 +156,18 @@ mod tests {
         );
         replace(
             &mut checks,
+            Check::fail(CheckId::Cgroups, "read-only", "run as root"),
+        );
+        replace(
+            &mut checks,
             Check::fail(CheckId::KvmSpeed, "3 ms per exit", "use bare metal"),
         );
         let tiers = summarize(&checks);
         assert!(!tiers.process.usable);
-        assert_eq!(tiers.process.reason, "root: uid 1000");
+        assert_eq!(tiers.process.reason, "failed: root, cgroups");
         assert!(tiers.gvisor.usable);
         assert!(!tiers.microvm.usable);
-        assert_eq!(tiers.microvm.reason, "kvm speed: 3 ms per exit");
+        assert_eq!(tiers.microvm.reason, "failed: kvm speed");
     }
 
     #[test]
@@ -174,6 +178,6 @@ mod tests {
             .collect();
         let tiers = summarize(&checks);
         assert!(!tiers.gvisor.usable);
-        assert_eq!(tiers.gvisor.reason, "runsc (gvisor): not checked");
+        assert_eq!(tiers.gvisor.reason, "failed: runsc (gvisor) (not checked)");
     }
 }

@@ -52,10 +52,7 @@ macro_rules! require_root {
 /// A token unique to this test run, safe to put in argv, file names and env values.
 pub fn unique_token(prefix: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     format!("{prefix}{:x}x{:x}x{n}", std::process::id(), nanos)
 }
@@ -100,6 +97,8 @@ pub struct Output {
     pub stderr: Vec<u8>,
     /// Wall time of the CLI.
     pub elapsed: Duration,
+    /// The CLI's host pid (records name their owner by pid).
+    pub pid: u32,
 }
 
 impl Output {
@@ -150,7 +149,12 @@ impl Cli {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Cli { args: args.into_iter().map(Into::into).collect(), stdin: None, envs: Vec::new(), watchdog: DEFAULT_WATCHDOG }
+        Cli {
+            args: args.into_iter().map(Into::into).collect(),
+            stdin: None,
+            envs: Vec::new(),
+            watchdog: DEFAULT_WATCHDOG,
+        }
     }
 
     /// Bytes written to the CLI's stdin (then closed). Without it, stdin is /dev/null.
@@ -190,6 +194,7 @@ impl Cli {
         }
         let start = Instant::now();
         let mut child = command.spawn().expect("spawn sandkasten");
+        let pid = child.id();
         let stdin_thread = self.stdin.map(|bytes| {
             let mut pipe = child.stdin.take().expect("stdin pipe");
             std::thread::spawn(move || {
@@ -237,7 +242,7 @@ impl Cli {
         }
         use std::os::unix::process::ExitStatusExt;
         let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-        Output { code, stdout, stderr, elapsed }
+        Output { code, stdout, stderr, elapsed, pid }
     }
 
     /// Runs with `--json` inserted after `run` and parses the single JSON object on stdout.
@@ -435,10 +440,7 @@ pub fn processes_in_cgroup_matching(needle: &str) -> Vec<(u32, String)> {
 pub fn host_pids() -> Vec<u32> {
     let me = std::process::id();
     let Ok(entries) = fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| *pid != me)
-        .collect()
+    entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()).filter(|pid| *pid != me).collect()
 }
 
 /// A host process's argv joined with spaces (empty for kernel threads and vanished processes).
@@ -504,10 +506,8 @@ pub fn assert_no_token_processes(token: &str) {
             return;
         }
         if Instant::now() > deadline {
-            let listing: Vec<String> = found
-                .iter()
-                .map(|(pid, line)| format!("pid {pid} uid {:?}: {line}", process_uid(*pid)))
-                .collect();
+            let listing: Vec<String> =
+                found.iter().map(|(pid, line)| format!("pid {pid} uid {:?}: {line}", process_uid(*pid))).collect();
             // Do not leave them running after the test.
             for (pid, _) in &found {
                 // SAFETY: kill has no memory-safety preconditions; the pid was just seen carrying our token.
@@ -533,16 +533,56 @@ pub fn dir_names(dir: &str) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
-/// A snapshot of every place a sandbox's host state appears, for before/after comparisons.
+/// Directory names (not control files) in a directory.
+fn subdir_names(dir: &str) -> BTreeSet<String> {
+    fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| {
+                    let e = e.ok()?;
+                    e.file_type().ok()?.is_dir().then(|| e.file_name().to_string_lossy().into_owned())
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The ids of every sandbox with host state (a record or a cgroup in any controller), for before/after comparisons.
 pub fn global_state() -> BTreeSet<String> {
-    let mut state: BTreeSet<String> = dir_names(RECORD_DIR).into_iter().map(|n| format!("record {n}")).collect();
+    let mut ids = BTreeSet::new();
     for c in V1_CONTROLLERS {
-        let dir = format!("/sys/fs/cgroup/{c}/sandkasten");
-        state.extend(dir_names(&dir).into_iter().map(|n| format!("cgroup {c}/{n}")));
+        ids.extend(subdir_names(&format!("/sys/fs/cgroup/{c}/sandkasten")));
     }
-    state.extend(dir_names("/sys/fs/cgroup/sandkasten").into_iter().map(|n| format!("cgroup v2 {n}")));
-    state.extend(dir_names("/sys/fs/cgroup/unified/sandkasten").into_iter().map(|n| format!("cgroup unified {n}")));
-    state
+    ids.extend(subdir_names("/sys/fs/cgroup/sandkasten"));
+    ids.extend(subdir_names("/sys/fs/cgroup/unified/sandkasten"));
+    ids.extend(dir_names(RECORD_DIR).into_iter().filter_map(|n| n.strip_suffix(".json").map(str::to_owned)));
+    ids
+}
+
+/// The owner pid named by sandbox `id`'s record, if the record exists and says.
+pub fn record_owner(id: &str) -> Option<u64> {
+    let text = fs::read_to_string(record_path(id)).ok()?;
+    serde_json::from_str::<Value>(&text).ok()?["owner_pid"].as_u64()
+}
+
+/// Of the sandbox ids in `after` but not in `before`, those that belong to the CLI process `cli_pid` or to nobody:
+/// ids whose record names another owner are other tests' sandboxes running at the same time.
+pub fn created_by(cli_pid: u32, before: &BTreeSet<String>, after: &BTreeSet<String>) -> Vec<String> {
+    let mut mine = Vec::new();
+    for id in after.difference(before) {
+        match record_owner(id) {
+            Some(owner) if owner == u64::from(cli_pid) => mine.push(format!("{id} (record owned by the CLI)")),
+            Some(_) => {}
+            None => {
+                // A cgroup without a record is either being torn down by its owner right now or an orphan.
+                std::thread::sleep(Duration::from_millis(1500));
+                if !leftovers(id).is_empty() && record_owner(id).is_none() {
+                    mine.push(format!("{id} (orphan: {:?})", leftovers(id)));
+                }
+            }
+        }
+    }
+    mine
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
