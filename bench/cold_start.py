@@ -132,8 +132,12 @@ def phase_loop(sandkasten: str, runs: int) -> dict:
     errors: list[str] = []
     for _ in range(runs):
         start = time.perf_counter_ns()
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              timeout=RUN_TIMEOUT_S)
+        try:
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            errors.append(f"timed out after {RUN_TIMEOUT_S} s")
+            continue
         wall_ms = (time.perf_counter_ns() - start) / 1e6
         try:
             result = json.loads(proc.stdout)
@@ -235,26 +239,30 @@ def where_the_time_goes(phases: dict, bare_median: float | None, sk_median: floa
     steps = [
         ("allocation (record written, cgroup created with limits)", m["allocate"]),
         ("namespaces and the root filesystem (clone, mounts, pivot_root)", m["filesystem_ready"] - m["allocate"]),
-        ("the rest of the jail and execve (ids, capabilities, landlock, seccomp)",
+        ("the rest of the jail up to a successful execve (ids, capabilities, landlock, seccomp)",
          m["runtime_ready"] - m["filesystem_ready"]),
         ("Python's own start-up until its first output", m["first_command"] - m["runtime_ready"]),
-        ("after the first output: the program's exit, collecting the result and tearing the sandbox down",
+        ("the program's exit after its output, collecting the result and tearing the sandbox down",
          m["duration_ms"] - m["first_command"]),
-        ("outside the request: starting the sandkasten binary, printing the result and exiting",
+        ("starting the sandkasten binary before the request, and printing the result and exiting after it",
          m["wall_ms"] - m["duration_ms"]),
     ]
-    parts = [f"{ms:.1f} ms {what}" for what, ms in steps]
-    biggest = max(steps[:3] + steps[4:], key=lambda step: step[1])
+    parts = [f"{ms:.1f} ms for {what}" for what, ms in steps]
+    python_step = steps[3]
+    others = [step for step in steps if step is not python_step]
+    biggest = max(others, key=lambda step: step[1])
     text = (
-        f"Of sandkasten's median {m['wall_ms']:.1f} ms wall clock (in the `--json` loop), the request itself took "
-        f"{m['duration_ms']:.1f} ms. In order: " + "; ".join(parts) + ". "
+        f"Of sandkasten's median {m['wall_ms']:.1f} ms wall clock in the `--json` loop (run back to back, not "
+        f"interleaved, so it need not equal the table's median), the request itself took {m['duration_ms']:.1f} ms. "
+        "In order: " + "; ".join(parts) + ". "
     )
     if bare_median is not None:
         overhead = (sk_median if sk_median is not None else m["wall_ms"]) - bare_median
+        sandbox_cost = sum(ms for _, ms in others)
         text += (
-            f"Bare Python needs {bare_median:.1f} ms for the same command, so the sandbox adds about "
-            f"{overhead:.1f} ms; the largest part of it that is not Python itself is {biggest[1]:.1f} ms of "
-            f"{biggest[0]}."
+            f"Bare Python needs {bare_median:.1f} ms for the whole command, so in the table sandkasten adds about "
+            f"{overhead:.1f} ms. Everything except Python's own start-up sums to {sandbox_cost:.1f} ms here; the "
+            f"largest part is {biggest[1]:.1f} ms for {biggest[0]}."
         )
     return text
 
@@ -280,7 +288,9 @@ def render(results: dict) -> str:
         "`time.perf_counter_ns()` around `subprocess.run` (stdout and stderr captured through pipes), so process "
         "creation, the sandbox's whole set-up and tear-down, and the interpreter's start-up are all included. Runs "
         f"are interleaved: each of the {method['runs']} rounds runs every contender once, in an order rotated by one "
-        f"per round, after {method['warmup']} untimed warm-up runs each. Nothing else ran on the machine.",
+        f"per round, after {method['warmup']} untimed warm-up runs each.",
+        "",
+        load_sentence(method, mach["nproc"]),
         "",
     ]
     if method.get("note"):
@@ -303,7 +313,9 @@ def render(results: dict) -> str:
         )
     lines += ["", "Command lines:", ""]
     for name, row in rows.items():
-        lines.append(f"- `{name}`: `{' '.join(quote(a) for a in row['argv'])}`")
+        # Programs found on PATH (and the sandkasten binary) by name; bare Python's path is part of its definition.
+        argv = row["argv"] if name == "bare" else [Path(row["argv"][0]).name] + row["argv"][1:]
+        lines.append(f"- `{name}`: `{' '.join(quote(a) for a in argv)}`")
     problems = [(name, row) for name, row in rows.items() if not row["runnable"] or row["errors"]]
     if problems:
         lines += ["", "Problems:", ""]
@@ -356,6 +368,39 @@ def render(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def cpu_busy_percent(seconds: float = 1.0) -> float | None:
+    """Share of CPU time not idle over a short sample of /proc/stat (all CPUs), in percent."""
+    def sample() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields), idle
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(seconds)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    total = total1 - total0
+    return None if total <= 0 else 100.0 * (1 - (idle1 - idle0) / total)
+
+
+def load_sentence(method: dict, nproc: int) -> str:
+    busy = method.get("cpu_busy_before_percent")
+    before = method["loadavg_before"][0]
+    after = method["loadavg_after"][0]
+    text = (
+        f"Just before the run the CPUs were {fmt(busy, 0)}% busy (1 s sample of `/proc/stat`); the 1-minute load "
+        f"average was {before:.2f} at the start and {after:.2f} at the end, on {nproc} CPUs (the benchmark itself "
+        "accounts for about 1–2)."
+    )
+    if busy is not None and busy > 20:
+        text += (" **Other work was running on this machine**, so absolute times and tails are inflated and noisy; "
+                 "the interleaving spreads that noise over all contenders alike, so the ratios are the numbers to "
+                 "read.")
+    return text
+
+
 def default_note(runs: int) -> str | None:
     if runs >= 200:
         return None
@@ -406,6 +451,8 @@ def main() -> int:
             return 1
     active = [c for c in all_contenders if c["runnable"]]
 
+    busy_before = cpu_busy_percent()
+    load_before = os.getloadavg()
     started = time.monotonic()
     print(f"timing {len(active)} contenders, {args.runs} interleaved rounds", file=sys.stderr)
     interleaved(active, args.runs)
@@ -442,6 +489,9 @@ def main() -> int:
             "program": CODE,
             "elapsed_s": round(time.monotonic() - started, 1),
             "note": args.note or default_note(args.runs),
+            "cpu_busy_before_percent": None if busy_before is None else round(busy_before, 1),
+            "loadavg_before": [round(x, 2) for x in load_before],
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
         },
         "goal": {
             "ratio_max": GOAL_RATIO,

@@ -1,6 +1,7 @@
 //! `sandkasten`: run untrusted code in a sandbox. Subcommands: `run` (one-shot), `gc` (remove leftovers of crashed
 //! runs), `doctor` (what this host supports, per tier).
 
+mod doctor;
 mod exit_codes;
 mod gc_command;
 mod run_command;
@@ -46,12 +47,13 @@ fn main() {
     let code = match cli.command {
         Command::Run(args) => run_command::run(*args),
         Command::Gc { json } => gc_command::run(json),
-        Command::Doctor { json } => doctor_stub(json),
+        Command::Doctor { json } => match doctor::run(json) {
+            Ok(code) => code,
+            Err(error) => {
+                eprintln!("sandkasten: doctor: {error:#}");
+                exit_codes::SANDBOX_ERROR
+            }
+        },
     };
     std::process::exit(code);
-}
-
-fn doctor_stub(_json: bool) -> i32 {
-    eprintln!("sandkasten: doctor is not wired yet");
-    exit_codes::SANDBOX_ERROR
 }
