@@ -35,21 +35,7 @@ case "$runs" in
   '' | *[!0-9]* | 0) echo "bench: --runs must be a positive integer, got '$runs'" >&2; exit 2 ;;
 esac
 
-packages=(bubblewrap runsc)
-missing=()
-for package in "${packages[@]}"; do
-  dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "bench: missing Debian packages: ${missing[*]} (run as root to install them)" >&2
-    exit 1
-  fi
-  echo "bench: installing ${missing[*]}" >&2
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
-fi
-
+scripts/setup.sh runsc
 cargo build --release -p sandkasten-cli
 target_dir=${CARGO_TARGET_DIR:-target}
 

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Installs what building, testing and benchmarking need, idempotently: nothing is installed twice, and apt-get update
-# runs only when a package is missing.
+# Installs what building and testing need, plus any Debian packages named as arguments (scripts/bench.sh adds
+# runsc), idempotently: nothing is installed twice, and apt-get update runs only when a package is missing.
+#
+#   scripts/setup.sh [PACKAGE...]
 set -euo pipefail
 
-packages=(gcc nodejs python3 bubblewrap iproute2 util-linux)
+packages=(gcc nodejs python3 bubblewrap iproute2 util-linux "$@")
 missing=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
