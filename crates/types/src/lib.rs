@@ -3,15 +3,19 @@
 //!
 //! This crate has no OS dependencies: the CLI, the runtime, the server and the SDK schemas all speak it.
 
+mod command;
 mod error;
 mod exec;
+mod files;
 mod limits;
 mod result;
 mod spec;
 pub mod units;
 
+pub use command::{CommandExit, CommandSpec};
 pub use error::{ErrorCode, ErrorInfo};
 pub use exec::{Command, ExecRequest, Language, Upload};
+pub use files::{FileInfo, FileKind};
 pub use limits::{LimitKind, Limits, LimitsError};
 pub use result::{ExecResult, OutputStream, PhaseTimings, ResourceUsage};
 pub use spec::{NetworkPolicy, SandboxSpec, Template};

@@ -1,0 +1,72 @@
+//! A command run in a long-lived sandbox (the server's exec API, and the host → agent protocol): argv or a shell
+//! string, environment, working directory, stdin, timeout, foreground or background.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// One command for a long-lived sandbox. Exactly one of `argv` and `cmd` is set.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CommandSpec {
+    /// Program and arguments, looked up on the sandbox's PATH.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argv: Option<Vec<String>>,
+    /// A shell command line, run with `/bin/bash -c` (or `/bin/sh -c` where bash is missing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmd: Option<String>,
+    /// Extra environment variables for this command (on top of the sandbox's).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Working directory inside the sandbox; default `/workspace`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Bytes written to the command's stdin, which is then closed. Default: empty stdin (or open, for background
+    /// commands that are sent stdin later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<String>,
+    /// Wall-clock limit for this command, in milliseconds; the command's process group is killed when it runs out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+impl CommandSpec {
+    /// The argv to execute: `argv` as given, or the shell running `cmd`.
+    pub fn resolved_argv(&self) -> Result<Vec<String>, String> {
+        match (&self.argv, &self.cmd) {
+            (Some(argv), None) if !argv.is_empty() && !argv[0].is_empty() => Ok(argv.clone()),
+            (None, Some(cmd)) => Ok(vec!["/bin/bash".into(), "-c".into(), cmd.clone()]),
+            (Some(_), Some(_)) => Err("give either argv or cmd, not both".into()),
+            _ => Err("give the command as argv (a non-empty list) or cmd (a shell string)".into()),
+        }
+    }
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct CommandExit {
+    /// Exit code when it exited normally.
+    pub exit_code: Option<i32>,
+    /// Signal number when a signal killed it.
+    pub signal: Option<i32>,
+    /// True when its timeout killed it.
+    pub timed_out: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exactly_one_of_argv_and_cmd() {
+        let argv = CommandSpec { argv: Some(vec!["ls".into()]), ..CommandSpec::default() };
+        assert_eq!(argv.resolved_argv(), Ok(vec!["ls".to_owned()]));
+        let shell = CommandSpec { cmd: Some("echo hi".into()), ..CommandSpec::default() };
+        assert_eq!(shell.resolved_argv().map(|a| a.len()), Ok(3));
+        assert!(CommandSpec::default().resolved_argv().is_err());
+        assert!(CommandSpec { argv: Some(vec![]), ..CommandSpec::default() }.resolved_argv().is_err());
+        let both = CommandSpec { argv: Some(vec!["ls".into()]), cmd: Some("ls".into()), ..CommandSpec::default() };
+        assert!(both.resolved_argv().is_err());
+    }
+}

@@ -1,0 +1,38 @@
+//! Files inside a sandbox as the files API describes them.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Kind of a directory entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FileKind {
+    /// Regular file.
+    File,
+    /// Directory.
+    Dir,
+    /// Symbolic link (not followed).
+    Symlink,
+    /// Anything else (fifo, socket, device).
+    Other,
+}
+
+/// Metadata of one path inside a sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct FileInfo {
+    /// Base name.
+    pub name: String,
+    /// Absolute path inside the sandbox.
+    pub path: String,
+    /// Kind.
+    pub kind: FileKind,
+    /// Size in bytes.
+    pub size: u64,
+    /// Permission bits (e.g. 420 = 0o644).
+    pub mode: u32,
+    /// Last modification, milliseconds since the Unix epoch.
+    pub modified_unix_ms: i64,
+    /// Target of a symlink.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symlink_target: Option<String>,
+}
