@@ -1,0 +1,74 @@
+//! `SandboxGuard`: owns a sandbox's host resources (record, cgroup, agent process) from the moment its record is
+//! written, so that every path — success, error, panic, early return — ends with nothing left on the host.
+
+#![allow(unsafe_code)]
+
+use sandkasten_cgroups::Cgroup;
+
+use crate::config::RuntimeConfig;
+use crate::error::RuntimeError;
+use crate::records::{RecordStore, SandboxRecord};
+
+/// Owns a sandbox's host resources from the moment its record is written: whatever path the run takes (error,
+/// panic, early return), dropping the guard kills what runs, removes the cgroup and then the record.
+pub(crate) struct SandboxGuard {
+    store: RecordStore,
+    pub(crate) id: String,
+    pub(crate) cgroup: Option<Cgroup>,
+    pub(crate) init_pid: Option<u32>,
+}
+
+impl SandboxGuard {
+    pub(crate) fn record(config: &RuntimeConfig, id: &str) -> Result<SandboxGuard, RuntimeError> {
+        let store = RecordStore::new(config.records_dir());
+        store.write(&SandboxRecord::owned_by_me(id, "process", &config.cgroup_parent))?;
+        Ok(SandboxGuard { store, id: id.to_owned(), cgroup: None, init_pid: None })
+    }
+
+    pub(crate) fn cgroup(&self) -> Result<&Cgroup, RuntimeError> {
+        self.cgroup.as_ref().ok_or_else(|| RuntimeError::InvalidInput("the sandbox's cgroup is gone".into()))
+    }
+
+    pub(crate) fn kill(&self) {
+        if let Some(cgroup) = &self.cgroup
+            && let Err(error) = cgroup.kill_all()
+        {
+            tracing::warn!(%error, sandbox = %self.id, "killing the sandbox's cgroup failed");
+        }
+        if let Some(pid) = self.init_pid {
+            // SAFETY: kill(2) with a pid we created and have not reaped yet, so it cannot be recycled.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        }
+    }
+
+    pub(crate) fn reap(&mut self) {
+        if let Some(pid) = self.init_pid.take() {
+            let mut status = 0;
+            // SAFETY: waitpid on our own child, writing into an owned integer.
+            while unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) } < 0
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+            {}
+        }
+    }
+
+    /// Removes the cgroup, then the record.
+    pub(crate) fn release(&mut self) -> Result<(), RuntimeError> {
+        if let Some(cgroup) = self.cgroup.take() {
+            cgroup.remove()?;
+        }
+        self.store.remove(&self.id)
+    }
+}
+
+impl Drop for SandboxGuard {
+    fn drop(&mut self) {
+        if self.init_pid.is_some() {
+            self.kill();
+            self.reap();
+        }
+        if let Err(error) = self.release() {
+            tracing::error!(%error, sandbox = %self.id, "releasing the sandbox failed; `sandkasten gc` will retry");
+        }
+    }
+}
+
