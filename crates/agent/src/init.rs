@@ -1,5 +1,6 @@
-//! The agent's main sequence for a one-shot execution: wait for the host's go, build the sandbox, optionally compile,
-//! run the program, reap, report, exit (which kills everything left in the pid namespace).
+//! The agent's main sequence: wait for the host's go, build the sandbox, then either (one-shot) optionally compile,
+//! run the program, reap, report, or (serve) answer the host's requests; then exit, which kills everything left in
+//! the pid namespace.
 
 #![allow(unsafe_code)]
 
@@ -14,10 +15,25 @@ use sandkasten_jail::{mounts, namespaces, net};
 use sandkasten_protocol::{Envelope, Message, monotonic_ns, read_frame, write_frame};
 
 use crate::reaper::{self, ExitStatus};
+use crate::serve::{self, FsIdentity, JailLauncher, SandboxRoot, ServeContext};
 use crate::step::{self, Started};
+
+/// What the agent does once the sandbox is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AgentMode {
+    /// Run `compile` (if any) and `program`, report `Exited`, exit.
+    #[default]
+    OneShot,
+    /// Serve the host's requests (commands, files) until `Shutdown` or until the host goes away; `compile`,
+    /// `program` and `stdio` are not used (the agent closes `stdio`), `env` is every command's base environment and
+    /// `jail` confines every command (its `cwd` is replaced by the command's).
+    Serve,
+}
 
 /// Everything the agent needs, prepared by the host before the clone (the agent gets a copy of it).
 pub struct InitPlan<'a> {
+    /// One execution, or a long-lived sandbox.
+    pub mode: AgentMode,
     /// The root filesystem to build.
     pub rootfs: RootfsSpec,
     /// Files written after joining the cgroup (uploads).
@@ -90,6 +106,10 @@ fn run(plan: &InitPlan<'_>, channel: &mut UnixStream) -> Result<(), String> {
     // written from here on is charged to the sandbox.
     namespaces::enter_cgroup_namespace().map_err(|e| e.to_string())?;
     mounts::write_files(&plan.uploads, plan.rootfs.sandbox_uid, plan.rootfs.sandbox_gid).map_err(|e| e.to_string())?;
+    if plan.mode == AgentMode::Serve {
+        close_stdio(plan.stdio);
+        return serve_until_shutdown(plan, channel);
+    }
 
     if let Some(compile) = &plan.compile {
         let status = match step::start(&plan.jail, compile, &plan.env, plan.stdio) {
@@ -120,6 +140,17 @@ fn run(plan: &InitPlan<'_>, channel: &mut UnixStream) -> Result<(), String> {
     let disk_full = plan.writable_mounts.iter().any(|mount| is_full(mount));
     send(channel, Message::Exited { exit_code, signal, disk_full });
     Ok(())
+}
+
+/// Serve mode: the root is `/` (pivoted into), file operations take the sandbox user's identity, commands go
+/// through the jail.
+fn serve_until_shutdown(plan: &InitPlan<'_>, channel: &UnixStream) -> Result<(), String> {
+    let identity = FsIdentity { uid: plan.jail.uid, gid: plan.jail.gid };
+    let root = SandboxRoot::open(Path::new("/"), Some(identity)).map_err(|e| format!("opening the sandbox root: {e}"))?;
+    let stream = channel.try_clone().map_err(|e| format!("duplicating the channel: {e}"))?;
+    let launcher = JailLauncher::new(&plan.jail);
+    let context = ServeContext { root, base_env: &plan.env, launcher: &launcher };
+    serve::serve(stream, &context).map(drop).map_err(|e| format!("serve loop: {e}"))
 }
 
 /// True when the host's end of the channel is closed (the host died).

@@ -12,7 +12,7 @@ pub struct ExitStatus {
 }
 
 impl ExitStatus {
-    fn from_wait_status(status: libc::c_int) -> Self {
+    pub(crate) fn from_wait_status(status: libc::c_int) -> Self {
         if libc::WIFEXITED(status) {
             ExitStatus { exit_code: Some(libc::WEXITSTATUS(status)), signal: None }
         } else {
@@ -41,4 +41,13 @@ pub fn wait_for(pid: libc::pid_t) -> ExitStatus {
             return ExitStatus { exit_code: None, signal: Some(libc::SIGKILL) };
         }
     }
+}
+
+/// Reaps exactly `pid` (a child that failed to start), leaving every other child's status to its owner.
+pub fn wait_for_child(pid: libc::pid_t) {
+    let mut status: libc::c_int = 0;
+    // SAFETY: waitpid writes the status into a valid, owned integer.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+    {}
 }

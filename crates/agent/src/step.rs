@@ -56,7 +56,8 @@ fn read_exec_outcome(error_read: OwnedFd, pid: libc::pid_t) -> Started {
     match pipe.read_to_string(&mut message) {
         Ok(0) => Started::Running(pid),
         Ok(_) => {
-            crate::reaper::wait_for(pid);
+            // Only this child: in serve mode other commands' statuses must stay for the serve loop to collect.
+            crate::reaper::wait_for_child(pid);
             Started::Failed(message)
         }
         Err(e) => Started::Failed(format!("reading the exec-error pipe failed: {e}")),

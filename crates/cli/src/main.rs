@@ -4,8 +4,10 @@
 mod doctor;
 mod exit_codes;
 mod gc_command;
+mod live_adapter;
 mod run_command;
 mod run_input;
+mod serve_command;
 
 use clap::{Parser, Subcommand};
 
@@ -27,6 +29,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve the HTTP API (long-lived sandboxes: exec with streaming, files) until SIGTERM.
+    Serve(serve_command::ServeArgs),
+    /// Internal: the single-threaded helper `serve` starts to create sandboxes. Not for use by hand.
+    #[command(hide = true)]
+    Spawner,
     /// Check this host and say, per isolation tier, what works and what to fix.
     Doctor {
         /// Print the report as JSON.
@@ -47,6 +54,8 @@ fn main() {
     let code = match cli.command {
         Command::Run(args) => run_command::run(*args),
         Command::Gc { json } => gc_command::run(json),
+        Command::Serve(args) => serve_command::run(args),
+        Command::Spawner => serve_command::run_spawner(),
         Command::Doctor { json } => match doctor::run(json) {
             Ok(code) => code,
             Err(error) => {

@@ -31,20 +31,42 @@ pub enum CloneOutcome {
     Child,
 }
 
+/// Sets only the effective uid of the calling thread (real and saved stay), with the raw syscall: glibc's wrapper
+/// would broadcast to other threads, and there are none.
+fn set_effective_uid(uid: u32) -> Result<(), JailError> {
+    // SAFETY: setresuid with -1 (unchanged) for the real and saved ids; plain integers.
+    let ret = unsafe { libc::syscall(libc::SYS_setresuid, -1i64, i64::from(uid), -1i64) };
+    if ret != 0 {
+        return Err(JailError::SetIds { uid, gid: u32::MAX, source: last_os_error() });
+    }
+    Ok(())
+}
+
 /// Forks into new namespaces (fork semantics: the child gets a copy of the address space and continues here).
+///
+/// The new user namespace is created with the effective uid `owner` (an unprivileged host uid): the kernel charges
+/// per-user quotas of everything inside (inotify instances and watches, pending signals, message queues, …) to the
+/// namespace's owner, so with root as owner a sandbox could exhaust root's quotas and starve host daemons. The real
+/// and saved uids stay 0, so the caller regains root right after the clone.
 ///
 /// Must be called from a single-threaded process: the child owns a copy of only the calling thread, so a lock held by
 /// another thread (the allocator's, for instance) would stay locked forever in the child.
-pub fn clone_into_namespaces() -> Result<CloneOutcome, JailError> {
+pub fn clone_into_namespaces(owner: u32) -> Result<CloneOutcome, JailError> {
     let flags = (CLONE_NAMESPACES | libc::SIGCHLD) as libc::c_ulong;
+    set_effective_uid(owner)?;
     // SAFETY: raw clone without CLONE_VM and with a null stack behaves like fork(2): the child runs on a copy-on-write
     // copy of the caller's stack. The caller guarantees the process is single-threaded (documented above), so no lock
     // is left held in the child. No pointer arguments are passed.
     let ret = unsafe {
         libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize)
     };
+    let clone_error = last_os_error();
+    if ret != 0 {
+        // The parent (or a failed clone) takes its root identity back; the child becomes namespace root later.
+        set_effective_uid(0)?;
+    }
     match ret {
-        -1 => Err(JailError::Clone(last_os_error())),
+        -1 => Err(JailError::Clone(clone_error)),
         0 => Ok(CloneOutcome::Child),
         pid => Ok(CloneOutcome::Parent(pid as u32)),
     }

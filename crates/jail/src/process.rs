@@ -1,6 +1,7 @@
 //! Containing the sandboxed program itself, in the forked child of the sandbox's init, right before `execve`.
 //!
-//! `contain_and_exec` reads as the ordered list of steps (nsjail's `containProc`): default signal actions, session,
+//! `contain_and_exec` reads as the ordered list of steps (nsjail's `containProc`): default signal actions, the
+//! owner's OOM score, session,
 //! standard streams, rlimits,
 //! capability bounding set, unprivileged ids, remaining capabilities, no_new_privs, landlock, file descriptors,
 //! working directory, seccomp (last: it also forbids the steps before it), execve.
@@ -35,6 +36,10 @@ pub struct ProcessJail<'a> {
     pub cwd: PathBuf,
     /// The compiled seccomp filter.
     pub filter: &'a SandboxFilter,
+    /// The OOM score adjustment the program gets: the owner's own. The agent may run at -1000 (so that the OOM
+    /// killer picks the program, never the reporter); that must not be inherited, or the program would be unkillable
+    /// by the OOM killer and a memory bomb would spin until the timeout.
+    pub oom_score_adj: i32,
 }
 
 /// The standard streams of the program.
@@ -166,6 +171,11 @@ fn reset_signals() {
 
 fn contain(jail: &ProcessJail<'_>, stdio: Stdio, keep_fd: RawFd) -> Result<(), JailError> {
     reset_signals();
+    // The agent's id switch made this process non-dumpable, which hands /proc/self to the host's root (unmapped
+    // here): make it ours again to set the OOM score. execve decides dumpability afresh for the program.
+    prctl(libc::PR_SET_DUMPABLE, "PR_SET_DUMPABLE", 1)?;
+    std::fs::write("/proc/self/oom_score_adj", jail.oom_score_adj.to_string())
+        .map_err(|source| JailError::Prctl { option: "oom_score_adj", source })?;
     rustix::process::setsid().map_err(|e| JailError::Setsid(e.into()))?;
     connect_stdio(stdio)?;
     rlimits::apply(&jail.rlimits)?;

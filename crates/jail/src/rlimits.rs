@@ -1,6 +1,6 @@
 //! Resource limits (setrlimit) of the sandboxed program; the cgroup carries the limits that span processes.
 
-use rustix::process::{Resource, Rlimit, setrlimit};
+use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
 use crate::error::JailError;
 
@@ -32,5 +32,10 @@ pub fn apply(limits: &ProcessRlimits) -> Result<(), JailError> {
     set("RLIMIT_FSIZE", Resource::Fsize, limits.file_size_bytes)?;
     set("RLIMIT_NOFILE", Resource::Nofile, limits.open_files)?;
     set("RLIMIT_STACK", Resource::Stack, limits.stack_bytes)?;
+    // Per-user kernel objects: small, so one sandbox cannot use up what every sandbox of its owner shares. Never
+    // above the inherited hard limit (raising it would need CAP_SYS_RESOURCE in the host).
+    let lower = |resource, value: u64| getrlimit(resource).maximum.map_or(value, |hard| hard.min(value));
+    set("RLIMIT_SIGPENDING", Resource::Sigpending, lower(Resource::Sigpending, 1024))?;
+    set("RLIMIT_MSGQUEUE", Resource::Msgqueue, lower(Resource::Msgqueue, 256 << 10))?;
     Ok(())
 }

@@ -170,15 +170,19 @@ pub const HOST_ETC_PATHS: &[&str] = &[
 /// Device nodes bound from the host.
 pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
-/// procfs files hidden behind `/dev/null` (Docker's default masked paths).
+/// procfs files hidden behind `/dev/null`: Docker's default masked paths, plus the kernel log and the host's kernel
+/// command line.
 pub const PROC_MASKED_FILES: &[&str] =
-    &["kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "kallsyms", "kpageflags", "kpagecount", "kpagecgroup", "sysrq-trigger", "config.gz", "slabinfo", "pagetypeinfo", "vmallocinfo", "buddyinfo", "zoneinfo"];
+    &["kcore", "kmsg", "cmdline", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "kallsyms", "kpageflags", "kpagecount", "kpagecgroup", "sysrq-trigger", "config.gz", "slabinfo", "pagetypeinfo", "vmallocinfo", "buddyinfo", "zoneinfo"];
 
 /// procfs directories hidden behind an empty tmpfs.
 pub const PROC_MASKED_DIRS: &[&str] = &["acpi", "asound", "scsi", "firmware", "driver"];
 
 /// procfs paths made read-only.
 pub const PROC_READ_ONLY: &[&str] = &["bus", "fs", "irq", "sys"];
+
+/// `/dev/shm` gets at most this much (and never more than the disk limit): shared memory is for IPC, not storage.
+pub const SHM_MAX_BYTES: u64 = 64 << 20;
 
 const MS_NOSUID: u64 = 0x2;
 const MS_NODEV: u64 = 0x4;
@@ -233,7 +237,7 @@ pub fn plan_rootfs(spec: &RootfsSpec, host: &dyn HostFs) -> Vec<MountStep> {
     }
     steps.push(MountStep::Tmpfs {
         target: at("/dev/shm"),
-        options: format!("size={disk},mode=1777"),
+        options: format!("size={},mode=1777", disk.min(SHM_MAX_BYTES)),
         flags: MS_NOSUID | MS_NODEV | MS_NOEXEC,
     });
     steps.push(MountStep::RemountReadOnly { target: at("/dev") });
@@ -341,7 +345,7 @@ mod tests {
     #[test]
     fn writable_filesystems_are_size_limited() {
         let steps = plan_rootfs(&spec(), &merged_usr_host());
-        for dir in ["/tmp/workspace", "/tmp/tmp", "/tmp/dev/shm"] {
+        for dir in ["/tmp/workspace", "/tmp/tmp"] {
             let found = steps.iter().any(|s| {
                 matches!(s, MountStep::Tmpfs { target, options, .. }
                     if target == Path::new(dir) && options.contains("size=1048576"))

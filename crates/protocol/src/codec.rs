@@ -168,4 +168,88 @@ mod tests {
         }
         assert_eq!(read_frame(&mut &b""[..]).ok().flatten(), None);
     }
+
+    /// xorshift64: deterministic pseudo-random bytes without a dependency.
+    struct XorShift(u64);
+
+    impl XorShift {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    fn serve_samples() -> Vec<Vec<u8>> {
+        use crate::serve_types::{FailureCode, OutputStreamKind};
+        let messages = [
+            Message::Exec { spec: sandkasten_types::CommandSpec::default(), background: true },
+            Message::Output { stream: OutputStreamKind::Stderr, data: "aGk=".into() },
+            Message::FileRead { path: "/workspace/a".into(), offset: 3, len: 9 },
+            Message::Failed { code: FailureCode::NotEmpty, message: "x".into() },
+            Message::Shutdown,
+        ];
+        messages.into_iter().map(|msg| encode(&Envelope::new(5, msg)).unwrap_or_default()).collect()
+    }
+
+    #[test]
+    fn serve_messages_round_trip_with_snake_case_tags() {
+        let frame = encode(&Envelope::new(9, Message::StdinClose)).unwrap_or_default();
+        assert!(String::from_utf8_lossy(&frame).contains(r#""type":"stdin_close""#));
+        for frame in serve_samples() {
+            let decoded = read_frame(&mut &frame[..]).ok().flatten();
+            assert_eq!(decoded.as_ref().map(|e| e.id), Some(5), "{}", String::from_utf8_lossy(&frame));
+        }
+        let failed = encode(&Envelope::new(1, serve_samples_failed())).unwrap_or_default();
+        assert!(String::from_utf8_lossy(&failed).contains(r#""code":"permission_denied""#));
+    }
+
+    fn serve_samples_failed() -> Message {
+        Message::Failed { code: crate::serve_types::FailureCode::PermissionDenied, message: String::new() }
+    }
+
+    const JSON_ALPHABET: &[u8] = br#"{}[]":,0123456789.eEtrufalsn\ vidmsgtype"#;
+
+    /// Random bytes, random valid-length frames with random payloads, and valid frames with flipped bytes: the
+    /// decoder returns errors or nothing, and never panics.
+    #[test]
+    fn decoder_never_panics_on_random_bytes() {
+        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+        let samples = serve_samples();
+        for round in 0..4000 {
+            let mut bytes: Vec<u8> = match round % 3 {
+                0 => (0..rng.next() % 64).map(|_| rng.next() as u8).collect(),
+                1 => {
+                    let len = (rng.next() % 48) as usize;
+                    let mut frame = (len as u32).to_le_bytes().to_vec();
+                    frame.extend((0..len).map(|_| JSON_ALPHABET[rng.next() as usize % JSON_ALPHABET.len()]));
+                    frame
+                }
+                _ => {
+                    let mut frame = samples[round % samples.len()].clone();
+                    for _ in 0..1 + rng.next() % 4 {
+                        let at = rng.next() as usize % frame.len().max(1);
+                        if let Some(byte) = frame.get_mut(at) {
+                            *byte ^= 1 << (rng.next() % 8);
+                        }
+                    }
+                    frame
+                }
+            };
+            let _ = read_frame(&mut &bytes[..]);
+            let mut decoder = FrameDecoder::new();
+            while !bytes.is_empty() {
+                let take = (1 + rng.next() as usize % 16).min(bytes.len());
+                decoder.push(&bytes[..take]);
+                bytes.drain(..take);
+                for _ in 0..4 {
+                    match decoder.next_envelope() {
+                        Ok(Some(_)) | Err(ProtocolError::Malformed(_) | ProtocolError::UnsupportedVersion(_)) => {}
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+            }
+        }
+    }
 }

@@ -8,7 +8,9 @@
 mod clock;
 mod codec;
 mod message;
+mod serve_types;
 
 pub use clock::monotonic_ns;
-pub use codec::{FrameDecoder, ProtocolError, encode, read_frame, write_frame, MAX_FRAME_BYTES};
+pub use codec::{FrameDecoder, MAX_FRAME_BYTES, ProtocolError, encode, read_frame, write_frame};
 pub use message::{Envelope, Message, PROTOCOL_VERSION};
+pub use serve_types::{FailureCode, MAX_FILE_CHUNK_BYTES, MAX_OUTPUT_CHUNK_BYTES, OutputStreamKind, RunningCommand};

@@ -1,6 +1,26 @@
 //! The messages exchanged between the host and the agent (PID 1 inside the sandbox).
+//!
+//! One-shot sandboxes use the lifecycle messages (`Start` … `Exited`). Long-lived sandboxes (the agent's serve mode)
+//! add requests from the host, each answered by exactly one terminal reply carrying the request's envelope id:
+//!
+//! | request | reply |
+//! |---|---|
+//! | `Exec` | `ExecStarted` (then `Output`* and one `ExecExited`) or `Failed` |
+//! | `StdinData`, `StdinClose`, `Signal` (id = the command's id) | `Done` or `Failed` |
+//! | `ListCommands` | `Commands` |
+//! | `FileRead` | `FileData` or `Failed` |
+//! | `FileWrite`, `Mkdir`, `Rename`, `Remove` | `Done` or `Failed` |
+//! | `FileList` | `FileEntries` or `Failed` |
+//! | `FileStat` | `FileStatReply` or `Failed` |
+//! | `Shutdown` | `Done`, then the agent exits |
+//!
+//! Byte payloads (`data`) are standard base64 with padding.
 
 use serde::{Deserialize, Serialize};
+
+use sandkasten_types::{CommandExit, CommandSpec, FileInfo};
+
+use crate::serve_types::{FailureCode, OutputStreamKind, RunningCommand};
 
 /// The protocol version this build speaks. A peer with another version is refused with a clear error.
 pub const PROTOCOL_VERSION: u16 = 1;
@@ -10,7 +30,8 @@ pub const PROTOCOL_VERSION: u16 = 1;
 pub struct Envelope {
     /// Protocol version of the sender.
     pub v: u16,
-    /// Request id this message belongs to (0 for the sandbox's own lifecycle).
+    /// Request id this message belongs to (0 for the sandbox's own lifecycle). For `Exec` it is the command's id, and
+    /// every later message about that command carries it.
     pub id: u64,
     /// The message.
     pub msg: Message,
@@ -68,6 +89,131 @@ pub enum Message {
     /// agent → host: a containment step failed; the sandbox is unusable.
     SetupFailed {
         /// Which step failed and why.
+        message: String,
+    },
+
+    /// host → agent: start a command; the envelope id becomes the command's id.
+    Exec {
+        /// What to run.
+        spec: CommandSpec,
+        /// Keep stdin open after `spec.stdin` for `StdinData`/`StdinClose` (a foreground command's stdin is closed
+        /// after `spec.stdin`).
+        background: bool,
+    },
+    /// host → agent: bytes for a running command's stdin.
+    StdinData {
+        /// Base64.
+        data: String,
+    },
+    /// host → agent: close a running command's stdin (after what is buffered has been written).
+    StdinClose,
+    /// host → agent: send a signal to a running command's process group.
+    Signal {
+        /// Signal number (1..=64).
+        signal: i32,
+    },
+    /// host → agent: which commands are running.
+    ListCommands,
+    /// host → agent: read part of a regular file.
+    FileRead {
+        /// Absolute path inside the sandbox.
+        path: String,
+        /// First byte to read.
+        offset: u64,
+        /// Bytes wanted; the agent returns at most `MAX_FILE_CHUNK_BYTES` per reply.
+        len: u64,
+    },
+    /// host → agent: write a regular file (create or truncate it, or append for chunked uploads).
+    FileWrite {
+        /// Absolute path inside the sandbox.
+        path: String,
+        /// Base64.
+        data: String,
+        /// Append instead of truncating.
+        append: bool,
+        /// Permission bits for a file this write creates (default 0o644).
+        mode: Option<u32>,
+    },
+    /// host → agent: the entries of a directory (not recursive, symlinks not followed).
+    FileList {
+        /// Absolute path inside the sandbox.
+        path: String,
+    },
+    /// host → agent: metadata of one path (a symlink itself, not its target).
+    FileStat {
+        /// Absolute path inside the sandbox.
+        path: String,
+    },
+    /// host → agent: create a directory.
+    Mkdir {
+        /// Absolute path inside the sandbox.
+        path: String,
+        /// Create missing parents; an existing directory is then no error.
+        parents: bool,
+    },
+    /// host → agent: rename a path (both ends inside the sandbox).
+    Rename {
+        /// Absolute source path.
+        from: String,
+        /// Absolute destination path.
+        to: String,
+    },
+    /// host → agent: remove a file, symlink or directory.
+    Remove {
+        /// Absolute path inside the sandbox.
+        path: String,
+        /// Remove a directory with its contents (symlinks are removed, never followed).
+        recursive: bool,
+    },
+    /// host → agent: kill every command, answer `Done` and exit.
+    Shutdown,
+
+    /// agent → host: the command's execve succeeded.
+    ExecStarted {
+        /// Its pid inside the sandbox (also its process group id).
+        pid: u32,
+    },
+    /// agent → host: output of a command, in order per stream.
+    Output {
+        /// Which stream.
+        stream: OutputStreamKind,
+        /// Base64 of at most `MAX_OUTPUT_CHUNK_BYTES` raw bytes.
+        data: String,
+    },
+    /// agent → host: the command ended and its output is complete; the last message about this id.
+    ExecExited {
+        /// How it ended.
+        exit: CommandExit,
+    },
+    /// agent → host: the commands that have not been reported as exited yet.
+    Commands {
+        /// Sorted by id.
+        running: Vec<RunningCommand>,
+    },
+    /// agent → host: part of a file.
+    FileData {
+        /// Base64.
+        data: String,
+        /// The file ends with this chunk.
+        eof: bool,
+    },
+    /// agent → host: a directory's entries.
+    FileEntries {
+        /// Sorted by name.
+        entries: Vec<FileInfo>,
+    },
+    /// agent → host: metadata of one path.
+    FileStatReply {
+        /// The metadata.
+        info: FileInfo,
+    },
+    /// agent → host: the request succeeded (requests without a payload in their answer).
+    Done,
+    /// agent → host: the request failed.
+    Failed {
+        /// Machine-readable reason.
+        code: FailureCode,
+        /// For humans.
         message: String,
     },
 }

@@ -51,10 +51,12 @@ impl SandboxGuard {
         }
     }
 
-    /// Removes the cgroup, then the record.
+    /// Removes the cgroup, then the record. When the cgroup cannot be removed, the record stays, so that `gc` (which
+    /// starts from records) finds the cgroup again later.
     pub(crate) fn release(&mut self) -> Result<(), RuntimeError> {
-        if let Some(cgroup) = self.cgroup.take() {
-            cgroup.remove()?;
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.clone().remove()?;
+            self.cgroup = None;
         }
         self.store.remove(&self.id)
     }

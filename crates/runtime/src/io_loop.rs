@@ -12,6 +12,7 @@ use sandkasten_protocol::{FrameDecoder, Message, monotonic_ns};
 
 use crate::error::RuntimeError;
 use crate::output::{Capture, OutputSink, StreamKind};
+use crate::stdin_pump::StdinPump;
 
 /// Signals that make the owner destroy the sandbox and stop.
 pub(crate) const STOP_SIGNALS: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
@@ -74,6 +75,8 @@ pub(crate) struct Watched {
     pub(crate) stderr: OwnedFd,
     pub(crate) channel: OwnedFd,
     pub(crate) signals: OwnedFd,
+    /// The copy of the owner's stdin into the program's, if any.
+    pub(crate) stdin: Option<StdinPump>,
 }
 
 const CHUNK: usize = 64 << 10;
@@ -97,6 +100,7 @@ pub(crate) fn wait(
     let mut stderr = Some(std::fs::File::from(watched.stderr));
     let mut channel = Some(std::fs::File::from(watched.channel));
     let mut buffer = vec![0u8; CHUNK];
+    let mut stdin = watched.stdin;
 
     while stdout.is_some() || stderr.is_some() || channel.is_some() {
         let now = monotonic_ns();
@@ -111,6 +115,10 @@ pub(crate) fn wait(
         for file in [&stdout, &stderr, &channel].into_iter().flatten() {
             fds.push(PollFd::new(file, interest));
         }
+        let pump_at = fds.len();
+        if let Some((fd, flags)) = stdin.as_ref().and_then(StdinPump::interest) {
+            fds.push(PollFd::from_borrowed_fd(fd, flags));
+        }
         match poll(&mut fds, Some(&timeout)) {
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => continue,
@@ -118,6 +126,11 @@ pub(crate) fn wait(
         }
         let ready: Vec<bool> = fds.iter().map(|fd| !fd.revents().is_empty()).collect();
         drop(fds);
+        if ready.get(pump_at).copied().unwrap_or(false)
+            && let Some(pump) = stdin.as_mut()
+        {
+            pump.on_ready();
+        }
         let mut index = 0;
         if ready[index] {
             return Ok((WaitEnd::Interrupted(read_signal(&watched.signals)), observed));

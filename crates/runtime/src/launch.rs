@@ -4,10 +4,11 @@
 
 #![allow(unsafe_code)]
 
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
-use sandkasten_agent::{InitPlan, run_init};
+use sandkasten_agent::{AgentMode, InitPlan, run_init};
 use sandkasten_cgroups::{Cgroup, CgroupLimits, CgroupError, Hierarchy};
 use sandkasten_jail::namespaces::{self, CloneOutcome};
 use sandkasten_jail::process::{ProcessJail, Stdio};
@@ -46,6 +47,34 @@ fn cgroup_limits(spec: &SandboxSpec) -> CgroupLimits {
     }
 }
 
+/// This process's OOM score adjustment (0 when unreadable).
+fn own_oom_score_adj() -> i32 {
+    std::fs::read_to_string("/proc/self/oom_score_adj").ok().and_then(|text| text.trim().parse().ok()).unwrap_or(0)
+}
+
+/// Closes every descriptor from 3 up except those in `keep`, and points 0–2 at `/dev/null` unless kept.
+fn close_all_except(keep: &[RawFd]) {
+    let mut kept: Vec<RawFd> = keep.iter().copied().filter(|fd| *fd > 2).collect();
+    kept.sort_unstable();
+    kept.dedup();
+    let mut next: RawFd = 3;
+    for fd in kept.iter().copied().chain(std::iter::once(RawFd::MAX)) {
+        if fd > next {
+            // SAFETY: close_range(2) on descriptors this forked child does not use; plain integers.
+            unsafe { libc::syscall(libc::SYS_close_range, next as libc::c_uint, (fd - 1) as libc::c_uint, 0) };
+        }
+        next = fd.saturating_add(1);
+    }
+    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+        for fd in 0..=2 {
+            if !keep.contains(&fd) {
+                // SAFETY: dup2 onto a standard descriptor of this process.
+                unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), fd) };
+            }
+        }
+    }
+}
+
 impl Launcher<'_> {
     /// Creates the sandbox's cgroup. A concurrent run may remove the shared (empty) parent between our creating it
     /// and creating the child: that shows as ENOENT and is retried.
@@ -78,6 +107,7 @@ impl Launcher<'_> {
         mut guard: SandboxGuard,
         spec: &SandboxSpec,
         plan: RunPlan,
+        mode: AgentMode,
         stdio: Stdio,
     ) -> Result<LaunchedAgent, RuntimeError> {
         let (host_channel, agent_channel) = UnixStream::pair().map_err(|e| RuntimeError::sys("socketpair", e))?;
@@ -94,6 +124,7 @@ impl Launcher<'_> {
             },
             uploads: plan.uploads,
             hostname: "sandbox".to_owned(),
+            mode,
             compile: plan.compile,
             program: plan.program,
             env: plan.env,
@@ -105,14 +136,19 @@ impl Launcher<'_> {
                 writable_files: ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"].map(PathBuf::from).to_vec(),
                 cwd: workspace.into(),
                 filter: self.filter,
+                oom_score_adj: own_oom_score_adj(),
             },
             stdio,
-            writable_mounts: vec![workspace, tmp],
+            writable_mounts: vec![workspace, tmp, Path::new("/dev/shm")],
         };
 
-        let pid = match namespaces::clone_into_namespaces()? {
+        let pid = match namespaces::clone_into_namespaces(self.config.host_id_base)? {
             CloneOutcome::Child => {
                 drop(host_channel);
+                // The agent keeps only its channel and the program's streams: nothing else the owner had open (its
+                // terminal, its end of the stdin pipe, other sandboxes' channels in a spawner) may live on in here.
+                let keep = [agent_channel.as_raw_fd(), stdio.stdin, stdio.stdout, stdio.stderr];
+                close_all_except(&keep);
                 // A panic must never unwind into the owner's code in this copy of its memory (the guard's destructor
                 // would remove the sandbox from inside it): end the agent instead.
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

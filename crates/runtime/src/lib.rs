@@ -9,11 +9,14 @@ mod ids;
 mod guard;
 mod io_loop;
 mod launch;
+pub mod live;
 pub mod output;
 mod plan;
 mod process_backend;
 mod result;
+mod stdin_pump;
 pub mod records;
+pub mod spawner;
 
 pub use backend::Backend;
 pub use config::RuntimeConfig;

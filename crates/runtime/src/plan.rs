@@ -138,6 +138,21 @@ pub fn plan(spec: &SandboxSpec, request: &ExecRequest) -> Result<RunPlan, Runtim
     Ok(RunPlan { files, uploads, compile, program, env })
 }
 
+/// The plan of a long-lived sandbox: its own files and environment; what runs comes later, command by command.
+pub fn plan_live(spec: &SandboxSpec) -> Result<RunPlan, RuntimeError> {
+    spec.limits.validate().map_err(|e| RuntimeError::InvalidInput(e.to_string()))?;
+    if let Some(bad) = spec.env.keys().find(|k| !environment::is_valid_name(k)) {
+        return Err(RuntimeError::InvalidInput(format!("'{bad}' is not a valid environment variable name")));
+    }
+    Ok(RunPlan {
+        files: etc_files(),
+        uploads: Vec::new(),
+        compile: None,
+        program: Vec::new(),
+        env: environment::build(WORKSPACE, &spec.env),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

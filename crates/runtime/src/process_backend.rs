@@ -4,6 +4,7 @@
 
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
+use sandkasten_agent::AgentMode;
 use sandkasten_cgroups::Hierarchy;
 use sandkasten_jail::process::Stdio;
 use sandkasten_jail::seccomp::SandboxFilter;
@@ -18,6 +19,7 @@ use crate::output::OutputSink;
 use crate::launch::{LaunchedAgent, Launcher};
 use crate::plan;
 use crate::result::{Outcome, build_result};
+use crate::stdin_pump::StdinPump;
 use crate::{gc, ids};
 
 /// Where the program's standard input comes from.
@@ -25,7 +27,8 @@ use crate::{gc, ids};
 pub enum StdinSource<'a> {
     /// Empty (`/dev/null` inside the sandbox).
     Empty,
-    /// A descriptor of the owner (the CLI's own standard input), passed through.
+    /// What the owner reads from this descriptor (the CLI's own standard input), copied through a pipe. A terminal
+    /// is not forwarded (the program gets `/dev/null`).
     Inherit(BorrowedFd<'a>),
 }
 
@@ -96,9 +99,14 @@ impl ProcessBackend {
 
         let (stdout_read, stdout_write) = pipe()?;
         let (stderr_read, stderr_write) = pipe()?;
-        let stdin_fd: OwnedFd = match stdin {
-            StdinSource::Inherit(fd) => fd.try_clone_to_owned().map_err(|e| RuntimeError::sys("dup stdin", e))?,
-            StdinSource::Empty => std::fs::File::open("/dev/null").map_err(|e| RuntimeError::sys("open /dev/null", e))?.into(),
+        // The program gets a pipe, never the owner's descriptor (see `stdin_pump`); a terminal is not forwarded.
+        let (stdin_fd, pump): (OwnedFd, Option<StdinPump>) = match stdin {
+            StdinSource::Inherit(fd) if !rustix::termios::isatty(fd) => {
+                let (read_end, write_end) = pipe()?;
+                let source = fd.try_clone_to_owned().map_err(|e| RuntimeError::sys("dup stdin", e))?;
+                (read_end, Some(StdinPump::new(source, write_end)?))
+            }
+            _ => (std::fs::File::open("/dev/null").map_err(|e| RuntimeError::sys("open /dev/null", e))?.into(), None),
         };
         let (signals, previous_mask) = io_loop::block_stop_signals()?;
         let _restore = RestoreMask(previous_mask);
@@ -107,12 +115,12 @@ impl ProcessBackend {
             stdout: stdout_write.as_raw_fd(),
             stderr: stderr_write.as_raw_fd(),
         };
-        let LaunchedAgent { mut guard, channel, .. } = launcher.launch(guard, spec, plan, stdio)?;
+        let LaunchedAgent { mut guard, channel, .. } = launcher.launch(guard, spec, plan, AgentMode::OneShot, stdio)?;
         drop((stdout_write, stderr_write, stdin_fd));
         let limits = &spec.limits;
 
         let deadline_ns = started_ns.saturating_add(limits.timeout_ms.saturating_mul(1_000_000));
-        let watched = Watched { stdout: stdout_read, stderr: stderr_read, channel: channel.into(), signals };
+        let watched = Watched { stdout: stdout_read, stderr: stderr_read, channel: channel.into(), signals, stdin: pump };
         let (end, observed) = io_loop::wait(watched, limits.output_bytes, deadline_ns, sink)?;
         let finished_ns = monotonic_ns();
         if end != WaitEnd::Finished {

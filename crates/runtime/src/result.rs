@@ -59,7 +59,8 @@ pub(crate) fn build_result(outcome: Outcome) -> ExecResult {
             Message::SetupFailed { message } => {
                 result.error = Some(ErrorInfo::new(ErrorCode::SandboxError, format!("sandbox setup failed: {message}")));
             }
-            Message::Start | Message::CgroupJoined => {}
+            // Requests and the serve-mode replies never reach a one-shot run's result.
+            _ => {}
         }
     }
     if let Some(problem) = &observed.protocol_error {

@@ -1,1 +1,97 @@
-//! placeholder
+//! `sandkasten serve`: long-lived sandboxes over HTTP. Tenants authenticate with API keys, sandboxes live in SQLite
+//! and in a `SandboxRuntime` (the real one, or a fake in tests), and the API is described by OpenAPI.
+//!
+//! - [`serve`] (or [`serve_on`] with a bound listener) runs the server until a shutdown signal;
+//! - [`router`] builds the API over an [`AppState`] (tests drive it with `tower::ServiceExt::oneshot`).
+
+pub mod api;
+pub mod auth;
+pub mod clock;
+pub mod config;
+pub mod expiry;
+pub mod ids;
+mod metrics;
+mod migrations;
+pub mod reconcile;
+pub mod runtime;
+pub mod state;
+pub mod store;
+pub mod validate;
+
+use std::future::Future;
+use std::sync::Arc;
+
+pub use api::{ApiDoc, openapi_json, router};
+pub use config::{ConfigError, ServerConfig};
+pub use metrics::Metrics;
+pub use runtime::{FailureKind, OutputChunk, RuntimeFailure, SandboxRuntime, Stream};
+pub use state::AppState;
+pub use store::{Store, StoreError};
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The configuration is unusable.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The database could not be opened, migrated or read.
+    #[error("database {path}: {source}")]
+    Store {
+        /// The database file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: StoreError,
+    },
+    /// The startup reconcile failed.
+    #[error("startup reconcile: {0}")]
+    Reconcile(StoreError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Serving failed.
+    #[error("server: {0}")]
+    Serve(std::io::Error),
+}
+
+/// Runs the server: binds `config.listen`, then as [`serve_on`].
+pub async fn serve<R: SandboxRuntime>(
+    config: ServerConfig,
+    runtime: Arc<R>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    config.validate()?;
+    let addr = config.listen_addr()?;
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })?;
+    serve_on(listener, config, runtime, shutdown).await
+}
+
+/// Runs the server on a bound listener: opens the store, reconciles it with the runtime, starts the expiry sweeper
+/// and serves until `shutdown` completes. Shutdown stops accepting connections and waits for the requests in flight;
+/// it destroys no sandbox (they belong to the runtime, and the next start reconciles).
+pub async fn serve_on<R: SandboxRuntime>(
+    listener: tokio::net::TcpListener,
+    config: ServerConfig,
+    runtime: Arc<R>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    config.validate()?;
+    let store =
+        Store::open(&config.database).map_err(|source| ServerError::Store { path: config.database.clone(), source })?;
+    let state = AppState::new(&config, store, runtime);
+    let lost = reconcile::reconcile(&state).await.map_err(ServerError::Reconcile)?;
+    let addr = listener.local_addr().map_err(ServerError::Serve)?;
+    if config.insecure_no_auth {
+        tracing::warn!(%addr, "authentication is off (insecure_no_auth): every request acts as tenant 'default'");
+    }
+    tracing::info!(%addr, tenants = config.tenants.len(), lost, "sandkasten server listening");
+    let sweeper = tokio::spawn(expiry::run(state.clone()));
+    let result = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await;
+    sweeper.abort();
+    tracing::info!("sandkasten server stopped");
+    result.map_err(ServerError::Serve)
+}

@@ -1,0 +1,263 @@
+//! The commands of a long-lived sandbox: starting them (pipes, environment, working directory, launcher), their
+//! stdin queue, signals to their process group, timeouts, exit statuses, and deciding when a command is finished.
+//! Output pumping lives in `output.rs`.
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
+use rustix::pipe::PipeFlags;
+use rustix::process::{Pid, Signal};
+use sandkasten_jail::process::Stdio;
+use sandkasten_protocol::{FailureCode, RunningCommand};
+use sandkasten_types::{CommandExit, CommandSpec};
+
+use super::errors::OpError;
+use super::launcher::{LaunchRequest, Launcher};
+use super::paths::SandboxRoot;
+use crate::reaper::ExitStatus;
+
+/// Working directory of a command that names none.
+pub const DEFAULT_CWD: &str = "/workspace";
+/// Most commands running at once.
+pub const MAX_COMMANDS: usize = 256;
+/// Most stdin bytes buffered for one command (the host must wait for `Done` before sending more).
+pub const MAX_STDIN_BUFFER: usize = 8 << 20;
+/// How long output pipes may stay open after the command's process exited (a daemon it left behind holds them).
+pub const DRAIN_NS: u64 = 50_000_000;
+
+/// What the loop needs to start commands.
+pub struct CommandContext<'a> {
+    /// The sandbox root (working directories are resolved in it).
+    pub root: &'a SandboxRoot,
+    /// The sandbox's base environment; a command's own variables are added on top.
+    pub base_env: &'a BTreeMap<String, String>,
+    /// How commands are started.
+    pub launcher: &'a dyn Launcher,
+}
+
+/// A command's stdin: bytes not yet written, and whether to close it once they are.
+pub struct StdinPipe {
+    pub(super) fd: OwnedFd,
+    pub(super) pending: Vec<u8>,
+    pub(super) close_when_drained: bool,
+}
+
+/// One started command.
+pub struct Command {
+    pub(super) pid: libc::pid_t,
+    pub(super) argv: Vec<String>,
+    pub(super) stdout: Option<OwnedFd>,
+    pub(super) stderr: Option<OwnedFd>,
+    pub(super) stdin: Option<StdinPipe>,
+    pub(super) deadline_ns: Option<u64>,
+    pub(super) exit: Option<ExitStatus>,
+    pub(super) exited_at_ns: u64,
+    pub(super) killed_by_timeout: bool,
+}
+
+impl Command {
+    /// True when the process exited and the drain window passed.
+    pub fn drain_expired(&self, now_ns: u64) -> bool {
+        self.exit.is_some() && now_ns >= self.exited_at_ns.saturating_add(DRAIN_NS)
+    }
+
+    /// The report: how it ended.
+    pub fn command_exit(&self) -> CommandExit {
+        let status = self.exit.unwrap_or(ExitStatus { exit_code: None, signal: Some(libc::SIGKILL) });
+        CommandExit {
+            exit_code: status.exit_code,
+            signal: status.signal,
+            timed_out: self.killed_by_timeout && status.signal.is_some(),
+        }
+    }
+
+    fn kill_group(&self, signal: Signal) -> Result<(), Errno> {
+        match Pid::from_raw(self.pid) {
+            Some(pid) => rustix::process::kill_process_group(pid, signal),
+            None => Err(Errno::SRCH),
+        }
+    }
+}
+
+/// Every command not yet reported as exited, by id.
+#[derive(Default)]
+pub struct Commands {
+    pub(super) table: BTreeMap<u64, Command>,
+}
+
+fn nonblocking(fd: &OwnedFd) -> Result<(), OpError> {
+    let flags = rustix::fs::fcntl_getfl(fd).map_err(|e| OpError::sys("fcntl", "pipe", e))?;
+    rustix::fs::fcntl_setfl(fd, flags | OFlags::NONBLOCK).map_err(|e| OpError::sys("fcntl", "pipe", e))
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), OpError> {
+    rustix::pipe::pipe_with(PipeFlags::CLOEXEC)
+        .map_err(|e| OpError::new(FailureCode::Busy, format!("creating a pipe failed: {e}")))
+}
+
+fn exec_failed(message: impl Into<String>) -> OpError {
+    OpError::new(FailureCode::ExecFailed, message)
+}
+
+impl Commands {
+    /// Starts a command with id `id`; returns its pid.
+    pub fn start(
+        &mut self,
+        context: &CommandContext<'_>,
+        id: u64,
+        spec: &CommandSpec,
+        background: bool,
+        now_ns: u64,
+    ) -> Result<libc::pid_t, OpError> {
+        if self.table.contains_key(&id) {
+            return Err(OpError::new(FailureCode::AlreadyExists, format!("command {id} is already running")));
+        }
+        if self.table.len() >= MAX_COMMANDS {
+            return Err(OpError::new(FailureCode::Busy, format!("{MAX_COMMANDS} commands are running already")));
+        }
+        let argv = spec.resolved_argv().map_err(exec_failed)?;
+        let mut env = context.base_env.clone();
+        env.extend(spec.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let cwd_path = spec.cwd.as_deref().unwrap_or(DEFAULT_CWD);
+        let cwd = context
+            .root
+            .as_sandbox_user(|| context.root.open_in_root(cwd_path, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()))
+            .map_err(|e| match e.code {
+                FailureCode::NotFound => exec_failed(format!("working directory {cwd_path} does not exist")),
+                FailureCode::NotADirectory => exec_failed(format!("working directory {cwd_path} is not a directory")),
+                _ => exec_failed(format!("working directory {cwd_path}: {}", e.message)),
+            })?;
+
+        let (stdin_read, stdin_write) = pipe()?;
+        let (stdout_read, stdout_write) = pipe()?;
+        let (stderr_read, stderr_write) = pipe()?;
+        for fd in [&stdin_write, &stdout_read, &stderr_read] {
+            nonblocking(fd)?;
+        }
+        let stdio = Stdio {
+            stdin: stdin_read.as_raw_fd(),
+            stdout: stdout_write.as_raw_fd(),
+            stderr: stderr_write.as_raw_fd(),
+        };
+        let request = LaunchRequest { argv: &argv, env: &env, cwd_path, cwd: cwd.as_fd(), stdio };
+        let pid = context.launcher.launch(&request).map_err(exec_failed)?;
+        drop((stdin_read, stdout_write, stderr_write));
+
+        let pending = spec.stdin.clone().map(String::into_bytes).unwrap_or_default();
+        let stdin = (background || !pending.is_empty()).then_some(StdinPipe {
+            fd: stdin_write,
+            pending,
+            close_when_drained: !background,
+        });
+        self.table.insert(id, Command {
+            pid,
+            argv,
+            stdout: Some(stdout_read),
+            stderr: Some(stderr_read),
+            stdin,
+            deadline_ns: spec.timeout_ms.map(|ms| now_ns.saturating_add(ms.saturating_mul(1_000_000))),
+            exit: None,
+            exited_at_ns: 0,
+            killed_by_timeout: false,
+        });
+        Ok(pid)
+    }
+
+    fn get_mut(&mut self, id: u64) -> Result<&mut Command, OpError> {
+        let missing = || OpError::new(FailureCode::NotFound, format!("no command {id} is running"));
+        self.table.get_mut(&id).ok_or_else(missing)
+    }
+
+    fn open_stdin(&mut self, id: u64) -> Result<&mut StdinPipe, OpError> {
+        let command = self.get_mut(id)?;
+        match &mut command.stdin {
+            Some(stdin) if !stdin.close_when_drained => Ok(stdin),
+            _ => Err(OpError::new(FailureCode::NotFound, format!("command {id}'s stdin is closed"))),
+        }
+    }
+
+    /// Queues bytes for a command's stdin.
+    pub fn stdin_data(&mut self, id: u64, bytes: &[u8]) -> Result<(), OpError> {
+        let stdin = self.open_stdin(id)?;
+        if stdin.pending.len().saturating_add(bytes.len()) > MAX_STDIN_BUFFER {
+            return Err(OpError::new(FailureCode::Busy, format!("command {id}'s stdin buffer is full")));
+        }
+        stdin.pending.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Closes a command's stdin once its buffered bytes are written.
+    pub fn stdin_close(&mut self, id: u64) -> Result<(), OpError> {
+        let command = self.get_mut(id)?;
+        match &mut command.stdin {
+            Some(stdin) if stdin.pending.is_empty() => command.stdin = None,
+            Some(stdin) => stdin.close_when_drained = true,
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// Sends `signal` to a command's process group.
+    pub fn signal(&mut self, id: u64, signal: i32) -> Result<(), OpError> {
+        let command = self.get_mut(id)?;
+        // Named (standard) signals only: the real-time range is glibc's and the sandboxed program's business.
+        let signal = Signal::from_named_raw(signal)
+            .ok_or_else(|| OpError::new(FailureCode::Internal, format!("{signal} is not a standard signal number")))?;
+        command.kill_group(signal).map_err(|e| match e {
+            Errno::SRCH => OpError::new(FailureCode::NotFound, format!("command {id} has no process left")),
+            other => OpError::sys("signal", &format!("command {id}"), other),
+        })
+    }
+
+    /// The commands not yet reported, sorted by id.
+    pub fn list(&self) -> Vec<RunningCommand> {
+        let to_wire = |(&id, command): (&u64, &Command)| RunningCommand {
+            id,
+            pid: command.pid as u32,
+            argv: command.argv.clone(),
+        };
+        self.table.iter().map(to_wire).collect()
+    }
+
+    /// Records the statuses of reaped processes (orphans are simply forgotten).
+    pub fn record_exits(&mut self, reaped: &[(libc::pid_t, ExitStatus)], now_ns: u64) {
+        for (pid, status) in reaped {
+            if let Some(command) = self.table.values_mut().find(|c| c.pid == *pid && c.exit.is_none()) {
+                command.exit = Some(*status);
+                command.exited_at_ns = now_ns;
+                // Nobody reads its stdin any more.
+                command.stdin = None;
+            }
+        }
+    }
+
+    /// Kills the process group of every command whose timeout has passed.
+    pub fn enforce_timeouts(&mut self, now_ns: u64) {
+        for command in self.table.values_mut() {
+            let due = command.deadline_ns.is_some_and(|deadline| now_ns >= deadline);
+            if due && command.exit.is_none() && !command.killed_by_timeout {
+                command.killed_by_timeout = true;
+                let _ = command.kill_group(Signal::KILL);
+            }
+        }
+    }
+
+    /// The next time something is due (a timeout; a drain window's end unless output is paused).
+    pub fn next_due_ns(&self, output_paused: bool) -> Option<u64> {
+        let due = |command: &Command| match command.exit {
+            None if !command.killed_by_timeout => command.deadline_ns,
+            Some(_) if !output_paused => Some(command.exited_at_ns.saturating_add(DRAIN_NS)),
+            _ => None,
+        };
+        self.table.values().filter_map(due).min()
+    }
+
+    /// SIGKILLs every command's process group (shutdown, or the host is gone).
+    pub fn kill_all(&mut self) {
+        for command in self.table.values() {
+            let _ = command.kill_group(Signal::KILL);
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! The serve loop: one thread, one `poll` over the host channel, the SIGCHLD signalfd and every command's pipes,
+//! with the commands' deadlines as its timeout. Requests are handled as they arrive; file requests synchronously
+//! (they touch only regular files and directories, so they cannot block on a command).
+//!
+//! Backpressure: while the outgoing queue is above the high-water mark, neither commands' output nor new requests
+//! are read; the host taking frames off the channel is what lets the loop go on. Memory stays bounded whatever a
+//! command writes.
+
+use std::os::fd::AsFd;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
+use rustix::io::Errno;
+use sandkasten_protocol::{Envelope, FailureCode, Message, OutputStreamKind, ProtocolError, monotonic_ns};
+
+use super::channel::{Channel, Received};
+use super::commands::{CommandContext, Commands};
+use super::errors::{OpError, ServeError};
+use super::signals::ChildSignals;
+use super::{files, output};
+
+/// Which descriptor a poll entry watches.
+#[derive(Debug, Clone, Copy)]
+enum Watch {
+    Channel,
+    Children,
+    Output(u64, OutputStreamKind),
+    Stdin(u64),
+}
+
+/// How the loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoopEnd {
+    /// The host asked for it (`Shutdown`).
+    Shutdown,
+    /// The host closed the channel.
+    HostGone,
+}
+
+/// Runs the loop until `Shutdown` or the host goes away; every command's process group is killed on the way out.
+pub fn run(channel: &mut Channel, signals: &ChildSignals, context: &CommandContext<'_>) -> Result<LoopEnd, ServeError> {
+    let mut commands = Commands::default();
+    let result = serve_requests(channel, signals, context, &mut commands);
+    commands.kill_all();
+    if result.as_ref().is_ok_and(|end| *end == LoopEnd::Shutdown) {
+        channel.flush_for(5_000);
+    }
+    result
+}
+
+fn serve_requests(
+    channel: &mut Channel,
+    signals: &ChildSignals,
+    context: &CommandContext<'_>,
+    commands: &mut Commands,
+) -> Result<LoopEnd, ServeError> {
+    loop {
+        let now = monotonic_ns();
+        commands.enforce_timeouts(now);
+        output::report_finished(commands, channel, now);
+        channel.flush();
+        if channel.broken() {
+            return Ok(LoopEnd::HostGone);
+        }
+        let paused = channel.congested();
+
+        let mut channel_interest = if paused { PollFlags::empty() } else { PollFlags::IN };
+        if channel.queued() > 0 {
+            channel_interest |= PollFlags::OUT;
+        }
+        let mut watches = vec![Watch::Channel, Watch::Children];
+        let mut fds = vec![
+            PollFd::from_borrowed_fd(channel.fd(), channel_interest),
+            PollFd::from_borrowed_fd(signals.fd(), PollFlags::IN),
+        ];
+        for (&id, command) in &commands.table {
+            let outputs = [(OutputStreamKind::Stdout, &command.stdout), (OutputStreamKind::Stderr, &command.stderr)];
+            for (stream, fd) in outputs.into_iter().filter(|_| !paused) {
+                if let Some(fd) = fd {
+                    watches.push(Watch::Output(id, stream));
+                    fds.push(PollFd::from_borrowed_fd(fd.as_fd(), PollFlags::IN));
+                }
+            }
+            if let Some(stdin) = command.stdin.as_ref().filter(|s| !s.pending.is_empty()) {
+                watches.push(Watch::Stdin(id));
+                fds.push(PollFd::from_borrowed_fd(stdin.fd.as_fd(), PollFlags::OUT));
+            }
+        }
+        let timeout = commands.next_due_ns(paused).map(|due| {
+            let left = due.saturating_sub(now);
+            Timespec { tv_sec: (left / 1_000_000_000) as i64, tv_nsec: (left % 1_000_000_000) as i64 }
+        });
+        match poll(&mut fds, timeout.as_ref()) {
+            Ok(_) | Err(Errno::INTR) => {}
+            Err(errno) => return Err(ServeError::Poll(errno)),
+        }
+        let ready: Vec<(Watch, PollFlags)> =
+            watches.into_iter().zip(fds.iter().map(PollFd::revents)).filter(|(_, r)| !r.is_empty()).collect();
+        drop(fds);
+
+        for (what, revents) in ready {
+            match what {
+                Watch::Children => commands.record_exits(&signals.reap(), monotonic_ns()),
+                Watch::Output(id, stream) => output::read_output(commands, channel, id, stream),
+                Watch::Stdin(id) => output::write_stdin(commands, id),
+                Watch::Channel => {
+                    if revents.contains(PollFlags::OUT) {
+                        channel.flush();
+                    }
+                    if revents.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR)
+                        && channel_interest.contains(PollFlags::IN)
+                    {
+                        if channel.receive() == Received::Closed {
+                            return Ok(LoopEnd::HostGone);
+                        }
+                    } else if revents.intersects(PollFlags::HUP | PollFlags::ERR) && channel.queued() == 0 {
+                        return Ok(LoopEnd::HostGone);
+                    }
+                }
+            }
+        }
+        // Requests buffered earlier (left when the queue filled up) are taken as soon as there is room again, whether
+        // or not the host sent anything new.
+        if !channel.congested()
+            && let Some(end) = handle_requests(channel, context, commands)?
+        {
+            return Ok(end);
+        }
+    }
+}
+
+/// Handles every complete request buffered; `Some` when one of them ends the loop.
+fn handle_requests(
+    channel: &mut Channel,
+    context: &CommandContext<'_>,
+    commands: &mut Commands,
+) -> Result<Option<LoopEnd>, ServeError> {
+    loop {
+        let envelope = match channel.next_request() {
+            Ok(Some(envelope)) => envelope,
+            Ok(None) => return Ok(None),
+            // The frame was consumed: answer and go on with the next one.
+            Err(error @ (ProtocolError::Malformed(_) | ProtocolError::UnsupportedVersion(_))) => {
+                let message = format!("malformed request: {error}");
+                channel.queue(0, Message::Failed { code: FailureCode::Internal, message });
+                continue;
+            }
+            Err(error) => return Err(error.into()),
+        };
+        let Envelope { id, msg, .. } = envelope;
+        if msg == Message::Shutdown {
+            commands.kill_all();
+            channel.queue(id, Message::Done);
+            return Ok(Some(LoopEnd::Shutdown));
+        }
+        let reply = handle_request(context, commands, id, msg).unwrap_or_else(OpError::into_message);
+        channel.queue(id, reply);
+        if channel.congested() {
+            // The rest waits until the host has read some replies.
+            return Ok(None);
+        }
+    }
+}
+
+fn decode(data: &str, what: &str) -> Result<Vec<u8>, OpError> {
+    STANDARD.decode(data).map_err(|e| OpError::new(FailureCode::Internal, format!("{what} is not valid base64: {e}")))
+}
+
+fn handle_request(
+    context: &CommandContext<'_>,
+    commands: &mut Commands,
+    id: u64,
+    msg: Message,
+) -> Result<Message, OpError> {
+    match msg {
+        Message::Exec { spec, background } => {
+            let pid = commands.start(context, id, &spec, background, monotonic_ns())?;
+            Ok(Message::ExecStarted { pid: pid as u32 })
+        }
+        Message::StdinData { data } => commands.stdin_data(id, &decode(&data, "stdin data")?).map(|()| Message::Done),
+        Message::StdinClose => commands.stdin_close(id).map(|()| Message::Done),
+        Message::Signal { signal } => commands.signal(id, signal).map(|()| Message::Done),
+        Message::ListCommands => Ok(Message::Commands { running: commands.list() }),
+        msg @ (Message::FileRead { .. }
+        | Message::FileWrite { .. }
+        | Message::FileList { .. }
+        | Message::FileStat { .. }
+        | Message::Mkdir { .. }
+        | Message::Rename { .. }
+        | Message::Remove { .. }) => files::handle(context.root, &msg),
+        other => {
+            let mut name = format!("{other:?}");
+            name.truncate(name.find([' ', '{']).unwrap_or(name.len()));
+            Err(OpError::new(FailureCode::Internal, format!("{name} is not a request the agent serves")))
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! Serve mode: the agent of a long-lived sandbox. After the same setup as a one-shot run, instead of running one
+//! program the agent answers the host's requests until `Shutdown` or until the host goes away: it runs commands
+//! (foreground or background, with streaming output, stdin, signals and timeouts) and file operations (resolved
+//! inside the sandbox root, with the sandbox user's permissions), and it reaps every process as PID 1.
+//!
+//! Files: `event_loop` (poll + dispatch), `channel` (non-blocking frames, outgoing queue, backpressure),
+//! `commands` (start, stdin, signals, timeouts), `output` (pipes ↔ frames, when a command is finished), `signals`
+//! (SIGCHLD + reaping), `launcher` (how a command is started), `files` + `remove` (file requests), `paths`
+//! (resolution in the root, filesystem identity), `errors`.
+
+mod channel;
+mod commands;
+mod errors;
+mod event_loop;
+mod files;
+mod launcher;
+mod output;
+mod paths;
+mod remove;
+mod signals;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::os::unix::net::UnixStream;
+
+pub use commands::{DEFAULT_CWD, DRAIN_NS, MAX_COMMANDS, MAX_STDIN_BUFFER};
+pub use errors::{OpError, ServeError};
+pub use event_loop::LoopEnd;
+pub use launcher::{JailLauncher, LaunchRequest, Launcher};
+pub use paths::{FsIdentity, SandboxRoot};
+
+/// What serve mode runs with.
+pub struct ServeContext<'a> {
+    /// The sandbox root (`/` after pivot_root) and the identity file operations take.
+    pub root: SandboxRoot,
+    /// The sandbox's base environment (`PATH`, `HOME`, `LANG`, the user's); each command adds its own on top.
+    pub base_env: &'a BTreeMap<String, String>,
+    /// How commands are started.
+    pub launcher: &'a dyn Launcher,
+}
+
+/// Serves the host's requests on `channel` until `Shutdown` (answered with `Done`) or until the host closes it.
+/// Every command's process group is killed before returning.
+pub fn serve(channel: UnixStream, context: &ServeContext<'_>) -> Result<LoopEnd, ServeError> {
+    occupy_standard_descriptors();
+    let signals = signals::ChildSignals::new()?;
+    let mut channel = channel::Channel::new(channel)?;
+    let commands =
+        commands::CommandContext { root: &context.root, base_env: context.base_env, launcher: context.launcher };
+    event_loop::run(&mut channel, &signals, &commands)
+}
+
+/// Makes sure descriptors 0, 1 and 2 are open (on `/dev/null` if they were closed), so that no pipe created for a
+/// command lands on them: the launcher's `dup2` onto 0..2 would then be a no-op that leaves close-on-exec set.
+fn occupy_standard_descriptors() {
+    use std::os::fd::{AsRawFd, IntoRawFd};
+    for _ in 0..3 {
+        match std::fs::File::open("/dev/null") {
+            Ok(file) if file.as_raw_fd() <= 2 => {
+                // Kept open for the life of the agent as one of its standard descriptors.
+                let _ = file.into_raw_fd();
+            }
+            Ok(_) | Err(_) => return,
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Moving bytes between commands and the channel: output pipes → `Output` frames (at most 64 KiB raw each, in
+//! order per stream), queued stdin → the command's stdin pipe, and the end of a command: `ExecExited` once both
+//! output pipes reached end-of-file, or once its process exited and the drain window passed (a daemon it left
+//! behind may hold the pipes open forever).
+
+use std::os::fd::OwnedFd;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use rustix::io::Errno;
+use sandkasten_protocol::{MAX_OUTPUT_CHUNK_BYTES, Message, OutputStreamKind};
+
+use super::channel::Channel;
+use super::commands::{Command, Commands};
+
+/// Most bytes read from one pipe when a command is finished after its drain window (a full pipe buffer at most
+/// holds what the command wrote before exiting; anything beyond is a leftover daemon's).
+const FINAL_DRAIN_BYTES: usize = 1 << 20;
+
+/// What one read from a pipe gave.
+enum Chunk {
+    Data(usize),
+    NotReady,
+    End,
+}
+
+fn read_chunk(fd: &OwnedFd, buffer: &mut [u8]) -> Chunk {
+    loop {
+        match rustix::io::read(fd, &mut *buffer) {
+            Ok(0) => return Chunk::End,
+            Ok(n) => return Chunk::Data(n),
+            Err(Errno::INTR) => {}
+            Err(Errno::AGAIN) => return Chunk::NotReady,
+            Err(_) => return Chunk::End,
+        }
+    }
+}
+
+fn slot(command: &mut Command, stream: OutputStreamKind) -> &mut Option<OwnedFd> {
+    match stream {
+        OutputStreamKind::Stdout => &mut command.stdout,
+        OutputStreamKind::Stderr => &mut command.stderr,
+    }
+}
+
+/// Reads up to `budget` bytes from one stream into `Output` frames; returns the bytes read.
+fn pump(channel: &mut Channel, id: u64, command: &mut Command, stream: OutputStreamKind, budget: usize) -> usize {
+    let mut buffer = vec![0u8; MAX_OUTPUT_CHUNK_BYTES];
+    let mut total = 0;
+    while total < budget {
+        let Some(fd) = slot(command, stream).as_ref() else { break };
+        match read_chunk(fd, &mut buffer) {
+            Chunk::Data(n) => {
+                total += n;
+                channel.queue(id, Message::Output { stream, data: STANDARD.encode(&buffer[..n]) });
+            }
+            Chunk::NotReady => break,
+            Chunk::End => *slot(command, stream) = None,
+        }
+    }
+    total
+}
+
+/// The pipe is readable: one chunk goes to the channel.
+pub fn read_output(commands: &mut Commands, channel: &mut Channel, id: u64, stream: OutputStreamKind) {
+    if let Some(command) = commands.table.get_mut(&id) {
+        pump(channel, id, command, stream, 1);
+    }
+}
+
+/// The stdin pipe is writable: write what is queued; close it when asked and drained, or when the reader is gone.
+pub fn write_stdin(commands: &mut Commands, id: u64) {
+    let Some(command) = commands.table.get_mut(&id) else { return };
+    let Some(stdin) = command.stdin.as_mut() else { return };
+    let mut written = 0;
+    let mut gone = false;
+    while written < stdin.pending.len() {
+        match rustix::io::write(&stdin.fd, &stdin.pending[written..]) {
+            Ok(n) => written += n,
+            Err(Errno::INTR) => {}
+            Err(Errno::AGAIN) => break,
+            // EPIPE: the command closed its stdin; what is left can never be delivered.
+            Err(_) => {
+                gone = true;
+                break;
+            }
+        }
+    }
+    stdin.pending.drain(..written);
+    if gone || (stdin.pending.is_empty() && stdin.close_when_drained) {
+        command.stdin = None;
+    }
+}
+
+/// Reports and forgets every command that is finished. With output paused (the channel is congested) a command
+/// whose pipes are still open waits: its last output must go out before its `ExecExited`.
+pub fn report_finished(commands: &mut Commands, channel: &mut Channel, now_ns: u64) {
+    let ids: Vec<u64> = commands
+        .table
+        .iter()
+        .filter(|(_, c)| {
+            let pipes_closed = c.stdout.is_none() && c.stderr.is_none();
+            c.exit.is_some() && (pipes_closed || (c.drain_expired(now_ns) && !channel.congested()))
+        })
+        .map(|(&id, _)| id)
+        .collect();
+    for id in ids {
+        let Some(mut command) = commands.table.remove(&id) else { continue };
+        for stream in [OutputStreamKind::Stdout, OutputStreamKind::Stderr] {
+            pump(channel, id, &mut command, stream, FINAL_DRAIN_BYTES);
+        }
+        channel.queue(id, Message::ExecExited { exit: command.command_exit() });
+    }
+}

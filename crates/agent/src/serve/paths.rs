@@ -1,0 +1,164 @@
+//! Resolving sandbox paths safely: every path is resolved by the kernel with `openat2(root, path, RESOLVE_IN_ROOT |
+//! RESOLVE_NO_MAGICLINKS)`, so `..` and symlinks (absolute or relative) stay inside the root and `/proc/*/root`-style
+//! magic links are refused; and every operation runs with the sandbox user's filesystem identity (`setfsuid`/
+//! `setfsgid`), so permissions are the sandbox user's, never the agent's.
+
+#![allow(unsafe_code)]
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+use sandkasten_protocol::FailureCode;
+
+use super::errors::OpError;
+
+/// Longest path accepted, in bytes (PATH_MAX).
+const MAX_PATH_BYTES: usize = 4096;
+
+/// The uid and gid whose permissions file operations get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsIdentity {
+    /// Filesystem uid (the sandbox user).
+    pub uid: u32,
+    /// Filesystem gid.
+    pub gid: u32,
+}
+
+/// The sandbox's root directory, as an `O_PATH` descriptor, and the identity file operations use.
+#[derive(Debug)]
+pub struct SandboxRoot {
+    fd: OwnedFd,
+    identity: Option<FsIdentity>,
+}
+
+impl SandboxRoot {
+    /// Opens `dir` (`/` in production, after pivot_root) as the root. `identity: None` keeps the agent's own
+    /// identity (tests without root).
+    pub fn open(dir: &Path, identity: Option<FsIdentity>) -> std::io::Result<SandboxRoot> {
+        let fd = rustix::fs::open(dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+        Ok(SandboxRoot { fd, identity })
+    }
+
+    /// Runs `op` with the sandbox user's filesystem identity, restoring the agent's afterwards.
+    pub fn as_sandbox_user<T>(&self, op: impl FnOnce() -> Result<T, OpError>) -> Result<T, OpError> {
+        let Some(identity) = self.identity else { return op() };
+        let _restore = FsIdentityGuard::switch(identity)?;
+        op()
+    }
+
+    /// Resolves `path` inside the root and opens it with `flags` (`O_CLOEXEC` is added).
+    pub fn open_in_root(&self, path: &str, flags: OFlags, mode: Mode) -> Result<OwnedFd, OpError> {
+        check_path(path)?;
+        let resolve = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
+        // openat2 fails with EAGAIN when a concurrent rename or mount could have fooled the resolution: retry.
+        let mut attempts = 0;
+        loop {
+            match rustix::fs::openat2(&self.fd, path, flags | OFlags::CLOEXEC, mode, resolve) {
+                Err(Errno::AGAIN) if attempts < 16 => attempts += 1,
+                Err(errno) => return Err(OpError::sys("open", path, errno)),
+                Ok(fd) => return Ok(fd),
+            }
+        }
+    }
+
+    /// The directory holding `path` (resolved inside the root, `O_PATH`) and the last component's name. The name is
+    /// never empty, `.` or `..`.
+    pub fn parent_of(&self, path: &str) -> Result<(OwnedFd, String), OpError> {
+        let (parent, name) = split_parent(path)?;
+        let dir = self.open_in_root(parent, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())?;
+        Ok((dir, name.to_owned()))
+    }
+
+    /// The root descriptor.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Refuses relative paths, NUL bytes and overlong paths before the kernel sees them.
+pub fn check_path(path: &str) -> Result<(), OpError> {
+    if !path.starts_with('/') {
+        return Err(OpError::new(FailureCode::InvalidPath, format!("{path:?} is not an absolute path")));
+    }
+    if path.contains('\0') || path.len() > MAX_PATH_BYTES {
+        return Err(OpError::new(FailureCode::InvalidPath, "the path contains NUL or is too long"));
+    }
+    Ok(())
+}
+
+/// Splits an absolute path into its parent and last component (trailing slashes ignored).
+pub fn split_parent(path: &str) -> Result<(&str, &str), OpError> {
+    check_path(path)?;
+    let trimmed = path.trim_end_matches('/');
+    let (parent, name) = trimmed.rsplit_once('/').unwrap_or(("", trimmed));
+    if name.is_empty() || name == "." || name == ".." {
+        return Err(OpError::new(FailureCode::InvalidPath, format!("{path:?} does not name an entry of a directory")));
+    }
+    Ok((if parent.is_empty() { "/" } else { parent }, name))
+}
+
+/// Joins a directory path as the host wrote it and an entry name, for display.
+pub fn join(dir: &str, name: &str) -> String {
+    format!("{}/{name}", dir.trim_end_matches('/'))
+}
+
+/// Restores the previous filesystem ids when dropped.
+struct FsIdentityGuard {
+    previous_uid: u32,
+    previous_gid: u32,
+}
+
+impl FsIdentityGuard {
+    fn switch(identity: FsIdentity) -> Result<FsIdentityGuard, OpError> {
+        // SAFETY: setfsgid/setfsuid take integers and only change this (single) thread's filesystem ids. Passing
+        // u32::MAX (an invalid id) changes nothing and returns the current id, which verifies each switch.
+        let (previous_gid, current_gid) = unsafe {
+            (libc::setfsgid(identity.gid) as u32, libc::setfsgid(u32::MAX) as u32)
+        };
+        // SAFETY: as above.
+        let (previous_uid, current_uid) = unsafe {
+            (libc::setfsuid(identity.uid) as u32, libc::setfsuid(u32::MAX) as u32)
+        };
+        let guard = FsIdentityGuard { previous_uid, previous_gid };
+        if current_gid != identity.gid || current_uid != identity.uid {
+            return Err(OpError::new(FailureCode::Internal, "could not take the sandbox user's filesystem identity"));
+        }
+        Ok(guard)
+    }
+}
+
+impl Drop for FsIdentityGuard {
+    fn drop(&mut self) {
+        // SAFETY: restores the ids returned by the switch; integers only.
+        unsafe {
+            libc::setfsuid(self.previous_uid);
+            libc::setfsgid(self.previous_gid);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parents_and_names_are_split_and_dot_names_refused() {
+        assert_eq!(split_parent("/a/b/").ok(), Some(("/a", "b")));
+        assert_eq!(split_parent("/a").ok(), Some(("/", "a")));
+        for bad in ["/", "a/b", "/a/..", "/.", "/a\0b"] {
+            assert!(split_parent(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn magic_links_are_refused_even_when_their_target_is_inside_the_root() {
+        let Ok(root) = SandboxRoot::open(Path::new("/"), None) else { return };
+        for path in ["/proc/self/root/etc", "/proc/self/cwd", "/proc/self/fd/0", "/proc/thread-self/root"] {
+            let result = root.open_in_root(path, OFlags::PATH, Mode::empty());
+            assert_eq!(result.err().map(|e| e.code), Some(FailureCode::InvalidPath), "{path}");
+        }
+        assert!(root.open_in_root("/proc/self/status", OFlags::RDONLY, Mode::empty()).is_ok());
+    }
+}

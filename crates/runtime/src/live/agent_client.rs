@@ -1,0 +1,218 @@
+//! `AgentClient`: the host end of one long-lived agent's channel. Requests carry ids; a reader task routes every
+//! reply to the request that is waiting for it, so any number of commands and file operations run at once.
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use sandkasten_protocol::{
+    Envelope, FailureCode, FrameDecoder, Message, OutputStreamKind, encode,
+};
+use sandkasten_types::{CommandExit, CommandSpec, FileInfo};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::sync::mpsc;
+
+/// Why an agent request failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentFailure {
+    /// The agent's failure code (`None` when the channel itself failed: the sandbox is gone).
+    pub code: Option<FailureCode>,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl AgentFailure {
+    fn gone() -> Self {
+        AgentFailure { code: None, message: "the sandbox is gone".to_owned() }
+    }
+}
+
+type Pending = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<Message>>>>;
+
+/// A connection to one agent.
+pub struct AgentClient {
+    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    pending: Pending,
+    next_id: AtomicU64,
+}
+
+impl AgentClient {
+    /// Takes over the host end of an agent's channel. Needs a tokio runtime (it starts the reader task).
+    pub fn new(channel: OwnedFd) -> std::io::Result<AgentClient> {
+        let std_stream = std::os::unix::net::UnixStream::from(channel);
+        std_stream.set_nonblocking(true)?;
+        let (mut reader, writer) = UnixStream::from_std(std_stream)?.into_split();
+        let pending: Pending = Arc::default();
+        let routes = Arc::clone(&pending);
+        tokio::spawn(async move {
+            let mut decoder = FrameDecoder::new();
+            let mut buffer = vec![0u8; 64 << 10];
+            loop {
+                let n = match reader.read(&mut buffer).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                decoder.push(&buffer[..n]);
+                while let Ok(Some(envelope)) = decoder.next_envelope() {
+                    let route = routes.lock().ok().and_then(|map| map.get(&envelope.id).cloned());
+                    if let Some(route) = route {
+                        let _ = route.send(envelope.msg);
+                    }
+                }
+            }
+            // The agent is gone: every waiting request learns it (its sender is dropped).
+            if let Ok(mut map) = routes.lock() {
+                map.clear();
+            }
+        });
+        Ok(AgentClient { writer: tokio::sync::Mutex::new(writer), pending, next_id: AtomicU64::new(1) })
+    }
+
+    async fn send(&self, id: u64, msg: Message) -> Result<(), AgentFailure> {
+        let frame = encode(&Envelope::new(id, msg)).map_err(|e| AgentFailure { code: None, message: e.to_string() })?;
+        self.writer.lock().await.write_all(&frame).await.map_err(|_| AgentFailure::gone())
+    }
+
+    /// Sends a request and returns its id and the stream of replies to it.
+    async fn start(&self, msg: Message) -> Result<(u64, mpsc::UnboundedReceiver<Message>), AgentFailure> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.pending.lock().map_err(|_| AgentFailure::gone())?.insert(id, tx);
+        if let Err(failure) = self.send(id, msg).await {
+            self.finish(id);
+            return Err(failure);
+        }
+        Ok((id, rx))
+    }
+
+    fn finish(&self, id: u64) {
+        if let Ok(mut map) = self.pending.lock() {
+            map.remove(&id);
+        }
+    }
+
+    /// A request with exactly one reply.
+    async fn call(&self, msg: Message) -> Result<Message, AgentFailure> {
+        let (id, mut replies) = self.start(msg).await?;
+        let reply = replies.recv().await;
+        self.finish(id);
+        match reply {
+            Some(Message::Failed { code, message }) => Err(AgentFailure { code: Some(code), message }),
+            Some(other) => Ok(other),
+            None => Err(AgentFailure::gone()),
+        }
+    }
+
+    /// Runs a command; output chunks go to `output` as they arrive (in order; a dropped receiver is fine).
+    pub async fn exec(
+        &self,
+        spec: CommandSpec,
+        output: mpsc::Sender<(OutputStreamKind, Vec<u8>)>,
+    ) -> Result<CommandExit, AgentFailure> {
+        let (id, mut replies) = self.start(Message::Exec { spec, background: false }).await?;
+        let outcome = loop {
+            match replies.recv().await {
+                Some(Message::Output { stream, data }) => {
+                    if let Ok(bytes) = BASE64.decode(data) {
+                        let _ = output.send((stream, bytes)).await;
+                    }
+                }
+                Some(Message::ExecExited { exit }) => break Ok(exit),
+                Some(Message::Failed { code, message }) => break Err(AgentFailure { code: Some(code), message }),
+                Some(_) => {}
+                None => break Err(AgentFailure::gone()),
+            }
+        };
+        self.finish(id);
+        outcome
+    }
+
+    /// Reads up to `max_bytes` of a file.
+    pub async fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, AgentFailure> {
+        const CHUNK: u64 = 1 << 20;
+        let mut contents = Vec::new();
+        loop {
+            let offset = contents.len() as u64;
+            let len = CHUNK.min(max_bytes.saturating_sub(offset).saturating_add(1));
+            match self.call(Message::FileRead { path: path.to_owned(), offset, len }).await? {
+                Message::FileData { data, eof } => {
+                    let bytes = BASE64.decode(data).map_err(|e| AgentFailure { code: None, message: e.to_string() })?;
+                    contents.extend_from_slice(&bytes);
+                    if contents.len() as u64 > max_bytes {
+                        return Err(AgentFailure {
+                            code: Some(FailureCode::TooLarge),
+                            message: format!("{path} is larger than {max_bytes} bytes"),
+                        });
+                    }
+                    if eof || bytes.is_empty() {
+                        return Ok(contents);
+                    }
+                }
+                other => return Err(unexpected(&other)),
+            }
+        }
+    }
+
+    /// Writes a whole file (in chunks), replacing it.
+    pub async fn write_file(&self, path: &str, data: &[u8]) -> Result<(), AgentFailure> {
+        const CHUNK: usize = 1 << 20;
+        let mut chunks = data.chunks(CHUNK).peekable();
+        let mut append = false;
+        if chunks.peek().is_none() {
+            return self.expect_done(Message::FileWrite { path: path.to_owned(), data: String::new(), append, mode: None }).await;
+        }
+        for chunk in chunks {
+            let msg = Message::FileWrite { path: path.to_owned(), data: BASE64.encode(chunk), append, mode: None };
+            self.expect_done(msg).await?;
+            append = true;
+        }
+        Ok(())
+    }
+
+    async fn expect_done(&self, msg: Message) -> Result<(), AgentFailure> {
+        match self.call(msg).await? {
+            Message::Done => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Lists a directory.
+    pub async fn list_dir(&self, path: &str) -> Result<Vec<FileInfo>, AgentFailure> {
+        match self.call(Message::FileList { path: path.to_owned() }).await? {
+            Message::FileEntries { entries } => Ok(entries),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Describes one path.
+    pub async fn stat(&self, path: &str) -> Result<FileInfo, AgentFailure> {
+        match self.call(Message::FileStat { path: path.to_owned() }).await? {
+            Message::FileStatReply { info } => Ok(info),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Creates a directory.
+    pub async fn mkdir(&self, path: &str, parents: bool) -> Result<(), AgentFailure> {
+        self.expect_done(Message::Mkdir { path: path.to_owned(), parents }).await
+    }
+
+    /// Renames a path.
+    pub async fn rename(&self, from: &str, to: &str) -> Result<(), AgentFailure> {
+        self.expect_done(Message::Rename { from: from.to_owned(), to: to.to_owned() }).await
+    }
+
+    /// Removes a path.
+    pub async fn remove(&self, path: &str, recursive: bool) -> Result<(), AgentFailure> {
+        self.expect_done(Message::Remove { path: path.to_owned(), recursive }).await
+    }
+}
+
+fn unexpected(msg: &Message) -> AgentFailure {
+    AgentFailure { code: Some(FailureCode::Internal), message: format!("unexpected reply from the agent: {msg:?}") }
+}

@@ -1,0 +1,117 @@
+//! The owner's side: starts `sandkasten spawner`, sends requests one at a time, and hands events (an agent exited on
+//! its own) to a callback from a reader thread. Blocking: call it from a blocking context (`spawn_blocking`).
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, Mutex};
+
+use sandkasten_types::{ResourceUsage, SandboxSpec};
+
+use super::messages::{SpawnerRequest, SpawnerResponse};
+use super::transport::{packet_pair, receive, send};
+use crate::error::RuntimeError;
+
+/// Something the spawner reports on its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpawnerEvent {
+    /// A sandbox's agent exited (limit, crash); its host resources are already removed.
+    Exited {
+        /// Sandbox id.
+        id: String,
+    },
+    /// The spawner itself is gone: every sandbox it held is gone too.
+    SpawnerGone,
+}
+
+/// A sandbox the spawner created.
+#[derive(Debug)]
+pub struct SpawnedSandbox {
+    /// The agent's host pid.
+    pub pid: u32,
+    /// The host end of the agent's protocol channel (a connected unix stream socket).
+    pub channel: OwnedFd,
+}
+
+type Reply = (SpawnerResponse, Option<OwnedFd>);
+
+/// A connection to a running spawner process.
+pub struct SpawnerClient {
+    socket: Arc<OwnedFd>,
+    replies: Mutex<Receiver<Reply>>,
+    child: Mutex<Child>,
+}
+
+impl SpawnerClient {
+    /// Starts `program spawner` (normally the `sandkasten` binary itself) and a thread reading its messages.
+    pub fn start(program: &Path, on_event: impl Fn(SpawnerEvent) + Send + 'static) -> Result<SpawnerClient, RuntimeError> {
+        let (ours, theirs) = packet_pair()?;
+        let child = Command::new(program)
+            .arg("spawner")
+            .stdin(Stdio::from(theirs))
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(|e| RuntimeError::sys("starting the spawner", e))?;
+        let socket = Arc::new(ours);
+        let (reply_tx, reply_rx) = channel::<Reply>();
+        let reader_socket = Arc::clone(&socket);
+        std::thread::Builder::new()
+            .name("sandkasten-spawner-reader".into())
+            .spawn(move || {
+                loop {
+                    match receive::<SpawnerResponse>(reader_socket.as_fd()) {
+                        Ok(Some((response, fd))) if response.is_reply() => {
+                            if reply_tx.send((response, fd)).is_err() {
+                                break;
+                            }
+                        }
+                        Ok(Some((SpawnerResponse::Exited { id }, _))) => on_event(SpawnerEvent::Exited { id }),
+                        Ok(Some(_)) => {}
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+                on_event(SpawnerEvent::SpawnerGone);
+            })
+            .map_err(|e| RuntimeError::sys("starting the spawner reader thread", e))?;
+        Ok(SpawnerClient { socket, replies: Mutex::new(reply_rx), child: Mutex::new(child) })
+    }
+
+    fn request(&self, request: &SpawnerRequest) -> Result<Reply, RuntimeError> {
+        // One request in flight at a time: replies come back in order.
+        let replies = self.replies.lock().map_err(|_| RuntimeError::sys("spawner lock", std::io::Error::other("poisoned")))?;
+        send(self.socket.as_fd(), request, None)?;
+        replies.recv().map_err(|_| RuntimeError::sys("waiting for the spawner", std::io::Error::other("the spawner exited")))
+    }
+
+    /// Creates a sandbox.
+    pub fn spawn(&self, id: &str, spec: &SandboxSpec) -> Result<SpawnedSandbox, RuntimeError> {
+        match self.request(&SpawnerRequest::Spawn { id: id.to_owned(), spec: spec.clone() })? {
+            (SpawnerResponse::Spawned { pid, .. }, Some(channel)) => Ok(SpawnedSandbox { pid, channel }),
+            (SpawnerResponse::Failed { invalid_input: true, message, .. }, _) => Err(RuntimeError::InvalidInput(message)),
+            (SpawnerResponse::Failed { message, .. }, _) => Err(RuntimeError::sys("spawning a sandbox", std::io::Error::other(message))),
+            (other, _) => Err(RuntimeError::sys("spawning a sandbox", std::io::Error::other(format!("unexpected reply {other:?}")))),
+        }
+    }
+
+    /// Kills and removes a sandbox; returns what it used.
+    pub fn destroy(&self, id: &str) -> Result<ResourceUsage, RuntimeError> {
+        match self.request(&SpawnerRequest::Destroy { id: id.to_owned() })? {
+            (SpawnerResponse::Destroyed { usage, .. }, _) => Ok(usage),
+            (SpawnerResponse::Failed { invalid_input: true, message, .. }, _) => Err(RuntimeError::InvalidInput(message)),
+            (SpawnerResponse::Failed { message, .. }, _) => Err(RuntimeError::sys("destroying a sandbox", std::io::Error::other(message))),
+            (other, _) => Err(RuntimeError::sys("destroying a sandbox", std::io::Error::other(format!("unexpected reply {other:?}")))),
+        }
+    }
+}
+
+impl Drop for SpawnerClient {
+    /// Closing the control socket makes the spawner destroy every sandbox and exit; wait for that.
+    fn drop(&mut self) {
+        // The reader thread holds a clone of the socket: shut it down so the spawner sees the end now.
+        let _ = rustix::net::shutdown(self.socket.as_fd(), rustix::net::Shutdown::Both);
+        if let Ok(mut child) = self.child.lock() {
+            let _ = child.wait();
+        }
+    }
+}

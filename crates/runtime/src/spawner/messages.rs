@@ -1,0 +1,64 @@
+//! Messages between the owner and the spawner, one JSON object per packet.
+
+use serde::{Deserialize, Serialize};
+use sandkasten_types::{ResourceUsage, SandboxSpec};
+
+/// owner → spawner.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum SpawnerRequest {
+    /// Create a long-lived sandbox; the reply carries the agent's channel as a file descriptor.
+    Spawn {
+        /// Sandbox id (chosen by the owner).
+        id: String,
+        /// What to create.
+        spec: SandboxSpec,
+    },
+    /// Kill and remove a sandbox.
+    Destroy {
+        /// Sandbox id.
+        id: String,
+    },
+}
+
+/// spawner → owner: replies (in request order) and events (at any time).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum SpawnerResponse {
+    /// Reply to `Spawn`: the agent runs; its channel is attached to this packet.
+    Spawned {
+        /// Sandbox id.
+        id: String,
+        /// The agent's host pid.
+        pid: u32,
+    },
+    /// Reply to `Destroy`.
+    Destroyed {
+        /// Sandbox id.
+        id: String,
+        /// Resources the sandbox used over its life.
+        usage: ResourceUsage,
+    },
+    /// Reply to a request that failed; nothing of the sandbox is left.
+    Failed {
+        /// Sandbox id.
+        id: String,
+        /// True when the request itself was invalid (the caller's mistake), false for a host failure.
+        invalid_input: bool,
+        /// What went wrong.
+        message: String,
+    },
+    /// Event: a sandbox's agent exited on its own (e.g. killed by its memory limit); its resources are removed.
+    Exited {
+        /// Sandbox id.
+        id: String,
+    },
+}
+
+/// True for replies, false for events.
+impl SpawnerResponse {
+    /// Whether this packet answers a request (rather than reporting an event).
+    pub fn is_reply(&self) -> bool {
+        !matches!(self, SpawnerResponse::Exited { .. })
+    }
+}

@@ -1,0 +1,183 @@
+//! The spawner's side: a single-threaded loop over the control socket and a signalfd for SIGCHLD.
+
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+
+use rustix::event::{PollFd, PollFlags, poll};
+use sandkasten_agent::AgentMode;
+use sandkasten_cgroups::Hierarchy;
+use sandkasten_jail::process::Stdio;
+use sandkasten_jail::seccomp::SandboxFilter;
+use sandkasten_types::ResourceUsage;
+
+use super::messages::{SpawnerRequest, SpawnerResponse};
+use super::transport::{receive, send};
+use crate::config::RuntimeConfig;
+use crate::error::RuntimeError;
+use crate::guard::SandboxGuard;
+use crate::launch::Launcher;
+use crate::{gc, plan};
+
+/// Runs the spawner on `control` until the owner closes it; returns the process exit code.
+pub fn run_spawner(control: OwnedFd, config: RuntimeConfig) -> i32 {
+    match Spawner::new(config).and_then(|mut spawner| spawner.serve(&control)) {
+        Ok(()) => 0,
+        Err(error) => {
+            tracing::error!(%error, "the spawner failed");
+            1
+        }
+    }
+}
+
+struct Spawner {
+    config: RuntimeConfig,
+    hierarchy: Hierarchy,
+    filter: SandboxFilter,
+    sandboxes: HashMap<String, SandboxGuard>,
+    devnull: OwnedFd,
+}
+
+fn child_signals() -> Result<OwnedFd, RuntimeError> {
+    // SAFETY: an initialised set holding SIGCHLD; blocking it and reading it through a signalfd (owned below).
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            return Err(RuntimeError::sys("pthread_sigmask", std::io::Error::last_os_error()));
+        }
+        let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        if fd < 0 {
+            return Err(RuntimeError::sys("signalfd", std::io::Error::last_os_error()));
+        }
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+impl Spawner {
+    fn new(config: RuntimeConfig) -> Result<Spawner, RuntimeError> {
+        let hierarchy = Hierarchy::detect()
+            .map_err(|e| RuntimeError::HostUnsupported(format!("no usable cgroup hierarchy: {e}")))?;
+        let filter = SandboxFilter::compile().map_err(sandkasten_jail::JailError::from)?;
+        if let Err(error) = gc::collect(&config, &hierarchy) {
+            tracing::warn!(%error, "garbage collection at spawner start failed");
+        }
+        let devnull = std::fs::File::open("/dev/null").map_err(|e| RuntimeError::sys("open /dev/null", e))?.into();
+        Ok(Spawner { config, hierarchy, filter, sandboxes: HashMap::new(), devnull })
+    }
+
+    fn serve(&mut self, control: &OwnedFd) -> Result<(), RuntimeError> {
+        let signals = child_signals()?;
+        loop {
+            let mut fds = [PollFd::new(control, PollFlags::IN), PollFd::new(&signals, PollFlags::IN)];
+            match poll(&mut fds, None) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(RuntimeError::sys("poll", e)),
+            }
+            let (control_ready, child_ready) = (!fds[0].revents().is_empty(), !fds[1].revents().is_empty());
+            if child_ready {
+                let mut drain = [0u8; std::mem::size_of::<libc::signalfd_siginfo>()];
+                while rustix::io::read(&signals, &mut drain).is_ok() {}
+                self.reap_exited(control);
+            }
+            if control_ready {
+                match receive::<SpawnerRequest>(control)? {
+                    Some((request, _)) => self.handle(control, request)?,
+                    None => break,
+                }
+            }
+        }
+        // The owner is gone: nothing may outlive it.
+        self.sandboxes.clear();
+        Ok(())
+    }
+
+    fn handle(&mut self, control: &OwnedFd, request: SpawnerRequest) -> Result<(), RuntimeError> {
+        match request {
+            SpawnerRequest::Spawn { id, spec } => match self.spawn(&id, &spec) {
+                Ok((pid, channel)) => {
+                    send(control.as_fd(), &SpawnerResponse::Spawned { id, pid }, Some(channel.as_fd()))?;
+                }
+                Err(error) => {
+                    let invalid_input = matches!(error, RuntimeError::InvalidInput(_));
+                    send(control.as_fd(), &SpawnerResponse::Failed { id, invalid_input, message: error.to_string() }, None)?;
+                }
+            },
+            SpawnerRequest::Destroy { id } => {
+                let reply = match self.sandboxes.remove(&id) {
+                    Some(guard) => self.destroy(id, guard),
+                    None => SpawnerResponse::Failed {
+                        id: id.clone(),
+                        invalid_input: true,
+                        message: format!("no sandbox {id} (it may have exited already)"),
+                    },
+                };
+                send(control.as_fd(), &reply, None)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn spawn(&mut self, id: &str, spec: &sandkasten_types::SandboxSpec) -> Result<(u32, OwnedFd), RuntimeError> {
+        if self.sandboxes.contains_key(id) || id.is_empty() || id.contains('/') {
+            return Err(RuntimeError::InvalidInput(format!("sandbox id '{id}' is in use or not a valid name")));
+        }
+        let run_plan = plan::plan_live(spec)?;
+        let launcher = Launcher { config: &self.config, hierarchy: &self.hierarchy, filter: &self.filter };
+        let guard = launcher.allocate(id, spec)?;
+        let null = std::os::fd::AsRawFd::as_raw_fd(&self.devnull);
+        let stdio = Stdio { stdin: null, stdout: null, stderr: null };
+        let launched = launcher.launch(guard, spec, run_plan, AgentMode::Serve, stdio)?;
+        let pid = launched.guard.init_pid.unwrap_or(0);
+        self.sandboxes.insert(id.to_owned(), launched.guard);
+        Ok((pid, launched.channel.into()))
+    }
+
+    fn destroy(&self, id: String, mut guard: SandboxGuard) -> SpawnerResponse {
+        guard.kill();
+        guard.reap();
+        let usage = guard.cgroup().and_then(|cgroup| Ok(cgroup.usage()?)).unwrap_or_default();
+        match guard.release() {
+            Ok(()) => {
+                let _ = self.hierarchy.remove_parent(&self.config.cgroup_parent);
+                SpawnerResponse::Destroyed {
+                    id,
+                    usage: ResourceUsage {
+                        cpu_user_ms: usage.cpu_user_ns / 1_000_000,
+                        cpu_system_ms: usage.cpu_system_ns / 1_000_000,
+                        memory_peak_bytes: usage.memory_peak_bytes,
+                    },
+                }
+            }
+            Err(error) => SpawnerResponse::Failed { id, invalid_input: false, message: error.to_string() },
+        }
+    }
+
+    /// Reaps agents that exited on their own, removes their resources and reports them.
+    fn reap_exited(&mut self, control: &OwnedFd) {
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid on any child, non-blocking, writing into an owned integer.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if pid <= 0 {
+                return;
+            }
+            let found = self.sandboxes.iter().find(|(_, guard)| guard.init_pid == Some(pid as u32)).map(|(id, _)| id.clone());
+            let Some(id) = found else { continue };
+            if let Some(mut guard) = self.sandboxes.remove(&id) {
+                guard.init_pid = None;
+                guard.kill();
+                if let Err(error) = guard.release() {
+                    tracing::error!(%error, sandbox = %id, "removing an exited sandbox failed; gc will retry");
+                }
+                let _ = self.hierarchy.remove_parent(&self.config.cgroup_parent);
+            }
+            if let Err(error) = send(control.as_fd(), &SpawnerResponse::Exited { id }, None) {
+                tracing::warn!(%error, "reporting an exited sandbox failed");
+            }
+        }
+    }
+}

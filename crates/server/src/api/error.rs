@@ -1,0 +1,205 @@
+//! The API's one error type: a stable code, an HTTP status and a message that says what to fix, answered as
+//! `{"error": {"code", "message"}}`. Runtime failures, store failures and extractor rejections all map here.
+
+use axum::Json;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::runtime::{FailureKind, RuntimeFailure};
+use crate::store::{QuotaExceeded, StoreError};
+
+/// Stable machine-readable error codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// 400: the request is malformed (syntax, bad path, bad query).
+    BadRequest,
+    /// 401: no or unknown API key.
+    Unauthorized,
+    /// 404: no such sandbox (or another tenant's), path or route.
+    NotFound,
+    /// 405: the route exists but not with this method.
+    MethodNotAllowed,
+    /// 409: the request conflicts with the current state (sandbox not running, path exists, not empty, ...).
+    Conflict,
+    /// 413: the body or file is larger than allowed.
+    PayloadTooLarge,
+    /// 422: well-formed but unacceptable values (limits out of range, unknown fields, wrong types).
+    Unprocessable,
+    /// 429: a tenant quota would be exceeded.
+    QuotaExceeded,
+    /// 500: the server or runtime failed; never caused by input.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The code's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::Unprocessable => "unprocessable",
+            ErrorCode::QuotaExceeded => "quota_exceeded",
+            ErrorCode::Internal => "internal",
+        }
+    }
+
+    /// The HTTP status answered with this code.
+    pub fn status(self) -> StatusCode {
+        match self {
+            ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
+            ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
+            ErrorCode::NotFound => StatusCode::NOT_FOUND,
+            ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ErrorCode::Conflict => StatusCode::CONFLICT,
+            ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+/// The body of every error response.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// Code and message of an error response.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable code.
+    pub code: ErrorCode,
+    /// What went wrong and how to fix it.
+    pub message: String,
+}
+
+/// An error answered to the client.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code:?}: {message}")]
+pub struct ApiError {
+    /// Stable code (decides the status).
+    pub code: ErrorCode,
+    /// Message for the client.
+    pub message: String,
+}
+
+/// Marks an error response with its code, for the errors metric.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ErrorTag(pub(crate) ErrorCode);
+
+impl ApiError {
+    /// An error with a code and message.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError { code, message: message.into() }
+    }
+    /// 400.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::BadRequest, message)
+    }
+    /// 401.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Unauthorized, message)
+    }
+    /// 404.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::NotFound, message)
+    }
+    /// 409.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Conflict, message)
+    }
+    /// 413.
+    pub fn payload_too_large(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::PayloadTooLarge, message)
+    }
+    /// 422.
+    pub fn unprocessable(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Unprocessable, message)
+    }
+    /// 500; the detail goes to the log, the client gets a generic message.
+    pub fn internal(detail: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %detail, "internal error");
+        Self::new(ErrorCode::Internal, "internal server error; the details are in the server log")
+    }
+    /// The 404 for a sandbox id that does not exist or belongs to another tenant (indistinguishable on purpose).
+    pub fn sandbox_not_found(id: &str) -> Self {
+        Self::not_found(format!("sandbox {id} not found"))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody { error: ErrorDetail { code: self.code, message: self.message } };
+        let mut response = (self.code.status(), Json(body)).into_response();
+        response.extensions_mut().insert(ErrorTag(self.code));
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        ApiError::internal(error)
+    }
+}
+
+impl From<crate::ids::IdError> for ApiError {
+    fn from(error: crate::ids::IdError) -> Self {
+        ApiError::internal(error)
+    }
+}
+
+impl From<QuotaExceeded> for ApiError {
+    fn from(error: QuotaExceeded) -> Self {
+        ApiError::new(ErrorCode::QuotaExceeded, error.to_string())
+    }
+}
+
+impl From<RuntimeFailure> for ApiError {
+    fn from(failure: RuntimeFailure) -> Self {
+        let code = match failure.kind {
+            FailureKind::NotFound => ErrorCode::NotFound,
+            FailureKind::InvalidPath => ErrorCode::BadRequest,
+            FailureKind::PermissionDenied | FailureKind::ExecFailed => ErrorCode::Unprocessable,
+            FailureKind::AlreadyExists
+            | FailureKind::NotADirectory
+            | FailureKind::IsADirectory
+            | FailureKind::NotEmpty
+            | FailureKind::SandboxGone => ErrorCode::Conflict,
+            FailureKind::TooLarge => ErrorCode::PayloadTooLarge,
+            FailureKind::Internal => return ApiError::internal(format!("runtime: {}", failure.message)),
+        };
+        ApiError::new(code, failure.message)
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        ApiError::bad_request(rejection.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        ApiError::bad_request(rejection.body_text())
+    }
+}
+
+/// The fallback for unknown routes.
+pub(crate) async fn route_not_found() -> ApiError {
+    ApiError::not_found("no such route; see /openapi.json for the API")
+}
+
+/// The fallback for known routes called with the wrong method.
+pub(crate) async fn method_not_allowed() -> ApiError {
+    ApiError::new(ErrorCode::MethodNotAllowed, "this route does not accept that method; see /openapi.json")
+}

@@ -1,0 +1,251 @@
+//! `POST /v1/sandboxes/{id}/exec`: run a command to its end and answer its result as JSON, or, with
+//! `Accept: text/event-stream`, stream `stdout`/`stderr` events as the output arrives and end with an `exit` event.
+//!
+//! The command runs in its own task: a client that disconnects does not stop it, and its end is always recorded.
+
+use std::convert::Infallible;
+use std::time::Instant;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::http::header::ACCEPT;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use sandkasten_types::{CommandExit, CommandSpec};
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
+use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error};
+use crate::api::output::Capture;
+use crate::api::schemas::{ExecBody, ExecResponse, ExitEvent};
+use crate::auth::Tenant;
+use crate::clock::now_ms;
+use crate::runtime::{OutputChunk, RuntimeFailure, Stream};
+use crate::state::AppState;
+use crate::store::{CommandRecord, SandboxRecord};
+use crate::{ids, validate};
+
+/// Checks the request against the sandbox and builds the command for the runtime (timeout always set).
+fn command_spec(body: ExecBody, sandbox: &SandboxRecord) -> Result<CommandSpec, ApiError> {
+    if body.background {
+        return Err(ApiError::unprocessable("background commands are not supported yet: omit background"));
+    }
+    let max_timeout = sandbox.spec.limits.timeout_ms;
+    let timeout_ms = body.timeout_ms.unwrap_or(max_timeout);
+    if !(1..=max_timeout).contains(&timeout_ms) {
+        return Err(ApiError::unprocessable(format!(
+            "timeout_ms must be between 1 and the sandbox's limits.timeout_ms ({max_timeout}), got {timeout_ms}"
+        )));
+    }
+    if let Some(cwd) = &body.cwd {
+        validate::sandbox_path("cwd", cwd).map_err(ApiError::bad_request)?;
+    }
+    validate::environment(&body.env).map_err(ApiError::unprocessable)?;
+    let spec = CommandSpec {
+        argv: body.argv,
+        cmd: body.cmd,
+        env: body.env,
+        cwd: body.cwd,
+        stdin: body.stdin,
+        timeout_ms: Some(timeout_ms),
+    };
+    let argv = spec.resolved_argv().map_err(ApiError::unprocessable)?;
+    if argv.iter().any(|arg| arg.contains('\0')) {
+        return Err(ApiError::unprocessable("the command contains a NUL byte"));
+    }
+    Ok(spec)
+}
+
+/// A command started in its own task.
+struct Started {
+    chunks: mpsc::Receiver<OutputChunk>,
+    done: oneshot::Receiver<Result<CommandExit, RuntimeFailure>>,
+    started: Instant,
+}
+
+/// Records the command, then runs it in a task that records its end whatever happens to the request.
+async fn start(state: &AppState, tenant: &Tenant, id: &str, spec: CommandSpec) -> Result<Started, ApiError> {
+    let command_id = ids::command_id()?;
+    let argv = spec.resolved_argv().map_err(ApiError::unprocessable)?;
+    let record = CommandRecord {
+        id: command_id.clone(),
+        sandbox_id: id.to_owned(),
+        tenant: tenant.name.to_string(),
+        argv,
+        started_ms: now_ms(),
+    };
+    state.store().start_command(record).await?;
+    let (events, chunks) = mpsc::channel(64);
+    let (finished, done) = oneshot::channel();
+    let (state, id) = (state.clone(), id.to_owned());
+    let started = Instant::now();
+    tokio::spawn(async move {
+        let result = state.runtime().exec(&id, spec, events).await;
+        let seconds = started.elapsed().as_secs_f64();
+        state.metrics().exec_finished(seconds);
+        if let Err(error) = state.store().finish_command(&command_id, result.as_ref().ok().copied(), now_ms()).await {
+            tracing::error!(command = %command_id, %error, "could not record the end of a command");
+        }
+        match &result {
+            Ok(exit) => tracing::info!(
+                sandbox = %id, command = %command_id, exit_code = ?exit.exit_code, signal = ?exit.signal,
+                timed_out = exit.timed_out, seconds, "command ended"
+            ),
+            Err(failure) => tracing::warn!(
+                sandbox = %id, command = %command_id, kind = ?failure.kind, reason = %failure.message, "command failed"
+            ),
+        }
+        // The request may be gone; then nobody wants the result.
+        finished.send(result).ok();
+    });
+    Ok(Started { chunks, done, started })
+}
+
+/// Feeds every chunk to `on_chunk` until the command has ended and its output is drained.
+async fn pump<F, Fut>(mut started: Started, mut on_chunk: F) -> Result<CommandExit, RuntimeFailure>
+where
+    F: FnMut(OutputChunk) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    loop {
+        tokio::select! {
+            biased;
+            Some(chunk) = started.chunks.recv() => on_chunk(chunk).await,
+            result = &mut started.done => {
+                while let Ok(chunk) = started.chunks.try_recv() {
+                    on_chunk(chunk).await;
+                }
+                return result.unwrap_or_else(|_| Err(RuntimeFailure::new(
+                    crate::runtime::FailureKind::Internal,
+                    "the command's task ended without a result",
+                )));
+            }
+        }
+    }
+}
+
+/// Run a command in a sandbox.
+#[utoipa::path(
+    post, path = "/v1/sandboxes/{id}/exec", tag = "exec",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = ExecBody,
+    responses(
+        (status = 200, description = "The command's result; with `Accept: text/event-stream` a stream of `stdout` and \
+            `stderr` events (data: OutputEvent), then one `exit` event (data: ExitEvent), or an `error` event \
+            (data: ErrorDetail) when the runtime fails", content(
+            (ExecResponse = "application/json"),
+            (String = "text/event-stream"),
+        )),
+        (status = 400, description = "Malformed JSON or cwd", body = ErrorBody),
+        (status = 401, description = "Missing or unknown API key", body = ErrorBody),
+        (status = 404, description = "No such sandbox for this tenant", body = ErrorBody),
+        (status = 409, description = "The sandbox has ended", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 422, description = "No command, both argv and cmd, bad env or timeout_ms", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub(crate) async fn exec(
+    State(state): State<AppState>,
+    tenant: Tenant,
+    IdPath(id): IdPath,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<ExecBody>,
+) -> Result<Response, ApiError> {
+    let sandbox = running_sandbox(&state, &tenant, &id).await?;
+    let spec = command_spec(body, &sandbox)?;
+    let limit = sandbox.spec.limits.output_bytes;
+    let wants_stream = headers
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .any(|value| value.contains("text/event-stream"));
+    let started = start(&state, &tenant, &id, spec).await?;
+    if wants_stream {
+        return Ok(stream(state, id, started, limit));
+    }
+    let started_at = started.started;
+    let (mut stdout, mut stderr) = (Capture::default(), Capture::default());
+    let result = pump(started, |chunk| {
+        match chunk.stream {
+            Stream::Stdout => stdout.keep(&chunk.data, limit),
+            Stream::Stderr => stderr.keep(&chunk.data, limit),
+        }
+        std::future::ready(())
+    })
+    .await;
+    let exit = match result {
+        Ok(exit) => exit,
+        Err(failure) => return Err(runtime_error(&state, &id, failure).await),
+    };
+    let (stdout, stderr) = (stdout.into_stream(), stderr.into_stream());
+    Ok(Json(ExecResponse {
+        sandbox_id: id,
+        exit_code: exit.exit_code,
+        signal: exit.signal,
+        timed_out: exit.timed_out,
+        stdout: stdout.text(),
+        stdout_base64: stdout.base64_if_binary(),
+        stderr: stderr.text(),
+        stderr_base64: stderr.base64_if_binary(),
+        stdout_truncated: stdout.truncated,
+        stderr_truncated: stderr.truncated,
+        duration_ms: started_at.elapsed().as_secs_f64() * 1000.0,
+    })
+    .into_response())
+}
+
+fn json_event<T: serde::Serialize>(name: &'static str, data: &T) -> Event {
+    Event::default().event(name).json_data(data).unwrap_or_else(|_| Event::default().event(name))
+}
+
+/// The SSE response: a task forwards events while the command runs; a gone client does not stop the command.
+fn stream(state: AppState, id: String, started: Started, limit: u64) -> Response {
+    let (sender, receiver) = mpsc::channel::<Result<Event, Infallible>>(64);
+    tokio::spawn(async move {
+        let started_at = started.started;
+        let (mut stdout, mut stderr) = (Capture::default(), Capture::default());
+        let result = pump(started, |chunk| {
+            let (name, capture) = match chunk.stream {
+                Stream::Stdout => ("stdout", &mut stdout),
+                Stream::Stderr => ("stderr", &mut stderr),
+            };
+            let event = capture.forward(&chunk.data, limit).map(|data| json_event(name, &data));
+            let sender = sender.clone();
+            async move {
+                if let Some(event) = event {
+                    // A closed channel means the client left: keep draining so the command is not blocked.
+                    sender.send(Ok(event)).await.ok();
+                }
+            }
+        })
+        .await;
+        for (name, capture) in [("stdout", &mut stdout), ("stderr", &mut stderr)] {
+            if let Some(data) = capture.flush() {
+                sender.send(Ok(json_event(name, &data))).await.ok();
+            }
+        }
+        let last = match result {
+            Ok(exit) => json_event(
+                "exit",
+                &ExitEvent {
+                    exit_code: exit.exit_code,
+                    signal: exit.signal,
+                    timed_out: exit.timed_out,
+                    stdout_truncated: stdout.truncated(),
+                    stderr_truncated: stderr.truncated(),
+                    duration_ms: started_at.elapsed().as_secs_f64() * 1000.0,
+                },
+            ),
+            Err(failure) => {
+                let error = runtime_error(&state, &id, failure).await;
+                state.metrics().error(error.code.as_str());
+                json_event("error", &ErrorDetail { code: error.code, message: error.message })
+            }
+        };
+        sender.send(Ok(last)).await.ok();
+    });
+    Sse::new(ReceiverStream::new(receiver)).keep_alive(KeepAlive::default()).into_response()
+}

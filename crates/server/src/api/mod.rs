@@ -1,0 +1,108 @@
+//! The HTTP API: the router, its OpenAPI description, and the layers every request passes (tracing, errors metric,
+//! authentication on `/v1`).
+
+pub mod error;
+mod exec;
+mod extract;
+mod files;
+mod output;
+mod sandboxes;
+pub mod schemas;
+mod service;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use tower_http::trace::TraceLayer;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use crate::api::error::ErrorTag;
+use crate::auth::require_tenant;
+use crate::state::AppState;
+
+pub(crate) use sandboxes::destroy_quietly;
+
+/// The OpenAPI description of every route.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "sandkasten",
+        description = "Long-lived sandboxes for untrusted code: lifecycle, exec (JSON or SSE), files. \
+            Authenticate with `Authorization: Bearer KEY`; errors are `{\"error\": {\"code\", \"message\"}}`.",
+        license(name = "Apache-2.0"),
+    ),
+    paths(
+        sandboxes::create, sandboxes::list, sandboxes::get, sandboxes::delete, sandboxes::set_timeout,
+        exec::exec,
+        files::read, files::write, files::remove, files::list, files::stat, files::mkdir, files::rename,
+        service::healthz, service::metrics, service::openapi,
+    ),
+    components(schemas(
+        error::ErrorBody, error::ErrorDetail, error::ErrorCode,
+        schemas::OutputEvent, schemas::ExitEvent,
+    )),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "sandboxes", description = "Create, find and destroy sandboxes"),
+        (name = "exec", description = "Run commands"),
+        (name = "files", description = "Files inside a sandbox"),
+        (name = "service", description = "Health, metrics, this description"),
+    )
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme("api_key", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+    }
+}
+
+/// The OpenAPI description as pretty JSON with a trailing newline (what `docs/api/openapi.json` holds).
+pub fn openapi_json() -> String {
+    let mut text = ApiDoc::openapi().to_pretty_json().unwrap_or_else(|error| {
+        tracing::error!(%error, "openapi description cannot be serialised");
+        String::from("{}")
+    });
+    text.push('\n');
+    text
+}
+
+/// Counts error responses by code.
+async fn count_errors(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    if let Some(ErrorTag(code)) = response.extensions().get::<ErrorTag>() {
+        state.metrics().error(code.as_str());
+    }
+    response
+}
+
+/// The whole HTTP API over `state`.
+pub fn router(state: AppState) -> Router {
+    let v1 = Router::new()
+        .route("/sandboxes", post(sandboxes::create).get(sandboxes::list))
+        .route("/sandboxes/{id}", get(sandboxes::get).delete(sandboxes::delete))
+        .route("/sandboxes/{id}/timeout", post(sandboxes::set_timeout))
+        .route("/sandboxes/{id}/exec", post(exec::exec))
+        .route("/sandboxes/{id}/files", get(files::read).put(files::write).delete(files::remove))
+        .route("/sandboxes/{id}/files/list", get(files::list))
+        .route("/sandboxes/{id}/files/stat", get(files::stat))
+        .route("/sandboxes/{id}/files/mkdir", post(files::mkdir))
+        .route("/sandboxes/{id}/files/rename", post(files::rename))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_tenant));
+    Router::new()
+        .route("/healthz", get(service::healthz))
+        .route("/metrics", get(service::metrics))
+        .route("/openapi.json", get(service::openapi))
+        .nest("/v1", v1)
+        .fallback(error::route_not_found)
+        .method_not_allowed_fallback(error::method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), count_errors))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}

@@ -1,0 +1,130 @@
+//! Output of one command as the API hands it out: kept up to the sandbox's output limit per stream, and, for
+//! streams, cut into events that never split a UTF-8 character (a partial character waits for the next chunk).
+
+use base64::Engine as _;
+use sandkasten_types::OutputStream;
+
+use crate::api::schemas::OutputEvent;
+
+/// One stream's output so far.
+#[derive(Debug, Default)]
+pub(crate) struct Capture {
+    /// Bytes kept (only when collecting; streaming forwards instead of keeping).
+    kept: Vec<u8>,
+    /// Bytes accepted so far (kept or forwarded), at most the limit.
+    accepted: u64,
+    /// True once output went past the limit.
+    truncated: bool,
+    /// The tail of the last forwarded chunk that is an incomplete UTF-8 character.
+    carry: Vec<u8>,
+}
+
+impl Capture {
+    /// The part of `data` that still fits under `limit`; the rest is dropped and marks the stream truncated.
+    fn fit<'a>(&mut self, data: &'a [u8], limit: u64) -> &'a [u8] {
+        let room = limit.saturating_sub(self.accepted);
+        let take = data.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        if take < data.len() {
+            self.truncated = true;
+        }
+        self.accepted += take as u64;
+        &data[..take]
+    }
+
+    /// Keeps what fits of `data` (collecting mode).
+    pub(crate) fn keep(&mut self, data: &[u8], limit: u64) {
+        let fitting = self.fit(data, limit);
+        self.kept.extend_from_slice(fitting);
+    }
+
+    /// What fits of `data` as an event, holding back an incomplete trailing character (streaming mode).
+    pub(crate) fn forward(&mut self, data: &[u8], limit: u64) -> Option<OutputEvent> {
+        let fitting = self.fit(data, limit);
+        let mut pending = std::mem::take(&mut self.carry);
+        pending.extend_from_slice(fitting);
+        let complete = pending.len() - incomplete_tail_len(&pending);
+        self.carry = pending.split_off(complete);
+        event(&pending)
+    }
+
+    /// Whatever is held back, at the end of the stream.
+    pub(crate) fn flush(&mut self) -> Option<OutputEvent> {
+        let rest = std::mem::take(&mut self.carry);
+        event(&rest)
+    }
+
+    /// True once output went past the limit.
+    pub(crate) fn truncated(&self) -> bool {
+        self.truncated
+    }
+
+    /// The kept bytes in the shape of `ExecResult`'s streams.
+    pub(crate) fn into_stream(self) -> OutputStream {
+        OutputStream { bytes: self.kept, truncated: self.truncated }
+    }
+}
+
+fn event(bytes: &[u8]) -> Option<OutputEvent> {
+    if bytes.is_empty() {
+        return None;
+    }
+    let base64 = match std::str::from_utf8(bytes) {
+        Ok(_) => None,
+        Err(_) => Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
+    };
+    Some(OutputEvent { data: String::from_utf8_lossy(bytes).into_owned(), base64 })
+}
+
+/// Length of a trailing UTF-8 lead byte plus continuation bytes that do not yet form a whole character.
+fn incomplete_tail_len(bytes: &[u8]) -> usize {
+    for back in 1..=bytes.len().min(3) {
+        let byte = bytes[bytes.len() - back];
+        if byte & 0b1100_0000 == 0b1000_0000 {
+            continue;
+        }
+        let needed = match byte {
+            0xF0..=0xF7 => 4,
+            0xE0..=0xEF => 3,
+            0xC0..=0xDF => 2,
+            _ => 1,
+        };
+        return if needed > back { back } else { 0 };
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_output_stops_at_the_limit() {
+        let mut capture = Capture::default();
+        capture.keep(b"hello ", 8);
+        capture.keep(b"world", 8);
+        let stream = capture.into_stream();
+        assert_eq!(stream.bytes, b"hello wo");
+        assert!(stream.truncated);
+    }
+
+    #[test]
+    fn a_character_split_across_chunks_is_sent_whole() {
+        let euro = "€".as_bytes();
+        let mut capture = Capture::default();
+        let first = capture.forward(&[b'a', euro[0], euro[1]], 100).map(|e| e.data);
+        assert_eq!(first.as_deref(), Some("a"));
+        let second = capture.forward(&[euro[2], b'b'], 100);
+        assert_eq!(second.as_ref().map(|e| e.data.as_str()), Some("€b"));
+        assert_eq!(second.and_then(|e| e.base64), None);
+        assert!(capture.flush().is_none());
+    }
+
+    #[test]
+    fn invalid_bytes_travel_in_base64_and_a_dangling_lead_byte_is_flushed() {
+        let mut capture = Capture::default();
+        let event = capture.forward(&[0xff, b'x'], 100);
+        assert_eq!(event.and_then(|e| e.base64).as_deref(), Some("/3g="));
+        assert!(capture.forward(&[0xE2], 100).is_none());
+        assert_eq!(capture.flush().and_then(|e| e.base64).as_deref(), Some("4g=="));
+    }
+}

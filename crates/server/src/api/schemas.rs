@@ -1,0 +1,440 @@
+//! Request and response bodies of the API, with their OpenAPI schemas. Types of `sandkasten_types` are mirrored here
+//! (same JSON shape, plus `ToSchema`) rather than annotated there; tests check each mirror against its original.
+
+use std::collections::BTreeMap;
+
+use sandkasten_types::{FileInfo, FileKind, Limits, Template};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::clock::rfc3339;
+use crate::store::{SandboxRecord, SandboxState};
+
+/// Hard limits of a sandbox; omitted fields take their defaults. Mirrors `sandkasten_types::Limits`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsBody {
+    /// Wall-clock time for one command, in milliseconds (1 to 86 400 000). Default 10 000.
+    #[schema(example = 10_000)]
+    pub timeout_ms: u64,
+    /// Memory in bytes, swap 0 (8 MiB to 1 TiB). Default 268 435 456 (256 MiB).
+    #[schema(example = 268_435_456)]
+    pub memory_bytes: u64,
+    /// Processes and threads alive at once (1 to 65 536). Default 128.
+    pub pids: u64,
+    /// CPU bandwidth in CPUs (0.01 to 1024). Default 1.0.
+    pub cpus: f64,
+    /// Size of each writable filesystem and the largest file, in bytes (1 MiB to 1 TiB). Default 128 MiB.
+    pub disk_bytes: u64,
+    /// Bytes kept per output stream (1 KiB to 1 GiB). Default 1 MiB.
+    pub output_bytes: u64,
+}
+
+impl Default for LimitsBody {
+    fn default() -> Self {
+        Limits::default().into()
+    }
+}
+
+impl From<Limits> for LimitsBody {
+    fn from(l: Limits) -> Self {
+        LimitsBody {
+            timeout_ms: l.timeout_ms,
+            memory_bytes: l.memory_bytes,
+            pids: l.pids,
+            cpus: l.cpus,
+            disk_bytes: l.disk_bytes,
+            output_bytes: l.output_bytes,
+        }
+    }
+}
+
+impl From<LimitsBody> for Limits {
+    fn from(l: LimitsBody) -> Self {
+        Limits {
+            timeout_ms: l.timeout_ms,
+            memory_bytes: l.memory_bytes,
+            pids: l.pids,
+            cpus: l.cpus,
+            disk_bytes: l.disk_bytes,
+            output_bytes: l.output_bytes,
+        }
+    }
+}
+
+/// Root filesystem template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TemplateName {
+    /// Read-only `/usr` of the host, a synthesised `/etc`.
+    #[default]
+    Host,
+}
+
+impl From<TemplateName> for Template {
+    fn from(template: TemplateName) -> Self {
+        match template {
+            TemplateName::Host => Template::Host,
+        }
+    }
+}
+
+impl From<Template> for TemplateName {
+    fn from(template: Template) -> Self {
+        match template {
+            Template::Host => TemplateName::Host,
+        }
+    }
+}
+
+/// `POST /v1/sandboxes`.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSandboxRequest {
+    /// Root filesystem template. Default `host`.
+    #[serde(default)]
+    pub template: Option<TemplateName>,
+    /// Hard limits; omitted fields take their defaults.
+    #[serde(default)]
+    pub limits: Option<LimitsBody>,
+    /// Environment variables of every command (POSIX names).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Labels to find the sandbox by (`GET /v1/sandboxes?metadata.KEY=VALUE`); up to 64 entries.
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+    /// Seconds until the sandbox is destroyed; default from the server's config (300).
+    #[serde(default)]
+    pub timeout_s: Option<u64>,
+}
+
+/// Where a sandbox is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxStateName {
+    /// Usable.
+    Running,
+    /// Deleted by its tenant.
+    Destroyed,
+    /// Its processes died outside the server's control.
+    Lost,
+    /// Its timeout passed.
+    Expired,
+}
+
+impl From<SandboxState> for SandboxStateName {
+    fn from(state: SandboxState) -> Self {
+        match state {
+            SandboxState::Running => SandboxStateName::Running,
+            SandboxState::Destroyed => SandboxStateName::Destroyed,
+            SandboxState::Lost => SandboxStateName::Lost,
+            SandboxState::Expired => SandboxStateName::Expired,
+        }
+    }
+}
+
+/// A sandbox.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SandboxBody {
+    /// Id, `sb-` + 16 hex digits.
+    #[schema(example = "sb-1e11dbc1b69bccc7")]
+    pub id: String,
+    /// Owning tenant.
+    pub tenant: String,
+    /// State.
+    pub state: SandboxStateName,
+    /// Template.
+    pub template: TemplateName,
+    /// Hard limits.
+    pub limits: LimitsBody,
+    /// Labels.
+    pub metadata: BTreeMap<String, String>,
+    /// Names of the sandbox's environment variables (values are not shown).
+    pub env_names: Vec<String>,
+    /// Creation time (RFC 3339, UTC).
+    pub created_at: String,
+    /// When it will be (or was due to be) destroyed (RFC 3339, UTC).
+    pub expires_at: String,
+    /// When it stopped running (RFC 3339, UTC).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<String>,
+    /// Why it stopped running.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub end_reason: Option<String>,
+}
+
+impl From<SandboxRecord> for SandboxBody {
+    fn from(record: SandboxRecord) -> Self {
+        SandboxBody {
+            id: record.id,
+            tenant: record.tenant,
+            state: record.state.into(),
+            template: record.spec.template.into(),
+            limits: record.spec.limits.into(),
+            metadata: record.metadata,
+            env_names: record.spec.env.into_keys().collect(),
+            created_at: rfc3339(record.created_ms),
+            expires_at: rfc3339(record.expires_ms),
+            ended_at: record.ended_ms.map(rfc3339),
+            end_reason: record.end_reason,
+        }
+    }
+}
+
+/// `GET /v1/sandboxes`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SandboxList {
+    /// The tenant's sandboxes, oldest first.
+    pub sandboxes: Vec<SandboxBody>,
+}
+
+/// `POST /v1/sandboxes/{id}/timeout`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TimeoutRequest {
+    /// Seconds from now until the sandbox is destroyed (replaces the current expiry).
+    pub timeout_s: u64,
+}
+
+/// `POST /v1/sandboxes/{id}/exec`: give exactly one of `argv` and `cmd`.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecBody {
+    /// Program and arguments, looked up on the sandbox's PATH.
+    #[serde(default)]
+    pub argv: Option<Vec<String>>,
+    /// A shell command line, run with `/bin/bash -c`.
+    #[serde(default)]
+    pub cmd: Option<String>,
+    /// Extra environment variables for this command.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Working directory (absolute); default `/workspace`.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Text written to the command's stdin, which is then closed.
+    #[serde(default)]
+    pub stdin: Option<String>,
+    /// Wall-clock limit in milliseconds, at most the sandbox's `limits.timeout_ms` (the default).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Background commands are not supported yet; `true` is refused.
+    #[serde(default)]
+    pub background: bool,
+}
+
+/// The result of a command.
+#[derive(Debug, Clone, Default, Serialize, ToSchema)]
+pub struct ExecResponse {
+    /// The sandbox that ran it.
+    pub sandbox_id: String,
+    /// Exit code when it exited normally.
+    #[schema(required = true)]
+    pub exit_code: Option<i32>,
+    /// Signal number when a signal killed it.
+    #[schema(required = true)]
+    pub signal: Option<i32>,
+    /// True when its timeout killed it.
+    pub timed_out: bool,
+    /// Standard output as UTF-8 (invalid bytes become U+FFFD; see `stdout_base64`).
+    pub stdout: String,
+    /// The exact stdout bytes in base64, only when they are not valid UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdout_base64: Option<String>,
+    /// Standard error as UTF-8 (see `stderr_base64`).
+    pub stderr: String,
+    /// The exact stderr bytes in base64, only when they are not valid UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr_base64: Option<String>,
+    /// True when stdout went past the sandbox's output limit and was cut.
+    pub stdout_truncated: bool,
+    /// True when stderr went past the sandbox's output limit and was cut.
+    pub stderr_truncated: bool,
+    /// Wall-clock time of the command, in milliseconds.
+    pub duration_ms: f64,
+}
+
+/// Data of a `stdout` or `stderr` event of an exec stream.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct OutputEvent {
+    /// The chunk as UTF-8 text (a character split across chunks is sent whole with the next chunk).
+    pub data: String,
+    /// The exact bytes in base64, only when they are not valid UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base64: Option<String>,
+}
+
+/// Data of the final `exit` event of an exec stream.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ExitEvent {
+    /// Exit code when it exited normally.
+    #[schema(required = true)]
+    pub exit_code: Option<i32>,
+    /// Signal number when a signal killed it.
+    #[schema(required = true)]
+    pub signal: Option<i32>,
+    /// True when its timeout killed it.
+    pub timed_out: bool,
+    /// True when stdout went past the output limit (later chunks were not sent).
+    pub stdout_truncated: bool,
+    /// True when stderr went past the output limit.
+    pub stderr_truncated: bool,
+    /// Wall-clock time of the command, in milliseconds.
+    pub duration_ms: f64,
+}
+
+/// Kind of a directory entry. Mirrors `sandkasten_types::FileKind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FileKindName {
+    /// Regular file.
+    File,
+    /// Directory.
+    Dir,
+    /// Symbolic link (not followed).
+    Symlink,
+    /// Anything else (fifo, socket, device).
+    Other,
+}
+
+/// Metadata of a path inside a sandbox. Mirrors `sandkasten_types::FileInfo`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct FileInfoBody {
+    /// Base name.
+    pub name: String,
+    /// Absolute path inside the sandbox.
+    pub path: String,
+    /// Kind.
+    pub kind: FileKindName,
+    /// Size in bytes.
+    pub size: u64,
+    /// Permission bits (e.g. 420 = 0o644).
+    pub mode: u32,
+    /// Last modification, milliseconds since the Unix epoch.
+    pub modified_unix_ms: i64,
+    /// Target of a symlink.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub symlink_target: Option<String>,
+}
+
+impl From<FileInfo> for FileInfoBody {
+    fn from(info: FileInfo) -> Self {
+        FileInfoBody {
+            name: info.name,
+            path: info.path,
+            kind: match info.kind {
+                FileKind::File => FileKindName::File,
+                FileKind::Dir => FileKindName::Dir,
+                FileKind::Symlink => FileKindName::Symlink,
+                FileKind::Other => FileKindName::Other,
+            },
+            size: info.size,
+            mode: info.mode,
+            modified_unix_ms: info.modified_unix_ms,
+            symlink_target: info.symlink_target,
+        }
+    }
+}
+
+/// `GET /v1/sandboxes/{id}/files/list`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct FileList {
+    /// The directory's entries (not recursive).
+    pub entries: Vec<FileInfoBody>,
+}
+
+/// `POST /v1/sandboxes/{id}/files/mkdir`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MkdirRequest {
+    /// Absolute path of the new directory.
+    pub path: String,
+    /// Create missing parents too (and accept an existing directory).
+    #[serde(default)]
+    pub parents: bool,
+}
+
+/// `POST /v1/sandboxes/{id}/files/rename`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RenameRequest {
+    /// Absolute path to move.
+    pub from: String,
+    /// Absolute destination path.
+    pub to: String,
+}
+
+/// `?path=` of the files routes.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct PathQuery {
+    /// Absolute path inside the sandbox.
+    pub path: String,
+}
+
+/// `?path=&recursive=` of `DELETE …/files`.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct RemoveQuery {
+    /// Absolute path inside the sandbox.
+    pub path: String,
+    /// Remove a directory with its contents.
+    #[serde(default)]
+    pub recursive: bool,
+}
+
+/// Raw bytes of a file (`application/octet-stream`); only used to describe the files routes.
+#[derive(Debug, Clone, ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub struct FileBytes(pub Vec<u8>);
+
+/// `GET /healthz`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Health {
+    /// Always `ok` when the server answers.
+    pub status: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_mirror_has_the_same_json_as_limits() -> Result<(), serde_json::Error> {
+        let limits = Limits { memory_bytes: 64 << 20, cpus: 0.5, ..Limits::default() };
+        let mirrored = LimitsBody::from(limits.clone());
+        assert_eq!(serde_json::to_value(&mirrored)?, serde_json::to_value(&limits)?);
+        assert_eq!(Limits::from(mirrored), limits);
+        let partial: LimitsBody = serde_json::from_str(r#"{"pids": 4}"#)?;
+        assert_eq!(Limits::from(partial), Limits { pids: 4, ..Limits::default() });
+        Ok(())
+    }
+
+    #[test]
+    fn file_info_mirror_has_the_same_json_as_file_info() -> Result<(), serde_json::Error> {
+        for kind in [FileKind::File, FileKind::Dir, FileKind::Symlink, FileKind::Other] {
+            let info = FileInfo {
+                name: "a".into(),
+                path: "/workspace/a".into(),
+                kind,
+                size: 3,
+                mode: 0o644,
+                modified_unix_ms: 5,
+                symlink_target: (kind == FileKind::Symlink).then(|| "/b".into()),
+            };
+            assert_eq!(serde_json::to_value(FileInfoBody::from(info.clone()))?, serde_json::to_value(&info)?);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn state_and_template_names_match_the_store_and_types() -> Result<(), serde_json::Error> {
+        for state in [SandboxState::Running, SandboxState::Destroyed, SandboxState::Lost, SandboxState::Expired] {
+            assert_eq!(serde_json::to_value(SandboxStateName::from(state))?, state.as_str());
+        }
+        assert_eq!(serde_json::to_value(TemplateName::Host)?, serde_json::to_value(Template::Host)?);
+        Ok(())
+    }
+}

@@ -1,0 +1,421 @@
+//! The server's configuration: a TOML file (`sandkasten serve --config sandkasten.toml`) plus API keys from the
+//! environment (`SANDKASTEN_API_KEYS="tenant:key,tenant2:key2"`), validated as a whole before anything starts.
+//!
+//! ```toml
+//! listen = "127.0.0.1:8080"                       # address:port; insecure_no_auth needs a loopback address
+//! database = "/var/lib/sandkasten/sandkasten.db"  # SQLite file, created when missing
+//! default_timeout_s = 300                         # lifetime of a sandbox created without timeout_s
+//! max_timeout_s = 86400                           # largest timeout_s a client may ask for
+//!
+//! [[tenants]]
+//! name = "acme"
+//! api_keys = ["a-long-random-key-of-16-bytes-or-more"]
+//! max_sandboxes = 32                              # running at once
+//! max_memory_bytes = 8589934592                   # sum of the running sandboxes' memory limits
+//! ```
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use thiserror::Error;
+
+/// Name of the environment variable holding extra API keys.
+pub const API_KEYS_ENV: &str = "SANDKASTEN_API_KEYS";
+
+/// Shortest accepted API key, in bytes: shorter keys are guessable.
+pub const MIN_KEY_BYTES: usize = 16;
+/// Longest accepted API key, in bytes.
+pub const MAX_KEY_BYTES: usize = 256;
+
+/// A configuration that cannot be used, with what to change.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has unknown/mistyped fields.
+    #[error("invalid config file: {0}")]
+    Parse(#[from] toml::de::Error),
+    /// `listen` is not an IP address with a port.
+    #[error("listen = {0:?} is not an address with a port, e.g. \"127.0.0.1:8080\" or \"[::1]:8080\"")]
+    Listen(String),
+    /// Authentication is off on a non-loopback address.
+    #[error(
+        "insecure_no_auth is only allowed when listening on a loopback address (127.0.0.1 or ::1), not {0}: \
+         configure API keys instead"
+    )]
+    InsecureNotLoopback(SocketAddr),
+    /// No key is configured and authentication is on.
+    #[error(
+        "no API keys: add [[tenants]] with api_keys to the config file or set {API_KEYS_ENV}=\"tenant:key\" \
+         (or insecure_no_auth = true on a loopback address, for local use only)"
+    )]
+    NoKeys,
+    /// A tenant name is empty, too long or has characters outside `[A-Za-z0-9_.-]`.
+    #[error("tenant name {0:?} must be 1 to 64 characters of A-Z, a-z, 0-9, '_', '.', '-'")]
+    TenantName(String),
+    /// The same tenant is configured twice in the file.
+    #[error("tenant {0:?} is configured twice")]
+    DuplicateTenant(String),
+    /// A key is too short, too long or contains spaces or control characters (the key itself is not shown).
+    #[error(
+        "an API key of tenant {tenant:?} is unusable: keys must be {MIN_KEY_BYTES} to {MAX_KEY_BYTES} printable \
+         ASCII characters without spaces or commas"
+    )]
+    KeyFormat {
+        /// The tenant the key belongs to.
+        tenant: String,
+    },
+    /// The same key is given twice (the key itself is not shown).
+    #[error("an API key of tenant {tenant:?} is configured more than once")]
+    DuplicateKey {
+        /// The tenant of the second occurrence.
+        tenant: String,
+    },
+    /// An entry of `SANDKASTEN_API_KEYS` is not `tenant:key`.
+    #[error("{API_KEYS_ENV} entry number {0} is not of the form tenant:key")]
+    EnvEntry(usize),
+    /// The timeouts are inconsistent.
+    #[error("timeouts must satisfy 1 <= default_timeout_s <= max_timeout_s <= 604800, got {default} and {max}")]
+    Timeouts {
+        /// `default_timeout_s`.
+        default: u64,
+        /// `max_timeout_s`.
+        max: u64,
+    },
+    /// A size setting is zero or absurdly large.
+    #[error("{name} must be between 1 and {max} bytes, got {got}")]
+    Size {
+        /// The setting.
+        name: &'static str,
+        /// Largest accepted value.
+        max: u64,
+        /// The value given.
+        got: u64,
+    },
+}
+
+/// An API key. Its `Debug` form is redacted so that logging a config never shows a key.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key.
+    pub fn new(key: impl Into<String>) -> Self {
+        ApiKey(key.into())
+    }
+
+    /// The key's bytes, for comparison.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+
+    fn is_well_formed(&self) -> bool {
+        (MIN_KEY_BYTES..=MAX_KEY_BYTES).contains(&self.0.len())
+            && self.0.bytes().all(|b| b.is_ascii_graphic() && b != b',')
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+/// One tenant: its keys and quotas.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// Name, shown in responses and logs.
+    pub name: String,
+    /// Keys that authenticate as this tenant (`Authorization: Bearer KEY`).
+    #[serde(default)]
+    pub api_keys: Vec<ApiKey>,
+    /// Sandboxes running at once. Default 32.
+    #[serde(default = "default_max_sandboxes")]
+    pub max_sandboxes: u64,
+    /// Sum of the memory limits of the running sandboxes, in bytes. Default 8 GiB.
+    #[serde(default = "default_max_memory_bytes")]
+    pub max_memory_bytes: u64,
+}
+
+impl TenantConfig {
+    /// A tenant with the default quotas and no keys.
+    pub fn new(name: impl Into<String>) -> Self {
+        TenantConfig {
+            name: name.into(),
+            api_keys: Vec::new(),
+            max_sandboxes: default_max_sandboxes(),
+            max_memory_bytes: default_max_memory_bytes(),
+        }
+    }
+}
+
+/// Everything `sandkasten serve` needs to know.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address and port to listen on. Default `127.0.0.1:8080`.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// SQLite database file. Default `/var/lib/sandkasten/sandkasten.db`.
+    #[serde(default = "default_database")]
+    pub database: PathBuf,
+    /// Lifetime of a sandbox created without `timeout_s`, in seconds. Default 300.
+    #[serde(default = "default_timeout_s")]
+    pub default_timeout_s: u64,
+    /// Largest `timeout_s` a client may ask for, in seconds. Default 86 400 (one day).
+    #[serde(default = "default_max_timeout_s")]
+    pub max_timeout_s: u64,
+    /// Largest file read or written through the files API, in bytes. Default 64 MiB.
+    #[serde(default = "default_max_file_bytes")]
+    pub max_file_bytes: u64,
+    /// Largest JSON request body, in bytes. Default 4 MiB.
+    #[serde(default = "default_max_json_bytes")]
+    pub max_json_bytes: u64,
+    /// Serve without authentication, everything as tenant `default`. Only on a loopback address. Default false.
+    #[serde(default)]
+    pub insecure_no_auth: bool,
+    /// Tenants with their keys and quotas.
+    #[serde(default)]
+    pub tenants: Vec<TenantConfig>,
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8080".into()
+}
+fn default_database() -> PathBuf {
+    PathBuf::from("/var/lib/sandkasten/sandkasten.db")
+}
+fn default_timeout_s() -> u64 {
+    300
+}
+fn default_max_timeout_s() -> u64 {
+    86_400
+}
+fn default_max_file_bytes() -> u64 {
+    64 << 20
+}
+fn default_max_json_bytes() -> u64 {
+    4 << 20
+}
+fn default_max_sandboxes() -> u64 {
+    32
+}
+fn default_max_memory_bytes() -> u64 {
+    8 << 30
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: default_listen(),
+            database: default_database(),
+            default_timeout_s: default_timeout_s(),
+            max_timeout_s: default_max_timeout_s(),
+            max_file_bytes: default_max_file_bytes(),
+            max_json_bytes: default_max_json_bytes(),
+            insecure_no_auth: false,
+            tenants: Vec::new(),
+        }
+    }
+}
+
+/// Longest accepted sandbox lifetime a config may allow: one week.
+const MAX_CONFIGURABLE_TIMEOUT_S: u64 = 7 * 24 * 3600;
+
+impl ServerConfig {
+    /// Parses a config file's text (not yet validated).
+    pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
+        Ok(toml::from_str(text)?)
+    }
+
+    /// Reads a config file (not yet validated).
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        Self::from_toml_str(&text)
+    }
+
+    /// The whole configuration as `sandkasten serve` uses it: the file (or defaults), plus the keys of
+    /// `SANDKASTEN_API_KEYS`, validated.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut config = match path {
+            Some(path) => Self::from_file(path)?,
+            None => ServerConfig::default(),
+        };
+        if let Ok(value) = std::env::var(API_KEYS_ENV) {
+            config.add_env_keys(&value)?;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Adds the keys of a `SANDKASTEN_API_KEYS` value (`tenant:key,tenant2:key2`); a tenant not in the file gets the
+    /// default quotas.
+    pub fn add_env_keys(&mut self, value: &str) -> Result<(), ConfigError> {
+        for (index, entry) in value.split(',').map(str::trim).enumerate() {
+            if entry.is_empty() {
+                continue;
+            }
+            let (tenant, key) = entry.split_once(':').ok_or(ConfigError::EnvEntry(index + 1))?;
+            if tenant.is_empty() || key.is_empty() {
+                return Err(ConfigError::EnvEntry(index + 1));
+            }
+            let position = match self.tenants.iter().position(|t| t.name == tenant) {
+                Some(position) => position,
+                None => {
+                    self.tenants.push(TenantConfig::new(tenant));
+                    self.tenants.len() - 1
+                }
+            };
+            self.tenants[position].api_keys.push(ApiKey::new(key));
+        }
+        Ok(())
+    }
+
+    /// The listen address.
+    pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
+        self.listen.parse().map_err(|_| ConfigError::Listen(self.listen.clone()))
+    }
+
+    /// Checks the whole configuration; the first problem found is returned.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let addr = self.listen_addr()?;
+        if self.insecure_no_auth && !addr.ip().is_loopback() {
+            return Err(ConfigError::InsecureNotLoopback(addr));
+        }
+        let (default, max) = (self.default_timeout_s, self.max_timeout_s);
+        if !(1 <= default && default <= max && max <= MAX_CONFIGURABLE_TIMEOUT_S) {
+            return Err(ConfigError::Timeouts { default, max });
+        }
+        for (name, got, max) in
+            [("max_file_bytes", self.max_file_bytes, 1 << 40), ("max_json_bytes", self.max_json_bytes, 1 << 30)]
+        {
+            if !(1..=max).contains(&got) {
+                return Err(ConfigError::Size { name, max, got });
+            }
+        }
+        let mut names = std::collections::BTreeSet::new();
+        let mut keys = std::collections::BTreeSet::new();
+        for tenant in &self.tenants {
+            if !valid_tenant_name(&tenant.name) {
+                return Err(ConfigError::TenantName(tenant.name.clone()));
+            }
+            if !names.insert(tenant.name.as_str()) {
+                return Err(ConfigError::DuplicateTenant(tenant.name.clone()));
+            }
+            for key in &tenant.api_keys {
+                if !key.is_well_formed() {
+                    return Err(ConfigError::KeyFormat { tenant: tenant.name.clone() });
+                }
+                if !keys.insert(key.as_bytes()) {
+                    return Err(ConfigError::DuplicateKey { tenant: tenant.name.clone() });
+                }
+            }
+        }
+        if !self.insecure_no_auth && keys.is_empty() {
+            return Err(ConfigError::NoKeys);
+        }
+        Ok(())
+    }
+}
+
+fn valid_tenant_name(name: &str) -> bool {
+    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "0123456789abcdef-key";
+
+    fn with_key() -> ServerConfig {
+        let mut config = ServerConfig::default();
+        config.add_env_keys(&format!("acme:{KEY}")).map_err(|e| e.to_string()).ok();
+        config
+    }
+
+    #[test]
+    fn file_with_tenants_parses_and_validates() -> Result<(), ConfigError> {
+        let text = format!(
+            "listen = \"0.0.0.0:9000\"\ndatabase = \"/tmp/x.db\"\ndefault_timeout_s = 60\nmax_timeout_s = 3600\n\
+             [[tenants]]\nname = \"acme\"\napi_keys = [\"{KEY}\"]\nmax_sandboxes = 2\nmax_memory_bytes = 1073741824\n"
+        );
+        let config = ServerConfig::from_toml_str(&text)?;
+        config.validate()?;
+        assert_eq!(config.tenants[0].max_sandboxes, 2);
+        assert_eq!(config.default_timeout_s, 60);
+        assert_eq!(config.database, PathBuf::from("/tmp/x.db"));
+        Ok(())
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        assert!(ServerConfig::from_toml_str("lisen = \"127.0.0.1:1\"").is_err());
+    }
+
+    #[test]
+    fn env_keys_add_tenants_with_default_quotas() {
+        let mut config = ServerConfig::default();
+        assert!(config.add_env_keys(&format!("a:{KEY}1, b:{KEY}2,")).is_ok());
+        assert_eq!(config.tenants.len(), 2);
+        assert_eq!(config.tenants[1].name, "b");
+        assert_eq!(config.tenants[1].max_sandboxes, 32);
+        assert!(config.validate().is_ok());
+        assert!(matches!(config.add_env_keys("nokey"), Err(ConfigError::EnvEntry(1))));
+    }
+
+    #[test]
+    fn insecure_no_auth_requires_loopback() {
+        let mut config = ServerConfig { insecure_no_auth: true, ..ServerConfig::default() };
+        assert!(config.validate().is_ok());
+        config.listen = "[::1]:8080".into();
+        assert!(config.validate().is_ok());
+        config.listen = "0.0.0.0:8080".into();
+        let message = config.validate().map_err(|e| e.to_string()).err().unwrap_or_default();
+        assert!(message.contains("loopback"), "{message}");
+    }
+
+    #[test]
+    fn no_keys_without_insecure_is_refused() {
+        assert!(matches!(ServerConfig::default().validate(), Err(ConfigError::NoKeys)));
+        assert!(with_key().validate().is_ok());
+    }
+
+    #[test]
+    fn weak_or_duplicate_keys_are_refused_without_showing_them() {
+        let mut config = ServerConfig::default();
+        assert!(config.add_env_keys("acme:short").is_ok());
+        let message = config.validate().map_err(|e| e.to_string()).err().unwrap_or_default();
+        assert!(message.contains("acme") && !message.contains("short"), "{message}");
+        let mut config = with_key();
+        assert!(config.add_env_keys(&format!("other:{KEY}")).is_ok());
+        let message = config.validate().map_err(|e| e.to_string()).err().unwrap_or_default();
+        assert!(message.contains("more than once") && !message.contains(KEY), "{message}");
+    }
+
+    #[test]
+    fn debug_output_redacts_keys() {
+        assert!(!format!("{:?}", with_key()).contains(KEY));
+    }
+
+    #[test]
+    fn bad_listen_and_timeouts_say_what_to_fix() {
+        let config = ServerConfig { listen: "localhost".into(), ..with_key() };
+        assert!(matches!(config.validate(), Err(ConfigError::Listen(_))));
+        let config = ServerConfig { default_timeout_s: 10, max_timeout_s: 5, ..with_key() };
+        assert!(matches!(config.validate(), Err(ConfigError::Timeouts { .. })));
+        let config = ServerConfig { tenants: vec![TenantConfig::new("bad name")], ..with_key() };
+        assert!(matches!(config.validate(), Err(ConfigError::TenantName(_))));
+    }
+}

@@ -1,0 +1,39 @@
+//! The expiry sweeper: once a second, every running sandbox whose timeout has passed is destroyed and marked
+//! expired, which frees its quota. A sandbox the runtime cannot destroy stays running and is retried next second.
+
+use std::time::Duration;
+
+use crate::api::destroy_quietly;
+use crate::clock::now_ms;
+use crate::state::AppState;
+use crate::store::{SandboxState, StoreError};
+
+/// How often the sweeper looks for expired sandboxes.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Destroys every running sandbox that expired at or before `now_ms`; returns how many were expired.
+pub async fn sweep(state: &AppState, now_ms: i64) -> Result<usize, StoreError> {
+    let mut expired = 0;
+    for id in state.store().expired_sandboxes(now_ms).await? {
+        if !destroy_quietly(state, &id).await {
+            continue;
+        }
+        if state.store().end_sandbox(&id, SandboxState::Expired, "timeout", now_ms).await? {
+            tracing::info!(sandbox = %id, "sandbox expired");
+            expired += 1;
+        }
+    }
+    Ok(expired)
+}
+
+/// Sweeps every `SWEEP_INTERVAL` until the task is aborted.
+pub async fn run(state: AppState) {
+    let mut interval = tokio::time::interval(SWEEP_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        if let Err(error) = sweep(&state, now_ms()).await {
+            tracing::error!(%error, "expiry sweep failed");
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! The database schema as an ordered list of migrations; `PRAGMA user_version` is the number applied so far.
+//! Migrations are append-only: never edit one that has shipped, add the next.
+
+use rusqlite::Connection;
+
+use crate::store::StoreError;
+
+/// Each entry moves the schema from version `index` to `index + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 1: sandboxes and the commands run in them.
+    "CREATE TABLE sandboxes (
+        id            TEXT PRIMARY KEY,
+        tenant        TEXT NOT NULL,
+        state         TEXT NOT NULL CHECK (state IN ('running', 'destroyed', 'lost', 'expired')),
+        spec_json     TEXT NOT NULL,
+        metadata_json TEXT NOT NULL,
+        memory_bytes  INTEGER NOT NULL,
+        created_ms    INTEGER NOT NULL,
+        expires_ms    INTEGER NOT NULL,
+        ended_ms      INTEGER,
+        end_reason    TEXT
+    ) STRICT;
+    CREATE INDEX sandboxes_by_tenant ON sandboxes (tenant, state);
+    CREATE INDEX sandboxes_running_by_expiry ON sandboxes (expires_ms) WHERE state = 'running';
+    CREATE TABLE commands (
+        id          TEXT PRIMARY KEY,
+        sandbox_id  TEXT NOT NULL REFERENCES sandboxes (id) ON DELETE CASCADE,
+        tenant      TEXT NOT NULL,
+        argv_json   TEXT NOT NULL,
+        started_ms  INTEGER NOT NULL,
+        ended_ms    INTEGER,
+        exit_code   INTEGER,
+        signal      INTEGER,
+        timed_out   INTEGER
+    ) STRICT;
+    CREATE INDEX commands_by_sandbox ON commands (sandbox_id);",
+];
+
+/// The schema version this build writes.
+pub(crate) const CURRENT_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// Applies the missing migrations, each in its own transaction together with its version bump.
+pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let found: u32 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    if found > CURRENT_VERSION {
+        return Err(StoreError::NewerSchema { found, known: CURRENT_VERSION });
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        let version = index + 1;
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", version)?;
+        tx.commit()?;
+        tracing::info!(version, "database migrated");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_apply_once_and_refuse_a_newer_schema() -> Result<(), StoreError> {
+        let mut conn = Connection::open_in_memory()?;
+        migrate(&mut conn)?;
+        migrate(&mut conn)?;
+        let version: u32 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+        assert_eq!(version, CURRENT_VERSION);
+        conn.pragma_update(None, "user_version", CURRENT_VERSION + 1)?;
+        assert!(matches!(migrate(&mut conn), Err(StoreError::NewerSchema { .. })));
+        Ok(())
+    }
+}

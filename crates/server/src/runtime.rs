@@ -1,0 +1,171 @@
+//! The seam between the HTTP server and whatever runs sandboxes: the `SandboxRuntime` trait, its output chunks and
+//! failures. The server only ever talks to a runtime through this trait, so tests plug in an in-memory fake.
+
+use std::future::Future;
+
+use futures::future::BoxFuture;
+use sandkasten_types::{CommandExit, CommandSpec, FileInfo, SandboxSpec};
+use thiserror::Error;
+use tokio::sync::mpsc;
+
+/// Which output stream a chunk came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// A piece of a running command's output, in the order the runtime read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputChunk {
+    /// The stream it was read from.
+    pub stream: Stream,
+    /// The bytes, as read (not necessarily whole UTF-8 characters or lines).
+    pub data: Vec<u8>,
+}
+
+/// What kind of failure a runtime reports; the server maps each kind to one HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The sandbox or the path does not exist.
+    NotFound,
+    /// The sandbox user may not do this (file permissions inside the sandbox).
+    PermissionDenied,
+    /// The path is not acceptable (escapes the sandbox, malformed).
+    InvalidPath,
+    /// The target path exists already.
+    AlreadyExists,
+    /// A path component, or the target, is not a directory.
+    NotADirectory,
+    /// The target is a directory where a file was expected.
+    IsADirectory,
+    /// The directory is not empty (remove without `recursive`).
+    NotEmpty,
+    /// The file or write is larger than allowed (the caller's maximum or the sandbox's disk).
+    TooLarge,
+    /// The command could not be started.
+    ExecFailed,
+    /// The sandbox died or was removed underneath the request.
+    SandboxGone,
+    /// The runtime itself failed; never the client's fault.
+    Internal,
+}
+
+/// A failed runtime operation: its kind and a human message (lowercase, no full stop, safe to show the client).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{message}")]
+pub struct RuntimeFailure {
+    /// What kind of failure it is.
+    pub kind: FailureKind,
+    /// What went wrong, for the client.
+    pub message: String,
+}
+
+impl RuntimeFailure {
+    /// Builds a failure from its kind and message.
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        RuntimeFailure { kind, message: message.into() }
+    }
+}
+
+/// Runs long-lived sandboxes. Implemented by the real runtime (`crates/runtime`) and by test fakes.
+///
+/// Ids and paths reaching a runtime are already validated by the server: ids are `sb-` + 16 hex digits, paths are
+/// absolute, free of NUL and `..`, at most 4096 bytes. The runtime still confines every path to the sandbox.
+pub trait SandboxRuntime: Send + Sync + 'static {
+    /// Creates and starts the sandbox `id`; on failure nothing of it may remain.
+    fn create(&self, id: &str, spec: &SandboxSpec) -> impl Future<Output = Result<(), RuntimeFailure>> + Send;
+    /// Stops the sandbox and removes everything it holds. Destroying an unknown sandbox is `NotFound`.
+    fn destroy(&self, id: &str) -> impl Future<Output = Result<(), RuntimeFailure>> + Send;
+    /// True while the sandbox's processes are alive (used by the startup reconcile).
+    fn is_alive(&self, id: &str) -> bool;
+    /// Runs a command to its end; output chunks are sent to `events` as they arrive (the receiver may be dropped:
+    /// keep going). `spec.timeout_ms` is always set by the server.
+    fn exec(
+        &self,
+        id: &str,
+        spec: CommandSpec,
+        events: mpsc::Sender<OutputChunk>,
+    ) -> impl Future<Output = Result<CommandExit, RuntimeFailure>> + Send;
+    /// Reads a whole regular file; `TooLarge` when it is bigger than `max_bytes`.
+    fn read_file(
+        &self,
+        id: &str,
+        path: &str,
+        max_bytes: u64,
+    ) -> impl Future<Output = Result<Vec<u8>, RuntimeFailure>> + Send;
+    /// Creates or replaces a regular file with `data`.
+    fn write_file(
+        &self,
+        id: &str,
+        path: &str,
+        data: Vec<u8>,
+    ) -> impl Future<Output = Result<(), RuntimeFailure>> + Send;
+    /// Lists a directory (not recursive).
+    fn list_dir(&self, id: &str, path: &str) -> impl Future<Output = Result<Vec<FileInfo>, RuntimeFailure>> + Send;
+    /// Describes one path without following a final symlink.
+    fn stat(&self, id: &str, path: &str) -> impl Future<Output = Result<FileInfo, RuntimeFailure>> + Send;
+    /// Creates a directory, and its missing parents when `parents` is set.
+    fn mkdir(&self, id: &str, path: &str, parents: bool) -> impl Future<Output = Result<(), RuntimeFailure>> + Send;
+    /// Renames a path inside the sandbox.
+    fn rename(&self, id: &str, from: &str, to: &str) -> impl Future<Output = Result<(), RuntimeFailure>> + Send;
+    /// Removes a file, or a directory (with its contents when `recursive` is set).
+    fn remove(&self, id: &str, path: &str, recursive: bool) -> impl Future<Output = Result<(), RuntimeFailure>> + Send;
+}
+
+/// Result of a boxed runtime call.
+type Boxed<'a, T> = BoxFuture<'a, Result<T, RuntimeFailure>>;
+
+/// `SandboxRuntime` behind a pointer: the server's state holds `Arc<dyn DynRuntime>` so that handlers, the router and
+/// the OpenAPI description are not generic over the runtime.
+pub(crate) trait DynRuntime: Send + Sync + 'static {
+    fn create<'a>(&'a self, id: &'a str, spec: &'a SandboxSpec) -> Boxed<'a, ()>;
+    fn destroy<'a>(&'a self, id: &'a str) -> Boxed<'a, ()>;
+    fn is_alive(&self, id: &str) -> bool;
+    fn exec<'a>(&'a self, id: &'a str, spec: CommandSpec, events: mpsc::Sender<OutputChunk>) -> Boxed<'a, CommandExit>;
+    fn read_file<'a>(&'a self, id: &'a str, path: &'a str, max_bytes: u64) -> Boxed<'a, Vec<u8>>;
+    fn write_file<'a>(&'a self, id: &'a str, path: &'a str, data: Vec<u8>) -> Boxed<'a, ()>;
+    fn list_dir<'a>(&'a self, id: &'a str, path: &'a str) -> Boxed<'a, Vec<FileInfo>>;
+    fn stat<'a>(&'a self, id: &'a str, path: &'a str) -> Boxed<'a, FileInfo>;
+    fn mkdir<'a>(&'a self, id: &'a str, path: &'a str, parents: bool) -> Boxed<'a, ()>;
+    fn rename<'a>(&'a self, id: &'a str, from: &'a str, to: &'a str) -> Boxed<'a, ()>;
+    fn remove<'a>(&'a self, id: &'a str, path: &'a str, recursive: bool) -> Boxed<'a, ()>;
+}
+
+impl<R: SandboxRuntime> DynRuntime for R {
+    fn create<'a>(&'a self, id: &'a str, spec: &'a SandboxSpec) -> Boxed<'a, ()> {
+        Box::pin(SandboxRuntime::create(self, id, spec))
+    }
+    fn destroy<'a>(&'a self, id: &'a str) -> Boxed<'a, ()> {
+        Box::pin(SandboxRuntime::destroy(self, id))
+    }
+    fn is_alive(&self, id: &str) -> bool {
+        SandboxRuntime::is_alive(self, id)
+    }
+    fn exec<'a>(&'a self, id: &'a str, spec: CommandSpec, events: mpsc::Sender<OutputChunk>) -> Boxed<'a, CommandExit> {
+        Box::pin(SandboxRuntime::exec(self, id, spec, events))
+    }
+    fn read_file<'a>(&'a self, id: &'a str, path: &'a str, max_bytes: u64) -> Boxed<'a, Vec<u8>> {
+        Box::pin(SandboxRuntime::read_file(self, id, path, max_bytes))
+    }
+    fn write_file<'a>(&'a self, id: &'a str, path: &'a str, data: Vec<u8>) -> Boxed<'a, ()> {
+        Box::pin(SandboxRuntime::write_file(self, id, path, data))
+    }
+    fn list_dir<'a>(&'a self, id: &'a str, path: &'a str) -> Boxed<'a, Vec<FileInfo>> {
+        Box::pin(SandboxRuntime::list_dir(self, id, path))
+    }
+    fn stat<'a>(&'a self, id: &'a str, path: &'a str) -> Boxed<'a, FileInfo> {
+        Box::pin(SandboxRuntime::stat(self, id, path))
+    }
+    fn mkdir<'a>(&'a self, id: &'a str, path: &'a str, parents: bool) -> Boxed<'a, ()> {
+        Box::pin(SandboxRuntime::mkdir(self, id, path, parents))
+    }
+    fn rename<'a>(&'a self, id: &'a str, from: &'a str, to: &'a str) -> Boxed<'a, ()> {
+        Box::pin(SandboxRuntime::rename(self, id, from, to))
+    }
+    fn remove<'a>(&'a self, id: &'a str, path: &'a str, recursive: bool) -> Boxed<'a, ()> {
+        Box::pin(SandboxRuntime::remove(self, id, path, recursive))
+    }
+}

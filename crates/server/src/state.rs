@@ -1,0 +1,93 @@
+//! What every handler shares: the store, the runtime, the keyring, the limits from the config and the metrics.
+
+use std::sync::Arc;
+
+use crate::auth::Keyring;
+use crate::config::ServerConfig;
+use crate::metrics::Metrics;
+use crate::runtime::{DynRuntime, SandboxRuntime};
+use crate::store::Store;
+
+/// Limits and defaults taken from the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// Lifetime of a sandbox created without `timeout_s`, in seconds.
+    pub default_timeout_s: u64,
+    /// Largest accepted `timeout_s`, in seconds.
+    pub max_timeout_s: u64,
+    /// Largest file read or written through the files API, in bytes.
+    pub max_file_bytes: u64,
+    /// Largest JSON request body, in bytes.
+    pub max_json_bytes: u64,
+}
+
+impl Settings {
+    /// The settings of a config.
+    pub fn from_config(config: &ServerConfig) -> Settings {
+        Settings {
+            default_timeout_s: config.default_timeout_s,
+            max_timeout_s: config.max_timeout_s,
+            max_file_bytes: config.max_file_bytes,
+            max_json_bytes: config.max_json_bytes,
+        }
+    }
+}
+
+struct Inner {
+    store: Store,
+    runtime: Arc<dyn DynRuntime>,
+    keyring: Keyring,
+    settings: Settings,
+    metrics: Metrics,
+}
+
+/// The server's shared state; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState").field("settings", &self.inner.settings).finish_non_exhaustive()
+    }
+}
+
+impl AppState {
+    /// State for a validated `config`, an opened `store` and a `runtime`.
+    pub fn new<R: SandboxRuntime>(config: &ServerConfig, store: Store, runtime: Arc<R>) -> AppState {
+        let runtime: Arc<dyn DynRuntime> = runtime;
+        AppState {
+            inner: Arc::new(Inner {
+                store,
+                runtime,
+                keyring: Keyring::from_config(config),
+                settings: Settings::from_config(config),
+                metrics: Metrics::new(),
+            }),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    pub(crate) fn runtime(&self) -> &dyn DynRuntime {
+        self.inner.runtime.as_ref()
+    }
+
+    pub(crate) fn keyring(&self) -> &Keyring {
+        &self.inner.keyring
+    }
+
+    /// Limits and defaults.
+    pub fn settings(&self) -> Settings {
+        self.inner.settings
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+}

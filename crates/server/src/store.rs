@@ -1,0 +1,531 @@
+//! Durable state in SQLite (WAL, migrations): which sandboxes exist, whose they are, their spec, metadata and
+//! lifetime, and the commands run in them. One connection behind a mutex, used only inside `spawn_blocking`.
+//!
+//! A sandbox row is written *before* the runtime creates the sandbox and is the only place quotas are counted, so
+//! the quota check and the insert happen in one transaction.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use sandkasten_types::{CommandExit, SandboxSpec};
+use thiserror::Error;
+
+use crate::migrations;
+
+/// A database failure. Never caused by a client's input.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// SQLite failed.
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A stored JSON column could not be (de)serialised.
+    #[error("stored json: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The database directory could not be created.
+    #[error("cannot create the database directory: {0}")]
+    Directory(std::io::Error),
+    /// The database was written by a newer sandkasten.
+    #[error("database schema version {found} is newer than this build's {known}: upgrade sandkasten")]
+    NewerSchema {
+        /// Version found in the file.
+        found: u32,
+        /// Newest version this build knows.
+        known: u32,
+    },
+    /// A stored state is not one this build knows.
+    #[error("unknown sandbox state {0:?} in the database")]
+    UnknownState(String),
+    /// A thread panicked while holding the connection.
+    #[error("database connection poisoned by a panic")]
+    Poisoned,
+    /// The blocking task did not complete.
+    #[error("database task failed: {0}")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+/// Where a sandbox is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxState {
+    /// Created and usable.
+    Running,
+    /// Deleted by its tenant.
+    Destroyed,
+    /// Its processes were found dead (e.g. after a daemon restart).
+    Lost,
+    /// Its timeout passed and it was destroyed.
+    Expired,
+}
+
+impl SandboxState {
+    /// The name stored in the database and shown in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxState::Running => "running",
+            SandboxState::Destroyed => "destroyed",
+            SandboxState::Lost => "lost",
+            SandboxState::Expired => "expired",
+        }
+    }
+
+    /// Parses a stored or requested state name.
+    pub fn parse(name: &str) -> Option<SandboxState> {
+        match name {
+            "running" => Some(SandboxState::Running),
+            "destroyed" => Some(SandboxState::Destroyed),
+            "lost" => Some(SandboxState::Lost),
+            "expired" => Some(SandboxState::Expired),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for SandboxState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One sandbox as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxRecord {
+    /// `sb-` + 16 hex digits.
+    pub id: String,
+    /// Owning tenant.
+    pub tenant: String,
+    /// Current state.
+    pub state: SandboxState,
+    /// What it was created with.
+    pub spec: SandboxSpec,
+    /// Client-defined labels.
+    pub metadata: BTreeMap<String, String>,
+    /// Creation time, ms since the Unix epoch.
+    pub created_ms: i64,
+    /// When it expires (or expired), ms since the Unix epoch.
+    pub expires_ms: i64,
+    /// When it stopped running, ms since the Unix epoch.
+    pub ended_ms: Option<i64>,
+    /// Why it stopped running.
+    pub end_reason: Option<String>,
+}
+
+/// A tenant's quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    /// Sandboxes running at once.
+    pub max_sandboxes: u64,
+    /// Sum of the running sandboxes' memory limits, in bytes.
+    pub max_memory_bytes: u64,
+}
+
+/// Why a sandbox was not admitted.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum QuotaExceeded {
+    /// Too many running sandboxes.
+    #[error("quota max_sandboxes exceeded: {running} sandboxes are running and the limit is {limit}; delete one first")]
+    Sandboxes {
+        /// Running now.
+        running: u64,
+        /// The quota.
+        limit: u64,
+    },
+    /// Too much memory reserved.
+    #[error(
+        "quota max_memory_bytes exceeded: running sandboxes reserve {used} bytes, this one asks for {asked} more and \
+         the limit is {limit}; delete a sandbox or ask for less memory"
+    )]
+    Memory {
+        /// Reserved by running sandboxes.
+        used: u64,
+        /// Asked for by the new sandbox.
+        asked: u64,
+        /// The quota.
+        limit: u64,
+    },
+}
+
+/// A command's row, written when it starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandRecord {
+    /// `cmd-` + 16 hex digits.
+    pub id: String,
+    /// The sandbox it runs in.
+    pub sandbox_id: String,
+    /// The tenant that ran it.
+    pub tenant: String,
+    /// The resolved argv.
+    pub argv: Vec<String>,
+    /// Start time, ms since the Unix epoch.
+    pub started_ms: i64,
+}
+
+/// The SQLite store. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    conn: Arc<Mutex<Connection>>,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Store")
+    }
+}
+
+const SANDBOX_COLUMNS: &str =
+    "id, tenant, state, spec_json, metadata_json, created_ms, expires_ms, ended_ms, end_reason";
+
+fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<(SandboxRecord, String, String, String)> {
+    let state: String = row.get(2)?;
+    let spec_json: String = row.get(3)?;
+    let metadata_json: String = row.get(4)?;
+    let record = SandboxRecord {
+        id: row.get(0)?,
+        tenant: row.get(1)?,
+        state: SandboxState::Running,
+        spec: SandboxSpec::default(),
+        metadata: BTreeMap::new(),
+        created_ms: row.get(5)?,
+        expires_ms: row.get(6)?,
+        ended_ms: row.get(7)?,
+        end_reason: row.get(8)?,
+    };
+    Ok((record, state, spec_json, metadata_json))
+}
+
+fn finish_sandbox(parts: (SandboxRecord, String, String, String)) -> Result<SandboxRecord, StoreError> {
+    let (mut record, state, spec_json, metadata_json) = parts;
+    record.state = SandboxState::parse(&state).ok_or(StoreError::UnknownState(state))?;
+    record.spec = serde_json::from_str(&spec_json)?;
+    record.metadata = serde_json::from_str(&metadata_json)?;
+    Ok(record)
+}
+
+fn query_sandboxes(
+    conn: &Connection,
+    sql_where: &str,
+    params: impl rusqlite::Params,
+) -> Result<Vec<SandboxRecord>, StoreError> {
+    let sql = format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE {sql_where} ORDER BY created_ms, rowid");
+    let mut statement = conn.prepare_cached(&sql)?;
+    let rows = statement.query_map(params, sandbox_from_row)?;
+    rows.map(|row| finish_sandbox(row?)).collect()
+}
+
+fn to_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+impl Store {
+    /// Opens (creating when missing) the database file, switches it to WAL and applies migrations.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(StoreError::Directory)?;
+        }
+        let conn = Connection::open(path)?;
+        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
+        tracing::debug!(path = %path.display(), journal_mode = %mode, "database opened");
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        Self::prepare(conn)
+    }
+
+    /// A private in-memory database (tests).
+    pub fn open_in_memory() -> Result<Store, StoreError> {
+        Self::prepare(Connection::open_in_memory()?)
+    }
+
+    fn prepare(mut conn: Connection) -> Result<Store, StoreError> {
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        migrations::migrate(&mut conn)?;
+        Ok(Store { conn: Arc::new(Mutex::new(conn)) })
+    }
+
+    /// Runs `f` with the connection on the blocking thread pool.
+    async fn call<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let conn = Arc::clone(&self.conn);
+        tokio::task::spawn_blocking(move || {
+            let mut guard = conn.lock().map_err(|_| StoreError::Poisoned)?;
+            f(&mut guard)
+        })
+        .await?
+    }
+
+    /// Checks the tenant's quota and, when it admits the sandbox, inserts it as running, atomically.
+    pub async fn admit_sandbox(
+        &self,
+        record: SandboxRecord,
+        quota: Quota,
+    ) -> Result<Result<(), QuotaExceeded>, StoreError> {
+        self.call(move |conn| {
+            let tx = conn.transaction()?;
+            let (running, used): (i64, i64) = tx.query_row(
+                "SELECT COUNT(*), COALESCE(SUM(memory_bytes), 0) FROM sandboxes WHERE tenant = ?1 AND state = 'running'",
+                params![record.tenant],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )?;
+            let (running, used) = (running.max(0) as u64, used.max(0) as u64);
+            let asked = record.spec.limits.memory_bytes;
+            if running >= quota.max_sandboxes {
+                return Ok(Err(QuotaExceeded::Sandboxes { running, limit: quota.max_sandboxes }));
+            }
+            if used.saturating_add(asked) > quota.max_memory_bytes {
+                return Ok(Err(QuotaExceeded::Memory { used, asked, limit: quota.max_memory_bytes }));
+            }
+            tx.execute(
+                "INSERT INTO sandboxes (id, tenant, state, spec_json, metadata_json, memory_bytes, created_ms, \
+                 expires_ms, ended_ms, end_reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL, NULL)",
+                params![
+                    record.id,
+                    record.tenant,
+                    record.state.as_str(),
+                    serde_json::to_string(&record.spec)?,
+                    serde_json::to_string(&record.metadata)?,
+                    to_i64(asked),
+                    record.created_ms,
+                    record.expires_ms,
+                ],
+            )?;
+            tx.commit()?;
+            Ok(Ok(()))
+        })
+        .await
+    }
+
+    /// Removes a sandbox row (and its commands) whose creation failed, so that nothing of it remains.
+    pub async fn forget_sandbox(&self, id: &str) -> Result<(), StoreError> {
+        let id = id.to_owned();
+        self.call(move |conn| {
+            conn.execute("DELETE FROM sandboxes WHERE id = ?1", params![id])?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The tenant's sandbox `id`, in any state; `None` when it does not exist or belongs to another tenant.
+    pub async fn sandbox(&self, tenant: &str, id: &str) -> Result<Option<SandboxRecord>, StoreError> {
+        let (tenant, id) = (tenant.to_owned(), id.to_owned());
+        self.call(move |conn| {
+            let sql = format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE id = ?1 AND tenant = ?2");
+            let row = conn.query_row(&sql, params![id, tenant], sandbox_from_row).optional()?;
+            row.map(finish_sandbox).transpose()
+        })
+        .await
+    }
+
+    /// The tenant's sandboxes, oldest first; only those in `state` when given.
+    pub async fn sandboxes(&self, tenant: &str, state: Option<SandboxState>) -> Result<Vec<SandboxRecord>, StoreError> {
+        let tenant = tenant.to_owned();
+        self.call(move |conn| match state {
+            Some(state) => query_sandboxes(conn, "tenant = ?1 AND state = ?2", params![tenant, state.as_str()]),
+            None => query_sandboxes(conn, "tenant = ?1", params![tenant]),
+        })
+        .await
+    }
+
+    /// Every running sandbox of every tenant (the startup reconcile checks each against the runtime).
+    pub async fn running_sandboxes(&self) -> Result<Vec<SandboxRecord>, StoreError> {
+        self.call(|conn| query_sandboxes(conn, "state = 'running'", [])).await
+    }
+
+    /// Number of running sandboxes, all tenants.
+    pub async fn count_running(&self) -> Result<u64, StoreError> {
+        self.call(|conn| {
+            let count: i64 =
+                conn.query_row("SELECT COUNT(*) FROM sandboxes WHERE state = 'running'", [], |row| row.get(0))?;
+            Ok(count.max(0) as u64)
+        })
+        .await
+    }
+
+    /// Ids of running sandboxes whose expiry is at or before `now_ms`.
+    pub async fn expired_sandboxes(&self, now_ms: i64) -> Result<Vec<String>, StoreError> {
+        self.call(move |conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT id FROM sandboxes WHERE state = 'running' AND expires_ms <= ?1 ORDER BY expires_ms",
+            )?;
+            let ids = statement.query_map(params![now_ms], |row| row.get(0))?;
+            Ok(ids.collect::<Result<Vec<String>, _>>()?)
+        })
+        .await
+    }
+
+    /// Sets a running sandbox's expiry; false when it is not the tenant's or not running.
+    pub async fn set_expiry(&self, tenant: &str, id: &str, expires_ms: i64) -> Result<bool, StoreError> {
+        let (tenant, id) = (tenant.to_owned(), id.to_owned());
+        self.call(move |conn| {
+            let changed = conn.execute(
+                "UPDATE sandboxes SET expires_ms = ?3 WHERE id = ?1 AND tenant = ?2 AND state = 'running'",
+                params![id, tenant, expires_ms],
+            )?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
+    /// Moves a running sandbox to `state` (destroyed, lost, expired); false when it was no longer running.
+    pub async fn end_sandbox(
+        &self,
+        id: &str,
+        state: SandboxState,
+        reason: &str,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let (id, reason) = (id.to_owned(), reason.to_owned());
+        self.call(move |conn| {
+            let changed = conn.execute(
+                "UPDATE sandboxes SET state = ?2, ended_ms = ?3, end_reason = ?4 WHERE id = ?1 AND state = 'running'",
+                params![id, state.as_str(), now_ms, reason],
+            )?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
+    /// Marks a running sandbox lost (its processes died outside the server's control).
+    pub async fn mark_lost(&self, id: &str, reason: &str) -> Result<bool, StoreError> {
+        self.end_sandbox(id, SandboxState::Lost, reason, crate::clock::now_ms()).await
+    }
+
+    /// Records a command as started.
+    pub async fn start_command(&self, command: CommandRecord) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            conn.execute(
+                "INSERT INTO commands (id, sandbox_id, tenant, argv_json, started_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    command.id,
+                    command.sandbox_id,
+                    command.tenant,
+                    serde_json::to_string(&command.argv)?,
+                    command.started_ms
+                ],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Records how a command ended (`None`: the runtime failed and there is no exit status).
+    pub async fn finish_command(&self, id: &str, exit: Option<CommandExit>, now_ms: i64) -> Result<(), StoreError> {
+        let id = id.to_owned();
+        self.call(move |conn| {
+            conn.execute(
+                "UPDATE commands SET ended_ms = ?2, exit_code = ?3, signal = ?4, timed_out = ?5 WHERE id = ?1",
+                params![
+                    id,
+                    now_ms,
+                    exit.and_then(|e| e.exit_code),
+                    exit.and_then(|e| e.signal),
+                    exit.map(|e| i64::from(e.timed_out))
+                ],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Number of commands recorded for a sandbox (tests, diagnostics).
+    pub async fn command_count(&self, sandbox_id: &str) -> Result<u64, StoreError> {
+        let id = sandbox_id.to_owned();
+        self.call(move |conn| {
+            let count: i64 =
+                conn.query_row("SELECT COUNT(*) FROM commands WHERE sandbox_id = ?1", params![id], |row| row.get(0))?;
+            Ok(count.max(0) as u64)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str, tenant: &str, memory: u64) -> SandboxRecord {
+        let mut spec = SandboxSpec::default();
+        spec.limits.memory_bytes = memory;
+        SandboxRecord {
+            id: id.into(),
+            tenant: tenant.into(),
+            state: SandboxState::Running,
+            spec,
+            metadata: BTreeMap::from([("k".into(), "v".into())]),
+            created_ms: 1,
+            expires_ms: 100,
+            ended_ms: None,
+            end_reason: None,
+        }
+    }
+
+    const QUOTA: Quota = Quota { max_sandboxes: 2, max_memory_bytes: 300 };
+
+    #[tokio::test]
+    async fn quota_counts_only_the_tenants_running_sandboxes() -> Result<(), StoreError> {
+        let store = Store::open_in_memory()?;
+        assert_eq!(store.admit_sandbox(record("a", "t1", 100), QUOTA).await?, Ok(()));
+        assert_eq!(store.admit_sandbox(record("b", "t1", 100), QUOTA).await?, Ok(()));
+        assert!(matches!(
+            store.admit_sandbox(record("c", "t1", 1), QUOTA).await?,
+            Err(QuotaExceeded::Sandboxes { .. })
+        ));
+        assert_eq!(store.admit_sandbox(record("d", "t2", 100), QUOTA).await?, Ok(()));
+        assert!(store.end_sandbox("a", SandboxState::Destroyed, "deleted", 5).await?);
+        assert!(!store.end_sandbox("a", SandboxState::Destroyed, "deleted", 5).await?);
+        assert!(matches!(store.admit_sandbox(record("e", "t1", 250), QUOTA).await?, Err(QuotaExceeded::Memory { .. })));
+        assert_eq!(store.admit_sandbox(record("e", "t1", 200), QUOTA).await?, Ok(()));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn records_round_trip_and_stay_with_their_tenant() -> Result<(), StoreError> {
+        let store = Store::open_in_memory()?;
+        let original = record("a", "t1", 100);
+        store.admit_sandbox(original.clone(), QUOTA).await?.ok();
+        assert_eq!(store.sandbox("t1", "a").await?, Some(original));
+        assert_eq!(store.sandbox("t2", "a").await?, None);
+        assert!(!store.set_expiry("t2", "a", 500).await?);
+        assert!(store.set_expiry("t1", "a", 500).await?);
+        assert_eq!(store.expired_sandboxes(499).await?, Vec::<String>::new());
+        assert_eq!(store.expired_sandboxes(500).await?, vec!["a".to_owned()]);
+        assert!(store.mark_lost("a", "gone").await?);
+        assert_eq!(store.running_sandboxes().await?.len(), 0);
+        assert_eq!(store.sandboxes("t1", Some(SandboxState::Lost)).await?.len(), 1);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn commands_are_recorded_and_forgotten_with_their_sandbox() -> Result<(), StoreError> {
+        let store = Store::open_in_memory()?;
+        store.admit_sandbox(record("a", "t1", 100), QUOTA).await?.ok();
+        let command = CommandRecord {
+            id: "cmd-1".into(),
+            sandbox_id: "a".into(),
+            tenant: "t1".into(),
+            argv: vec!["echo".into()],
+            started_ms: 3,
+        };
+        store.start_command(command).await?;
+        store.finish_command("cmd-1", Some(CommandExit { exit_code: Some(0), ..CommandExit::default() }), 4).await?;
+        assert_eq!(store.command_count("a").await?, 1);
+        store.forget_sandbox("a").await?;
+        assert_eq!(store.command_count("a").await?, 0);
+        assert_eq!(store.sandbox("t1", "a").await?, None);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn file_database_uses_wal_and_survives_reopen() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("nested/sandkasten.db");
+        Store::open(&path)?.admit_sandbox(record("a", "t1", 1), QUOTA).await??;
+        let store = Store::open(&path)?;
+        assert_eq!(store.running_sandboxes().await?.len(), 1);
+        let mode: String = Connection::open(&path)?.query_row("PRAGMA journal_mode", [], |row| row.get(0))?;
+        assert_eq!(mode, "wal");
+        Ok(())
+    }
+}

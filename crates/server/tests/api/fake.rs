@@ -1,0 +1,260 @@
+//! An in-memory `SandboxRuntime` for the API tests: files live in maps, and a few made-up programs stand in for real
+//! commands: `echo ARGS…` prints, `sleep-ms N` waits, `steps out:TEXT err:TEXT sleep:MS exit:N …` runs a script,
+//! `bytes N` prints N bytes; anything else exits 127.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use sandkasten_server::{FailureKind, OutputChunk, RuntimeFailure, SandboxRuntime, Stream};
+use sandkasten_types::{CommandExit, CommandSpec, FileInfo, FileKind, SandboxSpec};
+use tokio::sync::mpsc;
+
+#[derive(Default)]
+struct FakeSandbox {
+    files: BTreeMap<String, Vec<u8>>,
+    dirs: BTreeSet<String>,
+}
+
+/// The fake runtime.
+#[derive(Default)]
+pub(crate) struct FakeRuntime {
+    sandboxes: Mutex<HashMap<String, FakeSandbox>>,
+    /// When set, `create` fails.
+    pub(crate) fail_create: AtomicBool,
+    /// Commands that ran to their end.
+    pub(crate) finished_commands: AtomicUsize,
+    /// The last command spec received.
+    pub(crate) last_command: Mutex<Option<CommandSpec>>,
+}
+
+fn failure(kind: FailureKind, message: impl Into<String>) -> RuntimeFailure {
+    RuntimeFailure::new(kind, message)
+}
+
+fn parent(path: &str) -> String {
+    match path.trim_end_matches('/').rsplit_once('/') {
+        Some(("", _)) | None => "/".into(),
+        Some((parent, _)) => parent.into(),
+    }
+}
+
+fn info(path: &str, kind: FileKind, size: u64) -> FileInfo {
+    FileInfo {
+        name: path.rsplit('/').next().unwrap_or_default().into(),
+        path: path.into(),
+        kind,
+        size,
+        mode: if kind == FileKind::Dir { 0o755 } else { 0o644 },
+        modified_unix_ms: 0,
+        symlink_target: None,
+    }
+}
+
+impl FakeRuntime {
+    /// Ids of the sandboxes that exist.
+    pub(crate) fn ids(&self) -> BTreeSet<String> {
+        self.sandboxes.lock().unwrap().keys().cloned().collect()
+    }
+
+    /// Makes a sandbox vanish as if its processes died.
+    pub(crate) fn kill(&self, id: &str) {
+        self.sandboxes.lock().unwrap().remove(id);
+    }
+
+    fn with<T>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&mut FakeSandbox) -> Result<T, RuntimeFailure>,
+    ) -> Result<T, RuntimeFailure> {
+        let mut sandboxes = self.sandboxes.lock().unwrap();
+        let sandbox =
+            sandboxes.get_mut(id).ok_or_else(|| failure(FailureKind::SandboxGone, format!("{id} is gone")))?;
+        f(sandbox)
+    }
+}
+
+async fn send(events: &mpsc::Sender<OutputChunk>, stream: Stream, text: &[u8]) {
+    events.send(OutputChunk { stream, data: text.to_vec() }).await.ok();
+}
+
+impl SandboxRuntime for FakeRuntime {
+    async fn create(&self, id: &str, _spec: &SandboxSpec) -> Result<(), RuntimeFailure> {
+        if self.fail_create.load(Ordering::SeqCst) {
+            return Err(failure(FailureKind::Internal, "fake create failure"));
+        }
+        let dirs = ["/", "/workspace", "/tmp"].into_iter().map(String::from).collect();
+        self.sandboxes.lock().unwrap().insert(id.into(), FakeSandbox { files: BTreeMap::new(), dirs });
+        Ok(())
+    }
+
+    async fn destroy(&self, id: &str) -> Result<(), RuntimeFailure> {
+        match self.sandboxes.lock().unwrap().remove(id) {
+            Some(_) => Ok(()),
+            None => Err(failure(FailureKind::NotFound, format!("{id} not found"))),
+        }
+    }
+
+    fn is_alive(&self, id: &str) -> bool {
+        self.sandboxes.lock().unwrap().contains_key(id)
+    }
+
+    async fn exec(
+        &self,
+        id: &str,
+        spec: CommandSpec,
+        events: mpsc::Sender<OutputChunk>,
+    ) -> Result<CommandExit, RuntimeFailure> {
+        self.with(id, |_| Ok(()))?;
+        *self.last_command.lock().unwrap() = Some(spec.clone());
+        let argv = spec.resolved_argv().map_err(|e| failure(FailureKind::ExecFailed, e))?;
+        let exit = |code| Ok(CommandExit { exit_code: Some(code), signal: None, timed_out: false });
+        let result = match argv[0].as_str() {
+            "echo" => {
+                send(&events, Stream::Stdout, format!("{}\n", argv[1..].join(" ")).as_bytes()).await;
+                exit(0)
+            }
+            "sleep-ms" => {
+                let ms: u64 = argv.get(1).and_then(|a| a.parse().ok()).unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                exit(0)
+            }
+            "bytes" => {
+                let n: usize = argv.get(1).and_then(|a| a.parse().ok()).unwrap_or(0);
+                send(&events, Stream::Stdout, &vec![b'x'; n]).await;
+                exit(0)
+            }
+            "steps" => {
+                let mut code = 0;
+                for step in &argv[1..] {
+                    let (op, arg) = step.split_once(':').unwrap_or((step, ""));
+                    match op {
+                        "out" => send(&events, Stream::Stdout, arg.as_bytes()).await,
+                        "err" => send(&events, Stream::Stderr, arg.as_bytes()).await,
+                        "raw" => send(&events, Stream::Stdout, &[0xff, 0xfe]).await,
+                        "sleep" => tokio::time::sleep(Duration::from_millis(arg.parse().unwrap_or(0))).await,
+                        "exit" => code = arg.parse().unwrap_or(1),
+                        "gone" => {
+                            self.kill(id);
+                            return Err(failure(FailureKind::SandboxGone, "the sandbox died"));
+                        }
+                        _ => {}
+                    }
+                }
+                exit(code)
+            }
+            other => {
+                send(&events, Stream::Stderr, format!("{other}: command not found\n").as_bytes()).await;
+                exit(127)
+            }
+        };
+        self.finished_commands.fetch_add(1, Ordering::SeqCst);
+        result
+    }
+
+    async fn read_file(&self, id: &str, path: &str, max_bytes: u64) -> Result<Vec<u8>, RuntimeFailure> {
+        self.with(id, |sb| {
+            if sb.dirs.contains(path) {
+                return Err(failure(FailureKind::IsADirectory, format!("{path} is a directory")));
+            }
+            let data = sb.files.get(path).ok_or_else(|| failure(FailureKind::NotFound, format!("{path} not found")))?;
+            if data.len() as u64 > max_bytes {
+                return Err(failure(FailureKind::TooLarge, format!("{path} is larger than {max_bytes} bytes")));
+            }
+            Ok(data.clone())
+        })
+    }
+
+    async fn write_file(&self, id: &str, path: &str, data: Vec<u8>) -> Result<(), RuntimeFailure> {
+        self.with(id, |sb| {
+            if sb.dirs.contains(path) {
+                return Err(failure(FailureKind::IsADirectory, format!("{path} is a directory")));
+            }
+            if !sb.dirs.contains(&parent(path)) {
+                return Err(failure(FailureKind::NotFound, format!("the directory of {path} does not exist")));
+            }
+            sb.files.insert(path.into(), data);
+            Ok(())
+        })
+    }
+
+    async fn list_dir(&self, id: &str, path: &str) -> Result<Vec<FileInfo>, RuntimeFailure> {
+        self.with(id, |sb| {
+            if sb.files.contains_key(path) {
+                return Err(failure(FailureKind::NotADirectory, format!("{path} is not a directory")));
+            }
+            if !sb.dirs.contains(path) {
+                return Err(failure(FailureKind::NotFound, format!("{path} not found")));
+            }
+            let dirs = sb.dirs.iter().filter(|d| *d != "/" && parent(d) == path).map(|d| info(d, FileKind::Dir, 0));
+            let files = sb
+                .files
+                .iter()
+                .filter(|(f, _)| parent(f) == path)
+                .map(|(f, d)| info(f, FileKind::File, d.len() as u64));
+            Ok(dirs.chain(files).collect())
+        })
+    }
+
+    async fn stat(&self, id: &str, path: &str) -> Result<FileInfo, RuntimeFailure> {
+        self.with(id, |sb| {
+            if sb.dirs.contains(path) {
+                return Ok(info(path, FileKind::Dir, 0));
+            }
+            let data = sb.files.get(path).ok_or_else(|| failure(FailureKind::NotFound, format!("{path} not found")))?;
+            Ok(info(path, FileKind::File, data.len() as u64))
+        })
+    }
+
+    async fn mkdir(&self, id: &str, path: &str, parents: bool) -> Result<(), RuntimeFailure> {
+        self.with(id, |sb| {
+            if sb.files.contains_key(path) || (sb.dirs.contains(path) && !parents) {
+                return Err(failure(FailureKind::AlreadyExists, format!("{path} exists")));
+            }
+            if !parents && !sb.dirs.contains(&parent(path)) {
+                return Err(failure(FailureKind::NotFound, format!("the parent of {path} does not exist")));
+            }
+            let mut current = path.to_owned();
+            while current != "/" {
+                sb.dirs.insert(current.clone());
+                current = parent(&current);
+            }
+            Ok(())
+        })
+    }
+
+    async fn rename(&self, id: &str, from: &str, to: &str) -> Result<(), RuntimeFailure> {
+        self.with(id, |sb| {
+            if let Some(data) = sb.files.remove(from) {
+                sb.files.insert(to.into(), data);
+                return Ok(());
+            }
+            if !sb.dirs.remove(from) {
+                return Err(failure(FailureKind::NotFound, format!("{from} not found")));
+            }
+            sb.dirs.insert(to.into());
+            Ok(())
+        })
+    }
+
+    async fn remove(&self, id: &str, path: &str, recursive: bool) -> Result<(), RuntimeFailure> {
+        self.with(id, |sb| {
+            if sb.files.remove(path).is_some() {
+                return Ok(());
+            }
+            if !sb.dirs.contains(path) {
+                return Err(failure(FailureKind::NotFound, format!("{path} not found")));
+            }
+            let prefix = format!("{path}/");
+            let has_children =
+                sb.files.keys().any(|f| f.starts_with(&prefix)) || sb.dirs.iter().any(|d| d.starts_with(&prefix));
+            if has_children && !recursive {
+                return Err(failure(FailureKind::NotEmpty, format!("{path} is not empty")));
+            }
+            sb.files.retain(|f, _| !f.starts_with(&prefix));
+            sb.dirs.retain(|d| d != path && !d.starts_with(&prefix));
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,144 @@
+//! Sandbox lifecycle: create → get/list (metadata filters) → timeout → delete; expiry destroys and frees quota;
+//! the startup reconcile marks dead sandboxes lost; a failed create leaves nothing behind.
+
+use std::sync::atomic::Ordering;
+
+use sandkasten_server::clock::now_ms;
+use sandkasten_server::{expiry, reconcile};
+use serde_json::json;
+
+use crate::harness::{Harness, KEY_A};
+
+#[tokio::test]
+async fn created_sandbox_has_the_documented_fields() {
+    let h = Harness::new();
+    let reply = h
+        .post(
+            "/v1/sandboxes",
+            KEY_A,
+            json!({"template": "host", "limits": {"memory_bytes": 64 << 20}, "env": {"TOKEN": "secret-value"},
+                   "metadata": {"user": "u1"}, "timeout_s": 60}),
+        )
+        .await;
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    let body = reply.json();
+    let id = body["id"].as_str().unwrap();
+    assert!(id.starts_with("sb-") && id.len() == 19, "{id}");
+    assert_eq!(body["state"], "running");
+    assert_eq!(body["template"], "host");
+    assert_eq!(body["limits"]["memory_bytes"], 64 << 20);
+    assert_eq!(body["limits"]["pids"], 128, "omitted limits take their defaults");
+    assert_eq!(body["metadata"], json!({"user": "u1"}));
+    assert_eq!(body["env_names"], json!(["TOKEN"]));
+    assert!(!reply.text().contains("secret-value"), "env values are not echoed");
+    assert!(body["created_at"].as_str().unwrap().ends_with('Z'));
+    assert!(h.runtime.ids().contains(id));
+    assert_eq!(h.get(&format!("/v1/sandboxes/{id}"), KEY_A).await.json(), body);
+}
+
+#[tokio::test]
+async fn list_filters_by_metadata_and_state() {
+    let h = Harness::new();
+    let a = h.create(KEY_A, json!({"metadata": {"team": "x", "run": "1"}})).await;
+    let b = h.create(KEY_A, json!({"metadata": {"team": "x", "run": "2"}})).await;
+    let ids = |reply: crate::harness::Reply| -> Vec<String> {
+        reply.json()["sandboxes"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_owned()).collect()
+    };
+    assert_eq!(ids(h.get("/v1/sandboxes?metadata.team=x", KEY_A).await), vec![a.clone(), b.clone()]);
+    assert_eq!(ids(h.get("/v1/sandboxes?metadata.team=x&metadata.run=2", KEY_A).await), vec![b.clone()]);
+    assert_eq!(ids(h.get("/v1/sandboxes?metadata.team=y", KEY_A).await), Vec::<String>::new());
+    h.delete(&format!("/v1/sandboxes/{a}"), KEY_A).await;
+    assert_eq!(ids(h.get("/v1/sandboxes", KEY_A).await), vec![b.clone()]);
+    assert_eq!(ids(h.get("/v1/sandboxes?state=destroyed", KEY_A).await), vec![a.clone()]);
+    assert_eq!(ids(h.get("/v1/sandboxes?state=all", KEY_A).await), vec![a, b]);
+}
+
+#[tokio::test]
+async fn timeout_moves_the_expiry() {
+    let h = Harness::new();
+    let id = h.create(KEY_A, json!({"timeout_s": 10})).await;
+    let before = h.get(&format!("/v1/sandboxes/{id}"), KEY_A).await.json()["expires_at"].clone();
+    let reply = h.post(&format!("/v1/sandboxes/{id}/timeout"), KEY_A, json!({"timeout_s": 3600})).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert!(reply.json()["expires_at"].as_str().unwrap() > before.as_str().unwrap());
+    // An hour from now is not expired; a sweep two hours ahead expires it.
+    assert_eq!(expiry::sweep(&h.state, now_ms() + 1_800_000).await.unwrap(), 0);
+    assert_eq!(expiry::sweep(&h.state, now_ms() + 7_200_000).await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn delete_destroys_and_is_idempotent() {
+    let h = Harness::new();
+    let id = h.create(KEY_A, json!({})).await;
+    assert_eq!(h.delete(&format!("/v1/sandboxes/{id}"), KEY_A).await.status, 204);
+    assert!(!h.runtime.ids().contains(&id));
+    let record = h.get(&format!("/v1/sandboxes/{id}"), KEY_A).await.json();
+    assert_eq!((record["state"].as_str(), record["end_reason"].as_str()), (Some("destroyed"), Some("deleted")));
+    assert_eq!(h.delete(&format!("/v1/sandboxes/{id}"), KEY_A).await.status, 204);
+    let message = h.exec(&id, KEY_A, &["echo", "hi"]).await.assert_error(409, "conflict");
+    assert!(message.contains("destroyed"), "{message}");
+}
+
+#[tokio::test]
+async fn expiry_destroys_the_sandbox_and_frees_its_quota() {
+    let h = Harness::new();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(h.create(KEY_A, json!({"timeout_s": 1})).await);
+    }
+    h.post("/v1/sandboxes", KEY_A, json!({})).await.assert_error(429, "quota_exceeded");
+    assert_eq!(expiry::sweep(&h.state, now_ms() + 1_000).await.unwrap(), 3);
+    assert!(h.runtime.ids().is_empty(), "expired sandboxes must be destroyed in the runtime");
+    let record = h.get(&format!("/v1/sandboxes/{}", ids[0]), KEY_A).await.json();
+    assert_eq!(record["state"], "expired");
+    assert!(record["ended_at"].is_string());
+    h.exec(&ids[0], KEY_A, &["echo"]).await.assert_error(409, "conflict");
+    h.create(KEY_A, json!({})).await;
+}
+
+#[tokio::test]
+async fn the_background_sweeper_expires_sandboxes_within_seconds() {
+    let h = Harness::new();
+    let id = h.create(KEY_A, json!({"timeout_s": 1})).await;
+    let sweeper = tokio::spawn(expiry::run(h.state.clone()));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while h.runtime.ids().contains(&id) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    sweeper.abort();
+    assert_eq!(h.get(&format!("/v1/sandboxes/{id}"), KEY_A).await.json()["state"], "expired");
+}
+
+#[tokio::test]
+async fn reconcile_marks_dead_sandboxes_lost() {
+    let h = Harness::new();
+    let alive = h.create(KEY_A, json!({})).await;
+    let dead = h.create(KEY_A, json!({})).await;
+    h.runtime.kill(&dead);
+    assert_eq!(reconcile::reconcile(&h.state).await.unwrap(), 1);
+    assert_eq!(h.get(&format!("/v1/sandboxes/{dead}"), KEY_A).await.json()["state"], "lost");
+    assert_eq!(h.get(&format!("/v1/sandboxes/{alive}"), KEY_A).await.json()["state"], "running");
+}
+
+#[tokio::test]
+async fn a_sandbox_that_dies_during_a_request_becomes_lost() {
+    let h = Harness::new();
+    let id = h.create(KEY_A, json!({})).await;
+    h.exec(&id, KEY_A, &["steps", "gone"]).await.assert_error(409, "conflict");
+    assert_eq!(h.get(&format!("/v1/sandboxes/{id}"), KEY_A).await.json()["state"], "lost");
+    h.create(KEY_A, json!({})).await;
+}
+
+#[tokio::test]
+async fn failed_create_leaves_nothing_behind() {
+    let h = Harness::new();
+    h.runtime.fail_create.store(true, Ordering::SeqCst);
+    for _ in 0..4 {
+        let message = h.post("/v1/sandboxes", KEY_A, json!({})).await.assert_error(500, "internal");
+        assert!(!message.contains("fake"), "internal details stay in the log: {message}");
+    }
+    let all = h.get("/v1/sandboxes?state=all", KEY_A).await.json();
+    assert_eq!(all["sandboxes"], json!([]));
+    h.runtime.fail_create.store(false, Ordering::SeqCst);
+    h.create(KEY_A, json!({})).await;
+}

@@ -1,0 +1,17 @@
+//! API tests: the router driven in-process over an in-memory SQLite store and a fake runtime.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod fake;
+mod harness;
+
+mod auth;
+mod bad_input;
+mod exec;
+mod files;
+mod isolation;
+mod lifecycle;
+mod metrics;
+mod openapi;
+mod quotas;
+mod tcp;
