@@ -28,12 +28,16 @@ pub struct SandboxRecord {
     pub created_unix_ms: u64,
 }
 
-/// Start time of a process in clock ticks since boot, or `None` when it does not exist.
+/// Start time of a live process in clock ticks since boot, or `None` when it does not exist or has exited (a zombie
+/// waiting for a parent that may never reap it counts as gone: it holds nothing any more).
 pub fn process_start_ticks(pid: u32) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces and parentheses: fields after it start after the last ')'.
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    if matches!(fields.next(), Some("Z" | "X" | "x")) {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 impl SandboxRecord {

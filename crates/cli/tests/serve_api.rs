@@ -1,0 +1,188 @@
+//! End to end against a real `sandkasten serve`: a sandbox lives across calls (files and state persist), output is
+//! streamed while a command runs, the files API stays inside the sandbox, tenants cannot see each other's sandboxes,
+//! expiry frees everything, and 50 sandboxes live and work at once.
+
+#![allow(unsafe_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod common;
+mod serve;
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use serve::{KEY_1, KEY_2, Server, assert_sandbox_gone};
+
+#[test]
+fn state_persists_across_calls_and_delete_frees_everything() {
+    require_root!();
+    let server = Server::start();
+    let id = server.create(json!({"env": {"GREETING": "hallo"}, "metadata": {"purpose": "e2e"}}));
+
+    let first = server.exec(&id, "echo $GREETING; echo 41 > /workspace/x; id -u");
+    assert_eq!(first.status, 200, "{first:?}");
+    assert_eq!(first.json["stdout"], "hallo\n1000\n");
+    assert_eq!(first.json["exit_code"], 0);
+    let second = server.exec(&id, "cat /workspace/x; exit 3");
+    assert_eq!(second.json["stdout"], "41\n", "files persist between commands: {second:?}");
+    assert_eq!(second.json["exit_code"], 3);
+
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(300_000).collect();
+    let put = server.put_bytes(&format!("/v1/sandboxes/{id}/files?path=/workspace/blob.bin"), KEY_1, &bytes);
+    assert!(put.status == 204 || put.status == 200, "{put:?}");
+    let get = server.call("GET", &format!("/v1/sandboxes/{id}/files?path=/workspace/blob.bin"), KEY_1, None);
+    assert_eq!(get.status, 200);
+    assert_eq!(get.body, bytes, "a file written through the API reads back identically");
+    let sum = server.exec(&id, "wc -c < /workspace/blob.bin");
+    assert_eq!(sum.json["stdout"], "300000\n", "the program sees the uploaded file");
+
+    let listed = server.call("GET", "/v1/sandboxes?metadata.purpose=e2e", KEY_1, None);
+    assert!(listed.body.windows(id.len()).any(|w| w == id.as_bytes()), "list filtered by metadata: {listed:?}");
+
+    let deleted = server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None);
+    assert_eq!(deleted.status, 204);
+    assert_sandbox_gone(&id);
+    let after = server.exec(&id, "true");
+    assert!(after.status == 404 || after.status == 409, "exec on a deleted sandbox: {after:?}");
+}
+
+#[test]
+fn another_tenant_gets_404_for_everything() {
+    require_root!();
+    let server = Server::start();
+    let id = server.create(json!({}));
+    let base = format!("/v1/sandboxes/{id}");
+    for (method, path, body) in [
+        ("GET", base.clone(), None),
+        ("POST", format!("{base}/exec"), Some(json!({"cmd": "touch /workspace/pwned"}))),
+        ("GET", format!("{base}/files?path=/etc/passwd"), None),
+        ("GET", format!("{base}/files/list?path=/workspace"), None),
+        ("POST", format!("{base}/timeout"), Some(json!({"timeout_s": 600}))),
+        ("DELETE", base.clone(), None),
+    ] {
+        let reply = server.call(method, &path, KEY_2, body);
+        assert_eq!(reply.status, 404, "{method} {path} as another tenant: {reply:?}");
+        assert_eq!(reply.json["error"]["code"], "not_found");
+    }
+    let listed = server.call("GET", "/v1/sandboxes", KEY_2, None);
+    assert!(!listed.body.windows(id.len()).any(|w| w == id.as_bytes()), "t2 must not list t1's sandbox");
+    // The owner still has it, untouched.
+    let check = server.exec(&id, "test -e /workspace/pwned && echo pwned || echo clean");
+    assert_eq!(check.json["stdout"], "clean\n");
+    assert_eq!(server.call("DELETE", &base, KEY_1, None).status, 204);
+    assert_sandbox_gone(&id);
+}
+
+#[test]
+fn streaming_delivers_output_before_the_command_ends() {
+    require_root!();
+    let server = Server::start();
+    let id = server.create(json!({}));
+    let started = Instant::now();
+    let response = server
+        .http()
+        .post(format!("{}/v1/sandboxes/{id}/exec", server.url))
+        .header("Authorization", format!("Bearer {KEY_1}"))
+        .header("Accept", "text/event-stream")
+        .send_json(json!({"cmd": "echo first; sleep 2; echo second"}))
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut reader = response.into_body().into_reader();
+    let mut seen = Vec::new();
+    let mut chunk = [0u8; 256];
+    while !String::from_utf8_lossy(&seen).contains("first") {
+        let n = reader.read(&mut chunk).unwrap();
+        assert!(n > 0, "stream ended before the first line");
+        seen.extend_from_slice(&chunk[..n]);
+    }
+    let first_at = started.elapsed();
+    assert!(first_at < Duration::from_millis(1500), "first output arrived only after {first_at:?}");
+    let mut rest = String::new();
+    reader.read_to_string(&mut rest).unwrap();
+    assert!(rest.contains("second") && rest.contains("event: exit"), "the stream completes: {rest}");
+    assert!(started.elapsed() >= Duration::from_secs(2), "the command really ran to its end");
+    server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None);
+    assert_sandbox_gone(&id);
+}
+
+#[test]
+fn files_api_cannot_leave_the_sandbox() {
+    require_root!();
+    let server = Server::start();
+    let (_dir, canary) = common::host_file("serve-canary.txt", b"host secret");
+    let id = server.create(json!({}));
+    let setup = server.exec(&id, "ln -s / /workspace/root-link; ln -s /proc/1/root /workspace/agent-root; ln -s ../../.. /workspace/up");
+    assert_eq!(setup.json["exit_code"], 0, "{setup:?}");
+    let canary_path = canary.to_str().unwrap();
+    for path in [
+        canary_path.to_owned(),
+        format!("/workspace/root-link{canary_path}"),
+        format!("/workspace/up{canary_path}"),
+        format!("/workspace/agent-root{canary_path}"),
+        "/workspace/agent-root/etc/passwd".to_owned(),
+        "/etc/shadow".to_owned(),
+    ] {
+        let reply = server.call("GET", &format!("/v1/sandboxes/{id}/files?path={path}"), KEY_1, None);
+        assert_ne!(reply.status, 200, "read {path} through the files API: {reply:?}");
+        assert!(!String::from_utf8_lossy(&reply.body).contains("host secret"), "{path} leaked the host canary");
+    }
+    for path in ["/workspace/../../etc/x", "relative/path", "/workspace/a\u{0}b"] {
+        let reply = server.put_bytes(&format!("/v1/sandboxes/{id}/files?path={}", path.replace('\u{0}', "%00")), KEY_1, b"x");
+        assert!(reply.status == 400 || reply.status == 422, "PUT {path:?} must be refused: {reply:?}");
+    }
+    // Writing through a symlink resolves inside the sandbox root, never on the host.
+    let through = server.put_bytes(&format!("/v1/sandboxes/{id}/files?path=/workspace/up/tmp/written"), KEY_1, b"inside");
+    assert!(through.status == 204 || through.status == 200, "{through:?}");
+    assert!(!std::path::Path::new("/tmp/written").exists(), "the write escaped to the host");
+    let inside = server.exec(&id, "cat /tmp/written");
+    assert_eq!(inside.json["stdout"], "inside");
+    server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None);
+    assert_sandbox_gone(&id);
+}
+
+#[test]
+fn expiry_destroys_the_sandbox_and_frees_everything() {
+    require_root!();
+    let server = Server::start();
+    let id = server.create(json!({"timeout_s": 1}));
+    assert_eq!(server.exec(&id, "true").json["exit_code"], 0);
+    assert_sandbox_gone(&id);
+    let info = server.call("GET", &format!("/v1/sandboxes/{id}"), KEY_1, None);
+    assert_eq!(info.json["state"], "expired", "{info:?}");
+}
+
+#[test]
+fn fifty_sandboxes_live_and_work_at_once() {
+    require_root!();
+    let server = Server::start();
+    let ids: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..50)
+            .map(|i| {
+                let server = &server;
+                scope.spawn(move || {
+                    let id = server.create(json!({"limits": {"memory_bytes": 64u64 << 20}}));
+                    let reply = server.exec(&id, &format!("echo {i} > /workspace/n; cat /workspace/n"));
+                    assert_eq!(reply.json["stdout"], format!("{i}\n"), "sandbox {i}: {reply:?}");
+                    id
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(ids.iter().collect::<std::collections::BTreeSet<_>>().len(), 50, "50 distinct sandboxes");
+    // Each still holds its own state while all of them are alive.
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(server.exec(id, "cat /workspace/n").json["stdout"], format!("{i}\n"));
+    }
+    std::thread::scope(|scope| {
+        for id in &ids {
+            let server = &server;
+            scope.spawn(move || assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204));
+        }
+    });
+    for id in &ids {
+        assert_sandbox_gone(id);
+    }
+}
