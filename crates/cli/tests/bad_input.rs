@@ -114,3 +114,26 @@ fn malformed_env_is_refused() {
     require_root!();
     assert_bad_input(&["--lang", "bash", "--code", "true", "--env", "NOEQUALSSIGN"], None, "NOEQUALSSIGN");
 }
+
+#[test]
+fn not_root_is_refused_with_a_hint_and_nothing_created() {
+    require_root!();
+    use std::os::unix::process::CommandExt;
+    let _lock = exclusive_lock();
+    let before = global_state();
+    let output = std::process::Command::new(common::bin())
+        .args(["run", "--lang", "python", "--code", "print(1)"])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("run as nobody");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if stderr.contains("Permission denied") && output.status.code() != Some(2) {
+        eprintln!("skipped: the test binary is not executable by uid 65534 ({stderr})");
+        return;
+    }
+    assert_eq!(output.status.code(), Some(2), "not root must exit 2: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("root"), "the message must say to run as root: {stderr}");
+    assert_eq!(global_state(), before, "nothing may be created");
+}
