@@ -31,7 +31,14 @@ pub struct ServeArgs {
 }
 
 fn load_config(args: &ServeArgs) -> Result<ServerConfig, String> {
-    let mut config = ServerConfig::load(args.config.as_deref()).map_err(|e| e.to_string())?;
+    // Not `ServerConfig::load`: it validates before the command line's overrides (e.g. --insecure-no-auth) apply.
+    let mut config = match &args.config {
+        Some(path) => ServerConfig::from_file(path).map_err(|e| e.to_string())?,
+        None => ServerConfig::default(),
+    };
+    if let Ok(keys) = std::env::var("SANDKASTEN_API_KEYS") {
+        config.add_env_keys(&keys).map_err(|e| e.to_string())?;
+    }
     if let Some(listen) = &args.listen {
         config.listen.clone_from(listen);
     }

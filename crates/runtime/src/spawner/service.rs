@@ -90,8 +90,9 @@ impl Spawner {
                 }
             }
         }
-        // The owner is gone: nothing may outlive it.
+        // The owner is gone: nothing may outlive it, not even the shared cgroup parent.
         self.sandboxes.clear();
+        let _ = self.hierarchy.remove_parent(&self.config.cgroup_parent);
         Ok(())
     }
 
