@@ -1,11 +1,12 @@
 //! Plugs the real runtime (`sandkasten_runtime::live::LiveRuntime`: spawner + agents) into the HTTP server's
-//! `SandboxRuntime` seam, translating agent failures into the server's failure kinds.
+//! `SandboxRuntime` seam (sandboxes, commands, files, code contexts), translating agent failures into the server's
+//! failure kinds.
 
 use sandkasten_protocol::{FailureCode, OutputStreamKind};
 use sandkasten_runtime::RuntimeError;
-use sandkasten_runtime::live::{AgentFailure, LiveRuntime};
+use sandkasten_runtime::live::{AgentFailure, ContextError, LiveRuntime};
 use sandkasten_server::runtime::{FailureKind, OutputChunk, RuntimeFailure, SandboxRuntime, Stream};
-use sandkasten_types::{CommandExit, CommandSpec, FileInfo, SandboxSpec};
+use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo, SandboxSpec};
 use tokio::sync::mpsc;
 
 /// The live runtime behind the server.
@@ -26,6 +27,19 @@ fn from_agent(failure: AgentFailure) -> RuntimeFailure {
         Some(FailureCode::Busy | FailureCode::Internal) => FailureKind::Internal,
     };
     RuntimeFailure::new(kind, failure.message)
+}
+
+fn from_context(error: ContextError) -> RuntimeFailure {
+    let kind = match &error {
+        ContextError::NotFound(_) => FailureKind::NotFound,
+        ContextError::SandboxGone => FailureKind::SandboxGone,
+        ContextError::TooMany(_) | ContextError::LanguageMismatch { .. } | ContextError::StartFailed(_) => {
+            FailureKind::ExecFailed
+        }
+        ContextError::Agent(failure) => return from_agent(failure.clone()),
+        ContextError::Ids(_) => FailureKind::Internal,
+    };
+    RuntimeFailure::new(kind, error.to_string())
 }
 
 fn from_runtime(error: RuntimeError) -> RuntimeFailure {
@@ -105,5 +119,41 @@ impl SandboxRuntime for LiveAdapter {
 
     async fn remove(&self, id: &str, path: &str, recursive: bool) -> Result<(), RuntimeFailure> {
         self.agent(id)?.remove(path, recursive).await.map_err(from_agent)
+    }
+
+    async fn create_context(&self, id: &str, language: CodeLanguage) -> Result<ContextInfo, RuntimeFailure> {
+        self.0.create_context(id, language).await.map_err(from_context)
+    }
+
+    async fn list_contexts(&self, id: &str) -> Result<Vec<ContextInfo>, RuntimeFailure> {
+        self.0.list_contexts(id).map_err(from_context)
+    }
+
+    async fn remove_context(&self, id: &str, context: &str) -> Result<(), RuntimeFailure> {
+        self.0.remove_context(id, context).await.map_err(from_context)
+    }
+
+    async fn restart_context(&self, id: &str, context: &str) -> Result<ContextInfo, RuntimeFailure> {
+        self.0.restart_context(id, context).await.map_err(from_context)
+    }
+
+    async fn run_code(
+        &self,
+        id: &str,
+        request: CodeRun,
+        events: mpsc::Sender<OutputChunk>,
+    ) -> Result<CellOutcome, RuntimeFailure> {
+        let (texts, mut received) = mpsc::channel(64);
+        let forward = async move {
+            while let Some((stream, text)) = received.recv().await {
+                let stream = match stream {
+                    OutputStreamKind::Stdout => Stream::Stdout,
+                    OutputStreamKind::Stderr => Stream::Stderr,
+                };
+                let _ = events.send(OutputChunk { stream, data: String::into_bytes(text) }).await;
+            }
+        };
+        let (outcome, ()) = tokio::join!(self.0.run_code(id, request, texts), forward);
+        outcome.map_err(from_context)
     }
 }

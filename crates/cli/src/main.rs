@@ -1,6 +1,7 @@
 //! `sandkasten`: run untrusted code in a sandbox. Subcommands: `run` (one-shot), `gc` (remove leftovers of crashed
 //! runs), `doctor` (what this host supports, per tier).
 
+mod client;
 mod doctor;
 mod exit_codes;
 mod gc_command;
@@ -31,6 +32,8 @@ enum Command {
     },
     /// Serve the HTTP API (long-lived sandboxes: exec with streaming, files) until SIGTERM.
     Serve(serve_command::ServeArgs),
+    /// Client of a `sandkasten serve` server: create, list, info, exec, code, cp and rm long-lived sandboxes.
+    Sandbox(client::SandboxArgs),
     /// Internal: the single-threaded helper `serve` starts to create sandboxes. Not for use by hand.
     #[command(hide = true)]
     Spawner,
@@ -56,6 +59,7 @@ fn main() {
         Command::Gc { json } => gc_command::run(json),
         Command::Serve(args) => serve_command::run(args),
         Command::Spawner => serve_command::run_spawner(),
+        Command::Sandbox(args) => client::run(args),
         Command::Doctor { json } => match doctor::run(json) {
             Ok(code) => code,
             Err(error) => {

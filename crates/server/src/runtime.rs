@@ -4,7 +4,7 @@
 use std::future::Future;
 
 use futures::future::BoxFuture;
-use sandkasten_types::{CommandExit, CommandSpec, FileInfo, SandboxSpec};
+use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo, SandboxSpec};
 use thiserror::Error;
 use tokio::sync::mpsc;
 
@@ -113,6 +113,51 @@ pub trait SandboxRuntime: Send + Sync + 'static {
     fn rename(&self, id: &str, from: &str, to: &str) -> impl Future<Output = Result<(), RuntimeFailure>> + Send;
     /// Removes a file, or a directory (with its contents when `recursive` is set).
     fn remove(&self, id: &str, path: &str, recursive: bool) -> impl Future<Output = Result<(), RuntimeFailure>> + Send;
+
+    /// Creates a code context (an interpreter whose state persists across cells) and starts it. Runtimes without a
+    /// code interpreter keep this default, which refuses.
+    fn create_context(
+        &self,
+        id: &str,
+        language: CodeLanguage,
+    ) -> impl Future<Output = Result<ContextInfo, RuntimeFailure>> + Send {
+        let _ = (id, language);
+        async { Err(no_code_interpreter()) }
+    }
+    /// The code contexts of a sandbox.
+    fn list_contexts(&self, id: &str) -> impl Future<Output = Result<Vec<ContextInfo>, RuntimeFailure>> + Send {
+        let _ = id;
+        async { Err(no_code_interpreter()) }
+    }
+    /// Removes a code context; an unknown context is `NotFound`.
+    fn remove_context(&self, id: &str, context: &str) -> impl Future<Output = Result<(), RuntimeFailure>> + Send {
+        let _ = (id, context);
+        async { Err(no_code_interpreter()) }
+    }
+    /// Restarts a code context's interpreter (its state is lost); an unknown context is `NotFound`.
+    fn restart_context(
+        &self,
+        id: &str,
+        context: &str,
+    ) -> impl Future<Output = Result<ContextInfo, RuntimeFailure>> + Send {
+        let _ = (id, context);
+        async { Err(no_code_interpreter()) }
+    }
+    /// Runs one cell in a context (the language's default context when `request.context_id` is `None`); its output
+    /// is sent to `events` as it arrives. `request.timeout_ms` is always set by the server.
+    fn run_code(
+        &self,
+        id: &str,
+        request: CodeRun,
+        events: mpsc::Sender<OutputChunk>,
+    ) -> impl Future<Output = Result<CellOutcome, RuntimeFailure>> + Send {
+        let _ = (id, request, events);
+        async { Err(no_code_interpreter()) }
+    }
+}
+
+fn no_code_interpreter() -> RuntimeFailure {
+    RuntimeFailure::new(FailureKind::ExecFailed, "this runtime has no code interpreter")
 }
 
 /// Result of a boxed runtime call.
@@ -132,6 +177,11 @@ pub(crate) trait DynRuntime: Send + Sync + 'static {
     fn mkdir<'a>(&'a self, id: &'a str, path: &'a str, parents: bool) -> Boxed<'a, ()>;
     fn rename<'a>(&'a self, id: &'a str, from: &'a str, to: &'a str) -> Boxed<'a, ()>;
     fn remove<'a>(&'a self, id: &'a str, path: &'a str, recursive: bool) -> Boxed<'a, ()>;
+    fn create_context<'a>(&'a self, id: &'a str, language: CodeLanguage) -> Boxed<'a, ContextInfo>;
+    fn list_contexts<'a>(&'a self, id: &'a str) -> Boxed<'a, Vec<ContextInfo>>;
+    fn remove_context<'a>(&'a self, id: &'a str, context: &'a str) -> Boxed<'a, ()>;
+    fn restart_context<'a>(&'a self, id: &'a str, context: &'a str) -> Boxed<'a, ContextInfo>;
+    fn run_code<'a>(&'a self, id: &'a str, request: CodeRun, events: mpsc::Sender<OutputChunk>) -> Boxed<'a, CellOutcome>;
 }
 
 impl<R: SandboxRuntime> DynRuntime for R {
@@ -167,5 +217,20 @@ impl<R: SandboxRuntime> DynRuntime for R {
     }
     fn remove<'a>(&'a self, id: &'a str, path: &'a str, recursive: bool) -> Boxed<'a, ()> {
         Box::pin(SandboxRuntime::remove(self, id, path, recursive))
+    }
+    fn create_context<'a>(&'a self, id: &'a str, language: CodeLanguage) -> Boxed<'a, ContextInfo> {
+        Box::pin(SandboxRuntime::create_context(self, id, language))
+    }
+    fn list_contexts<'a>(&'a self, id: &'a str) -> Boxed<'a, Vec<ContextInfo>> {
+        Box::pin(SandboxRuntime::list_contexts(self, id))
+    }
+    fn remove_context<'a>(&'a self, id: &'a str, context: &'a str) -> Boxed<'a, ()> {
+        Box::pin(SandboxRuntime::remove_context(self, id, context))
+    }
+    fn restart_context<'a>(&'a self, id: &'a str, context: &'a str) -> Boxed<'a, ContextInfo> {
+        Box::pin(SandboxRuntime::restart_context(self, id, context))
+    }
+    fn run_code<'a>(&'a self, id: &'a str, request: CodeRun, events: mpsc::Sender<OutputChunk>) -> Boxed<'a, CellOutcome> {
+        Box::pin(SandboxRuntime::run_code(self, id, request, events))
     }
 }

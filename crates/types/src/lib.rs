@@ -3,6 +3,7 @@
 //!
 //! This crate has no OS dependencies: the CLI, the runtime, the server and the SDK schemas all speak it.
 
+mod code;
 mod command;
 mod error;
 mod exec;
@@ -12,6 +13,7 @@ mod result;
 mod spec;
 pub mod units;
 
+pub use code::{CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, ContextInfo};
 pub use command::{CommandExit, CommandSpec};
 pub use error::{ErrorCode, ErrorInfo};
 pub use exec::{Command, ExecRequest, Language, Upload};

@@ -27,7 +27,7 @@ pub struct AgentFailure {
 }
 
 impl AgentFailure {
-    fn gone() -> Self {
+    pub(super) fn gone() -> Self {
         AgentFailure { code: None, message: "the sandbox is gone".to_owned() }
     }
 }
@@ -73,13 +73,13 @@ impl AgentClient {
         Ok(AgentClient { writer: tokio::sync::Mutex::new(writer), pending, next_id: AtomicU64::new(1) })
     }
 
-    async fn send(&self, id: u64, msg: Message) -> Result<(), AgentFailure> {
+    pub(super) async fn send(&self, id: u64, msg: Message) -> Result<(), AgentFailure> {
         let frame = encode(&Envelope::new(id, msg)).map_err(|e| AgentFailure { code: None, message: e.to_string() })?;
         self.writer.lock().await.write_all(&frame).await.map_err(|_| AgentFailure::gone())
     }
 
     /// Sends a request and returns its id and the stream of replies to it.
-    async fn start(&self, msg: Message) -> Result<(u64, mpsc::UnboundedReceiver<Message>), AgentFailure> {
+    pub(super) async fn start(&self, msg: Message) -> Result<(u64, mpsc::UnboundedReceiver<Message>), AgentFailure> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
         self.pending.lock().map_err(|_| AgentFailure::gone())?.insert(id, tx);
@@ -90,7 +90,7 @@ impl AgentClient {
         Ok((id, rx))
     }
 
-    fn finish(&self, id: u64) {
+    pub(super) fn finish(&self, id: u64) {
         if let Ok(mut map) = self.pending.lock() {
             map.remove(&id);
         }

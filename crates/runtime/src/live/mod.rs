@@ -1,8 +1,13 @@
 //! Long-lived sandboxes for an async owner (the server): the spawner creates them, and each agent is then driven over
-//! its protocol channel by an `AgentClient` — commands with streamed output, and file operations.
+//! its protocol channel by an `AgentClient` — commands with streamed output, background commands, file operations —
+//! and code-interpreter contexts run as background kernels (`contexts`).
 
 mod agent_client;
+mod background;
+pub mod contexts;
 mod runtime;
 
 pub use agent_client::{AgentClient, AgentFailure};
+pub use background::{BackgroundCommand, BackgroundEvent};
+pub use contexts::{ContextError, Contexts};
 pub use runtime::LiveRuntime;

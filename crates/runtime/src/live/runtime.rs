@@ -1,13 +1,15 @@
 //! `LiveRuntime`: long-lived sandboxes for an async owner. Creation and destruction go through the spawner (a
-//! single-threaded helper process); everything else goes straight to each sandbox's agent.
+//! single-threaded helper process); everything else goes straight to each sandbox's agent. Code contexts live in
+//! `Contexts` and are forgotten with their sandbox.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use sandkasten_types::{ResourceUsage, SandboxSpec};
+use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun, ContextInfo, ResourceUsage, SandboxSpec};
 
 use super::agent_client::AgentClient;
+use super::contexts::{CellOutput, ContextError, Contexts};
 use crate::error::RuntimeError;
 use crate::spawner::{SpawnerClient, SpawnerEvent};
 
@@ -17,6 +19,7 @@ type Agents = Arc<Mutex<HashMap<String, Arc<AgentClient>>>>;
 pub struct LiveRuntime {
     spawner: Arc<SpawnerClient>,
     agents: Agents,
+    contexts: Arc<Contexts>,
 }
 
 fn lock_poisoned() -> RuntimeError {
@@ -27,18 +30,23 @@ impl LiveRuntime {
     /// Starts the spawner (`program spawner`, normally the running `sandkasten` binary).
     pub fn start(program: &Path) -> Result<LiveRuntime, RuntimeError> {
         let agents: Agents = Arc::default();
-        let forget = Arc::clone(&agents);
+        let contexts: Arc<Contexts> = Arc::default();
+        let (forget, forget_contexts) = (Arc::clone(&agents), Arc::clone(&contexts));
         let spawner = SpawnerClient::start(program, move |event| {
             if let Ok(mut map) = forget.lock() {
                 match event {
                     SpawnerEvent::Exited { id } => {
                         map.remove(&id);
+                        forget_contexts.forget(&id);
                     }
-                    SpawnerEvent::SpawnerGone => map.clear(),
+                    SpawnerEvent::SpawnerGone => {
+                        map.clear();
+                        forget_contexts.forget_all();
+                    }
                 }
             }
         })?;
-        Ok(LiveRuntime { spawner: Arc::new(spawner), agents })
+        Ok(LiveRuntime { spawner: Arc::new(spawner), agents, contexts })
     }
 
     /// Creates a sandbox under `id`; it is ready for commands when this returns.
@@ -56,6 +64,7 @@ impl LiveRuntime {
     /// Kills and removes a sandbox; returns what it used.
     pub async fn destroy(&self, id: &str) -> Result<ResourceUsage, RuntimeError> {
         self.agents.lock().map_err(|_| lock_poisoned())?.remove(id);
+        self.contexts.forget(id);
         let spawner = Arc::clone(&self.spawner);
         let owned_id = id.to_owned();
         tokio::task::spawn_blocking(move || spawner.destroy(&owned_id))
@@ -71,5 +80,39 @@ impl LiveRuntime {
     /// Whether the sandbox is alive (its agent has not exited).
     pub fn is_alive(&self, id: &str) -> bool {
         self.agent(id).is_some()
+    }
+
+    fn running_agent(&self, id: &str) -> Result<Arc<AgentClient>, ContextError> {
+        self.agent(id).ok_or(ContextError::SandboxGone)
+    }
+
+    /// Creates a code context in a sandbox and starts its interpreter.
+    pub async fn create_context(&self, id: &str, language: CodeLanguage) -> Result<ContextInfo, ContextError> {
+        let agent = self.running_agent(id)?;
+        self.contexts.create(&agent, id, language).await
+    }
+
+    /// The code contexts of a sandbox.
+    pub fn list_contexts(&self, id: &str) -> Result<Vec<ContextInfo>, ContextError> {
+        self.running_agent(id)?;
+        Ok(self.contexts.list(id))
+    }
+
+    /// Removes a code context (its interpreter is killed).
+    pub async fn remove_context(&self, id: &str, context: &str) -> Result<(), ContextError> {
+        self.running_agent(id)?;
+        self.contexts.remove(id, context).await
+    }
+
+    /// Restarts a code context's interpreter (its state is lost).
+    pub async fn restart_context(&self, id: &str, context: &str) -> Result<ContextInfo, ContextError> {
+        let agent = self.running_agent(id)?;
+        self.contexts.restart(&agent, id, context).await
+    }
+
+    /// Runs one cell; its output goes to `output` as it arrives.
+    pub async fn run_code(&self, id: &str, request: CodeRun, output: CellOutput) -> Result<CellOutcome, ContextError> {
+        let agent = self.running_agent(id)?;
+        self.contexts.run(&agent, id, request, output).await
     }
 }

@@ -2,10 +2,14 @@
 //! authentication on `/v1`).
 
 pub mod error;
+mod code;
+pub mod code_schemas;
+mod contexts;
 mod exec;
 mod extract;
 mod files;
 mod output;
+mod run;
 mod sandboxes;
 pub mod schemas;
 mod service;
@@ -37,17 +41,22 @@ pub(crate) use sandboxes::destroy_quietly;
     paths(
         sandboxes::create, sandboxes::list, sandboxes::get, sandboxes::delete, sandboxes::set_timeout,
         exec::exec,
+        code::run_code, contexts::create, contexts::list, contexts::delete, contexts::restart,
+        run::run,
         files::read, files::write, files::remove, files::list, files::stat, files::mkdir, files::rename,
         service::healthz, service::metrics, service::openapi,
     ),
     components(schemas(
         error::ErrorBody, error::ErrorDetail, error::ErrorCode,
         schemas::OutputEvent, schemas::ExitEvent,
+        code_schemas::CellResultBody, code_schemas::CellErrorBody, code_schemas::CodeResponse,
+        run::RunExitEvent,
     )),
     modifiers(&BearerAuth),
     tags(
         (name = "sandboxes", description = "Create, find and destroy sandboxes"),
         (name = "exec", description = "Run commands"),
+        (name = "code", description = "Stateful code interpreter: Python and JavaScript contexts"),
         (name = "files", description = "Files inside a sandbox"),
         (name = "service", description = "Health, metrics, this description"),
     )
@@ -89,11 +98,16 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes/{id}", get(sandboxes::get).delete(sandboxes::delete))
         .route("/sandboxes/{id}/timeout", post(sandboxes::set_timeout))
         .route("/sandboxes/{id}/exec", post(exec::exec))
+        .route("/sandboxes/{id}/code", post(code::run_code))
+        .route("/sandboxes/{id}/contexts", post(contexts::create).get(contexts::list))
+        .route("/sandboxes/{id}/contexts/{context_id}", axum::routing::delete(contexts::delete))
+        .route("/sandboxes/{id}/contexts/{context_id}/restart", post(contexts::restart))
         .route("/sandboxes/{id}/files", get(files::read).put(files::write).delete(files::remove))
         .route("/sandboxes/{id}/files/list", get(files::list))
         .route("/sandboxes/{id}/files/stat", get(files::stat))
         .route("/sandboxes/{id}/files/mkdir", post(files::mkdir))
         .route("/sandboxes/{id}/files/rename", post(files::rename))
+        .route("/run", post(run::run))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_tenant));
     Router::new()
         .route("/healthz", get(service::healthz))

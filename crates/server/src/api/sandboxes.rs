@@ -58,13 +58,26 @@ pub(crate) async fn create(
         env: body.env,
         ..SandboxSpec::default()
     };
+    let current = start_sandbox(&state, &tenant, spec, body.metadata, expires_ms).await?;
+    Ok((StatusCode::CREATED, Json(current.into())))
+}
+
+/// Admits a sandbox against the tenant's quota, records it and starts it in the runtime; on any failure nothing of
+/// it remains. Returns the running sandbox's row.
+pub(crate) async fn start_sandbox(
+    state: &AppState,
+    tenant: &Tenant,
+    spec: SandboxSpec,
+    metadata: BTreeMap<String, String>,
+    expires_ms: i64,
+) -> Result<SandboxRecord, ApiError> {
     let id = ids::sandbox_id()?;
     let record = SandboxRecord {
         id: id.clone(),
         tenant: tenant.name.to_string(),
         state: SandboxState::Running,
         spec,
-        metadata: body.metadata,
+        metadata,
         created_ms: now_ms(),
         expires_ms,
         ended_ms: None,
@@ -80,12 +93,12 @@ pub(crate) async fn create(
     // Expiry may have ended the row while the runtime was creating; then the new sandbox must not outlive it.
     let current = state.store().sandbox(&tenant.name, &id).await?;
     let Some(current) = current.filter(|r| r.state == SandboxState::Running) else {
-        destroy_quietly(&state, &id).await;
+        destroy_quietly(state, &id).await;
         return Err(ApiError::conflict(format!("sandbox {id} ended while it was being created; create a new one")));
     };
     state.metrics().sandbox_created();
     tracing::info!(sandbox = %id, tenant = %tenant.name, memory_bytes = current.spec.limits.memory_bytes, "sandbox created");
-    Ok((StatusCode::CREATED, Json(current.into())))
+    Ok(current)
 }
 
 /// Destroys a sandbox in the runtime, treating "already gone" as done.

@@ -1,6 +1,7 @@
 //! An in-memory `SandboxRuntime` for the API tests: files live in maps, and a few made-up programs stand in for real
 //! commands: `echo ARGS…` prints, `sleep-ms N` waits, `steps out:TEXT err:TEXT sleep:MS exit:N …` runs a script,
-//! `bytes N` prints N bytes; anything else exits 127.
+//! `bytes N` prints N bytes; anything else exits 127. Code contexts are counters: a cell `print:TEXT` writes TEXT,
+//! `raise` raises, anything else is its own `text/plain` result.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -8,13 +9,17 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use sandkasten_server::{FailureKind, OutputChunk, RuntimeFailure, SandboxRuntime, Stream};
-use sandkasten_types::{CommandExit, CommandSpec, FileInfo, FileKind, SandboxSpec};
+use sandkasten_types::{
+    CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo, FileKind,
+    SandboxSpec,
+};
 use tokio::sync::mpsc;
 
 #[derive(Default)]
 struct FakeSandbox {
     files: BTreeMap<String, Vec<u8>>,
     dirs: BTreeSet<String>,
+    contexts: BTreeMap<String, ContextInfo>,
 }
 
 /// The fake runtime.
@@ -85,7 +90,7 @@ impl SandboxRuntime for FakeRuntime {
             return Err(failure(FailureKind::Internal, "fake create failure"));
         }
         let dirs = ["/", "/workspace", "/tmp"].into_iter().map(String::from).collect();
-        self.sandboxes.lock().unwrap().insert(id.into(), FakeSandbox { files: BTreeMap::new(), dirs });
+        self.sandboxes.lock().unwrap().insert(id.into(), FakeSandbox { files: BTreeMap::new(), dirs, contexts: BTreeMap::new() });
         Ok(())
     }
 
@@ -256,5 +261,83 @@ impl SandboxRuntime for FakeRuntime {
             sb.dirs.retain(|d| d != path && !d.starts_with(&prefix));
             Ok(())
         })
+    }
+
+    async fn create_context(&self, id: &str, language: CodeLanguage) -> Result<ContextInfo, RuntimeFailure> {
+        self.with(id, |sb| {
+            let context_id = format!("ctx-{:016x}", sb.contexts.len() + 1);
+            let info = ContextInfo { id: context_id.clone(), language, default: false, execution_count: 0 };
+            sb.contexts.insert(context_id, info.clone());
+            Ok(info)
+        })
+    }
+
+    async fn list_contexts(&self, id: &str) -> Result<Vec<ContextInfo>, RuntimeFailure> {
+        self.with(id, |sb| Ok(sb.contexts.values().cloned().collect()))
+    }
+
+    async fn remove_context(&self, id: &str, context: &str) -> Result<(), RuntimeFailure> {
+        self.with(id, |sb| match sb.contexts.remove(context) {
+            Some(_) => Ok(()),
+            None => Err(failure(FailureKind::NotFound, format!("no code context {context}"))),
+        })
+    }
+
+    async fn restart_context(&self, id: &str, context: &str) -> Result<ContextInfo, RuntimeFailure> {
+        self.with(id, |sb| match sb.contexts.get_mut(context) {
+            Some(info) => {
+                info.execution_count = 0;
+                Ok(info.clone())
+            }
+            None => Err(failure(FailureKind::NotFound, format!("no code context {context}"))),
+        })
+    }
+
+    async fn run_code(
+        &self,
+        id: &str,
+        request: CodeRun,
+        events: mpsc::Sender<OutputChunk>,
+    ) -> Result<CellOutcome, RuntimeFailure> {
+        let info = self.with(id, |sb| {
+            let key = match (&request.context_id, request.language) {
+                (Some(context), _) => context.clone(),
+                (None, Some(language)) => {
+                    let found = sb.contexts.values().find(|c| c.default && c.language == language);
+                    match found {
+                        Some(info) => info.id.clone(),
+                        None => {
+                            let key = format!("ctx-{:016x}", 0xd000 + sb.contexts.len());
+                            let info = ContextInfo { id: key.clone(), language, default: true, execution_count: 0 };
+                            sb.contexts.insert(key.clone(), info);
+                            key
+                        }
+                    }
+                }
+                (None, None) => return Err(failure(FailureKind::Internal, "no language and no context")),
+            };
+            let info = sb
+                .contexts
+                .get_mut(&key)
+                .ok_or_else(|| failure(FailureKind::NotFound, format!("no code context {key}")))?;
+            if request.language.is_some_and(|language| language != info.language) {
+                return Err(failure(FailureKind::ExecFailed, format!("context {key} runs another language")));
+            }
+            info.execution_count += 1;
+            Ok(info.clone())
+        })?;
+        let mut outcome =
+            CellOutcome { context_id: info.id, execution_count: info.execution_count, ..CellOutcome::default() };
+        if let Some(text) = request.code.strip_prefix("print:") {
+            send(&events, Stream::Stdout, text.as_bytes()).await;
+            outcome.stdout = text.to_owned();
+        } else if request.code == "raise" {
+            let traceback = vec!["Traceback (most recent call last):".into(), "ValueError: raised".into()];
+            outcome.error = Some(CellError { name: "ValueError".into(), value: "raised".into(), traceback });
+        } else {
+            let result = CellResult { text_plain: Some(request.code), is_main_result: true, ..CellResult::default() };
+            outcome.results.push(result);
+        }
+        Ok(outcome)
     }
 }

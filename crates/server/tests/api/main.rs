@@ -7,6 +7,7 @@ mod harness;
 
 mod auth;
 mod bad_input;
+mod code;
 mod exec;
 mod files;
 mod isolation;
@@ -14,4 +15,5 @@ mod lifecycle;
 mod metrics;
 mod openapi;
 mod quotas;
+mod run;
 mod tcp;

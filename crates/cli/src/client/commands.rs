@@ -1,0 +1,190 @@
+//! `sandbox create`, `list`, `info` and `rm`, and the parsing of their `KEY=VALUE` options and limits.
+
+use serde_json::{Map, Value};
+
+use sandkasten_types::units::{parse_bytes, parse_duration_ms};
+
+use crate::client::LimitArgs;
+use crate::client::http::{Client, ClientError};
+use crate::client::output;
+
+/// What `sandbox create` asks for.
+#[derive(Debug)]
+pub struct CreateOptions {
+    /// Lifetime in seconds.
+    pub timeout_s: Option<u64>,
+    /// Limits given on the command line.
+    pub limits: LimitArgs,
+    /// `--env` items.
+    pub env: Vec<String>,
+    /// `--metadata` items.
+    pub metadata: Vec<String>,
+}
+
+/// `KEY=VALUE` items as a JSON object; `flag` names the option in messages.
+pub fn pairs(flag: &str, items: &[String]) -> Result<Map<String, Value>, ClientError> {
+    let mut map = Map::new();
+    for item in items {
+        let (key, value) = item
+            .split_once('=')
+            .filter(|(key, _)| !key.is_empty())
+            .ok_or_else(|| ClientError::input(format!("{flag} '{item}' is not KEY=VALUE")))?;
+        map.insert(key.to_owned(), Value::String(value.to_owned()));
+    }
+    Ok(map)
+}
+
+/// `--env` items: `KEY=VALUE`, or `KEY` for this shell's value.
+pub fn environment(items: &[String]) -> Result<Map<String, Value>, ClientError> {
+    let mut map = Map::new();
+    for item in items {
+        let (key, value) = match item.split_once('=') {
+            Some((key, value)) => (key.to_owned(), value.to_owned()),
+            None => {
+                let value = std::env::var(item).map_err(|_| {
+                    ClientError::input(format!("--env {item}: no such variable in this shell; use --env {item}=VALUE"))
+                })?;
+                (item.clone(), value)
+            }
+        };
+        if key.is_empty() {
+            return Err(ClientError::input(format!("--env '{item}' is not KEY=VALUE with a non-empty KEY")));
+        }
+        map.insert(key, Value::String(value));
+    }
+    Ok(map)
+}
+
+fn limits(args: &LimitArgs) -> Result<Map<String, Value>, ClientError> {
+    let mut limits = Map::new();
+    let size = |flag: &str, text: &str| parse_bytes(text).map_err(|e| ClientError::input(format!("{flag}: {e}")));
+    if let Some(memory) = &args.memory {
+        limits.insert("memory_bytes".into(), size("--memory", memory)?.into());
+    }
+    if let Some(disk) = &args.disk {
+        limits.insert("disk_bytes".into(), size("--disk", disk)?.into());
+    }
+    if let Some(cpus) = args.cpus {
+        limits.insert("cpus".into(), cpus.into());
+    }
+    if let Some(pids) = args.pids {
+        limits.insert("pids".into(), pids.into());
+    }
+    if let Some(timeout) = &args.command_timeout {
+        let ms = parse_duration_ms(timeout).map_err(|e| ClientError::input(format!("--command-timeout: {e}")))?;
+        limits.insert("timeout_ms".into(), ms.into());
+    }
+    Ok(limits)
+}
+
+/// `sandbox create`: prints the new id (or the sandbox as JSON).
+pub fn create(client: &Client, options: CreateOptions, json: bool) -> Result<i32, ClientError> {
+    let mut body = Map::new();
+    let limits = limits(&options.limits)?;
+    if !limits.is_empty() {
+        body.insert("limits".into(), Value::Object(limits));
+    }
+    body.insert("env".into(), Value::Object(environment(&options.env)?));
+    body.insert("metadata".into(), Value::Object(pairs("--metadata", &options.metadata)?));
+    if let Some(timeout_s) = options.timeout_s {
+        body.insert("timeout_s".into(), timeout_s.into());
+    }
+    let sandbox = client.post_json("/v1/sandboxes", &Value::Object(body))?;
+    if json {
+        output::print_json(&sandbox);
+    } else {
+        println!("{}", sandbox["id"].as_str().unwrap_or_default());
+    }
+    Ok(0)
+}
+
+/// `sandbox list`.
+pub fn list(client: &Client, metadata: &[String], all: bool, json: bool) -> Result<i32, ClientError> {
+    let mut query: Vec<(String, String)> = pairs("--metadata", metadata)?
+        .into_iter()
+        .map(|(key, value)| (format!("metadata.{key}"), value.as_str().unwrap_or_default().to_owned()))
+        .collect();
+    if all {
+        query.push(("state".into(), "all".into()));
+    }
+    let answer = client.get_json("/v1/sandboxes", &query)?;
+    if json {
+        output::print_json(&answer);
+    } else {
+        let sandboxes = answer["sandboxes"].as_array().cloned().unwrap_or_default();
+        print!("{}", output::table(&sandboxes));
+    }
+    Ok(0)
+}
+
+/// The API path of sandbox `id`; an id that cannot be one is refused here (it could change the path).
+pub fn sandbox_path(id: &str) -> Result<String, ClientError> {
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        return Err(ClientError::input(format!("'{id}' is not a sandbox id (sb- and 16 hex digits)")));
+    }
+    Ok(format!("/v1/sandboxes/{id}"))
+}
+
+/// `sandbox info`.
+pub fn info(client: &Client, id: &str, json: bool) -> Result<i32, ClientError> {
+    let sandbox = client.get_json(&sandbox_path(id)?, &[])?;
+    if json {
+        output::print_json(&sandbox);
+    } else {
+        print!("{}", output::details(&sandbox));
+    }
+    Ok(0)
+}
+
+/// `sandbox rm`: destroys each sandbox, reporting failures one by one; exit 0 only when all went.
+pub fn remove(client: &Client, ids: &[String]) -> Result<i32, ClientError> {
+    let mut code = 0;
+    for id in ids {
+        match sandbox_path(id).and_then(|path| client.delete(&path)) {
+            Ok(()) => println!("{id}"),
+            Err(error) => {
+                eprintln!("sandkasten: {}", error.message);
+                code = code.max(error.exit_code);
+            }
+        }
+    }
+    Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pairs_need_a_key_and_an_equals_sign() {
+        let items = vec!["a=1".to_owned(), "b=x=y".to_owned(), "c=".to_owned()];
+        let map = pairs("--metadata", &items).map_err(|e| e.message);
+        assert_eq!(map.map(Value::Object), Ok(json!({"a": "1", "b": "x=y", "c": ""})));
+        assert!(pairs("--metadata", &["novalue".to_owned()]).is_err());
+        assert!(pairs("--metadata", &["=v".to_owned()]).is_err());
+    }
+
+    #[test]
+    fn ids_that_would_change_the_path_are_refused() {
+        assert_eq!(sandbox_path("sb-0123456789abcdef").ok().as_deref(), Some("/v1/sandboxes/sb-0123456789abcdef"));
+        for bad in ["", "../x", "sb-1/exec", "a?b", "a b"] {
+            assert!(sandbox_path(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn limits_are_parsed_with_units() {
+        let args = LimitArgs {
+            memory: Some("64MiB".into()),
+            cpus: Some(0.5),
+            pids: None,
+            disk: None,
+            command_timeout: Some("2s".into()),
+        };
+        let parsed = limits(&args).map_err(|e| e.message).map(Value::Object);
+        assert_eq!(parsed, Ok(json!({"memory_bytes": 64 << 20, "cpus": 0.5, "timeout_ms": 2000})));
+        let bad = LimitArgs { memory: Some("lots".into()), cpus: None, pids: None, disk: None, command_timeout: None };
+        assert!(limits(&bad).err().is_some_and(|e| e.message.starts_with("--memory")));
+    }
+}

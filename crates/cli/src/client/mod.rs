@@ -1,0 +1,139 @@
+//! `sandkasten sandbox …`: the client of a `sandkasten serve` server: create, list, info, exec, code, cp and rm
+//! long-lived sandboxes. The server comes from `--url` or `SANDKASTEN_URL`, the API key from `SANDKASTEN_API_KEY`.
+//! Human output by default, `--json` for machine output; errors are one line `sandkasten: <message>`, exit 2 for
+//! input errors (the server's 4xx), 125 when the server fails or cannot be reached.
+
+mod code;
+mod commands;
+mod cp;
+mod exec;
+mod http;
+mod output;
+
+use clap::{Args, Subcommand};
+
+use http::{Client, ClientError};
+
+/// Default server URL.
+const DEFAULT_URL: &str = "http://127.0.0.1:8080";
+
+/// Arguments of `sandkasten sandbox`.
+#[derive(Debug, Args)]
+#[command(after_help = "The API key is read from SANDKASTEN_API_KEY and sent as `Authorization: Bearer KEY`.\n\n\
+    Examples:\n  id=$(sandkasten sandbox create --metadata owner=me)\n  sandkasten sandbox exec $id -- python3 -c 'print(2+2)'\n  \
+    sandkasten sandbox cp data.csv $id:/workspace/data.csv\n  sandkasten sandbox rm $id\n\n\
+    Exit codes: 2 bad input or a refused request (4xx); 125 server failure or server not reachable;\n  \
+    exec: the command's own code, 124 when its timeout killed it; code: 1 when the cell raised an error.")]
+pub struct SandboxArgs {
+    /// URL of the sandkasten server.
+    #[arg(long, global = true, env = "SANDKASTEN_URL", hide_env_values = true, default_value = DEFAULT_URL, value_name = "URL")]
+    pub url: String,
+    #[command(subcommand)]
+    pub command: SandboxCommand,
+}
+
+/// Limits of a new sandbox; omitted ones take the server's defaults.
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// Memory limit (swap 0), e.g. 512MiB.
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// CPU bandwidth in CPUs (0.5 = half a core).
+    #[arg(long, value_name = "CPUS")]
+    pub cpus: Option<f64>,
+    /// Maximum number of processes and threads.
+    #[arg(long, value_name = "N")]
+    pub pids: Option<u64>,
+    /// Size of /workspace and /tmp (each).
+    #[arg(long, value_name = "SIZE")]
+    pub disk: Option<String>,
+    /// Longest time one command may run (the default and the maximum of `exec --timeout`), e.g. 30s.
+    #[arg(long = "command-timeout", value_name = "DURATION")]
+    pub command_timeout: Option<String>,
+}
+
+/// The client's subcommands.
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// Create a sandbox and print its id.
+    Create {
+        /// Seconds until the server destroys the sandbox (default: the server's, 300).
+        #[arg(long = "timeout-s", value_name = "N")]
+        timeout_s: Option<u64>,
+        #[command(flatten)]
+        limits: LimitArgs,
+        /// Environment variable of every command (KEY=VALUE, or KEY to pass this shell's value). Repeatable.
+        #[arg(long = "env", value_name = "KEY=VALUE")]
+        env: Vec<String>,
+        /// A label to find the sandbox by (KEY=VALUE). Repeatable.
+        #[arg(long = "metadata", value_name = "KEY=VALUE")]
+        metadata: Vec<String>,
+        /// Print the sandbox as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List your running sandboxes.
+    List {
+        /// Only sandboxes with this label (KEY=VALUE). Repeatable: all must match.
+        #[arg(long = "metadata", value_name = "KEY=VALUE")]
+        metadata: Vec<String>,
+        /// Include ended sandboxes (destroyed, expired, lost).
+        #[arg(long)]
+        all: bool,
+        /// Print `{"sandboxes": [...]}` as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one sandbox.
+    Info {
+        /// Sandbox id.
+        id: String,
+        /// Print the sandbox as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a command in a sandbox: output is streamed, and the exit code is the command's.
+    Exec(exec::ExecArgs),
+    /// Run a cell in the sandbox's stateful interpreter (variables persist between calls).
+    Code(code::CodeArgs),
+    /// Copy a file into or out of a sandbox: `cp LOCAL ID:PATH` or `cp ID:PATH LOCAL` (`-` = stdin/stdout).
+    Cp {
+        /// Source: a local path, `-`, or ID:PATH.
+        source: String,
+        /// Destination: ID:PATH, a local path, or `-`.
+        destination: String,
+    },
+    /// Destroy sandboxes.
+    Rm {
+        /// Sandbox ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+}
+
+/// Runs `sandkasten sandbox …` and returns the exit code.
+pub fn run(args: SandboxArgs) -> i32 {
+    let key = std::env::var("SANDKASTEN_API_KEY").ok();
+    let outcome = Client::new(&args.url, key).and_then(|client| dispatch(&client, args.command));
+    match outcome {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("sandkasten: {}", error.message);
+            error.exit_code
+        }
+    }
+}
+
+fn dispatch(client: &Client, command: SandboxCommand) -> Result<i32, ClientError> {
+    match command {
+        SandboxCommand::Create { timeout_s, limits, env, metadata, json } => {
+            commands::create(client, commands::CreateOptions { timeout_s, limits, env, metadata }, json)
+        }
+        SandboxCommand::List { metadata, all, json } => commands::list(client, &metadata, all, json),
+        SandboxCommand::Info { id, json } => commands::info(client, &id, json),
+        SandboxCommand::Exec(args) => exec::exec(client, args),
+        SandboxCommand::Code(args) => code::code(client, args),
+        SandboxCommand::Cp { source, destination } => cp::copy(client, &source, &destination),
+        SandboxCommand::Rm { ids } => commands::remove(client, &ids),
+    }
+}

@@ -1,0 +1,244 @@
+//! End to end against a real `sandkasten serve`: stateful code contexts. Python variables persist across cells
+//! (`x = 41`, then `x + 1` is `42`), matplotlib figures come back as PNG and DataFrames as HTML, exceptions carry a
+//! traceback, a cell past its timeout is interrupted (KeyboardInterrupt) and the context survives, JavaScript state
+//! persists, two contexts share nothing, output streams over SSE, and deleting the sandbox leaves no kernel process,
+//! cgroup or record behind.
+
+#![allow(unsafe_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod common;
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const KEY: &str = "code-tenant-key-0123456789abcdef";
+
+/// A `sandkasten serve` process; SIGTERM and wait on drop.
+struct Server {
+    child: Child,
+    base: String,
+    agent: ureq::Agent,
+    _dir: tempfile::TempDir,
+}
+
+/// An HTTP answer.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    text: String,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text))
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+impl Server {
+    fn start() -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_sandkasten"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--database"])
+            .arg(dir.path().join("sandkasten.db"))
+            .env("SANDKASTEN_API_KEYS", format!("code:{KEY}"))
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(120)))
+            .build();
+        let server = Server { child, base: format!("http://127.0.0.1:{port}"), agent: config.into(), _dir: dir };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(response) = server.agent.get(format!("{}/healthz", server.base)).call()
+                && response.status() == 200
+            {
+                return server;
+            }
+            assert!(Instant::now() < deadline, "the server did not answer /healthz");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Reply {
+        let url = format!("{}{path}", self.base);
+        let auth = format!("Bearer {KEY}");
+        let response = match (method, body) {
+            ("GET", _) => self.agent.get(&url).header("authorization", &auth).call(),
+            ("DELETE", _) => self.agent.delete(&url).header("authorization", &auth).call(),
+            (_, Some(body)) => self.agent.post(&url).header("authorization", &auth).send_json(body),
+            (_, None) => self.agent.post(&url).header("authorization", &auth).send_empty(),
+        };
+        let mut response = response.unwrap();
+        let status = response.status().as_u16();
+        let text = response.body_mut().with_config().limit(64 << 20).read_to_string().unwrap();
+        Reply { status, text }
+    }
+
+    fn stream(&self, path: &str, body: Value) -> String {
+        let mut response = self
+            .agent
+            .post(format!("{}{path}", self.base))
+            .header("authorization", format!("Bearer {KEY}"))
+            .header("accept", "text/event-stream")
+            .send_json(body)
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response.body_mut().read_to_string().unwrap()
+    }
+
+    /// Runs a cell and returns the 200 answer's JSON.
+    fn code(&self, id: &str, body: Value) -> Value {
+        let reply = self.call("POST", &format!("/v1/sandboxes/{id}/code"), Some(body));
+        assert_eq!(reply.status, 200, "{reply:?}");
+        reply.json()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SAFETY: kill has no memory-safety preconditions; the pid is our own child, not yet reaped.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn main_text(outcome: &Value) -> Option<&str> {
+    outcome["results"].as_array()?.iter().find(|r| r["is_main_result"] == true)?["text/plain"].as_str()
+}
+
+/// Host pids of sandbox `id`'s kernels (sandbox uids, in its cgroup, running a kernel).
+fn kernel_pids(id: &str) -> Vec<u32> {
+    common::processes_in_cgroup_matching(id)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .filter(|pid| common::process_uid(*pid).is_some_and(|uid| uid >= common::SANDBOX_UID_BASE))
+        .filter(|pid| common::cmdline(*pid).contains("sandkasten"))
+        .collect()
+}
+
+fn has_python_module(module: &str) -> bool {
+    Command::new("/usr/bin/python3").args(["-c", &format!("import {module}")]).status().is_ok_and(|s| s.success())
+}
+
+#[test]
+fn code_contexts_keep_state_return_rich_results_survive_interrupts_and_clean_up() {
+    require_root!();
+    let _lock = common::shared_lock();
+    let server = Server::start();
+    let created = server.call("POST", "/v1/sandboxes", Some(json!({"limits": {"memory_bytes": 1_073_741_824u64}})));
+    assert_eq!(created.status, 201, "{created:?}");
+    let id = created.json()["id"].as_str().unwrap().to_owned();
+    let py = |code: &str| server.code(&id, json!({"language": "python", "code": code}));
+
+    // State persists across cells.
+    let first = py("x = 41\nprint('set')");
+    assert_eq!(first["stdout"], "set\n");
+    assert_eq!(first["execution_count"], 1);
+    let default_context = first["context_id"].as_str().unwrap().to_owned();
+    let second = py("x + 1");
+    assert_eq!(main_text(&second), Some("42"), "{second}");
+    assert_eq!(second["context_id"], default_context.as_str());
+    assert_eq!(second["execution_count"], 2);
+
+    // Rich results.
+    if has_python_module("matplotlib") {
+        let plot = py("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.title('t')");
+        assert_eq!(plot["error"], Value::Null, "{plot}");
+        let png = plot["results"].as_array().unwrap().iter().find_map(|r| r["image/png"].as_str()).unwrap();
+        assert!(common::base64_decode(png).starts_with(b"\x89PNG\r\n\x1a\n"));
+    } else {
+        eprintln!("skipped: matplotlib is not installed (scripts/setup.sh installs it)");
+    }
+    if has_python_module("pandas") {
+        let frame = py("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})");
+        assert!(frame["results"][0]["text/html"].as_str().unwrap().contains("<table"), "{frame}");
+    } else {
+        eprintln!("skipped: pandas is not installed (scripts/setup.sh installs it)");
+    }
+
+    // Errors.
+    let raised = py("def g():\n    return 1 / 0\ng()");
+    assert_eq!(raised["error"]["name"], "ZeroDivisionError");
+    let traceback = raised["error"]["traceback"].to_string();
+    assert!(traceback.contains("return 1 / 0"), "{traceback}");
+
+    // A cell past its timeout is interrupted; the context survives.
+    let started = Instant::now();
+    let spin = server.code(&id, json!({"language": "python", "code": "while True: pass", "timeout_ms": 1000}));
+    assert_eq!(spin["error"]["name"], "KeyboardInterrupt", "{spin}");
+    assert_eq!(spin["context_restarted"], false);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(main_text(&py("x")), Some("41"), "the context kept its state");
+
+    // JavaScript.
+    let js = |code: &str| server.code(&id, json!({"language": "javascript", "code": code}));
+    js("let y = 41");
+    let js_answer = js("y + 1");
+    assert_eq!(main_text(&js_answer), Some("42"), "{js_answer}");
+    assert_ne!(js_answer["context_id"], default_context.as_str());
+
+    // Two contexts share nothing.
+    let other = server.call("POST", &format!("/v1/sandboxes/{id}/contexts"), Some(json!({"language": "python"})));
+    assert_eq!(other.status, 201, "{other:?}");
+    let other_id = other.json()["id"].as_str().unwrap().to_owned();
+    let isolated = server.code(&id, json!({"context_id": other_id, "code": "x"}));
+    assert_eq!(isolated["error"]["name"], "NameError", "{isolated}");
+    let listed = server.call("GET", &format!("/v1/sandboxes/{id}/contexts"), None).json();
+    assert_eq!(listed["contexts"].as_array().unwrap().len(), 3, "{listed}");
+
+    // Output streams as events.
+    let events = server.stream(
+        &format!("/v1/sandboxes/{id}/code"),
+        json!({"language": "python", "code": "print('streamed')\nx * 2"}),
+    );
+    let stdout = events.find("event: stdout").unwrap_or_else(|| panic!("{events}"));
+    let result = events.find("event: result").unwrap_or_else(|| panic!("{events}"));
+    let end = events.find("event: end").unwrap_or_else(|| panic!("{events}"));
+    assert!(stdout < result && result < end, "{events}");
+    assert!(events.contains("\"text/plain\":\"82\""), "{events}");
+
+    // Restart and remove.
+    let restarted = server.call("POST", &format!("/v1/sandboxes/{id}/contexts/{default_context}/restart"), None);
+    assert_eq!(restarted.status, 200, "{restarted:?}");
+    let after_restart = py("'x' in globals()");
+    assert_eq!(main_text(&after_restart), Some("False"), "{after_restart}");
+    let removed = server.call("DELETE", &format!("/v1/sandboxes/{id}/contexts/{other_id}"), None);
+    assert_eq!(removed.status, 204, "{removed:?}");
+
+    // Deleting the sandbox leaves nothing.
+    let kernels = kernel_pids(&id);
+    assert!(kernels.len() >= 2, "the python and node kernels run in the sandbox: {kernels:?}");
+    assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), None).status, 204);
+    common::assert_no_leaks(&id);
+    for pid in kernels {
+        assert!(!Path::new(&format!("/proc/{pid}")).exists() || common::process_uid(pid).is_none_or(|uid| uid < common::SANDBOX_UID_BASE),
+            "kernel {pid} outlived its sandbox");
+    }
+    let gone = server.call("POST", &format!("/v1/sandboxes/{id}/code"), Some(json!({"language": "python", "code": "1"})));
+    assert!(gone.status == 404 || gone.status == 409, "{gone:?}");
+}

@@ -1,0 +1,167 @@
+//! Background commands: started with `Exec{background: true}`, so their stdin stays open. A handle sends stdin,
+//! signals and kills; its events (output chunks, then the exit) arrive on a receiver.
+//!
+//! The agent answers `StdinData`/`StdinClose`/`Signal` with `Done`/`Failed` under the command's own id, the same id
+//! its output and exit come under. A router task splits that stream: output and exit go to the events receiver, the
+//! control replies to their waiters in request order (the agent answers one channel's requests in order, and control
+//! requests are sent under a lock so the waiter queue has the same order).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use sandkasten_protocol::{FailureCode, Message, OutputStreamKind};
+use sandkasten_types::{CommandExit, CommandSpec};
+use tokio::sync::{mpsc, oneshot};
+
+use super::agent_client::{AgentClient, AgentFailure};
+
+/// How long a control request may wait for the agent's answer.
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a background command reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackgroundEvent {
+    /// Output, in order per stream.
+    Output(OutputStreamKind, Vec<u8>),
+    /// The command ended; nothing follows.
+    Exited(CommandExit),
+}
+
+type Waiters = Arc<Mutex<VecDeque<oneshot::Sender<Result<(), AgentFailure>>>>>;
+
+/// A running background command. Dropping the handle kills the command's process group.
+pub struct BackgroundCommand {
+    agent: Arc<AgentClient>,
+    id: u64,
+    pid: u32,
+    waiters: Waiters,
+    control: tokio::sync::Mutex<()>,
+}
+
+impl AgentClient {
+    /// Starts `spec` as a background command; returns its handle and its events.
+    pub async fn spawn_background(
+        self: &Arc<Self>,
+        spec: CommandSpec,
+    ) -> Result<(BackgroundCommand, mpsc::UnboundedReceiver<BackgroundEvent>), AgentFailure> {
+        let (id, mut replies) = self.start(Message::Exec { spec, background: true }).await?;
+        let pid = match replies.recv().await {
+            Some(Message::ExecStarted { pid }) => pid,
+            Some(Message::Failed { code, message }) => {
+                self.finish(id);
+                return Err(AgentFailure { code: Some(code), message });
+            }
+            Some(other) => {
+                self.finish(id);
+                return Err(AgentFailure {
+                    code: Some(FailureCode::Internal),
+                    message: format!("unexpected reply from the agent: {other:?}"),
+                });
+            }
+            None => return Err(AgentFailure::gone()),
+        };
+        let (events, received) = mpsc::unbounded_channel();
+        let waiters: Waiters = Arc::default();
+        tokio::spawn(route(replies, events, Arc::clone(&waiters)));
+        let handle = BackgroundCommand {
+            agent: Arc::clone(self),
+            id,
+            pid,
+            waiters,
+            control: tokio::sync::Mutex::new(()),
+        };
+        Ok((handle, received))
+    }
+}
+
+/// Splits the command's replies into events and control answers until the route closes.
+async fn route(
+    mut replies: mpsc::UnboundedReceiver<Message>,
+    events: mpsc::UnboundedSender<BackgroundEvent>,
+    waiters: Waiters,
+) {
+    let answer = |result: Result<(), AgentFailure>| {
+        if let Some(waiter) = waiters.lock().ok().and_then(|mut queue| queue.pop_front()) {
+            let _ = waiter.send(result);
+        }
+    };
+    while let Some(message) = replies.recv().await {
+        match message {
+            Message::Output { stream, data } => {
+                if let Ok(bytes) = BASE64.decode(data) {
+                    let _ = events.send(BackgroundEvent::Output(stream, bytes));
+                }
+            }
+            Message::ExecExited { exit } => {
+                let _ = events.send(BackgroundEvent::Exited(exit));
+            }
+            Message::Done => answer(Ok(())),
+            Message::Failed { code, message } => answer(Err(AgentFailure { code: Some(code), message })),
+            _ => {}
+        }
+    }
+    // The agent is gone or the handle was dropped: nobody will answer the waiters (dropping them tells them).
+    if let Ok(mut queue) = waiters.lock() {
+        queue.clear();
+    }
+}
+
+impl BackgroundCommand {
+    /// The command's pid inside the sandbox (also its process group id).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    async fn control(&self, msg: Message) -> Result<(), AgentFailure> {
+        let (answer, answered) = oneshot::channel();
+        {
+            let _order = self.control.lock().await;
+            self.waiters.lock().map_err(|_| AgentFailure::gone())?.push_back(answer);
+            self.agent.send(self.id, msg).await?;
+        }
+        match tokio::time::timeout(CONTROL_TIMEOUT, answered).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(AgentFailure::gone()),
+            Err(_) => Err(AgentFailure {
+                code: Some(FailureCode::Internal),
+                message: "the agent did not answer in time".to_owned(),
+            }),
+        }
+    }
+
+    /// Writes bytes to the command's stdin.
+    pub async fn send_stdin(&self, data: &[u8]) -> Result<(), AgentFailure> {
+        self.control(Message::StdinData { data: BASE64.encode(data) }).await
+    }
+
+    /// Closes the command's stdin.
+    pub async fn close_stdin(&self) -> Result<(), AgentFailure> {
+        self.control(Message::StdinClose).await
+    }
+
+    /// Sends a signal to the command's process group.
+    pub async fn signal(&self, signal: i32) -> Result<(), AgentFailure> {
+        self.control(Message::Signal { signal }).await
+    }
+
+    /// SIGKILLs the command's process group.
+    pub async fn kill(&self) -> Result<(), AgentFailure> {
+        self.signal(libc::SIGKILL).await
+    }
+}
+
+impl Drop for BackgroundCommand {
+    fn drop(&mut self) {
+        // Stop routing (the router task ends), then kill whatever is left without waiting for the answer.
+        self.agent.finish(self.id);
+        let (agent, id) = (Arc::clone(&self.agent), self.id);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = agent.send(id, Message::Signal { signal: libc::SIGKILL }).await;
+            });
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! One running kernel: a background command in the sandbox (started by the agent as the sandbox user, jailed like
+//! every command) that reads one JSON request per line on stdin and answers on stdout (see `wire.rs` and
+//! `resources/kernels/`). Runs one cell at a time: sends it, forwards its output, and at the timeout interrupts it
+//! (SIGINT); a kernel that does not answer within the grace period after that is killed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sandkasten_protocol::OutputStreamKind;
+use sandkasten_types::{CellError, CodeLanguage, CommandExit, CommandSpec};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::error::ContextError;
+use super::wire::{KernelMessage, Line, LineSplitter, Reply};
+use crate::live::agent_client::AgentClient;
+use crate::live::background::{BackgroundCommand, BackgroundEvent};
+
+/// The Python kernel's source (run with `python3 -c`).
+pub const PYTHON_KERNEL: &str = include_str!("../../../../../resources/kernels/python_kernel.py");
+/// The JavaScript kernel's source (run with `node -e`).
+pub const NODE_KERNEL: &str = include_str!("../../../../../resources/kernels/node_kernel.js");
+
+/// How long a kernel may take to start (importing nothing but the standard library).
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an interrupted cell has to answer before the kernel is killed.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(3);
+/// Most bytes of a failed start's stderr kept for the error message.
+const START_STDERR_BYTES: usize = 4096;
+
+/// What to send a cell's output to: the stream and its text, as it arrives.
+pub type CellOutput = mpsc::Sender<(OutputStreamKind, String)>;
+
+/// The command that runs a kernel of `language`.
+pub fn kernel_command(language: CodeLanguage) -> CommandSpec {
+    let argv = match language {
+        CodeLanguage::Python => vec!["python3".to_owned(), "-c".to_owned(), PYTHON_KERNEL.to_owned()],
+        CodeLanguage::Javascript => vec!["node".to_owned(), "-e".to_owned(), NODE_KERNEL.to_owned()],
+    };
+    let env = [("PYTHONDONTWRITEBYTECODE", "1"), ("MPLBACKEND", "Agg"), ("NODE_NO_WARNINGS", "1")]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    CommandSpec { argv: Some(argv), env, ..CommandSpec::default() }
+}
+
+/// How a cell ended, before it becomes a `CellOutcome`.
+#[derive(Debug, Default)]
+pub struct CellRun {
+    /// Captured standard output (at most the limit).
+    pub stdout: String,
+    /// Captured standard error.
+    pub stderr: String,
+    /// Output was cut at the limit.
+    pub truncated: bool,
+    /// The kernel's reply, or the error the host made up (timeout, the kernel died).
+    pub reply: Option<Reply>,
+    /// The host's own error, when there is no reply.
+    pub host_error: Option<CellError>,
+    /// The kernel is unusable (killed or died): the caller restarts it.
+    pub kernel_lost: bool,
+}
+
+impl CellRun {
+    fn keep(&mut self, stream: OutputStreamKind, text: &str, limit: usize) -> Option<String> {
+        let target = match stream {
+            OutputStreamKind::Stdout => &mut self.stdout,
+            OutputStreamKind::Stderr => &mut self.stderr,
+        };
+        let room = limit.saturating_sub(target.len());
+        if room == 0 {
+            self.truncated |= !text.is_empty();
+            return None;
+        }
+        let mut end = text.len().min(room);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.truncated |= end < text.len();
+        target.push_str(&text[..end]);
+        Some(text[..end].to_owned())
+    }
+}
+
+/// A started kernel.
+pub struct Kernel {
+    command: Arc<BackgroundCommand>,
+    events: mpsc::UnboundedReceiver<BackgroundEvent>,
+    lines: LineSplitter,
+    next_request: u64,
+    exited: Option<CommandExit>,
+}
+
+fn describe_exit(exit: &CommandExit) -> String {
+    match (exit.exit_code, exit.signal) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(signal)) => format!("signal {signal}"),
+        (None, None) => "an unknown status".to_owned(),
+    }
+}
+
+impl Kernel {
+    /// Starts a kernel and waits until it is ready.
+    pub async fn start(agent: &Arc<AgentClient>, language: CodeLanguage) -> Result<Kernel, ContextError> {
+        let (command, events) = agent.spawn_background(kernel_command(language)).await?;
+        let mut kernel =
+            Kernel { command: Arc::new(command), events, lines: LineSplitter::default(), next_request: 1, exited: None };
+        let deadline = Instant::now() + START_TIMEOUT;
+        let mut stderr = Vec::new();
+        let program = if language == CodeLanguage::Python { "python3" } else { "node" };
+        loop {
+            let event = tokio::time::timeout_at(deadline, kernel.events.recv()).await;
+            match event {
+                Ok(Some(BackgroundEvent::Output(OutputStreamKind::Stdout, bytes))) => {
+                    let ready = kernel.lines.push(&bytes).into_iter().any(|line| {
+                        matches!(line, Line::Message(KernelMessage::Ready {}))
+                    });
+                    if ready {
+                        return Ok(kernel);
+                    }
+                }
+                Ok(Some(BackgroundEvent::Output(OutputStreamKind::Stderr, bytes))) => {
+                    let room = START_STDERR_BYTES.saturating_sub(stderr.len());
+                    stderr.extend_from_slice(&bytes[..bytes.len().min(room)]);
+                }
+                Ok(Some(BackgroundEvent::Exited(exit))) => {
+                    return Err(ContextError::StartFailed(format!(
+                        "the {program} kernel ended with {} before it was ready: {}",
+                        describe_exit(&exit),
+                        String::from_utf8_lossy(&stderr).trim()
+                    )));
+                }
+                Ok(None) => return Err(ContextError::SandboxGone),
+                Err(_) => {
+                    let _ = kernel.command.kill().await;
+                    return Err(ContextError::StartFailed(format!(
+                        "the {program} kernel was not ready after {} s",
+                        START_TIMEOUT.as_secs()
+                    )));
+                }
+            }
+        }
+    }
+
+    /// A handle that can kill the kernel while a cell runs.
+    pub fn command(&self) -> Arc<BackgroundCommand> {
+        Arc::clone(&self.command)
+    }
+
+    /// Kills the kernel and waits (briefly) until it has exited.
+    pub async fn shutdown(mut self) {
+        if self.exited.is_some() {
+            return;
+        }
+        let _ = self.command.kill().await;
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while let Ok(Some(event)) = tokio::time::timeout_at(deadline, self.events.recv()).await {
+            if matches!(event, BackgroundEvent::Exited(_)) {
+                return;
+            }
+        }
+    }
+
+    /// Runs one cell: at most `timeout` before it is interrupted, output kept up to `limit` bytes per stream.
+    pub async fn run(&mut self, code: &str, timeout: Duration, limit: usize, output: &CellOutput) -> CellRun {
+        let mut run = CellRun::default();
+        // Whatever arrived between cells (output of threads or timers of earlier cells) is not this cell's.
+        while let Ok(event) = self.events.try_recv() {
+            if let BackgroundEvent::Exited(exit) = event {
+                self.exited = Some(exit);
+            }
+        }
+        if let Some(exit) = self.exited {
+            return self.lost(run, &format!("the interpreter had ended ({})", describe_exit(&exit)));
+        }
+        let id = self.next_request;
+        self.next_request += 1;
+        let request = serde_json::json!({"id": id, "code": code, "timeout_ms": timeout.as_millis() as u64});
+        let mut line = request.to_string();
+        line.push('\n');
+        if let Err(failure) = self.command.send_stdin(line.as_bytes()).await {
+            return self.lost(run, &format!("the interpreter cannot take input: {}", failure.message));
+        }
+        let mut deadline = Instant::now() + timeout;
+        let mut interrupted = false;
+        loop {
+            let event = match tokio::time::timeout_at(deadline, self.events.recv()).await {
+                Ok(event) => event,
+                Err(_) if !interrupted => {
+                    interrupted = true;
+                    deadline = Instant::now() + INTERRUPT_GRACE;
+                    let _ = self.command.signal(libc::SIGINT).await;
+                    continue;
+                }
+                Err(_) => {
+                    let _ = self.command.kill().await;
+                    let message = format!(
+                        "the cell ran past its timeout of {} ms and did not stop when interrupted",
+                        timeout.as_millis()
+                    );
+                    let mut run = self.lost(run, &message);
+                    if let Some(error) = &mut run.host_error {
+                        error.name = "TimeoutError".to_owned();
+                    }
+                    return run;
+                }
+            };
+            match event {
+                Some(BackgroundEvent::Output(OutputStreamKind::Stdout, bytes)) => {
+                    for line in self.lines.push(&bytes) {
+                        match line {
+                            Line::Message(KernelMessage::Reply(reply)) if reply.id == Some(id) => {
+                                run.reply = Some(reply);
+                                return run;
+                            }
+                            Line::Message(KernelMessage::Stream { name, text }) => {
+                                let stream =
+                                    if name == "stderr" { OutputStreamKind::Stderr } else { OutputStreamKind::Stdout };
+                                forward(&mut run, output, stream, &text, limit).await;
+                            }
+                            Line::Message(_) => {}
+                            Line::Raw(text) => forward(&mut run, output, OutputStreamKind::Stdout, &text, limit).await,
+                            Line::Oversized => {
+                                run.host_error = Some(CellError {
+                                    name: "ResultTooLarge".to_owned(),
+                                    value: format!(
+                                        "the cell's result is larger than {} MiB and was dropped",
+                                        super::wire::MAX_LINE_BYTES >> 20
+                                    ),
+                                    traceback: Vec::new(),
+                                });
+                                return run;
+                            }
+                        }
+                    }
+                }
+                Some(BackgroundEvent::Output(OutputStreamKind::Stderr, bytes)) => {
+                    let text = String::from_utf8_lossy(&bytes).into_owned();
+                    forward(&mut run, output, OutputStreamKind::Stderr, &text, limit).await;
+                }
+                Some(BackgroundEvent::Exited(exit)) => {
+                    self.exited = Some(exit);
+                    return self.lost(run, &format!("the interpreter ended ({})", describe_exit(&exit)));
+                }
+                None => {
+                    self.exited = Some(CommandExit::default());
+                    return self.lost(run, "the sandbox is gone");
+                }
+            }
+        }
+    }
+
+    fn lost(&mut self, mut run: CellRun, why: &str) -> CellRun {
+        run.kernel_lost = true;
+        run.host_error = Some(CellError {
+            name: "KernelRestarted".to_owned(),
+            value: format!("{why}; the context was restarted and its state is lost"),
+            traceback: Vec::new(),
+        });
+        run
+    }
+}
+
+async fn forward(run: &mut CellRun, output: &CellOutput, stream: OutputStreamKind, text: &str, limit: usize) {
+    if let Some(kept) = run.keep(stream, text, limit) {
+        // The caller may have stopped listening (a client hung up): the cell goes on.
+        let _ = output.send((stream, kept)).await;
+    }
+}

@@ -1,0 +1,281 @@
+//! Stateful code-interpreter contexts: per sandbox, any number (up to `MAX_CONTEXTS`) of Python or JavaScript
+//! kernels whose variables persist across cells. A language's default context is registered on first use and its
+//! kernel started lazily; contexts created explicitly start their kernel at once (so a broken interpreter is an error
+//! of the create call). Cells of one context run one at a time; a kernel that is lost (killed at a timeout, died) is
+//! restarted and the cell's answer says so.
+//!
+//! Files: `kernel` (one kernel process), `wire` (its line protocol), `error`.
+
+mod error;
+mod kernel;
+mod wire;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun, ContextInfo};
+
+pub use error::ContextError;
+pub use kernel::{CellOutput, NODE_KERNEL, PYTHON_KERNEL, kernel_command};
+
+use super::agent_client::AgentClient;
+use super::background::BackgroundCommand;
+use kernel::Kernel;
+
+/// Most contexts one sandbox may have at once.
+pub const MAX_CONTEXTS: usize = 16;
+
+/// One context.
+struct Context {
+    id: String,
+    language: CodeLanguage,
+    default: bool,
+    kernel: tokio::sync::Mutex<Option<Kernel>>,
+    /// The running kernel's handle, to kill it without waiting for a running cell.
+    running: Mutex<Option<Arc<BackgroundCommand>>>,
+    count: AtomicU64,
+    removed: AtomicBool,
+}
+
+impl Context {
+    fn info(&self) -> ContextInfo {
+        ContextInfo {
+            id: self.id.clone(),
+            language: self.language,
+            default: self.default,
+            execution_count: self.count.load(Ordering::Relaxed),
+        }
+    }
+
+    fn set_running(&self, command: Option<Arc<BackgroundCommand>>) {
+        if let Ok(mut running) = self.running.lock() {
+            *running = command;
+        }
+    }
+
+    async fn kill_running(&self) {
+        let command = self.running.lock().ok().and_then(|running| running.clone());
+        if let Some(command) = command {
+            let _ = command.kill().await;
+        }
+    }
+
+    /// Starts a kernel into `slot` (the caller holds the lock).
+    async fn start(&self, agent: &Arc<AgentClient>, slot: &mut Option<Kernel>) -> Result<(), ContextError> {
+        let kernel = Kernel::start(agent, self.language).await?;
+        self.set_running(Some(kernel.command()));
+        self.count.store(0, Ordering::Relaxed);
+        *slot = Some(kernel);
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct SandboxContexts {
+    by_id: BTreeMap<String, Arc<Context>>,
+    defaults: HashMap<CodeLanguage, String>,
+}
+
+/// The contexts of every sandbox of one runtime.
+#[derive(Default)]
+pub struct Contexts {
+    sandboxes: Mutex<HashMap<String, SandboxContexts>>,
+}
+
+fn new_context_id() -> Result<String, ContextError> {
+    let mut bytes = [0u8; 8];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        filled += rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty())
+            .map_err(|e| ContextError::Ids(e.to_string()))?;
+    }
+    Ok(format!("ctx-{}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()))
+}
+
+impl Contexts {
+    fn with<T>(&self, sandbox: &str, f: impl FnOnce(&mut SandboxContexts) -> T) -> Result<T, ContextError> {
+        let mut map = self.sandboxes.lock().map_err(|_| ContextError::SandboxGone)?;
+        Ok(f(map.entry(sandbox.to_owned()).or_default()))
+    }
+
+    fn register(&self, sandbox: &str, language: CodeLanguage, default: bool) -> Result<Arc<Context>, ContextError> {
+        let id = new_context_id()?;
+        self.with(sandbox, |contexts| {
+            if default && let Some(existing) = contexts.defaults.get(&language).and_then(|id| contexts.by_id.get(id)) {
+                return Ok(Arc::clone(existing));
+            }
+            if contexts.by_id.len() >= MAX_CONTEXTS {
+                return Err(ContextError::TooMany(MAX_CONTEXTS));
+            }
+            let context = Arc::new(Context {
+                id: id.clone(),
+                language,
+                default,
+                kernel: tokio::sync::Mutex::new(None),
+                running: Mutex::new(None),
+                count: AtomicU64::new(0),
+                removed: AtomicBool::new(false),
+            });
+            contexts.by_id.insert(id.clone(), Arc::clone(&context));
+            if default {
+                contexts.defaults.insert(language, id);
+            }
+            Ok(context)
+        })?
+    }
+
+    fn unregister(&self, sandbox: &str, id: &str) -> Option<Arc<Context>> {
+        let mut map = self.sandboxes.lock().ok()?;
+        let contexts = map.get_mut(sandbox)?;
+        let context = contexts.by_id.remove(id)?;
+        contexts.defaults.retain(|_, default| default != id);
+        context.removed.store(true, Ordering::Relaxed);
+        Some(context)
+    }
+
+    fn get(&self, sandbox: &str, id: &str) -> Result<Arc<Context>, ContextError> {
+        self.with(sandbox, |contexts| contexts.by_id.get(id).cloned())?
+            .ok_or_else(|| ContextError::NotFound(id.to_owned()))
+    }
+
+    /// Creates a context and starts its kernel.
+    pub async fn create(
+        &self,
+        agent: &Arc<AgentClient>,
+        sandbox: &str,
+        language: CodeLanguage,
+    ) -> Result<ContextInfo, ContextError> {
+        let context = self.register(sandbox, language, false)?;
+        let mut slot = context.kernel.lock().await;
+        if let Err(error) = context.start(agent, &mut slot).await {
+            drop(slot);
+            self.unregister(sandbox, &context.id);
+            return Err(error);
+        }
+        Ok(context.info())
+    }
+
+    /// The contexts of a sandbox, by id.
+    pub fn list(&self, sandbox: &str) -> Vec<ContextInfo> {
+        let map = self.sandboxes.lock();
+        let contexts = map.as_ref().ok().and_then(|map| map.get(sandbox));
+        contexts.map(|c| c.by_id.values().map(|context| context.info()).collect()).unwrap_or_default()
+    }
+
+    /// Removes a context and kills its kernel (a running cell ends with an error).
+    pub async fn remove(&self, sandbox: &str, id: &str) -> Result<(), ContextError> {
+        let context = self.unregister(sandbox, id).ok_or_else(|| ContextError::NotFound(id.to_owned()))?;
+        context.kill_running().await;
+        let mut slot = context.kernel.lock().await;
+        if let Some(kernel) = slot.take() {
+            kernel.shutdown().await;
+        }
+        context.set_running(None);
+        Ok(())
+    }
+
+    /// Restarts a context's kernel: its state is gone, its count starts again.
+    pub async fn restart(&self, agent: &Arc<AgentClient>, sandbox: &str, id: &str) -> Result<ContextInfo, ContextError> {
+        let context = self.get(sandbox, id)?;
+        context.kill_running().await;
+        let mut slot = context.kernel.lock().await;
+        if let Some(kernel) = slot.take() {
+            kernel.shutdown().await;
+        }
+        context.set_running(None);
+        context.start(agent, &mut slot).await?;
+        Ok(context.info())
+    }
+
+    /// Forgets every context of a sandbox (it is being destroyed; its kernels die with it).
+    pub fn forget(&self, sandbox: &str) {
+        let removed = self.sandboxes.lock().ok().and_then(|mut map| map.remove(sandbox));
+        for context in removed.into_iter().flat_map(|contexts| contexts.by_id.into_values()) {
+            context.removed.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Forgets every context of every sandbox.
+    pub fn forget_all(&self) {
+        if let Ok(mut map) = self.sandboxes.lock() {
+            map.clear();
+        }
+    }
+
+    fn resolve(&self, sandbox: &str, request: &CodeRun) -> Result<Arc<Context>, ContextError> {
+        match (&request.context_id, request.language) {
+            (Some(id), requested) => {
+                let context = self.get(sandbox, id)?;
+                match requested {
+                    Some(language) if language != context.language => Err(ContextError::LanguageMismatch {
+                        id: id.clone(),
+                        actual: context.language.as_str(),
+                        requested: language.as_str(),
+                    }),
+                    _ => Ok(context),
+                }
+            }
+            (None, Some(language)) => self.register(sandbox, language, true),
+            (None, None) => Err(ContextError::NotFound("(none given and no language)".to_owned())),
+        }
+    }
+
+    /// Runs one cell.
+    pub async fn run(
+        &self,
+        agent: &Arc<AgentClient>,
+        sandbox: &str,
+        request: CodeRun,
+        output: CellOutput,
+    ) -> Result<CellOutcome, ContextError> {
+        let context = self.resolve(sandbox, &request)?;
+        let mut slot = context.kernel.lock().await;
+        if context.removed.load(Ordering::Relaxed) {
+            return Err(ContextError::NotFound(context.id.clone()));
+        }
+        if slot.is_none() {
+            context.start(agent, &mut slot).await?;
+        }
+        let Some(kernel) = slot.as_mut() else {
+            return Err(ContextError::NotFound(context.id.clone()));
+        };
+        let limit = usize::try_from(request.max_output_bytes).unwrap_or(usize::MAX);
+        let run = kernel.run(&request.code, Duration::from_millis(request.timeout_ms), limit, &output).await;
+        let mut outcome = CellOutcome {
+            context_id: context.id.clone(),
+            stdout: run.stdout,
+            stderr: run.stderr,
+            output_truncated: run.truncated,
+            ..CellOutcome::default()
+        };
+        match run.reply {
+            Some(reply) => {
+                context.count.store(reply.execution_count, Ordering::Relaxed);
+                outcome.execution_count = reply.execution_count;
+                outcome.results = reply.results;
+                outcome.error = reply.error;
+            }
+            None => {
+                outcome.execution_count = context.count.fetch_add(1, Ordering::Relaxed).saturating_add(1);
+                outcome.error = run.host_error;
+            }
+        }
+        if run.kernel_lost {
+            if let Some(kernel) = slot.take() {
+                kernel.shutdown().await;
+            }
+            context.set_running(None);
+            if !context.removed.load(Ordering::Relaxed) {
+                outcome.context_restarted = true;
+                if let Err(error) = context.start(agent, &mut slot).await
+                    && let Some(cell_error) = &mut outcome.error
+                {
+                    cell_error.value = format!("{}; restarting it failed: {error}", cell_error.value);
+                }
+            }
+        }
+        Ok(outcome)
+    }
+}

@@ -1,0 +1,200 @@
+//! `POST /v1/sandboxes/{id}/code`: run one cell in a stateful code context and answer its result as JSON, or, with
+//! `Accept: text/event-stream`, stream `stdout`/`stderr` events as the output arrives, then one `result` event per
+//! rich result, an `error` event when the cell raised, and a final `end` event with the whole response (a runtime
+//! failure ends the stream with a `failure` event instead).
+//!
+//! The cell runs in its own task: a client that disconnects does not cut a cell in half (which would leave its
+//! context out of step).
+
+use std::convert::Infallible;
+use std::time::Instant;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::http::header::ACCEPT;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use sandkasten_types::{CellOutcome, CodeRun};
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::api::code_schemas::{CodeBody, CodeResponse};
+use crate::api::contexts::is_context_id;
+use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
+use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error};
+use crate::api::schemas::OutputEvent;
+use crate::auth::Tenant;
+use crate::runtime::{FailureKind, OutputChunk, RuntimeFailure, Stream};
+use crate::state::AppState;
+use crate::store::SandboxRecord;
+
+/// Checks the request against the sandbox and builds the runtime's request (timeout always set).
+fn code_run(body: CodeBody, sandbox: &SandboxRecord) -> Result<CodeRun, ApiError> {
+    if body.language.is_none() && body.context_id.is_none() {
+        return Err(ApiError::unprocessable("give the language (python or javascript), or a context_id"));
+    }
+    if let Some(context) = &body.context_id
+        && !is_context_id(context)
+    {
+        return Err(ApiError::not_found(format!("no code context {context} in this sandbox")));
+    }
+    let max_timeout = sandbox.spec.limits.timeout_ms;
+    let timeout_ms = body.timeout_ms.unwrap_or(max_timeout);
+    if !(1..=max_timeout).contains(&timeout_ms) {
+        return Err(ApiError::unprocessable(format!(
+            "timeout_ms must be between 1 and the sandbox's limits.timeout_ms ({max_timeout}), got {timeout_ms}"
+        )));
+    }
+    Ok(CodeRun {
+        language: body.language.map(Into::into),
+        code: body.code,
+        context_id: body.context_id,
+        timeout_ms,
+        max_output_bytes: sandbox.spec.limits.output_bytes,
+    })
+}
+
+/// A cell started in its own task.
+struct Started {
+    chunks: mpsc::Receiver<OutputChunk>,
+    done: oneshot::Receiver<Result<CellOutcome, RuntimeFailure>>,
+    started: Instant,
+}
+
+fn start(state: &AppState, id: &str, request: CodeRun) -> Started {
+    let (events, chunks) = mpsc::channel(64);
+    let (finished, done) = oneshot::channel();
+    let (state, id) = (state.clone(), id.to_owned());
+    let started = Instant::now();
+    tokio::spawn(async move {
+        let result = state.runtime().run_code(&id, request, events).await;
+        match &result {
+            Ok(outcome) => tracing::info!(
+                sandbox = %id, context = %outcome.context_id, execution_count = outcome.execution_count,
+                error = outcome.error.as_ref().map(|e| e.name.as_str()), seconds = started.elapsed().as_secs_f64(),
+                "cell ended"
+            ),
+            Err(failure) => {
+                tracing::warn!(sandbox = %id, kind = ?failure.kind, reason = %failure.message, "cell failed");
+            }
+        }
+        finished.send(result).ok();
+    });
+    Started { chunks, done, started }
+}
+
+/// Drains the output chunks into `on_chunk` until the cell has ended.
+async fn pump<F, Fut>(mut started: Started, mut on_chunk: F) -> Result<CellOutcome, RuntimeFailure>
+where
+    F: FnMut(OutputChunk) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    loop {
+        tokio::select! {
+            biased;
+            Some(chunk) = started.chunks.recv() => on_chunk(chunk).await,
+            result = &mut started.done => {
+                while let Ok(chunk) = started.chunks.try_recv() {
+                    on_chunk(chunk).await;
+                }
+                return result.unwrap_or_else(|_| Err(RuntimeFailure::new(
+                    FailureKind::Internal,
+                    "the cell's task ended without a result",
+                )));
+            }
+        }
+    }
+}
+
+/// Run code in a stateful context.
+#[utoipa::path(
+    post, path = "/v1/sandboxes/{id}/code", tag = "code",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = CodeBody,
+    responses(
+        (status = 200, description = "The cell's result (a cell that raised is still a 200: see `error`); with \
+            `Accept: text/event-stream` a stream of `stdout` and `stderr` events (data: OutputEvent), one `result` \
+            event per rich result (data: CellResultBody), an `error` event if the cell raised (data: CellErrorBody), \
+            then one `end` event (data: CodeResponse), or a `failure` event (data: ErrorDetail) when the runtime \
+            fails", content(
+            (CodeResponse = "application/json"),
+            (String = "text/event-stream"),
+        )),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 401, description = "Missing or unknown API key", body = ErrorBody),
+        (status = 404, description = "No such sandbox or context for this tenant", body = ErrorBody),
+        (status = 409, description = "The sandbox has ended", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 422, description = "No language, a language other than the context's, bad timeout_ms, too many \
+            contexts, or the interpreter cannot start", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub(crate) async fn run_code(
+    State(state): State<AppState>,
+    tenant: Tenant,
+    IdPath(id): IdPath,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<CodeBody>,
+) -> Result<Response, ApiError> {
+    let sandbox = running_sandbox(&state, &tenant, &id).await?;
+    let request = code_run(body, &sandbox)?;
+    let wants_stream = headers
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .any(|value| value.contains("text/event-stream"));
+    let started = start(&state, &id, request);
+    if wants_stream {
+        return Ok(stream(state, id, started));
+    }
+    let started_at = started.started;
+    let outcome = match pump(started, |_| std::future::ready(())).await {
+        Ok(outcome) => outcome,
+        Err(failure) => return Err(runtime_error(&state, &id, failure).await),
+    };
+    Ok(Json(CodeResponse::new(id, outcome, started_at.elapsed().as_secs_f64() * 1000.0)).into_response())
+}
+
+fn json_event<T: serde::Serialize>(name: &'static str, data: &T) -> Event {
+    Event::default().event(name).json_data(data).unwrap_or_else(|_| Event::default().event(name))
+}
+
+/// The SSE response: a task forwards events while the cell runs.
+fn stream(state: AppState, id: String, started: Started) -> Response {
+    let (sender, receiver) = mpsc::channel::<Result<Event, Infallible>>(64);
+    tokio::spawn(async move {
+        let started_at = started.started;
+        let result = pump(started, |chunk| {
+            let name = match chunk.stream {
+                Stream::Stdout => "stdout",
+                Stream::Stderr => "stderr",
+            };
+            let data = OutputEvent { data: String::from_utf8_lossy(&chunk.data).into_owned(), base64: None };
+            let sender = sender.clone();
+            // A closed channel means the client left: the cell goes on regardless.
+            async move { sender.send(Ok(json_event(name, &data))).await.ok().unwrap_or(()) }
+        })
+        .await;
+        match result {
+            Ok(outcome) => {
+                let response = CodeResponse::new(id, outcome, started_at.elapsed().as_secs_f64() * 1000.0);
+                for result in &response.results {
+                    sender.send(Ok(json_event("result", result))).await.ok();
+                }
+                if let Some(error) = &response.error {
+                    sender.send(Ok(json_event("error", error))).await.ok();
+                }
+                sender.send(Ok(json_event("end", &response))).await.ok();
+            }
+            Err(failure) => {
+                let error = runtime_error(&state, &id, failure).await;
+                state.metrics().error(error.code.as_str());
+                let detail = ErrorDetail { code: error.code, message: error.message };
+                sender.send(Ok(json_event("failure", &detail))).await.ok();
+            }
+        }
+    });
+    Sse::new(ReceiverStream::new(receiver)).keep_alive(KeepAlive::default()).into_response()
+}

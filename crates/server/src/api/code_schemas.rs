@@ -1,0 +1,214 @@
+//! Request and response bodies of the code-interpreter routes (`/code`, `/contexts`), with their OpenAPI schemas.
+//! They mirror `sandkasten_types::{CodeLanguage, ContextInfo, CellResult, CellError, CellOutcome}` (same JSON);
+//! tests check each mirror against its original.
+
+use sandkasten_types::{CellError, CellOutcome, CellResult, CodeLanguage, ContextInfo};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// A code context's language. Mirrors `sandkasten_types::CodeLanguage`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LanguageName {
+    /// Python 3 (`python3` in the sandbox).
+    Python,
+    /// JavaScript (`node` in the sandbox).
+    Javascript,
+}
+
+impl From<LanguageName> for CodeLanguage {
+    fn from(language: LanguageName) -> Self {
+        match language {
+            LanguageName::Python => CodeLanguage::Python,
+            LanguageName::Javascript => CodeLanguage::Javascript,
+        }
+    }
+}
+
+impl From<CodeLanguage> for LanguageName {
+    fn from(language: CodeLanguage) -> Self {
+        match language {
+            CodeLanguage::Python => LanguageName::Python,
+            CodeLanguage::Javascript => LanguageName::Javascript,
+        }
+    }
+}
+
+/// `POST /v1/sandboxes/{id}/code`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CodeBody {
+    /// The language; required unless `context_id` is given (then it must match the context's).
+    #[serde(default)]
+    pub language: Option<LanguageName>,
+    /// The cell's source. The value of its last expression is returned.
+    #[schema(example = "x = 41\nx + 1")]
+    pub code: String,
+    /// The context to run in; default: the language's default context, created on first use.
+    #[serde(default)]
+    pub context_id: Option<String>,
+    /// When to interrupt the cell (KeyboardInterrupt in Python), in milliseconds; default and maximum: the
+    /// sandbox's `limits.timeout_ms`.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// One rich result of a cell, as a mime bundle. Mirrors `sandkasten_types::CellResult`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct CellResultBody {
+    /// `repr()` (Python) or `util.inspect` (JavaScript) of the value.
+    #[serde(rename = "text/plain", skip_serializing_if = "Option::is_none")]
+    pub text_plain: Option<String>,
+    /// HTML (`_repr_html_`, e.g. a pandas DataFrame).
+    #[serde(rename = "text/html", skip_serializing_if = "Option::is_none")]
+    pub text_html: Option<String>,
+    /// A PNG image in standard base64 (a matplotlib figure, `_repr_png_`).
+    #[serde(rename = "image/png", skip_serializing_if = "Option::is_none")]
+    pub image_png: Option<String>,
+    /// An SVG image (`_repr_svg_`).
+    #[serde(rename = "image/svg+xml", skip_serializing_if = "Option::is_none")]
+    pub image_svg: Option<String>,
+    /// True for the value of the cell's last expression; false for figures and other side results.
+    pub is_main_result: bool,
+}
+
+impl From<CellResult> for CellResultBody {
+    fn from(r: CellResult) -> Self {
+        CellResultBody {
+            text_plain: r.text_plain,
+            text_html: r.text_html,
+            image_png: r.image_png,
+            image_svg: r.image_svg,
+            is_main_result: r.is_main_result,
+        }
+    }
+}
+
+/// The error a cell raised. Mirrors `sandkasten_types::CellError`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct CellErrorBody {
+    /// The exception's class: `ZeroDivisionError`, `KeyboardInterrupt` (interrupted at its timeout), `TypeError`,
+    /// `TimeoutError`, `KernelRestarted` (the interpreter was lost and restarted) …
+    #[schema(example = "ZeroDivisionError")]
+    pub name: String,
+    /// Its message.
+    pub value: String,
+    /// Traceback lines (the kernel's own frames left out).
+    pub traceback: Vec<String>,
+}
+
+impl From<CellError> for CellErrorBody {
+    fn from(e: CellError) -> Self {
+        CellErrorBody { name: e.name, value: e.value, traceback: e.traceback }
+    }
+}
+
+/// What one cell answered (also the data of the final `end` event of a code stream).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CodeResponse {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// The context the cell ran in.
+    #[schema(example = "ctx-3f9a0c27e1d4b658")]
+    pub context_id: String,
+    /// The context's cell counter after this cell (1 for the first cell after a start or restart).
+    pub execution_count: u64,
+    /// What the cell wrote to standard output.
+    pub stdout: String,
+    /// What the cell wrote to standard error.
+    pub stderr: String,
+    /// True when stdout or stderr was cut at the sandbox's output limit.
+    pub output_truncated: bool,
+    /// Rich results: figures the cell left open, then the last expression's value (`is_main_result`).
+    pub results: Vec<CellResultBody>,
+    /// The error the cell raised, or null.
+    #[schema(required = true)]
+    pub error: Option<CellErrorBody>,
+    /// True when the context's interpreter had to be restarted (its variables are gone).
+    pub context_restarted: bool,
+    /// Wall-clock time of the call, in milliseconds.
+    pub duration_ms: f64,
+}
+
+impl CodeResponse {
+    /// The response for `outcome` in sandbox `sandbox_id`.
+    pub fn new(sandbox_id: String, outcome: CellOutcome, duration_ms: f64) -> Self {
+        CodeResponse {
+            sandbox_id,
+            context_id: outcome.context_id,
+            execution_count: outcome.execution_count,
+            stdout: outcome.stdout,
+            stderr: outcome.stderr,
+            output_truncated: outcome.output_truncated,
+            results: outcome.results.into_iter().map(CellResultBody::from).collect(),
+            error: outcome.error.map(CellErrorBody::from),
+            context_restarted: outcome.context_restarted,
+            duration_ms,
+        }
+    }
+}
+
+/// `POST /v1/sandboxes/{id}/contexts`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateContextBody {
+    /// The context's language.
+    pub language: LanguageName,
+}
+
+/// A code context. Mirrors `sandkasten_types::ContextInfo`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct ContextBody {
+    /// `ctx-` + 16 hex digits.
+    #[schema(example = "ctx-3f9a0c27e1d4b658")]
+    pub id: String,
+    /// Its language.
+    pub language: LanguageName,
+    /// True for the context a language's cells use when they name none.
+    pub default: bool,
+    /// Cells run since the interpreter started.
+    pub execution_count: u64,
+}
+
+impl From<ContextInfo> for ContextBody {
+    fn from(info: ContextInfo) -> Self {
+        ContextBody {
+            id: info.id,
+            language: info.language.into(),
+            default: info.default,
+            execution_count: info.execution_count,
+        }
+    }
+}
+
+/// `GET /v1/sandboxes/{id}/contexts`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ContextList {
+    /// The contexts, by id.
+    pub contexts: Vec<ContextBody>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mirrors_have_the_same_json_as_the_types() -> Result<(), serde_json::Error> {
+        let result = CellResult {
+            text_plain: Some("42".into()),
+            text_html: Some("<b>".into()),
+            image_png: Some("iVBO".into()),
+            image_svg: None,
+            is_main_result: true,
+        };
+        assert_eq!(serde_json::to_value(CellResultBody::from(result.clone()))?, serde_json::to_value(&result)?);
+        let error = CellError { name: "E".into(), value: "v".into(), traceback: vec!["t".into()] };
+        assert_eq!(serde_json::to_value(CellErrorBody::from(error.clone()))?, serde_json::to_value(&error)?);
+        for language in [CodeLanguage::Python, CodeLanguage::Javascript] {
+            assert_eq!(serde_json::to_value(LanguageName::from(language))?, serde_json::to_value(language)?);
+            let info = ContextInfo { id: "ctx-1".into(), language, default: true, execution_count: 3 };
+            assert_eq!(serde_json::to_value(ContextBody::from(info.clone()))?, serde_json::to_value(&info)?);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,198 @@
+//! `POST /v1/run`: the one-shot path as one call. A sandbox is created (it counts against the tenant's quota while it
+//! lives), the files and the code are written, the code is compiled (C) and run, and the sandbox is destroyed on
+//! every path, a client that disconnects included. The answer is the result as JSON, or with
+//! `Accept: text/event-stream` `stdout`/`stderr` events as the output arrives and a final `exit` (or `error`) event.
+
+mod request;
+mod response;
+mod task;
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::http::header::ACCEPT;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::mpsc;
+
+use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
+use crate::api::extract::JsonBody;
+use crate::api::output::Capture;
+use crate::auth::Tenant;
+use crate::runtime::Stream;
+use crate::state::AppState;
+
+use request::RunRequest;
+pub(crate) use response::RunExitEvent;
+use response::RunResponse;
+use task::{RunEvent, RunOutcome};
+
+fn wants_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .any(|value| value.contains("text/event-stream"))
+}
+
+/// Run code or a command once in a fresh sandbox, then destroy it.
+#[utoipa::path(
+    post, path = "/v1/run", tag = "exec",
+    request_body = RunRequest,
+    responses(
+        (status = 200, description = "The run's result (`error.code = compile_error` when C did not compile); with \
+            `Accept: text/event-stream` a stream of `stdout` and `stderr` events (data: OutputEvent), then one `exit` \
+            event (data: RunExitEvent), or an `error` event (data: ErrorDetail) when the runtime fails", content(
+            (RunResponse = "application/json"),
+            (String = "text/event-stream"),
+        )),
+        (status = 400, description = "Malformed JSON or a bad file path", body = ErrorBody),
+        (status = 401, description = "Missing or unknown API key", body = ErrorBody),
+        (status = 413, description = "Body or a file too large", body = ErrorBody),
+        (status = 422, description = "Nothing (or too much) to run, unknown language, bad env, limits or files",
+            body = ErrorBody),
+        (status = 429, description = "A tenant quota would be exceeded", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub(crate) async fn run(
+    State(state): State<AppState>,
+    tenant: Tenant,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<RunRequest>,
+) -> Result<Response, ApiError> {
+    let plan = request::plan(body, state.settings())?;
+    let limit = plan.spec.limits.output_bytes;
+    let started = task::spawn(state.clone(), tenant, plan);
+    let id =
+        started.ready.await.map_err(|_| ApiError::internal("the run's task ended before its sandbox was ready"))??;
+    if wants_stream(&headers) {
+        return Ok(stream(state, id, started.events, limit));
+    }
+    collect(id, started.events, limit).await
+}
+
+fn result(id: String, outcome: RunOutcome, stdout: Capture, stderr: Capture) -> RunResponse {
+    let (stdout, stderr) = (stdout.into_stream(), stderr.into_stream());
+    RunResponse {
+        sandbox_id: id,
+        exit_code: outcome.exit.exit_code,
+        signal: outcome.exit.signal,
+        timed_out: outcome.exit.timed_out,
+        stdout: stdout.text(),
+        stdout_base64: stdout.base64_if_binary(),
+        stderr: stderr.text(),
+        stderr_base64: stderr.base64_if_binary(),
+        stdout_truncated: stdout.truncated,
+        stderr_truncated: stderr.truncated,
+        duration_ms: outcome.duration_ms,
+        error: outcome.error(),
+    }
+}
+
+/// The JSON answer: output kept up to the limit, then the result.
+async fn collect(id: String, mut events: mpsc::Receiver<RunEvent>, limit: u64) -> Result<Response, ApiError> {
+    let (mut stdout, mut stderr) = (Capture::default(), Capture::default());
+    while let Some(event) = events.recv().await {
+        match event {
+            RunEvent::Output(chunk) => match chunk.stream {
+                Stream::Stdout => stdout.keep(&chunk.data, limit),
+                Stream::Stderr => stderr.keep(&chunk.data, limit),
+            },
+            RunEvent::Done(outcome) => return Ok(Json(result(id, outcome?, stdout, stderr)).into_response()),
+        }
+    }
+    Err(ApiError::internal("the run's task ended without a result"))
+}
+
+fn json_event<T: serde::Serialize>(name: &'static str, data: &T) -> Event {
+    Event::default().event(name).json_data(data).unwrap_or_else(|_| Event::default().event(name))
+}
+
+/// What the event stream still has to send.
+struct StreamState {
+    state: AppState,
+    id: String,
+    events: mpsc::Receiver<RunEvent>,
+    limit: u64,
+    stdout: Capture,
+    stderr: Capture,
+    pending: VecDeque<Event>,
+    done: bool,
+}
+
+impl StreamState {
+    /// Turns one run event into zero or more SSE events.
+    fn absorb(&mut self, event: Option<RunEvent>) {
+        let outcome = match event {
+            Some(RunEvent::Output(chunk)) => {
+                let (name, capture) = match chunk.stream {
+                    Stream::Stdout => ("stdout", &mut self.stdout),
+                    Stream::Stderr => ("stderr", &mut self.stderr),
+                };
+                if let Some(data) = capture.forward(&chunk.data, self.limit) {
+                    self.pending.push_back(json_event(name, &data));
+                }
+                return;
+            }
+            Some(RunEvent::Done(outcome)) => outcome,
+            None => Err(ApiError::internal("the run's task ended without a result")),
+        };
+        self.done = true;
+        for (name, capture) in [("stdout", &mut self.stdout), ("stderr", &mut self.stderr)] {
+            if let Some(data) = capture.flush() {
+                self.pending.push_back(json_event(name, &data));
+            }
+        }
+        let last = match outcome {
+            Ok(outcome) => json_event(
+                "exit",
+                &RunExitEvent {
+                    sandbox_id: self.id.clone(),
+                    exit_code: outcome.exit.exit_code,
+                    signal: outcome.exit.signal,
+                    timed_out: outcome.exit.timed_out,
+                    stdout_truncated: self.stdout.truncated(),
+                    stderr_truncated: self.stderr.truncated(),
+                    duration_ms: outcome.duration_ms,
+                    error: outcome.error(),
+                },
+            ),
+            Err(error) => {
+                self.state.metrics().error(error.code.as_str());
+                json_event("error", &ErrorDetail { code: error.code, message: error.message })
+            }
+        };
+        self.pending.push_back(last);
+    }
+}
+
+/// The SSE answer. The stream owns the run's receiver: a client that hangs up drops it, which ends the run.
+fn stream(state: AppState, id: String, events: mpsc::Receiver<RunEvent>, limit: u64) -> Response {
+    let initial = StreamState {
+        state,
+        id,
+        events,
+        limit,
+        stdout: Capture::default(),
+        stderr: Capture::default(),
+        pending: VecDeque::new(),
+        done: false,
+    };
+    let events = futures::stream::unfold(initial, |mut current| async move {
+        loop {
+            if let Some(event) = current.pending.pop_front() {
+                return Some((Ok::<Event, Infallible>(event), current));
+            }
+            if current.done {
+                return None;
+            }
+            let next = current.events.recv().await;
+            current.absorb(next);
+        }
+    });
+    Sse::new(events).keep_alive(KeepAlive::default()).into_response()
+}

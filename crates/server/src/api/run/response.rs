@@ -1,0 +1,91 @@
+//! `POST /v1/run`'s answers: the result object (the shape of `/exec`'s plus `error`), the final `exit` event of a
+//! stream, and the error a run itself reports (a C source that did not compile).
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// What a run reports about itself (not an HTTP error: the run happened).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RunErrorCode {
+    /// The C source did not compile; the compiler's messages are in `stderr`, its exit code in `exit_code`.
+    CompileError,
+}
+
+/// Code and message of a run's own error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct RunError {
+    /// Stable code.
+    pub code: RunErrorCode,
+    /// What happened.
+    pub message: String,
+}
+
+impl RunError {
+    /// The error of a failed compile.
+    pub(crate) fn compile_error(exit_code: Option<i32>) -> RunError {
+        let status = exit_code.map_or_else(|| "was killed".to_owned(), |code| format!("exited with {code}"));
+        RunError {
+            code: RunErrorCode::CompileError,
+            message: format!("the C source did not compile (gcc {status}); the compiler's messages are in stderr"),
+        }
+    }
+}
+
+/// The result of `POST /v1/run`.
+#[derive(Debug, Clone, Default, Serialize, ToSchema)]
+pub struct RunResponse {
+    /// The sandbox the run used (destroyed by the time this is answered).
+    pub sandbox_id: String,
+    /// Exit code when the command (or the failed compile) exited normally.
+    #[schema(required = true)]
+    pub exit_code: Option<i32>,
+    /// Signal number when a signal killed it.
+    #[schema(required = true)]
+    pub signal: Option<i32>,
+    /// True when the time limit killed it.
+    pub timed_out: bool,
+    /// Standard output as UTF-8 (invalid bytes become U+FFFD; see `stdout_base64`).
+    pub stdout: String,
+    /// The exact stdout bytes in base64, only when they are not valid UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdout_base64: Option<String>,
+    /// Standard error as UTF-8 (see `stderr_base64`).
+    pub stderr: String,
+    /// The exact stderr bytes in base64, only when they are not valid UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr_base64: Option<String>,
+    /// True when stdout went past `limits.output_bytes` and was cut.
+    pub stdout_truncated: bool,
+    /// True when stderr went past `limits.output_bytes` and was cut.
+    pub stderr_truncated: bool,
+    /// Wall-clock time of the compile step and the command, in milliseconds.
+    pub duration_ms: f64,
+    /// Set when the run failed before its command (`compile_error`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+}
+
+/// Data of the final `exit` event of a run's stream.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RunExitEvent {
+    /// The sandbox the run used (destroyed by now).
+    pub sandbox_id: String,
+    /// Exit code when it exited normally.
+    #[schema(required = true)]
+    pub exit_code: Option<i32>,
+    /// Signal number when a signal killed it.
+    #[schema(required = true)]
+    pub signal: Option<i32>,
+    /// True when the time limit killed it.
+    pub timed_out: bool,
+    /// True when stdout went past the output limit (later chunks were not sent).
+    pub stdout_truncated: bool,
+    /// True when stderr went past the output limit.
+    pub stderr_truncated: bool,
+    /// Wall-clock time of the compile step and the command, in milliseconds.
+    pub duration_ms: f64,
+    /// Set when the run failed before its command (`compile_error`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+}

@@ -1,0 +1,281 @@
+"""sandkasten Python kernel: one long-running interpreter per code context.
+
+Protocol (one JSON object per line):
+  stdin (private copy of fd 0):     {"id": ..., "code": "..."}
+  stdout (private copy of fd 1):    {"type": "ready", "language": "python"}
+                                    {"type": "stream", "id": ..., "name": "stdout"|"stderr", "text": "..."}
+                                    {"type": "reply", "id": ..., "execution_count": N, "results": [...], "error": ...}
+The process's own fds 0/1/2 are replaced: 0 reads /dev/null, 1 and 2 are pipes read by threads that forward what
+any code (print, C extensions, subprocesses) writes as "stream" messages. SIGINT raises KeyboardInterrupt only
+while a cell runs; between cells it is ignored.
+"""
+
+import ast
+import base64
+import codecs
+import io
+import json
+import linecache
+import os
+import signal
+import sys
+import threading
+import traceback
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("MPLCONFIGDIR", "/tmp/.sandkasten/matplotlib")
+# Debian's matplotlib reads /etc/matplotlibrc, which a sandbox's synthesised /etc does not have.
+if "MATPLOTLIBRC" not in os.environ and not os.path.exists("/etc/matplotlibrc"):
+    for _rc in ("/usr/share/matplotlib/mpl-data/matplotlibrc",):
+        if os.path.exists(_rc):
+            os.environ["MATPLOTLIBRC"] = _rc
+# Nor /etc/fonts: an empty fontconfig configuration keeps fc-list quiet (matplotlib finds its own fonts).
+if "FONTCONFIG_FILE" not in os.environ and not os.path.exists("/etc/fonts/fonts.conf"):
+    try:
+        os.makedirs("/tmp/.sandkasten", exist_ok=True)
+        with open("/tmp/.sandkasten/fonts.conf", "w") as _conf:
+            _conf.write('<?xml version="1.0"?>\n<fontconfig></fontconfig>\n')
+        os.environ["FONTCONFIG_FILE"] = "/tmp/.sandkasten/fonts.conf"
+    except OSError:
+        pass
+
+_requests = os.fdopen(os.dup(0), "rb", buffering=0)
+_channel_fd = os.dup(1)
+_channel_lock = threading.Lock()
+_state = {"in_cell": False, "id": None, "count": 0}
+
+
+def _send(message):
+    data = (json.dumps(message, ensure_ascii=False) + "\n").encode("utf-8", "replace")
+    with _channel_lock:
+        view = memoryview(data)
+        while view:
+            written = os.write(_channel_fd, view)
+            view = view[written:]
+
+
+class _Forwarder(threading.Thread):
+    """Reads one redirected fd and forwards its text; a sync token marks "everything before this is sent"."""
+
+    def __init__(self, name, fd):
+        super().__init__(daemon=True)
+        self.stream_name = name
+        self.fd = fd
+        self.token = ("\x00sandkasten-sync-%s\x00" % os.urandom(8).hex()).encode()
+        self.synced = threading.Semaphore(0)
+
+    def run(self):
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pending = b""
+        while True:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except InterruptedError:
+                continue
+            if not chunk:
+                return
+            pending += chunk
+            while True:
+                at = pending.find(self.token)
+                if at < 0:
+                    break
+                self._emit(decoder.decode(pending[:at]))
+                pending = pending[at + len(self.token):]
+                self.synced.release()
+            keep = 0
+            for size in range(min(len(self.token) - 1, len(pending)), 0, -1):
+                if self.token.startswith(pending[-size:]):
+                    keep = size
+                    break
+            self._emit(decoder.decode(pending[: len(pending) - keep]))
+            pending = pending[len(pending) - keep:]
+
+    def _emit(self, text):
+        if text:
+            _send({"type": "stream", "id": _state["id"], "name": self.stream_name, "text": text})
+
+    def sync(self, target_fd):
+        """Waits until everything written to `target_fd` so far has been forwarded."""
+        try:
+            os.write(target_fd, self.token)
+        except OSError:
+            return
+        self.synced.acquire(timeout=5)
+
+
+def _redirect(target_fd, name):
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, target_fd)
+    os.close(write_end)
+    forwarder = _Forwarder(name, read_end)
+    forwarder.start()
+    return forwarder
+
+
+_null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(_null, 0)
+os.close(_null)
+_forwarders = {1: _redirect(1, "stdout"), 2: _redirect(2, "stderr")}
+sys.stdin = open(os.devnull, "r")
+sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), encoding="utf-8", errors="replace",
+                              line_buffering=True, write_through=True)
+sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), encoding="utf-8", errors="replace",
+                              line_buffering=True, write_through=True)
+sys.__stdout__, sys.__stderr__, sys.__stdin__ = sys.stdout, sys.stderr, sys.stdin
+
+
+def _on_sigint(signum, frame):
+    if _state["in_cell"]:
+        raise KeyboardInterrupt
+    # Between cells an interrupt has nothing to stop.
+
+
+signal.signal(signal.SIGINT, _on_sigint)
+
+_globals = {"__name__": "__main__", "__builtins__": __builtins__}
+_KERNEL_FILE = sys._getframe().f_code.co_filename
+
+
+def _flush_streams():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    for fd, forwarder in _forwarders.items():
+        forwarder.sync(fd)
+
+
+def _bundle(value, main):
+    """Jupyter-like mime bundle of one value."""
+    bundle = {"is_main_result": main}
+    for method, mime in (("_repr_html_", "text/html"), ("_repr_png_", "image/png"), ("_repr_svg_", "image/svg+xml")):
+        render = getattr(value, method, None)
+        if render is None or isinstance(value, type):
+            continue
+        try:
+            data = render()
+        except Exception:
+            continue
+        if data is None:
+            continue
+        if mime == "image/png":
+            if isinstance(data, str):
+                data = data.encode("latin-1", "replace")
+            data = base64.b64encode(data).decode("ascii")
+        bundle[mime] = data
+    if _is_figure(value) and "image/png" not in bundle:
+        bundle["image/png"] = _figure_png(value)
+    bundle["text/plain"] = repr(value)
+    return bundle
+
+
+def _is_figure(value):
+    module = sys.modules.get("matplotlib.figure")
+    return module is not None and isinstance(value, module.Figure)
+
+
+def _figure_png(figure):
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", bbox_inches="tight")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _open_figures(shown):
+    """PNGs of the pyplot figures left open by the cell (then closed)."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is None:
+        return []
+    results = []
+    for number in pyplot.get_fignums():
+        figure = pyplot.figure(number)
+        if figure not in shown:
+            results.append({"is_main_result": False, "image/png": _figure_png(figure), "text/plain": repr(figure)})
+    pyplot.close("all")
+    return results
+
+
+def _without_kernel_frames(summary, seen):
+    """Drops the kernel's own frames from a TracebackException and the exceptions chained to it."""
+    if summary is None or id(summary) in seen:
+        return
+    seen.add(id(summary))
+    summary.stack = traceback.StackSummary.from_list([f for f in summary.stack if f.filename != _KERNEL_FILE])
+    _without_kernel_frames(summary.__cause__, seen)
+    _without_kernel_frames(summary.__context__, seen)
+
+
+def _error(exc):
+    summary = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+    _without_kernel_frames(summary, set())
+    lines = []
+    for part in summary.format():
+        lines.extend(part.rstrip("\n").split("\n"))
+    return {"name": type(exc).__name__, "value": str(exc), "traceback": lines}
+
+
+def _run_cell(code, count):
+    filename = "<cell-%d>" % count
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    tree = ast.parse(code, filename=filename, mode="exec")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    exec(compile(tree, filename, "exec"), _globals)
+    if last is None:
+        return None
+    return eval(compile(last, filename, "eval"), _globals)
+
+
+def _handle(request):
+    _state["count"] += 1
+    count = _state["count"]
+    _state["id"] = request.get("id")
+    results, error = [], None
+    _state["in_cell"] = True
+    try:
+        value = _run_cell(str(request.get("code", "")), count)
+        shown = []
+        if value is not None:
+            _globals["_"] = value
+            if _is_figure(value):
+                shown.append(value)
+            results.append(_bundle(value, True))
+        results = _open_figures(shown) + results
+    except BaseException as exc:  # KeyboardInterrupt and SystemExit included: the kernel survives them.
+        error = _error(exc)
+        try:
+            _open_figures([])
+        except BaseException:
+            pass
+    finally:
+        _state["in_cell"] = False
+    _flush_streams()
+    _send({"type": "reply", "id": request.get("id"), "execution_count": count, "results": results, "error": error})
+
+
+def main():
+    _send({"type": "ready", "language": "python", "pid": os.getpid()})
+    while True:
+        try:
+            line = _requests.readline()
+        except KeyboardInterrupt:
+            continue
+        if not line:
+            return
+        try:
+            request = json.loads(line)
+        except ValueError as exc:
+            _send({"type": "reply", "id": None, "execution_count": _state["count"], "results": [],
+                   "error": {"name": "ProtocolError", "value": str(exc), "traceback": []}})
+            continue
+        try:
+            _handle(request)
+        except KeyboardInterrupt:
+            # An interrupt that landed after the cell ended but before the reply was sent.
+            _state["in_cell"] = False
+            _send({"type": "reply", "id": request.get("id"), "execution_count": _state["count"], "results": [],
+                   "error": {"name": "KeyboardInterrupt", "value": "", "traceback": []}})
+
+
+main()
