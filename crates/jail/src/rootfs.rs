@@ -151,7 +151,7 @@ pub enum MountStep {
 pub const HOST_SYSTEM_PATHS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
 
 /// Host `/etc` entries a program may need and that carry no secrets: TLS roots, the dynamic linker's cache,
-/// alternatives (e.g. `cc`), time zone, protocol/service names.
+/// alternatives (e.g. `cc`), time zone, protocol/service names, fontconfig and matplotlib's defaults (plots).
 pub const HOST_ETC_PATHS: &[&str] = &[
     "/etc/ssl",
     "/etc/ca-certificates",
@@ -165,6 +165,8 @@ pub const HOST_ETC_PATHS: &[&str] = &[
     "/etc/services",
     "/etc/mime.types",
     "/etc/gai.conf",
+    "/etc/fonts",
+    "/etc/matplotlibrc",
 ];
 
 /// Device nodes bound from the host.
