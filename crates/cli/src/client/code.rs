@@ -18,7 +18,7 @@ use crate::client::output;
 pub struct CodeArgs {
     /// Sandbox id.
     pub id: String,
-    /// Language of the cell: python or javascript.
+    /// Language of the cell: python (default) or javascript.
     #[arg(long, value_name = "LANG")]
     pub lang: Option<String>,
     /// The cell's source (otherwise read from standard input).
@@ -56,9 +56,8 @@ fn request(args: &CodeArgs) -> Result<Value, ClientError> {
         Some("javascript" | "js" | "node") => Some("javascript"),
         Some(other) => return Err(ClientError::input(format!("--lang {other}: use python or javascript"))),
     };
-    if language.is_none() && args.context.is_none() {
-        return Err(ClientError::input("give --lang python|javascript (or --context ID)"));
-    }
+    // Without a language or a context, Python: the common case for an agent's interpreter.
+    let language = if language.is_none() && args.context.is_none() { Some("python") } else { language };
     if let Some(language) = language {
         body.insert("language".into(), language.into());
     }
