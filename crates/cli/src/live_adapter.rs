@@ -4,8 +4,10 @@
 
 use sandkasten_protocol::{FailureCode, OutputStreamKind};
 use sandkasten_runtime::RuntimeError;
-use sandkasten_runtime::live::{AgentFailure, ContextError, LiveRuntime};
+use sandkasten_runtime::live::{AgentFailure, CommandError, ContextError, LiveRuntime};
+use sandkasten_runtime::live::commands::{CommandEvent as LiveEvent, CommandStatus as LiveStatus};
 use sandkasten_server::runtime::{FailureKind, OutputChunk, RuntimeFailure, SandboxRuntime, Stream};
+use sandkasten_server::{CommandEvent, CommandStatus};
 use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo, SandboxSpec};
 use tokio::sync::mpsc;
 
@@ -40,6 +42,40 @@ fn from_context(error: ContextError) -> RuntimeFailure {
         ContextError::Ids(_) => FailureKind::Internal,
     };
     RuntimeFailure::new(kind, error.to_string())
+}
+
+fn from_command(error: CommandError) -> RuntimeFailure {
+    let kind = match &error {
+        CommandError::NotFound(_) => FailureKind::NotFound,
+        CommandError::SandboxGone => FailureKind::SandboxGone,
+        CommandError::Ended(_) | CommandError::StdinClosed(_) | CommandError::TooMany(_) => FailureKind::Conflict,
+        CommandError::Duplicate(_) => FailureKind::Internal,
+        CommandError::Agent(failure) => match failure.code {
+            Some(FailureCode::Busy) => FailureKind::Conflict,
+            _ => return from_agent(failure.clone()),
+        },
+    };
+    RuntimeFailure::new(kind, error.to_string())
+}
+
+fn stream_of(kind: OutputStreamKind) -> Stream {
+    match kind {
+        OutputStreamKind::Stdout => Stream::Stdout,
+        OutputStreamKind::Stderr => Stream::Stderr,
+    }
+}
+
+fn from_status(status: LiveStatus) -> CommandStatus {
+    CommandStatus {
+        id: status.id,
+        argv: status.argv,
+        pid: status.pid,
+        started_ms: status.started_ms,
+        ended_ms: status.ended_ms,
+        exit: status.exit,
+        stdout_truncated: status.stdout_truncated,
+        stderr_truncated: status.stderr_truncated,
+    }
 }
 
 fn from_runtime(error: RuntimeError) -> RuntimeFailure {
@@ -155,5 +191,54 @@ impl SandboxRuntime for LiveAdapter {
         };
         let (outcome, ()) = tokio::join!(self.0.run_code(id, request, texts), forward);
         outcome.map_err(from_context)
+    }
+
+    async fn start_command(
+        &self,
+        id: &str,
+        command_id: &str,
+        spec: CommandSpec,
+        output_limit: u64,
+    ) -> Result<CommandStatus, RuntimeFailure> {
+        self.0.start_command(id, command_id, spec, output_limit).await.map(from_status).map_err(from_command)
+    }
+
+    async fn list_commands(&self, id: &str) -> Result<Vec<CommandStatus>, RuntimeFailure> {
+        let statuses = self.0.list_commands(id).map_err(from_command)?;
+        Ok(statuses.into_iter().map(from_status).collect())
+    }
+
+    async fn stream_command(
+        &self,
+        id: &str,
+        command_id: &str,
+        offset: u64,
+    ) -> Result<mpsc::Receiver<CommandEvent>, RuntimeFailure> {
+        let mut received = self.0.stream_command(id, command_id, offset).map_err(from_command)?;
+        let (events, forwarded) = mpsc::channel(16);
+        tokio::spawn(async move {
+            while let Some(event) = received.recv().await {
+                let event = match event {
+                    LiveEvent::Output(piece) => CommandEvent::Output {
+                        chunk: OutputChunk { stream: stream_of(piece.stream), data: piece.data },
+                        offset: piece.end,
+                    },
+                    LiveEvent::Ended(status) => CommandEvent::Ended(from_status(status)),
+                };
+                // A dropped receiver (the client left) ends the forwarding, and with it the runtime's listener.
+                if events.send(event).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(forwarded)
+    }
+
+    async fn command_stdin(&self, id: &str, command_id: &str, data: Vec<u8>, eof: bool) -> Result<(), RuntimeFailure> {
+        self.0.command_stdin(id, command_id, &data, eof).await.map_err(from_command)
+    }
+
+    async fn signal_command(&self, id: &str, command_id: &str, signal: i32) -> Result<(), RuntimeFailure> {
+        self.0.signal_command(id, command_id, signal).await.map_err(from_command)
     }
 }

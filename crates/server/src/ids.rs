@@ -31,6 +31,13 @@ pub fn is_sandbox_id(text: &str) -> bool {
         && text.bytes().skip(3).all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+/// True for strings shaped like a command id; anything else cannot exist.
+pub fn is_command_id(text: &str) -> bool {
+    text.len() == 20
+        && text.starts_with("cmd-")
+        && text.bytes().skip(4).all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -40,7 +47,8 @@ mod tests {
         let (a, b) = (sandbox_id()?, sandbox_id()?);
         assert!(is_sandbox_id(&a) && is_sandbox_id(&b), "{a} {b}");
         assert_ne!(a, b);
-        assert!(command_id()?.starts_with("cmd-"));
+        assert!(is_command_id(&command_id()?));
+        assert!(!is_command_id("cmd-../../../etc/pw"));
         assert!(!is_sandbox_id("sb-0123456789ABCDEF"));
         assert!(!is_sandbox_id("sb-../../etc/passwd"));
         Ok(())

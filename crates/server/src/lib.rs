@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod background;
 pub mod clock;
 pub mod config;
 pub mod expiry;
@@ -22,6 +23,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 pub use api::{ApiDoc, openapi_json, router};
+pub use background::{CommandEvent, CommandStatus};
 pub use config::{ConfigError, ServerConfig};
 pub use metrics::Metrics;
 pub use runtime::{FailureKind, OutputChunk, RuntimeFailure, SandboxRuntime, Stream};

@@ -8,6 +8,8 @@ use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandS
 use thiserror::Error;
 use tokio::sync::mpsc;
 
+use crate::background::{CommandEvent, CommandStatus};
+
 /// Which output stream a chunk came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stream {
@@ -51,6 +53,9 @@ pub enum FailureKind {
     SandboxGone,
     /// The runtime itself failed; never the client's fault.
     Internal,
+    /// The request conflicts with the target's state (a background command that has ended, its stdin closed, too
+    /// many running).
+    Conflict,
 }
 
 /// A failed runtime operation: its kind and a human message (lowercase, no full stop, safe to show the client).
@@ -154,6 +159,63 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         let _ = (id, request, events);
         async { Err(no_code_interpreter()) }
     }
+
+    /// Starts a command in the background under `command_id` (chosen by the server) and returns at once. When
+    /// `spec.stdin` is set it is written and stdin closed; otherwise stdin stays open for `command_stdin`. Up to
+    /// `output_limit` bytes of each output stream are retained for `stream_command`. `spec.timeout_ms` is always set.
+    fn start_command(
+        &self,
+        id: &str,
+        command_id: &str,
+        spec: CommandSpec,
+        output_limit: u64,
+    ) -> impl Future<Output = Result<CommandStatus, RuntimeFailure>> + Send {
+        let _ = (id, command_id, spec, output_limit);
+        async { Err(no_background_commands()) }
+    }
+    /// The running and recently ended background commands of a sandbox (a bounded list), oldest first.
+    fn list_commands(&self, id: &str) -> impl Future<Output = Result<Vec<CommandStatus>, RuntimeFailure>> + Send {
+        let _ = id;
+        async { Err(no_background_commands()) }
+    }
+    /// A background command's retained output from byte `offset` on, then its live output, then `Ended`; the
+    /// stream stops when the receiver is dropped. An unknown command is `NotFound`.
+    fn stream_command(
+        &self,
+        id: &str,
+        command_id: &str,
+        offset: u64,
+    ) -> impl Future<Output = Result<mpsc::Receiver<CommandEvent>, RuntimeFailure>> + Send {
+        let _ = (id, command_id, offset);
+        async { Err(no_background_commands()) }
+    }
+    /// Writes `data` to a background command's stdin and closes it when `eof` is set (`Conflict` once it ended or
+    /// its stdin is closed).
+    fn command_stdin(
+        &self,
+        id: &str,
+        command_id: &str,
+        data: Vec<u8>,
+        eof: bool,
+    ) -> impl Future<Output = Result<(), RuntimeFailure>> + Send {
+        let _ = (id, command_id, data, eof);
+        async { Err(no_background_commands()) }
+    }
+    /// Sends `signal` to a background command's process group (`Conflict` once it ended, except SIGKILL, which is
+    /// then a no-op).
+    fn signal_command(
+        &self,
+        id: &str,
+        command_id: &str,
+        signal: i32,
+    ) -> impl Future<Output = Result<(), RuntimeFailure>> + Send {
+        let _ = (id, command_id, signal);
+        async { Err(no_background_commands()) }
+    }
+}
+
+fn no_background_commands() -> RuntimeFailure {
+    RuntimeFailure::new(FailureKind::ExecFailed, "this runtime has no background commands")
 }
 
 fn no_code_interpreter() -> RuntimeFailure {
@@ -182,6 +244,13 @@ pub(crate) trait DynRuntime: Send + Sync + 'static {
     fn remove_context<'a>(&'a self, id: &'a str, context: &'a str) -> Boxed<'a, ()>;
     fn restart_context<'a>(&'a self, id: &'a str, context: &'a str) -> Boxed<'a, ContextInfo>;
     fn run_code<'a>(&'a self, id: &'a str, request: CodeRun, events: mpsc::Sender<OutputChunk>) -> Boxed<'a, CellOutcome>;
+    fn start_command<'a>(&'a self, id: &'a str, command_id: &'a str, spec: CommandSpec, output_limit: u64)
+    -> Boxed<'a, CommandStatus>;
+    fn list_commands<'a>(&'a self, id: &'a str) -> Boxed<'a, Vec<CommandStatus>>;
+    fn stream_command<'a>(&'a self, id: &'a str, command_id: &'a str, offset: u64)
+    -> Boxed<'a, mpsc::Receiver<CommandEvent>>;
+    fn command_stdin<'a>(&'a self, id: &'a str, command_id: &'a str, data: Vec<u8>, eof: bool) -> Boxed<'a, ()>;
+    fn signal_command<'a>(&'a self, id: &'a str, command_id: &'a str, signal: i32) -> Boxed<'a, ()>;
 }
 
 impl<R: SandboxRuntime> DynRuntime for R {
@@ -232,5 +301,22 @@ impl<R: SandboxRuntime> DynRuntime for R {
     }
     fn run_code<'a>(&'a self, id: &'a str, request: CodeRun, events: mpsc::Sender<OutputChunk>) -> Boxed<'a, CellOutcome> {
         Box::pin(SandboxRuntime::run_code(self, id, request, events))
+    }
+    fn start_command<'a>(&'a self, id: &'a str, command_id: &'a str, spec: CommandSpec, output_limit: u64)
+    -> Boxed<'a, CommandStatus> {
+        Box::pin(SandboxRuntime::start_command(self, id, command_id, spec, output_limit))
+    }
+    fn list_commands<'a>(&'a self, id: &'a str) -> Boxed<'a, Vec<CommandStatus>> {
+        Box::pin(SandboxRuntime::list_commands(self, id))
+    }
+    fn stream_command<'a>(&'a self, id: &'a str, command_id: &'a str, offset: u64)
+    -> Boxed<'a, mpsc::Receiver<CommandEvent>> {
+        Box::pin(SandboxRuntime::stream_command(self, id, command_id, offset))
+    }
+    fn command_stdin<'a>(&'a self, id: &'a str, command_id: &'a str, data: Vec<u8>, eof: bool) -> Boxed<'a, ()> {
+        Box::pin(SandboxRuntime::command_stdin(self, id, command_id, data, eof))
+    }
+    fn signal_command<'a>(&'a self, id: &'a str, command_id: &'a str, signal: i32) -> Boxed<'a, ()> {
+        Box::pin(SandboxRuntime::signal_command(self, id, command_id, signal))
     }
 }

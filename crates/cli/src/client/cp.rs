@@ -1,11 +1,12 @@
 //! `sandbox cp`: copy one file into (`cp LOCAL ID:PATH`) or out of (`cp ID:PATH LOCAL`) a sandbox through the files
 //! API, bytes unchanged. `-` is stdin or stdout; a relative sandbox path is under /workspace; a destination that is a
-//! directory (or ends with `/`) gets the source's file name.
+//! directory (or ends with `/`) gets the source's file name. Directories go both ways as tar archives (`cp_dir`).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::client::commands::sandbox_path;
+use crate::client::cp_dir;
 use crate::client::http::{Client, ClientError};
 
 /// One side of a copy.
@@ -32,6 +33,10 @@ fn file_name(path: &str) -> &str {
 }
 
 fn upload(client: &Client, local: &str, id: &str, path: &str) -> Result<(), ClientError> {
+    if local != "-" && Path::new(local).is_dir() {
+        let path = if path.ends_with('/') { format!("{path}{}", file_name(local)) } else { path.to_owned() };
+        return cp_dir::upload(client, Path::new(local), id, &path);
+    }
     let data = if local == "-" {
         let mut data = Vec::new();
         std::io::stdin()
@@ -52,6 +57,10 @@ fn upload(client: &Client, local: &str, id: &str, path: &str) -> Result<(), Clie
 
 fn download(client: &Client, id: &str, path: &str, local: &str) -> Result<(), ClientError> {
     let query = [("path".to_owned(), path.to_owned())];
+    let stat = client.get_json(&format!("{}/files/stat", sandbox_path(id)?), &query);
+    if local != "-" && stat.is_ok_and(|info| info["kind"] == "dir") {
+        return cp_dir::download(client, id, path, local);
+    }
     let data = client.get_bytes(&format!("{}/files", sandbox_path(id)?), &query)?;
     if local == "-" {
         let mut out = std::io::stdout().lock();

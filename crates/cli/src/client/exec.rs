@@ -1,5 +1,6 @@
 //! `sandbox exec ID -- CMD ARGS…`: plain mode streams the command's output as server-sent events to this process's
-//! stdout and stderr as it arrives and exits with the command's code; `--json` prints the result object.
+//! stdout and stderr as it arrives and exits with the command's code; `--json` prints the result object;
+//! `--background` starts it and prints its command id (`--json`: the whole answer) without waiting.
 
 use std::io::{BufRead, IsTerminal, Read, Write};
 
@@ -31,6 +32,10 @@ pub struct ExecArgs {
     /// Working directory inside the sandbox (absolute; default /workspace).
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<String>,
+    /// Start the command in the background and print its id at once (it keeps running; its output, stdin and
+    /// signals are under the API's `/v1/sandboxes/ID/commands/COMMAND_ID`).
+    #[arg(long)]
+    pub background: bool,
     /// Do not forward standard input (otherwise, when it is not a terminal, it is read to its end and given to the
     /// command).
     #[arg(short = 'n', long = "no-stdin")]
@@ -66,6 +71,9 @@ fn request(args: &ExecArgs) -> Result<Value, ClientError> {
         let ms = parse_duration_ms(timeout).map_err(|e| ClientError::input(format!("--timeout: {e}")))?;
         body.insert("timeout_ms".into(), ms.into());
     }
+    if args.background {
+        body.insert("background".into(), true.into());
+    }
     if let Some(stdin) = stdin_text(args)? {
         body.insert("stdin".into(), stdin.into());
     }
@@ -76,6 +84,14 @@ fn request(args: &ExecArgs) -> Result<Value, ClientError> {
 pub fn exec(client: &Client, args: ExecArgs) -> Result<i32, ClientError> {
     let path = format!("{}/exec", sandbox_path(&args.id)?);
     let body = request(&args)?;
+    if args.background {
+        let started = client.post_json(&path, &body)?;
+        match started["command_id"].as_str() {
+            Some(command_id) if !args.json => println!("{command_id}"),
+            _ => output::print_json(&started),
+        }
+        return Ok(0);
+    }
     if args.json {
         let result = client.post_json(&path, &body)?;
         output::print_json(&result);

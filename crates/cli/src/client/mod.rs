@@ -6,6 +6,7 @@
 mod code;
 mod commands;
 mod cp;
+mod cp_dir;
 mod exec;
 mod http;
 mod output;
@@ -96,7 +97,8 @@ pub enum SandboxCommand {
     Exec(exec::ExecArgs),
     /// Run a cell in the sandbox's stateful interpreter (variables persist between calls).
     Code(code::CodeArgs),
-    /// Copy a file into or out of a sandbox: `cp LOCAL ID:PATH` or `cp ID:PATH LOCAL` (`-` = stdin/stdout).
+    /// Copy a file or directory into or out of a sandbox: `cp LOCAL ID:PATH` or `cp ID:PATH LOCAL` (`-` = stdin/stdout;
+    /// directories travel as tar archives).
     Cp {
         /// Source: a local path, `-`, or ID:PATH.
         source: String,

@@ -1,13 +1,16 @@
 //! Long-lived sandboxes for an async owner (the server): the spawner creates them, and each agent is then driven over
 //! its protocol channel by an `AgentClient` — commands with streamed output, background commands, file operations —
-//! and code-interpreter contexts run as background kernels (`contexts`).
+//! and code-interpreter contexts run as background kernels (`contexts`); background commands started through the API
+//! are kept per sandbox with their retained output (`commands`).
 
 mod agent_client;
 mod background;
+pub mod commands;
 pub mod contexts;
 mod runtime;
 
 pub use agent_client::{AgentClient, AgentFailure};
 pub use background::{BackgroundCommand, BackgroundEvent};
+pub use commands::{BackgroundCommands, CommandError, CommandEvent, CommandStatus};
 pub use contexts::{ContextError, Contexts};
 pub use runtime::LiveRuntime;

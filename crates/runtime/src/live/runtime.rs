@@ -1,14 +1,16 @@
 //! `LiveRuntime`: long-lived sandboxes for an async owner. Creation and destruction go through the spawner (a
 //! single-threaded helper process); everything else goes straight to each sandbox's agent. Code contexts live in
-//! `Contexts` and are forgotten with their sandbox.
+//! `Contexts`, background commands in `BackgroundCommands`; both are forgotten with their sandbox.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun, ContextInfo, ResourceUsage, SandboxSpec};
+use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun, CommandSpec, ContextInfo, ResourceUsage, SandboxSpec};
+use tokio::sync::mpsc;
 
 use super::agent_client::AgentClient;
+use super::commands::{BackgroundCommands, CommandError, CommandEvent, CommandStatus};
 use super::contexts::{CellOutput, ContextError, Contexts};
 use crate::error::RuntimeError;
 use crate::spawner::{SpawnerClient, SpawnerEvent};
@@ -20,6 +22,7 @@ pub struct LiveRuntime {
     spawner: Arc<SpawnerClient>,
     agents: Agents,
     contexts: Arc<Contexts>,
+    commands: Arc<BackgroundCommands>,
 }
 
 fn lock_poisoned() -> RuntimeError {
@@ -31,22 +34,26 @@ impl LiveRuntime {
     pub fn start(program: &Path) -> Result<LiveRuntime, RuntimeError> {
         let agents: Agents = Arc::default();
         let contexts: Arc<Contexts> = Arc::default();
+        let commands: Arc<BackgroundCommands> = Arc::default();
         let (forget, forget_contexts) = (Arc::clone(&agents), Arc::clone(&contexts));
+        let forget_commands = Arc::clone(&commands);
         let spawner = SpawnerClient::start(program, move |event| {
             if let Ok(mut map) = forget.lock() {
                 match event {
                     SpawnerEvent::Exited { id } => {
                         map.remove(&id);
                         forget_contexts.forget(&id);
+                        forget_commands.forget(&id);
                     }
                     SpawnerEvent::SpawnerGone => {
                         map.clear();
                         forget_contexts.forget_all();
+                        forget_commands.forget_all();
                     }
                 }
             }
         })?;
-        Ok(LiveRuntime { spawner: Arc::new(spawner), agents, contexts })
+        Ok(LiveRuntime { spawner: Arc::new(spawner), agents, contexts, commands })
     }
 
     /// Creates a sandbox under `id`; it is ready for commands when this returns.
@@ -65,6 +72,7 @@ impl LiveRuntime {
     pub async fn destroy(&self, id: &str) -> Result<ResourceUsage, RuntimeError> {
         self.agents.lock().map_err(|_| lock_poisoned())?.remove(id);
         self.contexts.forget(id);
+        self.commands.forget(id);
         let spawner = Arc::clone(&self.spawner);
         let owned_id = id.to_owned();
         tokio::task::spawn_blocking(move || spawner.destroy(&owned_id))
@@ -114,5 +122,59 @@ impl LiveRuntime {
     pub async fn run_code(&self, id: &str, request: CodeRun, output: CellOutput) -> Result<CellOutcome, ContextError> {
         let agent = self.running_agent(id)?;
         self.contexts.run(&agent, id, request, output).await
+    }
+
+    fn command_agent(&self, id: &str) -> Result<Arc<AgentClient>, CommandError> {
+        self.agent(id).ok_or(CommandError::SandboxGone)
+    }
+
+    /// Starts a background command under `command_id`, keeping up to `output_limit` bytes of each output stream.
+    pub async fn start_command(
+        &self,
+        id: &str,
+        command_id: &str,
+        spec: CommandSpec,
+        output_limit: u64,
+    ) -> Result<CommandStatus, CommandError> {
+        let agent = self.command_agent(id)?;
+        let status = self.commands.start(&agent, id, command_id, spec, output_limit).await?;
+        if !self.is_alive(id) {
+            // Destroyed while the command started: do not keep it.
+            self.commands.forget(id);
+            return Err(CommandError::SandboxGone);
+        }
+        Ok(status)
+    }
+
+    /// The running and recently ended background commands of a sandbox.
+    pub fn list_commands(&self, id: &str) -> Result<Vec<CommandStatus>, CommandError> {
+        self.command_agent(id)?;
+        Ok(self.commands.list(id))
+    }
+
+    /// A background command's retained output from byte `offset` on, its live output, then its end.
+    pub fn stream_command(
+        &self,
+        id: &str,
+        command_id: &str,
+        offset: u64,
+    ) -> Result<mpsc::Receiver<CommandEvent>, CommandError> {
+        self.command_agent(id)?;
+        self.commands.stream(id, command_id, offset)
+    }
+
+    /// Writes to a background command's stdin; closes it when `eof` is set.
+    pub async fn command_stdin(&self, id: &str, command_id: &str, data: &[u8], eof: bool) -> Result<(), CommandError> {
+        self.command_agent(id)?;
+        self.commands.stdin(id, command_id, data, eof).await
+    }
+
+    /// Signals a background command's process group (SIGKILL on an ended command is a no-op).
+    pub async fn signal_command(&self, id: &str, command_id: &str, signal: i32) -> Result<(), CommandError> {
+        self.command_agent(id)?;
+        if signal == libc::SIGKILL {
+            return self.commands.kill(id, command_id).await;
+        }
+        self.commands.signal(id, command_id, signal).await
     }
 }

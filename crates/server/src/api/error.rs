@@ -174,7 +174,8 @@ impl From<RuntimeFailure> for ApiError {
             | FailureKind::NotADirectory
             | FailureKind::IsADirectory
             | FailureKind::NotEmpty
-            | FailureKind::SandboxGone => ErrorCode::Conflict,
+            | FailureKind::SandboxGone
+            | FailureKind::Conflict => ErrorCode::Conflict,
             FailureKind::TooLarge => ErrorCode::PayloadTooLarge,
             FailureKind::Internal => return ApiError::internal(format!("runtime: {}", failure.message)),
         };

@@ -1,5 +1,6 @@
 //! `POST /v1/sandboxes/{id}/exec`: run a command to its end and answer its result as JSON, or, with
-//! `Accept: text/event-stream`, stream `stdout`/`stderr` events as the output arrives and end with an `exit` event.
+//! `Accept: text/event-stream`, stream `stdout`/`stderr` events as the output arrives and end with an `exit` event;
+//! with `background: true`, start it and answer 202 with its id at once (`commands`).
 //!
 //! The command runs in its own task: a client that disconnects does not stop it, and its end is always recorded.
 
@@ -16,6 +17,8 @@ use sandkasten_types::{CommandExit, CommandSpec};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 
+use crate::api::command_schemas::BackgroundStarted;
+use crate::api::commands;
 use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error};
 use crate::api::output::Capture;
@@ -29,9 +32,6 @@ use crate::{ids, validate};
 
 /// Checks the request against the sandbox and builds the command for the runtime (timeout always set).
 fn command_spec(body: ExecBody, sandbox: &SandboxRecord) -> Result<CommandSpec, ApiError> {
-    if body.background {
-        return Err(ApiError::unprocessable("background commands are not supported yet: omit background"));
-    }
     let max_timeout = sandbox.spec.limits.timeout_ms;
     let timeout_ms = body.timeout_ms.unwrap_or(max_timeout);
     if !(1..=max_timeout).contains(&timeout_ms) {
@@ -138,10 +138,13 @@ where
             (ExecResponse = "application/json"),
             (String = "text/event-stream"),
         )),
+        (status = 202, description = "With `background: true`: started; follow it under \
+            `/v1/sandboxes/{id}/commands/{command_id}`", body = BackgroundStarted),
         (status = 400, description = "Malformed JSON or cwd", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 404, description = "No such sandbox for this tenant", body = ErrorBody),
-        (status = 409, description = "The sandbox has ended", body = ErrorBody),
+        (status = 409, description = "The sandbox has ended, or (background) it runs too many background commands",
+            body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 422, description = "No command, both argv and cmd, bad env or timeout_ms", body = ErrorBody),
     ),
@@ -155,8 +158,12 @@ pub(crate) async fn exec(
     JsonBody(body): JsonBody<ExecBody>,
 ) -> Result<Response, ApiError> {
     let sandbox = running_sandbox(&state, &tenant, &id).await?;
+    let background = body.background;
     let spec = command_spec(body, &sandbox)?;
     let limit = sandbox.spec.limits.output_bytes;
+    if background {
+        return commands::start(&state, &tenant, &id, spec, limit).await;
+    }
     let wants_stream = headers
         .get_all(ACCEPT)
         .iter()
@@ -197,7 +204,7 @@ pub(crate) async fn exec(
     .into_response())
 }
 
-fn json_event<T: serde::Serialize>(name: &'static str, data: &T) -> Event {
+pub(crate) fn json_event<T: serde::Serialize>(name: &'static str, data: &T) -> Event {
     Event::default().event(name).json_data(data).unwrap_or_else(|_| Event::default().event(name))
 }
 

@@ -2,8 +2,12 @@
 //! authentication on `/v1`).
 
 pub mod error;
+mod archive;
 mod code;
 pub mod code_schemas;
+pub mod command_schemas;
+mod command_stream;
+mod commands;
 mod contexts;
 mod exec;
 mod extract;
@@ -41,9 +45,11 @@ pub(crate) use sandboxes::destroy_quietly;
     paths(
         sandboxes::create, sandboxes::list, sandboxes::get, sandboxes::delete, sandboxes::set_timeout,
         exec::exec,
+        commands::list, command_stream::stream, commands::stdin, commands::signal, commands::kill,
         code::run_code, contexts::create, contexts::list, contexts::delete, contexts::restart,
         run::run,
         files::read, files::write, files::remove, files::list, files::stat, files::mkdir, files::rename,
+        archive::upload, archive::download,
         service::healthz, service::metrics, service::openapi,
     ),
     components(schemas(
@@ -51,6 +57,7 @@ pub(crate) use sandboxes::destroy_quietly;
         schemas::OutputEvent, schemas::ExitEvent,
         code_schemas::CellResultBody, code_schemas::CellErrorBody, code_schemas::CodeResponse,
         run::RunExitEvent,
+        command_schemas::CommandStateName,
     )),
     modifiers(&BearerAuth),
     tags(
@@ -98,6 +105,11 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes/{id}", get(sandboxes::get).delete(sandboxes::delete))
         .route("/sandboxes/{id}/timeout", post(sandboxes::set_timeout))
         .route("/sandboxes/{id}/exec", post(exec::exec))
+        .route("/sandboxes/{id}/commands", get(commands::list))
+        .route("/sandboxes/{id}/commands/{command_id}", axum::routing::delete(commands::kill))
+        .route("/sandboxes/{id}/commands/{command_id}/stream", get(command_stream::stream))
+        .route("/sandboxes/{id}/commands/{command_id}/stdin", post(commands::stdin))
+        .route("/sandboxes/{id}/commands/{command_id}/signal", post(commands::signal))
         .route("/sandboxes/{id}/code", post(code::run_code))
         .route("/sandboxes/{id}/contexts", post(contexts::create).get(contexts::list))
         .route("/sandboxes/{id}/contexts/{context_id}", axum::routing::delete(contexts::delete))
@@ -107,6 +119,7 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes/{id}/files/stat", get(files::stat))
         .route("/sandboxes/{id}/files/mkdir", post(files::mkdir))
         .route("/sandboxes/{id}/files/rename", post(files::rename))
+        .route("/sandboxes/{id}/files/archive", get(archive::download).put(archive::upload))
         .route("/run", post(run::run))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_tenant));
     Router::new()

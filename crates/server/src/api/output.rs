@@ -64,7 +64,8 @@ impl Capture {
     }
 }
 
-fn event(bytes: &[u8]) -> Option<OutputEvent> {
+/// `bytes` as an event (text, plus base64 when they are not valid UTF-8); `None` when empty.
+pub(crate) fn event(bytes: &[u8]) -> Option<OutputEvent> {
     if bytes.is_empty() {
         return None;
     }

@@ -218,7 +218,9 @@ pub struct ExecBody {
     /// Wall-clock limit in milliseconds, at most the sandbox's `limits.timeout_ms` (the default).
     #[serde(default)]
     pub timeout_ms: Option<u64>,
-    /// Background commands are not supported yet; `true` is refused.
+    /// Run in the background: answer 202 with the command's id at once (whatever `Accept` says) and keep it
+    /// running after the request; its stdin stays open for `…/commands/{command_id}/stdin` unless `stdin` is given
+    /// (then it is written and closed). `timeout_ms` applies as for other commands.
     #[serde(default)]
     pub background: bool,
 }

@@ -1,14 +1,14 @@
 //! An in-memory `SandboxRuntime` for the API tests: files live in maps, and a few made-up programs stand in for real
 //! commands: `echo ARGS…` prints, `sleep-ms N` waits, `steps out:TEXT err:TEXT sleep:MS exit:N …` runs a script,
 //! `bytes N` prints N bytes; anything else exits 127. Code contexts are counters: a cell `print:TEXT` writes TEXT,
-//! `raise` raises, anything else is its own `text/plain` result.
+//! `raise` raises, anything else is its own `text/plain` result. Background commands live in `fake_commands.rs`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use sandkasten_server::{FailureKind, OutputChunk, RuntimeFailure, SandboxRuntime, Stream};
+use sandkasten_server::{CommandEvent, CommandStatus, FailureKind, OutputChunk, RuntimeFailure, SandboxRuntime, Stream};
 use sandkasten_types::{
     CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo, FileKind,
     SandboxSpec,
@@ -32,6 +32,8 @@ pub(crate) struct FakeRuntime {
     pub(crate) finished_commands: AtomicUsize,
     /// The last command spec received.
     pub(crate) last_command: Mutex<Option<CommandSpec>>,
+    /// Background commands.
+    pub(crate) commands: crate::fake_commands::FakeCommands,
 }
 
 fn failure(kind: FailureKind, message: impl Into<String>) -> RuntimeFailure {
@@ -63,9 +65,17 @@ impl FakeRuntime {
         self.sandboxes.lock().unwrap().keys().cloned().collect()
     }
 
+    /// The files (path → bytes) and directories of sandbox `id`, to check that a request wrote nothing.
+    pub(crate) fn tree(&self, id: &str) -> (BTreeMap<String, Vec<u8>>, BTreeSet<String>) {
+        let sandboxes = self.sandboxes.lock().unwrap();
+        let sandbox = &sandboxes[id];
+        (sandbox.files.clone(), sandbox.dirs.clone())
+    }
+
     /// Makes a sandbox vanish as if its processes died.
     pub(crate) fn kill(&self, id: &str) {
         self.sandboxes.lock().unwrap().remove(id);
+        self.commands.forget(id);
     }
 
     fn with<T>(
@@ -95,6 +105,7 @@ impl SandboxRuntime for FakeRuntime {
     }
 
     async fn destroy(&self, id: &str) -> Result<(), RuntimeFailure> {
+        self.commands.forget(id);
         match self.sandboxes.lock().unwrap().remove(id) {
             Some(_) => Ok(()),
             None => Err(failure(FailureKind::NotFound, format!("{id} not found"))),
@@ -339,5 +350,42 @@ impl SandboxRuntime for FakeRuntime {
             outcome.results.push(result);
         }
         Ok(outcome)
+    }
+
+    async fn start_command(
+        &self,
+        id: &str,
+        command_id: &str,
+        spec: CommandSpec,
+        output_limit: u64,
+    ) -> Result<CommandStatus, RuntimeFailure> {
+        self.with(id, |_| Ok(()))?;
+        *self.last_command.lock().unwrap() = Some(spec.clone());
+        self.commands.start(id, command_id, spec, output_limit)
+    }
+
+    async fn list_commands(&self, id: &str) -> Result<Vec<CommandStatus>, RuntimeFailure> {
+        self.with(id, |_| Ok(()))?;
+        Ok(self.commands.list(id))
+    }
+
+    async fn stream_command(
+        &self,
+        id: &str,
+        command_id: &str,
+        offset: u64,
+    ) -> Result<mpsc::Receiver<CommandEvent>, RuntimeFailure> {
+        self.with(id, |_| Ok(()))?;
+        self.commands.stream(id, command_id, offset)
+    }
+
+    async fn command_stdin(&self, id: &str, command_id: &str, data: Vec<u8>, eof: bool) -> Result<(), RuntimeFailure> {
+        self.with(id, |_| Ok(()))?;
+        self.commands.stdin(id, command_id, data, eof)
+    }
+
+    async fn signal_command(&self, id: &str, command_id: &str, signal: i32) -> Result<(), RuntimeFailure> {
+        self.with(id, |_| Ok(()))?;
+        self.commands.signal(id, command_id, signal)
     }
 }

@@ -25,6 +25,8 @@ async fn another_tenants_sandbox_is_404_for_every_route() {
             ("GET", format!("{base}/files/stat?path=/workspace/secret"), Body::empty()),
             ("POST", format!("{base}/files/mkdir"), Body::from(r#"{"path": "/workspace/d"}"#)),
             ("POST", format!("{base}/files/rename"), Body::from(r#"{"from": "/workspace/secret", "to": "/tmp/x"}"#)),
+            ("GET", format!("{base}/files/archive?path=/workspace"), Body::empty()),
+            ("PUT", format!("{base}/files/archive?path=/workspace"), Body::from(vec![0u8; 1024])),
             ("DELETE", base.clone(), Body::empty()),
         ];
         for (method, uri, body) in requests {

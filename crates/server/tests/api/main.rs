@@ -3,9 +3,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod fake;
+mod fake_commands;
 mod harness;
 
+mod archive;
 mod auth;
+mod background;
 mod bad_input;
 mod code;
 mod exec;

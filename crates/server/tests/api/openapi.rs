@@ -124,6 +124,29 @@ async fn live_responses_match_the_spec() {
         .call_with("POST", &exec, Some(KEY_A), Body::from(r#"{"argv": ["echo"]}"#), &[("accept", "text/event-stream")])
         .await;
     seen.push(check("POST", "/v1/sandboxes/{id}/exec")(sse));
+    let background = h.post(&exec, KEY_A, json!({"argv": ["cat"], "background": true})).await;
+    let command = format!("{s}/commands/{}", background.json()["command_id"].as_str().unwrap());
+    seen.push(check("POST", "/v1/sandboxes/{id}/exec")(background));
+    seen.push(check("GET", "/v1/sandboxes/{id}/commands")(h.get(&format!("{s}/commands"), KEY_A).await));
+    let stdin = format!("{command}/stdin");
+    let (eof, more) = (json!({"data": "x", "eof": true}), json!({"data": "x"}));
+    seen.push(check("POST", "/v1/sandboxes/{id}/commands/{command_id}/stdin")(h.post(&stdin, KEY_A, eof).await));
+    seen.push(check("POST", "/v1/sandboxes/{id}/commands/{command_id}/stdin")(h.post(&stdin, KEY_A, more).await));
+    let stream = format!("{command}/stream");
+    seen.push(check("GET", "/v1/sandboxes/{id}/commands/{command_id}/stream")(h.get(&stream, KEY_A).await));
+    seen.push(check("GET", "/v1/sandboxes/{id}/commands/{command_id}/stream")(
+        h.get(&format!("{stream}?since=x"), KEY_A).await,
+    ));
+    let sleeper = h.post(&exec, KEY_A, json!({"argv": ["sleep-ms", "60000"], "background": true})).await;
+    let sleeper = format!("{s}/commands/{}", sleeper.json()["command_id"].as_str().unwrap());
+    let (term, bogus) = (json!({"signal": "SIGTERM"}), json!({"signal": "SIGBOGUS"}));
+    let signal = format!("{sleeper}/signal");
+    seen.push(check("POST", "/v1/sandboxes/{id}/commands/{command_id}/signal")(h.post(&signal, KEY_A, bogus).await));
+    seen.push(check("POST", "/v1/sandboxes/{id}/commands/{command_id}/signal")(h.post(&signal, KEY_A, term).await));
+    seen.push(check("DELETE", "/v1/sandboxes/{id}/commands/{command_id}")(h.delete(&command, KEY_A).await));
+    seen.push(check("DELETE", "/v1/sandboxes/{id}/commands/{command_id}")(
+        h.delete(&format!("{s}/commands/cmd-0000000000000000"), KEY_A).await,
+    ));
     seen.push(check("POST", "/v1/run")(h.post("/v1/run", KEY_A, json!({"argv": ["echo", "x"]})).await));
     seen.push(check("POST", "/v1/run")(h.post("/v1/run", KEY_A, json!({"code": "x"})).await));
     let code = format!("{s}/code");
@@ -161,6 +184,13 @@ async fn live_responses_match_the_spec() {
     seen.push(check("POST", "/v1/sandboxes/{id}/files/rename")(
         h.post(&format!("{s}/files/rename"), KEY_A, rename).await,
     ));
+    let archive = format!("{s}/files/archive?path=/workspace");
+    seen.push(check("GET", "/v1/sandboxes/{id}/files/archive")(h.get(&archive, KEY_A).await));
+    let tar = h.get(&archive, KEY_A).await.body;
+    seen.push(check("PUT", "/v1/sandboxes/{id}/files/archive")(
+        h.put(&format!("{s}/files/archive?path=/tmp/unpacked"), KEY_A, &tar).await,
+    ));
+    seen.push(check("PUT", "/v1/sandboxes/{id}/files/archive")(h.put(&archive, KEY_A, b"not a tar").await));
     seen.push(check("DELETE", "/v1/sandboxes/{id}/files")(
         h.delete(&format!("{s}/files?path=/workspace/g"), KEY_A).await,
     ));
@@ -175,7 +205,7 @@ async fn live_responses_match_the_spec() {
         conforms(&spec, method, template, reply);
         statuses.insert(reply.status.as_u16());
     }
-    assert_eq!(statuses.into_iter().collect::<Vec<_>>(), [200, 201, 204, 400, 401, 404, 409, 413, 422]);
+    assert_eq!(statuses.into_iter().collect::<Vec<_>>(), [200, 201, 202, 204, 400, 401, 404, 409, 413, 422]);
     // Every documented path was exercised.
     let documented: std::collections::BTreeSet<&str> =
         spec["paths"].as_object().unwrap().keys().map(String::as_str).collect();

@@ -1,0 +1,240 @@
+//! The retained output of one background command: both streams in arrival order, each kept up to a byte limit (the
+//! first part is kept, the rest dropped and the stream marked truncated), cut so that every stored piece ends on a
+//! whole UTF-8 character. Positions are byte offsets into the retained output (both streams counted), so a listener
+//! can start anywhere and reconnect where it left off. A `watch` channel wakes listeners when something is added.
+
+use std::sync::Mutex;
+
+use sandkasten_protocol::OutputStreamKind;
+use sandkasten_types::CommandExit;
+use tokio::sync::watch;
+
+/// Largest piece stored: consecutive output of one stream is merged up to this size.
+const PIECE_BYTES: usize = 64 << 10;
+
+/// A retained piece of output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Piece {
+    /// The stream it came from.
+    pub stream: OutputStreamKind,
+    /// The bytes.
+    pub data: Vec<u8>,
+    /// Offset just after these bytes (what a listener passes to continue after them).
+    pub end: u64,
+}
+
+/// How the command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ending {
+    /// Its exit status; `None` when the sandbox went away before the exit was known.
+    pub exit: Option<CommandExit>,
+    /// When, ms since the Unix epoch.
+    pub ended_ms: i64,
+}
+
+#[derive(Debug, Default)]
+struct StreamState {
+    accepted: u64,
+    truncated: bool,
+    carry: Vec<u8>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    pieces: Vec<(OutputStreamKind, u64, Vec<u8>)>,
+    total: u64,
+    streams: [StreamState; 2],
+    ending: Option<Ending>,
+}
+
+/// What a listener reads at once.
+#[derive(Debug, Default)]
+pub struct Read {
+    /// Output after the requested offset.
+    pub pieces: Vec<Piece>,
+    /// Set once the command ended and all output has been read.
+    pub ending: Option<Ending>,
+    /// The offset after everything read.
+    pub next: u64,
+}
+
+/// One command's retained output.
+#[derive(Debug)]
+pub struct OutputLog {
+    limit: u64,
+    state: Mutex<State>,
+    changed: watch::Sender<u64>,
+}
+
+fn index(stream: OutputStreamKind) -> usize {
+    match stream {
+        OutputStreamKind::Stdout => 0,
+        OutputStreamKind::Stderr => 1,
+    }
+}
+
+/// Length of a trailing UTF-8 lead byte plus continuation bytes that do not yet form a whole character.
+fn incomplete_tail_len(bytes: &[u8]) -> usize {
+    for back in 1..=bytes.len().min(3) {
+        let byte = bytes[bytes.len() - back];
+        if byte & 0b1100_0000 == 0b1000_0000 {
+            continue;
+        }
+        let needed = match byte {
+            0xF0..=0xF7 => 4,
+            0xE0..=0xEF => 3,
+            0xC0..=0xDF => 2,
+            _ => 1,
+        };
+        return if needed > back { back } else { 0 };
+    }
+    0
+}
+
+impl State {
+    fn store(&mut self, stream: OutputStreamKind, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        match self.pieces.last_mut() {
+            Some((last, _, bytes)) if *last == stream && bytes.len() + data.len() <= PIECE_BYTES => {
+                bytes.extend_from_slice(data);
+            }
+            _ => self.pieces.push((stream, self.total, data.to_vec())),
+        }
+        self.total += data.len() as u64;
+    }
+}
+
+impl OutputLog {
+    /// An empty log keeping up to `limit` bytes per stream.
+    pub fn new(limit: u64) -> OutputLog {
+        OutputLog { limit, state: Mutex::default(), changed: watch::channel(0).0 }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> Option<T> {
+        self.state.lock().ok().map(|mut state| f(&mut state))
+    }
+
+    fn notify(&self) {
+        self.changed.send_modify(|version| *version = version.wrapping_add(1));
+    }
+
+    /// Adds output of `stream` (what fits under the limit; a trailing partial character waits for the next chunk).
+    pub fn push(&self, stream: OutputStreamKind, data: &[u8]) {
+        let limit = self.limit;
+        self.with(|state| {
+            let own = &mut state.streams[index(stream)];
+            let room = limit.saturating_sub(own.accepted);
+            let take = data.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+            if take < data.len() {
+                own.truncated = true;
+            }
+            own.accepted += take as u64;
+            let mut pending = std::mem::take(&mut own.carry);
+            pending.extend_from_slice(&data[..take]);
+            let complete = pending.len() - incomplete_tail_len(&pending);
+            own.carry = pending.split_off(complete);
+            state.store(stream, &pending);
+        });
+        self.notify();
+    }
+
+    /// Marks the command ended (held-back partial characters are stored as they are). Only the first call counts.
+    pub fn finish(&self, ending: Ending) {
+        self.with(|state| {
+            if state.ending.is_some() {
+                return;
+            }
+            for stream in [OutputStreamKind::Stdout, OutputStreamKind::Stderr] {
+                let carry = std::mem::take(&mut state.streams[index(stream)].carry);
+                state.store(stream, &carry);
+            }
+            state.ending = Some(ending);
+        });
+        self.notify();
+    }
+
+    /// How the command ended, once it has.
+    pub fn ending(&self) -> Option<Ending> {
+        self.with(|state| state.ending).flatten()
+    }
+
+    /// Whether (stdout, stderr) went past the limit.
+    pub fn truncated(&self) -> (bool, bool) {
+        self.with(|state| (state.streams[0].truncated, state.streams[1].truncated)).unwrap_or_default()
+    }
+
+    /// Everything retained after `offset` (a piece that `offset` falls into is cut there).
+    pub fn read_from(&self, offset: u64) -> Read {
+        self.with(|state| {
+            let mut read = Read { next: offset.max(state.total), ..Read::default() };
+            let first = state.pieces.partition_point(|(_, start, data)| start + data.len() as u64 <= offset);
+            for (stream, start, data) in &state.pieces[first..] {
+                let end = start + data.len() as u64;
+                let skip = usize::try_from(offset.saturating_sub(*start)).unwrap_or(usize::MAX).min(data.len());
+                read.pieces.push(Piece { stream: *stream, data: data[skip..].to_vec(), end });
+            }
+            read.ending = state.ending;
+            read
+        })
+        .unwrap_or_default()
+    }
+
+    /// A receiver that changes whenever output is added or the command ends.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OUT: OutputStreamKind = OutputStreamKind::Stdout;
+    const ERR: OutputStreamKind = OutputStreamKind::Stderr;
+
+    fn texts(read: &Read) -> Vec<(OutputStreamKind, String, u64)> {
+        read.pieces.iter().map(|p| (p.stream, String::from_utf8_lossy(&p.data).into_owned(), p.end)).collect()
+    }
+
+    #[test]
+    fn pieces_merge_per_stream_and_can_be_read_from_any_offset() {
+        let log = OutputLog::new(100);
+        log.push(OUT, b"ab");
+        log.push(OUT, b"cd");
+        log.push(ERR, b"E");
+        log.push(OUT, b"f");
+        assert_eq!(texts(&log.read_from(0)), [(OUT, "abcd".into(), 4), (ERR, "E".into(), 5), (OUT, "f".into(), 6)]);
+        assert_eq!(texts(&log.read_from(3)), [(OUT, "d".into(), 4), (ERR, "E".into(), 5), (OUT, "f".into(), 6)]);
+        let done = log.read_from(6);
+        assert!(done.pieces.is_empty() && done.ending.is_none());
+        assert_eq!(done.next, 6);
+    }
+
+    #[test]
+    fn each_stream_keeps_its_first_part_up_to_the_limit() {
+        let log = OutputLog::new(4);
+        log.push(OUT, b"123456");
+        log.push(ERR, b"ab");
+        log.push(OUT, b"7");
+        assert_eq!(texts(&log.read_from(0)), [(OUT, "1234".into(), 4), (ERR, "ab".into(), 6)]);
+        assert_eq!(log.truncated(), (true, false));
+    }
+
+    #[test]
+    fn a_split_character_is_stored_whole_and_the_ending_is_kept() {
+        let euro = "€".as_bytes();
+        let log = OutputLog::new(100);
+        log.push(OUT, &[b'a', euro[0]]);
+        assert_eq!(texts(&log.read_from(0)), [(OUT, "a".into(), 1)]);
+        log.push(OUT, &euro[1..]);
+        log.push(ERR, &[0xE2]);
+        log.finish(Ending { exit: None, ended_ms: 5 });
+        log.finish(Ending { exit: Some(CommandExit::default()), ended_ms: 6 });
+        let read = log.read_from(1);
+        assert_eq!(read.pieces[0].data, euro);
+        assert_eq!(read.pieces[1].data, [0xE2]);
+        assert_eq!(read.ending, Some(Ending { exit: None, ended_ms: 5 }));
+    }
+}

@@ -1,0 +1,258 @@
+//! Background commands of every sandbox, under ids the caller chooses: each runs with its stdin open (unless it was
+//! given stdin, which is written and closed), a task pumps its output into a bounded `OutputLog`, and any number of
+//! listeners read that log from any offset — so a client can disconnect and reconnect and replay what is retained.
+//! Per sandbox at most `MAX_RUNNING` run at once and the `MAX_ENDED` most recently ended are kept; forgetting a
+//! sandbox drops its commands, which kills those still running.
+//!
+//! Files: `log` (the retained output), `listen` (one listener), `error`.
+
+mod error;
+mod listen;
+mod log;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sandkasten_protocol::FailureCode;
+use sandkasten_types::{CommandExit, CommandSpec};
+use tokio::sync::mpsc;
+
+pub use error::CommandError;
+pub use log::{Ending, OutputLog, Piece};
+
+use super::agent_client::{AgentClient, AgentFailure};
+use super::background::{BackgroundCommand, BackgroundEvent};
+
+/// Most background commands one sandbox runs at once.
+pub const MAX_RUNNING: usize = 16;
+/// Most ended background commands one sandbox keeps (the oldest are forgotten first).
+pub const MAX_ENDED: usize = 16;
+
+/// What is known about a background command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandStatus {
+    /// Its id.
+    pub id: String,
+    /// What it runs.
+    pub argv: Vec<String>,
+    /// Its pid inside the sandbox.
+    pub pid: u32,
+    /// Start time, ms since the Unix epoch.
+    pub started_ms: i64,
+    /// End time, once it ended.
+    pub ended_ms: Option<i64>,
+    /// How it ended (`None` while running, or when the sandbox went away first).
+    pub exit: Option<CommandExit>,
+    /// Stdout went past the output limit.
+    pub stdout_truncated: bool,
+    /// Stderr went past the output limit.
+    pub stderr_truncated: bool,
+}
+
+/// What a listener receives: output from the requested offset on, then the end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandEvent {
+    /// Retained output.
+    Output(Piece),
+    /// The command ended; nothing follows.
+    Ended(CommandStatus),
+}
+
+fn now_ms() -> i64 {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// What the pump and the listeners share (not the handle, so that dropping an entry kills the command).
+struct Shared {
+    id: String,
+    argv: Vec<String>,
+    pid: u32,
+    started_ms: i64,
+    log: OutputLog,
+}
+
+impl Shared {
+    fn status(&self) -> CommandStatus {
+        let ending = self.log.ending();
+        let (stdout_truncated, stderr_truncated) = self.log.truncated();
+        CommandStatus {
+            id: self.id.clone(),
+            argv: self.argv.clone(),
+            pid: self.pid,
+            started_ms: self.started_ms,
+            ended_ms: ending.map(|e| e.ended_ms),
+            exit: ending.and_then(|e| e.exit),
+            stdout_truncated,
+            stderr_truncated,
+        }
+    }
+
+    fn running(&self) -> bool {
+        self.log.ending().is_none()
+    }
+}
+
+struct Entry {
+    shared: Arc<Shared>,
+    handle: BackgroundCommand,
+    stdin_open: AtomicBool,
+}
+
+impl Entry {
+    /// Agent failures of a control request: `NotFound` means the process is gone (it ended).
+    fn control_error(&self, failure: AgentFailure) -> CommandError {
+        match failure.code {
+            Some(FailureCode::NotFound) => CommandError::Ended(self.shared.id.clone()),
+            _ => CommandError::from(failure),
+        }
+    }
+}
+
+/// Feeds a command's events into its log until it ends.
+async fn pump(mut events: mpsc::UnboundedReceiver<BackgroundEvent>, shared: Arc<Shared>) {
+    while let Some(event) = events.recv().await {
+        match event {
+            BackgroundEvent::Output(stream, data) => shared.log.push(stream, &data),
+            BackgroundEvent::Exited(exit) => {
+                shared.log.finish(Ending { exit: Some(exit), ended_ms: now_ms() });
+                return;
+            }
+        }
+    }
+    // The sandbox (or the handle) went away before the exit was reported.
+    shared.log.finish(Ending { exit: None, ended_ms: now_ms() });
+}
+
+/// The background commands of every sandbox of one runtime.
+#[derive(Default)]
+pub struct BackgroundCommands {
+    sandboxes: Mutex<HashMap<String, Vec<Arc<Entry>>>>,
+}
+
+impl BackgroundCommands {
+    fn with<T>(&self, sandbox: &str, f: impl FnOnce(&mut Vec<Arc<Entry>>) -> T) -> Result<T, CommandError> {
+        let mut map = self.sandboxes.lock().map_err(|_| CommandError::SandboxGone)?;
+        Ok(f(map.entry(sandbox.to_owned()).or_default()))
+    }
+
+    fn find(&self, sandbox: &str, id: &str) -> Result<Arc<Entry>, CommandError> {
+        let map = self.sandboxes.lock().map_err(|_| CommandError::SandboxGone)?;
+        let entries = map.get(sandbox).map(Vec::as_slice).unwrap_or_default();
+        entries.iter().find(|e| e.shared.id == id).cloned().ok_or_else(|| CommandError::NotFound(id.to_owned()))
+    }
+
+    /// Starts `spec` in the background under `id`, keeping up to `output_limit` bytes of each output stream.
+    pub async fn start(
+        &self,
+        agent: &Arc<AgentClient>,
+        sandbox: &str,
+        id: &str,
+        spec: CommandSpec,
+        output_limit: u64,
+    ) -> Result<CommandStatus, CommandError> {
+        self.with(sandbox, |entries| {
+            if entries.iter().any(|e| e.shared.id == id) {
+                return Err(CommandError::Duplicate(id.to_owned()));
+            }
+            if entries.iter().filter(|e| e.shared.running()).count() >= MAX_RUNNING {
+                return Err(CommandError::TooMany(MAX_RUNNING));
+            }
+            Ok(())
+        })??;
+        let argv = spec
+            .resolved_argv()
+            .map_err(|message| CommandError::Agent(AgentFailure { code: Some(FailureCode::ExecFailed), message }))?;
+        let given_stdin = spec.stdin.is_some();
+        let (handle, events) = agent.spawn_background(spec).await?;
+        if given_stdin {
+            // The bytes are queued in the agent; closing takes effect once they are written.
+            handle.close_stdin().await?;
+        }
+        let shared = Arc::new(Shared {
+            id: id.to_owned(),
+            argv,
+            pid: handle.pid(),
+            started_ms: now_ms(),
+            log: OutputLog::new(output_limit),
+        });
+        tokio::spawn(pump(events, Arc::clone(&shared)));
+        let entry = Arc::new(Entry { shared: Arc::clone(&shared), handle, stdin_open: AtomicBool::new(!given_stdin) });
+        self.with(sandbox, |entries| {
+            entries.push(entry);
+            let ended = entries.iter().filter(|e| !e.shared.running()).count();
+            let mut excess = ended.saturating_sub(MAX_ENDED);
+            entries.retain(|e| {
+                let evict = excess > 0 && !e.shared.running();
+                excess -= usize::from(evict);
+                !evict
+            });
+        })?;
+        Ok(shared.status())
+    }
+
+    /// The sandbox's running and recently ended commands, oldest first.
+    pub fn list(&self, sandbox: &str) -> Vec<CommandStatus> {
+        let map = self.sandboxes.lock();
+        let entries = map.as_ref().ok().and_then(|map| map.get(sandbox));
+        entries.map(|entries| entries.iter().map(|e| e.shared.status()).collect()).unwrap_or_default()
+    }
+
+    /// The command's retained output from byte `offset` on, then its live output, then its end.
+    pub fn stream(&self, sandbox: &str, id: &str, offset: u64) -> Result<mpsc::Receiver<CommandEvent>, CommandError> {
+        let shared = Arc::clone(&self.find(sandbox, id)?.shared);
+        let (events, received) = mpsc::channel(16);
+        tokio::spawn(listen::listen(shared, offset, events));
+        Ok(received)
+    }
+
+    /// Writes `data` to the command's stdin, then closes it when `eof` is set.
+    pub async fn stdin(&self, sandbox: &str, id: &str, data: &[u8], eof: bool) -> Result<(), CommandError> {
+        let entry = self.find(sandbox, id)?;
+        if !entry.shared.running() {
+            return Err(CommandError::Ended(id.to_owned()));
+        }
+        if !entry.stdin_open.load(Ordering::Acquire) {
+            return Err(CommandError::StdinClosed(id.to_owned()));
+        }
+        if !data.is_empty() {
+            entry.handle.send_stdin(data).await.map_err(|f| entry.control_error(f))?;
+        }
+        if eof {
+            entry.stdin_open.store(false, Ordering::Release);
+            entry.handle.close_stdin().await.map_err(|f| entry.control_error(f))?;
+        }
+        Ok(())
+    }
+
+    /// Sends `signal` to the command's process group.
+    pub async fn signal(&self, sandbox: &str, id: &str, signal: i32) -> Result<(), CommandError> {
+        let entry = self.find(sandbox, id)?;
+        if !entry.shared.running() {
+            return Err(CommandError::Ended(id.to_owned()));
+        }
+        entry.handle.signal(signal).await.map_err(|f| entry.control_error(f))
+    }
+
+    /// SIGKILLs the command's process group; a command that has ended already is left as it is.
+    pub async fn kill(&self, sandbox: &str, id: &str) -> Result<(), CommandError> {
+        match self.signal(sandbox, id, libc::SIGKILL).await {
+            Err(CommandError::Ended(_)) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Forgets every command of a sandbox; those still running are killed.
+    pub fn forget(&self, sandbox: &str) {
+        let removed = self.sandboxes.lock().ok().and_then(|mut map| map.remove(sandbox));
+        drop(removed);
+    }
+
+    /// Forgets every command of every sandbox.
+    pub fn forget_all(&self) {
+        let removed = self.sandboxes.lock().ok().map(|mut map| std::mem::take(&mut *map));
+        drop(removed);
+    }
+}
