@@ -186,3 +186,29 @@ fn fifty_sandboxes_live_and_work_at_once() {
         assert_sandbox_gone(id);
     }
 }
+
+/// CPU time of a sandbox's cgroup in nanoseconds (cgroup v1 `cpuacct.usage`, or v2 `cpu.stat` usage_usec).
+fn cgroup_cpu_ns(id: &str) -> Option<u64> {
+    if let Ok(text) = std::fs::read_to_string(format!("/sys/fs/cgroup/cpuacct/sandkasten/{id}/cpuacct.usage")) {
+        return text.trim().parse().ok();
+    }
+    let stat = std::fs::read_to_string(format!("/sys/fs/cgroup/sandkasten/{id}/cpu.stat")).ok()?;
+    let usec: u64 = stat.lines().find_map(|l| l.strip_prefix("usage_usec "))?.trim().parse().ok()?;
+    Some(usec * 1000)
+}
+
+#[test]
+fn an_idle_sandbox_costs_no_cpu() {
+    require_root!();
+    let server = Server::start();
+    let id = server.create(json!({}));
+    assert_eq!(server.exec(&id, "true").json["exit_code"], 0);
+    std::thread::sleep(Duration::from_millis(200));
+    let before = cgroup_cpu_ns(&id).expect("the sandbox's cgroup reports CPU time");
+    std::thread::sleep(Duration::from_secs(2));
+    let after = cgroup_cpu_ns(&id).expect("cpu usage");
+    let spent_ms = (after - before) as f64 / 1e6;
+    assert!(spent_ms < 2.0, "an idle sandbox used {spent_ms:.2} ms of CPU in 2 s");
+    server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None);
+    assert_sandbox_gone(&id);
+}
