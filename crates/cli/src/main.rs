@@ -45,15 +45,46 @@ enum Command {
     },
 }
 
-fn init_logging() {
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LogFormat {
+    /// Human-readable text.
+    Text,
+    /// One JSON object per line (fields at the top level).
+    Json,
+}
+
+/// The log format: `SANDKASTEN_LOG_FORMAT` (`json` or `text`) when set, otherwise JSON for the server (`serve` and
+/// its `spawner`) and text for everything else.
+fn log_format(command: &Command, env: Option<&str>) -> LogFormat {
+    match env.map(str::trim) {
+        Some(value) if value.eq_ignore_ascii_case("json") => LogFormat::Json,
+        Some(value) if value.eq_ignore_ascii_case("text") => LogFormat::Text,
+        _ if matches!(command, Command::Serve(_) | Command::Spawner) => LogFormat::Json,
+        _ => LogFormat::Text,
+    }
+}
+
+/// The default log filter when `SANDKASTEN_LOG` is unset: the server logs its requests (`info`), the other commands
+/// only warnings.
+fn default_filter(command: &Command) -> &'static str {
+    if matches!(command, Command::Serve(_)) { "info" } else { "warn" }
+}
+
+fn init_logging(command: &Command) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SANDKASTEN_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter(command)));
+    let format = log_format(command, std::env::var("SANDKASTEN_LOG_FORMAT").ok().as_deref());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).with_span_list(false).init(),
+        LogFormat::Text => builder.init(),
+    }
 }
 
 fn main() {
-    init_logging();
     let cli = Cli::parse();
+    init_logging(&cli.command);
     let code = match cli.command {
         Command::Run(args) => run_command::run(*args),
         Command::Gc { json } => gc_command::run(json),
@@ -69,4 +100,33 @@ fn main() {
         },
     };
     std::process::exit(code);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command(args: &[&str]) -> Command {
+        let mut argv = vec!["sandkasten"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv) {
+            Ok(cli) => cli.command,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    #[test]
+    fn serve_logs_json_and_everything_else_text_unless_the_environment_says() {
+        let serve = command(&["serve"]);
+        let gc = command(&["gc"]);
+        assert_eq!(log_format(&serve, None), LogFormat::Json);
+        assert_eq!(log_format(&command(&["spawner"]), None), LogFormat::Json);
+        assert_eq!(log_format(&gc, None), LogFormat::Text);
+        assert_eq!(log_format(&gc, Some("json")), LogFormat::Json);
+        assert_eq!(log_format(&gc, Some(" JSON ")), LogFormat::Json);
+        assert_eq!(log_format(&serve, Some("text")), LogFormat::Text);
+        assert_eq!(log_format(&serve, Some("bogus")), LogFormat::Json);
+        assert_eq!(default_filter(&serve), "info");
+        assert_eq!(default_filter(&gc), "warn");
+    }
 }

@@ -15,6 +15,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::{Choice, ConditionallySelectable, ConstantTimeEq};
 
+use crate::api::LoggedTenant;
 use crate::api::error::ApiError;
 use crate::config::{MAX_KEY_BYTES, ServerConfig};
 use crate::state::AppState;
@@ -80,6 +81,12 @@ impl Keyring {
         Keyring { entries, tenants, anonymous }
     }
 
+    /// Every tenant requests can act as: the configured ones, and `default` when authentication is off.
+    pub(crate) fn tenants(&self) -> impl Iterator<Item = &Tenant> {
+        let configured = self.tenants.iter().filter(|t| self.anonymous.as_ref().is_none_or(|a| a.name != t.name));
+        configured.chain(self.anonymous.iter())
+    }
+
     /// The tenant owning `presented`, comparing against every key in constant time.
     fn find(&self, presented: &[u8]) -> Option<Tenant> {
         let padded = pad(presented)?;
@@ -114,8 +121,11 @@ impl Keyring {
 pub(crate) async fn require_tenant(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     match state.keyring().authenticate(request.headers().get(AUTHORIZATION)) {
         Ok(tenant) => {
+            let name = LoggedTenant(Arc::clone(&tenant.name));
             request.extensions_mut().insert(tenant);
-            next.run(request).await
+            let mut response = next.run(request).await;
+            response.extensions_mut().insert(name);
+            response
         }
         Err(error) => {
             tracing::debug!(path = %request.uri().path(), reason = %error.message, "request refused");

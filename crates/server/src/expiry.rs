@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::api::destroy_quietly;
 use crate::clock::now_ms;
+use crate::metrics::ExitReason;
 use crate::state::AppState;
 use crate::store::{SandboxState, StoreError};
 
@@ -19,6 +20,7 @@ pub async fn sweep(state: &AppState, now_ms: i64) -> Result<usize, StoreError> {
             continue;
         }
         if state.store().end_sandbox(&id, SandboxState::Expired, "timeout", now_ms).await? {
+            state.metrics().sandbox_exited(ExitReason::Expired);
             tracing::info!(sandbox = %id, "sandbox expired");
             expired += 1;
         }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 pub use api::{ApiDoc, openapi_json, router};
 pub use background::{CommandEvent, CommandStatus};
 pub use config::{ConfigError, ServerConfig};
-pub use metrics::Metrics;
+pub use metrics::{ExecPhase, ExitReason, LimitKind, Metrics};
 pub use runtime::{FailureKind, OutputChunk, RuntimeFailure, SandboxRuntime, Stream};
 pub use state::AppState;
 pub use store::{Store, StoreError};
@@ -85,6 +85,7 @@ pub async fn serve_on<R: SandboxRuntime>(
     let store =
         Store::open(&config.database).map_err(|source| ServerError::Store { path: config.database.clone(), source })?;
     let state = AppState::new(&config, store, runtime);
+    reconcile::register_tenants(&state).await.map_err(ServerError::Reconcile)?;
     let lost = reconcile::reconcile(&state).await.map_err(ServerError::Reconcile)?;
     let addr = listener.local_addr().map_err(ServerError::Serve)?;
     if config.insecure_no_auth {

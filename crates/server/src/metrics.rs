@@ -3,7 +3,13 @@
 //!
 //! - `sandboxes_active` (gauge): running sandboxes, refreshed from the store at each scrape
 //! - `sandbox_creates_total` (counter): sandboxes created
-//! - `exec_duration_seconds` (histogram): wall time of commands
+//! - `sandbox_create_seconds` (histogram): wall time of the runtime's create (`POST /v1/sandboxes`, `/v1/run`)
+//! - `sandbox_exits_total{reason}` (counter): sandboxes that ended: `deleted`, `expired`, `lost`, `run_finished`
+//! - `exec_duration_seconds` (histogram): wall time of commands (`/exec` and `/v1/run`)
+//! - `exec_phase_seconds{phase}` (histogram): `/exec` only: `first_output` = time to the first output chunk
+//!   (commands without output add nothing), `total` = the whole command
+//! - `limit_kills_total{kind}` (counter): executions stopped by a limit; `time` = an exec, a background command or a
+//!   code cell stopped at its timeout (output truncation is not a kill and is not counted)
 //! - `commands_running` (gauge): background commands running now
 //! - `errors_total{code}` (counter): error responses by API error code
 
@@ -15,9 +21,80 @@ const SANDBOX_CREATES: &str = "sandbox_creates_total";
 const EXEC_DURATION: &str = "exec_duration_seconds";
 const ERRORS: &str = "errors_total";
 const COMMANDS_RUNNING: &str = "commands_running";
+const SANDBOX_CREATE_SECONDS: &str = "sandbox_create_seconds";
+const SANDBOX_EXITS: &str = "sandbox_exits_total";
+const EXEC_PHASE: &str = "exec_phase_seconds";
+const LIMIT_KILLS: &str = "limit_kills_total";
 
-/// Histogram buckets of `exec_duration_seconds`.
+/// Histogram buckets of `exec_duration_seconds` and `exec_phase_seconds`.
 const EXEC_BUCKETS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 300.0];
+
+/// Histogram buckets of `sandbox_create_seconds`.
+const CREATE_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// A phase of an `/exec` command (`exec_phase_seconds{phase}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecPhase {
+    /// From the start to the first output chunk.
+    FirstOutput,
+    /// From the start to the end.
+    Total,
+}
+
+impl ExecPhase {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecPhase::FirstOutput => "first_output",
+            ExecPhase::Total => "total",
+        }
+    }
+}
+
+/// Which limit stopped an execution (`limit_kills_total{kind}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitKind {
+    /// Its timeout.
+    Time,
+}
+
+impl LimitKind {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitKind::Time => "time",
+        }
+    }
+}
+
+/// Why a sandbox ended (`sandbox_exits_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitReason {
+    /// `DELETE /v1/sandboxes/{id}`.
+    Deleted,
+    /// Its timeout passed.
+    Expired,
+    /// Its processes died outside the server's control (found at startup or by a request).
+    Lost,
+    /// A `/v1/run` finished with it.
+    RunFinished,
+}
+
+impl ExitReason {
+    /// Every reason (each is listed at zero from the start).
+    pub const ALL: [ExitReason; 4] =
+        [ExitReason::Deleted, ExitReason::Expired, ExitReason::Lost, ExitReason::RunFinished];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExitReason::Deleted => "deleted",
+            ExitReason::Expired => "expired",
+            ExitReason::Lost => "lost",
+            ExitReason::RunFinished => "run_finished",
+        }
+    }
+}
 
 /// The metrics of one server.
 pub struct Metrics {
@@ -33,8 +110,10 @@ impl std::fmt::Debug for Metrics {
 impl Metrics {
     /// A recorder with every metric described and the counters at zero, so a scrape lists them from the start.
     pub fn new() -> Metrics {
-        let builder =
-            PrometheusBuilder::new().set_buckets_for_metric(Matcher::Full(EXEC_DURATION.into()), &EXEC_BUCKETS);
+        let builder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Full(EXEC_DURATION.into()), &EXEC_BUCKETS)
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(EXEC_PHASE.into()), &EXEC_BUCKETS))
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(SANDBOX_CREATE_SECONDS.into()), &CREATE_BUCKETS));
         // Setting buckets only fails for an empty list; fall back to the exporter's summaries if it ever does.
         let recorder = builder.unwrap_or_else(|_| PrometheusBuilder::new()).build_recorder();
         metrics::with_local_recorder(&recorder, || {
@@ -43,6 +122,18 @@ impl Metrics {
             describe_histogram!(EXEC_DURATION, Unit::Seconds, "Wall time of commands run through the exec API");
             describe_counter!(ERRORS, "Error responses, by API error code");
             describe_gauge!(COMMANDS_RUNNING, "Background commands running now");
+            describe_histogram!(SANDBOX_CREATE_SECONDS, Unit::Seconds, "Wall time of the runtime creating a sandbox");
+            describe_counter!(SANDBOX_EXITS, "Sandboxes that ended, by reason (deleted, expired, lost, run_finished)");
+            describe_histogram!(
+                EXEC_PHASE,
+                Unit::Seconds,
+                "Phases of commands run through /exec: first_output (time to the first output chunk) and total"
+            );
+            describe_counter!(LIMIT_KILLS, "Executions stopped by a limit, by kind (time: killed at their timeout)");
+            counter!(LIMIT_KILLS, "kind" => LimitKind::Time.as_str()).absolute(0);
+            for reason in ExitReason::ALL {
+                counter!(SANDBOX_EXITS, "reason" => reason.as_str()).absolute(0);
+            }
             gauge!(COMMANDS_RUNNING).set(0.0);
             gauge!(SANDBOXES_ACTIVE).set(0.0);
             counter!(SANDBOX_CREATES).absolute(0);
@@ -53,6 +144,30 @@ impl Metrics {
     /// Counts a created sandbox.
     pub fn sandbox_created(&self) {
         metrics::with_local_recorder(&self.recorder, || counter!(SANDBOX_CREATES).increment(1));
+    }
+
+    /// Records how long the runtime took to create a sandbox.
+    pub fn sandbox_create_finished(&self, seconds: f64) {
+        metrics::with_local_recorder(&self.recorder, || histogram!(SANDBOX_CREATE_SECONDS).record(seconds));
+    }
+
+    /// Counts a sandbox that ended.
+    pub fn sandbox_exited(&self, reason: ExitReason) {
+        metrics::with_local_recorder(&self.recorder, || {
+            counter!(SANDBOX_EXITS, "reason" => reason.as_str()).increment(1);
+        });
+    }
+
+    /// Records one phase of an `/exec` command.
+    pub fn exec_phase(&self, phase: ExecPhase, seconds: f64) {
+        metrics::with_local_recorder(&self.recorder, || {
+            histogram!(EXEC_PHASE, "phase" => phase.as_str()).record(seconds);
+        });
+    }
+
+    /// Counts an execution stopped by a limit.
+    pub fn limit_kill(&self, kind: LimitKind) {
+        metrics::with_local_recorder(&self.recorder, || counter!(LIMIT_KILLS, "kind" => kind.as_str()).increment(1));
     }
 
     /// Records a command's wall time.
@@ -103,6 +218,12 @@ mod tests {
         metrics.command_started();
         metrics.command_started();
         metrics.command_ended();
+        metrics.sandbox_create_finished(0.03);
+        metrics.exec_phase(ExecPhase::FirstOutput, 0.004);
+        metrics.exec_phase(ExecPhase::Total, 0.02);
+        metrics.limit_kill(LimitKind::Time);
+        metrics.sandbox_exited(ExitReason::Expired);
+        metrics.sandbox_exited(ExitReason::Expired);
         let text = metrics.render(3);
         for needle in [
             "sandboxes_active 3",
@@ -110,6 +231,13 @@ mod tests {
             "exec_duration_seconds_bucket{le=\"0.025\"} 1",
             "errors_total{code=\"not_found\"} 1",
             "commands_running 1",
+            "sandbox_create_seconds_bucket{le=\"0.05\"} 1",
+            "exec_phase_seconds_bucket{phase=\"first_output\",le=\"0.005\"} 1",
+            "exec_phase_seconds_count{phase=\"total\"} 1",
+            "limit_kills_total{kind=\"time\"} 1",
+            "sandbox_exits_total{reason=\"expired\"} 2",
+            "sandbox_exits_total{reason=\"deleted\"} 0",
+            "sandbox_exits_total{reason=\"run_finished\"} 0",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }

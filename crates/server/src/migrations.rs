@@ -34,6 +34,17 @@ const MIGRATIONS: &[&str] = &[
         timed_out   INTEGER
     ) STRICT;
     CREATE INDEX commands_by_sandbox ON commands (sandbox_id);",
+    // 2: the tenants of the config (quotas are read from the config; this says which tenants exist and since when),
+    // and why a command ended ('exited', 'timeout', 'unknown', or 'lost' when found running at startup).
+    "CREATE TABLE tenants (
+        name             TEXT PRIMARY KEY,
+        created_ms       INTEGER NOT NULL,
+        last_seen_ms     INTEGER NOT NULL,
+        max_sandboxes    INTEGER NOT NULL,
+        max_memory_bytes INTEGER NOT NULL
+    ) STRICT;
+    ALTER TABLE commands ADD COLUMN end_reason TEXT;
+    CREATE INDEX commands_running ON commands (started_ms) WHERE ended_ms IS NULL;",
 ];
 
 /// The schema version this build writes.
@@ -69,6 +80,24 @@ mod tests {
         assert_eq!(version, CURRENT_VERSION);
         conn.pragma_update(None, "user_version", CURRENT_VERSION + 1)?;
         assert!(matches!(migrate(&mut conn), Err(StoreError::NewerSchema { .. })));
+        Ok(())
+    }
+
+    #[test]
+    fn version_1_databases_keep_their_rows_and_gain_tenants_and_command_end_reasons() -> Result<(), StoreError> {
+        let mut conn = Connection::open_in_memory()?;
+        conn.execute_batch(MIGRATIONS[0])?;
+        conn.pragma_update(None, "user_version", 1)?;
+        conn.execute_batch(
+            "INSERT INTO sandboxes VALUES ('sb-1', 't', 'running', '{}', '{}', 1, 1, 2, NULL, NULL);
+             INSERT INTO commands (id, sandbox_id, tenant, argv_json, started_ms) VALUES ('cmd-1', 'sb-1', 't', '[]', 1);",
+        )?;
+        migrate(&mut conn)?;
+        let reason: Option<String> =
+            conn.query_row("SELECT end_reason FROM commands WHERE id = 'cmd-1'", [], |row| row.get(0))?;
+        assert_eq!(reason, None);
+        let tenants: i64 = conn.query_row("SELECT COUNT(*) FROM tenants", [], |row| row.get(0))?;
+        assert_eq!(tenants, 0);
         Ok(())
     }
 }

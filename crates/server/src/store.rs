@@ -161,6 +161,29 @@ pub struct CommandRecord {
     pub started_ms: i64,
 }
 
+/// A tenant as stored: the config says which tenants exist, the row remembers since when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantRecord {
+    /// The tenant's name.
+    pub name: String,
+    /// When a server start first found it in the config, ms since the Unix epoch.
+    pub created_ms: i64,
+    /// When a server start last found it in the config, ms since the Unix epoch (older than the latest start: the
+    /// tenant was removed from the config; its row stays, as its sandboxes' rows do).
+    pub last_seen_ms: i64,
+    /// Its quota as of `last_seen_ms` (the config is what is enforced).
+    pub quota: Quota,
+}
+
+/// Where a recorded command is (tests, diagnostics).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandState {
+    /// When it ended, ms since the Unix epoch; `None` while running.
+    pub ended_ms: Option<i64>,
+    /// Why it ended: `exited`, `timeout`, `unknown` (no exit status) or `lost` (found running at startup).
+    pub end_reason: Option<String>,
+}
+
 /// The SQLite store. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -413,18 +436,102 @@ impl Store {
     /// Records how a command ended (`None`: the runtime failed and there is no exit status).
     pub async fn finish_command(&self, id: &str, exit: Option<CommandExit>, now_ms: i64) -> Result<(), StoreError> {
         let id = id.to_owned();
+        let reason = match exit {
+            Some(exit) if exit.timed_out => "timeout",
+            Some(_) => "exited",
+            None => "unknown",
+        };
         self.call(move |conn| {
             conn.execute(
-                "UPDATE commands SET ended_ms = ?2, exit_code = ?3, signal = ?4, timed_out = ?5 WHERE id = ?1",
+                "UPDATE commands SET ended_ms = ?2, exit_code = ?3, signal = ?4, timed_out = ?5, end_reason = ?6 \
+                 WHERE id = ?1",
                 params![
                     id,
                     now_ms,
                     exit.and_then(|e| e.exit_code),
                     exit.and_then(|e| e.signal),
-                    exit.map(|e| i64::from(e.timed_out))
+                    exit.map(|e| i64::from(e.timed_out)),
+                    reason
                 ],
             )?;
             Ok(())
+        })
+        .await
+    }
+
+    /// Marks every command still recorded as running ended at `now_ms` with reason `lost` (the startup reconcile:
+    /// the server that watched them is gone); returns how many.
+    pub async fn mark_running_commands_lost(&self, now_ms: i64) -> Result<usize, StoreError> {
+        self.call(move |conn| {
+            let changed = conn.execute(
+                "UPDATE commands SET ended_ms = ?1, end_reason = 'lost' WHERE ended_ms IS NULL",
+                params![now_ms],
+            )?;
+            Ok(changed)
+        })
+        .await
+    }
+
+    /// Where command `id` is; `None` when there is no such row.
+    pub async fn command_state(&self, id: &str) -> Result<Option<CommandState>, StoreError> {
+        let id = id.to_owned();
+        self.call(move |conn| {
+            let row = conn
+                .query_row("SELECT ended_ms, end_reason FROM commands WHERE id = ?1", params![id], |row| {
+                    Ok(CommandState { ended_ms: row.get(0)?, end_reason: row.get(1)? })
+                })
+                .optional()?;
+            Ok(row)
+        })
+        .await
+    }
+
+    /// Records the config's tenants at a server start: new ones are inserted (created now), known ones get their
+    /// quota and `last_seen_ms` updated. Tenants no longer in the config keep their rows.
+    pub async fn upsert_tenants(&self, tenants: Vec<(String, Quota)>, now_ms: i64) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            let tx = conn.transaction()?;
+            {
+                let mut statement = tx.prepare_cached(
+                    "INSERT INTO tenants (name, created_ms, last_seen_ms, max_sandboxes, max_memory_bytes) \
+                     VALUES (?1, ?2, ?2, ?3, ?4) ON CONFLICT (name) DO UPDATE SET \
+                     last_seen_ms = excluded.last_seen_ms, max_sandboxes = excluded.max_sandboxes, \
+                     max_memory_bytes = excluded.max_memory_bytes",
+                )?;
+                for (name, quota) in &tenants {
+                    statement.execute(params![
+                        name,
+                        now_ms,
+                        to_i64(quota.max_sandboxes),
+                        to_i64(quota.max_memory_bytes)
+                    ])?;
+                }
+            }
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Every tenant ever recorded, by name.
+    pub async fn tenants(&self) -> Result<Vec<TenantRecord>, StoreError> {
+        self.call(|conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT name, created_ms, last_seen_ms, max_sandboxes, max_memory_bytes FROM tenants ORDER BY name",
+            )?;
+            let rows = statement.query_map([], |row| {
+                let (max_sandboxes, max_memory_bytes): (i64, i64) = (row.get(3)?, row.get(4)?);
+                Ok(TenantRecord {
+                    name: row.get(0)?,
+                    created_ms: row.get(1)?,
+                    last_seen_ms: row.get(2)?,
+                    quota: Quota {
+                        max_sandboxes: max_sandboxes.max(0) as u64,
+                        max_memory_bytes: max_memory_bytes.max(0) as u64,
+                    },
+                })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })
         .await
     }
@@ -514,6 +621,67 @@ mod tests {
         store.forget_sandbox("a").await?;
         assert_eq!(store.command_count("a").await?, 0);
         assert_eq!(store.sandbox("t1", "a").await?, None);
+        Ok(())
+    }
+
+    fn command(id: &str, sandbox: &str) -> CommandRecord {
+        CommandRecord {
+            id: id.into(),
+            sandbox_id: sandbox.into(),
+            tenant: "t1".into(),
+            argv: vec!["sleep".into(), "100".into()],
+            started_ms: 3,
+        }
+    }
+
+    #[tokio::test]
+    async fn commands_left_running_by_a_crash_are_marked_lost_after_reopen() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("sandkasten.db");
+        {
+            let store = Store::open(&path)?;
+            store.admit_sandbox(record("a", "t1", 1), QUOTA).await??;
+            store.start_command(command("cmd-running", "a")).await?;
+            store.start_command(command("cmd-done", "a")).await?;
+            let timed_out = CommandExit { signal: Some(9), timed_out: true, ..CommandExit::default() };
+            store.finish_command("cmd-done", Some(timed_out), 4).await?;
+            // The server dies here: nothing records the end of cmd-running.
+        }
+        let store = Store::open(&path)?;
+        assert_eq!(store.mark_running_commands_lost(50).await?, 1);
+        assert_eq!(
+            store.command_state("cmd-running").await?,
+            Some(CommandState { ended_ms: Some(50), end_reason: Some("lost".into()) })
+        );
+        assert_eq!(
+            store.command_state("cmd-done").await?,
+            Some(CommandState { ended_ms: Some(4), end_reason: Some("timeout".into()) })
+        );
+        assert_eq!(store.mark_running_commands_lost(60).await?, 0);
+        assert_eq!(store.command_state("cmd-missing").await?, None);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn tenants_are_upserted_and_keep_their_creation_time() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("sandkasten.db");
+        let small = Quota { max_sandboxes: 1, max_memory_bytes: 10 };
+        let store = Store::open(&path)?;
+        store.upsert_tenants(vec![("t1".into(), QUOTA), ("t2".into(), QUOTA)], 10).await?;
+        drop(store);
+        let store = Store::open(&path)?;
+        store.upsert_tenants(vec![("t1".into(), small), ("t3".into(), QUOTA)], 20).await?;
+        let tenants = store.tenants().await?;
+        let expected = [("t1", 10, 20, small), ("t2", 10, 10, QUOTA), ("t3", 20, 20, QUOTA)];
+        assert_eq!(tenants.len(), expected.len());
+        for (tenant, (name, created, seen, quota)) in tenants.iter().zip(expected) {
+            assert_eq!(
+                tenant,
+                &TenantRecord { name: name.into(), created_ms: created, last_seen_ms: seen, quota },
+                "{tenant:?}"
+            );
+        }
         Ok(())
     }
 

@@ -7,7 +7,7 @@
 //! context out of step).
 
 use std::convert::Infallible;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::extract::State;
@@ -25,6 +25,7 @@ use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error};
 use crate::api::schemas::OutputEvent;
 use crate::auth::Tenant;
+use crate::metrics::LimitKind;
 use crate::runtime::{FailureKind, OutputChunk, RuntimeFailure, Stream};
 use crate::state::AppState;
 use crate::store::SandboxRecord;
@@ -68,7 +69,13 @@ fn start(state: &AppState, id: &str, request: CodeRun) -> Started {
     let (state, id) = (state.clone(), id.to_owned());
     let started = Instant::now();
     tokio::spawn(async move {
+        let timeout = Duration::from_millis(request.timeout_ms);
         let result = state.runtime().run_code(&id, request, events).await;
+        if let Ok(outcome) = &result
+            && stopped_at_timeout(outcome, started.elapsed(), timeout)
+        {
+            state.metrics().limit_kill(LimitKind::Time);
+        }
         match &result {
             Ok(outcome) => tracing::info!(
                 sandbox = %id, context = %outcome.context_id, execution_count = outcome.execution_count,
@@ -82,6 +89,15 @@ fn start(state: &AppState, id: &str, request: CodeRun) -> Started {
         finished.send(result).ok();
     });
     Started { chunks, done, started }
+}
+
+/// Whether a cell was stopped by its timeout: it ran at least that long and was interrupted (Python's
+/// `KeyboardInterrupt`, JavaScript's `TimeoutError`) or its context had to be restarted. A cell that raises one of
+/// those itself before its timeout does not count.
+fn stopped_at_timeout(outcome: &CellOutcome, elapsed: Duration, timeout: Duration) -> bool {
+    let interrupted =
+        outcome.error.as_ref().is_some_and(|e| matches!(e.name.as_str(), "KeyboardInterrupt" | "TimeoutError"));
+    elapsed >= timeout && (interrupted || outcome.context_restarted)
 }
 
 /// Drains the output chunks into `on_chunk` until the cell has ended.

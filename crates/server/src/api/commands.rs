@@ -16,6 +16,7 @@ use crate::auth::Tenant;
 use crate::background::CommandEvent;
 use crate::clock::{now_ms, rfc3339};
 use crate::ids;
+use crate::metrics::LimitKind;
 use crate::state::AppState;
 use crate::store::CommandRecord;
 
@@ -85,6 +86,9 @@ async fn record_end(state: AppState, id: String, command_id: String) {
                 break;
             }
         }
+    }
+    if exit.is_some_and(|e| e.timed_out) {
+        state.metrics().limit_kill(LimitKind::Time);
     }
     state.metrics().command_ended();
     if let Err(error) = state.store().finish_command(&command_id, exit, now_ms()).await {

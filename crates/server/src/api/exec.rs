@@ -25,6 +25,7 @@ use crate::api::output::Capture;
 use crate::api::schemas::{ExecBody, ExecResponse, ExitEvent};
 use crate::auth::Tenant;
 use crate::clock::now_ms;
+use crate::metrics::{ExecPhase, LimitKind};
 use crate::runtime::{OutputChunk, RuntimeFailure, Stream};
 use crate::state::AppState;
 use crate::store::{CommandRecord, SandboxRecord};
@@ -82,9 +83,26 @@ async fn start(state: &AppState, tenant: &Tenant, id: &str, spec: CommandSpec) -
     let (state, id) = (state.clone(), id.to_owned());
     let started = Instant::now();
     tokio::spawn(async move {
-        let result = state.runtime().exec(&id, spec, events).await;
+        // The output passes through here on its way to the request, so the first chunk is timed even when the
+        // client has left (then the chunks are dropped and the command is not held up).
+        let (runtime_events, mut received) = mpsc::channel::<OutputChunk>(64);
+        let forward = async {
+            let mut first = true;
+            while let Some(chunk) = received.recv().await {
+                if first {
+                    first = false;
+                    state.metrics().exec_phase(ExecPhase::FirstOutput, started.elapsed().as_secs_f64());
+                }
+                events.send(chunk).await.ok();
+            }
+        };
+        let (result, ()) = tokio::join!(state.runtime().exec(&id, spec, runtime_events), forward);
         let seconds = started.elapsed().as_secs_f64();
         state.metrics().exec_finished(seconds);
+        state.metrics().exec_phase(ExecPhase::Total, seconds);
+        if result.as_ref().is_ok_and(|exit| exit.timed_out) {
+            state.metrics().limit_kill(LimitKind::Time);
+        }
         if let Err(error) = state.store().finish_command(&command_id, result.as_ref().ok().copied(), now_ms()).await {
             tracing::error!(command = %command_id, %error, "could not record the end of a command");
         }

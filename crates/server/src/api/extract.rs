@@ -112,8 +112,10 @@ pub(crate) async fn running_sandbox(state: &AppState, tenant: &Tenant, id: &str)
 pub(crate) async fn runtime_error(state: &AppState, id: &str, failure: crate::runtime::RuntimeFailure) -> ApiError {
     if failure.kind == crate::runtime::FailureKind::SandboxGone {
         tracing::warn!(sandbox = id, reason = %failure.message, "sandbox lost");
-        if let Err(error) = state.store().mark_lost(id, &failure.message).await {
-            return ApiError::from(error);
+        match state.store().mark_lost(id, &failure.message).await {
+            Ok(true) => state.metrics().sandbox_exited(crate::metrics::ExitReason::Lost),
+            Ok(false) => {}
+            Err(error) => return ApiError::from(error),
         }
     }
     ApiError::from(failure)

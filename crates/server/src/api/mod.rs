@@ -1,5 +1,5 @@
-//! The HTTP API: the router, its OpenAPI description, and the layers every request passes (tracing, errors metric,
-//! authentication on `/v1`).
+//! The HTTP API: the router, its OpenAPI description, and the layers every request passes (one log line per
+//! request, errors metric, authentication on `/v1`).
 
 pub mod error;
 mod archive;
@@ -13,6 +13,7 @@ mod exec;
 mod extract;
 mod files;
 mod output;
+mod request_log;
 mod run;
 mod sandboxes;
 pub mod schemas;
@@ -23,7 +24,6 @@ use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
-use tower_http::trace::TraceLayer;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -31,6 +31,7 @@ use crate::api::error::ErrorTag;
 use crate::auth::require_tenant;
 use crate::state::AppState;
 
+pub(crate) use request_log::LoggedTenant;
 pub(crate) use sandboxes::destroy_quietly;
 
 /// The OpenAPI description of every route.
@@ -130,6 +131,6 @@ pub fn router(state: AppState) -> Router {
         .fallback(error::route_not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), count_errors))
-        .layer(TraceLayer::new_for_http())
+        .layer(middleware::from_fn(request_log::log_request))
         .with_state(state)
 }

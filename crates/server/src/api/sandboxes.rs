@@ -1,6 +1,7 @@
 //! Sandbox lifecycle routes: create, list (with metadata filters), get, delete, and set the timeout.
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use axum::Json;
 use axum::extract::State;
@@ -12,6 +13,7 @@ use crate::api::extract::{IdPath, JsonBody, QueryParams, own_sandbox, running_sa
 use crate::api::schemas::{CreateSandboxRequest, SandboxBody, SandboxList, TimeoutRequest};
 use crate::auth::Tenant;
 use crate::clock::now_ms;
+use crate::metrics::ExitReason;
 use crate::runtime::FailureKind;
 use crate::state::{AppState, Settings};
 use crate::store::{SandboxRecord, SandboxState};
@@ -85,7 +87,12 @@ pub(crate) async fn start_sandbox(
     };
     // The row (and the quota it takes) exists before the sandbox does; a failed create removes it again.
     state.store().admit_sandbox(record.clone(), tenant.quota).await??;
-    if let Err(failure) = state.runtime().create(&id, &record.spec).await {
+    let creating = Instant::now();
+    let created = state.runtime().create(&id, &record.spec).await;
+    if created.is_ok() {
+        state.metrics().sandbox_create_finished(creating.elapsed().as_secs_f64());
+    }
+    if let Err(failure) = created {
         tracing::warn!(sandbox = %id, tenant = %tenant.name, kind = ?failure.kind, reason = %failure.message, "create failed");
         state.store().forget_sandbox(&id).await?;
         return Err(failure.into());
@@ -216,6 +223,7 @@ pub(crate) async fn delete(
         return Err(ApiError::internal(format!("runtime could not destroy sandbox {id}")));
     }
     if state.store().end_sandbox(&id, SandboxState::Destroyed, "deleted", now_ms()).await? {
+        state.metrics().sandbox_exited(ExitReason::Deleted);
         tracing::info!(sandbox = %id, tenant = %tenant.name, "sandbox deleted");
     }
     Ok(StatusCode::NO_CONTENT)

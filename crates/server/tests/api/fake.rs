@@ -1,7 +1,8 @@
 //! An in-memory `SandboxRuntime` for the API tests: files live in maps, and a few made-up programs stand in for real
 //! commands: `echo ARGS…` prints, `sleep-ms N` waits, `steps out:TEXT err:TEXT sleep:MS exit:N …` runs a script,
-//! `bytes N` prints N bytes; anything else exits 127. Code contexts are counters: a cell `print:TEXT` writes TEXT,
-//! `raise` raises, anything else is its own `text/plain` result. Background commands live in `fake_commands.rs`.
+//! `bytes N` prints N bytes, `timeout` is killed at its timeout; anything else exits 127. Code contexts are counters:
+//! a cell `print:TEXT` writes TEXT, `raise` raises, `hang` runs to its timeout and is interrupted, anything else is
+//! its own `text/plain` result. Background commands live in `fake_commands.rs`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -136,6 +137,7 @@ impl SandboxRuntime for FakeRuntime {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 exit(0)
             }
+            "timeout" => Ok(CommandExit { exit_code: None, signal: Some(9), timed_out: true }),
             "bytes" => {
                 let n: usize = argv.get(1).and_then(|a| a.parse().ok()).unwrap_or(0);
                 send(&events, Stream::Stdout, &vec![b'x'; n]).await;
@@ -342,6 +344,10 @@ impl SandboxRuntime for FakeRuntime {
         if let Some(text) = request.code.strip_prefix("print:") {
             send(&events, Stream::Stdout, text.as_bytes()).await;
             outcome.stdout = text.to_owned();
+        } else if request.code == "hang" {
+            tokio::time::sleep(Duration::from_millis(request.timeout_ms)).await;
+            outcome.error =
+                Some(CellError { name: "KeyboardInterrupt".into(), value: String::new(), traceback: Vec::new() });
         } else if request.code == "raise" {
             let traceback = vec!["Traceback (most recent call last):".into(), "ValueError: raised".into()];
             outcome.error = Some(CellError { name: "ValueError".into(), value: "raised".into(), traceback });

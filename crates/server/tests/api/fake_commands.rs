@@ -1,7 +1,7 @@
 //! Background commands of the fake runtime: each runs in a task, its output is retained per command (up to the
 //! output limit per stream) and streamed from any byte offset like the real runtime's. Programs: `steps …` (as in
-//! `fake.rs`: `out:`, `err:`, `sleep:`, `exit:`), `cat` (echoes stdin until end-of-file), `sleep-ms N`; anything
-//! else exits 127. Any signal ends a running command with that signal.
+//! `fake.rs`: `out:`, `err:`, `sleep:`, `exit:`), `cat` (echoes stdin until end-of-file), `sleep-ms N`, `timeout`
+//! (killed at its timeout); anything else exits 127. Any signal ends a running command with that signal.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -119,6 +119,7 @@ async fn run(command: Arc<Command>, argv: Vec<String>, mut control: mpsc::Unboun
                 None => code(0),
             }
         }
+        "timeout" => Some(CommandExit { exit_code: None, signal: Some(9), timed_out: true }),
         "cat" => loop {
             match control.recv().await {
                 Some(Control::Stdin(data)) => command.push(Stream::Stdout, &data),

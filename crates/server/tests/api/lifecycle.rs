@@ -1,10 +1,13 @@
 //! Sandbox lifecycle: create → get/list (metadata filters) → timeout → delete; expiry destroys and frees quota;
-//! the startup reconcile marks dead sandboxes lost; a failed create leaves nothing behind.
+//! the startup reconcile records the tenants, marks dead sandboxes and commands left running lost; a failed create
+//! leaves nothing behind.
 
 use std::sync::atomic::Ordering;
 
 use sandkasten_server::clock::now_ms;
+use sandkasten_server::store::CommandRecord;
 use sandkasten_server::{expiry, reconcile};
+use sandkasten_types::CommandExit;
 use serde_json::json;
 
 use crate::harness::{Harness, KEY_A};
@@ -118,6 +121,34 @@ async fn reconcile_marks_dead_sandboxes_lost() {
     assert_eq!(reconcile::reconcile(&h.state).await.unwrap(), 1);
     assert_eq!(h.get(&format!("/v1/sandboxes/{dead}"), KEY_A).await.json()["state"], "lost");
     assert_eq!(h.get(&format!("/v1/sandboxes/{alive}"), KEY_A).await.json()["state"], "running");
+    let metrics = h.call("GET", "/metrics", None, axum::body::Body::empty()).await.text();
+    assert!(metrics.contains("sandbox_exits_total{reason=\"lost\"} 1"), "{metrics}");
+}
+
+#[tokio::test]
+async fn reconcile_marks_commands_left_running_lost_and_records_the_tenants() {
+    let h = Harness::new();
+    let id = h.create(KEY_A, json!({})).await;
+    let record = |command: &str| CommandRecord {
+        id: command.into(),
+        sandbox_id: id.clone(),
+        tenant: "alpha".into(),
+        argv: vec!["sleep".into()],
+        started_ms: now_ms(),
+    };
+    // A command whose end a previous server never recorded, and one that ended normally.
+    h.state.store().start_command(record("cmd-00000000000000a1")).await.unwrap();
+    h.state.store().start_command(record("cmd-00000000000000a2")).await.unwrap();
+    h.state.store().finish_command("cmd-00000000000000a2", Some(CommandExit::default()), now_ms()).await.unwrap();
+    assert_eq!(reconcile::register_tenants(&h.state).await.unwrap(), 2);
+    assert_eq!(reconcile::reconcile(&h.state).await.unwrap(), 0);
+    let lost = h.state.store().command_state("cmd-00000000000000a1").await.unwrap().unwrap();
+    assert_eq!(lost.end_reason.as_deref(), Some("lost"));
+    assert!(lost.ended_ms.is_some());
+    let done = h.state.store().command_state("cmd-00000000000000a2").await.unwrap().unwrap();
+    assert_eq!(done.end_reason.as_deref(), Some("exited"));
+    let tenants: Vec<String> = h.state.store().tenants().await.unwrap().into_iter().map(|t| t.name).collect();
+    assert_eq!(tenants, ["alpha", "bravo"]);
 }
 
 #[tokio::test]

@@ -15,6 +15,7 @@ mod exec;
 mod files;
 mod isolation;
 mod lifecycle;
+mod logs;
 mod metrics;
 mod openapi;
 mod quotas;

@@ -15,6 +15,7 @@ use crate::api::run::response::RunError;
 use crate::api::sandboxes::start_sandbox;
 use crate::auth::Tenant;
 use crate::clock::now_ms;
+use crate::metrics::{ExitReason, LimitKind};
 use crate::runtime::OutputChunk;
 use crate::state::AppState;
 use crate::store::SandboxState;
@@ -98,7 +99,12 @@ async fn finish(state: &AppState, id: &str) {
         return;
     }
     match state.store().end_sandbox(id, SandboxState::Destroyed, "run finished", now_ms()).await {
-        Ok(_) => tracing::info!(sandbox = %id, "run finished; sandbox destroyed"),
+        Ok(ended) => {
+            if ended {
+                state.metrics().sandbox_exited(ExitReason::RunFinished);
+            }
+            tracing::info!(sandbox = %id, "run finished; sandbox destroyed");
+        }
         Err(error) => tracing::error!(sandbox = %id, %error, "could not record the end of a run's sandbox"),
     }
 }
@@ -175,7 +181,12 @@ async fn exec(
     };
     let (result, ()) = tokio::join!(state.runtime().exec(id, spec, chunks), forward);
     match result {
-        Ok(exit) => Ok(exit),
+        Ok(exit) => {
+            if exit.timed_out {
+                state.metrics().limit_kill(LimitKind::Time);
+            }
+            Ok(exit)
+        }
         Err(failure) => Err(runtime_error(state, id, failure).await),
     }
 }
