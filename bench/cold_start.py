@@ -242,9 +242,10 @@ def where_the_time_goes(phases: dict, bare_median: float | None, sk_median: floa
         ("the rest of the jail up to a successful execve (ids, capabilities, landlock, seccomp)",
          m["runtime_ready"] - m["filesystem_ready"]),
         ("Python's own start-up until its first output", m["first_command"] - m["runtime_ready"]),
-        ("the program's exit after its output, collecting the result and tearing the sandbox down",
+        ("the program's exit after its output until its pipes and the agent's channel closed",
          m["duration_ms"] - m["first_command"]),
-        ("starting the sandkasten binary before the request, and printing the result and exiting after it",
+        ("starting the sandkasten binary before the request, and after it reaping the agent (the kernel tears down "
+         "its namespaces), removing the cgroup and the record, printing the result and exiting",
          m["wall_ms"] - m["duration_ms"]),
     ]
     parts = [f"{ms:.1f} ms for {what}" for what, ms in steps]
@@ -264,6 +265,19 @@ def where_the_time_goes(phases: dict, bare_median: float | None, sk_median: floa
             f"{overhead:.1f} ms. Everything except Python's own start-up sums to {sandbox_cost:.1f} ms here; the "
             f"largest part is {biggest[1]:.1f} ms for {biggest[0]}."
         )
+    text += (
+        "\n\n**What would close the gap.** A cold one-shot pays for a new process tree, six namespaces (creating the "
+        "network namespace adds about 0.4 ms here: `unshare --net` against the same command without it; its "
+        "teardown is asynchronous), ~40 mounts and a cgroup every time, and the CLI's own start and teardown; "
+        "bwrap skips the cgroup, the seccomp/landlock setup and the teardown bookkeeping. What removes most of it: "
+        "warm pools (issue 4: namespaces, mounts, cgroup and agent prepared ahead, so allocate + filesystem + jail "
+        "are ~0 on a hit) and serving requests from a long-lived process (`sandkasten serve`, no CLI start, "
+        "teardown after the answer); a zygote for Python/Node removes the interpreter's own start-up. Smaller steps: "
+        "the seccomp BPF compiled at build time instead of per run, `CLONE_INTO_CGROUP` on cgroup v2 (no attach), "
+        "and on cgroup v1 hosts the `favordynmods` mount option, without which every attach waits for an RCU grace "
+        "period (1–10 ms; sandkasten overlaps it with the filesystem build). This machine's cgroup2 mount was "
+        "switched to `favordynmods` during this session's measurements and stays so until reboot."
+    )
     return text
 
 
