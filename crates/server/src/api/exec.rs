@@ -205,20 +205,8 @@ pub(crate) async fn exec(
         Ok(exit) => exit,
         Err(failure) => return Err(runtime_error(&state, &id, failure).await),
     };
-    let (stdout, stderr) = (stdout.into_stream(), stderr.into_stream());
-    Ok(Json(ExecResponse {
-        sandbox_id: id,
-        exit_code: exit.exit_code,
-        signal: exit.signal,
-        timed_out: exit.timed_out,
-        stdout: stdout.text(),
-        stdout_base64: stdout.base64_if_binary(),
-        stderr: stderr.text(),
-        stderr_base64: stderr.base64_if_binary(),
-        stdout_truncated: stdout.truncated,
-        stderr_truncated: stderr.truncated,
-        duration_ms: started_at.elapsed().as_secs_f64() * 1000.0,
-    })
+    let duration_ms = started_at.elapsed().as_secs_f64() * 1000.0;
+    Ok(Json(ExecResponse::new(id, exit, stdout, stderr, duration_ms))
     .into_response())
 }
 

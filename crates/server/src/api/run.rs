@@ -28,6 +28,8 @@ use crate::state::AppState;
 use request::RunRequest;
 pub(crate) use response::RunExitEvent;
 use response::RunResponse;
+
+use super::schemas::ExecResponse;
 use task::{RunEvent, RunOutcome};
 
 fn wants_stream(headers: &HeaderMap) -> bool {
@@ -76,21 +78,8 @@ pub(crate) async fn run(
 }
 
 fn result(id: String, outcome: RunOutcome, stdout: Capture, stderr: Capture) -> RunResponse {
-    let (stdout, stderr) = (stdout.into_stream(), stderr.into_stream());
-    RunResponse {
-        sandbox_id: id,
-        exit_code: outcome.exit.exit_code,
-        signal: outcome.exit.signal,
-        timed_out: outcome.exit.timed_out,
-        stdout: stdout.text(),
-        stdout_base64: stdout.base64_if_binary(),
-        stderr: stderr.text(),
-        stderr_base64: stderr.base64_if_binary(),
-        stdout_truncated: stdout.truncated,
-        stderr_truncated: stderr.truncated,
-        duration_ms: outcome.duration_ms,
-        error: outcome.error(),
-    }
+    let error = outcome.error();
+    RunResponse { result: ExecResponse::new(id, outcome.exit, stdout, stderr, outcome.duration_ms), error }
 }
 
 /// The JSON answer: output kept up to the limit, then the result.

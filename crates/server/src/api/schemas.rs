@@ -256,6 +256,32 @@ pub struct ExecResponse {
     pub duration_ms: f64,
 }
 
+impl ExecResponse {
+    /// The response for a finished command from its exit and the output kept of it.
+    pub(crate) fn new(
+        sandbox_id: String,
+        exit: sandkasten_types::CommandExit,
+        stdout: super::output::Capture,
+        stderr: super::output::Capture,
+        duration_ms: f64,
+    ) -> ExecResponse {
+        let (stdout, stderr) = (stdout.into_stream(), stderr.into_stream());
+        ExecResponse {
+            sandbox_id,
+            exit_code: exit.exit_code,
+            signal: exit.signal,
+            timed_out: exit.timed_out,
+            stdout: stdout.text(),
+            stdout_base64: stdout.base64_if_binary(),
+            stderr: stderr.text(),
+            stderr_base64: stderr.base64_if_binary(),
+            stdout_truncated: stdout.truncated,
+            stderr_truncated: stderr.truncated,
+            duration_ms,
+        }
+    }
+}
+
 /// Data of a `stdout` or `stderr` event of an exec stream.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct OutputEvent {

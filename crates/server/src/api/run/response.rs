@@ -4,6 +4,8 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::api::schemas::ExecResponse;
+
 /// What a run reports about itself (not an HTTP error: the run happened).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -32,35 +34,13 @@ impl RunError {
     }
 }
 
-/// The result of `POST /v1/run`.
+/// The result of `POST /v1/run`: the command's result, as `/exec` answers it, and the run's own error.
 #[derive(Debug, Clone, Default, Serialize, ToSchema)]
 pub struct RunResponse {
-    /// The sandbox the run used (destroyed by the time this is answered).
-    pub sandbox_id: String,
-    /// Exit code when the command (or the failed compile) exited normally.
-    #[schema(required = true)]
-    pub exit_code: Option<i32>,
-    /// Signal number when a signal killed it.
-    #[schema(required = true)]
-    pub signal: Option<i32>,
-    /// True when the time limit killed it.
-    pub timed_out: bool,
-    /// Standard output as UTF-8 (invalid bytes become U+FFFD; see `stdout_base64`).
-    pub stdout: String,
-    /// The exact stdout bytes in base64, only when they are not valid UTF-8.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stdout_base64: Option<String>,
-    /// Standard error as UTF-8 (see `stderr_base64`).
-    pub stderr: String,
-    /// The exact stderr bytes in base64, only when they are not valid UTF-8.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stderr_base64: Option<String>,
-    /// True when stdout went past `limits.output_bytes` and was cut.
-    pub stdout_truncated: bool,
-    /// True when stderr went past `limits.output_bytes` and was cut.
-    pub stderr_truncated: bool,
-    /// Wall-clock time of the compile step and the command, in milliseconds.
-    pub duration_ms: f64,
+    /// The command's result (its `sandbox_id` is the sandbox the run used, destroyed by the time this is answered;
+    /// `duration_ms` covers the compile step too).
+    #[serde(flatten)]
+    pub result: ExecResponse,
     /// Set when the run failed before its command (`compile_error`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
