@@ -71,7 +71,9 @@ fn host_external_ipv4() -> Option<IpAddr> {
     while !cursor.is_null() && found.is_none() {
         // SAFETY: `cursor` walks the list getifaddrs returned; each node and its address stay valid until freeifaddrs.
         let entry = unsafe { &*cursor };
-        if !entry.ifa_addr.is_null() && i32::from(unsafe { (*entry.ifa_addr).sa_family }) == libc::AF_INET {
+        // SAFETY: a non-null ifa_addr points to a sockaddr owned by the list.
+        let family = if entry.ifa_addr.is_null() { -1 } else { i32::from(unsafe { (*entry.ifa_addr).sa_family }) };
+        if family == libc::AF_INET {
             // SAFETY: an AF_INET address is a sockaddr_in.
             let v4 = unsafe { &*(entry.ifa_addr as *const libc::sockaddr_in) };
             let ip = std::net::Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr));
