@@ -16,7 +16,7 @@ use crate::live_adapter::LiveAdapter;
 /// Arguments of `sandkasten serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Configuration file (TOML: listen, database, tenants with api_keys and quotas, timeouts, size limits).
+    /// Configuration file (TOML: listen, database, tenants with api_keys and quotas, timeouts, size limits, warm pools).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to listen on (overrides the file). Default 127.0.0.1:8080.

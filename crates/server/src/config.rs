@@ -12,12 +12,22 @@
 //! api_keys = ["a-long-random-key-of-16-bytes-or-more"]
 //! max_sandboxes = 32                              # running at once
 //! max_memory_bytes = 8589934592                   # sum of the running sandboxes' memory limits
+//!
+//! [[pools]]                                       # warm pool (none by default): sandboxes created ahead of time
+//! name = "default"                                # label of the pool_size metric; default "pool-N"
+//! limits = { memory_bytes = 268435456 }           # omitted fields take their defaults, as in POST /v1/sandboxes
+//! min = 2                                         # ready sandboxes kept (refilled in the background)
+//! max = 8                                         # never more than this many, ready or being created
 //! ```
+//!
+//! A create (or `POST /v1/run`) whose template and limits equal a pool's and whose `env` is empty takes a ready
+//! sandbox from that pool; anything else is created fresh.
 
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use sandkasten_types::{Limits, Template};
 use serde::Deserialize;
 use thiserror::Error;
 
@@ -100,6 +110,14 @@ pub enum ConfigError {
         /// The value given.
         got: u64,
     },
+    /// A `[[pools]]` entry is unusable.
+    #[error("pool {name:?}: {problem}")]
+    Pool {
+        /// The pool's name.
+        name: String,
+        /// What is wrong.
+        problem: String,
+    },
 }
 
 /// An API key. Its `Debug` form is redacted so that logging a config never shows a key.
@@ -159,8 +177,46 @@ impl TenantConfig {
     }
 }
 
+/// Largest `max` of a pool.
+pub const MAX_POOL_SIZE: usize = 1024;
+
+/// One warm pool: sandboxes of one template and limits class, created ahead of time.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolConfig {
+    /// Name (the `class` label of `pool_size`). Default `pool-N` (N = position in the file, from 1).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Template of the pool's sandboxes. Default `host`.
+    #[serde(default)]
+    pub template: Template,
+    /// Limits of the pool's sandboxes; omitted fields take their defaults.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Ready sandboxes kept. Default 2.
+    #[serde(default = "default_pool_min")]
+    pub min: usize,
+    /// Most sandboxes the pool holds, ready or being created. Default 8.
+    #[serde(default = "default_pool_max")]
+    pub max: usize,
+}
+
+fn default_pool_min() -> usize {
+    2
+}
+fn default_pool_max() -> usize {
+    8
+}
+
+impl PoolConfig {
+    /// The pool's name: its own, or `pool-N` for the `index`-th pool (from 0).
+    pub fn name_at(&self, index: usize) -> String {
+        self.name.clone().unwrap_or_else(|| format!("pool-{}", index + 1))
+    }
+}
+
 /// Everything `sandkasten serve` needs to know.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     /// Address and port to listen on. Default `127.0.0.1:8080`.
@@ -187,6 +243,9 @@ pub struct ServerConfig {
     /// Tenants with their keys and quotas.
     #[serde(default)]
     pub tenants: Vec<TenantConfig>,
+    /// Warm pools. Default none.
+    #[serde(default)]
+    pub pools: Vec<PoolConfig>,
 }
 
 fn default_listen() -> String {
@@ -225,6 +284,7 @@ impl Default for ServerConfig {
             max_json_bytes: default_max_json_bytes(),
             insecure_no_auth: false,
             tenants: Vec::new(),
+            pools: Vec::new(),
         }
     }
 }
@@ -325,6 +385,32 @@ impl ServerConfig {
         if !self.insecure_no_auth && keys.is_empty() {
             return Err(ConfigError::NoKeys);
         }
+        self.validate_pools()
+    }
+
+    fn validate_pools(&self) -> Result<(), ConfigError> {
+        let mut names = std::collections::BTreeSet::new();
+        for (index, pool) in self.pools.iter().enumerate() {
+            let name = pool.name_at(index);
+            let problem = |problem: String| ConfigError::Pool { name: name.clone(), problem };
+            if !valid_tenant_name(&name) {
+                return Err(problem("the name must be 1 to 64 characters of A-Z, a-z, 0-9, '_', '.', '-'".into()));
+            }
+            if !names.insert(name.clone()) {
+                return Err(problem("configured twice".into()));
+            }
+            pool.limits.validate().map_err(|e| problem(format!("limits: {e}")))?;
+            if !(1 <= pool.min && pool.min <= pool.max && pool.max <= MAX_POOL_SIZE) {
+                return Err(problem(format!(
+                    "sizes must satisfy 1 <= min <= max <= {MAX_POOL_SIZE}, got min {} and max {}",
+                    pool.min, pool.max
+                )));
+            }
+            let same = |other: &PoolConfig| other.template == pool.template && other.limits == pool.limits;
+            if self.pools[..index].iter().any(same) {
+                return Err(problem("another pool has the same template and limits".into()));
+            }
+        }
         Ok(())
     }
 }
@@ -356,6 +442,33 @@ mod tests {
         assert_eq!(config.tenants[0].max_sandboxes, 2);
         assert_eq!(config.default_timeout_s, 60);
         assert_eq!(config.database, PathBuf::from("/tmp/x.db"));
+        Ok(())
+    }
+
+    #[test]
+    fn pools_parse_with_defaults_and_bad_ones_are_refused() -> Result<(), ConfigError> {
+        let text = format!(
+            "[[tenants]]\nname = \"acme\"\napi_keys = [\"{KEY}\"]\n\
+             [[pools]]\nlimits = {{ memory_bytes = 67108864 }}\nmin = 3\n\
+             [[pools]]\nname = \"small\"\nlimits = {{ pids = 16 }}\n"
+        );
+        let config = ServerConfig::from_toml_str(&text)?;
+        config.validate()?;
+        assert_eq!(config.pools.len(), 2);
+        assert_eq!((config.pools[0].min, config.pools[0].max), (3, 8));
+        assert_eq!(config.pools[0].limits.memory_bytes, 64 << 20);
+        assert_eq!(config.pools[0].limits.pids, Limits::default().pids);
+        assert_eq!(config.pools[0].name_at(0), "pool-1");
+        assert_eq!(config.pools[1].name_at(1), "small");
+        let mut bad = config.clone();
+        bad.pools[0].min = 9;
+        assert!(matches!(bad.validate(), Err(ConfigError::Pool { .. })));
+        let mut bad = config.clone();
+        bad.pools[1].limits = bad.pools[0].limits.clone();
+        assert!(matches!(bad.validate(), Err(ConfigError::Pool { .. })));
+        let mut bad = config;
+        bad.pools[0].limits.memory_bytes = 1;
+        assert!(matches!(bad.validate(), Err(ConfigError::Pool { .. })));
         Ok(())
     }
 

@@ -13,6 +13,7 @@ pub mod expiry;
 pub mod ids;
 mod metrics;
 mod migrations;
+pub mod pool;
 pub mod reconcile;
 pub mod runtime;
 pub mod state;
@@ -24,7 +25,7 @@ use std::sync::Arc;
 
 pub use api::{ApiDoc, openapi_json, router};
 pub use background::{CommandEvent, CommandStatus};
-pub use config::{ConfigError, ServerConfig};
+pub use config::{ConfigError, PoolConfig, ServerConfig};
 pub use metrics::{ExecPhase, ExitReason, LimitKind, Metrics};
 pub use runtime::{FailureKind, OutputChunk, RuntimeFailure, SandboxRuntime, Stream};
 pub use state::AppState;
@@ -73,7 +74,7 @@ pub async fn serve<R: SandboxRuntime>(
 }
 
 /// Runs the server on a bound listener: opens the store, reconciles it with the runtime, starts the expiry sweeper
-/// and serves until `shutdown` completes. Shutdown stops accepting connections and waits for the requests in flight;
+/// and the warm pools' refill task, and serves until `shutdown` completes. Shutdown stops accepting connections and waits for the requests in flight;
 /// it destroys no sandbox (they belong to the runtime, and the next start reconciles).
 pub async fn serve_on<R: SandboxRuntime>(
     listener: tokio::net::TcpListener,
@@ -93,8 +94,15 @@ pub async fn serve_on<R: SandboxRuntime>(
     }
     tracing::info!(%addr, tenants = config.tenants.len(), lost, "sandkasten server listening");
     let sweeper = tokio::spawn(expiry::run(state.clone()));
-    let result = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await;
+    let refill = tokio::spawn(pool::refill(state.clone()));
+    let result = axum::serve(listener, router(state.clone())).with_graceful_shutdown(shutdown).await;
     sweeper.abort();
+    refill.abort();
+    // Idle pool members belong to nobody: destroy them now (a creation cut short by the abort is left to the
+    // runtime, which destroys every sandbox when it goes).
+    for id in state.pools().drain() {
+        api::destroy_quietly(&state, &id).await;
+    }
     tracing::info!("sandkasten server stopped");
     result.map_err(ServerError::Serve)
 }

@@ -12,6 +12,12 @@
 //!   code cell stopped at its timeout (output truncation is not a kill and is not counted)
 //! - `commands_running` (gauge): background commands running now
 //! - `errors_total{code}` (counter): error responses by API error code
+//! - `pool_hits_total` / `pool_misses_total` (counters): creates served by a warm pool / creates whose spec a pool
+//!   serves but that found it empty (specs no pool serves count as neither)
+//! - `pool_size{class}` (gauge): ready members of each pool
+//! - `pool_refill_seconds` (histogram): wall time of creating one pool member
+//!
+//! On a pool hit `sandbox_create_seconds` records the claim (taking a ready member), not the member's creation.
 
 use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
@@ -25,6 +31,10 @@ const SANDBOX_CREATE_SECONDS: &str = "sandbox_create_seconds";
 const SANDBOX_EXITS: &str = "sandbox_exits_total";
 const EXEC_PHASE: &str = "exec_phase_seconds";
 const LIMIT_KILLS: &str = "limit_kills_total";
+const POOL_HITS: &str = "pool_hits_total";
+const POOL_MISSES: &str = "pool_misses_total";
+const POOL_SIZE: &str = "pool_size";
+const POOL_REFILL_SECONDS: &str = "pool_refill_seconds";
 
 /// Histogram buckets of `exec_duration_seconds` and `exec_phase_seconds`.
 const EXEC_BUCKETS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 300.0];
@@ -113,7 +123,8 @@ impl Metrics {
         let builder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Full(EXEC_DURATION.into()), &EXEC_BUCKETS)
             .and_then(|b| b.set_buckets_for_metric(Matcher::Full(EXEC_PHASE.into()), &EXEC_BUCKETS))
-            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(SANDBOX_CREATE_SECONDS.into()), &CREATE_BUCKETS));
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(SANDBOX_CREATE_SECONDS.into()), &CREATE_BUCKETS))
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(POOL_REFILL_SECONDS.into()), &CREATE_BUCKETS));
         // Setting buckets only fails for an empty list; fall back to the exporter's summaries if it ever does.
         let recorder = builder.unwrap_or_else(|_| PrometheusBuilder::new()).build_recorder();
         metrics::with_local_recorder(&recorder, || {
@@ -134,6 +145,12 @@ impl Metrics {
             for reason in ExitReason::ALL {
                 counter!(SANDBOX_EXITS, "reason" => reason.as_str()).absolute(0);
             }
+            describe_counter!(POOL_HITS, "Creates served by a warm pool");
+            describe_counter!(POOL_MISSES, "Creates a warm pool serves that found it empty");
+            describe_gauge!(POOL_SIZE, "Ready sandboxes of each warm pool");
+            describe_histogram!(POOL_REFILL_SECONDS, Unit::Seconds, "Wall time of creating one warm pool sandbox");
+            counter!(POOL_HITS).absolute(0);
+            counter!(POOL_MISSES).absolute(0);
             gauge!(COMMANDS_RUNNING).set(0.0);
             gauge!(SANDBOXES_ACTIVE).set(0.0);
             counter!(SANDBOX_CREATES).absolute(0);
@@ -185,6 +202,27 @@ impl Metrics {
         metrics::with_local_recorder(&self.recorder, || gauge!(COMMANDS_RUNNING).decrement(1.0));
     }
 
+    /// Counts a create served by a pool.
+    pub fn pool_hit(&self) {
+        metrics::with_local_recorder(&self.recorder, || counter!(POOL_HITS).increment(1));
+    }
+
+    /// Counts a create that found its pool empty.
+    pub fn pool_miss(&self) {
+        metrics::with_local_recorder(&self.recorder, || counter!(POOL_MISSES).increment(1));
+    }
+
+    /// Sets the number of ready members of pool `class`.
+    pub fn pool_size(&self, class: &str, ready: usize) {
+        let class = class.to_owned();
+        metrics::with_local_recorder(&self.recorder, || gauge!(POOL_SIZE, "class" => class).set(ready as f64));
+    }
+
+    /// Records how long creating one pool member took.
+    pub fn pool_refilled(&self, seconds: f64) {
+        metrics::with_local_recorder(&self.recorder, || histogram!(POOL_REFILL_SECONDS).record(seconds));
+    }
+
     /// Counts an error response.
     pub fn error(&self, code: &'static str) {
         metrics::with_local_recorder(&self.recorder, || counter!(ERRORS, "code" => code).increment(1));
@@ -224,6 +262,11 @@ mod tests {
         metrics.limit_kill(LimitKind::Time);
         metrics.sandbox_exited(ExitReason::Expired);
         metrics.sandbox_exited(ExitReason::Expired);
+        metrics.pool_hit();
+        metrics.pool_miss();
+        metrics.pool_miss();
+        metrics.pool_size("small", 2);
+        metrics.pool_refilled(0.02);
         let text = metrics.render(3);
         for needle in [
             "sandboxes_active 3",
@@ -238,6 +281,10 @@ mod tests {
             "sandbox_exits_total{reason=\"expired\"} 2",
             "sandbox_exits_total{reason=\"deleted\"} 0",
             "sandbox_exits_total{reason=\"run_finished\"} 0",
+            "pool_hits_total 1",
+            "pool_misses_total 2",
+            "pool_size{class=\"small\"} 2",
+            "pool_refill_seconds_bucket{le=\"0.025\"} 1",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }

@@ -1,10 +1,12 @@
-//! What every handler shares: the store, the runtime, the keyring, the limits from the config and the metrics.
+//! What every handler shares: the store, the runtime, the keyring, the limits from the config, the metrics and the
+//! warm pools.
 
 use std::sync::Arc;
 
 use crate::auth::Keyring;
 use crate::config::ServerConfig;
 use crate::metrics::Metrics;
+use crate::pool::Pools;
 use crate::runtime::{DynRuntime, SandboxRuntime};
 use crate::store::Store;
 
@@ -39,6 +41,7 @@ struct Inner {
     keyring: Keyring,
     settings: Settings,
     metrics: Metrics,
+    pools: Pools,
 }
 
 /// The server's shared state; cheap to clone.
@@ -64,6 +67,7 @@ impl AppState {
                 keyring: Keyring::from_config(config),
                 settings: Settings::from_config(config),
                 metrics: Metrics::new(),
+                pools: Pools::new(&config.pools),
             }),
         }
     }
@@ -89,5 +93,10 @@ impl AppState {
     /// The metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
+    }
+
+    /// The warm pools.
+    pub fn pools(&self) -> &Pools {
+        &self.inner.pools
     }
 }

@@ -42,12 +42,17 @@ pub struct Reply {
 }
 
 impl Server {
-    /// Starts a server with tenants t1 and t2 (64 sandboxes, 32 GiB each).
+    /// Starts a server with tenants t1 (64 sandboxes, 32 GiB) and t2 (8 sandboxes, 4 GiB).
     pub fn start() -> Server {
+        Server::start_with("")
+    }
+
+    /// As `start`, with `extra` appended to the config file (e.g. `[[pools]]` tables).
+    pub fn start_with(extra: &str) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = format!(
             "[[tenants]]\nname = \"t1\"\napi_keys = [\"{KEY_1}\"]\nmax_sandboxes = 64\nmax_memory_bytes = {}\n\n\
-             [[tenants]]\nname = \"t2\"\napi_keys = [\"{KEY_2}\"]\nmax_sandboxes = 8\nmax_memory_bytes = {}\n",
+             [[tenants]]\nname = \"t2\"\napi_keys = [\"{KEY_2}\"]\nmax_sandboxes = 8\nmax_memory_bytes = {}\n\n{extra}\n",
             32u64 << 30,
             4u64 << 30
         );

@@ -14,6 +14,7 @@ use crate::api::schemas::{CreateSandboxRequest, SandboxBody, SandboxList, Timeou
 use crate::auth::Tenant;
 use crate::clock::now_ms;
 use crate::metrics::ExitReason;
+use crate::pool::Claim;
 use crate::runtime::FailureKind;
 use crate::state::{AppState, Settings};
 use crate::store::{SandboxRecord, SandboxState};
@@ -64,8 +65,8 @@ pub(crate) async fn create(
     Ok((StatusCode::CREATED, Json(current.into())))
 }
 
-/// Admits a sandbox against the tenant's quota, records it and starts it in the runtime; on any failure nothing of
-/// it remains. Returns the running sandbox's row.
+/// Admits a sandbox against the tenant's quota, records it and starts it in the runtime (or takes a ready one from a
+/// warm pool serving its spec); on any failure nothing of it remains. Returns the running sandbox's row.
 pub(crate) async fn start_sandbox(
     state: &AppState,
     tenant: &Tenant,
@@ -73,7 +74,16 @@ pub(crate) async fn start_sandbox(
     metadata: BTreeMap<String, String>,
     expires_ms: i64,
 ) -> Result<SandboxRecord, ApiError> {
-    let id = ids::sandbox_id()?;
+    let claiming = Instant::now();
+    let claimed = match state.pools().claim(&spec, state.runtime(), state.metrics()) {
+        Claim::Hit(claimed) => Some(claimed),
+        Claim::Miss | Claim::NoPool => None,
+    };
+    let claim_seconds = claiming.elapsed().as_secs_f64();
+    let id = match &claimed {
+        Some(claimed) => claimed.id.clone(),
+        None => ids::sandbox_id()?,
+    };
     let record = SandboxRecord {
         id: id.clone(),
         tenant: tenant.name.to_string(),
@@ -85,12 +95,24 @@ pub(crate) async fn start_sandbox(
         ended_ms: None,
         end_reason: None,
     };
-    // The row (and the quota it takes) exists before the sandbox does; a failed create removes it again.
-    state.store().admit_sandbox(record.clone(), tenant.quota).await??;
+    // The row (and the quota it takes) exists before the sandbox is handed out; a failed create removes it again.
+    let admitted = state.store().admit_sandbox(record.clone(), tenant.quota).await;
+    if !matches!(admitted, Ok(Ok(()))) {
+        // Refused (or the store failed): a claimed pool member was never handed out, so it may go back.
+        if let Some(claimed) = claimed {
+            state.pools().give_back(claimed, state.metrics());
+        }
+        admitted??;
+        return Err(ApiError::internal("sandbox admission failed"));
+    }
     let creating = Instant::now();
-    let created = state.runtime().create(&id, &record.spec).await;
-    if created.is_ok() {
-        state.metrics().sandbox_create_finished(creating.elapsed().as_secs_f64());
+    let created = match claimed {
+        Some(_) => Ok(claim_seconds),
+        None => state.runtime().create(&id, &record.spec).await.map(|()| creating.elapsed().as_secs_f64()),
+    };
+    if let Ok(seconds) = created {
+        // On a pool hit this is the claim (taking a ready sandbox), not the sandbox's creation long before.
+        state.metrics().sandbox_create_finished(seconds);
     }
     if let Err(failure) = created {
         tracing::warn!(sandbox = %id, tenant = %tenant.name, kind = ?failure.kind, reason = %failure.message, "create failed");

@@ -1,0 +1,220 @@
+//! Warm pools of `sandkasten serve` against a real server: two callers never share a sandbox, a used sandbox never
+//! returns to a pool, a pool member killed from the host is replaced, the pool refills after a burst, quotas count
+//! claimed sandboxes only, and shutdown leaves nothing behind.
+
+#![allow(unsafe_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod common;
+mod serve;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use serve::{KEY_1, KEY_2, Server, assert_sandbox_gone};
+
+/// One pool of the default limits, `min` ready, at most `max`.
+fn pool(min: usize, max: usize) -> String {
+    format!("[[pools]]\nname = \"std\"\nmin = {min}\nmax = {max}\n")
+}
+
+/// A metric's value from `/metrics` (0 when absent).
+fn metric(server: &Server, name: &str) -> f64 {
+    let mut reply = server.http().get(format!("{}/metrics", server.url)).call().expect("GET /metrics");
+    let text = reply.body_mut().read_to_string().unwrap_or_default();
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn pool_size(server: &Server) -> f64 {
+    metric(server, "pool_size{class=\"std\"}")
+}
+
+/// Waits (up to 20 s) until the pool holds `want` ready sandboxes.
+fn wait_pool_size(server: &Server, want: f64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let size = pool_size(server);
+        if size == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the pool holds {size} sandboxes, want {want}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// The server's sandboxes (claimed or not): id → agent pid, found through the spawner's children and their cgroups.
+fn server_sandboxes(server: &Server) -> Vec<(String, u32)> {
+    let mut found = Vec::new();
+    for spawner in children_of(server.pid()) {
+        for agent in children_of(spawner) {
+            let cgroups = std::fs::read_to_string(format!("/proc/{agent}/cgroup")).unwrap_or_default();
+            let id = cgroups.lines().find_map(|line| {
+                let rest = &line[line.find("/sandkasten/")? + "/sandkasten/".len()..];
+                Some(rest.split('/').next()?.to_owned())
+            });
+            if let Some(id) = id {
+                found.push((id, agent));
+            }
+        }
+    }
+    found
+}
+
+fn create_as(server: &Server, key: &str) -> String {
+    let reply = server.call("POST", "/v1/sandboxes", key, Some(json!({})));
+    assert_eq!(reply.status, 201, "create failed: {reply:?}");
+    reply.json["id"].as_str().expect("id").to_owned()
+}
+
+fn delete(server: &Server, key: &str, id: &str) {
+    let reply = server.call("DELETE", &format!("/v1/sandboxes/{id}"), key, None);
+    assert_eq!(reply.status, 204, "delete failed: {reply:?}");
+}
+
+#[test]
+fn concurrent_callers_get_distinct_sandboxes_from_the_pool() {
+    require_root!();
+    let _lock = common::shared_lock();
+    let server = Server::start_with(&pool(2, 4));
+    wait_pool_size(&server, 2.0);
+    let (a, b) = std::thread::scope(|scope| {
+        let first = scope.spawn(|| create_as(&server, KEY_1));
+        let second = scope.spawn(|| create_as(&server, KEY_1));
+        (first.join().unwrap(), second.join().unwrap())
+    });
+    assert_ne!(a, b);
+    assert!(metric(&server, "pool_hits_total") >= 2.0, "both creates were pool hits");
+    let wrote = server.exec(&a, "echo mine > /tmp/marker && cat /tmp/marker");
+    assert_eq!(wrote.json["stdout"], "mine\n", "{wrote:?}");
+    let other = server.exec(&b, "test -e /tmp/marker && echo visible || echo absent");
+    assert_eq!(other.json["stdout"], "absent\n", "{other:?}");
+    let pids = server_sandboxes(&server);
+    let agent = |id: &str| pids.iter().find(|(s, _)| s == id).map(|(_, p)| *p);
+    assert!(agent(&a).is_some() && agent(&b).is_some() && agent(&a) != agent(&b), "distinct agents: {pids:?}");
+}
+
+#[test]
+fn a_used_sandbox_never_returns_to_the_pool() {
+    require_root!();
+    let _lock = common::shared_lock();
+    let server = Server::start_with(&pool(1, 1));
+    let mut seen = BTreeSet::new();
+    for _ in 0..3 {
+        wait_pool_size(&server, 1.0);
+        let id = create_as(&server, KEY_1);
+        assert!(seen.insert(id.clone()), "sandbox {id} was handed out twice");
+        let probe = server.exec(&id, "test -e /tmp/used && echo used || echo fresh; touch /tmp/used");
+        assert_eq!(probe.json["stdout"], "fresh\n", "{probe:?}");
+        delete(&server, KEY_1, &id);
+        assert_sandbox_gone(&id);
+    }
+    assert!(metric(&server, "pool_hits_total") >= 3.0);
+}
+
+#[test]
+fn a_pool_member_killed_from_the_host_is_replaced() {
+    require_root!();
+    let _lock = common::shared_lock();
+    let server = Server::start_with(&pool(2, 2));
+    wait_pool_size(&server, 2.0);
+    let members = server_sandboxes(&server);
+    assert_eq!(members.len(), 2, "{members:?}");
+    let (victim, _) = members[0].clone();
+    let procs = common::cgroup_paths(&victim)
+        .into_iter()
+        .find_map(|path| std::fs::read_to_string(path.join("cgroup.procs")).ok())
+        .expect("the member's cgroup.procs");
+    for pid in procs.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+        // SAFETY: kill(2) of a pool member's process, found in its cgroup.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    assert_sandbox_gone(&victim);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now: Vec<String> = server_sandboxes(&server).into_iter().map(|(id, _)| id).collect();
+        if now.len() == 2 && !now.contains(&victim) && pool_size(&server) == 2.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the killed member was not replaced: {now:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for _ in 0..2 {
+        let id = create_as(&server, KEY_1);
+        assert_ne!(id, victim);
+        assert_eq!(server.exec(&id, "echo ok").json["stdout"], "ok\n");
+    }
+}
+
+#[test]
+fn the_pool_refills_after_a_burst_and_runs_use_it() {
+    require_root!();
+    let _lock = common::shared_lock();
+    let server = Server::start_with(&pool(3, 6));
+    wait_pool_size(&server, 3.0);
+    let ids: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..5).map(|_| scope.spawn(|| create_as(&server, KEY_1))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(ids.iter().collect::<BTreeSet<_>>().len(), 5, "{ids:?}");
+    let (hits, misses) = (metric(&server, "pool_hits_total"), metric(&server, "pool_misses_total"));
+    assert_eq!(hits + misses, 5.0, "hits {hits}, misses {misses}");
+    assert!(hits >= 3.0, "hits {hits}");
+    wait_pool_size(&server, 3.0);
+    assert!(metric(&server, "pool_refill_seconds_count") >= 6.0);
+    let run = server.call("POST", "/v1/run", KEY_1, Some(json!({"language": "bash", "code": "echo hi"})));
+    assert_eq!(run.status, 200, "{run:?}");
+    assert_eq!(run.json["stdout"], "hi\n", "{run:?}");
+    assert!(metric(&server, "pool_hits_total") > hits, "POST /v1/run took a pool sandbox");
+    for id in &ids {
+        delete(&server, KEY_1, id);
+    }
+}
+
+#[test]
+fn quotas_count_claimed_sandboxes_only() {
+    require_root!();
+    let _lock = common::shared_lock();
+    // t2 may run 8 sandboxes; the pool's 4 idle members are nobody's.
+    let server = Server::start_with(&pool(4, 4));
+    wait_pool_size(&server, 4.0);
+    let ids: Vec<String> = (0..8).map(|_| create_as(&server, KEY_2)).collect();
+    let refused = server.call("POST", "/v1/sandboxes", KEY_2, Some(json!({})));
+    assert_eq!(refused.status, 429, "{refused:?}");
+    let listed = server.call("GET", "/v1/sandboxes", KEY_2, None);
+    assert_eq!(listed.json["sandboxes"].as_array().map(Vec::len), Some(8));
+    assert_eq!(server.call("GET", "/v1/sandboxes", KEY_1, None).json["sandboxes"].as_array().map(Vec::len), Some(0));
+    wait_pool_size(&server, 4.0);
+    delete(&server, KEY_2, &ids[0]);
+    create_as(&server, KEY_2);
+}
+
+#[test]
+fn shutdown_leaves_nothing_of_the_pool() {
+    require_root!();
+    let _lock = common::shared_lock();
+    let mut server = Server::start_with(&pool(3, 3));
+    wait_pool_size(&server, 3.0);
+    let claimed = create_as(&server, KEY_1);
+    wait_pool_size(&server, 3.0);
+    let all = server_sandboxes(&server);
+    assert_eq!(all.len(), 4, "{all:?}");
+    server.stop_with(libc::SIGTERM);
+    for (id, pid) in &all {
+        assert_sandbox_gone(id);
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "agent {pid} of {id} survived");
+    }
+    assert!(all.iter().any(|(id, _)| *id == claimed));
+}

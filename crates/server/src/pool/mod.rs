@@ -1,0 +1,191 @@
+//! Warm pools: per `[[pools]]` entry of the config, sandboxes created ahead of time (through the runtime's ordinary
+//! create: namespaces, cgroup, mounts, agent waiting) under server-chosen ids, so that a create is a claim.
+//!
+//! - An idle member belongs to no tenant and has no row in the store; it counts against no quota. A claim gives the
+//!   caller the member's id, then the row is admitted against the caller's quota like any create; when the quota
+//!   refuses, the untouched member goes back to the pool.
+//! - A claimed sandbox never returns to a pool: deleting it destroys it, and the refill task creates a new one.
+//! - The refill task keeps each pool at `min` ready members (never more than `max`), one creation at a time, and
+//!   drops members whose agent died (they are replaced).
+//! - Members are runtime sandboxes like any other: when the server goes, the runtime destroys them with the rest.
+
+mod class;
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use sandkasten_types::SandboxSpec;
+use tokio::sync::Notify;
+
+use crate::config::PoolConfig;
+use crate::ids;
+use crate::metrics::Metrics;
+use crate::runtime::DynRuntime;
+use class::PoolClass;
+
+/// How often the refill task looks for dead members when nothing wakes it.
+const CHECK_EVERY: Duration = Duration::from_millis(200);
+/// Pause after a failed creation before the next attempt.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// A sandbox taken from a pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Claimed {
+    /// Which pool.
+    pub(crate) class: usize,
+    /// The sandbox's id (from now on the caller's).
+    pub(crate) id: String,
+}
+
+/// What a claim found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// No pool serves the spec.
+    NoPool,
+    /// A pool serves the spec but has nothing ready.
+    Miss,
+    /// A ready sandbox, now the caller's.
+    Hit(Claimed),
+}
+
+/// The server's warm pools.
+#[derive(Debug, Default)]
+pub struct Pools {
+    classes: Mutex<Vec<PoolClass>>,
+    wake: Notify,
+}
+
+impl Pools {
+    /// Empty pools as configured (the refill task fills them).
+    pub fn new(configs: &[PoolConfig]) -> Pools {
+        let classes = configs
+            .iter()
+            .enumerate()
+            .map(|(index, config)| {
+                let spec =
+                    SandboxSpec { template: config.template, limits: config.limits.clone(), ..SandboxSpec::default() };
+                PoolClass::new(config.name_at(index), spec, config.min, config.max)
+            })
+            .collect();
+        Pools { classes: Mutex::new(classes), wake: Notify::new() }
+    }
+
+    /// Whether any pool is configured.
+    pub fn is_empty(&self) -> bool {
+        self.classes.lock().map(|c| c.is_empty()).unwrap_or(true)
+    }
+
+    /// The names of the pools and their ready members.
+    pub fn sizes(&self) -> Vec<(String, usize)> {
+        self.classes.lock().map(|c| c.iter().map(|p| (p.name.clone(), p.ready())).collect()).unwrap_or_default()
+    }
+
+    /// Takes a live ready sandbox for `spec`, if a pool serves it and has one.
+    pub(crate) fn claim(&self, spec: &SandboxSpec, runtime: &dyn DynRuntime, metrics: &Metrics) -> Claim {
+        let Ok(mut classes) = self.classes.lock() else { return Claim::NoPool };
+        let Some(class) = classes.iter().position(|p| p.serves(spec)) else { return Claim::NoPool };
+        let pool = &mut classes[class];
+        let claimed = loop {
+            match pool.take() {
+                // Its agent died since the last check: the runtime has removed it already.
+                Some(id) if !runtime.is_alive(&id) => continue,
+                Some(id) => break Some(Claimed { class, id }),
+                None => break None,
+            }
+        };
+        metrics.pool_size(&pool.name, pool.ready());
+        drop(classes);
+        self.wake.notify_one();
+        match claimed {
+            Some(claimed) => {
+                metrics.pool_hit();
+                Claim::Hit(claimed)
+            }
+            None => {
+                metrics.pool_miss();
+                Claim::Miss
+            }
+        }
+    }
+
+    /// Returns a claimed sandbox nobody used (its caller was refused before the sandbox was handed out).
+    pub(crate) fn give_back(&self, claimed: Claimed, metrics: &Metrics) {
+        if let Ok(mut classes) = self.classes.lock()
+            && let Some(pool) = classes.get_mut(claimed.class)
+        {
+            pool.give_back(claimed.id);
+            metrics.pool_size(&pool.name, pool.ready());
+        }
+    }
+
+    /// Marks one creation as started for the first pool that wants one; its index and spec.
+    fn next_fill(&self) -> Option<(usize, SandboxSpec)> {
+        let mut classes = self.classes.lock().ok()?;
+        let (class, pool) = classes.iter_mut().enumerate().find(|(_, p)| p.wants_more())?;
+        pool.fill_started();
+        Some((class, pool.spec.clone()))
+    }
+
+    /// Ends a creation; returns an id to destroy when the pool turned out full.
+    fn fill_finished(&self, class: usize, id: Option<String>, metrics: &Metrics) -> Option<String> {
+        let mut classes = self.classes.lock().ok()?;
+        let pool = classes.get_mut(class)?;
+        let surplus = pool.fill_finished(id);
+        metrics.pool_size(&pool.name, pool.ready());
+        surplus
+    }
+
+    /// Drops dead members everywhere.
+    fn prune(&self, runtime: &dyn DynRuntime, metrics: &Metrics) {
+        if let Ok(mut classes) = self.classes.lock() {
+            for pool in classes.iter_mut() {
+                let dead = pool.prune(|id| runtime.is_alive(id));
+                if !dead.is_empty() {
+                    tracing::warn!(pool = %pool.name, sandboxes = ?dead, "pool members died; replacing them");
+                    metrics.pool_size(&pool.name, pool.ready());
+                }
+            }
+        }
+    }
+
+    /// Removes every ready member from the pools; returns their ids (to destroy at shutdown).
+    pub(crate) fn drain(&self) -> Vec<String> {
+        self.classes.lock().map(|mut c| c.iter_mut().flat_map(PoolClass::drain).collect()).unwrap_or_default()
+    }
+}
+
+/// The refill task: runs until aborted.
+pub(crate) async fn refill(state: crate::state::AppState) {
+    let (pools, metrics) = (state.pools(), state.metrics());
+    for (name, ready) in pools.sizes() {
+        metrics.pool_size(&name, ready);
+    }
+    loop {
+        pools.prune(state.runtime(), metrics);
+        let Some((class, spec)) = pools.next_fill() else {
+            tokio::select! {
+                () = pools.wake.notified() => {}
+                () = tokio::time::sleep(CHECK_EVERY) => {}
+            }
+            continue;
+        };
+        let started = Instant::now();
+        let created = match ids::sandbox_id() {
+            Ok(id) => state.runtime().create(&id, &spec).await.map(|()| id).map_err(|f| f.message),
+            Err(error) => Err(error.to_string()),
+        };
+        match created {
+            Ok(id) => {
+                metrics.pool_refilled(started.elapsed().as_secs_f64());
+                if let Some(surplus) = pools.fill_finished(class, Some(id), metrics) {
+                    crate::api::destroy_quietly(&state, &surplus).await;
+                }
+            }
+            Err(reason) => {
+                pools.fill_finished(class, None, metrics);
+                tracing::warn!(%reason, "creating a pool sandbox failed; retrying shortly");
+                tokio::time::sleep(RETRY_AFTER).await;
+            }
+        }
+    }
+}
