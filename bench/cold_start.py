@@ -7,8 +7,8 @@ each round, so drift of the machine (frequency, caches, other load) hits all con
 exits 0 and prints exactly `4`. Then a separate loop of `sandkasten run --json` collects the result's phase timings
 to show where sandkasten's time goes.
 
-Writes bench/results/cold_start.json and renders docs/benchmarks.md from it (`--render-only` re-renders the doc from
-an existing JSON file). Standard library only.
+Writes bench/results/cold_start.json and renders docs/benchmarks.md from it and bench/results/warm.json, when present,
+through bench/render.py (`--render-only` re-renders the doc from an existing JSON file). Standard library only.
 """
 
 from __future__ import annotations
@@ -25,6 +25,11 @@ import sys
 import time
 from pathlib import Path
 
+sys.dont_write_bytecode = True  # no bench/__pycache__ from importing render
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import render  # noqa: E402 - bench/render.py, the one place the markdown is produced
+from render import GOAL_RATIO, PHASES  # noqa: E402,F401 - the goal and the phase names are shared with the doc
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = ROOT / "bench" / "results" / "cold_start.json"
 DEFAULT_DOC = ROOT / "docs" / "benchmarks.md"
@@ -32,10 +37,8 @@ DEFAULT_DOC = ROOT / "docs" / "benchmarks.md"
 PYTHON = "/usr/bin/python3"
 CODE = "print(2+2)"
 EXPECTED = b"4"
-GOAL_RATIO = 1.10
 RUN_TIMEOUT_S = 30
 WARMUP_RUNS = 3
-PHASES = ["allocate", "filesystem_ready", "runtime_ready", "first_command"]
 
 
 def contenders(sandkasten: str) -> list[dict]:
@@ -225,161 +228,7 @@ def machine(sandkasten: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Rendering
-
-
-def fmt(value: float | None, digits: int = 1) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
-
-
-def where_the_time_goes(phases: dict, bare_median: float | None, sk_median: float | None) -> str:
-    m = phases.get("median_ms", {})
-    if not all(name in m for name in PHASES + ["duration_ms", "wall_ms"]):
-        return "No phase timings were collected."
-    steps = [
-        ("allocation (record written, cgroup created with limits)", m["allocate"]),
-        ("namespaces and the root filesystem (clone, mounts, pivot_root)", m["filesystem_ready"] - m["allocate"]),
-        ("the rest of the jail up to a successful execve (ids, capabilities, landlock, seccomp)",
-         m["runtime_ready"] - m["filesystem_ready"]),
-        ("Python's own start-up until its first output", m["first_command"] - m["runtime_ready"]),
-        ("the program's exit after its output until its pipes and the agent's channel closed",
-         m["duration_ms"] - m["first_command"]),
-        ("starting the sandkasten binary before the request, and after it reaping the agent (the kernel tears down "
-         "its namespaces), removing the cgroup and the record, printing the result and exiting",
-         m["wall_ms"] - m["duration_ms"]),
-    ]
-    parts = [f"{ms:.1f} ms for {what}" for what, ms in steps]
-    python_step = steps[3]
-    others = [step for step in steps if step is not python_step]
-    biggest = max(others, key=lambda step: step[1])
-    text = (
-        f"Of sandkasten's median {m['wall_ms']:.1f} ms wall clock in the `--json` loop (run back to back, not "
-        f"interleaved, so it need not equal the table's median), the request itself took {m['duration_ms']:.1f} ms. "
-        "In order: " + "; ".join(parts) + ". "
-    )
-    if bare_median is not None:
-        overhead = (sk_median if sk_median is not None else m["wall_ms"]) - bare_median
-        sandbox_cost = sum(ms for _, ms in others)
-        text += (
-            f"Bare Python needs {bare_median:.1f} ms for the whole command, so in the table sandkasten adds about "
-            f"{overhead:.1f} ms. Everything except Python's own start-up sums to {sandbox_cost:.1f} ms here; the "
-            f"largest part is {biggest[1]:.1f} ms for {biggest[0]}."
-        )
-    text += (
-        "\n\n**What would close the gap.** A cold one-shot pays for a new process tree, six namespaces (creating the "
-        "network namespace adds about 0.4 ms here: `unshare --net` against the same command without it; its "
-        "teardown is asynchronous), ~40 mounts and a cgroup every time, and the CLI's own start and teardown; "
-        "bwrap skips the cgroup, the seccomp/landlock setup and the teardown bookkeeping. What removes most of it: "
-        "warm pools (issue 4: namespaces, mounts, cgroup and agent prepared ahead, so allocate + filesystem + jail "
-        "are ~0 on a hit) and serving requests from a long-lived process (`sandkasten serve`, no CLI start, "
-        "teardown after the answer); a zygote for Python/Node removes the interpreter's own start-up. Smaller steps: "
-        "the seccomp BPF compiled at build time instead of per run, `CLONE_INTO_CGROUP` on cgroup v2 (no attach), "
-        "and on cgroup v1 hosts the `favordynmods` mount option, without which every attach waits for an RCU grace "
-        "period (1–10 ms; sandkasten overlaps it with the filesystem build). This machine's cgroup2 mount was "
-        "switched to `favordynmods` during this session's measurements and stays so until reboot."
-    )
-    return text
-
-
-def render(results: dict) -> str:
-    mach = results["machine"]
-    method = results["method"]
-    rows = results["contenders"]
-    bare = rows.get("bare", {}).get("stats") or {}
-    lines = [
-        "# Benchmarks",
-        "",
-        "Generated by `scripts/bench.sh` (`bench/cold_start.py`); rerun it to regenerate this page. Raw numbers: "
-        "`bench/results/cold_start.json`.",
-        "",
-        "## Cold start: `print(2+2)` in Python",
-        "",
-        f"Machine: {mach['nproc']} CPUs ({mach['cpu']}), Linux {mach['kernel']}, {mach['python']}; "
-        f"run {mach['date']}; sandkasten {mach['sandkasten'] or 'unknown revision'}.",
-        "",
-        "**Method.** Each contender runs the same one-line program and must exit 0 and print `4` (other runs count "
-        f"as errors and are excluded from the statistics). Every run is timed from fork to exit with "
-        "`time.perf_counter_ns()` around `subprocess.run` (stdout and stderr captured through pipes), so process "
-        "creation, the sandbox's whole set-up and tear-down, and the interpreter's start-up are all included. Runs "
-        f"are interleaved: each of the {method['runs']} rounds runs every contender once, in an order rotated by one "
-        f"per round, after {method['warmup']} untimed warm-up runs each.",
-        "",
-        load_sentence(method, mach["nproc"]),
-        "",
-    ]
-    if method.get("note"):
-        lines += [f"**Note.** {method['note']}", ""]
-    lines += [
-        "| contender | median ms | p90 ms | p99 ms | min ms | vs bare (median) | runs ok / errors |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for name, row in rows.items():
-        stats = row.get("stats")
-        if not row["runnable"]:
-            lines.append(f"| {name} | not runnable here | | | | | |")
-            continue
-        ratio = row.get("ratio_vs_bare")
-        ratio_text = "–" if ratio is None else f"{ratio:.2f}×"
-        lines.append(
-            f"| {name} | {fmt(stats and stats['median'])} | {fmt(stats and stats['p90'])} | "
-            f"{fmt(stats and stats['p99'])} | {fmt(stats and stats['min'])} | {ratio_text} | "
-            f"{stats['n'] if stats else 0} / {row['errors']} |"
-        )
-    lines += ["", "Command lines:", ""]
-    for name, row in rows.items():
-        # Programs found on PATH (and the sandkasten binary) by name; bare Python's path is part of its definition.
-        argv = row["argv"] if name == "bare" else [Path(row["argv"][0]).name] + row["argv"][1:]
-        lines.append(f"- `{name}`: `{' '.join(quote(a) for a in argv)}`")
-    problems = [(name, row) for name, row in rows.items() if not row["runnable"] or row["errors"]]
-    if problems:
-        lines += ["", "Problems:", ""]
-        for name, row in problems:
-            if not row["runnable"]:
-                lines.append(f"- `{name}` is not runnable here: {row['preflight_error']}")
-            else:
-                lines.append(f"- `{name}`: {row['errors']} failed runs, e.g. {row['error_examples'][0]}")
-
-    goal = results["goal"]
-    lines += ["", "## Goal", ""]
-    if goal["ratio"] is None:
-        lines.append(f"Goal: sandkasten's median ≤ {GOAL_RATIO:.2f}× bare Python's. Not measured (sandkasten did not run).")
-    else:
-        verdict = "**met**" if goal["met"] else "**not met**"
-        lines.append(
-            f"Goal: sandkasten's median ≤ {GOAL_RATIO:.2f}× bare Python's. Measured {goal['ratio']:.2f}× "
-            f"({rows['sandkasten']['stats']['median']:.1f} ms vs {bare.get('median', 0):.1f} ms): {verdict}."
-        )
-
-    phases = results.get("phases")
-    lines += ["", "## Phase breakdown (sandkasten)", ""]
-    if not phases or not phases.get("median_ms"):
-        lines.append("Not measured (sandkasten did not run).")
-    else:
-        m = phases["median_ms"]
-        lines += [
-            f"Medians over {phases['ok']} runs of `sandkasten run --json --lang python --code 'print(2+2)'` "
-            f"({phases['errors']} errors), from the result's `phases` (cumulative ms since the request started) "
-            "and `duration_ms`; `wall` is the whole command measured outside, as above.",
-            "",
-            "| phase | cumulative ms | this phase ms |",
-            "|---|---:|---:|",
-        ]
-        previous = 0.0
-        for name in PHASES + ["duration_ms"]:
-            lines.append(f"| {name} | {m[name]:.2f} | {m[name] - previous:.2f} |")
-            previous = m[name]
-        lines.append(f"| wall (outside) | {m['wall_ms']:.2f} | {m['wall_ms'] - m['duration_ms']:.2f} |")
-        lines += [
-            "",
-            "### Where the time goes",
-            "",
-            where_the_time_goes(
-                phases,
-                bare.get("median"),
-                (rows.get("sandkasten", {}).get("stats") or {}).get("median"),
-            ),
-        ]
-    return "\n".join(lines) + "\n"
+# Load
 
 
 def cpu_busy_percent(seconds: float = 1.0) -> float | None:
@@ -399,32 +248,11 @@ def cpu_busy_percent(seconds: float = 1.0) -> float | None:
     return None if total <= 0 else 100.0 * (1 - (idle1 - idle0) / total)
 
 
-def load_sentence(method: dict, nproc: int) -> str:
-    busy = method.get("cpu_busy_before_percent")
-    before = method["loadavg_before"][0]
-    after = method["loadavg_after"][0]
-    text = (
-        f"Just before the run the CPUs were {fmt(busy, 0)}% busy (1 s sample of `/proc/stat`); the 1-minute load "
-        f"average was {before:.2f} at the start and {after:.2f} at the end, on {nproc} CPUs (the benchmark itself "
-        "accounts for about 1–2)."
-    )
-    if busy is not None and busy > 20:
-        text += (" **Other work was running on this machine**, so absolute times and tails are inflated and noisy; "
-                 "the interleaving spreads that noise over all contenders alike, so the ratios are the numbers to "
-                 "read.")
-    return text
-
-
 def default_note(runs: int) -> str | None:
     if runs >= 200:
         return None
     return (f"Only {runs} rounds (the default is 200; `--quick` uses 30), so p99 is close to the maximum and the "
             "tails are rough.")
-
-
-def quote(arg: str) -> str:
-    safe = all(c.isalnum() or c in "/._-=+:," for c in arg)
-    return arg if safe and arg else "'" + arg.replace("'", "'\\''") + "'"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -444,8 +272,7 @@ def main() -> int:
 
     if args.render_only:
         results = json.loads(args.json.read_text())
-        args.doc.write_text(render(results))
-        print(f"rendered {args.doc}", file=sys.stderr)
+        render.write(results, render.load(render.WARM_JSON), args.doc)
         return 0
     if args.runs < 1:
         parser.error("--runs must be at least 1")
@@ -517,8 +344,7 @@ def main() -> int:
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2) + "\n")
-    args.doc.parent.mkdir(parents=True, exist_ok=True)
-    args.doc.write_text(render(results))
+    render.write(results, render.load(render.WARM_JSON), args.doc)
 
     print(f"\nwrote {args.json} and {args.doc} ({results['method']['elapsed_s']} s)", file=sys.stderr)
     for name, row in rows.items():

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Cold-start benchmark: installs the contenders (bubblewrap, runsc) when missing, builds sandkasten in release mode,
-# then runs bench/cold_start.py, which writes bench/results/cold_start.json and regenerates docs/benchmarks.md.
+# Benchmarks: installs the cold-start contenders (bubblewrap, runsc) when missing, builds sandkasten in release mode,
+# then runs bench/cold_start.py (one-shot cold starts, ~1 min) and bench/warm.py (`sandkasten serve` over HTTP: warm
+# exec/code, throughput, creation rate, pool, idle memory, 1,000 sandboxes; ~1-2 min), which write
+# bench/results/{cold_start,warm}.json; bench/render.py then renders docs/benchmarks.md and docs/benchmarks-latency.svg.
 #
-#   scripts/bench.sh            200 interleaved runs per contender
-#   scripts/bench.sh --quick    30 runs (a smoke test; the doc says so)
-#   scripts/bench.sh --runs N   N runs
+#   scripts/bench.sh            200 interleaved cold runs per contender, full warm run
+#   scripts/bench.sh --quick    30 cold runs, fewer warm requests (a smoke test; the doc says so)
+#   scripts/bench.sh --runs N   N cold runs
+#   scripts/bench.sh --cold-only / --warm-only   one half (the doc is rendered from both JSON files)
 #
 # Run as root (the process tier and runsc need it). Installing is idempotent: `dpkg -s` first, and `apt-get update`
 # only when something is missing.
@@ -12,16 +15,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 runs=200
+quick=
+cold=1
+warm=1
 while [ "$#" -gt 0 ]; do
   case "$1" in
-    --quick) runs=30 ;;
+    --quick) runs=30; quick=--quick ;;
+    --cold-only) warm= ;;
+    --warm-only) cold= ;;
     --runs)
       [ "$#" -ge 2 ] || { echo "bench: --runs needs a number" >&2; exit 2; }
       runs=$2
       shift
       ;;
     -h | --help)
-      sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+      sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
@@ -39,4 +47,13 @@ scripts/setup.sh runsc
 cargo build --release -p sandkasten-cli
 target_dir=${CARGO_TARGET_DIR:-target}
 
-exec /usr/bin/python3 bench/cold_start.py --sandkasten "$target_dir/release/sandkasten" --runs "$runs"
+if [ -n "$cold" ]; then
+  /usr/bin/python3 bench/cold_start.py --sandkasten "$target_dir/release/sandkasten" --runs "$runs"
+fi
+if [ -n "$warm" ]; then
+  # warm.py exits 1 when a measurement failed (recorded in warm.json and the doc); render anyway, then report it.
+  status=0
+  /usr/bin/python3 bench/warm.py --sandkasten "$target_dir/release/sandkasten" $quick --no-render || status=$?
+fi
+/usr/bin/python3 bench/render.py
+exit "${status:-0}"

@@ -82,12 +82,15 @@ pub(crate) fn remove_dir_once(path: &Path) -> Result<(), CgroupError> {
 /// A directory that is already gone is fine.
 pub(crate) fn remove_dir(path: &Path) -> Result<(), CgroupError> {
     let deadline = Instant::now() + RMDIR_RETRY;
+    let mut pause = Duration::from_micros(50);
     loop {
         match fs::remove_dir(path) {
             Ok(()) => return Ok(()),
             Err(err) if err.kind() == ErrorKind::NotFound => return Ok(()),
             Err(err) if err.kind() == ErrorKind::ResourceBusy && Instant::now() < deadline => {
-                thread::sleep(POLL);
+                // Busy for a moment while the last processes finish exiting: back off from 50 µs to POLL.
+                thread::sleep(pause);
+                pause = (pause * 2).min(POLL);
             }
             Err(source) => {
                 return Err(CgroupError::RemoveDir {
