@@ -35,8 +35,7 @@ fn wait_until_dead(pid: u32) {
 fn crash_and_restart(kill_spawner_too: bool) {
     require_root!();
     // Exclusive: a sandbox left by a crash is only collected by the next spawner; no other run may take it first.
-    let _lock = common::exclusive_lock();
-    let mut server = Server::start();
+    let mut server = Server::start_exclusive();
     let ids: Vec<String> = (0..3).map(|_| server.create(json!({}))).collect();
     // One sandbox is busy when the crash comes.
     let busy = ids[0].clone();

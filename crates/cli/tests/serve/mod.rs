@@ -23,6 +23,9 @@ pub struct Server {
     /// Directory holding the database and config (kept across restarts).
     pub dir: tempfile::TempDir,
     http: ureq::Agent,
+    /// The suite lock held for the server's life: shared normally, exclusive for tests that must be alone (a server's
+    /// spawner garbage-collects other runs' leftovers when it starts).
+    _lock: crate::common::SuiteLock,
 }
 
 fn free_port() -> u16 {
@@ -47,8 +50,17 @@ impl Server {
         Server::start_with("")
     }
 
+    /// As `start`, holding the suite lock exclusively until the server is dropped.
+    pub fn start_exclusive() -> Server {
+        Server::start_locked("", crate::common::exclusive_lock())
+    }
+
     /// As `start`, with `extra` appended to the config file (e.g. `[[pools]]` tables).
     pub fn start_with(extra: &str) -> Server {
+        Server::start_locked(extra, crate::common::shared_lock())
+    }
+
+    fn start_locked(extra: &str, lock: crate::common::SuiteLock) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = format!(
             "[[tenants]]\nname = \"t1\"\napi_keys = [\"{KEY_1}\"]\nmax_sandboxes = 64\nmax_memory_bytes = {}\n\n\
@@ -64,7 +76,7 @@ impl Server {
             .timeout_global(Some(Duration::from_secs(60)))
             .build()
             .into();
-        let mut server = Server { child: None, url: String::new(), dir, http };
+        let mut server = Server { child: None, url: String::new(), dir, http, _lock: lock };
         server.launch();
         server
     }
