@@ -146,7 +146,8 @@ fn run(plan: &InitPlan<'_>, channel: &mut UnixStream) -> Result<(), String> {
 /// through the jail.
 fn serve_until_shutdown(plan: &InitPlan<'_>, channel: &UnixStream) -> Result<(), String> {
     let identity = FsIdentity { uid: plan.jail.uid, gid: plan.jail.gid };
-    let root = SandboxRoot::open(Path::new("/"), Some(identity)).map_err(|e| format!("opening the sandbox root: {e}"))?;
+    let root =
+        SandboxRoot::open(Path::new("/"), Some(identity)).map_err(|e| format!("opening the sandbox root: {e}"))?;
     let stream = channel.try_clone().map_err(|e| format!("duplicating the channel: {e}"))?;
     let launcher = JailLauncher::new(&plan.jail);
     let context = ServeContext { root, base_env: &plan.env, launcher: &launcher };
@@ -191,4 +192,3 @@ fn is_full(mount: &Path) -> bool {
         Err(_) => false,
     }
 }
-

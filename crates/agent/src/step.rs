@@ -8,8 +8,8 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use sandkasten_jail::process::{PreparedExec, ProcessJail, Stdio, contain_and_exec};
 use sandkasten_jail::JailError;
+use sandkasten_jail::process::{PreparedExec, ProcessJail, Stdio, contain_and_exec};
 
 /// A started program, or why it could not start.
 pub enum Started {

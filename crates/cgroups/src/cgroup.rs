@@ -28,11 +28,7 @@ pub struct Cgroup {
 
 impl Cgroup {
     pub(crate) fn new(name: &str, dirs: Dirs, missing: Vec<String>) -> Cgroup {
-        Cgroup {
-            name: name.to_owned(),
-            dirs,
-            missing,
-        }
+        Cgroup { name: name.to_owned(), dirs, missing }
     }
 
     /// The cgroup's name (last path component).

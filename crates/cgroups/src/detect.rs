@@ -17,32 +17,22 @@ impl Hierarchy {
     /// Detects the host hierarchy from `/proc/self/mountinfo`.
     pub fn detect() -> Result<Hierarchy, CgroupError> {
         let path = PathBuf::from(MOUNTINFO);
-        let text = fs::read_to_string(&path).map_err(|source| CgroupError::ReadMountinfo {
-            path: path.clone(),
-            source,
-        })?;
+        let text =
+            fs::read_to_string(&path).map_err(|source| CgroupError::ReadMountinfo { path: path.clone(), source })?;
         Hierarchy::from_mountinfo(&text).ok_or(CgroupError::NoHierarchy { path })
     }
 
     /// Chooses a hierarchy from a mountinfo text, reading the cgroup2 mount's `cgroup.controllers` from
     /// disk; `None` when there is no cgroup mount at all.
     pub fn from_mountinfo(text: &str) -> Option<Hierarchy> {
-        choose(&mountinfo::parse(text), |root| {
-            fsops::read_words(&root.join("cgroup.controllers")).unwrap_or_default()
-        })
+        choose(&mountinfo::parse(text), |root| fsops::read_words(&root.join("cgroup.controllers")).unwrap_or_default())
     }
 }
 
 /// The decision: the first cgroup2 mount if it offers all of memory, pids and cpu; else the v1 mounts
 /// (first mount per controller wins) if any needed v1 controller is mounted; else the cgroup2 mount.
-fn choose(
-    mounts: &[CgroupMount],
-    v2_controllers: impl Fn(&Path) -> BTreeSet<String>,
-) -> Option<Hierarchy> {
-    let unified = mounts
-        .iter()
-        .find(|m| m.unified)
-        .map(|m| m.mount_point.clone());
+fn choose(mounts: &[CgroupMount], v2_controllers: impl Fn(&Path) -> BTreeSet<String>) -> Option<Hierarchy> {
+    let unified = mounts.iter().find(|m| m.unified).map(|m| m.mount_point.clone());
     if let Some(root) = &unified {
         let have = v2_controllers(root);
         if v2::CONTROLLERS.iter().all(|c| have.contains(*c)) {
@@ -52,9 +42,7 @@ fn choose(
     let mut controllers = BTreeMap::new();
     for mount in mounts.iter().filter(|m| !m.unified) {
         for controller in &mount.controllers {
-            controllers
-                .entry(controller.clone())
-                .or_insert_with(|| mount.mount_point.clone());
+            controllers.entry(controller.clone()).or_insert_with(|| mount.mount_point.clone());
         }
     }
     if v1::CONTROLLERS.iter().any(|c| controllers.contains_key(*c)) {
@@ -98,14 +86,8 @@ mod tests {
 
     #[test]
     fn unified_mount_with_the_controllers_wins_over_v1() {
-        let chosen = choose(&mountinfo::parse(HYBRID), |_| {
-            words("cpuset cpu io memory pids")
-        })
-        .unwrap();
-        assert_eq!(
-            chosen,
-            Hierarchy::v2_at(PathBuf::from("/sys/fs/cgroup/unified"))
-        );
+        let chosen = choose(&mountinfo::parse(HYBRID), |_| words("cpuset cpu io memory pids")).unwrap();
+        assert_eq!(chosen, Hierarchy::v2_at(PathBuf::from("/sys/fs/cgroup/unified")));
     }
 
     #[test]
@@ -119,19 +101,9 @@ mod tests {
     #[test]
     fn controllers_are_read_from_the_cgroup2_mount_on_disk() {
         let tmp = tempfile::tempdir().unwrap();
-        fs::write(
-            tmp.path().join("cgroup.controllers"),
-            "cpuset cpu io memory hugetlb pids rdma\n",
-        )
-        .unwrap();
-        let text = format!(
-            "30 23 0:26 / {} rw - cgroup2 cgroup2 rw,nsdelegate\n",
-            tmp.path().display()
-        );
-        assert_eq!(
-            Hierarchy::from_mountinfo(&text),
-            Some(Hierarchy::v2_at(tmp.path().to_owned()))
-        );
+        fs::write(tmp.path().join("cgroup.controllers"), "cpuset cpu io memory hugetlb pids rdma\n").unwrap();
+        let text = format!("30 23 0:26 / {} rw - cgroup2 cgroup2 rw,nsdelegate\n", tmp.path().display());
+        assert_eq!(Hierarchy::from_mountinfo(&text), Some(Hierarchy::v2_at(tmp.path().to_owned())));
     }
 
     #[test]

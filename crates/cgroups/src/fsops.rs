@@ -17,10 +17,7 @@ pub(crate) const POLL: Duration = Duration::from_millis(10);
 
 /// Reads a control file.
 pub(crate) fn read(path: &Path) -> Result<String, CgroupError> {
-    fs::read_to_string(path).map_err(|source| CgroupError::Read {
-        path: path.to_owned(),
-        source,
-    })
+    fs::read_to_string(path).map_err(|source| CgroupError::Read { path: path.to_owned(), source })
 }
 
 /// Reads a control file; `None` when it does not exist.
@@ -29,10 +26,7 @@ pub(crate) fn read_optional(path: &Path) -> Result<Option<String>, CgroupError> 
         Ok(text) => Ok(Some(text)),
         // ENODEV: the cgroup was removed (by another process) between opening and reading the file.
         Err(err) if err.kind() == ErrorKind::NotFound || err.raw_os_error() == Some(libc::ENODEV) => Ok(None),
-        Err(source) => Err(CgroupError::Read {
-            path: path.to_owned(),
-            source,
-        }),
+        Err(source) => Err(CgroupError::Read { path: path.to_owned(), source }),
     }
 }
 
@@ -47,10 +41,7 @@ pub(crate) fn write(path: &Path, value: &str) -> Result<(), CgroupError> {
 
 /// `mkdir` of one directory; fails if it exists.
 pub(crate) fn create_dir(path: &Path) -> Result<(), CgroupError> {
-    fs::create_dir(path).map_err(|source| CgroupError::CreateDir {
-        path: path.to_owned(),
-        source,
-    })
+    fs::create_dir(path).map_err(|source| CgroupError::CreateDir { path: path.to_owned(), source })
 }
 
 /// Creates each missing component of `rel` below `root` (which must exist); returns `root/rel`.
@@ -93,10 +84,7 @@ pub(crate) fn remove_dir(path: &Path) -> Result<(), CgroupError> {
                 pause = (pause * 2).min(POLL);
             }
             Err(source) => {
-                return Err(CgroupError::RemoveDir {
-                    path: path.to_owned(),
-                    source,
-                });
+                return Err(CgroupError::RemoveDir { path: path.to_owned(), source });
             }
         }
     }
@@ -104,10 +92,7 @@ pub(crate) fn remove_dir(path: &Path) -> Result<(), CgroupError> {
 
 /// Names of the subdirectories of `path`; empty when `path` does not exist.
 pub(crate) fn subdirs(path: &Path) -> Result<BTreeSet<String>, CgroupError> {
-    let read_dir_err = |source| CgroupError::ReadDir {
-        path: path.to_owned(),
-        source,
-    };
+    let read_dir_err = |source| CgroupError::ReadDir { path: path.to_owned(), source };
     let entries = match fs::read_dir(path) {
         Ok(entries) => entries,
         Err(err) if err.kind() == ErrorKind::NotFound => return Ok(BTreeSet::new()),
@@ -131,31 +116,20 @@ pub(crate) fn read_procs(dir: &Path) -> Result<Vec<u32>, CgroupError> {
         return Ok(Vec::new());
     };
     text.split_whitespace()
-        .map(|word| {
-            word.parse().map_err(|_| CgroupError::Parse {
-                path: path.clone(),
-                content: word.to_owned(),
-            })
-        })
+        .map(|word| word.parse().map_err(|_| CgroupError::Parse { path: path.clone(), content: word.to_owned() }))
         .collect()
 }
 
 /// The whitespace-separated words of a file such as `cgroup.controllers`; empty when it does not exist.
 pub(crate) fn read_words(path: &Path) -> Result<BTreeSet<String>, CgroupError> {
     let text = read_optional(path)?.unwrap_or_default();
-    Ok(text
-        .split_whitespace()
-        .map(|w| w.trim_start_matches('+').to_owned())
-        .collect())
+    Ok(text.split_whitespace().map(|w| w.trim_start_matches('+').to_owned()).collect())
 }
 
 /// Checks `parent` (`a/b`, may be empty) and `name` (one component) and returns them as relative paths.
 pub(crate) fn relative_paths(parent: &str, name: &str) -> Result<(PathBuf, PathBuf), CgroupError> {
     let parent_rel = relative_parent(parent)?;
-    let invalid = |reason| CgroupError::InvalidName {
-        name: name.to_owned(),
-        reason,
-    };
+    let invalid = |reason| CgroupError::InvalidName { name: name.to_owned(), reason };
     if name.is_empty() {
         return Err(invalid("empty"));
     }
@@ -171,31 +145,21 @@ pub(crate) fn relative_paths(parent: &str, name: &str) -> Result<(PathBuf, PathB
 
 /// Checks a parent path: relative, `/`-separated, no empty, `.` or `..` components; may be empty.
 pub(crate) fn relative_parent(parent: &str) -> Result<PathBuf, CgroupError> {
-    let invalid = |reason| CgroupError::InvalidName {
-        name: parent.to_owned(),
-        reason,
-    };
+    let invalid = |reason| CgroupError::InvalidName { name: parent.to_owned(), reason };
     if parent.is_empty() {
         return Ok(PathBuf::new());
     }
     if parent.contains('\0') {
         return Err(invalid("contains NUL"));
     }
-    if parent
-        .split('/')
-        .any(|part| part.is_empty() || part == "." || part == "..")
-    {
-        return Err(invalid(
-            "must be relative with no empty, '.' or '..' components",
-        ));
+    if parent.split('/').any(|part| part.is_empty() || part == "." || part == "..") {
+        return Err(invalid("must be relative with no empty, '.' or '..' components"));
     }
     let path = PathBuf::from(parent);
     if path.components().all(|c| matches!(c, Component::Normal(_))) {
         Ok(path)
     } else {
-        Err(invalid(
-            "must be relative with no empty, '.' or '..' components",
-        ))
+        Err(invalid("must be relative with no empty, '.' or '..' components"))
     }
 }
 
@@ -206,19 +170,10 @@ mod tests {
 
     #[test]
     fn names_that_escape_the_parent_are_rejected() {
-        for (parent, name) in [
-            ("", ""),
-            ("a", "b/c"),
-            ("a", ".."),
-            ("a", "."),
-            ("/abs", "x"),
-            ("a/../b", "x"),
-            ("a//b", "x"),
-        ] {
-            assert!(
-                relative_paths(parent, name).is_err(),
-                "{parent:?} {name:?} accepted"
-            );
+        for (parent, name) in
+            [("", ""), ("a", "b/c"), ("a", ".."), ("a", "."), ("/abs", "x"), ("a/../b", "x"), ("a//b", "x")]
+        {
+            assert!(relative_paths(parent, name).is_err(), "{parent:?} {name:?} accepted");
         }
         let (parent, full) = relative_paths("sandkasten/runs", "r1").unwrap();
         assert_eq!(parent, Path::new("sandkasten/runs"));
@@ -232,10 +187,7 @@ mod tests {
         let dir = ensure_dirs(tmp.path(), Path::new("a/b")).unwrap();
         assert!(dir.is_dir());
         ensure_dirs(tmp.path(), Path::new("a/b")).unwrap();
-        assert!(matches!(
-            ensure_dirs(&tmp.path().join("absent"), Path::new("a")),
-            Err(CgroupError::CreateDir { .. })
-        ));
+        assert!(matches!(ensure_dirs(&tmp.path().join("absent"), Path::new("a")), Err(CgroupError::CreateDir { .. })));
     }
 
     #[test]
@@ -245,10 +197,7 @@ mod tests {
         let full = tmp.path().join("full");
         fs::create_dir(&full).unwrap();
         fs::write(full.join("f"), "x").unwrap();
-        assert!(matches!(
-            remove_dir(&full),
-            Err(CgroupError::RemoveDir { .. })
-        ));
+        assert!(matches!(remove_dir(&full), Err(CgroupError::RemoveDir { .. })));
         assert!(full.join("f").exists());
     }
 
@@ -259,9 +208,6 @@ mod tests {
         fs::write(tmp.path().join("cgroup.procs"), "12\n34\n").unwrap();
         assert_eq!(read_procs(tmp.path()).unwrap(), [12, 34]);
         fs::write(tmp.path().join("cgroup.procs"), "12\nx\n").unwrap();
-        assert!(matches!(
-            read_procs(tmp.path()),
-            Err(CgroupError::Parse { .. })
-        ));
+        assert!(matches!(read_procs(tmp.path()), Err(CgroupError::Parse { .. })));
     }
 }

@@ -18,28 +18,20 @@ pub struct Hierarchy {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Layout {
-    V1 {
-        controllers: BTreeMap<String, PathBuf>,
-    },
-    V2 {
-        root: PathBuf,
-    },
+    V1 { controllers: BTreeMap<String, PathBuf> },
+    V2 { root: PathBuf },
 }
 
 impl Hierarchy {
     /// A v1 hierarchy with each controller mounted at the given path (co-mounted controllers map to the
     /// same path).
     pub fn v1_at(controllers: BTreeMap<String, PathBuf>) -> Hierarchy {
-        Hierarchy {
-            layout: Layout::V1 { controllers },
-        }
+        Hierarchy { layout: Layout::V1 { controllers } }
     }
 
     /// A v2 hierarchy rooted at `root` (a cgroup2 mount or a delegated subtree of one).
     pub fn v2_at(root: PathBuf) -> Hierarchy {
-        Hierarchy {
-            layout: Layout::V2 { root },
-        }
+        Hierarchy { layout: Layout::V2 { root } }
     }
 
     /// Which cgroup version this is.
@@ -68,8 +60,7 @@ impl Hierarchy {
                 for controller in v1::CONTROLLERS {
                     match controllers.get(controller) {
                         Some(path) => {
-                            let _ =
-                                write!(line, " {controller}={} ({})", path.display(), access(path));
+                            let _ = write!(line, " {controller}={} ({})", path.display(), access(path));
                         }
                         None => missing.push(controller),
                     }
@@ -96,17 +87,10 @@ impl Hierarchy {
     /// see `Cgroup::missing_controllers`) and applies `limits`. A limit whose controller is missing is an
     /// error (limits are never silently dropped). On failure half way, removes what it created.
     /// `parent` is a relative `/`-separated path (may be empty); `name` is one component.
-    pub fn create(
-        &self,
-        parent: &str,
-        name: &str,
-        limits: &CgroupLimits,
-    ) -> Result<Cgroup, CgroupError> {
+    pub fn create(&self, parent: &str, name: &str, limits: &CgroupLimits) -> Result<Cgroup, CgroupError> {
         let (parent_rel, full_rel) = fsops::relative_paths(parent, name)?;
         match &self.layout {
-            Layout::V1 { controllers } => {
-                v1::create(controllers, &parent_rel, &full_rel, name, limits)
-            }
+            Layout::V1 { controllers } => v1::create(controllers, &parent_rel, &full_rel, name, limits),
             Layout::V2 { root } => v2::create(root, &parent_rel, &full_rel, name, limits),
         }
     }
@@ -136,20 +120,13 @@ impl Hierarchy {
     pub fn remove_parent(&self, parent: &str) -> Result<(), CgroupError> {
         let parent_rel = fsops::relative_parent(parent)?;
         if parent_rel.as_os_str().is_empty() {
-            return Err(CgroupError::InvalidName {
-                name: parent.to_owned(),
-                reason: "the root cannot be removed",
-            });
+            return Err(CgroupError::InvalidName { name: parent.to_owned(), reason: "the root cannot be removed" });
         }
         match &self.layout {
             Layout::V1 { controllers } => {
                 let mounts: BTreeMap<String, PathBuf> = v1::CONTROLLERS
                     .iter()
-                    .filter_map(|c| {
-                        controllers
-                            .get(*c)
-                            .map(|m| ((*c).to_owned(), m.join(&parent_rel)))
-                    })
+                    .filter_map(|c| controllers.get(*c).map(|m| ((*c).to_owned(), m.join(&parent_rel))))
                     .collect();
                 for dir in v1::unique_dirs(&mounts) {
                     fsops::remove_dir_once(&dir)?;
@@ -163,9 +140,5 @@ impl Hierarchy {
 
 /// `a b c`, or `none` for an empty list.
 fn join_or_none(items: &[&str]) -> String {
-    if items.is_empty() {
-        "none".to_owned()
-    } else {
-        items.join(" ")
-    }
+    if items.is_empty() { "none".to_owned() } else { items.join(" ") }
 }

@@ -40,10 +40,7 @@ pub(crate) fn kill_listed(
     let own = std::process::id();
     let mut killed = BTreeSet::new();
     while Instant::now() < deadline {
-        let fresh: Vec<u32> = list()?
-            .into_iter()
-            .filter(|pid| *pid != own && !killed.contains(pid))
-            .collect();
+        let fresh: Vec<u32> = list()?.into_iter().filter(|pid| *pid != own && !killed.contains(pid)).collect();
         if fresh.is_empty() {
             break;
         }

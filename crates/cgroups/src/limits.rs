@@ -15,12 +15,7 @@ pub struct CgroupLimits {
 
 impl Default for CgroupLimits {
     fn default() -> Self {
-        CgroupLimits {
-            memory_bytes: None,
-            pids_max: None,
-            cpu_quota_us: None,
-            cpu_period_us: 100_000,
-        }
+        CgroupLimits { memory_bytes: None, pids_max: None, cpu_quota_us: None, cpu_period_us: 100_000 }
     }
 }
 
@@ -54,12 +49,8 @@ mod tests {
 
     #[test]
     fn each_limit_needs_its_controller() {
-        let limits = CgroupLimits {
-            memory_bytes: Some(1),
-            pids_max: Some(2),
-            cpu_quota_us: Some(3),
-            ..CgroupLimits::default()
-        };
+        let limits =
+            CgroupLimits { memory_bytes: Some(1), pids_max: Some(2), cpu_quota_us: Some(3), ..CgroupLimits::default() };
         assert_eq!(limits.needed_controllers(), ["memory", "pids", "cpu"]);
     }
 }

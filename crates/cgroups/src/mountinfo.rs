@@ -14,15 +14,8 @@ pub(crate) struct CgroupMount {
 }
 
 /// Super options of a v1 cgroup mount that are not controller names.
-const NON_CONTROLLER_OPTIONS: [&str; 7] = [
-    "rw",
-    "ro",
-    "noprefix",
-    "xattr",
-    "clone_children",
-    "cpuset_v2_mode",
-    "favordynmods",
-];
+const NON_CONTROLLER_OPTIONS: [&str; 7] =
+    ["rw", "ro", "noprefix", "xattr", "clone_children", "cpuset_v2_mode", "favordynmods"];
 
 /// The cgroup mounts of a mountinfo text, in file order; lines that do not parse are skipped.
 pub(crate) fn parse(text: &str) -> Vec<CgroupMount> {
@@ -46,20 +39,14 @@ fn parse_line(line: &str) -> Option<CgroupMount> {
     } else {
         super_options
             .split(',')
-            .filter(|opt| {
-                !opt.is_empty() && !opt.contains('=') && !NON_CONTROLLER_OPTIONS.contains(opt)
-            })
+            .filter(|opt| !opt.is_empty() && !opt.contains('=') && !NON_CONTROLLER_OPTIONS.contains(opt))
             .map(str::to_owned)
             .collect()
     };
     if !unified && controllers.is_empty() {
         return None;
     }
-    Some(CgroupMount {
-        mount_point: PathBuf::from(unescape(mount_point)),
-        unified,
-        controllers,
-    })
+    Some(CgroupMount { mount_point: PathBuf::from(unescape(mount_point)), unified, controllers })
 }
 
 /// Decodes the octal escapes (`\040` space, `\011` tab, `\012` newline, `\134` backslash) of a mountinfo field.
@@ -68,14 +55,10 @@ fn unescape(field: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let octal = bytes
-            .get(i + 1..i + 4)
-            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        let octal = bytes.get(i + 1..i + 4).filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
         match (bytes[i], octal) {
             (b'\\', Some(digits)) => {
-                let value = digits
-                    .iter()
-                    .fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
+                let value = digits.iter().fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
                 out.push(u8::try_from(value).unwrap_or(b'?'));
                 i += 4;
             }
@@ -107,31 +90,15 @@ garbage line
     #[test]
     fn sample_with_co_mounted_cpu_cpuacct_and_cgroup2() {
         let mounts = parse(SAMPLE);
-        let summary: Vec<(String, bool, Vec<String>)> = mounts
-            .iter()
-            .map(|m| {
-                (
-                    m.mount_point.display().to_string(),
-                    m.unified,
-                    m.controllers.clone(),
-                )
-            })
-            .collect();
+        let summary: Vec<(String, bool, Vec<String>)> =
+            mounts.iter().map(|m| (m.mount_point.display().to_string(), m.unified, m.controllers.clone())).collect();
         let owned = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
         assert_eq!(
             summary,
             vec![
                 ("/sys/fs/cgroup/unified".to_owned(), true, vec![]),
-                (
-                    "/sys/fs/cgroup/cpu,cpuacct".to_owned(),
-                    false,
-                    owned(&["cpu", "cpuacct"])
-                ),
-                (
-                    "/sys/fs/cgroup/memory".to_owned(),
-                    false,
-                    owned(&["memory"])
-                ),
+                ("/sys/fs/cgroup/cpu,cpuacct".to_owned(), false, owned(&["cpu", "cpuacct"])),
+                ("/sys/fs/cgroup/memory".to_owned(), false, owned(&["memory"])),
                 ("/sys/fs/cgroup/pids".to_owned(), false, owned(&["pids"])),
                 ("/mnt/my cgroups".to_owned(), false, owned(&["freezer"])),
             ]

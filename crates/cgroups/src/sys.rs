@@ -9,18 +9,13 @@ use std::path::Path;
 /// Sends SIGKILL to one process. Refuses pid 0 and pids that do not fit a positive `pid_t`,
 /// so a bad value can never turn into "kill my process group" or "kill everything".
 pub(crate) fn sigkill(pid: u32) -> io::Result<()> {
-    let target =
-        libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let target = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     if target <= 0 {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
     // SAFETY: kill(2) takes two integers and touches no memory of ours; `target` is a single positive pid.
     let rc = unsafe { libc::kill(target, libc::SIGKILL) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
 /// Whether this process may create entries in `path` (access(2) with W_OK; false on any error,

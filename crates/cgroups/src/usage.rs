@@ -54,10 +54,7 @@ fn single(path: Option<PathBuf>) -> Result<u64, CgroupError> {
         return Ok(0);
     };
     let trimmed = text.trim();
-    trimmed.parse().map_err(|_| CgroupError::Parse {
-        path,
-        content: trimmed.to_owned(),
-    })
+    trimmed.parse().map_err(|_| CgroupError::Parse { path, content: trimmed.to_owned() })
 }
 
 /// The value of the `key value` line of a file; 0 when the controller, the file or the line is missing.
@@ -70,10 +67,7 @@ fn keyed(path: Option<PathBuf>, key: &str) -> Result<u64, CgroupError> {
         let mut words = line.split_whitespace();
         if words.next() == Some(key) {
             let value = words.next().unwrap_or("");
-            return value.parse().map_err(|_| CgroupError::Parse {
-                path,
-                content: line.to_owned(),
-            });
+            return value.parse().map_err(|_| CgroupError::Parse { path, content: line.to_owned() });
         }
     }
     Ok(0)
@@ -97,27 +91,14 @@ mod tests {
         }
         fs::write(tmp.path().join("cpuacct/cpuacct.usage_user"), "1500\n").unwrap();
         fs::write(tmp.path().join("cpuacct/cpuacct.usage_sys"), "700\n").unwrap();
-        fs::write(
-            tmp.path().join("memory/memory.max_usage_in_bytes"),
-            "4096\n",
-        )
-        .unwrap();
-        fs::write(
-            tmp.path().join("memory/memory.oom_control"),
-            "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
-        )
-        .unwrap();
+        fs::write(tmp.path().join("memory/memory.max_usage_in_bytes"), "4096\n").unwrap();
+        fs::write(tmp.path().join("memory/memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
+            .unwrap();
         fs::write(tmp.path().join("pids/pids.events"), "max 3\n").unwrap();
         let usage = read_v1(&dirs).unwrap();
         assert_eq!(
             usage,
-            Usage {
-                cpu_user_ns: 1500,
-                cpu_system_ns: 700,
-                memory_peak_bytes: 4096,
-                oom_kills: 2,
-                pids_limit_hits: 3
-            }
+            Usage { cpu_user_ns: 1500, cpu_system_ns: 700, memory_peak_bytes: 4096, oom_kills: 2, pids_limit_hits: 3 }
         );
     }
 
@@ -125,17 +106,9 @@ mod tests {
     fn v2_usage_converts_microseconds() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        fs::write(
-            dir.join("cpu.stat"),
-            "usage_usec 30\nuser_usec 20\nsystem_usec 10\n",
-        )
-        .unwrap();
+        fs::write(dir.join("cpu.stat"), "usage_usec 30\nuser_usec 20\nsystem_usec 10\n").unwrap();
         fs::write(dir.join("memory.peak"), "8192\n").unwrap();
-        fs::write(
-            dir.join("memory.events"),
-            "low 0\nhigh 0\nmax 5\noom 1\noom_kill 1\noom_group_kill 0\n",
-        )
-        .unwrap();
+        fs::write(dir.join("memory.events"), "low 0\nhigh 0\nmax 5\noom 1\noom_kill 1\noom_group_kill 0\n").unwrap();
         fs::write(dir.join("pids.events"), "max 4\n").unwrap();
         let usage = read_v2(dir).unwrap();
         assert_eq!(

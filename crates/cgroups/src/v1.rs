@@ -31,11 +31,7 @@ fn split_needed(mounts: &BTreeMap<String, PathBuf>) -> (BTreeMap<String, PathBuf
 
 /// The distinct directories of a controller → directory map (co-mounted controllers share one).
 pub(crate) fn unique_dirs(dirs: &BTreeMap<String, PathBuf>) -> Vec<PathBuf> {
-    dirs.values()
-        .cloned()
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect()
+    dirs.values().cloned().collect::<BTreeSet<_>>().into_iter().collect()
 }
 
 /// Creates `<mount>/<parent>/<name>` in every needed controller and applies `limits`; on failure removes
@@ -53,19 +49,13 @@ pub(crate) fn create(
     }
     for controller in limits.needed_controllers() {
         if !present.contains_key(controller) {
-            return Err(CgroupError::ControllerUnavailable {
-                controller,
-                path: parent_rel.to_owned(),
-            });
+            return Err(CgroupError::ControllerUnavailable { controller, path: parent_rel.to_owned() });
         }
     }
-    let dirs: BTreeMap<String, PathBuf> = present
-        .iter()
-        .map(|(controller, mount)| (controller.clone(), mount.join(full_rel)))
-        .collect();
+    let dirs: BTreeMap<String, PathBuf> =
+        present.iter().map(|(controller, mount)| (controller.clone(), mount.join(full_rel))).collect();
     let mut created = Vec::new();
-    let built = make_dirs(&present, parent_rel, full_rel, &mut created)
-        .and_then(|()| apply_limits(&dirs, limits));
+    let built = make_dirs(&present, parent_rel, full_rel, &mut created).and_then(|()| apply_limits(&dirs, limits));
     if let Err(err) = built {
         for dir in created.iter().rev() {
             // Best effort: the original error is the one worth reporting.
@@ -94,16 +84,9 @@ fn make_dirs(
 
 /// Writes the v1 limit files: `memory.limit_in_bytes` (+ `memory.memsw.limit_in_bytes` when swap accounting
 /// exists, so swap is 0), `pids.max`, `cpu.cfs_period_us` then `cpu.cfs_quota_us`.
-pub(crate) fn apply_limits(
-    dirs: &BTreeMap<String, PathBuf>,
-    limits: &CgroupLimits,
-) -> Result<(), CgroupError> {
+pub(crate) fn apply_limits(dirs: &BTreeMap<String, PathBuf>, limits: &CgroupLimits) -> Result<(), CgroupError> {
     let dir = |controller: &'static str| {
-        dirs.get(controller)
-            .ok_or_else(|| CgroupError::ControllerUnavailable {
-                controller,
-                path: PathBuf::new(),
-            })
+        dirs.get(controller).ok_or_else(|| CgroupError::ControllerUnavailable { controller, path: PathBuf::new() })
     };
     if let Some(bytes) = limits.memory_bytes {
         let memory = dir("memory")?;
@@ -120,21 +103,14 @@ pub(crate) fn apply_limits(
     }
     if let Some(quota) = limits.cpu_quota_us {
         let cpu = dir("cpu")?;
-        fsops::write(
-            &cpu.join("cpu.cfs_period_us"),
-            &limits.cpu_period_us.to_string(),
-        )?;
+        fsops::write(&cpu.join("cpu.cfs_period_us"), &limits.cpu_period_us.to_string())?;
         fsops::write(&cpu.join("cpu.cfs_quota_us"), &quota.to_string())?;
     }
     Ok(())
 }
 
 /// The cgroup `<mount>/<parent>/<name>` in every needed controller that has it; `None` if none has it.
-pub(crate) fn open(
-    mounts: &BTreeMap<String, PathBuf>,
-    full_rel: &Path,
-    name: &str,
-) -> Option<Cgroup> {
+pub(crate) fn open(mounts: &BTreeMap<String, PathBuf>, full_rel: &Path, name: &str) -> Option<Cgroup> {
     let (present, mut missing) = split_needed(mounts);
     let mut dirs = BTreeMap::new();
     for (controller, mount) in present {
@@ -150,10 +126,7 @@ pub(crate) fn open(
 }
 
 /// Names of the cgroups under `<mount>/<parent>` in any needed controller.
-pub(crate) fn list(
-    mounts: &BTreeMap<String, PathBuf>,
-    parent_rel: &Path,
-) -> Result<BTreeSet<String>, CgroupError> {
+pub(crate) fn list(mounts: &BTreeMap<String, PathBuf>, parent_rel: &Path) -> Result<BTreeSet<String>, CgroupError> {
     let (present, _) = split_needed(mounts);
     let mut names = BTreeSet::new();
     for mount in unique_dirs(&present) {
@@ -195,10 +168,7 @@ pub(crate) fn kill_all(dirs: &BTreeMap<String, PathBuf>) -> Result<(), CgroupErr
         }
         if Instant::now() >= deadline {
             let path = unique_dirs(dirs).into_iter().next().unwrap_or_default();
-            return Err(CgroupError::KillTimeout {
-                path,
-                pids: pids(dirs)?,
-            });
+            return Err(CgroupError::KillTimeout { path, pids: pids(dirs)? });
         }
     }
 }

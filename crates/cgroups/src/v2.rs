@@ -31,18 +31,12 @@ pub(crate) fn create(
         ancestor.push(component);
         available = enable_controllers(&ancestor)?;
     }
-    let missing: Vec<String> = CONTROLLERS
-        .iter()
-        .filter(|c| !available.contains(**c))
-        .map(|c| (*c).to_owned())
-        .collect();
+    let missing: Vec<String> =
+        CONTROLLERS.iter().filter(|c| !available.contains(**c)).map(|c| (*c).to_owned()).collect();
     let dir = root.join(full_rel);
     for controller in limits.needed_controllers() {
         if !available.contains(controller) {
-            return Err(CgroupError::ControllerUnavailable {
-                controller,
-                path: dir,
-            });
+            return Err(CgroupError::ControllerUnavailable { controller, path: dir });
         }
     }
     fsops::create_dir(&dir)?;
@@ -65,8 +59,7 @@ fn enable_controllers(dir: &Path) -> Result<BTreeSet<&'static str>, CgroupError>
     for controller in CONTROLLERS {
         // One controller per write, so one refusal does not block the others.
         if already.contains(controller)
-            || (have.contains(controller)
-                && fsops::write(&subtree_control, &format!("+{controller}")).is_ok())
+            || (have.contains(controller) && fsops::write(&subtree_control, &format!("+{controller}")).is_ok())
         {
             enabled.insert(controller);
         }
@@ -88,30 +81,19 @@ pub(crate) fn apply_limits(dir: &Path, limits: &CgroupLimits) -> Result<(), Cgro
         fsops::write(&dir.join("pids.max"), &max.to_string())?;
     }
     if let Some(quota) = limits.cpu_quota_us {
-        fsops::write(
-            &dir.join("cpu.max"),
-            &format!("{quota} {}", limits.cpu_period_us),
-        )?;
+        fsops::write(&dir.join("cpu.max"), &format!("{quota} {}", limits.cpu_period_us))?;
     }
     Ok(())
 }
 
 /// The cgroup `<root>/<parent>/<name>` if its directory exists.
-pub(crate) fn open(
-    root: &Path,
-    full_rel: &Path,
-    name: &str,
-) -> Result<Option<Cgroup>, CgroupError> {
+pub(crate) fn open(root: &Path, full_rel: &Path, name: &str) -> Result<Option<Cgroup>, CgroupError> {
     let dir = root.join(full_rel);
     if !dir.is_dir() {
         return Ok(None);
     }
     let have = fsops::read_words(&dir.join("cgroup.controllers"))?;
-    let missing = CONTROLLERS
-        .iter()
-        .filter(|c| !have.contains(**c))
-        .map(|c| (*c).to_owned())
-        .collect();
+    let missing = CONTROLLERS.iter().filter(|c| !have.contains(**c)).map(|c| (*c).to_owned()).collect();
     Ok(Some(Cgroup::new(name, Dirs::V2(dir), missing)))
 }
 
@@ -151,8 +133,7 @@ fn freeze(dir: &Path, until: Instant) -> Result<(), CgroupError> {
     fsops::write(&dir.join("cgroup.freeze"), "1")?;
     let events = dir.join("cgroup.events");
     kill::poll_until(until, || {
-        Ok(fsops::read_optional(&events)?
-            .is_some_and(|text| text.lines().any(|l| l.trim() == "frozen 1")))
+        Ok(fsops::read_optional(&events)?.is_some_and(|text| text.lines().any(|l| l.trim() == "frozen 1")))
     })?;
     Ok(())
 }
@@ -160,10 +141,7 @@ fn freeze(dir: &Path, until: Instant) -> Result<(), CgroupError> {
 /// The `KillTimeout` error for `dir`, listing what is still inside.
 fn timeout(dir: &Path) -> CgroupError {
     let pids = fsops::read_procs(dir).unwrap_or_default();
-    CgroupError::KillTimeout {
-        path: PathBuf::from(dir),
-        pids,
-    }
+    CgroupError::KillTimeout { path: PathBuf::from(dir), pids }
 }
 
 #[cfg(test)]

@@ -35,31 +35,17 @@ fn v1_host() -> Option<Hierarchy> {
 fn kill_all_reaches_children_and_forked_grandchildren() {
     let Some(hierarchy) = v1_host() else { return };
     let mut guard = Guard::new(hierarchy, "kill");
-    let cgroup = guard
-        .hierarchy
-        .create(&guard.parent, "run", &CgroupLimits::default())
-        .unwrap();
-    assert!(
-        cgroup.missing_controllers().is_empty(),
-        "{:?}",
-        cgroup.missing_controllers()
-    );
+    let cgroup = guard.hierarchy.create(&guard.parent, "run", &CgroupLimits::default()).unwrap();
+    assert!(cgroup.missing_controllers().is_empty(), "{:?}", cgroup.missing_controllers());
     let mut direct = Vec::new();
-    for script in [
-        "exec sleep 1000",
-        "exec sleep 1000",
-        "sleep 1000 & exec sleep 1000",
-    ] {
+    for script in ["exec sleep 1000", "exec sleep 1000", "sleep 1000 & exec sleep 1000"] {
         let (pid, gate) = guard.spawn_gated(script);
         cgroup.add_process(pid).unwrap();
         open_gate(gate);
         direct.push(pid);
     }
     let inside = wait_for_pids(&cgroup, 4);
-    assert!(
-        direct.iter().all(|pid| inside.contains(pid)),
-        "{direct:?} not all in {inside:?}"
-    );
+    assert!(direct.iter().all(|pid| inside.contains(pid)), "{direct:?} not all in {inside:?}");
     cgroup.kill_all().unwrap();
     assert!(cgroup.pids().unwrap().is_empty());
     for pid in &direct {
@@ -67,12 +53,7 @@ fn kill_all_reaches_children_and_forked_grandchildren() {
     }
     assert_all_dead(&inside);
     let freezer = cgroup.controller_path("freezer").unwrap();
-    assert_eq!(
-        fs::read_to_string(freezer.join("freezer.state"))
-            .unwrap()
-            .trim(),
-        "THAWED"
-    );
+    assert_eq!(fs::read_to_string(freezer.join("freezer.state")).unwrap().trim(), "THAWED");
     let paths = cgroup.paths();
     cgroup.remove().unwrap();
     guard.finish(&paths);
@@ -82,14 +63,8 @@ fn kill_all_reaches_children_and_forked_grandchildren() {
 fn fork_loop_is_killed_completely() {
     let Some(hierarchy) = v1_host() else { return };
     let mut guard = Guard::new(hierarchy, "forkloop");
-    let limits = CgroupLimits {
-        pids_max: Some(64),
-        ..CgroupLimits::default()
-    };
-    let cgroup = guard
-        .hierarchy
-        .create(&guard.parent, "run", &limits)
-        .unwrap();
+    let limits = CgroupLimits { pids_max: Some(64), ..CgroupLimits::default() };
+    let cgroup = guard.hierarchy.create(&guard.parent, "run", &limits).unwrap();
     let (pid, gate) = guard.spawn_gated("while true; do sleep 1000 & done");
     cgroup.add_process(pid).unwrap();
     open_gate(gate);
@@ -108,37 +83,20 @@ fn memory_limit_oom_kills_inside_the_cgroup() {
     let Some(hierarchy) = v1_host() else { return };
     let mut guard = Guard::new(hierarchy, "oom");
     let limit = 64 << 20;
-    let limits = CgroupLimits {
-        memory_bytes: Some(limit),
-        ..CgroupLimits::default()
-    };
-    let cgroup = guard
-        .hierarchy
-        .create(&guard.parent, "run", &limits)
-        .unwrap();
+    let limits = CgroupLimits { memory_bytes: Some(limit), ..CgroupLimits::default() };
+    let cgroup = guard.hierarchy.create(&guard.parent, "run", &limits).unwrap();
     let memory = cgroup.controller_path("memory").unwrap();
     for file in ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"] {
-        assert_eq!(
-            fs::read_to_string(memory.join(file)).unwrap().trim(),
-            limit.to_string(),
-            "{file}"
-        );
+        assert_eq!(fs::read_to_string(memory.join(file)).unwrap().trim(), limit.to_string(), "{file}");
     }
     let (pid, gate) = guard.spawn_gated("exec /usr/bin/python3 -c 'b = bytearray(200 << 20)'");
     cgroup.add_process(pid).unwrap();
     open_gate(gate);
     let status = guard.reap(pid);
-    assert_eq!(
-        status.signal(),
-        Some(libc_sigkill()),
-        "python was not OOM-killed: {status:?}"
-    );
+    assert_eq!(status.signal(), Some(libc_sigkill()), "python was not OOM-killed: {status:?}");
     let usage = cgroup.usage().unwrap();
     assert!(usage.oom_kills >= 1, "{usage:?}");
-    assert!(
-        usage.memory_peak_bytes > 0 && usage.memory_peak_bytes <= limit,
-        "{usage:?}"
-    );
+    assert!(usage.memory_peak_bytes > 0 && usage.memory_peak_bytes <= limit, "{usage:?}");
     let paths = cgroup.paths();
     cgroup.remove().unwrap();
     guard.finish(&paths);
@@ -148,16 +106,9 @@ fn memory_limit_oom_kills_inside_the_cgroup() {
 fn fork_bomb_hits_the_pids_limit() {
     let Some(hierarchy) = v1_host() else { return };
     let mut guard = Guard::new(hierarchy, "pids");
-    let limits = CgroupLimits {
-        pids_max: Some(5),
-        ..CgroupLimits::default()
-    };
-    let cgroup = guard
-        .hierarchy
-        .create(&guard.parent, "run", &limits)
-        .unwrap();
-    let (pid, gate) =
-        guard.spawn_gated("for i in 1 2 3 4 5 6 7 8 9 10; do sleep 1000 & done; wait");
+    let limits = CgroupLimits { pids_max: Some(5), ..CgroupLimits::default() };
+    let cgroup = guard.hierarchy.create(&guard.parent, "run", &limits).unwrap();
+    let (pid, gate) = guard.spawn_gated("for i in 1 2 3 4 5 6 7 8 9 10; do sleep 1000 & done; wait");
     cgroup.add_process(pid).unwrap();
     open_gate(gate);
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -178,28 +129,11 @@ fn fork_bomb_hits_the_pids_limit() {
 fn cpu_limit_is_written_and_usage_counts_cpu_time() {
     let Some(hierarchy) = v1_host() else { return };
     let mut guard = Guard::new(hierarchy, "cpu");
-    let limits = CgroupLimits {
-        cpu_quota_us: Some(50_000),
-        cpu_period_us: 100_000,
-        ..CgroupLimits::default()
-    };
-    let cgroup = guard
-        .hierarchy
-        .create(&guard.parent, "run", &limits)
-        .unwrap();
+    let limits = CgroupLimits { cpu_quota_us: Some(50_000), cpu_period_us: 100_000, ..CgroupLimits::default() };
+    let cgroup = guard.hierarchy.create(&guard.parent, "run", &limits).unwrap();
     let cpu = cgroup.controller_path("cpu").unwrap();
-    assert_eq!(
-        fs::read_to_string(cpu.join("cpu.cfs_quota_us"))
-            .unwrap()
-            .trim(),
-        "50000"
-    );
-    assert_eq!(
-        fs::read_to_string(cpu.join("cpu.cfs_period_us"))
-            .unwrap()
-            .trim(),
-        "100000"
-    );
+    assert_eq!(fs::read_to_string(cpu.join("cpu.cfs_quota_us")).unwrap().trim(), "50000");
+    assert_eq!(fs::read_to_string(cpu.join("cpu.cfs_period_us")).unwrap().trim(), "100000");
     let (pid, gate) = guard.spawn_gated("i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done");
     cgroup.add_process(pid).unwrap();
     open_gate(gate);
@@ -215,14 +149,8 @@ fn cpu_limit_is_written_and_usage_counts_cpu_time() {
 fn crashed_runs_are_found_by_list_and_open() {
     let Some(hierarchy) = v1_host() else { return };
     let mut guard = Guard::new(hierarchy, "gc");
-    let first = guard
-        .hierarchy
-        .create(&guard.parent, "a", &CgroupLimits::default())
-        .unwrap();
-    guard
-        .hierarchy
-        .create(&guard.parent, "b", &CgroupLimits::default())
-        .unwrap();
+    let first = guard.hierarchy.create(&guard.parent, "a", &CgroupLimits::default()).unwrap();
+    guard.hierarchy.create(&guard.parent, "b", &CgroupLimits::default()).unwrap();
     let (pid, gate) = guard.spawn_gated("exec sleep 1000");
     first.add_process(pid).unwrap();
     open_gate(gate);
@@ -244,27 +172,14 @@ fn a_limit_the_kernel_rejects_fails_and_leaves_nothing() {
     let Some(hierarchy) = v1_host() else { return };
     let guard = Guard::new(hierarchy, "reject");
     // The kernel refuses CFS quotas below 1 ms with EINVAL.
-    let limits = CgroupLimits {
-        memory_bytes: Some(64 << 20),
-        cpu_quota_us: Some(10),
-        ..CgroupLimits::default()
-    };
-    let err = guard
-        .hierarchy
-        .create(&guard.parent, "run", &limits)
-        .unwrap_err();
+    let limits = CgroupLimits { memory_bytes: Some(64 << 20), cpu_quota_us: Some(10), ..CgroupLimits::default() };
+    let err = guard.hierarchy.create(&guard.parent, "run", &limits).unwrap_err();
     match &err {
         CgroupError::Write { path, .. } => assert!(path.ends_with("cpu.cfs_quota_us"), "{err}"),
         other => panic!("expected a write error, got {other}"),
     }
     assert!(guard.hierarchy.list(&guard.parent).unwrap().is_empty());
-    assert!(
-        guard
-            .hierarchy
-            .open(&guard.parent, "run")
-            .unwrap()
-            .is_none()
-    );
+    assert!(guard.hierarchy.open(&guard.parent, "run").unwrap().is_none());
     guard.finish(&[]);
 }
 

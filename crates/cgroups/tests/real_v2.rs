@@ -22,17 +22,11 @@ fn v2_kill_all_through_cgroup_kill_and_remove() {
     let hierarchy = Hierarchy::v2_at(root);
     eprintln!("{}", hierarchy.describe());
     let mut guard = Guard::new(hierarchy, "v2");
-    let cgroup = guard
-        .hierarchy
-        .create(&guard.parent, "run", &CgroupLimits::default())
-        .unwrap();
+    let cgroup = guard.hierarchy.create(&guard.parent, "run", &CgroupLimits::default()).unwrap();
     assert_eq!(cgroup.version(), CgroupVersion::V2);
     eprintln!("missing controllers: {:?}", cgroup.missing_controllers());
     let dir = cgroup.paths().remove(0);
-    assert!(
-        dir.join("cgroup.kill").exists(),
-        "kernel without cgroup.kill"
-    );
+    assert!(dir.join("cgroup.kill").exists(), "kernel without cgroup.kill");
     let (pid, gate) = guard.spawn_gated("sleep 1000 & exec sleep 1000");
     cgroup.add_process(pid).unwrap();
     open_gate(gate);

@@ -4,11 +4,13 @@
 
 use sandkasten_protocol::{FailureCode, OutputStreamKind};
 use sandkasten_runtime::RuntimeError;
-use sandkasten_runtime::live::{AgentFailure, CommandError, ContextError, LiveRuntime};
 use sandkasten_runtime::live::commands::{CommandEvent as LiveEvent, CommandStatus as LiveStatus};
+use sandkasten_runtime::live::{AgentFailure, CommandError, ContextError, LiveRuntime};
 use sandkasten_server::runtime::{FailureKind, OutputChunk, RuntimeFailure, SandboxRuntime, Stream};
 use sandkasten_server::{CommandEvent, CommandStatus};
-use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo, SandboxSpec};
+use sandkasten_types::{
+    CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo, SandboxSpec,
+};
 use tokio::sync::mpsc;
 
 /// The live runtime behind the server.
@@ -87,7 +89,9 @@ fn from_runtime(error: RuntimeError) -> RuntimeFailure {
 
 impl LiveAdapter {
     fn agent(&self, id: &str) -> Result<std::sync::Arc<sandkasten_runtime::live::AgentClient>, RuntimeFailure> {
-        self.0.agent(id).ok_or_else(|| RuntimeFailure::new(FailureKind::SandboxGone, format!("sandbox {id} is not running")))
+        self.0
+            .agent(id)
+            .ok_or_else(|| RuntimeFailure::new(FailureKind::SandboxGone, format!("sandbox {id} is not running")))
     }
 }
 

@@ -4,7 +4,6 @@
 use std::io::Write;
 use std::os::fd::AsFd;
 
-
 use sandkasten_runtime::{OutputSink, ProcessBackend, RuntimeConfig, RuntimeError, StdinSource};
 use sandkasten_types::{ExecResult, LimitKind, units::format_bytes, units::format_duration_ms};
 
@@ -76,9 +75,15 @@ fn explain(result: &ExecResult, limits: &sandkasten_types::Limits) {
         eprintln!("sandkasten: {}", error.message);
     }
     let note = match result.limit {
-        Some(LimitKind::Time) => format!("timed out after {}; the sandbox was killed", format_duration_ms(limits.timeout_ms)),
-        Some(LimitKind::Output) => format!("output passed {} on one stream; the sandbox was stopped", format_bytes(limits.output_bytes)),
-        Some(LimitKind::Memory) => format!("memory limit of {} reached; a process was OOM-killed", format_bytes(limits.memory_bytes)),
+        Some(LimitKind::Time) => {
+            format!("timed out after {}; the sandbox was killed", format_duration_ms(limits.timeout_ms))
+        }
+        Some(LimitKind::Output) => {
+            format!("output passed {} on one stream; the sandbox was stopped", format_bytes(limits.output_bytes))
+        }
+        Some(LimitKind::Memory) => {
+            format!("memory limit of {} reached; a process was OOM-killed", format_bytes(limits.memory_bytes))
+        }
         Some(LimitKind::Disk) => format!("disk limit of {} reached", format_bytes(limits.disk_bytes)),
         Some(LimitKind::Pids) => format!("process limit of {} reached; a fork was refused", limits.pids),
         None => return,

@@ -79,11 +79,8 @@ pub struct RunInput {
 }
 
 fn limits(args: &RunArgs) -> Result<Limits, String> {
-    let cpus: f64 = args
-        .cpus
-        .trim()
-        .parse()
-        .map_err(|_| format!("--cpus '{}' is not a number: use e.g. 1, 0.5, 2", args.cpus))?;
+    let cpus: f64 =
+        args.cpus.trim().parse().map_err(|_| format!("--cpus '{}' is not a number: use e.g. 1, 0.5, 2", args.cpus))?;
     let limits = Limits {
         timeout_ms: parse_duration_ms(&args.timeout).map_err(|e| format!("--timeout: {e}"))?,
         memory_bytes: parse_bytes(&args.memory).map_err(|e| format!("--memory: {e}"))?,
@@ -138,8 +135,8 @@ fn code_and_stdin(args: &RunArgs, language: Language) -> Result<(String, Program
         return Ok((code.clone(), ProgramStdin::Inherit));
     }
     if let Some(path) = &args.file {
-        let code = std::fs::read_to_string(path)
-            .map_err(|e| format!("--file: cannot read '{}': {e}", path.display()))?;
+        let code =
+            std::fs::read_to_string(path).map_err(|e| format!("--file: cannot read '{}': {e}", path.display()))?;
         return Ok((code, ProgramStdin::Inherit));
     }
     let mut stdin = std::io::stdin();

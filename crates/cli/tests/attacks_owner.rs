@@ -24,7 +24,11 @@ fn program_cannot_write_to_the_owners_stdin_file() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     // Positive control: the data itself was forwarded.
     assert!(stdout.contains("hostsecret"), "stdin data must still reach the program: {stdout}");
-    assert_eq!(std::fs::read_to_string(&path).unwrap(), "hostsecret\n", "the sandbox wrote into the owner's stdin file");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "hostsecret\n",
+        "the sandbox wrote into the owner's stdin file"
+    );
     assert!(stdout.contains("pipe:"), "the program's stdin must be a pipe, not the owner's file: {stdout}");
     assert!(!stdout.contains(path.to_str().unwrap()), "the host path of the owner's stdin leaked: {stdout}");
 }
@@ -38,8 +42,7 @@ fn program_cannot_move_the_owners_read_position() {
     let file = std::fs::File::open(&path).unwrap();
     let mut ours = file.try_clone().unwrap();
     let code = "import os, sys\nsys.stdin.buffer.read()\nos.lseek(0, 0, os.SEEK_SET)\n";
-    let output =
-        Command::new(bin()).args(["run", "--lang", "python", "--code", code]).stdin(file).output().unwrap();
+    let output = Command::new(bin()).args(["run", "--lang", "python", "--code", code]).stdin(file).output().unwrap();
     let position = ours.stream_position().unwrap();
     assert_eq!(position, contents.len() as u64, "the sandbox moved the owner's read position");
     assert!(String::from_utf8_lossy(&output.stderr).contains("Illegal seek"), "lseek on stdin must fail (ESPIPE)");

@@ -34,7 +34,8 @@ fn start_sleeper(token: &str) -> (Child, String) {
     loop {
         // The CLI's own argv holds the token too: the sandboxed sleeper is the one running as a sandbox uid.
         let found = token_processes(token);
-        let sandboxed = found.iter().find(|(pid, _)| common::process_uid(*pid).is_some_and(|uid| uid >= common::SANDBOX_UID_BASE));
+        let sandboxed =
+            found.iter().find(|(pid, _)| common::process_uid(*pid).is_some_and(|uid| uid >= common::SANDBOX_UID_BASE));
         if let Some((pid, _)) = sandboxed {
             let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
             let id = cgroup
@@ -102,7 +103,11 @@ fn kill_9_of_the_cli_kills_the_sandbox_and_gc_removes_the_rest() {
     // The agent dies with its parent (PR_SET_PDEATHSIG), taking the whole pid namespace with it.
     let deadline = Instant::now() + Duration::from_secs(5);
     while !token_processes(&token).is_empty() {
-        assert!(Instant::now() < deadline, "sandbox processes outlived kill -9 of their owner: {:?}", token_processes(&token));
+        assert!(
+            Instant::now() < deadline,
+            "sandbox processes outlived kill -9 of their owner: {:?}",
+            token_processes(&token)
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     // The owner could not clean up: its record and cgroup are still there, and gc must find them.

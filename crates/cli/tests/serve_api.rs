@@ -113,7 +113,10 @@ fn files_api_cannot_leave_the_sandbox() {
     let server = Server::start();
     let (_dir, canary) = common::host_file("serve-canary.txt", b"host secret");
     let id = server.create(json!({}));
-    let setup = server.exec(&id, "ln -s / /workspace/root-link; ln -s /proc/1/root /workspace/agent-root; ln -s ../../.. /workspace/up");
+    let setup = server.exec(
+        &id,
+        "ln -s / /workspace/root-link; ln -s /proc/1/root /workspace/agent-root; ln -s ../../.. /workspace/up",
+    );
     assert_eq!(setup.json["exit_code"], 0, "{setup:?}");
     let canary_path = canary.to_str().unwrap();
     for path in [
@@ -129,11 +132,13 @@ fn files_api_cannot_leave_the_sandbox() {
         assert!(!String::from_utf8_lossy(&reply.body).contains("host secret"), "{path} leaked the host canary");
     }
     for path in ["/workspace/../../etc/x", "relative/path", "/workspace/a\u{0}b"] {
-        let reply = server.put_bytes(&format!("/v1/sandboxes/{id}/files?path={}", path.replace('\u{0}', "%00")), KEY_1, b"x");
+        let reply =
+            server.put_bytes(&format!("/v1/sandboxes/{id}/files?path={}", path.replace('\u{0}', "%00")), KEY_1, b"x");
         assert!(reply.status == 400 || reply.status == 422, "PUT {path:?} must be refused: {reply:?}");
     }
     // Writing through a symlink resolves inside the sandbox root, never on the host.
-    let through = server.put_bytes(&format!("/v1/sandboxes/{id}/files?path=/workspace/up/tmp/written"), KEY_1, b"inside");
+    let through =
+        server.put_bytes(&format!("/v1/sandboxes/{id}/files?path=/workspace/up/tmp/written"), KEY_1, b"inside");
     assert!(through.status == 204 || through.status == 200, "{through:?}");
     assert!(!std::path::Path::new("/tmp/written").exists(), "the write escaped to the host");
     let inside = server.exec(&id, "cat /tmp/written");
@@ -179,7 +184,9 @@ fn fifty_sandboxes_live_and_work_at_once() {
     std::thread::scope(|scope| {
         for id in &ids {
             let server = &server;
-            scope.spawn(move || assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204));
+            scope.spawn(move || {
+                assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204)
+            });
         }
     });
     for id in &ids {

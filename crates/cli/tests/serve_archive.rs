@@ -43,8 +43,7 @@ fn host_tar_uploads_downloads_and_tar_slip_is_refused() {
     let put = server.put_bytes(&format!("/v1/sandboxes/{id}/files/archive?path=/workspace"), KEY_1, &upload);
     assert_eq!(put.status, 200, "{put:?}");
     assert_eq!((put.json["files"].as_u64(), put.json["bytes"].as_u64()), (Some(2), Some(200_014)), "{put:?}");
-    let listing =
-        server.exec(&id, "cd /workspace/proj && ls -laR && wc -c < sub/deep/data.bin && cat a.txt");
+    let listing = server.exec(&id, "cd /workspace/proj && ls -laR && wc -c < sub/deep/data.bin && cat a.txt");
     let stdout = listing.json["stdout"].as_str().unwrap();
     for expected in ["a.txt", "data.bin", "empty", "200000\n", "hello archive\n"] {
         assert!(stdout.contains(expected), "{expected:?} missing from the sandbox's view: {stdout}");

@@ -212,10 +212,8 @@ fn code_contexts_keep_state_return_rich_results_survive_interrupts_and_clean_up(
     assert_eq!(listed["contexts"].as_array().unwrap().len(), 3, "{listed}");
 
     // Output streams as events.
-    let events = server.stream(
-        &format!("/v1/sandboxes/{id}/code"),
-        json!({"language": "python", "code": "print('streamed')\nx * 2"}),
-    );
+    let events = server
+        .stream(&format!("/v1/sandboxes/{id}/code"), json!({"language": "python", "code": "print('streamed')\nx * 2"}));
     let stdout = events.find("event: stdout").unwrap_or_else(|| panic!("{events}"));
     let result = events.find("event: result").unwrap_or_else(|| panic!("{events}"));
     let end = events.find("event: end").unwrap_or_else(|| panic!("{events}"));
@@ -236,9 +234,13 @@ fn code_contexts_keep_state_return_rich_results_survive_interrupts_and_clean_up(
     assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), None).status, 204);
     common::assert_no_leaks(&id);
     for pid in kernels {
-        assert!(!Path::new(&format!("/proc/{pid}")).exists() || common::process_uid(pid).is_none_or(|uid| uid < common::SANDBOX_UID_BASE),
-            "kernel {pid} outlived its sandbox");
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists()
+                || common::process_uid(pid).is_none_or(|uid| uid < common::SANDBOX_UID_BASE),
+            "kernel {pid} outlived its sandbox"
+        );
     }
-    let gone = server.call("POST", &format!("/v1/sandboxes/{id}/code"), Some(json!({"language": "python", "code": "1"})));
+    let gone =
+        server.call("POST", &format!("/v1/sandboxes/{id}/code"), Some(json!({"language": "python", "code": "1"})));
     assert!(gone.status == 404 || gone.status == 409, "{gone:?}");
 }

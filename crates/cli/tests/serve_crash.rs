@@ -105,9 +105,7 @@ fn sigterm_drains_and_destroys_every_sandbox() {
             .iter()
             .map(|c| format!("/sys/fs/cgroup/{c}/sandkasten"))
             .chain(["/sys/fs/cgroup/sandkasten".to_owned()])
-            .filter(|p| {
-                std::fs::read_dir(p).is_ok_and(|entries| !entries.flatten().any(|e| e.path().is_dir()))
-            })
+            .filter(|p| std::fs::read_dir(p).is_ok_and(|entries| !entries.flatten().any(|e| e.path().is_dir())))
             .collect()
     };
     let deadline = Instant::now() + Duration::from_secs(1);

@@ -7,9 +7,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use ::landlock::{
-    ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, LandlockStatus, PathBeneath, PathFd,
-    PathFdError, RestrictionStatus, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr,
-    RulesetError, RulesetStatus, Scope,
+    ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, LandlockStatus, PathBeneath, PathFd, PathFdError,
+    RestrictionStatus, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetError, RulesetStatus, Scope,
 };
 
 /// The landlock ABI this policy is written and tested for. Newer ABIs add access rights (e.g. ABI 9 mediates
@@ -63,10 +62,7 @@ pub enum AddRuleFailure {
 /// Best effort: on kernels without (parts of) landlock the missing parts are skipped and the report says so.
 /// Paths that do not exist are skipped. Call it in the forked child right before `execve`; it allocates, so the
 /// forking process must be single-threaded.
-pub fn restrict(
-    writable_dirs: &[&Path],
-    writable_files: &[&Path],
-) -> Result<LandlockReport, LandlockError> {
+pub fn restrict(writable_dirs: &[&Path], writable_files: &[&Path]) -> Result<LandlockReport, LandlockError> {
     let all = AccessFs::from_all(POLICY_ABI);
     let read_execute = AccessFs::from_read(POLICY_ABI);
     let file_write = (AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev) & all;
@@ -86,42 +82,26 @@ pub fn restrict(
         ruleset = add_rule(ruleset, file, file_write)?;
     }
 
-    let status = ruleset
-        .restrict_self()
-        .map_err(LandlockError::RestrictSelf)?;
+    let status = ruleset.restrict_self().map_err(LandlockError::RestrictSelf)?;
     Ok(report(&status))
 }
 
 /// Adds `access` beneath `path`; a missing path is skipped. Rights that only make sense on directories are dropped
 /// when `path` is a file.
-fn add_rule(
-    ruleset: RulesetCreated,
-    path: &Path,
-    access: BitFlags<AccessFs>,
-) -> Result<RulesetCreated, LandlockError> {
+fn add_rule(ruleset: RulesetCreated, path: &Path, access: BitFlags<AccessFs>) -> Result<RulesetCreated, LandlockError> {
     let fd = match PathFd::new(path) {
         Ok(fd) => fd,
         Err(PathFdError::OpenCall { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
             return Ok(ruleset);
         }
         Err(err) => {
-            return Err(LandlockError::AddRule {
-                path: path.to_path_buf(),
-                source: AddRuleFailure::Open(err),
-            });
+            return Err(LandlockError::AddRule { path: path.to_path_buf(), source: AddRuleFailure::Open(err) });
         }
     };
-    let access = if path.is_dir() {
-        access
-    } else {
-        access & AccessFs::from_file(POLICY_ABI)
-    };
+    let access = if path.is_dir() { access } else { access & AccessFs::from_file(POLICY_ABI) };
     ruleset
         .add_rule(PathBeneath::new(fd, access))
-        .map_err(|source| LandlockError::AddRule {
-            path: path.to_path_buf(),
-            source: AddRuleFailure::Add(source),
-        })
+        .map_err(|source| LandlockError::AddRule { path: path.to_path_buf(), source: AddRuleFailure::Add(source) })
 }
 
 fn report(status: &RestrictionStatus) -> LandlockReport {
@@ -131,15 +111,10 @@ fn report(status: &RestrictionStatus) -> LandlockReport {
         RulesetStatus::NotEnforced => ("not enforced", false),
     };
     let abi = match status.landlock {
-        LandlockStatus::Available { effective_abi, .. } if enforced => {
-            (effective_abi as i32).min(POLICY_ABI as i32)
-        }
+        LandlockStatus::Available { effective_abi, .. } if enforced => (effective_abi as i32).min(POLICY_ABI as i32),
         _ => 0,
     };
-    LandlockReport {
-        abi,
-        status: text.to_owned(),
-    }
+    LandlockReport { abi, status: text.to_owned() }
 }
 
 /// The landlock ABI the running kernel supports (may be newer than what [`restrict`] uses); 0 if landlock is not
@@ -175,8 +150,7 @@ mod tests {
     const NOT_FULLY_ENFORCED: i32 = 104;
 
     fn temp_dir(tag: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("sandkasten-landlock-{tag}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("sandkasten-landlock-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         dir
     }
@@ -202,10 +176,7 @@ mod tests {
         // SAFETY: waiting for our own child with a valid status pointer.
         let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
         assert_eq!(waited, pid, "waitpid failed");
-        assert!(
-            libc::WIFEXITED(status),
-            "child did not exit normally: status {status:#x}"
-        );
+        assert!(libc::WIFEXITED(status), "child did not exit normally: status {status:#x}");
         libc::WEXITSTATUS(status)
     }
 
@@ -230,9 +201,7 @@ mod tests {
         if pid == 0 {
             let code = match restrict(&[writable.as_path()], &writable_files) {
                 Err(_) => RESTRICT_FAILED,
-                Ok(report) if report.status != "fully enforced" || report.abi != 6 => {
-                    NOT_FULLY_ENFORCED
-                }
+                Ok(report) if report.status != "fully enforced" || report.abi != 6 => NOT_FULLY_ENFORCED,
                 Ok(_) => {
                     if open_errno(&inside, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC) != 0 {
                         WRITE_INSIDE_FAILED

@@ -131,9 +131,7 @@ pub fn execute(steps: &[MountStep], sandbox_uid: u32, sandbox_gid: u32) -> Resul
 
 fn execute_step(step: &MountStep, uid: u32, gid: u32) -> Result<(), JailError> {
     match step {
-        MountStep::MakeEverythingPrivate => {
-            sys_mount("", Path::new("/"), "", libc::MS_REC | libc::MS_PRIVATE, "")
-        }
+        MountStep::MakeEverythingPrivate => sys_mount("", Path::new("/"), "", libc::MS_REC | libc::MS_PRIVATE, ""),
         MountStep::Tmpfs { target, options, flags } => {
             create_dir_all(target)?;
             sys_mount("tmpfs", target, "tmpfs", *flags, options)
@@ -147,13 +145,11 @@ fn execute_step(step: &MountStep, uid: u32, gid: u32) -> Result<(), JailError> {
             create_mount_point(target, BindKind::File)?;
             sys_mount(&source.to_string_lossy(), target, "", libc::MS_BIND, "")
         }
-        MountStep::Mkdir { path, mode } => {
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(*mode)
-                .create(path)
-                .map_err(|source| JailError::CreatePath { path: path.clone(), source })
-        }
+        MountStep::Mkdir { path, mode } => fs::DirBuilder::new()
+            .recursive(true)
+            .mode(*mode)
+            .create(path)
+            .map_err(|source| JailError::CreatePath { path: path.clone(), source }),
         MountStep::Symlink { link, points_to } => {
             if let Some(parent) = link.parent() {
                 create_dir_all(parent)?;
@@ -176,7 +172,13 @@ fn execute_step(step: &MountStep, uid: u32, gid: u32) -> Result<(), JailError> {
             if !target.is_dir() {
                 return Ok(());
             }
-            sys_mount("tmpfs", target, "tmpfs", libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, "size=0")
+            sys_mount(
+                "tmpfs",
+                target,
+                "tmpfs",
+                libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                "size=0",
+            )
         }
         MountStep::MakeReadOnly { target } => {
             if !target.exists() {

@@ -57,9 +57,7 @@ pub fn clone_into_namespaces(owner: u32) -> Result<CloneOutcome, JailError> {
     // SAFETY: raw clone without CLONE_VM and with a null stack behaves like fork(2): the child runs on a copy-on-write
     // copy of the caller's stack. The caller guarantees the process is single-threaded (documented above), so no lock
     // is left held in the child. No pointer arguments are passed.
-    let ret = unsafe {
-        libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize)
-    };
+    let ret = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
     let clone_error = last_os_error();
     if ret != 0 {
         // The parent (or a failed clone) takes its root identity back; the child becomes namespace root later.

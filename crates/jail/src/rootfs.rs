@@ -174,8 +174,27 @@ pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty
 
 /// procfs files hidden behind `/dev/null`: Docker's default masked paths, plus the kernel log and the host's kernel
 /// command line.
-pub const PROC_MASKED_FILES: &[&str] =
-    &["kcore", "kmsg", "cmdline", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "kallsyms", "kpageflags", "kpagecount", "kpagecgroup", "sysrq-trigger", "config.gz", "slabinfo", "pagetypeinfo", "vmallocinfo", "buddyinfo", "zoneinfo"];
+pub const PROC_MASKED_FILES: &[&str] = &[
+    "kcore",
+    "kmsg",
+    "cmdline",
+    "keys",
+    "latency_stats",
+    "timer_list",
+    "timer_stats",
+    "sched_debug",
+    "kallsyms",
+    "kpageflags",
+    "kpagecount",
+    "kpagecgroup",
+    "sysrq-trigger",
+    "config.gz",
+    "slabinfo",
+    "pagetypeinfo",
+    "vmallocinfo",
+    "buddyinfo",
+    "zoneinfo",
+];
 
 /// procfs directories hidden behind an empty tmpfs.
 pub const PROC_MASKED_DIRS: &[&str] = &["acpi", "asound", "scsi", "firmware", "driver"];
@@ -225,7 +244,11 @@ pub fn plan_rootfs(spec: &RootfsSpec, host: &dyn HostFs) -> Vec<MountStep> {
         flags: MS_NOSUID | MS_NODEV,
     });
 
-    steps.push(MountStep::Tmpfs { target: at("/dev"), options: "size=64k,mode=0755".into(), flags: MS_NOSUID | MS_NOEXEC });
+    steps.push(MountStep::Tmpfs {
+        target: at("/dev"),
+        options: "size=64k,mode=0755".into(),
+        flags: MS_NOSUID | MS_NOEXEC,
+    });
     for device in DEVICES {
         steps.push(MountStep::BindDevice { source: Path::new("/dev").join(device), target: at("/dev").join(device) });
     }
@@ -359,6 +382,8 @@ mod tests {
     #[test]
     fn files_are_placed_under_the_new_root() {
         let steps = plan_rootfs(&spec(), &merged_usr_host());
-        assert!(steps.iter().any(|s| matches!(s, MountStep::WriteFile(f) if f.path == Path::new("/tmp/sandbox/main.py"))));
+        assert!(
+            steps.iter().any(|s| matches!(s, MountStep::WriteFile(f) if f.path == Path::new("/tmp/sandbox/main.py")))
+        );
     }
 }

@@ -138,29 +138,20 @@ impl SandboxFilter {
             "x86_64" => (POLICY_X86_64, TargetArch::x86_64),
             other => return Err(SeccompError::UnsupportedArch(other)),
         };
-        let mut programs = seccompiler::compile_from_json(policy.as_bytes(), arch)
-            .map_err(SeccompError::Compile)?;
-        let sandbox = programs
-            .remove(SANDBOX_FILTER)
-            .ok_or(SeccompError::MissingFilter(SANDBOX_FILTER))?;
-        let clone3 = programs
-            .remove(CLONE3_FILTER)
-            .ok_or(SeccompError::MissingFilter(CLONE3_FILTER))?;
+        let mut programs = seccompiler::compile_from_json(policy.as_bytes(), arch).map_err(SeccompError::Compile)?;
+        let sandbox = programs.remove(SANDBOX_FILTER).ok_or(SeccompError::MissingFilter(SANDBOX_FILTER))?;
+        let clone3 = programs.remove(CLONE3_FILTER).ok_or(SeccompError::MissingFilter(CLONE3_FILTER))?;
         Ok(SandboxFilter { sandbox, clone3 })
     }
 
     /// Installs the filters on the calling thread; sets `no_new_privs` first (a no-op if already set). Meant for a
     /// forked child: it does not allocate, it only makes the prctl/seccomp syscalls on the prebuilt programs.
     pub fn apply(&self) -> Result<(), SeccompError> {
-        seccompiler::apply_filter(&self.sandbox).map_err(|source| SeccompError::Install {
-            filter: SANDBOX_FILTER,
-            source,
-        })?;
+        seccompiler::apply_filter(&self.sandbox)
+            .map_err(|source| SeccompError::Install { filter: SANDBOX_FILTER, source })?;
         // Needs `seccomp` in the sandbox allowlist, which it is (filters can only tighten).
-        seccompiler::apply_filter(&self.clone3).map_err(|source| SeccompError::Install {
-            filter: CLONE3_FILTER,
-            source,
-        })
+        seccompiler::apply_filter(&self.clone3)
+            .map_err(|source| SeccompError::Install { filter: CLONE3_FILTER, source })
     }
 }
 
@@ -305,16 +296,10 @@ mod tests {
         for name in [SANDBOX_FILTER, CLONE3_FILTER] {
             for rule in rules(name) {
                 let comment = rule["comment"].as_str().unwrap_or_default();
-                assert!(
-                    !comment.trim().is_empty(),
-                    "rule without a comment in {name}: {rule}"
-                );
+                assert!(!comment.trim().is_empty(), "rule without a comment in {name}: {rule}");
                 for arg in rule["args"].as_array().into_iter().flatten() {
                     let comment = arg["comment"].as_str().unwrap_or_default();
-                    assert!(
-                        !comment.trim().is_empty(),
-                        "condition without a comment: {rule}"
-                    );
+                    assert!(!comment.trim().is_empty(), "condition without a comment: {rule}");
                 }
             }
         }
@@ -322,25 +307,17 @@ mod tests {
 
     #[test]
     fn denied_syscalls_are_not_in_the_allowlist() {
-        let allowed: Vec<String> = rules(SANDBOX_FILTER)
-            .iter()
-            .map(|rule| rule["syscall"].as_str().unwrap().to_owned())
-            .collect();
+        let allowed: Vec<String> =
+            rules(SANDBOX_FILTER).iter().map(|rule| rule["syscall"].as_str().unwrap().to_owned()).collect();
         for denied in DENIED_SYSCALLS.iter().chain(&["clone3"]) {
-            assert!(
-                !allowed.iter().any(|name| name == denied),
-                "{denied} is in the allowlist"
-            );
+            assert!(!allowed.iter().any(|name| name == denied), "{denied} is in the allowlist");
         }
     }
 
     #[test]
     fn denied_syscall_names_are_real_syscalls() {
         // A typo in DENIED_SYSCALLS would make the allowlist check vacuous: seccompiler rejects unknown names.
-        let filter: Vec<Value> = DENIED_SYSCALLS
-            .iter()
-            .map(|name| serde_json::json!({ "syscall": name }))
-            .collect();
+        let filter: Vec<Value> = DENIED_SYSCALLS.iter().map(|name| serde_json::json!({ "syscall": name })).collect();
         let policy = serde_json::json!({
             "denied": { "mismatch_action": "allow", "match_action": { "errno": 1 }, "filter": filter }
         });
@@ -362,14 +339,8 @@ mod tests {
             }
         }
         for (name, (unconditional, conditional)) in seen {
-            assert!(
-                unconditional <= 1,
-                "{name} is allowed unconditionally {unconditional} times"
-            );
-            assert!(
-                unconditional == 0 || conditional == 0,
-                "{name} has an unconditional rule and conditional ones"
-            );
+            assert!(unconditional <= 1, "{name} is allowed unconditionally {unconditional} times");
+            assert!(unconditional == 0 || conditional == 0, "{name} has an unconditional rule and conditional ones");
         }
     }
 
@@ -406,10 +377,7 @@ mod tests {
     fn keyctl_is_denied() {
         const KEYCTL_GET_KEYRING_ID: libc::c_long = 0;
         const KEY_SPEC_SESSION_KEYRING: libc::c_long = -3;
-        let code = errno_of(
-            libc::SYS_keyctl,
-            [KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0],
-        );
+        let code = errno_of(libc::SYS_keyctl, [KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0]);
         assert_eq!(code, libc::EPERM);
     }
 
@@ -501,20 +469,14 @@ mod tests {
     #[test]
     fn netlink_sockets_are_denied() {
         assert_eq!(socket_errno(libc::AF_NETLINK, libc::SOCK_RAW), libc::EPERM);
-        assert_eq!(
-            socket_errno(libc::AF_NETLINK, libc::SOCK_DGRAM),
-            libc::EPERM
-        );
+        assert_eq!(socket_errno(libc::AF_NETLINK, libc::SOCK_DGRAM), libc::EPERM);
     }
 
     #[test]
     fn raw_inet_sockets_are_denied_by_the_filter() {
         // The test runs as root, so without the filter these would succeed.
         assert_eq!(socket_errno(libc::AF_INET, libc::SOCK_RAW), libc::EPERM);
-        assert_eq!(
-            socket_errno(libc::AF_INET6, libc::SOCK_RAW | libc::SOCK_CLOEXEC),
-            libc::EPERM
-        );
+        assert_eq!(socket_errno(libc::AF_INET6, libc::SOCK_RAW | libc::SOCK_CLOEXEC), libc::EPERM);
     }
 
     #[test]
@@ -525,30 +487,12 @@ mod tests {
         let stream = libc::SOCK_STREAM.into();
         let dgram = libc::SOCK_DGRAM.into();
         // Each of these could make the kernel auto-load a protocol module.
-        assert_eq!(
-            errno_of(libc::SYS_socket, [inet, stream, libc::IPPROTO_SCTP.into()]),
-            libc::EPERM
-        );
-        assert_eq!(
-            errno_of(libc::SYS_socket, [inet, dgram, IPPROTO_L2TP]),
-            libc::EPERM
-        );
-        assert_eq!(
-            errno_of(
-                libc::SYS_socket,
-                [inet, dgram, libc::IPPROTO_UDPLITE.into()]
-            ),
-            libc::EPERM
-        );
-        assert_eq!(
-            errno_of(libc::SYS_socket, [inet, stream, IPPROTO_MPTCP]),
-            libc::EPERM
-        );
+        assert_eq!(errno_of(libc::SYS_socket, [inet, stream, libc::IPPROTO_SCTP.into()]), libc::EPERM);
+        assert_eq!(errno_of(libc::SYS_socket, [inet, dgram, IPPROTO_L2TP]), libc::EPERM);
+        assert_eq!(errno_of(libc::SYS_socket, [inet, dgram, libc::IPPROTO_UDPLITE.into()]), libc::EPERM);
+        assert_eq!(errno_of(libc::SYS_socket, [inet, stream, IPPROTO_MPTCP]), libc::EPERM);
         const SOCK_DCCP: libc::c_long = 6;
-        assert_eq!(
-            errno_of(libc::SYS_socket, [inet, SOCK_DCCP, 0]),
-            libc::EPERM
-        );
+        assert_eq!(errno_of(libc::SYS_socket, [inet, SOCK_DCCP, 0]), libc::EPERM);
     }
 
     #[test]
@@ -557,23 +501,11 @@ mod tests {
         let udp = libc::IPPROTO_UDP.into();
         let stream = libc::SOCK_STREAM.into();
         let dgram = libc::SOCK_DGRAM.into();
-        assert_eq!(
-            errno_of(libc::SYS_socket, [libc::AF_INET.into(), stream, tcp]),
-            0
-        );
-        assert_eq!(
-            errno_of(libc::SYS_socket, [libc::AF_INET6.into(), dgram, udp]),
-            0
-        );
+        assert_eq!(errno_of(libc::SYS_socket, [libc::AF_INET.into(), stream, tcp]), 0);
+        assert_eq!(errno_of(libc::SYS_socket, [libc::AF_INET6.into(), dgram, udp]), 0);
         assert_eq!(socket_errno(libc::AF_INET, libc::SOCK_STREAM), 0);
-        assert_eq!(
-            socket_errno(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK),
-            0
-        );
-        assert_eq!(
-            socket_errno(libc::AF_INET6, libc::SOCK_STREAM | libc::SOCK_CLOEXEC),
-            0
-        );
+        assert_eq!(socket_errno(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK), 0);
+        assert_eq!(socket_errno(libc::AF_INET6, libc::SOCK_STREAM | libc::SOCK_CLOEXEC), 0);
         assert_eq!(socket_errno(libc::AF_UNIX, libc::SOCK_SEQPACKET), 0);
     }
 
@@ -606,14 +538,7 @@ mod tests {
                 return -1;
             }
             // SAFETY: FIONREAD writes one int into `n`, which outlives the call.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_ioctl,
-                    fds[0],
-                    libc::FIONREAD,
-                    &mut n as *mut libc::c_int,
-                )
-            }
+            unsafe { libc::syscall(libc::SYS_ioctl, fds[0], libc::FIONREAD, &mut n as *mut libc::c_int) }
         });
         assert_eq!(code, 0);
     }
@@ -622,10 +547,7 @@ mod tests {
     fn personality_only_switches_personas() {
         const ADDR_NO_RANDOMIZE: libc::c_long = 0x0040000;
         assert_eq!(errno_of(libc::SYS_personality, [0xffff_ffff, 0, 0]), 0);
-        assert_eq!(
-            errno_of(libc::SYS_personality, [ADDR_NO_RANDOMIZE, 0, 0]),
-            libc::EPERM
-        );
+        assert_eq!(errno_of(libc::SYS_personality, [ADDR_NO_RANDOMIZE, 0, 0]), libc::EPERM);
     }
 
     // ---- real programs under the filter
@@ -641,11 +563,7 @@ mod tests {
         }
         // SAFETY: apply() does not allocate; the error path builds an io::Error from a raw errno only.
         unsafe {
-            command.pre_exec(move || {
-                filter
-                    .apply()
-                    .map_err(|_| io::Error::from_raw_os_error(libc::EPERM))
-            });
+            command.pre_exec(move || filter.apply().map_err(|_| io::Error::from_raw_os_error(libc::EPERM)));
         }
         let output = command.output().unwrap();
         assert!(
@@ -659,8 +577,7 @@ mod tests {
     }
 
     fn scratch_dir(tag: &str) -> std::path::PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("sandkasten-seccomp-{tag}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("sandkasten-seccomp-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         dir
     }
@@ -669,10 +586,7 @@ mod tests {
     fn python_runs_under_the_filter() {
         let out = run_filtered(
             "/usr/bin/python3",
-            &[
-                "-c",
-                "import json,subprocess; print(subprocess.run([\"/bin/true\"]).returncode)",
-            ],
+            &["-c", "import json,subprocess; print(subprocess.run([\"/bin/true\"]).returncode)"],
             None,
         );
         assert_eq!(out.trim(), "0");
@@ -724,16 +638,8 @@ fs.promises.readFile(path.join(d, 'a'), 'utf8').then(async (t) => {
     #[test]
     fn gcc_compiles_and_runs_under_the_filter() {
         let dir = scratch_dir("gcc");
-        std::fs::write(
-            dir.join("hello.c"),
-            "#include <stdio.h>\nint main(void){puts(\"hello\");return 0;}\n",
-        )
-        .unwrap();
-        let out = run_filtered(
-            "/bin/sh",
-            &["-c", "/usr/bin/gcc -O2 -o hello hello.c && ./hello"],
-            Some(&dir),
-        );
+        std::fs::write(dir.join("hello.c"), "#include <stdio.h>\nint main(void){puts(\"hello\");return 0;}\n").unwrap();
+        let out = run_filtered("/bin/sh", &["-c", "/usr/bin/gcc -O2 -o hello hello.c && ./hello"], Some(&dir));
         std::fs::remove_dir_all(&dir).ok();
         assert_eq!(out.trim(), "hello");
     }

@@ -108,7 +108,8 @@ pub(crate) fn wait(
             return Ok((WaitEnd::TimedOut, observed));
         }
         let remaining = deadline_ns - now;
-        let timeout = Timespec { tv_sec: (remaining / 1_000_000_000) as i64, tv_nsec: (remaining % 1_000_000_000) as i64 };
+        let timeout =
+            Timespec { tv_sec: (remaining / 1_000_000_000) as i64, tv_nsec: (remaining % 1_000_000_000) as i64 };
         let interest = PollFlags::IN | PollFlags::HUP;
         let mut fds = Vec::with_capacity(4);
         fds.push(PollFd::new(&watched.signals, PollFlags::IN));
@@ -161,7 +162,8 @@ pub(crate) fn wait(
             match kind {
                 Some(stream) => {
                     observed.first_output_ns.get_or_insert_with(monotonic_ns);
-                    let capture = if stream == StreamKind::Stdout { &mut observed.stdout } else { &mut observed.stderr };
+                    let capture =
+                        if stream == StreamKind::Stdout { &mut observed.stdout } else { &mut observed.stderr };
                     let (kept, exceeded) = capture.append(bytes);
                     sink.chunk(stream, kept);
                     if exceeded {

@@ -9,7 +9,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 use sandkasten_agent::{AgentMode, InitPlan, run_init};
-use sandkasten_cgroups::{Cgroup, CgroupLimits, CgroupError, Hierarchy};
+use sandkasten_cgroups::{Cgroup, CgroupError, CgroupLimits, Hierarchy};
 use sandkasten_jail::namespaces::{self, CloneOutcome};
 use sandkasten_jail::process::{ProcessJail, Stdio};
 use sandkasten_jail::rlimits::ProcessRlimits;

@@ -85,7 +85,12 @@ fn code_plan(language: Language, code: &str) -> Result<CodePlan, RuntimeError> {
         )));
     }
     let source = format!("{CODE_DIR}/{}", language.source_file_name());
-    let file = SandboxFile { path: source.clone().into(), contents: code.as_bytes().to_vec(), mode: 0o444, owned_by_sandbox_user: false };
+    let file = SandboxFile {
+        path: source.clone().into(),
+        contents: code.as_bytes().to_vec(),
+        mode: 0o444,
+        owned_by_sandbox_user: false,
+    };
     let argv = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
     let (compile, program) = match language {
         Language::Python => (None, argv(&["python3", &source])),

@@ -15,8 +15,8 @@ use crate::backend::Backend;
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
 use crate::io_loop::{self, WaitEnd, Watched};
-use crate::output::OutputSink;
 use crate::launch::{LaunchedAgent, Launcher};
+use crate::output::OutputSink;
 use crate::plan;
 use crate::result::{Outcome, build_result};
 use crate::stdin_pump::StdinPump;
@@ -61,7 +61,9 @@ impl ProcessBackend {
     pub fn new(config: RuntimeConfig) -> Result<ProcessBackend, RuntimeError> {
         check_host()?;
         let hierarchy = Hierarchy::detect().map_err(|e| {
-            RuntimeError::HostUnsupported(format!("no usable cgroup hierarchy ({e}): mount cgroup v2 or the v1 controllers"))
+            RuntimeError::HostUnsupported(format!(
+                "no usable cgroup hierarchy ({e}): mount cgroup v2 or the v1 controllers"
+            ))
         })?;
         let filter = SandboxFilter::compile().map_err(sandkasten_jail::JailError::from)?;
         Ok(ProcessBackend { config, hierarchy, filter })
@@ -110,17 +112,15 @@ impl ProcessBackend {
         };
         let (signals, previous_mask) = io_loop::block_stop_signals()?;
         let _restore = RestoreMask(previous_mask);
-        let stdio = Stdio {
-            stdin: stdin_fd.as_raw_fd(),
-            stdout: stdout_write.as_raw_fd(),
-            stderr: stderr_write.as_raw_fd(),
-        };
+        let stdio =
+            Stdio { stdin: stdin_fd.as_raw_fd(), stdout: stdout_write.as_raw_fd(), stderr: stderr_write.as_raw_fd() };
         let LaunchedAgent { mut guard, channel, .. } = launcher.launch(guard, spec, plan, AgentMode::OneShot, stdio)?;
         drop((stdout_write, stderr_write, stdin_fd));
         let limits = &spec.limits;
 
         let deadline_ns = started_ns.saturating_add(limits.timeout_ms.saturating_mul(1_000_000));
-        let watched = Watched { stdout: stdout_read, stderr: stderr_read, channel: channel.into(), signals, stdin: pump };
+        let watched =
+            Watched { stdout: stdout_read, stderr: stderr_read, channel: channel.into(), signals, stdin: pump };
         let (end, observed) = io_loop::wait(watched, limits.output_bytes, deadline_ns, sink)?;
         let finished_ns = monotonic_ns();
         if end != WaitEnd::Finished {

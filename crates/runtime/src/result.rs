@@ -57,7 +57,8 @@ pub(crate) fn build_result(outcome: Outcome) -> ExecResult {
                 result.error = Some(ErrorInfo::new(ErrorCode::ExecFailed, message.clone()));
             }
             Message::SetupFailed { message } => {
-                result.error = Some(ErrorInfo::new(ErrorCode::SandboxError, format!("sandbox setup failed: {message}")));
+                result.error =
+                    Some(ErrorInfo::new(ErrorCode::SandboxError, format!("sandbox setup failed: {message}")));
             }
             // Requests and the serve-mode replies never reach a one-shot run's result.
             _ => {}
@@ -73,8 +74,7 @@ pub(crate) fn build_result(outcome: Outcome) -> ExecResult {
             // CAP_SYS_RESOURCE): the sandbox died of its memory limit, which is what the caller needs to know.
             result.signal = Some(libc::SIGKILL);
         } else {
-            result.error =
-                Some(ErrorInfo::new(ErrorCode::SandboxError, "the sandbox's agent exited without a report"));
+            result.error = Some(ErrorInfo::new(ErrorCode::SandboxError, "the sandbox's agent exited without a report"));
         }
     }
 
@@ -89,15 +89,15 @@ pub(crate) fn build_result(outcome: Outcome) -> ExecResult {
         _ if usage.pids_limit_hits > 0 => Some(LimitKind::Pids),
         _ => None,
     };
-    if matches!(end, WaitEnd::TimedOut | WaitEnd::OutputLimit) && result.signal.is_none() && result.exit_code.is_none() {
+    if matches!(end, WaitEnd::TimedOut | WaitEnd::OutputLimit) && result.signal.is_none() && result.exit_code.is_none()
+    {
         result.signal = Some(libc::SIGKILL);
     }
 
     let allocate = ms_since(started_ns, allocated_ns);
     let filesystem_ready = filesystem_ns.map_or(allocate, |at| ms_since(started_ns, at)).max(allocate);
     let runtime_ready = program_ns.map_or(filesystem_ready, |at| ms_since(started_ns, at)).max(filesystem_ready);
-    let first_command =
-        ms_since(started_ns, observed.first_output_ns.unwrap_or(finished_ns)).max(runtime_ready);
+    let first_command = ms_since(started_ns, observed.first_output_ns.unwrap_or(finished_ns)).max(runtime_ready);
     result.phases = PhaseTimings { allocate, filesystem_ready, runtime_ready, first_command };
     result.duration_ms = ms_since(started_ns, finished_ns).max(first_command);
     result.usage = ResourceUsage {

@@ -24,7 +24,12 @@ impl StdinPump {
     /// Pumps `source` into `sink` (the write end of the program's stdin pipe).
     pub(crate) fn new(source: OwnedFd, sink: OwnedFd) -> Result<StdinPump, RuntimeError> {
         rustix::io::ioctl_fionbio(&sink, true).map_err(|e| RuntimeError::sys("fionbio on the stdin pipe", e))?;
-        Ok(StdinPump { source: Some(File::from(source)), sink: Some(File::from(sink)), pending: Vec::new(), written: 0 })
+        Ok(StdinPump {
+            source: Some(File::from(source)),
+            sink: Some(File::from(sink)),
+            pending: Vec::new(),
+            written: 0,
+        })
     }
 
     /// The descriptor to wait on next: the source while nothing is pending, else the sink; `None` when done.

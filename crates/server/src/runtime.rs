@@ -4,7 +4,9 @@
 use std::future::Future;
 
 use futures::future::BoxFuture;
-use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo, SandboxSpec};
+use sandkasten_types::{
+    CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo, SandboxSpec,
+};
 use thiserror::Error;
 use tokio::sync::mpsc;
 
@@ -243,12 +245,26 @@ pub(crate) trait DynRuntime: Send + Sync + 'static {
     fn list_contexts<'a>(&'a self, id: &'a str) -> Boxed<'a, Vec<ContextInfo>>;
     fn remove_context<'a>(&'a self, id: &'a str, context: &'a str) -> Boxed<'a, ()>;
     fn restart_context<'a>(&'a self, id: &'a str, context: &'a str) -> Boxed<'a, ContextInfo>;
-    fn run_code<'a>(&'a self, id: &'a str, request: CodeRun, events: mpsc::Sender<OutputChunk>) -> Boxed<'a, CellOutcome>;
-    fn start_command<'a>(&'a self, id: &'a str, command_id: &'a str, spec: CommandSpec, output_limit: u64)
-    -> Boxed<'a, CommandStatus>;
+    fn run_code<'a>(
+        &'a self,
+        id: &'a str,
+        request: CodeRun,
+        events: mpsc::Sender<OutputChunk>,
+    ) -> Boxed<'a, CellOutcome>;
+    fn start_command<'a>(
+        &'a self,
+        id: &'a str,
+        command_id: &'a str,
+        spec: CommandSpec,
+        output_limit: u64,
+    ) -> Boxed<'a, CommandStatus>;
     fn list_commands<'a>(&'a self, id: &'a str) -> Boxed<'a, Vec<CommandStatus>>;
-    fn stream_command<'a>(&'a self, id: &'a str, command_id: &'a str, offset: u64)
-    -> Boxed<'a, mpsc::Receiver<CommandEvent>>;
+    fn stream_command<'a>(
+        &'a self,
+        id: &'a str,
+        command_id: &'a str,
+        offset: u64,
+    ) -> Boxed<'a, mpsc::Receiver<CommandEvent>>;
     fn command_stdin<'a>(&'a self, id: &'a str, command_id: &'a str, data: Vec<u8>, eof: bool) -> Boxed<'a, ()>;
     fn signal_command<'a>(&'a self, id: &'a str, command_id: &'a str, signal: i32) -> Boxed<'a, ()>;
 }
@@ -299,18 +315,32 @@ impl<R: SandboxRuntime> DynRuntime for R {
     fn restart_context<'a>(&'a self, id: &'a str, context: &'a str) -> Boxed<'a, ContextInfo> {
         Box::pin(SandboxRuntime::restart_context(self, id, context))
     }
-    fn run_code<'a>(&'a self, id: &'a str, request: CodeRun, events: mpsc::Sender<OutputChunk>) -> Boxed<'a, CellOutcome> {
+    fn run_code<'a>(
+        &'a self,
+        id: &'a str,
+        request: CodeRun,
+        events: mpsc::Sender<OutputChunk>,
+    ) -> Boxed<'a, CellOutcome> {
         Box::pin(SandboxRuntime::run_code(self, id, request, events))
     }
-    fn start_command<'a>(&'a self, id: &'a str, command_id: &'a str, spec: CommandSpec, output_limit: u64)
-    -> Boxed<'a, CommandStatus> {
+    fn start_command<'a>(
+        &'a self,
+        id: &'a str,
+        command_id: &'a str,
+        spec: CommandSpec,
+        output_limit: u64,
+    ) -> Boxed<'a, CommandStatus> {
         Box::pin(SandboxRuntime::start_command(self, id, command_id, spec, output_limit))
     }
     fn list_commands<'a>(&'a self, id: &'a str) -> Boxed<'a, Vec<CommandStatus>> {
         Box::pin(SandboxRuntime::list_commands(self, id))
     }
-    fn stream_command<'a>(&'a self, id: &'a str, command_id: &'a str, offset: u64)
-    -> Boxed<'a, mpsc::Receiver<CommandEvent>> {
+    fn stream_command<'a>(
+        &'a self,
+        id: &'a str,
+        command_id: &'a str,
+        offset: u64,
+    ) -> Boxed<'a, mpsc::Receiver<CommandEvent>> {
         Box::pin(SandboxRuntime::stream_command(self, id, command_id, offset))
     }
     fn command_stdin<'a>(&'a self, id: &'a str, command_id: &'a str, data: Vec<u8>, eof: bool) -> Boxed<'a, ()> {

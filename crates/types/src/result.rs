@@ -141,8 +141,20 @@ mod tests {
     fn result_json_has_the_documented_fields() {
         let json = serde_json::to_value(ExecResult::default()).unwrap_or_default();
         for key in [
-            "sandbox_id", "exit_code", "signal", "stdout", "stderr", "stdout_truncated", "stderr_truncated",
-            "timed_out", "oom_killed", "limit", "duration_ms", "phases", "usage", "error",
+            "sandbox_id",
+            "exit_code",
+            "signal",
+            "stdout",
+            "stderr",
+            "stdout_truncated",
+            "stderr_truncated",
+            "timed_out",
+            "oom_killed",
+            "limit",
+            "duration_ms",
+            "phases",
+            "usage",
+            "error",
         ] {
             assert!(json.get(key).is_some(), "missing {key}");
         }

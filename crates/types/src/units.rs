@@ -25,9 +25,7 @@ const DURATION_HINT: &str = "a number with a unit, e.g. 10s, 500ms, 2m, 1h";
 
 fn split_number(text: &str) -> Option<(f64, &str)> {
     let trimmed = text.trim();
-    let end = trimmed
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(trimmed.len());
+    let end = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(trimmed.len());
     let (number, unit) = trimmed.split_at(end);
     let value: f64 = number.parse().ok()?;
     if !value.is_finite() || value < 0.0 {

@@ -136,11 +136,8 @@ impl Commands {
         for fd in [&stdin_write, &stdout_read, &stderr_read] {
             nonblocking(fd)?;
         }
-        let stdio = Stdio {
-            stdin: stdin_read.as_raw_fd(),
-            stdout: stdout_write.as_raw_fd(),
-            stderr: stderr_write.as_raw_fd(),
-        };
+        let stdio =
+            Stdio { stdin: stdin_read.as_raw_fd(), stdout: stdout_write.as_raw_fd(), stderr: stderr_write.as_raw_fd() };
         let request = LaunchRequest { argv: &argv, env: &env, cwd_path, cwd: cwd.as_fd(), stdio };
         let pid = context.launcher.launch(&request).map_err(exec_failed)?;
         drop((stdin_read, stdout_write, stderr_write));
@@ -151,17 +148,20 @@ impl Commands {
             pending,
             close_when_drained: !background,
         });
-        self.table.insert(id, Command {
-            pid,
-            argv,
-            stdout: Some(stdout_read),
-            stderr: Some(stderr_read),
-            stdin,
-            deadline_ns: spec.timeout_ms.map(|ms| now_ns.saturating_add(ms.saturating_mul(1_000_000))),
-            exit: None,
-            exited_at_ns: 0,
-            killed_by_timeout: false,
-        });
+        self.table.insert(
+            id,
+            Command {
+                pid,
+                argv,
+                stdout: Some(stdout_read),
+                stderr: Some(stderr_read),
+                stdin,
+                deadline_ns: spec.timeout_ms.map(|ms| now_ns.saturating_add(ms.saturating_mul(1_000_000))),
+                exit: None,
+                exited_at_ns: 0,
+                killed_by_timeout: false,
+            },
+        );
         Ok(pid)
     }
 

@@ -114,13 +114,11 @@ impl FsIdentityGuard {
     fn switch(identity: FsIdentity) -> Result<FsIdentityGuard, OpError> {
         // SAFETY: setfsgid/setfsuid take integers and only change this (single) thread's filesystem ids. Passing
         // u32::MAX (an invalid id) changes nothing and returns the current id, which verifies each switch.
-        let (previous_gid, current_gid) = unsafe {
-            (libc::setfsgid(identity.gid) as u32, libc::setfsgid(u32::MAX) as u32)
-        };
+        let (previous_gid, current_gid) =
+            unsafe { (libc::setfsgid(identity.gid) as u32, libc::setfsgid(u32::MAX) as u32) };
         // SAFETY: as above.
-        let (previous_uid, current_uid) = unsafe {
-            (libc::setfsuid(identity.uid) as u32, libc::setfsuid(u32::MAX) as u32)
-        };
+        let (previous_uid, current_uid) =
+            unsafe { (libc::setfsuid(identity.uid) as u32, libc::setfsuid(u32::MAX) as u32) };
         let guard = FsIdentityGuard { previous_uid, previous_gid };
         if current_gid != identity.gid || current_uid != identity.uid {
             return Err(OpError::new(FailureCode::Internal, "could not take the sandbox user's filesystem identity"));

@@ -43,69 +43,36 @@ fn clear_files(dir: &Path) {
 }
 
 fn all_limits() -> CgroupLimits {
-    CgroupLimits {
-        memory_bytes: Some(64 << 20),
-        pids_max: Some(5),
-        cpu_quota_us: Some(50_000),
-        cpu_period_us: 100_000,
-    }
+    CgroupLimits { memory_bytes: Some(64 << 20), pids_max: Some(5), cpu_quota_us: Some(50_000), cpu_period_us: 100_000 }
 }
 
 #[test]
 fn create_writes_each_limit_in_its_controller() {
     let (tmp, mounts) = fake_tree();
-    let cgroup = Hierarchy::v1_at(mounts)
-        .create("sk", "run1", &all_limits())
-        .unwrap();
+    let cgroup = Hierarchy::v1_at(mounts).create("sk", "run1", &all_limits()).unwrap();
     assert_eq!(cgroup.version(), CgroupVersion::V1);
     assert_eq!(cgroup.name(), "run1");
     assert!(cgroup.missing_controllers().is_empty());
     let root = tmp.path();
     assert_eq!(
         cgroup.paths(),
-        ["cpu,cpuacct", "freezer", "memory", "pids"]
-            .map(|d| root.join(d).join("sk/run1"))
-            .to_vec()
+        ["cpu,cpuacct", "freezer", "memory", "pids"].map(|d| root.join(d).join("sk/run1")).to_vec()
     );
-    assert_eq!(
-        read(&root.join("memory/sk/run1/memory.limit_in_bytes")),
-        "67108864"
-    );
+    assert_eq!(read(&root.join("memory/sk/run1/memory.limit_in_bytes")), "67108864");
     assert_eq!(read(&root.join("pids/sk/run1/pids.max")), "5");
-    assert_eq!(
-        read(&root.join("cpu,cpuacct/sk/run1/cpu.cfs_period_us")),
-        "100000"
-    );
-    assert_eq!(
-        read(&root.join("cpu,cpuacct/sk/run1/cpu.cfs_quota_us")),
-        "50000"
-    );
+    assert_eq!(read(&root.join("cpu,cpuacct/sk/run1/cpu.cfs_period_us")), "100000");
+    assert_eq!(read(&root.join("cpu,cpuacct/sk/run1/cpu.cfs_quota_us")), "50000");
     // No swap accounting file in the fake child: nothing written there.
-    assert!(
-        !root
-            .join("memory/sk/run1/memory.memsw.limit_in_bytes")
-            .exists()
-    );
+    assert!(!root.join("memory/sk/run1/memory.memsw.limit_in_bytes").exists());
 }
 
 #[test]
 fn swap_is_limited_to_the_memory_limit_when_memsw_exists() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_owned();
-    fs::write(
-        dir.join("memory.memsw.limit_in_bytes"),
-        "9223372036854771712",
-    )
-    .unwrap();
+    fs::write(dir.join("memory.memsw.limit_in_bytes"), "9223372036854771712").unwrap();
     let dirs = BTreeMap::from([("memory".to_owned(), dir.clone())]);
-    apply_limits(
-        &dirs,
-        &CgroupLimits {
-            memory_bytes: Some(1 << 20),
-            ..CgroupLimits::default()
-        },
-    )
-    .unwrap();
+    apply_limits(&dirs, &CgroupLimits { memory_bytes: Some(1 << 20), ..CgroupLimits::default() }).unwrap();
     assert_eq!(read(&dir.join("memory.limit_in_bytes")), "1048576");
     assert_eq!(read(&dir.join("memory.memsw.limit_in_bytes")), "1048576");
 }
@@ -113,17 +80,9 @@ fn swap_is_limited_to_the_memory_limit_when_memsw_exists() {
 #[test]
 fn unlimited_writes_no_limit_files() {
     let (tmp, mounts) = fake_tree();
-    Hierarchy::v1_at(mounts)
-        .create("", "run1", &CgroupLimits::default())
-        .unwrap();
+    Hierarchy::v1_at(mounts).create("", "run1", &CgroupLimits::default()).unwrap();
     for dir in ["memory", "pids", "cpu,cpuacct", "freezer"] {
-        assert_eq!(
-            fs::read_dir(tmp.path().join(dir).join("run1"))
-                .unwrap()
-                .count(),
-            0,
-            "{dir}"
-        );
+        assert_eq!(fs::read_dir(tmp.path().join(dir).join("run1")).unwrap().count(), 0, "{dir}");
     }
 }
 
@@ -133,20 +92,9 @@ fn a_limit_for_a_missing_controller_fails_before_creating_anything() {
     mounts.remove("cpu");
     let hierarchy = Hierarchy::v1_at(mounts);
     let err = hierarchy.create("sk", "run1", &all_limits()).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            CgroupError::ControllerUnavailable {
-                controller: "cpu",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, CgroupError::ControllerUnavailable { controller: "cpu", .. }), "{err}");
     assert!(!tmp.path().join("memory/sk/run1").exists());
-    let cgroup = hierarchy
-        .create("sk", "run1", &CgroupLimits::default())
-        .unwrap();
+    let cgroup = hierarchy.create("sk", "run1", &CgroupLimits::default()).unwrap();
     assert_eq!(cgroup.missing_controllers(), ["cpu"]);
 }
 
@@ -155,19 +103,11 @@ fn failure_half_way_removes_what_was_created() {
     let (tmp, mut mounts) = fake_tree();
     // Sorted after the real mounts, so memory, pids, ... are created before this one fails.
     mounts.insert("pids".to_owned(), tmp.path().join("zz-not-mounted"));
-    let err = Hierarchy::v1_at(mounts)
-        .create("sk", "run1", &CgroupLimits::default())
-        .unwrap_err();
+    let err = Hierarchy::v1_at(mounts).create("sk", "run1", &CgroupLimits::default()).unwrap_err();
     assert!(matches!(err, CgroupError::CreateDir { .. }), "{err}");
     for dir in ["memory", "cpu,cpuacct", "freezer"] {
-        assert!(
-            !tmp.path().join(dir).join("sk/run1").exists(),
-            "{dir} left behind"
-        );
-        assert!(
-            tmp.path().join(dir).join("sk").exists(),
-            "shared parent {dir} removed"
-        );
+        assert!(!tmp.path().join(dir).join("sk/run1").exists(), "{dir} left behind");
+        assert!(tmp.path().join(dir).join("sk").exists(), "shared parent {dir} removed");
     }
 }
 
@@ -175,13 +115,8 @@ fn failure_half_way_removes_what_was_created() {
 fn creating_an_existing_cgroup_fails_and_leaves_it_alone() {
     let (tmp, mounts) = fake_tree();
     let hierarchy = Hierarchy::v1_at(mounts);
-    hierarchy
-        .create("sk", "run1", &CgroupLimits::default())
-        .unwrap();
-    assert!(matches!(
-        hierarchy.create("sk", "run1", &CgroupLimits::default()),
-        Err(CgroupError::CreateDir { .. })
-    ));
+    hierarchy.create("sk", "run1", &CgroupLimits::default()).unwrap();
+    assert!(matches!(hierarchy.create("sk", "run1", &CgroupLimits::default()), Err(CgroupError::CreateDir { .. })));
     assert!(tmp.path().join("memory/sk/run1").is_dir());
 }
 
@@ -189,9 +124,7 @@ fn creating_an_existing_cgroup_fails_and_leaves_it_alone() {
 fn list_and_open_find_cgroups_in_any_controller() {
     let (tmp, mounts) = fake_tree();
     let hierarchy = Hierarchy::v1_at(mounts);
-    let created = hierarchy
-        .create("sk", "run1", &CgroupLimits::default())
-        .unwrap();
+    let created = hierarchy.create("sk", "run1", &CgroupLimits::default()).unwrap();
     // A crashed run that got only as far as the pids controller.
     fs::create_dir(tmp.path().join("pids/sk/run2")).unwrap();
     assert_eq!(hierarchy.list("sk").unwrap(), ["run1", "run2"]);
@@ -199,19 +132,14 @@ fn list_and_open_find_cgroups_in_any_controller() {
     assert_eq!(hierarchy.open("sk", "run1").unwrap(), Some(created));
     let partial = hierarchy.open("sk", "run2").unwrap().unwrap();
     assert_eq!(partial.paths(), [tmp.path().join("pids/sk/run2")]);
-    assert_eq!(
-        partial.missing_controllers(),
-        ["cpu", "cpuacct", "freezer", "memory"]
-    );
+    assert_eq!(partial.missing_controllers(), ["cpu", "cpuacct", "freezer", "memory"]);
     assert_eq!(hierarchy.open("sk", "run3").unwrap(), None);
 }
 
 #[test]
 fn add_process_writes_every_controller_and_pids_is_the_union() {
     let (tmp, mounts) = fake_tree();
-    let cgroup = Hierarchy::v1_at(mounts)
-        .create("sk", "run1", &CgroupLimits::default())
-        .unwrap();
+    let cgroup = Hierarchy::v1_at(mounts).create("sk", "run1", &CgroupLimits::default()).unwrap();
     cgroup.add_process(4242).unwrap();
     for dir in cgroup.paths() {
         assert_eq!(read(&dir.join("cgroup.procs")), "4242");
@@ -226,15 +154,8 @@ fn remove_is_idempotent_and_only_uses_rmdir() {
     let hierarchy = Hierarchy::v1_at(mounts);
     let cgroup = hierarchy.create("sk", "run1", &all_limits()).unwrap();
     // Files left in a dir: rmdir refuses, nothing is deleted recursively.
-    assert!(matches!(
-        cgroup.clone().remove(),
-        Err(CgroupError::RemoveDir { .. })
-    ));
-    assert!(
-        tmp.path()
-            .join("memory/sk/run1/memory.limit_in_bytes")
-            .exists()
-    );
+    assert!(matches!(cgroup.clone().remove(), Err(CgroupError::RemoveDir { .. })));
+    assert!(tmp.path().join("memory/sk/run1/memory.limit_in_bytes").exists());
     for dir in cgroup.paths() {
         clear_files(&dir);
     }
@@ -250,9 +171,7 @@ fn remove_is_idempotent_and_only_uses_rmdir() {
 fn kill_all_of_an_empty_or_missing_cgroup_is_fine() {
     let (_tmp, mounts) = fake_tree();
     let hierarchy = Hierarchy::v1_at(mounts);
-    let cgroup = hierarchy
-        .create("sk", "run1", &CgroupLimits::default())
-        .unwrap();
+    let cgroup = hierarchy.create("sk", "run1", &CgroupLimits::default()).unwrap();
     cgroup.kill_all().unwrap();
     for dir in cgroup.paths() {
         clear_files(&dir);
@@ -267,13 +186,7 @@ fn describe_names_each_controller_and_the_missing_ones() {
     mounts.remove("freezer");
     let line = Hierarchy::v1_at(mounts).describe();
     assert!(line.starts_with("cgroup v1:"), "{line}");
-    assert!(
-        line.contains(&format!(
-            "memory={} (writable)",
-            tmp.path().join("memory").display()
-        )),
-        "{line}"
-    );
+    assert!(line.contains(&format!("memory={} (writable)", tmp.path().join("memory").display())), "{line}");
     assert!(line.ends_with("; missing: freezer"), "{line}");
 }
 
@@ -282,12 +195,7 @@ fn names_that_escape_the_parent_are_rejected() {
     let (_tmp, mounts) = fake_tree();
     let hierarchy = Hierarchy::v1_at(mounts);
     for (parent, name) in [("sk", "../x"), ("..", "x"), ("/etc", "x"), ("sk", "")] {
-        let err = hierarchy
-            .create(parent, name, &CgroupLimits::default())
-            .unwrap_err();
-        assert!(
-            matches!(err, CgroupError::InvalidName { .. }),
-            "{parent:?} {name:?}: {err}"
-        );
+        let err = hierarchy.create(parent, name, &CgroupLimits::default()).unwrap_err();
+        assert!(matches!(err, CgroupError::InvalidName { .. }), "{parent:?} {name:?}: {err}");
     }
 }

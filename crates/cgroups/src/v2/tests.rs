@@ -48,9 +48,7 @@ fn create_enables_controllers_and_writes_v2_limits() {
         cpu_quota_us: Some(50_000),
         cpu_period_us: 100_000,
     };
-    let cgroup = Hierarchy::v2_at(tmp.path().to_owned())
-        .create("sk", "run1", &limits)
-        .unwrap();
+    let cgroup = Hierarchy::v2_at(tmp.path().to_owned()).create("sk", "run1", &limits).unwrap();
     assert_eq!(cgroup.version(), CgroupVersion::V2);
     assert!(cgroup.missing_controllers().is_empty());
     let dir = tmp.path().join("sk/run1");
@@ -67,14 +65,7 @@ fn create_enables_controllers_and_writes_v2_limits() {
 fn swap_is_zero_when_swap_accounting_exists() {
     let tmp = tempfile::tempdir().unwrap();
     fs::write(tmp.path().join("memory.swap.max"), "max").unwrap();
-    apply_limits(
-        tmp.path(),
-        &CgroupLimits {
-            memory_bytes: Some(4096),
-            ..CgroupLimits::default()
-        },
-    )
-    .unwrap();
+    apply_limits(tmp.path(), &CgroupLimits { memory_bytes: Some(4096), ..CgroupLimits::default() }).unwrap();
     assert_eq!(read(&tmp.path().join("memory.swap.max")), "0");
     assert_eq!(read(&tmp.path().join("memory.max")), "4096");
 }
@@ -83,30 +74,11 @@ fn swap_is_zero_when_swap_accounting_exists() {
 fn missing_controllers_are_reported_and_their_limits_refused() {
     let tmp = fake_root("hugetlb");
     let hierarchy = Hierarchy::v2_at(tmp.path().to_owned());
-    let err = hierarchy
-        .create(
-            "sk",
-            "run1",
-            &CgroupLimits {
-                pids_max: Some(5),
-                ..CgroupLimits::default()
-            },
-        )
-        .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            CgroupError::ControllerUnavailable {
-                controller: "pids",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    let err =
+        hierarchy.create("sk", "run1", &CgroupLimits { pids_max: Some(5), ..CgroupLimits::default() }).unwrap_err();
+    assert!(matches!(err, CgroupError::ControllerUnavailable { controller: "pids", .. }), "{err}");
     assert!(!tmp.path().join("sk/run1").exists());
-    let cgroup = hierarchy
-        .create("sk", "run1", &CgroupLimits::default())
-        .unwrap();
+    let cgroup = hierarchy.create("sk", "run1", &CgroupLimits::default()).unwrap();
     assert_eq!(cgroup.missing_controllers(), ["memory", "pids", "cpu"]);
     // Nothing to enable: the root's subtree_control was not touched.
     assert_eq!(read(&tmp.path().join("cgroup.subtree_control")), "");
@@ -116,26 +88,17 @@ fn missing_controllers_are_reported_and_their_limits_refused() {
 fn already_enabled_controllers_are_not_rewritten() {
     let tmp = fake_root("memory pids");
     fs::write(tmp.path().join("cgroup.subtree_control"), "memory pids").unwrap();
-    let cgroup = Hierarchy::v2_at(tmp.path().to_owned())
-        .create("", "run1", &CgroupLimits::default())
-        .unwrap();
+    let cgroup = Hierarchy::v2_at(tmp.path().to_owned()).create("", "run1", &CgroupLimits::default()).unwrap();
     assert_eq!(cgroup.missing_controllers(), ["cpu"]);
-    assert_eq!(
-        read(&tmp.path().join("cgroup.subtree_control")),
-        "memory pids"
-    );
+    assert_eq!(read(&tmp.path().join("cgroup.subtree_control")), "memory pids");
 }
 
 #[test]
 fn list_open_and_remove() {
     let tmp = fake_root("");
     let hierarchy = Hierarchy::v2_at(tmp.path().to_owned());
-    let cgroup = hierarchy
-        .create("sk", "run1", &CgroupLimits::default())
-        .unwrap();
-    hierarchy
-        .create("sk", "run2", &CgroupLimits::default())
-        .unwrap();
+    let cgroup = hierarchy.create("sk", "run1", &CgroupLimits::default()).unwrap();
+    hierarchy.create("sk", "run2", &CgroupLimits::default()).unwrap();
     assert_eq!(hierarchy.list("sk").unwrap(), ["run1", "run2"]);
     let opened = hierarchy.open("sk", "run1").unwrap().unwrap();
     assert_eq!(opened.paths(), cgroup.paths());
@@ -152,9 +115,7 @@ fn list_open_and_remove() {
 #[test]
 fn kill_all_with_cgroup_kill_on_an_empty_cgroup_returns_at_once() {
     let tmp = fake_root("");
-    let cgroup = Hierarchy::v2_at(tmp.path().to_owned())
-        .create("", "run1", &CgroupLimits::default())
-        .unwrap();
+    let cgroup = Hierarchy::v2_at(tmp.path().to_owned()).create("", "run1", &CgroupLimits::default()).unwrap();
     let dir = tmp.path().join("run1");
     fs::write(dir.join("cgroup.kill"), "").unwrap();
     cgroup.kill_all().unwrap();
@@ -166,11 +127,5 @@ fn kill_all_with_cgroup_kill_on_an_empty_cgroup_returns_at_once() {
 fn describe_lists_available_and_missing_controllers() {
     let tmp = fake_root("cpu hugetlb memory");
     let line = Hierarchy::v2_at(tmp.path().to_owned()).describe();
-    assert_eq!(
-        line,
-        format!(
-            "cgroup v2 at {} (writable): available: memory cpu; missing: pids",
-            tmp.path().display()
-        )
-    );
+    assert_eq!(line, format!("cgroup v2 at {} (writable): available: memory cpu; missing: pids", tmp.path().display()));
 }

@@ -15,9 +15,7 @@ use sandkasten_cgroups::{Cgroup, Hierarchy};
 
 /// Whether we run as root (the owner of `/proc/self` is our effective uid).
 pub fn is_root() -> bool {
-    fs::metadata("/proc/self")
-        .map(|m| m.uid() == 0)
-        .unwrap_or(false)
+    fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
 }
 
 /// The first cgroup2 mount point of this process, if any.
@@ -32,10 +30,7 @@ pub fn cgroup2_mount() -> Option<PathBuf> {
 
 /// A unique parent name per test.
 pub fn unique_parent(test: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     format!("sandkasten-test-{test}-{}-{nanos}", std::process::id())
 }
 
@@ -49,11 +44,7 @@ pub struct Guard {
 
 impl Guard {
     pub fn new(hierarchy: Hierarchy, test: &str) -> Guard {
-        Guard {
-            hierarchy,
-            parent: unique_parent(test),
-            children: BTreeMap::new(),
-        }
+        Guard { hierarchy, parent: unique_parent(test), children: BTreeMap::new() }
     }
 
     /// Spawns `sh -c 'read x; <script>'`: it blocks until `open_gate` so it can be put in a cgroup first.
@@ -79,10 +70,7 @@ impl Guard {
 
     /// Reaps every direct child.
     pub fn reap_all(&mut self) -> Vec<ExitStatus> {
-        std::mem::take(&mut self.children)
-            .into_values()
-            .map(|mut c| c.wait().unwrap())
-            .collect()
+        std::mem::take(&mut self.children).into_values().map(|mut c| c.wait().unwrap()).collect()
     }
 
     /// Cleans up now and asserts nothing is left: none of `created`, no parent directory in any controller.
@@ -92,11 +80,7 @@ impl Guard {
             assert!(!path.exists(), "{} left behind", path.display());
         }
         let top_level = self.hierarchy.list("").unwrap();
-        assert!(
-            !top_level.contains(&self.parent),
-            "parent {} left behind",
-            self.parent
-        );
+        assert!(!top_level.contains(&self.parent), "parent {} left behind", self.parent);
     }
 
     fn cleanup(&mut self) {
@@ -136,10 +120,7 @@ pub fn wait_for_pids(cgroup: &Cgroup, count: usize) -> Vec<u32> {
     loop {
         let pids = cgroup.pids().unwrap();
         if pids.len() >= count || Instant::now() > deadline {
-            assert!(
-                pids.len() >= count,
-                "only {pids:?} in the cgroup, expected {count}"
-            );
+            assert!(pids.len() >= count, "only {pids:?} in the cgroup, expected {count}");
             return pids;
         }
         thread::sleep(Duration::from_millis(10));
@@ -152,9 +133,7 @@ pub fn is_dead(pid: u32) -> bool {
         Err(_) => true,
         Ok(stat) => {
             // The state follows the parenthesised command name.
-            let state = stat
-                .rsplit_once(") ")
-                .and_then(|(_, rest)| rest.chars().next());
+            let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
             matches!(state, Some('Z' | 'X'))
         }
     }

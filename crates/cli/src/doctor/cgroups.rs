@@ -21,11 +21,7 @@ fn probe_limits() -> CgroupLimits {
 /// A cgroup name no other doctor run (or concurrent check in this process) uses.
 fn probe_name() -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "sandkasten-doctor-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+    format!("sandkasten-doctor-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// Detects the hierarchy and creates/removes `sandkasten-doctor-<pid>-<n>` at its root with all three limits.
@@ -49,10 +45,7 @@ pub fn check() -> Check {
             match (missing.is_empty(), removed) {
                 (_, Err(e)) => Check::warn(
                     CheckId::Cgroups,
-                    format!(
-                        "{description}; created a probe cgroup but could not remove it: {}",
-                        host::error_chain(&e)
-                    ),
+                    format!("{description}; created a probe cgroup but could not remove it: {}", host::error_chain(&e)),
                     format!("remove the leftover probe cgroup {name} (rmdir in each controller)"),
                 ),
                 (true, Ok(())) => Check::ok(
@@ -61,20 +54,14 @@ pub fn check() -> Check {
                 ),
                 (false, Ok(())) => Check::warn(
                     CheckId::Cgroups,
-                    format!(
-                        "{description}; created a cgroup without: {}",
-                        missing.join(", ")
-                    ),
+                    format!("{description}; created a cgroup without: {}", missing.join(", ")),
                     "enable the missing controllers (v2: add them to cgroup.subtree_control up to the root)",
                 ),
             }
         }
         Err(e) => Check::fail(
             CheckId::Cgroups,
-            format!(
-                "{description}; creating a cgroup with limits failed: {}",
-                host::error_chain(&e)
-            ),
+            format!("{description}; creating a cgroup with limits failed: {}", host::error_chain(&e)),
             "run as root with a writable cgroup hierarchy that has the memory, pids and cpu controllers",
         ),
     }

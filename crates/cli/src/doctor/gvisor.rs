@@ -22,36 +22,20 @@ pub fn runsc() -> Check {
     match output {
         Ok(output) if output.status.success() => {
             let stdout = String::from_utf8_lossy(&output.stdout);
-            Check::ok(
-                CheckId::Runsc,
-                format!("{}: {}", path.display(), version_line(&stdout)),
-            )
+            Check::ok(CheckId::Runsc, format!("{}: {}", path.display(), version_line(&stdout)))
         }
         Ok(output) => Check::fail(
             CheckId::Runsc,
-            format!(
-                "{} --version exited with {}: {}",
-                path.display(),
-                output.status,
-                host::last_line(&output.stderr)
-            ),
+            format!("{} --version exited with {}: {}", path.display(), output.status, host::last_line(&output.stderr)),
             INSTALL,
         ),
-        Err(e) => Check::fail(
-            CheckId::Runsc,
-            format!("running {}: {e}", path.display()),
-            INSTALL,
-        ),
+        Err(e) => Check::fail(CheckId::Runsc, format!("running {}: {e}", path.display()), INSTALL),
     }
 }
 
 /// The first line of `runsc --version` (`runsc version release-20221219.0`), or a placeholder.
 pub fn version_line(stdout: &str) -> &str {
-    stdout
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("(no version output)")
+    stdout.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("(no version output)")
 }
 
 #[cfg(test)]

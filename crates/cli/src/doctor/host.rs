@@ -21,11 +21,7 @@ pub fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
 
 /// The effective uid from a status text (`Uid:` is real, effective, saved, filesystem).
 pub fn effective_uid(status: &str) -> Option<u32> {
-    status_field(status, "Uid")?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+    status_field(status, "Uid")?.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Whether capability number `cap` is in the effective set (`CapEff:` is a hex mask).
@@ -54,9 +50,7 @@ pub fn which(program: &str) -> Option<PathBuf> {
 
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt as _;
-    path.metadata()
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
+    path.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
 }
 
 /// An error and its sources as one line: `outer: inner: innermost`.
@@ -74,12 +68,7 @@ pub fn error_chain(error: &dyn Error) -> String {
 /// The last non-empty line of a program's stderr (where tools put the reason), at most 200 characters.
 pub fn last_line(stderr: &[u8]) -> String {
     let text = String::from_utf8_lossy(stderr);
-    let line = text
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim();
+    let line = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
     line.chars().take(200).collect()
 }
 
@@ -87,7 +76,8 @@ pub fn last_line(stderr: &[u8]) -> String {
 mod tests {
     use super::*;
 
-    const STATUS: &str = "Name:\tcat\nUid:\t1000\t0\t0\t0\nCapEff:\t000001ffffffffff\nSeccomp:\t0\nSeccomp_filters:\t0\n";
+    const STATUS: &str =
+        "Name:\tcat\nUid:\t1000\t0\t0\t0\nCapEff:\t000001ffffffffff\nSeccomp:\t0\nSeccomp_filters:\t0\n";
 
     #[test]
     fn status_fields_are_found_by_exact_key() {
@@ -106,10 +96,7 @@ mod tests {
     #[test]
     fn effective_capabilities_are_read_from_the_hex_mask() {
         assert_eq!(has_effective_capability(STATUS, 21), Some(true));
-        assert_eq!(
-            has_effective_capability("CapEff:\t0000000000000000\n", 21),
-            Some(false)
-        );
+        assert_eq!(has_effective_capability("CapEff:\t0000000000000000\n", 21), Some(false));
         assert_eq!(has_effective_capability("CapEff:\tzz\n", 21), None);
     }
 
@@ -126,10 +113,7 @@ mod tests {
 
     #[test]
     fn last_line_skips_trailing_blank_lines() {
-        assert_eq!(
-            last_line(b"warning\nunshare: Operation not permitted\n\n"),
-            "unshare: Operation not permitted"
-        );
+        assert_eq!(last_line(b"warning\nunshare: Operation not permitted\n\n"), "unshare: Operation not permitted");
         assert_eq!(last_line(b""), "");
     }
 

@@ -21,20 +21,12 @@ pub fn seccomp() -> Check {
     let status = fs::read_to_string(host::PROC_SELF_STATUS).unwrap_or_default();
     let actions = fs::read_to_string(SECCOMP_ACTIONS).ok();
     let compiled = SandboxFilter::compile().map_err(|e| host::error_chain(&e));
-    seccomp_verdict(
-        host::status_field(&status, "Seccomp"),
-        actions.as_deref(),
-        compiled.map(|_| ()),
-    )
+    seccomp_verdict(host::status_field(&status, "Seccomp"), actions.as_deref(), compiled.map(|_| ()))
 }
 
 /// The seccomp verdict from the status field (`"0"` none, `"1"` strict, `"2"` filter: our own mode), the kernel's
 /// action list and the policy compilation.
-pub fn seccomp_verdict(
-    mode: Option<&str>,
-    actions: Option<&str>,
-    compiled: Result<(), String>,
-) -> Check {
+pub fn seccomp_verdict(mode: Option<&str>, actions: Option<&str>, compiled: Result<(), String>) -> Check {
     let Some(mode) = mode else {
         return Check::fail(
             CheckId::Seccomp,
@@ -53,10 +45,7 @@ pub fn seccomp_verdict(
     if !["allow", "errno"].iter().all(|a| actions.contains(a)) {
         return Check::fail(
             CheckId::Seccomp,
-            format!(
-                "kernel lacks the allow/errno filter actions (has: {})",
-                join(&actions)
-            ),
+            format!("kernel lacks the allow/errno filter actions (has: {})", join(&actions)),
             "use a kernel with CONFIG_SECCOMP_FILTER=y",
         );
     }
@@ -71,10 +60,7 @@ pub fn seccomp_verdict(
         "0" => String::new(),
         other => format!(", doctor itself already runs under mode {other}"),
     };
-    Check::ok(
-        CheckId::Seccomp,
-        format!("filter mode available, policy compiles{own}"),
-    )
+    Check::ok(CheckId::Seccomp, format!("filter mode available, policy compiles{own}"))
 }
 
 /// Landlock is optional (sandboxes then rely on the mount namespace alone), so a missing ABI only warns.
@@ -100,11 +86,7 @@ pub fn landlock_verdict(abi: i32) -> Check {
 pub fn filesystems() -> Check {
     match fs::read_to_string(PROC_FILESYSTEMS) {
         Ok(text) => filesystems_verdict(&host::parse_filesystems(&text)),
-        Err(e) => Check::fail(
-            CheckId::Filesystems,
-            format!("cannot read {PROC_FILESYSTEMS}: {e}"),
-            "mount /proc",
-        ),
+        Err(e) => Check::fail(CheckId::Filesystems, format!("cannot read {PROC_FILESYSTEMS}: {e}"), "mount /proc"),
     }
 }
 
@@ -138,22 +120,10 @@ mod tests {
 
     #[test]
     fn seccomp_needs_the_field_the_actions_and_a_compiling_policy() {
-        assert_eq!(
-            seccomp_verdict(Some("0"), Some(ACTIONS), Ok(())).status,
-            Status::Ok
-        );
-        assert_eq!(
-            seccomp_verdict(None, Some(ACTIONS), Ok(())).status,
-            Status::Fail
-        );
-        assert_eq!(
-            seccomp_verdict(Some("0"), None, Ok(())).status,
-            Status::Fail
-        );
-        assert_eq!(
-            seccomp_verdict(Some("0"), Some("kill_process"), Ok(())).status,
-            Status::Fail
-        );
+        assert_eq!(seccomp_verdict(Some("0"), Some(ACTIONS), Ok(())).status, Status::Ok);
+        assert_eq!(seccomp_verdict(None, Some(ACTIONS), Ok(())).status, Status::Fail);
+        assert_eq!(seccomp_verdict(Some("0"), None, Ok(())).status, Status::Fail);
+        assert_eq!(seccomp_verdict(Some("0"), Some("kill_process"), Ok(())).status, Status::Fail);
         let bad = seccomp_verdict(Some("0"), Some(ACTIONS), Err("boom".to_owned()));
         assert_eq!(bad.status, Status::Fail);
         assert!(bad.detail.contains("boom"));
@@ -180,21 +150,10 @@ mod tests {
 
     #[test]
     fn tmpfs_is_required_and_overlay_optional() {
-        let set = |names: &[&str]| {
-            names
-                .iter()
-                .map(|n| (*n).to_owned())
-                .collect::<BTreeSet<_>>()
-        };
-        assert_eq!(
-            filesystems_verdict(&set(&["tmpfs", "overlay"])).status,
-            Status::Ok
-        );
+        let set = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<BTreeSet<_>>();
+        assert_eq!(filesystems_verdict(&set(&["tmpfs", "overlay"])).status, Status::Ok);
         assert_eq!(filesystems_verdict(&set(&["tmpfs"])).status, Status::Warn);
-        assert_eq!(
-            filesystems_verdict(&set(&["overlay", "ext4"])).status,
-            Status::Fail
-        );
+        assert_eq!(filesystems_verdict(&set(&["overlay", "ext4"])).status, Status::Fail);
     }
 
     #[test]

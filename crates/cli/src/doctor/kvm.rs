@@ -12,11 +12,7 @@ use super::kvm_probe::{self, KVM_DEVICE, ProbePlan, SPIN_ITERATIONS, Timings};
 use super::report::{Check, CheckId};
 
 /// What the probe measures: 1000 bare exits, 100 runs of guest compute, each phase cut at 300 ms.
-const PLAN: ProbePlan = ProbePlan {
-    exits: 1000,
-    spins: 100,
-    phase_budget: Duration::from_millis(300),
-};
+const PLAN: ProbePlan = ProbePlan { exits: 1000, spins: 100, phase_budget: Duration::from_millis(300) };
 /// Give up on a probe that has not finished after this long (a single KVM_RUN can block).
 const PROBE_DEADLINE: Duration = Duration::from_millis(1000);
 /// Hardware speed: exit round trip at most this (µs) ...
@@ -43,35 +39,21 @@ pub fn device() -> Check {
                  (in a VM: enable nested virtualisation) ({e})"
             ),
         ),
-        Err(e) => Check::fail(
-            CheckId::KvmDevice,
-            e.to_string(),
-            "run as root or add the user to the kvm group",
-        ),
+        Err(e) => Check::fail(CheckId::KvmDevice, e.to_string(), "run as root or add the user to the kvm group"),
     }
 }
 
 /// Times the probe on its own thread; past the deadline the thread is abandoned (it dies with the process).
 pub fn speed() -> Check {
     if kvm_probe::open_device().is_err() {
-        return Check::fail(
-            CheckId::KvmSpeed,
-            "not measured: no usable /dev/kvm",
-            SLOW_FIX,
-        );
+        return Check::fail(CheckId::KvmSpeed, "not measured: no usable /dev/kvm", SLOW_FIX);
     }
     let (sender, receiver) = mpsc::channel();
-    let spawned = std::thread::Builder::new()
-        .name("kvm-probe".to_owned())
-        .spawn(move || {
-            let _ = sender.send(kvm_probe::probe(PLAN).map_err(|e| e.to_string()));
-        });
+    let spawned = std::thread::Builder::new().name("kvm-probe".to_owned()).spawn(move || {
+        let _ = sender.send(kvm_probe::probe(PLAN).map_err(|e| e.to_string()));
+    });
     if let Err(e) = spawned {
-        return Check::fail(
-            CheckId::KvmSpeed,
-            format!("cannot start the probe thread: {e}"),
-            "retry",
-        );
+        return Check::fail(CheckId::KvmSpeed, format!("cannot start the probe thread: {e}"), "retry");
     }
     match receiver.recv_timeout(PROBE_DEADLINE) {
         Ok(Ok(timings)) => speed_verdict(&timings),
@@ -104,10 +86,7 @@ fn speed_of(timings: &Timings) -> Speed {
     let exit_us = timings.exits_time.as_secs_f64() * 1e6 / f64::from(timings.exits.max(1));
     let spin_us = timings.spins_time.as_secs_f64() * 1e6 - exit_us * f64::from(timings.spins);
     let iterations = f64::from(timings.spins.max(1)) * f64::from(SPIN_ITERATIONS);
-    Speed {
-        exit_us,
-        iteration_ns: (spin_us * 1e3 / iterations).max(0.0),
-    }
+    Speed { exit_us, iteration_ns: (spin_us * 1e3 / iterations).max(0.0) }
 }
 
 /// The verdict from the probe's timings against the hardware and nested thresholds.
@@ -126,11 +105,7 @@ pub fn speed_verdict(timings: &Timings) -> Check {
             "expect slower microVM starts than on bare metal",
         )
     } else {
-        Check::fail(
-            CheckId::KvmSpeed,
-            format!("not usable at hardware speed: {measured}"),
-            SLOW_FIX,
-        )
+        Check::fail(CheckId::KvmSpeed, format!("not usable at hardware speed: {measured}"), SLOW_FIX)
     }
 }
 
@@ -150,8 +125,7 @@ mod tests {
             exits,
             exits_time: Duration::from_micros(exit_us * u64::from(exits)),
             spins,
-            spins_time: Duration::from_micros(exit_us * u64::from(spins))
-                + Duration::from_nanos(spin_ns as u64),
+            spins_time: Duration::from_micros(exit_us * u64::from(spins)) + Duration::from_nanos(spin_ns as u64),
         }
     }
 
@@ -160,11 +134,7 @@ mod tests {
         let check = speed_verdict(&timings(3, 0.4));
         assert_eq!(check.status, Status::Ok, "{}", check.detail);
         assert!(check.detail.contains("exit 3.0 µs"), "{}", check.detail);
-        assert!(
-            check.detail.contains("loop 0.4 ns/iteration"),
-            "{}",
-            check.detail
-        );
+        assert!(check.detail.contains("loop 0.4 ns/iteration"), "{}", check.detail);
     }
 
     #[test]
@@ -177,11 +147,7 @@ mod tests {
     fn slow_exits_are_not_hardware_speed() {
         let check = speed_verdict(&timings(2_500, 0.5));
         assert_eq!(check.status, Status::Fail);
-        assert!(
-            check.detail.starts_with("not usable at hardware speed"),
-            "{}",
-            check.detail
-        );
+        assert!(check.detail.starts_with("not usable at hardware speed"), "{}", check.detail);
         assert!(check.fix.is_some());
     }
 

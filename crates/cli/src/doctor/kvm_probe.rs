@@ -218,11 +218,7 @@ impl std::error::Error for ProbeError {}
 
 /// Opens the device read-write (the device check's test).
 pub fn open_device() -> Result<File, ProbeError> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(KVM_DEVICE)
-        .map_err(ProbeError::Open)
+    OpenOptions::new().read(true).write(true).open(KVM_DEVICE).map_err(ProbeError::Open)
 }
 
 /// Builds the VM, then times `plan.exits` bare exits and `plan.spins` runs of guest compute (each phase stopping
@@ -230,39 +226,20 @@ pub fn open_device() -> Result<File, ProbeError> {
 /// run this on its own thread.
 pub fn probe(plan: ProbePlan) -> Result<Timings, ProbeError> {
     let kvm = open_device()?;
-    let version = ioctl_arg(
-        kvm.as_raw_fd(),
-        KVM_GET_API_VERSION,
-        0,
-        "KVM_GET_API_VERSION",
-    )?;
+    let version = ioctl_arg(kvm.as_raw_fd(), KVM_GET_API_VERSION, 0, "KVM_GET_API_VERSION")?;
     if version != KVM_API_VERSION {
         return Err(ProbeError::ApiVersion(version));
     }
     // Declared before the VM so that it is unmapped only after the VM is gone.
     let memory = Mapping::anonymous(PAGE)?;
     let started = Instant::now();
-    let vm = new_fd(ioctl_arg(
-        kvm.as_raw_fd(),
-        KVM_CREATE_VM,
-        0,
-        "KVM_CREATE_VM",
-    )?);
+    let vm = new_fd(ioctl_arg(kvm.as_raw_fd(), KVM_CREATE_VM, 0, "KVM_CREATE_VM")?);
     // Only needed on Intel CPUs without unrestricted guest; harmless elsewhere, so failures are ignored.
-    let _ = ioctl_arg(
-        vm.as_raw_fd(),
-        KVM_SET_TSS_ADDR,
-        TSS_ADDR,
-        "KVM_SET_TSS_ADDR",
-    );
+    let _ = ioctl_arg(vm.as_raw_fd(), KVM_SET_TSS_ADDR, TSS_ADDR, "KVM_SET_TSS_ADDR");
 
     // SAFETY: `memory` is a fresh, writable, page-sized private mapping and GUEST_CODE is shorter than a page.
     unsafe {
-        std::ptr::copy_nonoverlapping(
-            GUEST_CODE.as_ptr(),
-            memory.ptr.as_ptr().cast::<u8>(),
-            GUEST_CODE.len(),
-        );
+        std::ptr::copy_nonoverlapping(GUEST_CODE.as_ptr(), memory.ptr.as_ptr().cast::<u8>(), GUEST_CODE.len());
     }
     let region = MemoryRegion {
         slot: 0,
@@ -273,18 +250,8 @@ pub fn probe(plan: ProbePlan) -> Result<Timings, ProbeError> {
     };
     set_memory_region(&vm, &region)?;
 
-    let vcpu = new_fd(ioctl_arg(
-        vm.as_raw_fd(),
-        KVM_CREATE_VCPU,
-        0,
-        "KVM_CREATE_VCPU",
-    )?);
-    let run_size = ioctl_arg(
-        kvm.as_raw_fd(),
-        KVM_GET_VCPU_MMAP_SIZE,
-        0,
-        "KVM_GET_VCPU_MMAP_SIZE",
-    )?;
+    let vcpu = new_fd(ioctl_arg(vm.as_raw_fd(), KVM_CREATE_VCPU, 0, "KVM_CREATE_VCPU")?);
+    let run_size = ioctl_arg(kvm.as_raw_fd(), KVM_GET_VCPU_MMAP_SIZE, 0, "KVM_GET_VCPU_MMAP_SIZE")?;
     let run = Mapping::vcpu_run(vcpu.as_raw_fd(), usize::try_from(run_size).unwrap_or(0))?;
 
     let mut sregs = Sregs::default();
@@ -314,23 +281,11 @@ pub fn probe(plan: ProbePlan) -> Result<Timings, ProbeError> {
     set_regs(&vcpu, &regs)?;
     let (spins, spins_time) = timed_runs(&vcpu, &run, plan.spins, plan.phase_budget)?;
 
-    Ok(Timings {
-        setup,
-        first_run,
-        exits,
-        exits_time,
-        spins,
-        spins_time,
-    })
+    Ok(Timings { setup, first_run, exits, exits_time, spins, spins_time })
 }
 
 /// Up to `max` KVM_RUNs (at least one), stopping once `budget` is spent; how many ran and how long they took.
-fn timed_runs(
-    vcpu: &OwnedFd,
-    run: &Mapping,
-    max: u32,
-    budget: Duration,
-) -> Result<(u32, Duration), ProbeError> {
+fn timed_runs(vcpu: &OwnedFd, run: &Mapping, max: u32, budget: Duration) -> Result<(u32, Duration), ProbeError> {
     let started = Instant::now();
     let mut runs = 0;
     while runs < max.max(1) && (runs == 0 || started.elapsed() < budget) {
@@ -349,37 +304,19 @@ fn run_once(vcpu: &OwnedFd, run: &Mapping) -> Result<(), ProbeError> {
     // only during KVM_RUN, which has returned.
     let (reason, port) = unsafe {
         (
-            base.add(RUN_EXIT_REASON_OFFSET)
-                .cast::<u32>()
-                .read_volatile(),
+            base.add(RUN_EXIT_REASON_OFFSET).cast::<u32>().read_volatile(),
             base.add(RUN_IO_PORT_OFFSET).cast::<u16>().read_unaligned(),
         )
     };
-    if reason == KVM_EXIT_IO && port == GUEST_PORT {
-        Ok(())
-    } else {
-        Err(ProbeError::UnexpectedExit { reason, port })
-    }
+    if reason == KVM_EXIT_IO && port == GUEST_PORT { Ok(()) } else { Err(ProbeError::UnexpectedExit { reason, port }) }
 }
 
 /// An ioctl taking an integer argument; returns its non-negative result.
-fn ioctl_arg(
-    fd: RawFd,
-    request: libc::Ioctl,
-    arg: libc::c_ulong,
-    call: &'static str,
-) -> Result<i32, ProbeError> {
+fn ioctl_arg(fd: RawFd, request: libc::Ioctl, arg: libc::c_ulong, call: &'static str) -> Result<i32, ProbeError> {
     // SAFETY: every request passed here (API version, create VM/vCPU, mmap size, TSS address, run) takes an integer
     // argument, not a pointer; an invalid fd only makes the call fail with EBADF.
     let ret = unsafe { libc::ioctl(fd, request, arg) };
-    if ret < 0 {
-        Err(ProbeError::Call {
-            call,
-            source: io::Error::last_os_error(),
-        })
-    } else {
-        Ok(ret)
-    }
+    if ret < 0 { Err(ProbeError::Call { call, source: io::Error::last_os_error() }) } else { Ok(ret) }
 }
 
 /// An ioctl taking a pointer to a `#[repr(C)]` struct; `Err` names `call`.
@@ -395,41 +332,20 @@ unsafe fn ioctl_struct<T>(
 ) -> Result<(), ProbeError> {
     // SAFETY: upheld by the caller (see `# Safety`); a bad fd only makes the call fail with EBADF.
     let ret = unsafe { libc::ioctl(fd, request, arg) };
-    if ret < 0 {
-        Err(ProbeError::Call {
-            call,
-            source: io::Error::last_os_error(),
-        })
-    } else {
-        Ok(())
-    }
+    if ret < 0 { Err(ProbeError::Call { call, source: io::Error::last_os_error() }) } else { Ok(()) }
 }
 
 /// KVM_SET_USER_MEMORY_REGION.
 fn set_memory_region(vm: &OwnedFd, region: &MemoryRegion) -> Result<(), ProbeError> {
     // SAFETY: the request takes a `struct kvm_userspace_memory_region`, which `MemoryRegion` mirrors (size checked
     // at compile time); the kernel only reads it. The memory it names stays mapped while the VM exists.
-    unsafe {
-        ioctl_struct(
-            vm.as_raw_fd(),
-            KVM_SET_USER_MEMORY_REGION,
-            region,
-            "KVM_SET_USER_MEMORY_REGION",
-        )
-    }
+    unsafe { ioctl_struct(vm.as_raw_fd(), KVM_SET_USER_MEMORY_REGION, region, "KVM_SET_USER_MEMORY_REGION") }
 }
 
 /// KVM_GET_REGS.
 fn get_regs(vcpu: &OwnedFd, regs: &mut Regs) -> Result<(), ProbeError> {
     // SAFETY: the request writes a `struct kvm_regs`, which `Regs` mirrors (size checked); `regs` is exclusive.
-    unsafe {
-        ioctl_struct(
-            vcpu.as_raw_fd(),
-            KVM_GET_REGS,
-            &raw mut *regs,
-            "KVM_GET_REGS",
-        )
-    }
+    unsafe { ioctl_struct(vcpu.as_raw_fd(), KVM_GET_REGS, &raw mut *regs, "KVM_GET_REGS") }
 }
 
 /// KVM_SET_REGS.
@@ -441,14 +357,7 @@ fn set_regs(vcpu: &OwnedFd, regs: &Regs) -> Result<(), ProbeError> {
 /// KVM_GET_SREGS.
 fn get_sregs(vcpu: &OwnedFd, sregs: &mut Sregs) -> Result<(), ProbeError> {
     // SAFETY: the request writes a `struct kvm_sregs`, which `Sregs` mirrors (size checked); `sregs` is exclusive.
-    unsafe {
-        ioctl_struct(
-            vcpu.as_raw_fd(),
-            KVM_GET_SREGS,
-            &raw mut *sregs,
-            "KVM_GET_SREGS",
-        )
-    }
+    unsafe { ioctl_struct(vcpu.as_raw_fd(), KVM_GET_SREGS, &raw mut *sregs, "KVM_GET_SREGS") }
 }
 
 /// KVM_SET_SREGS.
@@ -473,12 +382,7 @@ struct Mapping {
 impl Mapping {
     /// Private anonymous read-write memory (the guest's RAM).
     fn anonymous(len: usize) -> Result<Mapping, ProbeError> {
-        Mapping::map(
-            len,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            "mmap guest memory",
-        )
+        Mapping::map(len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, "mmap guest memory")
     }
 
     /// The vCPU's shared `struct kvm_run`.
@@ -495,28 +399,13 @@ impl Mapping {
     fn map(len: usize, flags: i32, fd: RawFd, call: &'static str) -> Result<Mapping, ProbeError> {
         // SAFETY: a fresh mapping at a kernel-chosen address (null hint) aliases no Rust object; the result is
         // checked against MAP_FAILED before use.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                fd,
-                0,
-            )
-        };
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, fd, 0) };
         if ptr == libc::MAP_FAILED {
-            return Err(ProbeError::Call {
-                call,
-                source: io::Error::last_os_error(),
-            });
+            return Err(ProbeError::Call { call, source: io::Error::last_os_error() });
         }
         NonNull::new(ptr)
             .map(|ptr| Mapping { ptr, len })
-            .ok_or(ProbeError::Call {
-                call,
-                source: io::Error::other("mmap returned null"),
-            })
+            .ok_or(ProbeError::Call { call, source: io::Error::other("mmap returned null") })
     }
 }
 
@@ -538,11 +427,7 @@ mod tests {
         if open_device().is_err() {
             return;
         }
-        let plan = ProbePlan {
-            exits: 10,
-            spins: 2,
-            phase_budget: Duration::from_millis(200),
-        };
+        let plan = ProbePlan { exits: 10, spins: 2, phase_budget: Duration::from_millis(200) };
         match probe(plan) {
             Ok(timings) => assert!(timings.exits >= 1 && timings.spins >= 1, "{timings:?}"),
             Err(e) => panic!("probe failed: {e}"),

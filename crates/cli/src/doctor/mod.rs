@@ -55,11 +55,7 @@ fn collect() -> Report {
 
 /// 0 when the default tier works, 1 otherwise (the other tiers are optional).
 fn exit_code(report: &Report) -> i32 {
-    if report.tiers.get(Tier::Process).usable {
-        0
-    } else {
-        1
-    }
+    if report.tiers.get(Tier::Process).usable { 0 } else { 1 }
 }
 
 #[cfg(test)]
@@ -76,10 +72,7 @@ mod tests {
         let checks = value["checks"].as_array().cloned().unwrap_or_default();
         assert_eq!(checks.len(), 9, "{json}");
         for check in &checks {
-            assert!(
-                check["name"].is_string() && check["detail"].is_string(),
-                "{check}"
-            );
+            assert!(check["name"].is_string() && check["detail"].is_string(), "{check}");
             if check["status"] != "ok" {
                 assert!(check["fix"].is_string(), "not ok without a fix: {check}");
             }

@@ -21,11 +21,7 @@ pub fn root() -> Check {
     let status = match fs::read_to_string(host::PROC_SELF_STATUS) {
         Ok(status) => status,
         Err(e) => {
-            return Check::fail(
-                CheckId::Root,
-                format!("cannot read {}: {e}", host::PROC_SELF_STATUS),
-                "mount /proc",
-            );
+            return Check::fail(CheckId::Root, format!("cannot read {}: {e}", host::PROC_SELF_STATUS), "mount /proc");
         }
     };
     root_from_status(&status)
@@ -33,10 +29,7 @@ pub fn root() -> Check {
 
 /// The verdict from a `/proc/self/status` text.
 pub fn root_from_status(status: &str) -> Check {
-    match (
-        host::effective_uid(status),
-        host::has_effective_capability(status, CAP_SYS_ADMIN),
-    ) {
+    match (host::effective_uid(status), host::has_effective_capability(status, CAP_SYS_ADMIN)) {
         (Some(0), Some(true)) => Check::ok(CheckId::Root, "uid 0 with CAP_SYS_ADMIN"),
         (Some(0), _) => Check::fail(
             CheckId::Root,
@@ -48,11 +41,7 @@ pub fn root_from_status(status: &str) -> Check {
             format!("running as uid {uid}"),
             "run sandkasten as root (sudo): the process tier creates cgroups and maps sandbox ids to a host range",
         ),
-        (None, _) => Check::fail(
-            CheckId::Root,
-            "no Uid line in /proc/self/status",
-            "mount a standard /proc",
-        ),
+        (None, _) => Check::fail(CheckId::Root, "no Uid line in /proc/self/status", "mount a standard /proc"),
     }
 }
 
@@ -77,16 +66,9 @@ pub fn user_namespaces() -> Check {
         );
     }
     let max_text = max.map_or_else(|| "unknown".to_owned(), |m| m.to_string());
-    let created = if Path::new(UNSHARE).is_file() {
-        create_with_unshare_tool()
-    } else {
-        create_in_forked_child()
-    };
+    let created = if Path::new(UNSHARE).is_file() { create_with_unshare_tool() } else { create_in_forked_child() };
     match created {
-        Ok(how) => Check::ok(
-            CheckId::UserNamespaces,
-            format!("created one {how}(max {max_text})"),
-        ),
+        Ok(how) => Check::ok(CheckId::UserNamespaces, format!("created one {how}(max {max_text})")),
         Err(why) => Check::fail(
             CheckId::UserNamespaces,
             format!("creating one failed: {why} (max {max_text})"),
@@ -99,15 +81,7 @@ pub fn user_namespaces() -> Check {
 /// Runs `unshare --user --map-root-user --mount --pid --fork --net true`; `Err` carries its last stderr line.
 fn create_with_unshare_tool() -> Result<&'static str, String> {
     let output = Command::new(UNSHARE)
-        .args([
-            "--user",
-            "--map-root-user",
-            "--mount",
-            "--pid",
-            "--fork",
-            "--net",
-            "true",
-        ])
+        .args(["--user", "--map-root-user", "--mount", "--pid", "--fork", "--net", "true"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -116,11 +90,7 @@ fn create_with_unshare_tool() -> Result<&'static str, String> {
     if output.status.success() {
         Ok("")
     } else {
-        Err(format!(
-            "{UNSHARE} exited with {}: {}",
-            output.status,
-            host::last_line(&output.stderr)
-        ))
+        Err(format!("{UNSHARE} exited with {}: {}", output.status, host::last_line(&output.stderr)))
     }
 }
 
@@ -131,10 +101,7 @@ pub fn create_in_forked_child() -> Result<&'static str, String> {
 
     let flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWNET;
     let mut command = Command::new("/nonexistent-never-executed");
-    command
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     let hook = move || -> io::Result<()> {
         // SAFETY: unshare takes no pointers; the forked child is single-threaded, so CLONE_NEWUSER is allowed.
         #[allow(unsafe_code)]
@@ -153,14 +120,9 @@ pub fn create_in_forked_child() -> Result<&'static str, String> {
     // allocation, no locks); `io::Error::last_os_error` only reads errno.
     #[allow(unsafe_code)]
     let command = unsafe { command.pre_exec(hook) };
-    let status = command.status().map_err(|e| {
-        format!("unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWNET): {e}")
-    })?;
-    if status.success() {
-        Ok("in a forked child ")
-    } else {
-        Err(format!("probe child {status}"))
-    }
+    let status =
+        command.status().map_err(|e| format!("unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWNET): {e}"))?;
+    if status.success() { Ok("in a forked child ") } else { Err(format!("probe child {status}")) }
 }
 
 #[cfg(test)]

@@ -104,13 +104,7 @@ impl Check {
     }
 
     fn new(id: CheckId, status: Status, detail: String, fix: Option<String>) -> Check {
-        Check {
-            id,
-            name: id.name(),
-            status,
-            detail,
-            fix,
-        }
+        Check { id, name: id.name(), status, detail, fix }
     }
 }
 
@@ -153,22 +147,10 @@ const NAME_WIDTH: usize = 21;
 /// The report as aligned text: one line per check (`ok    user namespaces      created one`), an indented `fix:`
 /// line under each check that is not ok, then one line per tier.
 pub fn render_text(report: &Report) -> String {
-    let name_width = report
-        .checks
-        .iter()
-        .map(|c| c.name.len() + 2)
-        .max()
-        .unwrap_or(0)
-        .max(NAME_WIDTH);
+    let name_width = report.checks.iter().map(|c| c.name.len() + 2).max().unwrap_or(0).max(NAME_WIDTH);
     let mut out = String::new();
     for check in &report.checks {
-        let _ = writeln!(
-            out,
-            "{:<STATUS_WIDTH$}{:<name_width$}{}",
-            check.status.label(),
-            check.name,
-            check.detail
-        );
+        let _ = writeln!(out, "{:<STATUS_WIDTH$}{:<name_width$}{}", check.status.label(), check.name, check.detail);
         if let Some(fix) = &check.fix {
             let _ = writeln!(out, "{:<STATUS_WIDTH$}{:<name_width$}fix: {fix}", "", "");
         }
@@ -177,13 +159,7 @@ pub fn render_text(report: &Report) -> String {
     for tier in Tier::ALL {
         let summary = report.tiers.get(tier);
         let verdict = if summary.usable { "usable" } else { "unusable" };
-        let _ = writeln!(
-            out,
-            "{:<STATUS_WIDTH$}{:<name_width$}{verdict}: {}",
-            "",
-            tier.name(),
-            summary.reason
-        );
+        let _ = writeln!(out, "{:<STATUS_WIDTH$}{:<name_width$}{verdict}: {}", "", tier.name(), summary.reason);
     }
     out
 }
@@ -211,16 +187,10 @@ mod tests {
     fn text_columns_are_aligned_and_fix_follows_a_failed_check() {
         let text = render_text(&sample());
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(
-            lines[0],
-            "ok    user namespaces      created one (max 15000)"
-        );
+        assert_eq!(lines[0], "ok    user namespaces      created one (max 15000)");
         assert_eq!(lines[1], "fail  runsc (gvisor)       not found in PATH");
         assert_eq!(lines[2], "                           fix: install runsc");
-        assert!(
-            text.contains("gvisor               unusable: failed: runsc (gvisor)"),
-            "{text}"
-        );
+        assert!(text.contains("gvisor               unusable: failed: runsc (gvisor)"), "{text}");
     }
 
     #[test]

@@ -80,20 +80,11 @@ fn summarize_tier(tier: Tier, checks: &[Check]) -> TierSummary {
         }
     }
     if !failed.is_empty() {
-        TierSummary {
-            usable: false,
-            reason: format!("failed: {}", failed.join(", ")),
-        }
+        TierSummary { usable: false, reason: format!("failed: {}", failed.join(", ")) }
     } else if !warned.is_empty() {
-        TierSummary {
-            usable: true,
-            reason: format!("with warnings: {}", warned.join(", ")),
-        }
+        TierSummary { usable: true, reason: format!("with warnings: {}", warned.join(", ")) }
     } else {
-        TierSummary {
-            usable: true,
-            reason: "all requirements met".to_owned(),
-        }
+        TierSummary { usable: true, reason: "all requirements met".to_owned() }
     }
 }
 
@@ -138,10 +129,7 @@ mod tests {
     #[test]
     fn missing_landlock_only_warns_for_the_process_tier() {
         let mut checks = all_ok();
-        replace(
-            &mut checks,
-            Check::warn(CheckId::Landlock, "abi 0", "enable it"),
-        );
+        replace(&mut checks, Check::warn(CheckId::Landlock, "abi 0", "enable it"));
         let tiers = summarize(&checks);
         assert!(tiers.process.usable);
         assert_eq!(tiers.process.reason, "with warnings: landlock");
@@ -150,18 +138,9 @@ mod tests {
     #[test]
     fn a_failed_requirement_makes_only_its_tier_unusable() {
         let mut checks = all_ok();
-        replace(
-            &mut checks,
-            Check::fail(CheckId::Root, "uid 1000", "run as root"),
-        );
-        replace(
-            &mut checks,
-            Check::fail(CheckId::Cgroups, "read-only", "run as root"),
-        );
-        replace(
-            &mut checks,
-            Check::fail(CheckId::KvmSpeed, "3 ms per exit", "use bare metal"),
-        );
+        replace(&mut checks, Check::fail(CheckId::Root, "uid 1000", "run as root"));
+        replace(&mut checks, Check::fail(CheckId::Cgroups, "read-only", "run as root"));
+        replace(&mut checks, Check::fail(CheckId::KvmSpeed, "3 ms per exit", "use bare metal"));
         let tiers = summarize(&checks);
         assert!(!tiers.process.usable);
         assert_eq!(tiers.process.reason, "failed: root, cgroups");
@@ -172,10 +151,7 @@ mod tests {
 
     #[test]
     fn an_unchecked_requirement_counts_as_failed() {
-        let checks: Vec<Check> = all_ok()
-            .into_iter()
-            .filter(|c| c.id != CheckId::Runsc)
-            .collect();
+        let checks: Vec<Check> = all_ok().into_iter().filter(|c| c.id != CheckId::Runsc).collect();
         let tiers = summarize(&checks);
         assert!(!tiers.gvisor.usable);
         assert_eq!(tiers.gvisor.reason, "failed: runsc (gvisor) (not checked)");

@@ -8,9 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use sandkasten_protocol::{
-    Envelope, FailureCode, FrameDecoder, Message, OutputStreamKind, encode,
-};
+use sandkasten_protocol::{Envelope, FailureCode, FrameDecoder, Message, OutputStreamKind, encode};
 use sandkasten_types::{CommandExit, CommandSpec, FileInfo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
@@ -164,7 +162,9 @@ impl AgentClient {
         let mut chunks = data.chunks(CHUNK).peekable();
         let mut append = false;
         if chunks.peek().is_none() {
-            return self.expect_done(Message::FileWrite { path: path.to_owned(), data: String::new(), append, mode: None }).await;
+            return self
+                .expect_done(Message::FileWrite { path: path.to_owned(), data: String::new(), append, mode: None })
+                .await;
         }
         for chunk in chunks {
             let msg = Message::FileWrite { path: path.to_owned(), data: BASE64.encode(chunk), append, mode: None };

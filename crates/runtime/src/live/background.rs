@@ -66,13 +66,8 @@ impl AgentClient {
         let (events, received) = mpsc::unbounded_channel();
         let waiters: Waiters = Arc::default();
         tokio::spawn(route(replies, events, Arc::clone(&waiters)));
-        let handle = BackgroundCommand {
-            agent: Arc::clone(self),
-            id,
-            pid,
-            waiters,
-            control: tokio::sync::Mutex::new(()),
-        };
+        let handle =
+            BackgroundCommand { agent: Arc::clone(self), id, pid, waiters, control: tokio::sync::Mutex::new(()) };
         Ok((handle, received))
     }
 }

@@ -45,7 +45,10 @@ pub struct SpawnerClient {
 
 impl SpawnerClient {
     /// Starts `program spawner` (normally the `sandkasten` binary itself) and a thread reading its messages.
-    pub fn start(program: &Path, on_event: impl Fn(SpawnerEvent) + Send + 'static) -> Result<SpawnerClient, RuntimeError> {
+    pub fn start(
+        program: &Path,
+        on_event: impl Fn(SpawnerEvent) + Send + 'static,
+    ) -> Result<SpawnerClient, RuntimeError> {
         let (ours, theirs) = packet_pair()?;
         let child = Command::new(program)
             .arg("spawner")
@@ -79,18 +82,28 @@ impl SpawnerClient {
 
     fn request(&self, request: &SpawnerRequest) -> Result<Reply, RuntimeError> {
         // One request in flight at a time: replies come back in order.
-        let replies = self.replies.lock().map_err(|_| RuntimeError::sys("spawner lock", std::io::Error::other("poisoned")))?;
+        let replies =
+            self.replies.lock().map_err(|_| RuntimeError::sys("spawner lock", std::io::Error::other("poisoned")))?;
         send(self.socket.as_fd(), request, None)?;
-        replies.recv().map_err(|_| RuntimeError::sys("waiting for the spawner", std::io::Error::other("the spawner exited")))
+        replies
+            .recv()
+            .map_err(|_| RuntimeError::sys("waiting for the spawner", std::io::Error::other("the spawner exited")))
     }
 
     /// Creates a sandbox.
     pub fn spawn(&self, id: &str, spec: &SandboxSpec) -> Result<SpawnedSandbox, RuntimeError> {
         match self.request(&SpawnerRequest::Spawn { id: id.to_owned(), spec: spec.clone() })? {
             (SpawnerResponse::Spawned { pid, .. }, Some(channel)) => Ok(SpawnedSandbox { pid, channel }),
-            (SpawnerResponse::Failed { invalid_input: true, message, .. }, _) => Err(RuntimeError::InvalidInput(message)),
-            (SpawnerResponse::Failed { message, .. }, _) => Err(RuntimeError::sys("spawning a sandbox", std::io::Error::other(message))),
-            (other, _) => Err(RuntimeError::sys("spawning a sandbox", std::io::Error::other(format!("unexpected reply {other:?}")))),
+            (SpawnerResponse::Failed { invalid_input: true, message, .. }, _) => {
+                Err(RuntimeError::InvalidInput(message))
+            }
+            (SpawnerResponse::Failed { message, .. }, _) => {
+                Err(RuntimeError::sys("spawning a sandbox", std::io::Error::other(message)))
+            }
+            (other, _) => Err(RuntimeError::sys(
+                "spawning a sandbox",
+                std::io::Error::other(format!("unexpected reply {other:?}")),
+            )),
         }
     }
 
@@ -98,9 +111,16 @@ impl SpawnerClient {
     pub fn destroy(&self, id: &str) -> Result<ResourceUsage, RuntimeError> {
         match self.request(&SpawnerRequest::Destroy { id: id.to_owned() })? {
             (SpawnerResponse::Destroyed { usage, .. }, _) => Ok(usage),
-            (SpawnerResponse::Failed { invalid_input: true, message, .. }, _) => Err(RuntimeError::InvalidInput(message)),
-            (SpawnerResponse::Failed { message, .. }, _) => Err(RuntimeError::sys("destroying a sandbox", std::io::Error::other(message))),
-            (other, _) => Err(RuntimeError::sys("destroying a sandbox", std::io::Error::other(format!("unexpected reply {other:?}")))),
+            (SpawnerResponse::Failed { invalid_input: true, message, .. }, _) => {
+                Err(RuntimeError::InvalidInput(message))
+            }
+            (SpawnerResponse::Failed { message, .. }, _) => {
+                Err(RuntimeError::sys("destroying a sandbox", std::io::Error::other(message)))
+            }
+            (other, _) => Err(RuntimeError::sys(
+                "destroying a sandbox",
+                std::io::Error::other(format!("unexpected reply {other:?}")),
+            )),
         }
     }
 }

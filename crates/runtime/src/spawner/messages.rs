@@ -1,7 +1,7 @@
 //! Messages between the owner and the spawner, one JSON object per packet.
 
-use serde::{Deserialize, Serialize};
 use sandkasten_types::{ResourceUsage, SandboxSpec};
+use serde::{Deserialize, Serialize};
 
 /// owner → spawner.
 #[derive(Debug, Clone, Serialize, Deserialize)]

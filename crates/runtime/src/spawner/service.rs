@@ -104,7 +104,11 @@ impl Spawner {
                 }
                 Err(error) => {
                     let invalid_input = matches!(error, RuntimeError::InvalidInput(_));
-                    send(control.as_fd(), &SpawnerResponse::Failed { id, invalid_input, message: error.to_string() }, None)?;
+                    send(
+                        control.as_fd(),
+                        &SpawnerResponse::Failed { id, invalid_input, message: error.to_string() },
+                        None,
+                    )?;
                 }
             },
             SpawnerRequest::Destroy { id } => {
@@ -166,7 +170,8 @@ impl Spawner {
             if pid <= 0 {
                 return;
             }
-            let found = self.sandboxes.iter().find(|(_, guard)| guard.init_pid == Some(pid as u32)).map(|(id, _)| id.clone());
+            let found =
+                self.sandboxes.iter().find(|(_, guard)| guard.init_pid == Some(pid as u32)).map(|(id, _)| id.clone());
             let Some(id) = found else { continue };
             if let Some(mut guard) = self.sandboxes.remove(&id) {
                 guard.init_pid = None;

@@ -23,8 +23,13 @@ pub(crate) fn packet_pair() -> Result<(OwnedFd, OwnedFd), RuntimeError> {
 }
 
 /// Sends one message, with `fd` attached when given.
-pub(crate) fn send<T: Serialize>(socket: BorrowedFd<'_>, message: &T, fd: Option<BorrowedFd<'_>>) -> Result<(), RuntimeError> {
-    let bytes = serde_json::to_vec(message).map_err(|e| RuntimeError::sys("encoding a spawner message", std::io::Error::from(e)))?;
+pub(crate) fn send<T: Serialize>(
+    socket: BorrowedFd<'_>,
+    message: &T,
+    fd: Option<BorrowedFd<'_>>,
+) -> Result<(), RuntimeError> {
+    let bytes = serde_json::to_vec(message)
+        .map_err(|e| RuntimeError::sys("encoding a spawner message", std::io::Error::from(e)))?;
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     let fds;

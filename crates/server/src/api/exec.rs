@@ -206,8 +206,7 @@ pub(crate) async fn exec(
         Err(failure) => return Err(runtime_error(&state, &id, failure).await),
     };
     let duration_ms = started_at.elapsed().as_secs_f64() * 1000.0;
-    Ok(Json(ExecResponse::new(id, exit, stdout, stderr, duration_ms))
-    .into_response())
+    Ok(Json(ExecResponse::new(id, exit, stdout, stderr, duration_ms)).into_response())
 }
 
 pub(crate) fn json_event<T: serde::Serialize>(name: &'static str, data: &T) -> Event {

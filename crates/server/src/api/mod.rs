@@ -1,7 +1,6 @@
 //! The HTTP API: the router, its OpenAPI description, and the layers every request passes (one log line per
 //! request, errors metric, authentication on `/v1`).
 
-pub mod error;
 mod archive;
 mod code;
 pub mod code_schemas;
@@ -9,6 +8,7 @@ pub mod command_schemas;
 mod command_stream;
 mod commands;
 mod contexts;
+pub mod error;
 mod exec;
 mod extract;
 mod files;

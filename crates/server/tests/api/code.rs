@@ -83,12 +83,18 @@ async fn bad_requests_are_refused_with_what_to_fix() {
     h.post(&uri, KEY_A, json!({"code": "1"})).await.assert_error(422, "unprocessable");
     h.post(&uri, KEY_A, json!({"language": "cobol", "code": "1"})).await.assert_error(422, "unprocessable");
     h.post(&uri, KEY_A, json!({"language": "python"})).await.assert_error(422, "unprocessable");
-    h.post(&uri, KEY_A, json!({"language": "python", "code": "1", "bogus": 1})).await.assert_error(422, "unprocessable");
+    h.post(&uri, KEY_A, json!({"language": "python", "code": "1", "bogus": 1}))
+        .await
+        .assert_error(422, "unprocessable");
     let message = h.post(&uri, KEY_A, json!({"language": "python", "code": "1", "timeout_ms": 5001})).await;
     assert!(message.assert_error(422, "unprocessable").contains("5000"));
-    h.post(&uri, KEY_A, json!({"language": "python", "code": "1", "timeout_ms": 0})).await.assert_error(422, "unprocessable");
+    h.post(&uri, KEY_A, json!({"language": "python", "code": "1", "timeout_ms": 0}))
+        .await
+        .assert_error(422, "unprocessable");
     h.post(&uri, KEY_A, json!({"context_id": "../etc", "code": "1"})).await.assert_error(404, "not_found");
-    h.post(&uri, KEY_A, json!({"context_id": "ctx-00000000000000ff", "code": "1"})).await.assert_error(404, "not_found");
+    h.post(&uri, KEY_A, json!({"context_id": "ctx-00000000000000ff", "code": "1"}))
+        .await
+        .assert_error(404, "not_found");
     let contexts = format!("/v1/sandboxes/{id}/contexts");
     h.post(&contexts, KEY_A, json!({})).await.assert_error(422, "unprocessable");
     h.delete(&format!("{contexts}/nope"), KEY_A).await.assert_error(404, "not_found");

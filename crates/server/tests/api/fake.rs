@@ -9,10 +9,12 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use sandkasten_server::{CommandEvent, CommandStatus, FailureKind, OutputChunk, RuntimeFailure, SandboxRuntime, Stream};
+use sandkasten_server::{
+    CommandEvent, CommandStatus, FailureKind, OutputChunk, RuntimeFailure, SandboxRuntime, Stream,
+};
 use sandkasten_types::{
-    CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo, FileKind,
-    SandboxSpec,
+    CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo,
+    FileKind, SandboxSpec,
 };
 use tokio::sync::mpsc;
 
@@ -101,7 +103,10 @@ impl SandboxRuntime for FakeRuntime {
             return Err(failure(FailureKind::Internal, "fake create failure"));
         }
         let dirs = ["/", "/workspace", "/tmp"].into_iter().map(String::from).collect();
-        self.sandboxes.lock().unwrap().insert(id.into(), FakeSandbox { files: BTreeMap::new(), dirs, contexts: BTreeMap::new() });
+        self.sandboxes
+            .lock()
+            .unwrap()
+            .insert(id.into(), FakeSandbox { files: BTreeMap::new(), dirs, contexts: BTreeMap::new() });
         Ok(())
     }
 

@@ -151,7 +151,9 @@ async fn live_responses_match_the_spec() {
     seen.push(check("POST", "/v1/run")(h.post("/v1/run", KEY_A, json!({"code": "x"})).await));
     let code = format!("{s}/code");
     let contexts = format!("{s}/contexts");
-    seen.push(check("POST", "/v1/sandboxes/{id}/code")(h.post(&code, KEY_A, json!({"language": "python", "code": "1"})).await));
+    seen.push(check("POST", "/v1/sandboxes/{id}/code")(
+        h.post(&code, KEY_A, json!({"language": "python", "code": "1"})).await,
+    ));
     seen.push(check("POST", "/v1/sandboxes/{id}/code")(h.post(&code, KEY_A, json!({"code": "1"})).await));
     let context = h.post(&contexts, KEY_A, json!({"language": "python"})).await;
     let context_id = context.json()["id"].as_str().unwrap().to_owned();

@@ -74,11 +74,14 @@ fn list_and_stat_describe_entries_without_following_symlinks() {
         panic!("no entries")
     };
     let summary: Vec<_> = entries.iter().map(|e| (e.name.as_str(), e.kind, e.path.as_str())).collect();
-    assert_eq!(summary, [
-        ("dir", FileKind::Dir, "/workspace/dir"),
-        ("file", FileKind::File, "/workspace/file"),
-        ("link", FileKind::Symlink, "/workspace/link"),
-    ]);
+    assert_eq!(
+        summary,
+        [
+            ("dir", FileKind::Dir, "/workspace/dir"),
+            ("file", FileKind::File, "/workspace/file"),
+            ("link", FileKind::Symlink, "/workspace/link"),
+        ]
+    );
     assert_eq!(entries[1].size, 5);
     assert_eq!(entries[2].symlink_target.as_deref(), Some("/etc/passwd"));
     let Message::FileStatReply { info } = agent.request(1, Message::FileStat { path: "/workspace/link".into() }) else {

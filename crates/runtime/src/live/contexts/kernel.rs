@@ -103,8 +103,13 @@ impl Kernel {
     /// Starts a kernel and waits until it is ready.
     pub async fn start(agent: &Arc<AgentClient>, language: CodeLanguage) -> Result<Kernel, ContextError> {
         let (command, events) = agent.spawn_background(kernel_command(language)).await?;
-        let mut kernel =
-            Kernel { command: Arc::new(command), events, lines: LineSplitter::default(), next_request: 1, exited: None };
+        let mut kernel = Kernel {
+            command: Arc::new(command),
+            events,
+            lines: LineSplitter::default(),
+            next_request: 1,
+            exited: None,
+        };
         let deadline = Instant::now() + START_TIMEOUT;
         let mut stderr = Vec::new();
         let program = if language == CodeLanguage::Python { "python3" } else { "node" };
@@ -112,9 +117,11 @@ impl Kernel {
             let event = tokio::time::timeout_at(deadline, kernel.events.recv()).await;
             match event {
                 Ok(Some(BackgroundEvent::Output(OutputStreamKind::Stdout, bytes))) => {
-                    let ready = kernel.lines.push(&bytes).into_iter().any(|line| {
-                        matches!(line, Line::Message(KernelMessage::Ready {}))
-                    });
+                    let ready = kernel
+                        .lines
+                        .push(&bytes)
+                        .into_iter()
+                        .any(|line| matches!(line, Line::Message(KernelMessage::Ready {})));
                     if ready {
                         return Ok(kernel);
                     }

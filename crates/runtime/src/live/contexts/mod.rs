@@ -177,7 +177,12 @@ impl Contexts {
     }
 
     /// Restarts a context's kernel: its state is gone, its count starts again.
-    pub async fn restart(&self, agent: &Arc<AgentClient>, sandbox: &str, id: &str) -> Result<ContextInfo, ContextError> {
+    pub async fn restart(
+        &self,
+        agent: &Arc<AgentClient>,
+        sandbox: &str,
+        id: &str,
+    ) -> Result<ContextInfo, ContextError> {
         let context = self.get(sandbox, id)?;
         context.kill_running().await;
         let mut slot = context.kernel.lock().await;

@@ -103,10 +103,10 @@ mod tests {
     fn messages_raw_lines_and_partial_input() {
         let mut splitter = LineSplitter::default();
         assert!(splitter.push(b"{\"type\":\"ready\",\"language\":\"python\"").is_empty());
-        assert_eq!(splitter.push(b"}\nhello\n"), vec![
-            Line::Message(KernelMessage::Ready {}),
-            Line::Raw("hello\n".into())
-        ]);
+        assert_eq!(
+            splitter.push(b"}\nhello\n"),
+            vec![Line::Message(KernelMessage::Ready {}), Line::Raw("hello\n".into())]
+        );
         let reply = br#"{"type":"reply","id":3,"execution_count":2,"results":[{"text/plain":"42","is_main_result":true}],"error":null}"#;
         let lines = splitter.push(&[reply.as_slice(), b"\n"].concat());
         let Line::Message(KernelMessage::Reply(reply)) = &lines[0] else { panic!("{lines:?}") };

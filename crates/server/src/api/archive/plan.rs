@@ -103,8 +103,7 @@ pub(crate) fn plan(archive: &[u8], target: &str, max_bytes: u64) -> Result<Plan,
     let mut unpacked: u64 = 0;
     let mut count = 0usize;
     let mut reader = tar::Archive::new(archive);
-    let entries =
-        reader.entries().map_err(|e| ApiError::bad_request(format!("the body is not a tar archive: {e}")))?;
+    let entries = reader.entries().map_err(|e| ApiError::bad_request(format!("the body is not a tar archive: {e}")))?;
     for entry in entries {
         let entry = entry.map_err(|e| {
             ApiError::bad_request(format!("the body is not a valid tar archive (after {count} entries): {e}"))
