@@ -218,3 +218,96 @@ fn shutdown_leaves_nothing_of_the_pool() {
     }
     assert!(all.iter().any(|(id, _)| *id == claimed));
 }
+
+/// A pool with a Python zygote preloading `json`.
+fn zygote_pool(min: usize, max: usize) -> String {
+    format!("[[pools]]\nname = \"std\"\nmin = {min}\nmax = {max}\nzygote = \"python\"\npreload = [\"json\"]\n")
+}
+
+fn run_python(server: &Server, code: &str, limits: Option<serde_json::Value>) -> serve::Reply {
+    let mut body = json!({"language": "python", "code": code});
+    if let Some(limits) = limits {
+        body["limits"] = limits;
+    }
+    let reply = server.call("POST", "/v1/run", KEY_1, Some(body));
+    assert_eq!(reply.status, 200, "{reply:?}");
+    reply
+}
+
+#[test]
+fn python_runs_fork_from_the_pool_zygote() {
+    require_root!();
+    let _lock = common::shared_lock();
+    let server = Server::start_with(&zygote_pool(2, 4));
+    wait_pool_size(&server, 2.0);
+    let (hits, forks) = (metric(&server, "pool_hits_total"), metric(&server, "zygote_runs_total"));
+    let four = run_python(&server, "import json\nprint(2+2)", None);
+    assert_eq!(four.json["stdout"], "4\n", "{four:?}");
+    assert_eq!(four.json["exit_code"], 0, "{four:?}");
+    assert_eq!(four.json["timed_out"], false, "{four:?}");
+    assert!(metric(&server, "pool_hits_total") > hits, "the run took a pool sandbox");
+    assert!(metric(&server, "zygote_runs_total") > forks, "the run forked from the zygote");
+    assert_sandbox_gone(four.json["sandbox_id"].as_str().expect("sandbox_id"));
+
+    wait_pool_size(&server, 2.0);
+    let set = run_python(&server, "x = 41\nimport sys\nprint(__name__, sys.argv, __file__)", None);
+    assert_eq!(set.json["stdout"], "__main__ ['/tmp/main.py'] /tmp/main.py\n", "{set:?}");
+    wait_pool_size(&server, 2.0);
+    let probe = run_python(&server, "print('x' in globals())", None);
+    assert_eq!(probe.json["stdout"], "False\n", "{probe:?}");
+    assert_ne!(set.json["sandbox_id"], probe.json["sandbox_id"]);
+
+    wait_pool_size(&server, 2.0);
+    let raised = run_python(&server, "def f():\n    raise ValueError('boom')\nf()", None);
+    assert_eq!(raised.json["exit_code"], 1, "{raised:?}");
+    let stderr = raised.json["stderr"].as_str().unwrap_or_default();
+    assert!(stderr.starts_with("Traceback (most recent call last):"), "{stderr}");
+    assert!(stderr.contains("File \"/tmp/main.py\", line 3") && stderr.contains("ValueError: boom"), "{stderr}");
+    assert!(!stderr.contains("<string>"), "no zygote frames: {stderr}");
+
+    let exited = run_python(&server, "import sys; print('bye'); sys.exit(3)", None);
+    assert_eq!((exited.json["exit_code"].as_i64(), exited.json["stdout"].as_str()), (Some(3), Some("bye\n")));
+
+    let killed = run_python(&server, "import os\nos.kill(os.getpid(), 9)", None);
+    assert_eq!(killed.json["signal"], 9, "{killed:?}");
+    assert_eq!(killed.json["exit_code"], serde_json::Value::Null, "{killed:?}");
+    assert_eq!(killed.json["timed_out"], false, "{killed:?}");
+    assert!(metric(&server, "zygote_runs_total") >= forks + 6.0);
+}
+
+#[test]
+fn a_zygote_run_past_its_time_limit_is_killed_with_its_sandbox() {
+    require_root!();
+    let _lock = common::shared_lock();
+    // Runs take a pool's sandboxes when their limits equal the pool's: this pool's runs have a 1 s time limit.
+    let server = Server::start_with(&format!("{}limits = {{ timeout_ms = 1000 }}\n", zygote_pool(1, 2)));
+    wait_pool_size(&server, 1.0);
+    let forks = metric(&server, "zygote_runs_total");
+    let started = Instant::now();
+    let spin =
+        run_python(&server, "print('spinning', flush=True)\nwhile True: pass", Some(json!({"timeout_ms": 1000})));
+    assert_eq!(spin.json["timed_out"], true, "{spin:?}");
+    assert_eq!(spin.json["stdout"], "spinning\n", "{spin:?}");
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    assert!(metric(&server, "zygote_runs_total") > forks);
+    assert_sandbox_gone(spin.json["sandbox_id"].as_str().expect("sandbox_id"));
+    // A plain create from a zygote pool gets a sandbox without the zygote running in it.
+    wait_pool_size(&server, 1.0);
+    let hits = metric(&server, "pool_hits_total");
+    let created = server.call("POST", "/v1/sandboxes", KEY_1, Some(json!({"limits": {"timeout_ms": 1000}})));
+    assert_eq!(created.status, 201, "{created:?}");
+    assert!(metric(&server, "pool_hits_total") > hits, "the create took a pool sandbox");
+    let id = created.json["id"].as_str().expect("id").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let listed = server.call("GET", &format!("/v1/sandboxes/{id}/commands"), KEY_1, None);
+        let running = listed.json["commands"].as_array().map(|c| c.iter().filter(|c| c["state"] == "running").count());
+        if running == Some(0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the zygote still runs in a created sandbox: {listed:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(server.exec(&id, "echo ok").json["stdout"], "ok\n");
+    delete(&server, KEY_1, &id);
+}

@@ -18,6 +18,8 @@
 //! limits = { memory_bytes = 268435456 }           # omitted fields take their defaults, as in POST /v1/sandboxes
 //! min = 2                                         # ready sandboxes kept (refilled in the background)
 //! max = 8                                         # never more than this many, ready or being created
+//! zygote = "python"                               # optional: a Python interpreter waiting in each member
+//! preload = ["json"]                              # modules the zygote imports ahead of time (needs zygote)
 //! ```
 //!
 //! A create (or `POST /v1/run`) whose template and limits equal a pool's and whose `env` is empty takes a ready
@@ -199,6 +201,33 @@ pub struct PoolConfig {
     /// Most sandboxes the pool holds, ready or being created. Default 8.
     #[serde(default = "default_pool_max")]
     pub max: usize,
+    /// An interpreter started in each member once it is created; one-shot runs of its language fork from it.
+    #[serde(default)]
+    pub zygote: Option<ZygoteKind>,
+    /// Modules the zygote imports before it waits (dotted Python names). Needs `zygote`.
+    #[serde(default)]
+    pub preload: Vec<String>,
+}
+
+/// The interpreter of a pool's zygote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ZygoteKind {
+    /// `python3`, serving `POST /v1/run` with `language = "python"`.
+    Python,
+}
+
+/// Most modules a zygote may preload.
+pub const MAX_PRELOAD: usize = 64;
+
+/// Whether `name` is a dotted module name: identifiers (ASCII letters, digits, `_`, not starting with a digit)
+/// joined by single dots, at most 255 bytes.
+pub fn valid_module_name(name: &str) -> bool {
+    (1..=255).contains(&name.len())
+        && name.split('.').all(|part| {
+            part.bytes().next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+                && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        })
 }
 
 fn default_pool_min() -> usize {
@@ -406,6 +435,15 @@ impl ServerConfig {
                     pool.min, pool.max
                 )));
             }
+            if pool.zygote.is_none() && !pool.preload.is_empty() {
+                return Err(problem("preload needs a zygote (zygote = \"python\")".into()));
+            }
+            if pool.preload.len() > MAX_PRELOAD {
+                return Err(problem(format!("at most {MAX_PRELOAD} preload modules, got {}", pool.preload.len())));
+            }
+            if let Some(bad) = pool.preload.iter().find(|name| !valid_module_name(name)) {
+                return Err(problem(format!("preload: {bad:?} is not a dotted module name")));
+            }
             let same = |other: &PoolConfig| other.template == pool.template && other.limits == pool.limits;
             if self.pools[..index].iter().any(same) {
                 return Err(problem("another pool has the same template and limits".into()));
@@ -469,6 +507,33 @@ mod tests {
         let mut bad = config;
         bad.pools[0].limits.memory_bytes = 1;
         assert!(matches!(bad.validate(), Err(ConfigError::Pool { .. })));
+        Ok(())
+    }
+
+    #[test]
+    fn zygote_pools_parse_and_their_preload_lists_are_validated() -> Result<(), ConfigError> {
+        let config = ServerConfig::from_toml_str(&format!(
+            "[[tenants]]\nname = \"a\"\napi_keys = [\"{KEY}\"]\n\
+             [[pools]]\nzygote = \"python\"\npreload = [\"json\", \"os.path\", \"_x1\"]\n\
+             [[pools]]\nlimits = {{ pids = 16 }}\n"
+        ))?;
+        config.validate()?;
+        assert_eq!(config.pools[0].zygote, Some(ZygoteKind::Python));
+        assert_eq!(config.pools[0].preload, ["json", "os.path", "_x1"]);
+        assert_eq!((config.pools[1].zygote, config.pools[1].preload.len()), (None, 0));
+        for bad_name in ["", "1json", "json.", ".json", "a..b", "a-b", "json; import os", "a b", "é"] {
+            let mut bad = config.clone();
+            bad.pools[0].preload = vec![bad_name.to_owned()];
+            assert!(matches!(bad.validate(), Err(ConfigError::Pool { .. })), "{bad_name:?}");
+        }
+        let mut bad = config.clone();
+        bad.pools[1].preload = vec!["json".into()];
+        let message = bad.validate().map_err(|e| e.to_string()).err().unwrap_or_default();
+        assert!(message.contains("needs a zygote"), "{message}");
+        let mut bad = config;
+        bad.pools[0].preload = vec!["json".into(); MAX_PRELOAD + 1];
+        assert!(matches!(bad.validate(), Err(ConfigError::Pool { .. })));
+        assert!(ServerConfig::from_toml_str("[[pools]]\nzygote = \"ruby\"\n").is_err());
         Ok(())
     }
 

@@ -15,7 +15,8 @@
 //! - `pool_hits_total` / `pool_misses_total` (counters): creates served by a warm pool / creates whose spec a pool
 //!   serves but that found it empty (specs no pool serves count as neither)
 //! - `pool_size{class}` (gauge): ready members of each pool
-//! - `pool_refill_seconds` (histogram): wall time of creating one pool member
+//! - `pool_refill_seconds` (histogram): wall time of creating one pool member (and starting its zygote)
+//! - `zygote_runs_total` (counter): `POST /v1/run` executions handed to a pool member's zygote (forked from it)
 //!
 //! On a pool hit `sandbox_create_seconds` records the claim (taking a ready member), not the member's creation.
 
@@ -35,6 +36,7 @@ const POOL_HITS: &str = "pool_hits_total";
 const POOL_MISSES: &str = "pool_misses_total";
 const POOL_SIZE: &str = "pool_size";
 const POOL_REFILL_SECONDS: &str = "pool_refill_seconds";
+const ZYGOTE_RUNS: &str = "zygote_runs_total";
 
 /// Histogram buckets of `exec_duration_seconds` and `exec_phase_seconds`.
 const EXEC_BUCKETS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 300.0];
@@ -147,6 +149,7 @@ impl Metrics {
             }
             describe_counter!(POOL_HITS, "Creates served by a warm pool");
             describe_counter!(POOL_MISSES, "Creates a warm pool serves that found it empty");
+            describe_counter!(ZYGOTE_RUNS, "One-shot runs forked from a pool member's zygote");
             describe_gauge!(POOL_SIZE, "Ready sandboxes of each warm pool");
             describe_histogram!(POOL_REFILL_SECONDS, Unit::Seconds, "Wall time of creating one warm pool sandbox");
             counter!(POOL_HITS).absolute(0);
@@ -221,6 +224,11 @@ impl Metrics {
     /// Records how long creating one pool member took.
     pub fn pool_refilled(&self, seconds: f64) {
         metrics::with_local_recorder(&self.recorder, || histogram!(POOL_REFILL_SECONDS).record(seconds));
+    }
+
+    /// Counts a run handed to a zygote.
+    pub fn zygote_run(&self) {
+        metrics::with_local_recorder(&self.recorder, || counter!(ZYGOTE_RUNS).increment(1));
     }
 
     /// Counts an error response.

@@ -65,8 +65,12 @@ pub(crate) async fn create(
     Ok((StatusCode::CREATED, Json(current.into())))
 }
 
+/// SIGKILL.
+pub(crate) const SIGKILL: i32 = 9;
+
 /// Admits a sandbox against the tenant's quota, records it and starts it in the runtime (or takes a ready one from a
-/// warm pool serving its spec); on any failure nothing of it remains. Returns the running sandbox's row.
+/// warm pool serving its spec); on any failure nothing of it remains. Returns the running sandbox's row. A pool
+/// member's zygote is not for the caller: it is killed.
 pub(crate) async fn start_sandbox(
     state: &AppState,
     tenant: &Tenant,
@@ -74,6 +78,23 @@ pub(crate) async fn start_sandbox(
     metadata: BTreeMap<String, String>,
     expires_ms: i64,
 ) -> Result<SandboxRecord, ApiError> {
+    let (record, zygote) = start_sandbox_with_zygote(state, tenant, spec, metadata, expires_ms).await?;
+    if let Some(zygote) = zygote
+        && let Err(failure) = state.runtime().signal_command(&record.id, &zygote, SIGKILL).await
+    {
+        tracing::warn!(sandbox = %record.id, reason = %failure.message, "could not stop an unused zygote");
+    }
+    Ok(record)
+}
+
+/// As [`start_sandbox`], keeping the zygote of a pool member: its command id, when there is one.
+pub(crate) async fn start_sandbox_with_zygote(
+    state: &AppState,
+    tenant: &Tenant,
+    spec: SandboxSpec,
+    metadata: BTreeMap<String, String>,
+    expires_ms: i64,
+) -> Result<(SandboxRecord, Option<String>), ApiError> {
     let claiming = Instant::now();
     let claimed = match state.pools().claim(&spec, state.runtime(), state.metrics()) {
         Claim::Hit(claimed) => Some(claimed),
@@ -84,6 +105,7 @@ pub(crate) async fn start_sandbox(
         Some(claimed) => claimed.id.clone(),
         None => ids::sandbox_id()?,
     };
+    let zygote = claimed.as_ref().and_then(|claimed| claimed.zygote.clone());
     let record = SandboxRecord {
         id: id.clone(),
         tenant: tenant.name.to_string(),
@@ -127,7 +149,7 @@ pub(crate) async fn start_sandbox(
     };
     state.metrics().sandbox_created();
     tracing::info!(sandbox = %id, tenant = %tenant.name, memory_bytes = current.spec.limits.memory_bytes, "sandbox created");
-    Ok(current)
+    Ok((current, zygote))
 }
 
 /// Destroys a sandbox in the runtime, treating "already gone" as done.

@@ -5,6 +5,23 @@ use std::collections::VecDeque;
 
 use sandkasten_types::SandboxSpec;
 
+/// A ready member: its sandbox id and, when the pool has a zygote, the zygote's background command id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Member {
+    /// The sandbox id.
+    pub(crate) id: String,
+    /// The zygote's command id (running when the member became ready).
+    pub(crate) zygote: Option<String>,
+}
+
+impl Member {
+    /// A member without a zygote.
+    #[cfg(test)]
+    pub(crate) fn plain(id: &str) -> Member {
+        Member { id: id.to_owned(), zygote: None }
+    }
+}
+
 /// One pool: ready sandboxes of one spec.
 #[derive(Debug)]
 pub(crate) struct PoolClass {
@@ -12,16 +29,18 @@ pub(crate) struct PoolClass {
     pub(crate) name: String,
     /// What every sandbox of the pool is created with (its `env` is empty).
     pub(crate) spec: SandboxSpec,
+    /// The zygote started in each member once it exists (its argv), if the pool has one.
+    pub(crate) zygote: Option<Vec<String>>,
     min: usize,
     max: usize,
-    ready: VecDeque<String>,
+    ready: VecDeque<Member>,
     filling: usize,
 }
 
 impl PoolClass {
     /// An empty pool keeping `min` ready sandboxes, never holding more than `max` (ready or being created).
     pub(crate) fn new(name: String, spec: SandboxSpec, min: usize, max: usize) -> PoolClass {
-        PoolClass { name, spec, min, max: max.max(min), ready: VecDeque::new(), filling: 0 }
+        PoolClass { name, spec, zygote: None, min, max: max.max(min), ready: VecDeque::new(), filling: 0 }
     }
 
     /// Whether a request for `spec` may take a sandbox of this pool: same spec exactly (template, limits, network),
@@ -36,13 +55,13 @@ impl PoolClass {
     }
 
     /// Takes the oldest ready sandbox; it leaves the pool for good.
-    pub(crate) fn take(&mut self) -> Option<String> {
+    pub(crate) fn take(&mut self) -> Option<Member> {
         self.ready.pop_front()
     }
 
     /// Puts back a sandbox taken by `take` that nobody used (its caller was refused before touching it).
-    pub(crate) fn give_back(&mut self, id: String) {
-        self.ready.push_front(id);
+    pub(crate) fn give_back(&mut self, member: Member) {
+        self.ready.push_front(member);
     }
 
     /// Whether another sandbox should be created now.
@@ -56,28 +75,28 @@ impl PoolClass {
         self.filling += 1;
     }
 
-    /// Counts a creation that ended: `Some(id)` when the sandbox is ready. Returns the id back when the pool is full
-    /// already (the caller destroys it).
-    pub(crate) fn fill_finished(&mut self, id: Option<String>) -> Option<String> {
+    /// Counts a creation that ended: `Some(member)` when the sandbox is ready. Returns its id back when the pool is
+    /// full already (the caller destroys it).
+    pub(crate) fn fill_finished(&mut self, member: Option<Member>) -> Option<String> {
         self.filling = self.filling.saturating_sub(1);
-        let id = id?;
+        let member = member?;
         if self.ready.len() >= self.max {
-            return Some(id);
+            return Some(member.id);
         }
-        self.ready.push_back(id);
+        self.ready.push_back(member);
         None
     }
 
     /// Drops the ready sandboxes that `alive` says are dead; returns them.
     pub(crate) fn prune(&mut self, alive: impl Fn(&str) -> bool) -> Vec<String> {
-        let (keep, dead): (VecDeque<String>, VecDeque<String>) = self.ready.drain(..).partition(|id| alive(id));
+        let (keep, dead): (VecDeque<Member>, VecDeque<Member>) = self.ready.drain(..).partition(|m| alive(&m.id));
         self.ready = keep;
-        dead.into()
+        dead.into_iter().map(|m| m.id).collect()
     }
 
     /// Every ready sandbox, removed from the pool (shutdown).
     pub(crate) fn drain(&mut self) -> Vec<String> {
-        self.ready.drain(..).collect()
+        self.ready.drain(..).map(|m| m.id).collect()
     }
 }
 
@@ -99,7 +118,7 @@ mod tests {
         assert!(p.wants_more());
         p.fill_started();
         assert!(!p.wants_more(), "two in flight reach min");
-        assert_eq!(p.fill_finished(Some("a".into())), None);
+        assert_eq!(p.fill_finished(Some(Member::plain("a"))), None);
         assert_eq!(p.fill_finished(None), None);
         assert_eq!(p.ready(), 1);
         assert!(p.wants_more(), "a failed creation is retried");
@@ -110,10 +129,10 @@ mod tests {
         let mut p = pool(2, 2);
         for id in ["a", "b"] {
             p.fill_started();
-            p.fill_finished(Some(id.into()));
+            p.fill_finished(Some(Member::plain(id)));
         }
-        assert_eq!(p.take().as_deref(), Some("a"));
-        assert_eq!(p.take().as_deref(), Some("b"));
+        assert_eq!(p.take(), Some(Member::plain("a")));
+        assert_eq!(p.take(), Some(Member::plain("b")));
         assert_eq!(p.take(), None);
         assert!(p.wants_more());
     }
@@ -122,9 +141,9 @@ mod tests {
     fn never_holds_more_than_max() {
         let mut p = pool(1, 1);
         p.fill_started();
-        p.fill_finished(Some("a".into()));
+        p.fill_finished(Some(Member::plain("a")));
         p.fill_started();
-        assert_eq!(p.fill_finished(Some("b".into())).as_deref(), Some("b"));
+        assert_eq!(p.fill_finished(Some(Member::plain("b"))).as_deref(), Some("b"));
         assert_eq!(p.ready(), 1);
     }
 
@@ -144,13 +163,13 @@ mod tests {
         let mut p = pool(3, 3);
         for id in ["a", "b", "c"] {
             p.fill_started();
-            p.fill_finished(Some(id.into()));
+            p.fill_finished(Some(Member::plain(id)));
         }
         assert_eq!(p.prune(|id| id != "b"), vec!["b".to_owned()]);
         assert_eq!(p.ready(), 2);
-        let a = p.take().unwrap_or_default();
+        let a = p.take().unwrap_or_else(|| Member::plain("none"));
         p.give_back(a);
-        assert_eq!(p.take().as_deref(), Some("a"));
+        assert_eq!(p.take(), Some(Member::plain("a")));
         assert_eq!(p.drain(), vec!["c".to_owned()]);
     }
 }

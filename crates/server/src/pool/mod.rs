@@ -8,20 +8,39 @@
 //! - The refill task keeps each pool at `min` ready members (never more than `max`), one creation at a time, and
 //!   drops members whose agent died (they are replaced).
 //! - Members are runtime sandboxes like any other: when the server goes, the runtime destroys them with the rest.
+//! - A pool with a zygote (`zygote = "python"`) starts it in each new member as a background command
+//!   (`python3 -c <resources/zygotes/python_zygote.py> <preload...>`); the member is ready only once it runs. The
+//!   zygote imports the preload modules and waits for one program on its stdin, which it runs in a forked child
+//!   (`POST /v1/run`, see `api::run::task`). A claim that does not use the zygote (a plain create) kills it.
 
 mod class;
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use sandkasten_types::SandboxSpec;
+use sandkasten_types::{CommandSpec, SandboxSpec};
 use tokio::sync::Notify;
 
-use crate::config::PoolConfig;
+use crate::config::{PoolConfig, ZygoteKind};
 use crate::ids;
 use crate::metrics::Metrics;
 use crate::runtime::DynRuntime;
-use class::PoolClass;
+use class::{Member, PoolClass};
+
+/// The Python zygote's program (`python3 -c`).
+const PYTHON_ZYGOTE: &str = include_str!("../../../../resources/zygotes/python_zygote.py");
+/// Time limit of a zygote command: it waits in an idle member for as long as the member is not claimed; a run
+/// enforces its own time limit.
+const ZYGOTE_TIMEOUT_MS: u64 = 365 * 24 * 3600 * 1000;
+
+/// The argv of a pool's zygote.
+fn zygote_argv(kind: ZygoteKind, preload: &[String]) -> Vec<String> {
+    match kind {
+        ZygoteKind::Python => {
+            ["python3", "-c", PYTHON_ZYGOTE].into_iter().map(str::to_owned).chain(preload.iter().cloned()).collect()
+        }
+    }
+}
 
 /// How often the refill task looks for dead members when nothing wakes it.
 const CHECK_EVERY: Duration = Duration::from_millis(200);
@@ -35,6 +54,8 @@ pub(crate) struct Claimed {
     pub(crate) class: usize,
     /// The sandbox's id (from now on the caller's).
     pub(crate) id: String,
+    /// The command id of the member's zygote, when its pool has one.
+    pub(crate) zygote: Option<String>,
 }
 
 /// What a claim found.
@@ -64,7 +85,9 @@ impl Pools {
             .map(|(index, config)| {
                 let spec =
                     SandboxSpec { template: config.template, limits: config.limits.clone(), ..SandboxSpec::default() };
-                PoolClass::new(config.name_at(index), spec, config.min, config.max)
+                let mut class = PoolClass::new(config.name_at(index), spec, config.min, config.max);
+                class.zygote = config.zygote.map(|kind| zygote_argv(kind, &config.preload));
+                class
             })
             .collect();
         Pools { classes: Mutex::new(classes), wake: Notify::new() }
@@ -88,8 +111,8 @@ impl Pools {
         let claimed = loop {
             match pool.take() {
                 // Its agent died since the last check: the runtime has removed it already.
-                Some(id) if !runtime.is_alive(&id) => continue,
-                Some(id) => break Some(Claimed { class, id }),
+                Some(member) if !runtime.is_alive(&member.id) => continue,
+                Some(Member { id, zygote }) => break Some(Claimed { class, id, zygote }),
                 None => break None,
             }
         };
@@ -113,24 +136,24 @@ impl Pools {
         if let Ok(mut classes) = self.classes.lock()
             && let Some(pool) = classes.get_mut(claimed.class)
         {
-            pool.give_back(claimed.id);
+            pool.give_back(Member { id: claimed.id, zygote: claimed.zygote });
             metrics.pool_size(&pool.name, pool.ready());
         }
     }
 
-    /// Marks one creation as started for the first pool that wants one; its index and spec.
-    fn next_fill(&self) -> Option<(usize, SandboxSpec)> {
+    /// Marks one creation as started for the first pool that wants one; its index, spec and zygote argv.
+    fn next_fill(&self) -> Option<(usize, SandboxSpec, Option<Vec<String>>)> {
         let mut classes = self.classes.lock().ok()?;
         let (class, pool) = classes.iter_mut().enumerate().find(|(_, p)| p.wants_more())?;
         pool.fill_started();
-        Some((class, pool.spec.clone()))
+        Some((class, pool.spec.clone(), pool.zygote.clone()))
     }
 
     /// Ends a creation; returns an id to destroy when the pool turned out full.
-    fn fill_finished(&self, class: usize, id: Option<String>, metrics: &Metrics) -> Option<String> {
+    fn fill_finished(&self, class: usize, member: Option<Member>, metrics: &Metrics) -> Option<String> {
         let mut classes = self.classes.lock().ok()?;
         let pool = classes.get_mut(class)?;
-        let surplus = pool.fill_finished(id);
+        let surplus = pool.fill_finished(member);
         metrics.pool_size(&pool.name, pool.ready());
         surplus
     }
@@ -162,7 +185,7 @@ pub(crate) async fn refill(state: crate::state::AppState) {
     }
     loop {
         pools.prune(state.runtime(), metrics);
-        let Some((class, spec)) = pools.next_fill() else {
+        let Some((class, spec, zygote)) = pools.next_fill() else {
             tokio::select! {
                 () = pools.wake.notified() => {}
                 () = tokio::time::sleep(CHECK_EVERY) => {}
@@ -174,10 +197,15 @@ pub(crate) async fn refill(state: crate::state::AppState) {
             Ok(id) => state.runtime().create(&id, &spec).await.map(|()| id).map_err(|f| f.message),
             Err(error) => Err(error.to_string()),
         };
+        let created = match (created, zygote) {
+            (Ok(id), Some(argv)) => start_zygote(&state, &id, argv, spec.limits.output_bytes).await,
+            (created, None) => created.map(|id| Member { id, zygote: None }),
+            (Err(reason), Some(_)) => Err(reason),
+        };
         match created {
-            Ok(id) => {
+            Ok(member) => {
                 metrics.pool_refilled(started.elapsed().as_secs_f64());
-                if let Some(surplus) = pools.fill_finished(class, Some(id), metrics) {
+                if let Some(surplus) = pools.fill_finished(class, Some(member), metrics) {
                     crate::api::destroy_quietly(&state, &surplus).await;
                 }
             }
@@ -186,6 +214,29 @@ pub(crate) async fn refill(state: crate::state::AppState) {
                 tracing::warn!(%reason, "creating a pool sandbox failed; retrying shortly");
                 tokio::time::sleep(RETRY_AFTER).await;
             }
+        }
+    }
+}
+
+/// Starts a new member's zygote; on failure the member is destroyed.
+async fn start_zygote(
+    state: &crate::state::AppState,
+    id: &str,
+    argv: Vec<String>,
+    output_limit: u64,
+) -> Result<Member, String> {
+    let spec = CommandSpec { argv: Some(argv), timeout_ms: Some(ZYGOTE_TIMEOUT_MS), ..CommandSpec::default() };
+    let started = match ids::command_id() {
+        Ok(command) => state.runtime().start_command(id, &command, spec, output_limit).await.map(|_| command),
+        Err(error) => {
+            Err(crate::runtime::RuntimeFailure::new(crate::runtime::FailureKind::Internal, error.to_string()))
+        }
+    };
+    match started {
+        Ok(command) => Ok(Member { id: id.to_owned(), zygote: Some(command) }),
+        Err(failure) => {
+            crate::api::destroy_quietly(state, id).await;
+            Err(format!("starting the zygote failed: {}", failure.message))
         }
     }
 }

@@ -100,6 +100,8 @@ pub(crate) struct RunPlan {
     pub(crate) compile: Option<CommandSpec>,
     /// The command; its `timeout_ms` is set when it runs.
     pub(crate) command: CommandSpec,
+    /// Python source a pool member's zygote may run instead of `command` (Python code without env or stdin).
+    pub(crate) zygote_source: Option<Vec<u8>>,
 }
 
 fn argv(items: &[&str]) -> Option<Vec<String>> {
@@ -165,12 +167,16 @@ pub(crate) fn plan(body: RunRequest, settings: Settings) -> Result<RunPlan, ApiE
     }
     let mut files =
         body.files.into_iter().map(|item| file(item, settings.max_file_bytes)).collect::<Result<Vec<_>, _>>()?;
+    let mut zygote_source = None;
     let (compile, mut command) = match (body.language, body.code, body.argv.is_some() || body.cmd.is_some()) {
         (Some(_), _, true) | (_, Some(_), true) => {
             return Err(ApiError::unprocessable("give either language with code, or argv/cmd, not both"));
         }
         (Some(language), Some(code), false) => {
             let (source, compile, command) = code_steps(language, code);
+            if language == RunLanguage::Python && body.env.is_empty() && body.stdin.is_none() {
+                zygote_source = Some(source.1.clone());
+            }
             files.push(source);
             (compile, command)
         }
@@ -192,7 +198,8 @@ pub(crate) fn plan(body: RunRequest, settings: Settings) -> Result<RunPlan, ApiE
     command.env = body.env;
     command.stdin = body.stdin;
     let lifetime_s = limit_s.saturating_mul(2).saturating_add(LIFETIME_MARGIN_S).clamp(1, settings.max_timeout_s);
-    Ok(RunPlan { spec: SandboxSpec { limits, ..SandboxSpec::default() }, lifetime_s, files, compile, command })
+    let spec = SandboxSpec { limits, ..SandboxSpec::default() };
+    Ok(RunPlan { spec, lifetime_s, files, compile, command, zygote_source })
 }
 
 #[cfg(test)]
@@ -216,6 +223,12 @@ mod tests {
         assert_eq!(plan.command.stdin.as_deref(), Some("x"));
         let python = request(serde_json::json!({"language": "python", "code": "print(1)"}))?;
         assert_eq!(python.command.argv, argv(&["python3", "/tmp/main.py"]));
+        assert_eq!(python.zygote_source.as_deref(), Some(&b"print(1)"[..]));
+        assert!(plan.zygote_source.is_none(), "C never goes to a zygote");
+        let with_stdin = request(serde_json::json!({"language": "python", "code": "input()", "stdin": "x"}))?;
+        assert!(with_stdin.zygote_source.is_none(), "stdin needs the plain path");
+        let with_env = request(serde_json::json!({"language": "python", "code": "1", "env": {"A": "b"}}))?;
+        assert!(with_env.zygote_source.is_none(), "env needs the plain path");
         Ok(())
     }
 

@@ -1,8 +1,13 @@
 //! The work of one `POST /v1/run`, in its own task so that the request going away cannot skip the cleanup: create the
 //! sandbox, write the files, compile (C), run, and destroy the sandbox on every path. A client that leaves (its
 //! receiver dropped) ends the run early; the sandbox is destroyed before the result is sent.
+//!
+//! Python code (without env or stdin) that lands on a pool member with a zygote is not started as `python3
+//! /tmp/main.py`: the source is written to the zygote's stdin, which is closed, and the zygote forks a child that runs
+//! it; the zygote's output is the run's, its exit the run's exit. The run's time limit kills the zygote's process
+//! group (SIGKILL). A zygote that is not usable (it died) leaves the run to the ordinary path.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use sandkasten_types::{CommandExit, CommandSpec};
 use tokio::sync::{mpsc, oneshot};
@@ -12,11 +17,12 @@ use crate::api::error::ApiError;
 use crate::api::extract::runtime_error;
 use crate::api::run::request::RunPlan;
 use crate::api::run::response::RunError;
-use crate::api::sandboxes::start_sandbox;
+use crate::api::sandboxes::{SIGKILL, start_sandbox_with_zygote};
 use crate::auth::Tenant;
+use crate::background::CommandEvent;
 use crate::clock::now_ms;
 use crate::metrics::{ExitReason, LimitKind};
-use crate::runtime::OutputChunk;
+use crate::runtime::{FailureKind, OutputChunk, RuntimeFailure};
 use crate::state::AppState;
 use crate::store::SandboxState;
 
@@ -71,8 +77,8 @@ async fn run(
 ) {
     let expires_ms = now_ms().saturating_add(i64::try_from(plan.lifetime_s.saturating_mul(1000)).unwrap_or(i64::MAX));
     let metadata = Default::default();
-    let id = match start_sandbox(&state, &tenant, plan.spec.clone(), metadata, expires_ms).await {
-        Ok(record) => record.id,
+    let (id, zygote) = match start_sandbox_with_zygote(&state, &tenant, plan.spec.clone(), metadata, expires_ms).await {
+        Ok((record, zygote)) => (record.id, zygote),
         Err(error) => {
             ready.send(Err(error)).ok();
             return;
@@ -80,7 +86,7 @@ async fn run(
     };
     // From here on the sandbox exists: whatever happens below, it is destroyed before this task ends.
     let outcome = tokio::select! {
-        outcome = work(&state, &id, plan, ready, &events) => outcome,
+        outcome = work(&state, &id, zygote.as_deref(), plan, ready, &events) => outcome,
         () = events.closed() => {
             tracing::info!(sandbox = %id, "run: the client left; destroying the sandbox");
             None
@@ -109,10 +115,12 @@ async fn finish(state: &AppState, id: &str) {
     }
 }
 
-/// Writes the files, reports ready, then compiles and runs. `None` when there is nothing more to report.
+/// Writes the files, reports ready, then compiles and runs (through the zygote when there is one and the code is
+/// Python). `None` when there is nothing more to report.
 async fn work(
     state: &AppState,
     id: &str,
+    zygote: Option<&str>,
     plan: RunPlan,
     ready: oneshot::Sender<Result<String, ApiError>>,
     events: &mpsc::Sender<RunEvent>,
@@ -124,7 +132,81 @@ async fn work(
         }
     }
     ready.send(Ok(id.to_owned())).ok()?;
+    if let (Some(zygote), Some(source)) = (zygote, plan.zygote_source)
+        && let Some(outcome) = forked(state, id, zygote, source, plan.spec.limits.timeout_ms, events).await
+    {
+        return Some(outcome);
+    }
     Some(execute(state, id, plan.compile, plan.command, plan.spec.limits.timeout_ms, events).await)
+}
+
+/// How long a zygote killed at its time limit may take to report its end.
+const KILLED_GRACE: Duration = Duration::from_secs(10);
+
+/// Runs `source` in a child of the zygote `zygote` within `budget_ms`; `None` when the zygote cannot take it (it is
+/// gone or its stdin closed), and then nothing was run.
+async fn forked(
+    state: &AppState,
+    id: &str,
+    zygote: &str,
+    source: Vec<u8>,
+    budget_ms: u64,
+    events: &mpsc::Sender<RunEvent>,
+) -> Option<Result<RunOutcome, ApiError>> {
+    let started = Instant::now();
+    let runtime = state.runtime();
+    let unusable = |failure: RuntimeFailure| {
+        tracing::warn!(sandbox = %id, command = %zygote, reason = %failure.message, "zygote unusable; running plainly");
+    };
+    let mut output = match runtime.stream_command(id, zygote, 0).await {
+        Ok(output) => output,
+        Err(failure) => {
+            unusable(failure);
+            return None;
+        }
+    };
+    if let Err(failure) = runtime.command_stdin(id, zygote, source, true).await {
+        unusable(failure);
+        return None;
+    }
+    state.metrics().zygote_run();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(budget_ms);
+    let mut timed_out = false;
+    let ended = loop {
+        let limit = if timed_out { tokio::time::Instant::now() + KILLED_GRACE } else { deadline };
+        match tokio::time::timeout_at(limit, output.recv()).await {
+            Ok(Some(CommandEvent::Output { chunk, .. })) => {
+                // A closed channel means the client left; the select in `run` ends the run.
+                events.send(RunEvent::Output(chunk)).await.ok();
+            }
+            Ok(Some(CommandEvent::Ended(status))) => break status.exit,
+            Ok(None) => break None,
+            Err(_) if timed_out => break None,
+            Err(_) => {
+                timed_out = true;
+                if let Err(failure) = runtime.signal_command(id, zygote, SIGKILL).await {
+                    tracing::warn!(sandbox = %id, reason = %failure.message, "could not kill a zygote at its time limit");
+                }
+            }
+        }
+    };
+    let Some(mut exit) = ended else {
+        if timed_out {
+            // Killed, but its end was not reported: the sandbox is destroyed right after anyway.
+            state.metrics().limit_kill(LimitKind::Time);
+            let exit = CommandExit { exit_code: None, signal: Some(SIGKILL), timed_out: true };
+            let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+            return Some(Ok(RunOutcome { exit, compile_failed: false, duration_ms }));
+        }
+        let failure = RuntimeFailure::new(FailureKind::SandboxGone, "the sandbox ended during the run");
+        return Some(Err(runtime_error(state, id, failure).await));
+    };
+    if timed_out {
+        exit.timed_out = true;
+        state.metrics().limit_kill(LimitKind::Time);
+    }
+    state.metrics().exec_finished(started.elapsed().as_secs_f64());
+    Some(Ok(RunOutcome { exit, compile_failed: false, duration_ms: started.elapsed().as_secs_f64() * 1000.0 }))
 }
 
 async fn write_file(state: &AppState, id: &str, path: &str, data: Vec<u8>) -> Result<(), ApiError> {
