@@ -11,7 +11,7 @@ use sandkasten_types::{CommandExit, CommandSpec};
 
 use crate::api::command_schemas::{BackgroundStarted, CommandBody, CommandList, SignalBody, StdinBody, signal_number};
 use crate::api::error::{ApiError, ErrorBody};
-use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error};
+use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error, runtime_result};
 use crate::auth::Tenant;
 use crate::background::CommandEvent;
 use crate::clock::{now_ms, rfc3339};
@@ -118,10 +118,8 @@ pub(crate) async fn list(
     IdPath(id): IdPath,
 ) -> Result<Json<CommandList>, ApiError> {
     running_sandbox(&state, &tenant, &id).await?;
-    match state.runtime().list_commands(&id).await {
-        Ok(commands) => Ok(Json(CommandList { commands: commands.into_iter().map(CommandBody::from).collect() })),
-        Err(failure) => Err(runtime_error(&state, &id, failure).await),
-    }
+    let commands = runtime_result(&state, &id, state.runtime().list_commands(&id).await).await?;
+    Ok(Json(CommandList { commands: commands.into_iter().map(CommandBody::from).collect() }))
 }
 
 /// Write to a background command's stdin.
@@ -150,10 +148,9 @@ pub(crate) async fn stdin(
     JsonBody(body): JsonBody<StdinBody>,
 ) -> Result<StatusCode, ApiError> {
     own_command(&state, &tenant, &id, &command).await?;
-    match state.runtime().command_stdin(&id, &command, body.data.into_bytes(), body.eof).await {
-        Ok(()) => Ok(StatusCode::NO_CONTENT),
-        Err(failure) => Err(runtime_error(&state, &id, failure).await),
-    }
+    runtime_result(&state, &id, state.runtime().command_stdin(&id, &command, body.data.into_bytes(), body.eof).await)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Send a signal to a background command's process group.
@@ -183,10 +180,8 @@ pub(crate) async fn signal(
 ) -> Result<StatusCode, ApiError> {
     own_command(&state, &tenant, &id, &command).await?;
     let signal = signal_number(&body.signal).map_err(ApiError::unprocessable)?;
-    match state.runtime().signal_command(&id, &command, signal).await {
-        Ok(()) => Ok(StatusCode::NO_CONTENT),
-        Err(failure) => Err(runtime_error(&state, &id, failure).await),
-    }
+    runtime_result(&state, &id, state.runtime().signal_command(&id, &command, signal).await).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Kill a background command (SIGKILL to its process group; it stays listed with its exit).
@@ -210,8 +205,6 @@ pub(crate) async fn kill(
     CommandPath(id, command): CommandPath,
 ) -> Result<StatusCode, ApiError> {
     own_command(&state, &tenant, &id, &command).await?;
-    match state.runtime().signal_command(&id, &command, 9).await {
-        Ok(()) => Ok(StatusCode::NO_CONTENT),
-        Err(failure) => Err(runtime_error(&state, &id, failure).await),
-    }
+    runtime_result(&state, &id, state.runtime().signal_command(&id, &command, 9).await).await?;
+    Ok(StatusCode::NO_CONTENT)
 }

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::api::code_schemas::{ContextBody, ContextList, CreateContextBody};
 use crate::api::error::{ApiError, ErrorBody};
-use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error};
+use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_result};
 use crate::auth::Tenant;
 use crate::state::AppState;
 
@@ -60,10 +60,8 @@ pub(crate) async fn create(
     JsonBody(body): JsonBody<CreateContextBody>,
 ) -> Result<Response, ApiError> {
     running_sandbox(&state, &tenant, &id).await?;
-    match state.runtime().create_context(&id, body.language.into()).await {
-        Ok(info) => Ok((StatusCode::CREATED, Json(ContextBody::from(info))).into_response()),
-        Err(failure) => Err(runtime_error(&state, &id, failure).await),
-    }
+    let info = runtime_result(&state, &id, state.runtime().create_context(&id, body.language.into()).await).await?;
+    Ok((StatusCode::CREATED, Json(ContextBody::from(info))).into_response())
 }
 
 /// List a sandbox's code contexts.
@@ -84,10 +82,8 @@ pub(crate) async fn list(
     IdPath(id): IdPath,
 ) -> Result<Json<ContextList>, ApiError> {
     running_sandbox(&state, &tenant, &id).await?;
-    match state.runtime().list_contexts(&id).await {
-        Ok(contexts) => Ok(Json(ContextList { contexts: contexts.into_iter().map(ContextBody::from).collect() })),
-        Err(failure) => Err(runtime_error(&state, &id, failure).await),
-    }
+    let contexts = runtime_result(&state, &id, state.runtime().list_contexts(&id).await).await?;
+    Ok(Json(ContextList { contexts: contexts.into_iter().map(ContextBody::from).collect() }))
 }
 
 /// Remove a code context (its interpreter is killed).
@@ -114,10 +110,8 @@ pub(crate) async fn delete(
     if !is_context_id(&context) {
         return Err(context_not_found(&context));
     }
-    match state.runtime().remove_context(&id, &context).await {
-        Ok(()) => Ok(StatusCode::NO_CONTENT),
-        Err(failure) => Err(runtime_error(&state, &id, failure).await),
-    }
+    runtime_result(&state, &id, state.runtime().remove_context(&id, &context).await).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Restart a code context's interpreter (its variables are lost).
@@ -145,10 +139,8 @@ pub(crate) async fn restart(
     if !is_context_id(&context) {
         return Err(context_not_found(&context));
     }
-    match state.runtime().restart_context(&id, &context).await {
-        Ok(info) => Ok(Json(ContextBody::from(info))),
-        Err(failure) => Err(runtime_error(&state, &id, failure).await),
-    }
+    let info = runtime_result(&state, &id, state.runtime().restart_context(&id, &context).await).await?;
+    Ok(Json(ContextBody::from(info)))
 }
 
 #[cfg(test)]

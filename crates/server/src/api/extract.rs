@@ -108,6 +108,18 @@ pub(crate) async fn running_sandbox(state: &AppState, tenant: &Tenant, id: &str)
     Ok(record)
 }
 
+/// A runtime call's result as the API answers it: the value, or `runtime_error` of the failure.
+pub(crate) async fn runtime_result<T>(
+    state: &AppState,
+    id: &str,
+    result: Result<T, crate::runtime::RuntimeFailure>,
+) -> Result<T, ApiError> {
+    match result {
+        Ok(value) => Ok(value),
+        Err(failure) => Err(runtime_error(state, id, failure).await),
+    }
+}
+
 /// Turns a runtime failure into an API error; `SandboxGone` also marks the sandbox lost in the store.
 pub(crate) async fn runtime_error(state: &AppState, id: &str, failure: crate::runtime::RuntimeFailure) -> ApiError {
     if failure.kind == crate::runtime::FailureKind::SandboxGone {

@@ -8,23 +8,14 @@ use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 
 use crate::api::error::{ApiError, ErrorBody};
-use crate::api::extract::{IdPath, JsonBody, QueryParams, read_limited, running_sandbox, runtime_error};
+use crate::api::extract::{IdPath, JsonBody, QueryParams, read_limited, running_sandbox, runtime_result};
 use crate::api::schemas::{FileBytes, FileInfoBody, FileList, MkdirRequest, PathQuery, RemoveQuery, RenameRequest};
 use crate::auth::Tenant;
-use crate::runtime::RuntimeFailure;
 use crate::state::AppState;
 use crate::validate::sandbox_path;
 
 fn checked(what: &str, path: &str) -> Result<(), ApiError> {
     sandbox_path(what, path).map_err(ApiError::bad_request)
-}
-
-/// Maps a runtime result, marking the sandbox lost when it is gone.
-async fn done<T>(state: &AppState, id: &str, result: Result<T, RuntimeFailure>) -> Result<T, ApiError> {
-    match result {
-        Ok(value) => Ok(value),
-        Err(failure) => Err(runtime_error(state, id, failure).await),
-    }
 }
 
 /// Read a file.
@@ -50,7 +41,7 @@ pub(crate) async fn read(
     running_sandbox(&state, &tenant, &id).await?;
     checked("path", &query.path)?;
     let max = state.settings().max_file_bytes;
-    let data = done(&state, &id, state.runtime().read_file(&id, &query.path, max).await).await?;
+    let data = runtime_result(&state, &id, state.runtime().read_file(&id, &query.path, max).await).await?;
     Ok(([(CONTENT_TYPE, "application/octet-stream")], data).into_response())
 }
 
@@ -79,7 +70,7 @@ pub(crate) async fn write(
     running_sandbox(&state, &tenant, &id).await?;
     checked("path", &query.path)?;
     let data = read_limited(request, state.settings().max_file_bytes, "the file").await?;
-    done(&state, &id, state.runtime().write_file(&id, &query.path, data).await).await?;
+    runtime_result(&state, &id, state.runtime().write_file(&id, &query.path, data).await).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -104,7 +95,7 @@ pub(crate) async fn remove(
 ) -> Result<StatusCode, ApiError> {
     running_sandbox(&state, &tenant, &id).await?;
     checked("path", &query.path)?;
-    done(&state, &id, state.runtime().remove(&id, &query.path, query.recursive).await).await?;
+    runtime_result(&state, &id, state.runtime().remove(&id, &query.path, query.recursive).await).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -129,7 +120,7 @@ pub(crate) async fn list(
 ) -> Result<Json<FileList>, ApiError> {
     running_sandbox(&state, &tenant, &id).await?;
     checked("path", &query.path)?;
-    let entries = done(&state, &id, state.runtime().list_dir(&id, &query.path).await).await?;
+    let entries = runtime_result(&state, &id, state.runtime().list_dir(&id, &query.path).await).await?;
     Ok(Json(FileList { entries: entries.into_iter().map(FileInfoBody::from).collect() }))
 }
 
@@ -154,7 +145,7 @@ pub(crate) async fn stat(
 ) -> Result<Json<FileInfoBody>, ApiError> {
     running_sandbox(&state, &tenant, &id).await?;
     checked("path", &query.path)?;
-    let info = done(&state, &id, state.runtime().stat(&id, &query.path).await).await?;
+    let info = runtime_result(&state, &id, state.runtime().stat(&id, &query.path).await).await?;
     Ok(Json(info.into()))
 }
 
@@ -181,7 +172,7 @@ pub(crate) async fn mkdir(
 ) -> Result<StatusCode, ApiError> {
     running_sandbox(&state, &tenant, &id).await?;
     checked("path", &body.path)?;
-    done(&state, &id, state.runtime().mkdir(&id, &body.path, body.parents).await).await?;
+    runtime_result(&state, &id, state.runtime().mkdir(&id, &body.path, body.parents).await).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -209,6 +200,6 @@ pub(crate) async fn rename(
     running_sandbox(&state, &tenant, &id).await?;
     checked("from", &body.from)?;
     checked("to", &body.to)?;
-    done(&state, &id, state.runtime().rename(&id, &body.from, &body.to).await).await?;
+    runtime_result(&state, &id, state.runtime().rename(&id, &body.from, &body.to).await).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -16,10 +16,9 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::api::error::{ApiError, ErrorBody};
-use crate::api::extract::{IdPath, QueryParams, read_limited, running_sandbox, runtime_error};
+use crate::api::extract::{IdPath, QueryParams, read_limited, running_sandbox, runtime_result};
 use crate::api::schemas::{FileBytes, PathQuery};
 use crate::auth::Tenant;
-use crate::runtime::RuntimeFailure;
 use crate::state::AppState;
 use crate::validate::sandbox_path;
 
@@ -35,13 +34,6 @@ pub struct ArchiveSummary {
     pub directories: u64,
     /// Bytes of file content written.
     pub bytes: u64,
-}
-
-async fn done<T>(state: &AppState, id: &str, result: Result<T, RuntimeFailure>) -> Result<T, ApiError> {
-    match result {
-        Ok(value) => Ok(value),
-        Err(failure) => Err(runtime_error(state, id, failure).await),
-    }
 }
 
 fn under(target: &str, relative: &str) -> String {
@@ -87,15 +79,15 @@ pub(crate) async fn upload(
     let archive = read_limited(request, max, "the archive").await?;
     let plan = plan::plan(&archive, target, max)?;
     let runtime = state.runtime();
-    done(&state, &id, runtime.mkdir(&id, target, true).await).await?;
+    runtime_result(&state, &id, runtime.mkdir(&id, target, true).await).await?;
     for dir in &plan.dirs {
-        done(&state, &id, runtime.mkdir(&id, &under(target, dir), true).await).await?;
+        runtime_result(&state, &id, runtime.mkdir(&id, &under(target, dir), true).await).await?;
     }
     let mut bytes = 0u64;
     for (path, slice) in &plan.files {
         let data = archive.get(slice.offset..slice.offset + slice.len).unwrap_or_default().to_vec();
         bytes += data.len() as u64;
-        done(&state, &id, runtime.write_file(&id, &under(target, path), data).await).await?;
+        runtime_result(&state, &id, runtime.write_file(&id, &under(target, path), data).await).await?;
     }
     Ok(Json(ArchiveSummary { files: plan.files.len() as u64, directories: plan.dirs.len() as u64, bytes }))
 }
@@ -125,7 +117,7 @@ pub(crate) async fn download(
 ) -> Result<Response, ApiError> {
     running_sandbox(&state, &tenant, &id).await?;
     sandbox_path("path", &query.path).map_err(ApiError::bad_request)?;
-    let info = done(&state, &id, state.runtime().stat(&id, &query.path).await).await?;
+    let info = runtime_result(&state, &id, state.runtime().stat(&id, &query.path).await).await?;
     let tar = pack::pack(&state, &id, &info, state.settings().max_file_bytes).await?;
     Ok(([(CONTENT_TYPE, TAR)], tar).into_response())
 }
