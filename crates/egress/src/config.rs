@@ -1,0 +1,171 @@
+//! The operator's `[egress]` configuration: static resolver entries, special-range CIDRs the operator
+//! explicitly allows, extra upstream TLS roots and timeouts.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+use crate::host::{Host, canonicalize_host};
+
+/// Default upstream connect timeout: 10 s.
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
+/// Default idle timeout for a connection or tunnel with no bytes either way: 5 min.
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 300_000;
+
+/// The server config file's `[egress]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EgressConfig {
+    /// Static resolver entries consulted before the system resolver, e.g. `"allowed.test" = ["10.200.1.2"]`.
+    pub hosts: BTreeMap<String, Vec<IpAddr>>,
+    /// Special-range CIDRs (private, loopback, ...) the operator allows, e.g. `"10.200.1.0/24"`. A bare address
+    /// means that single address.
+    pub allow_cidrs: Vec<String>,
+    /// Extra PEM roots trusted for upstream TLS when intercepting, besides the system roots.
+    pub upstream_ca_file: Option<PathBuf>,
+    /// Upstream connect (and name resolution) timeout, milliseconds. Default 10 000.
+    pub connect_timeout_ms: u64,
+    /// A connection or tunnel with no traffic either way for this long is closed, milliseconds. Default 300 000.
+    pub idle_timeout_ms: u64,
+}
+
+impl Default for EgressConfig {
+    fn default() -> Self {
+        EgressConfig {
+            hosts: BTreeMap::new(),
+            allow_cidrs: Vec::new(),
+            upstream_ca_file: None,
+            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
+            idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
+        }
+    }
+}
+
+/// What is wrong with an `[egress]` table; names the offending entry.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A `hosts` key that is not a valid host name.
+    #[error("egress.hosts: invalid host name {name:?}: {reason}")]
+    BadHostName {
+        /// The key as written.
+        name: String,
+        /// Why it is invalid.
+        reason: String,
+    },
+    /// A `hosts` entry with no addresses.
+    #[error("egress.hosts: {0:?} has no addresses: give at least one, e.g. [\"10.200.1.2\"]")]
+    NoAddresses(String),
+    /// An `allow_cidrs` entry that does not parse.
+    #[error("egress.allow_cidrs: invalid CIDR {0:?}: write an address with a prefix length, e.g. \"10.200.1.0/24\"")]
+    BadCidr(String),
+    /// A zero timeout.
+    #[error("egress.{0} must be greater than 0")]
+    ZeroTimeout(&'static str),
+    /// The upstream CA file could not be read.
+    #[error("egress.upstream_ca_file {path:?}: {reason}")]
+    UpstreamCa {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// A checked configuration, ready for the resolver.
+#[derive(Debug, Clone)]
+pub struct ValidatedConfig {
+    pub(crate) hosts: HashMap<String, Vec<IpAddr>>,
+    pub(crate) allow_cidrs: Vec<IpNet>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+}
+
+impl EgressConfig {
+    /// Checks every entry; the error names the first bad one. (The upstream CA file is read by `Proxy::new`.)
+    pub fn validate(&self) -> Result<ValidatedConfig, ConfigError> {
+        let mut hosts = HashMap::new();
+        for (name, addrs) in &self.hosts {
+            let canonical = match canonicalize_host(name) {
+                Ok(Host::Name(n)) => n,
+                Ok(Host::Ip(_)) => {
+                    return Err(ConfigError::BadHostName {
+                        name: name.clone(),
+                        reason: "an IP address needs no resolver entry".into(),
+                    });
+                }
+                Err(e) => return Err(ConfigError::BadHostName { name: name.clone(), reason: e.to_string() }),
+            };
+            if addrs.is_empty() {
+                return Err(ConfigError::NoAddresses(name.clone()));
+            }
+            hosts.insert(canonical, addrs.clone());
+        }
+        let allow_cidrs = self.allow_cidrs.iter().map(|c| parse_cidr(c)).collect::<Result<_, _>>()?;
+        if self.connect_timeout_ms == 0 {
+            return Err(ConfigError::ZeroTimeout("connect_timeout_ms"));
+        }
+        if self.idle_timeout_ms == 0 {
+            return Err(ConfigError::ZeroTimeout("idle_timeout_ms"));
+        }
+        Ok(ValidatedConfig {
+            hosts,
+            allow_cidrs,
+            connect_timeout: Duration::from_millis(self.connect_timeout_ms),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+        })
+    }
+}
+
+fn parse_cidr(text: &str) -> Result<IpNet, ConfigError> {
+    let trimmed = text.trim();
+    if let Ok(net) = trimmed.parse::<IpNet>() {
+        return Ok(net.trunc());
+    }
+    trimmed.parse::<IpAddr>().map(IpNet::from).map_err(|_| ConfigError::BadCidr(text.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn parses_from_toml_with_defaults() {
+        let cfg: EgressConfig = toml::from_str(
+            r#"
+            allow_cidrs = ["10.200.1.0/24", "127.0.0.1"]
+            [hosts]
+            "Allowed.Test." = ["10.200.1.2"]
+            "#,
+        )
+        .unwrap();
+        assert_eq!(cfg.connect_timeout_ms, DEFAULT_CONNECT_TIMEOUT_MS);
+        let v = cfg.validate().unwrap();
+        assert_eq!(v.hosts["allowed.test"], vec!["10.200.1.2".parse::<IpAddr>().unwrap()]);
+        assert_eq!(v.allow_cidrs.len(), 2);
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        assert!(toml::from_str::<EgressConfig>("allow_cidr = []").is_err());
+    }
+
+    #[test]
+    fn bad_entries_are_named() {
+        let mut cfg = EgressConfig { allow_cidrs: vec!["10.0.0.0/33".into()], ..Default::default() };
+        assert!(cfg.validate().unwrap_err().to_string().contains("10.0.0.0/33"));
+        cfg.allow_cidrs.clear();
+        cfg.hosts.insert("bad host".into(), vec!["10.0.0.1".parse().unwrap()]);
+        assert!(cfg.validate().unwrap_err().to_string().contains("bad host"));
+        cfg.hosts.clear();
+        cfg.hosts.insert("empty.test".into(), vec![]);
+        assert!(cfg.validate().unwrap_err().to_string().contains("empty.test"));
+        cfg.hosts.clear();
+        cfg.idle_timeout_ms = 0;
+        assert!(cfg.validate().unwrap_err().to_string().contains("idle_timeout_ms"));
+    }
+}

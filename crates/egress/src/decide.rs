@@ -1,0 +1,179 @@
+//! The decision for one attempt, in order: canonicalise the host, match the policy, resolve, check every
+//! address, connect to a checked address. Every refusal or failure is audited here and turned into the
+//! client's response; a success carries an audit guard that records the attempt with its byte counts when
+//! the connection ends.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::StatusCode;
+use tokio::net::TcpStream;
+
+use crate::audit::{AuditEvent, AuditSink, Decision, now_ms};
+use crate::host::{Host, canonicalize_host};
+use crate::io::{Counters, CountingIo};
+use crate::policy::NameVerdict;
+use crate::proxy::Ctx;
+use crate::resolve::AddrRefusal;
+use crate::response::{Body, refusal};
+
+/// A permitted, connected attempt.
+pub(crate) struct Go {
+    pub(crate) host: Host,
+    pub(crate) port: u16,
+    /// The checked addresses (for further connections of an intercepted tunnel).
+    pub(crate) addrs: Vec<IpAddr>,
+    pub(crate) upstream: CountingIo<TcpStream>,
+    /// Upstream byte counters (written = up, read = down), shared by every upstream connection of the attempt.
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) guard: AuditGuard,
+}
+
+/// Records the allowed attempt, with the byte counts, when dropped (i.e. when its connection ends, however
+/// it ends).
+pub(crate) struct AuditGuard {
+    event: Option<AuditEvent>,
+    counters: Arc<Counters>,
+    sink: Arc<dyn AuditSink>,
+}
+
+impl Drop for AuditGuard {
+    fn drop(&mut self) {
+        if let Some(mut event) = self.event.take() {
+            event.bytes_up = self.counters.written();
+            event.bytes_down = self.counters.read();
+            self.sink.record(event);
+        }
+    }
+}
+
+/// Decides on `raw_host:port` for `scheme` (`connect` or `http`) and connects, or returns the response for the
+/// client after auditing the refusal or failure.
+pub(crate) async fn decide_and_connect(
+    ctx: &Ctx,
+    scheme: &str,
+    raw_host: &str,
+    port: u16,
+) -> Result<Go, hyper::Response<Body>> {
+    let mut event = AuditEvent {
+        time_ms: now_ms(),
+        sandbox_id: ctx.sandbox.sandbox_id.clone(),
+        tenant: ctx.sandbox.tenant.clone(),
+        scheme: scheme.to_owned(),
+        host: raw_host.chars().take(255).collect(),
+        port,
+        resolved: None,
+        decision: Decision::Refused,
+        rule: String::new(),
+        bytes_up: 0,
+        bytes_down: 0,
+    };
+    let sink = ctx.inner.audit.as_ref();
+    let mut target = format!("{}:{port}", event.host);
+    let fail = |target: &str, event: &mut AuditEvent, decision, status, rule: String, message: String| {
+        event.decision = decision;
+        event.rule = rule;
+        sink.record(event.clone());
+        refusal(status, target, &message)
+    };
+    let host = match canonicalize_host(raw_host) {
+        Ok(h) => h,
+        Err(e) => {
+            return Err(fail(
+                &target,
+                &mut event,
+                Decision::Refused,
+                StatusCode::BAD_REQUEST,
+                "invalid host".into(),
+                e.to_string(),
+            ));
+        }
+    };
+    event.host = host.audit_string();
+    target = format!("{host}:{port}");
+    if port == 0 {
+        return Err(fail(
+            &target,
+            &mut event,
+            Decision::Refused,
+            StatusCode::BAD_REQUEST,
+            "invalid port".into(),
+            "port 0".into(),
+        ));
+    }
+    let policy = ctx.sandbox.policy();
+    let mut rule = match policy.check(&host, port) {
+        NameVerdict::Allowed { rule } => rule,
+        NameVerdict::Refused { rule, reason } => {
+            return Err(fail(&target, &mut event, Decision::Refused, StatusCode::FORBIDDEN, rule, reason));
+        }
+    };
+    let checked = match ctx.inner.resolver.resolve_checked(&host, port).await {
+        Ok(c) => c,
+        Err(AddrRefusal::Unresolvable(why)) => {
+            return Err(fail(
+                &target,
+                &mut event,
+                Decision::Failed,
+                StatusCode::BAD_GATEWAY,
+                format!("{rule}; {why}"),
+                why,
+            ));
+        }
+        Err(AddrRefusal::Special { addr, range }) => {
+            event.resolved = Some(addr);
+            let message = match host {
+                Host::Ip(_) => format!("{addr} is {range}, which is never allowed"),
+                Host::Name(_) => format!("resolves to {addr} ({range}) which is never allowed"),
+            };
+            let rule = format!("special range {range}");
+            return Err(fail(&target, &mut event, Decision::Refused, StatusCode::FORBIDDEN, rule, message));
+        }
+    };
+    if let Some(via) = &checked.via_cidr {
+        rule = format!("{rule}; {via}");
+    }
+    let counters = Counters::new();
+    let (stream, addr) = match dial(&checked.addrs, port, ctx.inner.connect_timeout).await {
+        Ok(ok) => ok,
+        Err((addr, why)) => {
+            event.resolved = addr;
+            let message = format!("upstream connect failed: {why}");
+            return Err(fail(
+                &target,
+                &mut event,
+                Decision::Failed,
+                StatusCode::BAD_GATEWAY,
+                format!("{rule}; {why}"),
+                message,
+            ));
+        }
+    };
+    event.resolved = Some(addr);
+    event.decision = Decision::Allowed;
+    event.rule = rule;
+    let guard = AuditGuard { event: Some(event), counters: counters.clone(), sink: ctx.inner.audit.clone() };
+    let upstream = CountingIo::new(stream, counters.clone());
+    Ok(Go { host, port, addrs: checked.addrs, upstream, counters, guard })
+}
+
+/// Connects to the first reachable checked address; each try is bounded by `timeout`.
+pub(crate) async fn dial(
+    addrs: &[IpAddr],
+    port: u16,
+    timeout: Duration,
+) -> Result<(TcpStream, IpAddr), (Option<IpAddr>, String)> {
+    let mut last = (None, "no address to connect to".to_owned());
+    for &addr in addrs {
+        match tokio::time::timeout(timeout, TcpStream::connect(SocketAddr::new(addr, port))).await {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                return Ok((stream, addr));
+            }
+            Ok(Err(e)) => last = (Some(addr), format!("{addr}:{port}: {e}")),
+            Err(_) => last = (Some(addr), format!("{addr}:{port}: timed out")),
+        }
+    }
+    Err(last)
+}

@@ -1,0 +1,105 @@
+//! The auditing egress proxy (issue #5): the only way out of a sandbox's network namespace.
+//!
+//! Each sandbox's namespace has only `lo`. The server binds a listener at `127.0.0.1:3128` inside that
+//! namespace and hands it to [`Proxy::serve`]; the proxy runs in the host process, so every connection it
+//! makes leaves from the host's network, after a decision. Sandboxes reach it through [`proxy_env`]
+//! (`HTTP_PROXY`, `HTTPS_PROXY`, ...). It speaks HTTP CONNECT and plain HTTP forwarding (absolute-form
+//! requests); SOCKS5 is not offered.
+//!
+//! # Using it
+//! ```no_run
+//! # async fn f(listener: tokio::net::TcpListener, sink: std::sync::Arc<dyn sandkasten_egress::AuditSink>)
+//! # -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use sandkasten_egress::*;
+//! let proxy = Proxy::new(EgressConfig::default(), sink)?;           // once per server
+//! let policy = Policy::compile(Mode::Allowlist, &["api.example.com".into()], &[])?;
+//! let ca = SandboxCa::generate("sb-1")?;                              // install ca.cert_pem() in the sandbox
+//! let sandbox = Arc::new(SandboxEgress::new("sb-1", "tenant-a", policy, Some(ca)));
+//! let handle = proxy.serve(listener, sandbox.clone());               // drop or shutdown() to stop
+//! sandbox.set_policy(Policy::none());                                 // live change
+//! handle.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # Decisions
+//! **Canonicalise, then match, then resolve, then check every address.** A host is first brought to one
+//! spelling ([`canonicalize_host`]: lowercase, one trailing dot dropped, `inet_aton` IPv4 forms such as
+//! `0x7f.1` or `2130706433`, IPv6 with zone ids, mapped/compatible/NAT64 forms unmapped), so neither the policy
+//! nor the range check can be dodged by spelling. The policy matches names, not addresses, but a name proves
+//! nothing about where it points: so the proxy resolves it itself (static `[egress.hosts]` first, then the
+//! system resolver) and refuses if *any* returned address is in a special range (loopback, private,
+//! link-local incl. 169.254.169.254, CGNAT, ULA, multicast, reserved, documentation, benchmarking, and the
+//! IPv6 forms embedding those; see [`special_range`]) unless the operator lists it in `allow_cidrs`.
+//!
+//! **Connect to exactly the checked address.** The connection goes to an address from the checked answer,
+//! never to a name, so there is no second lookup a rebinding DNS server could answer differently. Mode `open`
+//! therefore means "any public destination", never the host's own loopback or the cloud metadata service.
+//!
+//! **Patterns.** `api.example.com` matches that name only; `*.example.org` matches subdomains, not the apex;
+//! `:port` restricts a pattern to one port and without it a pattern matches every port (the name is the
+//! trust decision; add `:443` to narrow it). IP literals are accepted as patterns and match that exact address
+//! in any spelling; name patterns never match IP literals. Deny wins over allow in every mode. Giving allow
+//! patterns with mode `none` or `open` is an error rather than silently ignored. Policy changes apply to
+//! requests and tunnels that start afterwards.
+//!
+//! **Refusals are answered, and everything is audited.** A refusal is an HTTP 403 (400 for a malformed
+//! host) whose text body names the rule, e.g. `sandkasten egress: refused api.evil.test:443: not in the
+//! allowlist`; an unreachable upstream is a 502. Each attempt produces one [`AuditEvent`]: refusals at once,
+//! allowed connections when they end (with bytes up/down), resolution or connect failures as
+//! [`Decision::Failed`].
+//!
+//! **Blind tunnels unless a secret needs the request.** A CONNECT is spliced byte for byte: the proxy has
+//! decided on the destination, and looking inside TLS would add risk (a CA the sandbox trusts) and cost for
+//! nothing. Only when a [`Secret`] applies to the CONNECT host and the sandbox has a CA does the proxy
+//! intercept, because substituting a header inside TLS is impossible otherwise. Plain HTTP requests always
+//! get substitution in header values (never bodies or URLs), and only toward the secret's hosts: a
+//! placeholder sent anywhere else leaves unchanged, so the real value never goes there.
+//!
+//! **Interception uses a per-sandbox CA.** [`SandboxCa`] is generated for one sandbox, its key stays in the
+//! host process, and its leaves (cached per host) are only served on that sandbox's listener: a CA leaked
+//! from one sandbox lets nobody impersonate hosts to another sandbox or to the host. Inside an intercepted
+//! tunnel each request goes over verified TLS (system roots plus `upstream_ca_file`) to the address checked
+//! at CONNECT time, with `Host` forced to the CONNECT host, so a forged inner `Host` cannot redirect a
+//! secret. Each inner request uses its own upstream connection (simple and correct; slower for chatty
+//! clients).
+//!
+//! **Limits.** Request heads are capped at [`MAX_HEAD_BYTES`] (hyper answers 431 past it); connects and name
+//! resolution are bounded by `connect_timeout_ms`; a connection or tunnel with no traffic for
+//! `idle_timeout_ms` is closed. Upstream requests carry `Connection: close`; the client side stays
+//! keep-alive and every request on it is decided separately.
+//!
+//! **Lifetime.** [`ProxyHandle`] owns the accept loop and every task it spawned: dropping it closes the
+//! listener and every open connection and tunnel of that sandbox; [`ProxyHandle::shutdown`] also waits.
+#![deny(unsafe_code)]
+
+mod audit;
+mod ca;
+mod config;
+mod decide;
+mod env;
+mod forward;
+mod host;
+mod intercept;
+mod io;
+mod policy;
+mod proxy;
+mod ranges;
+mod resolve;
+mod response;
+mod sandbox;
+mod secrets;
+mod tls;
+mod tunnel;
+mod upstream;
+
+pub use audit::{AuditEvent, AuditSink, Decision};
+pub use ca::{CaError, SandboxCa};
+pub use config::{ConfigError, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, EgressConfig, ValidatedConfig};
+pub use env::proxy_env;
+pub use host::{Host, HostError, canonicalize_host, unmap};
+pub use policy::{Mode, Pattern, Policy, PolicyError};
+pub use proxy::{MAX_HEAD_BYTES, Proxy, ProxyHandle};
+pub use ranges::special_range;
+pub use sandbox::SandboxEgress;
+pub use secrets::{Secret, SecretError};

@@ -1,0 +1,202 @@
+//! Secrets the sandbox only knows by placeholder: the proxy swaps the placeholder for the real value in request
+//! header values, and only on requests to the secret's hosts. Bodies, URLs and other hosts are left alone, so
+//! a placeholder sent anywhere else goes out unchanged and the real value never leaves toward it.
+
+use std::fmt;
+
+use http::HeaderMap;
+use http::header::HeaderValue;
+
+use crate::host::Host;
+use crate::policy::{Pattern, PolicyError};
+
+/// Shortest placeholder accepted, so an accidental short string in a header is never replaced.
+const MIN_PLACEHOLDER_LEN: usize = 8;
+
+/// A tenant secret as given to a sandbox.
+#[derive(Clone)]
+pub struct Secret {
+    /// The secret's name (for messages).
+    pub name: String,
+    /// The real value; never enters the sandbox.
+    pub value: String,
+    /// What the sandbox sees instead, e.g. in its environment.
+    pub placeholder: String,
+    /// Host patterns (policy syntax) of the destinations the real value may be sent to.
+    pub hosts: Vec<String>,
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Secret")
+            .field("name", &self.name)
+            .field("value", &"<redacted>")
+            .field("placeholder", &self.placeholder)
+            .field("hosts", &self.hosts)
+            .finish()
+    }
+}
+
+/// Why a secret cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    /// A host pattern is invalid.
+    #[error("secret {name:?}: {source}")]
+    Pattern {
+        /// The secret.
+        name: String,
+        /// The pattern error.
+        source: PolicyError,
+    },
+    /// The placeholder or value is unusable.
+    #[error("secret {name:?}: {reason}")]
+    Invalid {
+        /// The secret.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// A secret with compiled host patterns.
+#[derive(Clone)]
+pub(crate) struct CompiledSecret {
+    value: HeaderValue,
+    placeholder: Vec<u8>,
+    hosts: Vec<Pattern>,
+}
+
+impl fmt::Debug for CompiledSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CompiledSecret(<redacted>)")
+    }
+}
+
+impl CompiledSecret {
+    pub(crate) fn compile(secret: &Secret) -> Result<CompiledSecret, SecretError> {
+        let invalid = |reason: &str| SecretError::Invalid { name: secret.name.clone(), reason: reason.to_owned() };
+        if secret.placeholder.len() < MIN_PLACEHOLDER_LEN {
+            return Err(invalid("placeholder must be at least 8 characters"));
+        }
+        if secret.value.contains(&secret.placeholder) {
+            return Err(invalid("the value must not contain its placeholder"));
+        }
+        let value = HeaderValue::from_str(&secret.value)
+            .map_err(|_| invalid("value must be visible ASCII fit for an HTTP header (no CR, LF or control bytes)"))?;
+        if secret.hosts.is_empty() {
+            return Err(invalid("no hosts: list the host patterns the secret may be sent to"));
+        }
+        let hosts = secret
+            .hosts
+            .iter()
+            .map(|h| Pattern::parse("secret hosts", h))
+            .collect::<Result<_, _>>()
+            .map_err(|source| SecretError::Pattern { name: secret.name.clone(), source })?;
+        Ok(CompiledSecret { value, placeholder: secret.placeholder.as_bytes().to_vec(), hosts })
+    }
+
+    pub(crate) fn applies_to(&self, host: &Host, port: u16) -> bool {
+        self.hosts.iter().any(|p| p.matches(host, port))
+    }
+}
+
+/// Whether any secret may be sent to this destination (decides TLS interception).
+pub(crate) fn any_for(secrets: &[CompiledSecret], host: &Host, port: u16) -> bool {
+    secrets.iter().any(|s| s.applies_to(host, port))
+}
+
+/// Replaces placeholders in header values with the real values of the secrets that apply to `host:port`.
+/// Returns how many header values changed.
+pub(crate) fn substitute(secrets: &[CompiledSecret], host: &Host, port: u16, headers: &mut HeaderMap) -> usize {
+    let applicable: Vec<&CompiledSecret> = secrets.iter().filter(|s| s.applies_to(host, port)).collect();
+    if applicable.is_empty() {
+        return 0;
+    }
+    let mut changed = 0;
+    for value in headers.values_mut() {
+        let mut bytes = value.as_bytes().to_vec();
+        let mut touched = false;
+        for secret in &applicable {
+            if let Some(replaced) = replace_all(&bytes, &secret.placeholder, secret.value.as_bytes()) {
+                bytes = replaced;
+                touched = true;
+            }
+        }
+        if touched && let Ok(new) = HeaderValue::from_bytes(&bytes) {
+            *value = new;
+            changed += 1;
+        }
+    }
+    changed
+}
+
+fn replace_all(haystack: &[u8], needle: &[u8], with: &[u8]) -> Option<Vec<u8>> {
+    let first = find(haystack, needle)?;
+    let mut out = Vec::with_capacity(haystack.len() + with.len());
+    out.extend_from_slice(&haystack[..first]);
+    out.extend_from_slice(with);
+    let mut rest = &haystack[first + needle.len()..];
+    while let Some(i) = find(rest, needle) {
+        out.extend_from_slice(&rest[..i]);
+        out.extend_from_slice(with);
+        rest = &rest[i + needle.len()..];
+    }
+    out.extend_from_slice(rest);
+    Some(out)
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() || needle.len() > haystack.len() {
+        return None;
+    }
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::host::canonicalize_host;
+
+    fn secret(hosts: &[&str]) -> Secret {
+        Secret {
+            name: "gh".into(),
+            value: "real-token-123".into(),
+            placeholder: "SANDKASTEN_PLACEHOLDER_gh".into(),
+            hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn placeholder_is_replaced_only_toward_matching_hosts() {
+        let compiled = vec![CompiledSecret::compile(&secret(&["api.example.com:443"])).unwrap()];
+        let mut headers = HeaderMap::new();
+        headers.insert("authorization", "Bearer SANDKASTEN_PLACEHOLDER_gh".parse().unwrap());
+        headers.insert("x-twice", "SANDKASTEN_PLACEHOLDER_gh,SANDKASTEN_PLACEHOLDER_gh".parse().unwrap());
+        let mut other = headers.clone();
+        let host = canonicalize_host("API.example.com").unwrap();
+        assert_eq!(substitute(&compiled, &host, 443, &mut headers), 2);
+        assert_eq!(headers["authorization"], "Bearer real-token-123");
+        assert_eq!(headers["x-twice"], "real-token-123,real-token-123");
+        assert_eq!(substitute(&compiled, &host, 80, &mut other), 0, "wrong port");
+        let evil = canonicalize_host("api.example.com.evil.test").unwrap();
+        assert_eq!(substitute(&compiled, &evil, 443, &mut other), 0);
+        assert_eq!(other["authorization"], "Bearer SANDKASTEN_PLACEHOLDER_gh");
+    }
+
+    #[test]
+    fn unusable_secrets_are_rejected_and_debug_redacts() {
+        let mut s = secret(&["bad host"]);
+        assert!(CompiledSecret::compile(&s).unwrap_err().to_string().contains("bad host"));
+        s.hosts = vec!["ok.example".into()];
+        s.value = "a\r\nX-Injected: 1".into();
+        assert!(CompiledSecret::compile(&s).is_err());
+        s.value = "v".into();
+        s.placeholder = "short".into();
+        assert!(CompiledSecret::compile(&s).is_err());
+        s.hosts.clear();
+        s.placeholder = "SANDKASTEN_PLACEHOLDER_x".into();
+        assert!(CompiledSecret::compile(&s).is_err());
+        assert!(!format!("{:?}", secret(&[])).contains("real-token"));
+    }
+}
