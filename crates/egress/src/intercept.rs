@@ -68,7 +68,10 @@ pub(crate) async fn run(ctx: Ctx, client: TokioIo<Upgraded>, go: Go) {
         let tunnel = tunnel.clone();
         async move { Ok::<_, Infallible>(forward(tunnel, req).await) }
     });
-    let conn = http1::Builder::new().max_buf_size(MAX_HEAD_BYTES).serve_connection(TokioIo::new(tls), service);
+    let conn = http1::Builder::new()
+        .max_buf_size(MAX_HEAD_BYTES)
+        .max_header_size(MAX_HEAD_BYTES)
+        .serve_connection(TokioIo::new(tls), service);
     tokio::select! {
         _ = conn => {}
         _ = idle_watchdog(vec![counters.clone(), client_counters], idle) => {}

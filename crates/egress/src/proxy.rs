@@ -157,7 +157,11 @@ async fn serve_client(ctx: Ctx, stream: TcpStream) {
         let ctx = svc_ctx.clone();
         async move { Ok::<_, Infallible>(handle(ctx, req).await) }
     });
-    let conn = http1::Builder::new().max_buf_size(MAX_HEAD_BYTES).serve_connection(io, service).with_upgrades();
+    let conn = http1::Builder::new()
+        .max_buf_size(MAX_HEAD_BYTES)
+        .max_header_size(MAX_HEAD_BYTES)
+        .serve_connection(io, service)
+        .with_upgrades();
     tokio::select! {
         res = conn => {
             if let Err(e) = res {

@@ -1,0 +1,209 @@
+//! The proxy's decisions over real sockets (loopback only): CONNECT and plain HTTP allowed and refused, the
+//! special-range check after resolution (static entries to metadata and loopback, odd IP spellings) with no
+//! connect attempt, live policy changes, upstream failures, hostile input, and the audit of each attempt.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use sandkasten_egress::{Decision, EgressConfig, Mode, Policy};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+#[tokio::test]
+async fn connect_to_allowed_host_tunnels_bytes_and_audits_them() {
+    let echo = echo_upstream().await;
+    let p = start_proxy(loopback_config(&[]), allowlist(&["allowed.test"]), None).await;
+    let mut c = client(&p).await;
+    let req = format!("CONNECT allowed.test:{0} HTTP/1.1\r\nHost: allowed.test:{0}\r\n\r\n", echo.port());
+    c.write_all(req.as_bytes()).await.unwrap();
+    let (head, _) = read_message(&mut c).await.unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    c.write_all(b"ping-through-tunnel").await.unwrap();
+    let mut back = [0u8; 19];
+    c.read_exact(&mut back).await.unwrap();
+    assert_eq!(&back, b"ping-through-tunnel");
+    drop(c);
+    let events = p.audit.wait_for(1).await;
+    let e = &events[0];
+    assert_eq!((e.scheme.as_str(), e.host.as_str(), e.port), ("connect", "allowed.test", echo.port()));
+    assert_eq!(e.decision, Decision::Allowed);
+    assert_eq!(e.resolved, Some("127.0.0.1".parse().unwrap()));
+    assert_eq!(e.rule, "allow \"allowed.test\"; 127.0.0.1 in egress.allow_cidrs 127.0.0.1/32");
+    assert_eq!((e.bytes_up, e.bytes_down), (19, 19));
+    assert_eq!((e.sandbox_id.as_str(), e.tenant.as_str()), ("sb-test", "tenant-a"));
+    let json = serde_json::to_value(e).unwrap();
+    assert_eq!(json["decision"], "allowed");
+}
+
+#[tokio::test]
+async fn connect_to_unlisted_host_is_refused_with_403_naming_the_rule() {
+    let p = start_proxy(loopback_config(&[]), allowlist(&["allowed.test"]), None).await;
+    let mut c = client(&p).await;
+    let (status, _, body) = roundtrip(&mut c, "CONNECT api.evil.test:443 HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert_eq!(status, 403);
+    assert_eq!(body, "sandkasten egress: refused api.evil.test:443: not in the allowlist\n");
+    let events = p.audit.wait_for(1).await;
+    assert_eq!(events[0].decision, Decision::Refused);
+    assert_eq!(events[0].rule, "not in allowlist");
+    assert_eq!(events[0].resolved, None, "refused before resolving");
+}
+
+#[tokio::test]
+async fn plain_http_is_forwarded_and_refused_on_one_keepalive_connection() {
+    let (up, received) = http_upstream().await;
+    let p = start_proxy(loopback_config(&[]), allowlist(&["allowed.test"]), None).await;
+    let mut c = client(&p).await;
+    let req = format!(
+        "GET http://Allowed.Test.:{}/x?y=1 HTTP/1.1\r\nHost: allowed.test\r\nProxy-Connection: keep-alive\r\n\
+         Proxy-Authorization: Basic c2VjcmV0\r\n\r\n",
+        up.port()
+    );
+    let (status, _, body) = roundtrip(&mut c, &req).await;
+    assert_eq!((status, body.as_str()), (200, "hello"));
+    let (head, _) = received.lock().unwrap()[0].clone();
+    assert!(head.starts_with("GET /x?y=1 HTTP/1.1\r\n"), "{head}");
+    let lower = head.to_ascii_lowercase();
+    assert!(lower.contains(&format!("host: allowed.test:{}\r\n", up.port())), "{head}");
+    assert!(!lower.contains("proxy-"), "proxy headers must not be forwarded: {head}");
+    assert!(lower.contains("connection: close"), "{head}");
+
+    let (status, _, body) = roundtrip(&mut c, "GET http://evil.test/ HTTP/1.1\r\nHost: evil.test\r\n\r\n").await;
+    assert_eq!(status, 403);
+    assert_eq!(body, "sandkasten egress: refused evil.test:80: not in the allowlist\n");
+
+    let events = p.audit.wait_for(2).await;
+    let allowed = events.iter().find(|e| e.decision == Decision::Allowed).unwrap();
+    assert_eq!((allowed.scheme.as_str(), allowed.host.as_str()), ("http", "allowed.test"));
+    assert!(allowed.bytes_up > 0 && allowed.bytes_down > 0, "{allowed:?}");
+    let refused = events.iter().find(|e| e.decision == Decision::Refused).unwrap();
+    assert_eq!((refused.host.as_str(), refused.port), ("evil.test", 80));
+}
+
+#[tokio::test]
+async fn static_entries_to_metadata_or_unlisted_loopback_are_refused_without_connecting() {
+    // 127.0.0.2 is loopback but only 127.0.0.1/32 is allowed: a listener there must never see a connection.
+    let trap = TcpListener::bind("127.0.0.2:0").await.unwrap();
+    let port = trap.local_addr().unwrap().port();
+    let cfg = loopback_config(&[("meta.test", "169.254.169.254"), ("trap.test", "127.0.0.2")]);
+    let p = start_proxy(cfg, allowlist(&["meta.test", "trap.test"]), None).await;
+    let mut c = client(&p).await;
+    let (status, _, body) =
+        roundtrip(&mut c, "GET http://meta.test/latest/meta-data/ HTTP/1.1\r\nHost: m\r\n\r\n").await;
+    assert_eq!(status, 403);
+    assert_eq!(
+        body,
+        "sandkasten egress: refused meta.test:80: resolves to 169.254.169.254 (link-local, cloud metadata \
+         endpoint) which is never allowed\n"
+    );
+    let (status, _, body) = roundtrip(&mut c, &format!("CONNECT trap.test:{port} HTTP/1.1\r\nHost: t\r\n\r\n")).await;
+    assert_eq!(status, 403);
+    assert!(body.contains("resolves to 127.0.0.2 (loopback)"), "{body}");
+    let (status, _, _) = roundtrip(&mut c, &format!("GET http://trap.test:{port}/ HTTP/1.1\r\nHost: t\r\n\r\n")).await;
+    assert_eq!(status, 403);
+    assert!(!got_connection(&trap).await, "the proxy connected to a refused address");
+    let events = p.audit.wait_for(3).await;
+    assert!(events.iter().all(|e| e.decision == Decision::Refused));
+    assert_eq!(events[0].resolved, Some("169.254.169.254".parse().unwrap()));
+    assert_eq!(events[0].rule, "special range link-local, cloud metadata endpoint");
+}
+
+#[tokio::test]
+async fn odd_spellings_of_loopback_are_refused_when_127_is_not_allowed() {
+    let target = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = target.local_addr().unwrap().port();
+    let open = Policy::compile(Mode::Open, &[], &[]).unwrap();
+    let p = start_proxy(EgressConfig::default(), open, None).await;
+    let spellings = [
+        "0x7f.1",
+        "2130706433",
+        "017700000001",
+        "127.1",
+        "0177.0.0.1",
+        "[::ffff:127.0.0.1]",
+        "[::ffff:7f00:1]",
+        "[::1]",
+    ];
+    for spelling in spellings {
+        let mut c = client(&p).await;
+        let (status, _, body) =
+            roundtrip(&mut c, &format!("GET http://{spelling}:{port}/ HTTP/1.1\r\nHost: x\r\n\r\n")).await;
+        assert_eq!(status, 403, "{spelling}: {body}");
+        assert!(body.contains("loopback") && body.contains("never allowed"), "{spelling}: {body}");
+        let (status, _, body) =
+            roundtrip(&mut c, &format!("CONNECT {spelling}:{port} HTTP/1.1\r\nHost: x\r\n\r\n")).await;
+        assert_eq!(status, 403, "{spelling}: {body}");
+    }
+    let mut c = client(&p).await;
+    let (status, _, body) = roundtrip(&mut c, &format!("CONNECT localhost:{port} HTTP/1.1\r\nHost: x\r\n\r\n")).await;
+    assert_eq!(status, 403, "localhost via the system resolver: {body}");
+    let (status, _, body) = roundtrip(&mut c, "GET http://0.0.0.0/ HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert_eq!(status, 403, "{body}");
+    assert!(!got_connection(&target).await, "the proxy connected to loopback");
+    let events = p.audit.wait_for(2 * spellings.len() + 2).await;
+    assert!(events.iter().all(|e| e.decision == Decision::Refused), "{events:#?}");
+    assert!(events.iter().take(2 * spellings.len()).all(|e| e.host == "127.0.0.1" || e.host == "::1"));
+}
+
+#[tokio::test]
+async fn policy_changes_apply_live_and_deny_wins() {
+    let (up, _) = http_upstream().await;
+    let p = start_proxy(loopback_config(&[]), Policy::none(), None).await;
+    let req = format!("GET http://allowed.test:{}/ HTTP/1.1\r\nHost: a\r\n\r\n", up.port());
+    let mut c = client(&p).await;
+    let (status, _, body) = roundtrip(&mut c, &req).await;
+    assert_eq!(status, 403);
+    assert!(body.contains("network mode is none"), "{body}");
+
+    p.sandbox.set_policy(allowlist(&["*.test"]));
+    let mut c = client(&p).await;
+    assert_eq!(roundtrip(&mut c, &req).await.0, 200);
+
+    let deny = vec!["allowed.test".to_owned()];
+    p.sandbox.set_policy(Policy::compile(Mode::Allowlist, &["*.test".to_owned()], &deny).unwrap());
+    let mut c = client(&p).await;
+    let (status, _, body) = roundtrip(&mut c, &req).await;
+    assert_eq!(status, 403);
+    assert!(body.contains("matches deny pattern \"allowed.test\""), "{body}");
+}
+
+#[tokio::test]
+async fn unreachable_upstream_is_a_502_and_audited_as_failed() {
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
+    let p = start_proxy(loopback_config(&[]), allowlist(&["allowed.test"]), None).await;
+    let mut c = client(&p).await;
+    let (status, _, body) =
+        roundtrip(&mut c, &format!("CONNECT allowed.test:{closed} HTTP/1.1\r\nHost: a\r\n\r\n")).await;
+    assert_eq!(status, 502);
+    assert!(body.starts_with(&format!("sandkasten egress: could not reach allowed.test:{closed}: upstream connect")));
+    let events = p.audit.wait_for(1).await;
+    assert_eq!(events[0].decision, Decision::Failed);
+}
+
+#[tokio::test]
+async fn hostile_input_gets_errors_and_the_proxy_keeps_serving() {
+    let (up, _) = http_upstream().await;
+    let p = start_proxy(loopback_config(&[]), allowlist(&["allowed.test"]), None).await;
+
+    let mut c = client(&p).await;
+    let huge = format!("GET http://allowed.test/ HTTP/1.1\r\nX-Big: {}\r\n\r\n", "a".repeat(100 * 1024));
+    let _ = c.write_all(huge.as_bytes()).await;
+    let resp = read_message(&mut c).await.map(|(head, _)| head).unwrap_or_default();
+    assert!(resp.starts_with("HTTP/1.1 431"), "oversized head: {resp}");
+
+    for garbage in [
+        "\x00\x01\x02garbage\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n",
+        "CONNECT allowed.test HTTP/1.1\r\n\r\n",
+        "GET http://b\u{fc}cher.test/ HTTP/1.1\r\n\r\n",
+        "CONNECT [::1 HTTP/1.1\r\n\r\n",
+    ] {
+        let mut c = client(&p).await;
+        let _ = c.write_all(garbage.as_bytes()).await;
+        let resp = read_message(&mut c).await.map(|(head, _)| head).unwrap_or_default();
+        assert!(resp.is_empty() || resp.starts_with("HTTP/1.1 4"), "{garbage:?}: {resp}");
+    }
+    let mut c = client(&p).await;
+    let req = format!("GET http://allowed.test:{}/ HTTP/1.1\r\nHost: a\r\n\r\n", up.port());
+    assert_eq!(roundtrip(&mut c, &req).await.0, 200, "still serving");
+}
