@@ -1,0 +1,238 @@
+//! Secrets reach only their hosts (asserted by the upstream servers), over plain HTTP and through TLS
+//! interception with a per-sandbox CA; CONNECTs without a secret stay blind; dropping the handle closes the
+//! listener and open tunnels. Loopback only.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use sandkasten_egress::{Decision, SandboxCa, Secret};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+const PLACEHOLDER: &str = "SANDKASTEN_SECRET_PLACEHOLDER_gh";
+const REAL: &str = "ghp_real_value_never_in_sandbox";
+
+fn secret_for(hosts: &[&str]) -> Secret {
+    Secret {
+        name: "gh".into(),
+        value: REAL.into(),
+        placeholder: PLACEHOLDER.into(),
+        hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A test CA for the upstream side, its PEM file, and a TLS upstream server for `allowed.test` and
+/// `other.test` that records requests.
+struct TlsUpstream {
+    addr: std::net::SocketAddr,
+    received: Received,
+    ca_pem: String,
+    _dir: tempfile::TempDir,
+    ca_file: std::path::PathBuf,
+}
+
+async fn tls_upstream() -> TlsUpstream {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["allowed.test".to_owned(), "other.test".to_owned()])
+        .unwrap()
+        .signed_by(&leaf_key, &issuer)
+        .unwrap();
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
+    let config = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![leaf.der().clone()], key)
+        .unwrap();
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let received: Received = Arc::default();
+    let rec = received.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (acceptor, rec) = (acceptor.clone(), rec.clone());
+            tokio::spawn(async move {
+                if let Ok(tls) = acceptor.accept(stream).await {
+                    serve_one(tls, rec).await;
+                }
+            });
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("upstream-ca.pem");
+    std::fs::write(&ca_file, ca_cert.pem()).unwrap();
+    TlsUpstream { addr, received, ca_pem: ca_cert.pem(), _dir: dir, ca_file }
+}
+
+fn client_config(ca_pem: &str) -> Arc<ClientConfig> {
+    let mut roots = RootCertStore::empty();
+    use rustls::pki_types::pem::PemObject;
+    roots.add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap()).unwrap();
+    Arc::new(
+        ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
+}
+
+/// Opens a CONNECT tunnel to `host:port` through the proxy.
+async fn tunnel(proxy: &TestProxy, host: &str, port: u16) -> TcpStream {
+    let mut c = client(proxy).await;
+    let (status, head, _) = roundtrip(&mut c, &format!("CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}\r\n\r\n")).await;
+    assert_eq!(status, 200, "{head}");
+    c
+}
+
+#[tokio::test]
+async fn plain_http_secret_is_substituted_in_headers_only_toward_its_host() {
+    let (good, good_rx) = http_upstream().await;
+    let (other, other_rx) = http_upstream().await;
+    let p = start_proxy(loopback_config(&[]), allowlist(&["allowed.test", "other.test"]), None).await;
+    p.sandbox.set_secrets(vec![secret_for(&["allowed.test"])]).unwrap();
+    for (port, host) in [(good.port(), "allowed.test"), (other.port(), "other.test")] {
+        let mut c = client(&p).await;
+        let body = format!("token={PLACEHOLDER}");
+        let req = format!(
+            "POST http://{host}:{port}/api HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        assert_eq!(roundtrip(&mut c, &req).await.0, 200);
+    }
+    let (head, body) = good_rx.lock().unwrap()[0].clone();
+    assert!(head.contains(&format!("authorization: Bearer {REAL}\r\n")), "{head}");
+    assert!(!head.contains(PLACEHOLDER), "{head}");
+    assert_eq!(String::from_utf8(body).unwrap(), format!("token={PLACEHOLDER}"), "bodies are never touched");
+    let (head, body) = other_rx.lock().unwrap()[0].clone();
+    assert!(head.contains(&format!("authorization: Bearer {PLACEHOLDER}\r\n")), "{head}");
+    assert!(!head.contains(REAL) && !String::from_utf8_lossy(&body).contains(REAL), "real value leaked: {head}");
+}
+
+#[tokio::test]
+async fn tls_interception_delivers_the_secret_to_its_host_only() {
+    let up = tls_upstream().await;
+    let mut cfg = loopback_config(&[]);
+    cfg.upstream_ca_file = Some(up.ca_file.clone());
+    let ca = SandboxCa::generate("sb-test").unwrap();
+    let sandbox_ca_pem = ca.cert_pem();
+    let p = start_proxy(cfg, allowlist(&["allowed.test"]), Some(ca)).await;
+    p.sandbox.set_secrets(vec![secret_for(&["allowed.test"])]).unwrap();
+
+    // The sandbox trusts only its own CA: the handshake succeeding proves the proxy presented a leaf from it.
+    let c = tunnel(&p, "allowed.test", up.addr.port()).await;
+    let name = ServerName::try_from("allowed.test").unwrap();
+    let mut tls = TlsConnector::from(client_config(&sandbox_ca_pem)).connect(name, c).await.unwrap();
+    // A forged inner Host must not redirect the secret anywhere else.
+    let req = format!("GET /user HTTP/1.1\r\nHost: evil.test\r\nAuthorization: token {PLACEHOLDER}\r\n\r\n");
+    let (status, _, body) = roundtrip(&mut tls, &req).await;
+    assert_eq!((status, body.as_str()), (200, "hello"));
+    // A second request on the same intercepted connection takes a new upstream connection.
+    let (status, _, _) = roundtrip(&mut tls, "GET /again HTTP/1.1\r\nHost: allowed.test\r\n\r\n").await;
+    assert_eq!(status, 200);
+    drop(tls);
+
+    let received = up.received.lock().unwrap().clone();
+    assert_eq!(received.len(), 2);
+    let head = &received[0].0;
+    assert!(head.starts_with("GET /user HTTP/1.1\r\n"), "{head}");
+    assert!(head.contains(&format!("authorization: token {REAL}\r\n")), "{head}");
+    assert!(head.contains(&format!("host: allowed.test:{}\r\n", up.addr.port())), "{head}");
+    let events = p.audit.wait_for(1).await;
+    assert_eq!(events[0].decision, Decision::Allowed);
+    assert!(events[0].bytes_up > 0 && events[0].bytes_down > 0, "{:?}", events[0]);
+}
+
+#[tokio::test]
+async fn connect_without_a_matching_secret_is_a_blind_tunnel() {
+    let up = tls_upstream().await;
+    let mut cfg = loopback_config(&[]);
+    cfg.upstream_ca_file = Some(up.ca_file.clone());
+    let p =
+        start_proxy(cfg, allowlist(&["allowed.test", "other.test"]), Some(SandboxCa::generate("sb").unwrap())).await;
+    p.sandbox.set_secrets(vec![secret_for(&["allowed.test"])]).unwrap();
+    // Trusting only the upstream's own CA works end to end: nothing in between re-signed the connection.
+    let c = tunnel(&p, "other.test", up.addr.port()).await;
+    let name = ServerName::try_from("other.test").unwrap();
+    let mut tls = TlsConnector::from(client_config(&up.ca_pem)).connect(name, c).await.unwrap();
+    let req = format!("GET / HTTP/1.1\r\nHost: other.test\r\nAuthorization: token {PLACEHOLDER}\r\n\r\n");
+    assert_eq!(roundtrip(&mut tls, &req).await.0, 200);
+    let head = up.received.lock().unwrap()[0].0.clone();
+    assert!(head.contains(PLACEHOLDER) && !head.contains(REAL), "{head}");
+}
+
+#[tokio::test]
+async fn interception_refuses_an_upstream_the_roots_do_not_trust() {
+    let up = tls_upstream().await;
+    // No upstream_ca_file: the upstream's test CA is unknown, so the secret must not be sent.
+    let p =
+        start_proxy(loopback_config(&[]), allowlist(&["allowed.test"]), Some(SandboxCa::generate("sb").unwrap())).await;
+    let sandbox_ca_pem = p.sandbox.ca().unwrap().cert_pem();
+    p.sandbox.set_secrets(vec![secret_for(&["allowed.test"])]).unwrap();
+    let c = tunnel(&p, "allowed.test", up.addr.port()).await;
+    let name = ServerName::try_from("allowed.test").unwrap();
+    let mut tls = TlsConnector::from(client_config(&sandbox_ca_pem)).connect(name, c).await.unwrap();
+    let req = format!("GET / HTTP/1.1\r\nHost: allowed.test\r\nAuthorization: token {PLACEHOLDER}\r\n\r\n");
+    let (status, _, body) = roundtrip(&mut tls, &req).await;
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("upstream TLS"), "{body}");
+    assert!(up.received.lock().unwrap().is_empty(), "the secret reached an unverified upstream");
+}
+
+#[tokio::test]
+async fn dropping_the_handle_closes_the_listener_and_open_tunnels() {
+    let echo = echo_upstream().await;
+    let mut p = start_proxy(loopback_config(&[]), allowlist(&["allowed.test"]), None).await;
+    let mut t = tunnel(&p, "allowed.test", echo.port()).await;
+    t.write_all(b"x").await.unwrap();
+    let mut one = [0u8; 1];
+    t.read_exact(&mut one).await.unwrap();
+
+    drop(p.handle.take());
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(5), t.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the open tunnel was not closed");
+    let mut refused = false;
+    for _ in 0..100 {
+        if TcpStream::connect(p.addr).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(refused, "the listener still accepts after the handle was dropped");
+    let events = p.audit.wait_for(1).await;
+    assert_eq!((events[0].bytes_up, events[0].bytes_down), (1, 1), "audit recorded when the tunnel was closed");
+}
+
+#[tokio::test]
+async fn shutdown_waits_until_every_connection_is_closed() {
+    let echo = echo_upstream().await;
+    let mut p = start_proxy(loopback_config(&[]), allowlist(&["allowed.test"]), None).await;
+    let mut t = tunnel(&p, "allowed.test", echo.port()).await;
+    tokio::time::timeout(Duration::from_secs(5), p.handle.take().unwrap().shutdown()).await.unwrap();
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(Duration::from_millis(500), t.read_to_end(&mut rest)).await.unwrap();
+    assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+    assert!(TcpStream::connect(p.addr).await.is_err());
+    assert_eq!(p.audit.events.lock().unwrap().len(), 1, "audit recorded by the time shutdown returns");
+}
