@@ -26,6 +26,10 @@ pub enum CaError {
     Rustls(#[from] rustls::Error),
 }
 
+/// Most leaf configurations cached per CA; past it the cache starts over (a sandbox CONNECTing to endless
+/// subdomains of a wildcard secret host cannot grow host memory without bound).
+const MAX_CACHED_LEAVES: usize = 1024;
+
 /// A sandbox's interception CA. Install `cert_pem()` in the sandbox's trust store.
 pub struct SandboxCa {
     cert_pem: String,
@@ -96,7 +100,11 @@ impl SandboxCa {
             .with_single_cert(vec![leaf.der().clone(), self.cert_der.clone()], key)?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         let config = Arc::new(config);
-        self.leaves.lock().unwrap_or_else(|e| e.into_inner()).insert(host.to_owned(), config.clone());
+        let mut leaves = self.leaves.lock().unwrap_or_else(|e| e.into_inner());
+        if leaves.len() >= MAX_CACHED_LEAVES {
+            leaves.clear();
+        }
+        leaves.insert(host.to_owned(), config.clone());
         Ok(config)
     }
 }

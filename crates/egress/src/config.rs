@@ -15,6 +15,8 @@ use crate::host::{Host, canonicalize_host};
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
 /// Default idle timeout for a connection or tunnel with no bytes either way: 5 min.
 pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 300_000;
+/// Default cap on one sandbox's concurrent client connections.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 
 /// The server config file's `[egress]` table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +33,9 @@ pub struct EgressConfig {
     pub connect_timeout_ms: u64,
     /// A connection or tunnel with no traffic either way for this long is closed, milliseconds. Default 300 000.
     pub idle_timeout_ms: u64,
+    /// Concurrent client connections per sandbox (a CONNECT tunnel counts until it closes); more wait in the
+    /// listen backlog, so one sandbox cannot exhaust the host's descriptors. Default 256.
+    pub max_connections: usize,
 }
 
 impl Default for EgressConfig {
@@ -41,6 +46,7 @@ impl Default for EgressConfig {
             upstream_ca_file: None,
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
             idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
@@ -62,9 +68,9 @@ pub enum ConfigError {
     /// An `allow_cidrs` entry that does not parse.
     #[error("egress.allow_cidrs: invalid CIDR {0:?}: write an address with a prefix length, e.g. \"10.200.1.0/24\"")]
     BadCidr(String),
-    /// A zero timeout.
+    /// A zero timeout or limit.
     #[error("egress.{0} must be greater than 0")]
-    ZeroTimeout(&'static str),
+    Zero(&'static str),
     /// The upstream CA file could not be read.
     #[error("egress.upstream_ca_file {path:?}: {reason}")]
     UpstreamCa {
@@ -82,6 +88,7 @@ pub struct ValidatedConfig {
     pub(crate) allow_cidrs: Vec<IpNet>,
     pub(crate) connect_timeout: Duration,
     pub(crate) idle_timeout: Duration,
+    pub(crate) max_connections: usize,
 }
 
 impl EgressConfig {
@@ -106,16 +113,20 @@ impl EgressConfig {
         }
         let allow_cidrs = self.allow_cidrs.iter().map(|c| parse_cidr(c)).collect::<Result<_, _>>()?;
         if self.connect_timeout_ms == 0 {
-            return Err(ConfigError::ZeroTimeout("connect_timeout_ms"));
+            return Err(ConfigError::Zero("connect_timeout_ms"));
         }
         if self.idle_timeout_ms == 0 {
-            return Err(ConfigError::ZeroTimeout("idle_timeout_ms"));
+            return Err(ConfigError::Zero("idle_timeout_ms"));
+        }
+        if self.max_connections == 0 {
+            return Err(ConfigError::Zero("max_connections"));
         }
         Ok(ValidatedConfig {
             hosts,
             allow_cidrs,
             connect_timeout: Duration::from_millis(self.connect_timeout_ms),
             idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            max_connections: self.max_connections,
         })
     }
 }

@@ -11,7 +11,7 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::upgrade::Upgraded;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
@@ -19,7 +19,7 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 use crate::decide::{Go, dial};
 use crate::host::Host;
 use crate::io::{Counters, CountingIo, idle_watchdog};
-use crate::proxy::{Ctx, MAX_HEAD_BYTES};
+use crate::proxy::{Ctx, HEADER_READ_TIMEOUT, MAX_HEAD_BYTES};
 use crate::response::{Body, text};
 use crate::upstream;
 
@@ -69,6 +69,8 @@ pub(crate) async fn run(ctx: Ctx, client: TokioIo<Upgraded>, go: Go) {
         async move { Ok::<_, Infallible>(forward(tunnel, req).await) }
     });
     let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
         .max_buf_size(MAX_HEAD_BYTES)
         .max_header_size(MAX_HEAD_BYTES)
         .serve_connection(TokioIo::new(tls), service);

@@ -95,11 +95,14 @@ mod upstream;
 
 pub use audit::{AuditEvent, AuditSink, Decision};
 pub use ca::{CaError, SandboxCa};
-pub use config::{ConfigError, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, EgressConfig, ValidatedConfig};
+pub use config::{
+    ConfigError, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS, EgressConfig,
+    ValidatedConfig,
+};
 pub use env::proxy_env;
 pub use host::{Host, HostError, canonicalize_host, unmap};
 pub use policy::{Mode, Pattern, Policy, PolicyError};
-pub use proxy::{MAX_HEAD_BYTES, Proxy, ProxyHandle};
+pub use proxy::{HEADER_READ_TIMEOUT, MAX_HEAD_BYTES, Proxy, ProxyHandle};
 pub use ranges::special_range;
 pub use sandbox::SandboxEgress;
 pub use secrets::{Secret, SecretError};

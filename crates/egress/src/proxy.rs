@@ -10,9 +10,10 @@ use http::{Method, Request, Response};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use rustls::ClientConfig;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -27,6 +28,8 @@ use crate::{forward, tls, tunnel};
 
 /// Largest request head (request line + headers) accepted from a sandbox, bytes.
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// How long a client may take to send a complete request head (slow-header clients are cut off).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The egress proxy. Cheap to clone; one per server, serving any number of sandboxes.
 #[derive(Clone)]
@@ -40,6 +43,7 @@ pub(crate) struct Inner {
     pub(crate) audit: Arc<dyn AuditSink>,
     pub(crate) connect_timeout: Duration,
     pub(crate) idle_timeout: Duration,
+    pub(crate) max_connections: usize,
 }
 
 /// Everything a connection's handlers need.
@@ -48,6 +52,10 @@ pub(crate) struct Ctx {
     pub(crate) inner: Arc<Inner>,
     pub(crate) sandbox: Arc<SandboxEgress>,
     pub(crate) tasks: Tasks,
+    /// This client connection's slot under `max_connections`, held until the connection and any tunnel it
+    /// opened are closed.
+    #[expect(dead_code, reason = "held only so that dropping it frees the slot")]
+    pub(crate) slot: Option<Arc<OwnedSemaphorePermit>>,
 }
 
 /// The tasks of one `serve` call: all are cancelled together.
@@ -83,6 +91,7 @@ impl Proxy {
                 audit,
                 connect_timeout: valid.connect_timeout,
                 idle_timeout: valid.idle_timeout,
+                max_connections: valid.max_connections,
             }),
         })
     }
@@ -91,7 +100,7 @@ impl Proxy {
     /// a tokio runtime.
     pub fn serve(&self, listener: TcpListener, sandbox: Arc<SandboxEgress>) -> ProxyHandle {
         let tasks = Tasks { tracker: TaskTracker::new(), token: CancellationToken::new() };
-        let ctx = Ctx { inner: self.inner.clone(), sandbox, tasks: tasks.clone() };
+        let ctx = Ctx { inner: self.inner.clone(), sandbox, tasks: tasks.clone(), slot: None };
         let accept = tokio::spawn(accept_loop(listener, ctx));
         ProxyHandle { tasks, accept: Some(accept) }
     }
@@ -128,15 +137,17 @@ impl Drop for ProxyHandle {
 }
 
 async fn accept_loop(listener: TcpListener, ctx: Ctx) {
+    let slots = Arc::new(Semaphore::new(ctx.inner.max_connections));
     loop {
         let accepted = tokio::select! {
             _ = ctx.tasks.token.cancelled() => return,
-            accepted = listener.accept() => accepted,
+            accepted = accept_with_slot(&listener, &slots) => accepted,
         };
         match accepted {
-            Ok((stream, _)) => {
+            Ok((stream, slot)) => {
                 let _ = stream.set_nodelay(true);
-                ctx.tasks.spawn(serve_client(ctx.clone(), stream));
+                let conn_ctx = Ctx { slot: Some(Arc::new(slot)), ..ctx.clone() };
+                ctx.tasks.spawn(serve_client(conn_ctx, stream));
             }
             Err(e) => {
                 // Out of descriptors or a transient error: back off instead of spinning.
@@ -145,6 +156,16 @@ async fn accept_loop(listener: TcpListener, ctx: Ctx) {
             }
         }
     }
+}
+
+/// Waits for a free connection slot, then for a connection.
+async fn accept_with_slot(
+    listener: &TcpListener,
+    slots: &Arc<Semaphore>,
+) -> std::io::Result<(TcpStream, OwnedSemaphorePermit)> {
+    let slot = slots.clone().acquire_owned().await.map_err(std::io::Error::other)?;
+    let (stream, _) = listener.accept().await?;
+    Ok((stream, slot))
 }
 
 /// Serves HTTP/1.1 proxy requests on one client connection.
@@ -158,6 +179,8 @@ async fn serve_client(ctx: Ctx, stream: TcpStream) {
         async move { Ok::<_, Infallible>(handle(ctx, req).await) }
     });
     let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
         .max_buf_size(MAX_HEAD_BYTES)
         .max_header_size(MAX_HEAD_BYTES)
         .serve_connection(io, service)

@@ -207,3 +207,29 @@ async fn hostile_input_gets_errors_and_the_proxy_keeps_serving() {
     let req = format!("GET http://allowed.test:{}/ HTTP/1.1\r\nHost: a\r\n\r\n", up.port());
     assert_eq!(roundtrip(&mut c, &req).await.0, 200, "still serving");
 }
+
+#[tokio::test]
+async fn a_sandbox_cannot_hold_more_than_max_connections() {
+    let echo = echo_upstream().await;
+    let (up, _) = http_upstream().await;
+    let cfg = EgressConfig { max_connections: 2, ..loopback_config(&[]) };
+    let p = start_proxy(cfg, allowlist(&["allowed.test"]), None).await;
+    let mut tunnels = Vec::new();
+    for _ in 0..2 {
+        let mut c = client(&p).await;
+        let req = format!("CONNECT allowed.test:{} HTTP/1.1\r\nHost: a\r\n\r\n", echo.port());
+        assert_eq!(roundtrip(&mut c, &req).await.0, 200);
+        tunnels.push(c);
+    }
+    // The third connection waits in the backlog: its request gets no answer while both tunnels are open.
+    let mut third = client(&p).await;
+    let req = format!("GET http://allowed.test:{}/ HTTP/1.1\r\nHost: a\r\n\r\n", up.port());
+    third.write_all(req.as_bytes()).await.unwrap();
+    let mut byte = [0u8; 1];
+    let early = tokio::time::timeout(std::time::Duration::from_millis(300), third.read(&mut byte)).await;
+    assert!(early.is_err(), "served beyond max_connections");
+    drop(tunnels.pop());
+    let (head, body) = read_message(&mut third).await.expect("served once a slot is free");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(body, b"hello");
+}
