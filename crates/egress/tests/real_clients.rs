@@ -1,0 +1,136 @@
+//! Real clients through the proxy, configured only by `proxy_env` (and the sandbox CA for HTTPS): curl and
+//! Python's urllib, over plain HTTP and intercepted HTTPS, with OpenSSL's strict X.509 checks on the
+//! interception CA. Skipped with a printed reason when a client is missing. Loopback only.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use common::*;
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use rustls::ServerConfig;
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+use sandkasten_egress::{Decision, SandboxCa, Secret, proxy_env};
+use tokio::net::TcpListener;
+use tokio::process::Command;
+use tokio_rustls::TlsAcceptor;
+
+const PLACEHOLDER: &str = "SANDKASTEN_SECRET_PLACEHOLDER_api";
+const REAL: &str = "sk_real_value_for_the_api";
+
+/// A TLS upstream for `allowed.test` signed by a fresh test CA; returns (port, received, CA PEM path).
+async fn tls_upstream(dir: &Path) -> (u16, Received, std::path::PathBuf) {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["allowed.test".to_owned()]).unwrap().signed_by(&leaf_key, &issuer).unwrap();
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
+    let config = ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![leaf.der().clone()], key)
+        .unwrap();
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let received: Received = Arc::default();
+    let rec = received.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (acceptor, rec) = (acceptor.clone(), rec.clone());
+            tokio::spawn(async move {
+                if let Ok(tls) = acceptor.accept(stream).await {
+                    serve_one(tls, rec).await;
+                }
+            });
+        }
+    });
+    let ca_file = dir.join("upstream-ca.pem");
+    std::fs::write(&ca_file, ca_cert.pem()).unwrap();
+    (port, received, ca_file)
+}
+
+fn have(program: &str) -> bool {
+    let found = std::process::Command::new(program).arg("--version").output().is_ok_and(|o| o.status.success());
+    if !found {
+        println!("skipped: {program} is not installed");
+    }
+    found
+}
+
+async fn run(program: &str, args: &[&str], proxy_port: u16) -> (bool, String) {
+    let out = Command::new(program)
+        .args(args)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .envs(proxy_env(proxy_port))
+        .output()
+        .await
+        .unwrap();
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_and_python_work_through_the_proxy_and_get_the_secret_injected() {
+    if !have("curl") || !have("/usr/bin/python3") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (tls_port, tls_rx, upstream_ca) = tls_upstream(dir.path()).await;
+    let (http, http_rx) = http_upstream().await;
+    let mut cfg = loopback_config(&[]);
+    cfg.upstream_ca_file = Some(upstream_ca);
+    let ca = SandboxCa::generate("sb-real").unwrap();
+    let sandbox_ca = dir.path().join("sandbox-ca.pem");
+    std::fs::write(&sandbox_ca, ca.cert_pem()).unwrap();
+    let sandbox_ca = sandbox_ca.to_str().unwrap().to_owned();
+    let p = start_proxy(cfg, allowlist(&["allowed.test"]), Some(ca)).await;
+    let secret = Secret {
+        name: "api".into(),
+        value: REAL.into(),
+        placeholder: PLACEHOLDER.into(),
+        hosts: vec!["allowed.test".into()],
+    };
+    p.sandbox.set_secrets(vec![secret]).unwrap();
+    let port = p.addr.port();
+    let auth = format!("Authorization: Bearer {PLACEHOLDER}");
+
+    let url = format!("http://allowed.test:{}/plain", http.port());
+    let (ok, out) = run("curl", &["-sS", "--fail", "-H", &auth, &url], port).await;
+    assert!(ok && out == "hello", "curl http: {out}");
+    assert!(http_rx.lock().unwrap()[0].0.contains(REAL), "secret not injected over plain HTTP");
+
+    let url = format!("https://allowed.test:{tls_port}/tls");
+    let (ok, out) = run("curl", &["-sS", "--fail", "--cacert", &sandbox_ca, "-H", &auth, &url], port).await;
+    assert!(ok && out == "hello", "curl https: {out}");
+
+    let (ok, out) = run("curl", &["-sS", "-o", "/dev/null", "-w", "%{http_connect}", "https://evil.test/"], port).await;
+    assert!(!ok && out.starts_with("403"), "curl to a refused host: {out}");
+
+    let script = format!(
+        r#"
+import ssl, urllib.request
+ctx = ssl.create_default_context(cafile="{sandbox_ca}")
+ctx.verify_flags |= ssl.VERIFY_X509_STRICT
+req = urllib.request.Request("{url}", headers={{"Authorization": "Bearer {PLACEHOLDER}"}})
+print(urllib.request.urlopen(req, context=ctx).read().decode(), end="")
+"#
+    );
+    let (ok, out) = run("/usr/bin/python3", &["-c", &script], port).await;
+    assert!(ok && out == "hello", "python urllib https (strict X.509): {out}");
+
+    let received = tls_rx.lock().unwrap().clone();
+    assert_eq!(received.len(), 2);
+    for (head, _) in &received {
+        assert!(head.contains(&format!("Bearer {REAL}")) && !head.contains(PLACEHOLDER), "{head}");
+    }
+    let events = p.audit.wait_for(4).await;
+    assert_eq!(events.iter().filter(|e| e.decision == Decision::Allowed).count(), 3, "{events:#?}");
+    assert_eq!(events.iter().filter(|e| e.decision == Decision::Refused).count(), 1, "{events:#?}");
+}
