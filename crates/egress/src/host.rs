@@ -261,4 +261,21 @@ mod tests {
         assert!(canonicalize_host("").is_err());
         assert!(canonicalize_host("*.example.com").is_err());
     }
+
+    #[test]
+    fn random_hosts_never_panic_and_canonical_forms_are_fixed_points() {
+        let alphabet = b".0x1fFX79:[]%a-_Z";
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..20_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let len = (state % 24) as usize;
+            let s: String =
+                (0..len).map(|i| alphabet[((state >> (i % 8 * 8)) as usize + i) % alphabet.len()] as char).collect();
+            if let Ok(host) = canonicalize_host(&s) {
+                assert_eq!(canonicalize_host(&host.to_string()).unwrap(), host, "{s:?}");
+            }
+        }
+    }
 }
