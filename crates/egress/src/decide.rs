@@ -48,6 +48,26 @@ impl Drop for AuditGuard {
     }
 }
 
+/// Why an attempt ends before connecting, as the audit and the client see it.
+struct Denial {
+    decision: Decision,
+    status: StatusCode,
+    /// `host:port` as the client message writes it.
+    target: String,
+    rule: String,
+    message: String,
+}
+
+impl Denial {
+    fn refused(status: StatusCode, target: &str, rule: String, message: String) -> Denial {
+        Denial { decision: Decision::Refused, status, target: target.to_owned(), rule, message }
+    }
+
+    fn failed(target: &str, rule: String, message: String) -> Denial {
+        Denial { decision: Decision::Failed, status: StatusCode::BAD_GATEWAY, target: target.to_owned(), rule, message }
+    }
+}
+
 /// Decides on `raw_host:port` for `scheme` (`connect` or `http`) and connects, or returns the response for the
 /// client after auditing the refusal or failure.
 pub(crate) async fn decide_and_connect(
@@ -64,98 +84,74 @@ pub(crate) async fn decide_and_connect(
         host: raw_host.chars().take(255).collect(),
         port,
         resolved: None,
-        decision: Decision::Refused,
+        decision: Decision::Allowed,
         rule: String::new(),
         bytes_up: 0,
         bytes_down: 0,
     };
-    let sink = ctx.inner.audit.as_ref();
-    let mut target = format!("{}:{port}", event.host);
-    let fail = |target: &str, event: &mut AuditEvent, decision, status, rule: String, message: String| {
-        event.decision = decision;
-        event.rule = rule;
-        sink.record(event.clone());
-        refusal(status, target, &message)
-    };
-    let host = match canonicalize_host(raw_host) {
-        Ok(h) => h,
-        Err(e) => {
-            return Err(fail(
-                &target,
-                &mut event,
-                Decision::Refused,
-                StatusCode::BAD_REQUEST,
-                "invalid host".into(),
-                e.to_string(),
-            ));
+    match attempt(ctx, raw_host, port, &mut event).await {
+        Ok((host, addrs, stream)) => {
+            let counters = Counters::new();
+            let guard = AuditGuard { event: Some(event), counters: counters.clone(), sink: ctx.inner.audit.clone() };
+            let upstream = CountingIo::new(stream, counters.clone());
+            Ok(Go { host, port, addrs, upstream, counters, guard })
         }
-    };
-    event.host = host.audit_string();
-    target = format!("{host}:{port}");
-    if port == 0 {
-        return Err(fail(
-            &target,
-            &mut event,
-            Decision::Refused,
-            StatusCode::BAD_REQUEST,
-            "invalid port".into(),
-            "port 0".into(),
-        ));
+        Err(denial) => {
+            event.decision = denial.decision;
+            event.rule = denial.rule;
+            ctx.inner.audit.record(event);
+            Err(refusal(denial.status, &denial.target, &denial.message))
+        }
     }
-    let policy = ctx.sandbox.policy();
-    let mut rule = match policy.check(&host, port) {
+}
+
+/// The steps of a decision; fills in the event's canonical host, resolved address and allowing rule.
+async fn attempt(
+    ctx: &Ctx,
+    raw_host: &str,
+    port: u16,
+    event: &mut AuditEvent,
+) -> Result<(Host, Vec<IpAddr>, TcpStream), Denial> {
+    let raw_target = format!("{}:{port}", event.host);
+    let host = canonicalize_host(raw_host)
+        .map_err(|e| Denial::refused(StatusCode::BAD_REQUEST, &raw_target, "invalid host".into(), e.to_string()))?;
+    event.host = host.audit_string();
+    let target = format!("{host}:{port}");
+    if port == 0 {
+        return Err(Denial::refused(StatusCode::BAD_REQUEST, &target, "invalid port".into(), "port 0".into()));
+    }
+    let mut rule = match ctx.sandbox.policy().check(&host, port) {
         NameVerdict::Allowed { rule } => rule,
         NameVerdict::Refused { rule, reason } => {
-            return Err(fail(&target, &mut event, Decision::Refused, StatusCode::FORBIDDEN, rule, reason));
+            return Err(Denial::refused(StatusCode::FORBIDDEN, &target, rule, reason));
         }
     };
     let checked = match ctx.inner.resolver.resolve_checked(&host, port).await {
-        Ok(c) => c,
-        Err(AddrRefusal::Unresolvable(why)) => {
-            return Err(fail(
-                &target,
-                &mut event,
-                Decision::Failed,
-                StatusCode::BAD_GATEWAY,
-                format!("{rule}; {why}"),
-                why,
-            ));
-        }
+        Ok(checked) => checked,
+        Err(AddrRefusal::Unresolvable(why)) => return Err(Denial::failed(&target, format!("{rule}; {why}"), why)),
         Err(AddrRefusal::Special { addr, range }) => {
             event.resolved = Some(addr);
             let message = match host {
                 Host::Ip(_) => format!("{addr} is {range}, which is never allowed"),
                 Host::Name(_) => format!("resolves to {addr} ({range}) which is never allowed"),
             };
-            let rule = format!("special range {range}");
-            return Err(fail(&target, &mut event, Decision::Refused, StatusCode::FORBIDDEN, rule, message));
+            return Err(Denial::refused(StatusCode::FORBIDDEN, &target, format!("special range {range}"), message));
         }
     };
     if let Some(via) = &checked.via_cidr {
         rule = format!("{rule}; {via}");
     }
-    let counters = Counters::new();
-    let (stream, addr) = match dial(&checked.addrs, port, ctx.inner.connect_timeout).await {
-        Ok(ok) => ok,
+    match dial(&checked.addrs, port, ctx.inner.connect_timeout).await {
+        Ok((stream, addr)) => {
+            event.resolved = Some(addr);
+            event.rule = rule;
+            Ok((host, checked.addrs, stream))
+        }
         Err((addr, why)) => {
             event.resolved = addr;
-            let message = format!("upstream connect failed: {why}");
-            return Err(fail(
-                &target,
-                &mut event,
-                Decision::Failed,
-                StatusCode::BAD_GATEWAY,
-                format!("{rule}; {why}"),
-                message,
-            ));
+            Err(Denial::failed(&target, format!("{rule}; {why}"), format!("upstream connect failed: {why}")))
         }
-    };
-    event.resolved = Some(addr);
-    event.decision = Decision::Allowed;
-    event.rule = rule;
-    let guard = AuditGuard { event: Some(event), counters: counters.clone(), sink: ctx.inner.audit.clone() };
-    let upstream = CountingIo::new(stream, counters.clone());
-    Ok(Go { host, port, addrs: checked.addrs, upstream, counters, guard })
+    }
 }
 
 /// Connects to the first reachable checked address; each try is bounded by `timeout`.
