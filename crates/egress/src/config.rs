@@ -71,6 +71,9 @@ pub enum ConfigError {
     /// A zero timeout or limit.
     #[error("egress.{0} must be greater than 0")]
     Zero(&'static str),
+    /// The TLS client configuration for upstreams could not be built.
+    #[error("egress: upstream tls configuration failed: {0}")]
+    Tls(String),
     /// The upstream CA file could not be read.
     #[error("egress.upstream_ca_file {path:?}: {reason}")]
     UpstreamCa {

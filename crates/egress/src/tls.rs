@@ -38,9 +38,28 @@ pub(crate) fn upstream_client_config(extra_ca_file: Option<&Path>) -> Result<Arc
     }
     let mut config = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| ConfigError::UpstreamCa { path: Default::default(), reason: e.to_string() })?
+        .map_err(|e| ConfigError::Tls(e.to_string()))?
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn a_missing_or_empty_upstream_ca_file_is_named_in_the_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.pem");
+        let err = upstream_client_config(Some(&missing)).unwrap_err().to_string();
+        assert!(err.contains("missing.pem"), "{err}");
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        let err = upstream_client_config(Some(&empty)).unwrap_err().to_string();
+        assert!(err.contains("empty.pem") && err.contains("no PEM certificates"), "{err}");
+        assert!(upstream_client_config(None).is_ok());
+    }
 }
