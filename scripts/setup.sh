@@ -5,7 +5,7 @@
 #   scripts/setup.sh [PACKAGE...]
 set -euo pipefail
 
-packages=(gcc nodejs python3 python3-numpy python3-pandas python3-matplotlib bubblewrap iproute2 util-linux "$@")
+packages=(gcc nodejs python3 python3-numpy python3-pandas python3-matplotlib python3-requests bubblewrap iproute2 util-linux curl git openssl "$@")
 missing=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")

@@ -111,6 +111,17 @@ impl SandboxRuntime for LiveAdapter {
         self.0.is_alive(id)
     }
 
+    fn listen_in_sandbox(&self, id: &str, port: u16) -> Result<std::net::TcpListener, RuntimeFailure> {
+        match self.0.listen_in_sandbox(id, port) {
+            Some(Ok(listener)) => Ok(listener),
+            Some(Err(error)) => Err(RuntimeFailure::new(
+                FailureKind::Internal,
+                format!("cannot open the egress proxy's port {port} inside sandbox {id}: {error}"),
+            )),
+            None => Err(RuntimeFailure::new(FailureKind::SandboxGone, format!("sandbox {id} is not running"))),
+        }
+    }
+
     async fn exec(
         &self,
         id: &str,

@@ -33,7 +33,7 @@ enum Command {
     /// Serve the HTTP API (long-lived sandboxes: exec with streaming, files) until SIGTERM.
     Serve(serve_command::ServeArgs),
     /// Client of a `sandkasten serve` server: create, list, info, exec, code, cp and rm long-lived sandboxes.
-    Sandbox(client::SandboxArgs),
+    Sandbox(Box<client::SandboxArgs>),
     /// Internal: the single-threaded helper `serve` starts to create sandboxes. Not for use by hand.
     #[command(hide = true)]
     Spawner,
@@ -90,7 +90,7 @@ fn main() {
         Command::Gc { json } => gc_command::run(json),
         Command::Serve(args) => serve_command::run(args),
         Command::Spawner => serve_command::run_spawner(),
-        Command::Sandbox(args) => client::run(args),
+        Command::Sandbox(args) => client::run(*args),
         Command::Doctor { json } => match doctor::run(json) {
             Ok(code) => code,
             Err(error) => {

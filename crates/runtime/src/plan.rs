@@ -6,7 +6,7 @@ use std::path::{Component, Path, PathBuf};
 
 use sandkasten_jail::environment;
 use sandkasten_jail::rootfs::SandboxFile;
-use sandkasten_types::{Command, ExecRequest, Language, SandboxSpec, units::format_bytes};
+use sandkasten_types::{Command, ExecRequest, Language, PROXY_PORT, SandboxSpec, units::format_bytes};
 
 use crate::error::RuntimeError;
 
@@ -154,8 +154,24 @@ pub fn plan_live(spec: &SandboxSpec) -> Result<RunPlan, RuntimeError> {
         uploads: Vec::new(),
         compile: None,
         program: Vec::new(),
-        env: environment::build(WORKSPACE, &spec.env),
+        env: environment::build(WORKSPACE, &with_proxy_environment(&spec.env)),
     })
+}
+
+/// The proxy variables every long-lived sandbox gets (upper and lower case: curl reads only `http_proxy`), under the
+/// caller's own variables. They point at the egress proxy's port on the sandbox's loopback, where nothing listens
+/// while the network policy is `none`; a live policy change opens it without restarting anything.
+fn with_proxy_environment(env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let proxy = format!("http://127.0.0.1:{PROXY_PORT}");
+    let mut all: BTreeMap<String, String> = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"]
+        .into_iter()
+        .flat_map(|name| [(name.to_owned(), proxy.clone()), (name.to_lowercase(), proxy.clone())])
+        .collect();
+    for name in ["NO_PROXY", "no_proxy"] {
+        all.insert(name.to_owned(), "localhost,127.0.0.1,::1".to_owned());
+    }
+    all.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    all
 }
 
 #[cfg(test)]

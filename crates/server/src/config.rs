@@ -20,6 +20,11 @@
 //! max = 8                                         # never more than this many, ready or being created
 //! zygote = "python"                               # optional: a Python interpreter waiting in each member
 //! preload = ["json"]                              # modules the zygote imports ahead of time (needs zygote)
+//!
+//! [egress]                                        # the egress proxy (sandboxes with a network policy other than none)
+//! hosts = { "allowed.test" = ["10.200.1.2"] }     # static resolver entries (air-gapped setups, tests)
+//! allow_cidrs = ["10.200.1.0/24"]                 # special ranges (private, link-local...) sandboxes may still reach
+//! upstream_ca_file = "/etc/sandkasten/upstream-ca.pem"  # extra roots for upstream TLS when intercepting (secrets)
 //! ```
 //!
 //! A create (or `POST /v1/run`) whose template and limits equal a pool's and whose `env` is empty takes a ready
@@ -44,6 +49,9 @@ pub const MAX_KEY_BYTES: usize = 256;
 /// A configuration that cannot be used, with what to change.
 #[derive(Debug, Error)]
 pub enum ConfigError {
+    /// The `[egress]` table is unusable (a bad CIDR, host entry or file).
+    #[error("[egress]: {0}")]
+    Egress(String),
     /// The file could not be read.
     #[error("cannot read config file {path}: {source}")]
     Read {
@@ -275,6 +283,9 @@ pub struct ServerConfig {
     /// Warm pools. Default none.
     #[serde(default)]
     pub pools: Vec<PoolConfig>,
+    /// The egress proxy: static host entries, special-range CIDRs the operator allows, upstream TLS roots.
+    #[serde(default)]
+    pub egress: sandkasten_egress::EgressConfig,
 }
 
 fn default_listen() -> String {
@@ -314,6 +325,7 @@ impl Default for ServerConfig {
             insecure_no_auth: false,
             tenants: Vec::new(),
             pools: Vec::new(),
+            egress: sandkasten_egress::EgressConfig::default(),
         }
     }
 }
@@ -414,6 +426,7 @@ impl ServerConfig {
         if !self.insecure_no_auth && keys.is_empty() {
             return Err(ConfigError::NoKeys);
         }
+        self.egress.validate().map_err(|error| ConfigError::Egress(error.to_string()))?;
         self.validate_pools()
     }
 

@@ -9,6 +9,7 @@ pub mod auth;
 pub mod background;
 pub mod clock;
 pub mod config;
+pub mod egress;
 pub mod expiry;
 pub mod ids;
 mod metrics;
@@ -85,7 +86,8 @@ pub async fn serve_on<R: SandboxRuntime>(
     config.validate()?;
     let store =
         Store::open(&config.database).map_err(|source| ServerError::Store { path: config.database.clone(), source })?;
-    let state = AppState::new(&config, store, runtime);
+    let state =
+        AppState::new(&config, store, runtime).map_err(|e| ServerError::Config(ConfigError::Egress(e.to_string())))?;
     reconcile::register_tenants(&state).await.map_err(ServerError::Reconcile)?;
     let lost = reconcile::reconcile(&state).await.map_err(ServerError::Reconcile)?;
     let addr = listener.local_addr().map_err(ServerError::Serve)?;
@@ -95,9 +97,13 @@ pub async fn serve_on<R: SandboxRuntime>(
     tracing::info!(%addr, tenants = config.tenants.len(), lost, "sandkasten server listening");
     let sweeper = tokio::spawn(expiry::run(state.clone()));
     let refill = tokio::spawn(pool::refill(state.clone()));
+    let audit = state.audit_writer().map(tokio::spawn);
     let result = axum::serve(listener, router(state.clone())).with_graceful_shutdown(shutdown).await;
     sweeper.abort();
     refill.abort();
+    if let Some(audit) = audit {
+        audit.abort();
+    }
     // Idle pool members belong to nobody: destroy them now (a creation cut short by the abort is left to the
     // runtime, which destroys every sandbox when it goes).
     for id in state.pools().drain() {

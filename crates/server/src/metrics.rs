@@ -18,6 +18,11 @@
 //! - `pool_refill_seconds` (histogram): wall time of creating one pool member (and starting its zygote)
 //! - `zygote_runs_total` (counter): `POST /v1/run` executions handed to a pool member's zygote (forked from it)
 //!
+//! - `egress_requests_total{decision}` (counter): connection attempts through the egress proxy, `allowed`,
+//!   `refused` (policy or address check) or `failed` (allowed, but the name did not resolve or the host did not answer)
+//! - `egress_bytes_total{direction}` (counter): bytes through the proxy, `up` (sandbox → host) or `down`
+//! - `egress_audit_dropped_total` (counter): audit events dropped because the audit writer fell behind
+//!
 //! On a pool hit `sandbox_create_seconds` records the claim (taking a ready member), not the member's creation.
 
 use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
@@ -37,6 +42,9 @@ const POOL_MISSES: &str = "pool_misses_total";
 const POOL_SIZE: &str = "pool_size";
 const POOL_REFILL_SECONDS: &str = "pool_refill_seconds";
 const ZYGOTE_RUNS: &str = "zygote_runs_total";
+const EGRESS_REQUESTS: &str = "egress_requests_total";
+const EGRESS_BYTES: &str = "egress_bytes_total";
+const EGRESS_AUDIT_DROPPED: &str = "egress_audit_dropped_total";
 
 /// Histogram buckets of `exec_duration_seconds` and `exec_phase_seconds`.
 const EXEC_BUCKETS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 300.0];
@@ -152,6 +160,13 @@ impl Metrics {
             describe_counter!(ZYGOTE_RUNS, "One-shot runs forked from a pool member's zygote");
             describe_gauge!(POOL_SIZE, "Ready sandboxes of each warm pool");
             describe_histogram!(POOL_REFILL_SECONDS, Unit::Seconds, "Wall time of creating one warm pool sandbox");
+            describe_counter!(EGRESS_REQUESTS, "Connection attempts through the egress proxy, by decision");
+            describe_counter!(EGRESS_BYTES, "Bytes through the egress proxy, by direction (up: sandbox to host)");
+            describe_counter!(EGRESS_AUDIT_DROPPED, "Egress audit events dropped because the writer fell behind");
+            for decision in ["allowed", "refused", "failed"] {
+                counter!(EGRESS_REQUESTS, "decision" => decision).absolute(0);
+            }
+            counter!(EGRESS_AUDIT_DROPPED).absolute(0);
             counter!(POOL_HITS).absolute(0);
             counter!(POOL_MISSES).absolute(0);
             gauge!(COMMANDS_RUNNING).set(0.0);
@@ -231,6 +246,21 @@ impl Metrics {
         metrics::with_local_recorder(&self.recorder, || counter!(ZYGOTE_RUNS).increment(1));
     }
 
+    /// Counts one connection attempt through the egress proxy and the bytes it moved.
+    pub fn egress_attempt(&self, decision: &str, bytes_up: u64, bytes_down: u64) {
+        let decision = decision.to_owned();
+        metrics::with_local_recorder(&self.recorder, || {
+            counter!(EGRESS_REQUESTS, "decision" => decision).increment(1);
+            counter!(EGRESS_BYTES, "direction" => "up").increment(bytes_up);
+            counter!(EGRESS_BYTES, "direction" => "down").increment(bytes_down);
+        });
+    }
+
+    /// Counts audit events lost because the writer fell behind.
+    pub fn egress_audit_dropped(&self, events: u64) {
+        metrics::with_local_recorder(&self.recorder, || counter!(EGRESS_AUDIT_DROPPED).increment(events));
+    }
+
     /// Counts an error response.
     pub fn error(&self, code: &'static str) {
         metrics::with_local_recorder(&self.recorder, || counter!(ERRORS, "code" => code).increment(1));
@@ -275,6 +305,8 @@ mod tests {
         metrics.pool_miss();
         metrics.pool_size("small", 2);
         metrics.pool_refilled(0.02);
+        metrics.egress_attempt("refused", 0, 0);
+        metrics.egress_attempt("allowed", 10, 200);
         let text = metrics.render(3);
         for needle in [
             "sandboxes_active 3",
@@ -293,6 +325,9 @@ mod tests {
             "pool_misses_total 2",
             "pool_size{class=\"small\"} 2",
             "pool_refill_seconds_bucket{le=\"0.025\"} 1",
+            "egress_requests_total{decision=\"refused\"} 1",
+            "egress_bytes_total{direction=\"down\"} 200",
+            "egress_audit_dropped_total 0",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }

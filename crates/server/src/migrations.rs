@@ -45,6 +45,24 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT;
     ALTER TABLE commands ADD COLUMN end_reason TEXT;
     CREATE INDEX commands_running ON commands (started_ms) WHERE ended_ms IS NULL;",
+    // 3: egress: the tenants' secrets (the value only ever leaves toward `hosts`, through the proxy) and the audit of
+    // every connection attempt a sandbox made through the proxy.
+    "CREATE TABLE secrets (
+        tenant      TEXT NOT NULL,
+        name        TEXT NOT NULL,
+        value       TEXT NOT NULL,
+        hosts_json  TEXT NOT NULL,
+        updated_ms  INTEGER NOT NULL,
+        PRIMARY KEY (tenant, name)
+    ) STRICT;
+    CREATE TABLE egress_events (
+        seq         INTEGER PRIMARY KEY,
+        sandbox_id  TEXT NOT NULL REFERENCES sandboxes (id) ON DELETE CASCADE,
+        tenant      TEXT NOT NULL,
+        time_ms     INTEGER NOT NULL,
+        event_json  TEXT NOT NULL
+    ) STRICT;
+    CREATE INDEX egress_events_by_sandbox ON egress_events (sandbox_id, seq);",
 ];
 
 /// The schema version this build writes.

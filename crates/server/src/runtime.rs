@@ -214,6 +214,12 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         let _ = (id, command_id, signal);
         async { Err(no_background_commands()) }
     }
+    /// A non-blocking TCP listener on `127.0.0.1:port` as seen from inside the sandbox (its own network namespace),
+    /// held by the server: the egress proxy accepts the sandbox's connections on it.
+    fn listen_in_sandbox(&self, id: &str, port: u16) -> Result<std::net::TcpListener, RuntimeFailure> {
+        let _ = (id, port);
+        Err(RuntimeFailure::new(FailureKind::Internal, "this runtime has no network namespaces"))
+    }
 }
 
 fn no_background_commands() -> RuntimeFailure {
@@ -233,6 +239,7 @@ pub(crate) trait DynRuntime: Send + Sync + 'static {
     fn create<'a>(&'a self, id: &'a str, spec: &'a SandboxSpec) -> Boxed<'a, ()>;
     fn destroy<'a>(&'a self, id: &'a str) -> Boxed<'a, ()>;
     fn is_alive(&self, id: &str) -> bool;
+    fn listen_in_sandbox(&self, id: &str, port: u16) -> Result<std::net::TcpListener, RuntimeFailure>;
     fn exec<'a>(&'a self, id: &'a str, spec: CommandSpec, events: mpsc::Sender<OutputChunk>) -> Boxed<'a, CommandExit>;
     fn read_file<'a>(&'a self, id: &'a str, path: &'a str, max_bytes: u64) -> Boxed<'a, Vec<u8>>;
     fn write_file<'a>(&'a self, id: &'a str, path: &'a str, data: Vec<u8>) -> Boxed<'a, ()>;
@@ -278,6 +285,9 @@ impl<R: SandboxRuntime> DynRuntime for R {
     }
     fn is_alive(&self, id: &str) -> bool {
         SandboxRuntime::is_alive(self, id)
+    }
+    fn listen_in_sandbox(&self, id: &str, port: u16) -> Result<std::net::TcpListener, RuntimeFailure> {
+        SandboxRuntime::listen_in_sandbox(self, id, port)
     }
     fn exec<'a>(&'a self, id: &'a str, spec: CommandSpec, events: mpsc::Sender<OutputChunk>) -> Boxed<'a, CommandExit> {
         Box::pin(SandboxRuntime::exec(self, id, spec, events))

@@ -1,10 +1,15 @@
 //! What every handler shares: the store, the runtime, the keyring, the limits from the config, the metrics and the
 //! warm pools.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use sandkasten_egress::{AuditEvent, AuditSink, ConfigError as EgressError, Proxy};
+use tokio::sync::mpsc;
 
 use crate::auth::Keyring;
 use crate::config::ServerConfig;
+use crate::egress::Egress;
+use crate::egress::audit::{self, AuditQueue};
 use crate::metrics::Metrics;
 use crate::pool::Pools;
 use crate::runtime::{DynRuntime, SandboxRuntime};
@@ -42,7 +47,12 @@ struct Inner {
     settings: Settings,
     metrics: Metrics,
     pools: Pools,
+    egress: Egress,
+    audit: Mutex<Option<AuditReceiver>>,
 }
+
+/// The audit queue's two ends, until `serve_on` starts the writer.
+type AuditReceiver = (Arc<AuditQueue>, mpsc::Receiver<AuditEvent>);
 
 /// The server's shared state; cheap to clone.
 #[derive(Clone)]
@@ -58,9 +68,15 @@ impl std::fmt::Debug for AppState {
 
 impl AppState {
     /// State for a validated `config`, an opened `store` and a `runtime`.
-    pub fn new<R: SandboxRuntime>(config: &ServerConfig, store: Store, runtime: Arc<R>) -> AppState {
+    pub fn new<R: SandboxRuntime>(
+        config: &ServerConfig,
+        store: Store,
+        runtime: Arc<R>,
+    ) -> Result<AppState, EgressError> {
         let runtime: Arc<dyn DynRuntime> = runtime;
-        AppState {
+        let (queue, receiver) = audit::queue();
+        let proxy = Proxy::new(config.egress.clone(), Arc::clone(&queue) as Arc<dyn AuditSink>)?;
+        Ok(AppState {
             inner: Arc::new(Inner {
                 store,
                 runtime,
@@ -68,8 +84,10 @@ impl AppState {
                 settings: Settings::from_config(config),
                 metrics: Metrics::new(),
                 pools: Pools::new(&config.pools),
+                egress: Egress::new(proxy),
+                audit: Mutex::new(Some((queue, receiver))),
             }),
-        }
+        })
     }
 
     /// The store.
@@ -93,6 +111,17 @@ impl AppState {
     /// The metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
+    }
+
+    /// Egress: the proxy and each sandbox's door into it.
+    pub fn egress(&self) -> &Egress {
+        &self.inner.egress
+    }
+
+    /// The egress audit writer (once; `serve_on` runs it, tests may too).
+    pub fn audit_writer(&self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        let (queue, receiver) = self.inner.audit.lock().ok()?.take()?;
+        Some(audit::run(self.clone(), queue, receiver))
     }
 
     /// The warm pools.

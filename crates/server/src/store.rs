@@ -266,7 +266,7 @@ impl Store {
     }
 
     /// Runs `f` with the connection on the blocking thread pool.
-    async fn call<T, F>(&self, f: F) -> Result<T, StoreError>
+    pub(crate) async fn call<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,

@@ -20,6 +20,10 @@ pub struct SandboxSpec {
     pub env: BTreeMap<String, String>,
     /// Network access. Default: none (loopback only).
     pub network: NetworkPolicy,
+    /// Names of the tenant's secrets (`PUT /v1/secrets/{name}`) to expose: each becomes an environment variable of the
+    /// same name holding a placeholder; the egress proxy swaps the placeholder for the real value in request headers
+    /// sent to the secret's hosts only. The real value never enters the sandbox.
+    pub secrets: Vec<String>,
 }
 
 /// A root filesystem template.
@@ -31,11 +35,48 @@ pub enum Template {
     Host,
 }
 
-/// Network access of a sandbox.
+/// Network access of a sandbox. The sandbox's network namespace never has a route out: every connection leaves
+/// through the host's egress proxy (reachable inside at `127.0.0.1:3128`, announced by `HTTP_PROXY` and friends),
+/// which applies this policy after resolving the name itself.
+///
+/// JSON: `{"mode": "allowlist", "allow": ["api.example.com", "*.example.org:443"], "deny": ["bad.example.org"]}`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetworkPolicy {
+    /// What may be reached.
+    pub mode: NetworkMode,
+    /// `allowlist` only: host patterns that may be reached: `name`, `*.name` (subdomains only), each with an
+    /// optional `:port` (without one: ports 80 and 443).
+    pub allow: Vec<String>,
+    /// Host patterns never reached, whatever `allow` says (deny wins). Valid with `allowlist` and `open`.
+    pub deny: Vec<String>,
+}
+
+impl NetworkPolicy {
+    /// The default policy: nothing but the sandbox's own loopback.
+    pub fn none() -> NetworkPolicy {
+        NetworkPolicy::default()
+    }
+
+    /// Whether this policy lets anything out (so the sandbox needs a proxy listener).
+    pub fn reaches_out(&self) -> bool {
+        self.mode != NetworkMode::None
+    }
+}
+
+/// The port of the egress proxy on a sandbox's own loopback (`127.0.0.1:3128` inside; code there cannot bind it).
+pub const PROXY_PORT: u16 = 3128;
+
+/// The three network modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum NetworkPolicy {
-    /// A private network namespace with only `lo`: nothing outside the sandbox is reachable.
+pub enum NetworkMode {
+    /// A private network namespace with only `lo`: nothing outside the sandbox is reachable, not even the proxy.
     #[default]
     None,
+    /// Only the hosts in `allow` (and not in `deny`), through the proxy.
+    Allowlist,
+    /// Any public address through the proxy (never loopback, private, link-local, CGNAT, ULA or multicast addresses of
+    /// the host's networks unless the operator allows such ranges), except the hosts in `deny`.
+    Open,
 }

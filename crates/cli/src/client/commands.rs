@@ -19,6 +19,10 @@ pub struct CreateOptions {
     pub env: Vec<String>,
     /// `--metadata` items.
     pub metadata: Vec<String>,
+    /// `--network`, `--allow`, `--deny`.
+    pub network: crate::client::network::NetworkArgs,
+    /// `--secret` names.
+    pub secrets: Vec<String>,
 }
 
 /// `KEY=VALUE` items as a JSON object; `flag` names the option in messages.
@@ -88,6 +92,12 @@ pub fn create(client: &Client, options: CreateOptions, json: bool) -> Result<i32
     body.insert("metadata".into(), Value::Object(pairs("--metadata", &options.metadata)?));
     if let Some(timeout_s) = options.timeout_s {
         body.insert("timeout_s".into(), timeout_s.into());
+    }
+    if let Some(policy) = options.network.policy() {
+        body.insert("network".into(), policy);
+    }
+    if !options.secrets.is_empty() {
+        body.insert("secrets".into(), options.secrets.clone().into());
     }
     let sandbox = client.post_json("/v1/sandboxes", &Value::Object(body))?;
     if json {

@@ -137,6 +137,12 @@ impl Client {
         Ok(std::io::BufReader::new(response.into_body().into_reader()))
     }
 
+    /// `PUT path` with a JSON body → JSON.
+    pub fn put_json(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        let response = self.check(self.authed(self.agent.put(self.url(path))).send_json(body))?;
+        self.read_json(response)
+    }
+
     /// `DELETE path`.
     pub fn delete(&self, path: &str) -> Result<(), ClientError> {
         self.check(self.authed(self.agent.delete(self.url(path))).call()).map(drop)

@@ -9,6 +9,7 @@ mod cp;
 mod cp_dir;
 mod exec;
 mod http;
+mod network;
 mod output;
 
 use clap::{Args, Subcommand};
@@ -69,6 +70,12 @@ pub enum SandboxCommand {
         /// A label to find the sandbox by (KEY=VALUE). Repeatable.
         #[arg(long = "metadata", value_name = "KEY=VALUE")]
         metadata: Vec<String>,
+        #[command(flatten)]
+        network: network::NetworkArgs,
+        /// A secret of yours (`sandbox secret put`) to expose as a placeholder in $NAME; the egress proxy puts the
+        /// real value in requests to the secret's hosts only. Repeatable.
+        #[arg(long = "secret", value_name = "NAME")]
+        secrets: Vec<String>,
         /// Print the sandbox as JSON.
         #[arg(long)]
         json: bool,
@@ -105,6 +112,30 @@ pub enum SandboxCommand {
         /// Destination: ID:PATH, a local path, or `-`.
         destination: String,
     },
+    /// Change a running sandbox's network policy (new connections follow it at once; `none` cuts open ones).
+    Network {
+        /// Sandbox id.
+        id: String,
+        #[command(flatten)]
+        network: network::NetworkArgs,
+        /// Print the policy as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a sandbox's egress audit: every connection attempt through the proxy and its decision.
+    Egress {
+        /// Sandbox id.
+        id: String,
+        /// Newest attempts to show (default 1000).
+        #[arg(long, value_name = "N")]
+        limit: Option<u32>,
+        /// Print `{"events": [...]}` as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Manage your secrets (values reach only their hosts, through the egress proxy).
+    #[command(subcommand)]
+    Secret(network::SecretCommand),
     /// Destroy sandboxes.
     Rm {
         /// Sandbox ids.
@@ -128,9 +159,13 @@ pub fn run(args: SandboxArgs) -> i32 {
 
 fn dispatch(client: &Client, command: SandboxCommand) -> Result<i32, ClientError> {
     match command {
-        SandboxCommand::Create { timeout_s, limits, env, metadata, json } => {
-            commands::create(client, commands::CreateOptions { timeout_s, limits, env, metadata }, json)
+        SandboxCommand::Create { timeout_s, limits, env, metadata, network, secrets, json } => {
+            let options = commands::CreateOptions { timeout_s, limits, env, metadata, network, secrets };
+            commands::create(client, options, json)
         }
+        SandboxCommand::Network { id, network, json } => network::set_network(client, &id, &network, json),
+        SandboxCommand::Egress { id, limit, json } => network::egress(client, &id, limit, json),
+        SandboxCommand::Secret(command) => network::secret(client, command),
         SandboxCommand::List { metadata, all, json } => commands::list(client, &metadata, all, json),
         SandboxCommand::Info { id, json } => commands::info(client, &id, json),
         SandboxCommand::Exec(args) => exec::exec(client, args),

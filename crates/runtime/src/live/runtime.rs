@@ -3,6 +3,7 @@
 //! `Contexts`, background commands in `BackgroundCommands`; both are forgotten with their sandbox.
 
 use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -15,7 +16,14 @@ use super::contexts::{CellOutput, ContextError, Contexts};
 use crate::error::RuntimeError;
 use crate::spawner::{SpawnerClient, SpawnerEvent};
 
-type Agents = Arc<Mutex<HashMap<String, Arc<AgentClient>>>>;
+/// A live sandbox as the owner sees it: its agent's channel and a pidfd of the agent (for joining its network
+/// namespace without a pid-reuse race).
+struct Member {
+    agent: Arc<AgentClient>,
+    pidfd: Arc<OwnedFd>,
+}
+
+type Agents = Arc<Mutex<HashMap<String, Member>>>;
 
 /// Long-lived sandboxes of one owner.
 pub struct LiveRuntime {
@@ -64,7 +72,14 @@ impl LiveRuntime {
             .await
             .map_err(|e| RuntimeError::sys("spawner task", std::io::Error::other(e.to_string())))??;
         let client = AgentClient::new(spawned.channel).map_err(|e| RuntimeError::sys("agent channel", e))?;
-        self.agents.lock().map_err(|_| lock_poisoned())?.insert(id.to_owned(), Arc::new(client));
+        // The agent is the spawner's child and cannot be reaped before the spawner hears of its exit, which reaches
+        // us after this reply: the pid still names our agent here.
+        let pid = rustix::process::Pid::from_raw(spawned.pid as i32)
+            .ok_or_else(|| RuntimeError::sys("agent pid", std::io::Error::other("pid 0")))?;
+        let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+            .map_err(|e| RuntimeError::sys("pidfd_open of the agent", std::io::Error::from(e)))?;
+        let member = Member { agent: Arc::new(client), pidfd: Arc::new(pidfd) };
+        self.agents.lock().map_err(|_| lock_poisoned())?.insert(id.to_owned(), member);
         Ok(())
     }
 
@@ -82,7 +97,14 @@ impl LiveRuntime {
 
     /// The agent of a live sandbox.
     pub fn agent(&self, id: &str) -> Option<Arc<AgentClient>> {
-        self.agents.lock().ok().and_then(|map| map.get(id).cloned())
+        self.agents.lock().ok().and_then(|map| map.get(id).map(|member| Arc::clone(&member.agent)))
+    }
+
+    /// A non-blocking listener on `127.0.0.1:port` inside the sandbox's network namespace, held by the caller (the
+    /// egress proxy's entrance). `None` when the sandbox is not alive.
+    pub fn listen_in_sandbox(&self, id: &str, port: u16) -> Option<std::io::Result<std::net::TcpListener>> {
+        let pidfd = self.agents.lock().ok().and_then(|map| map.get(id).map(|member| Arc::clone(&member.pidfd)))?;
+        Some(super::netns_listener::listen_in_netns(pidfd.as_fd(), port))
     }
 
     /// Whether the sandbox is alive (its agent has not exited).

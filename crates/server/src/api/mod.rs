@@ -8,6 +8,8 @@ pub mod command_schemas;
 mod command_stream;
 mod commands;
 mod contexts;
+mod egress;
+pub mod egress_schemas;
 pub mod error;
 mod exec;
 mod extract;
@@ -17,6 +19,7 @@ mod request_log;
 mod run;
 mod sandboxes;
 pub mod schemas;
+mod secrets;
 mod service;
 
 use axum::Router;
@@ -49,6 +52,7 @@ pub(crate) use sandboxes::destroy_quietly;
         commands::list, command_stream::stream, commands::stdin, commands::signal, commands::kill,
         code::run_code, contexts::create, contexts::list, contexts::delete, contexts::restart,
         run::run,
+        egress::set_network, egress::audit, secrets::put, secrets::list, secrets::delete,
         files::read, files::write, files::remove, files::list, files::stat, files::mkdir, files::rename,
         archive::upload, archive::download,
         service::healthz, service::metrics, service::openapi,
@@ -59,6 +63,7 @@ pub(crate) use sandboxes::destroy_quietly;
         code_schemas::CellResultBody, code_schemas::CellErrorBody, code_schemas::CodeResponse,
         run::RunExitEvent,
         command_schemas::CommandStateName,
+        egress_schemas::NetworkModeName, crate::egress::store::EgressEvent,
     )),
     modifiers(&BearerAuth),
     tags(
@@ -66,6 +71,7 @@ pub(crate) use sandboxes::destroy_quietly;
         (name = "exec", description = "Run commands"),
         (name = "code", description = "Stateful code interpreter: Python and JavaScript contexts"),
         (name = "files", description = "Files inside a sandbox"),
+        (name = "network", description = "Egress: network policy, audit, secrets"),
         (name = "service", description = "Health, metrics, this description"),
     )
 )]
@@ -121,6 +127,10 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes/{id}/files/mkdir", post(files::mkdir))
         .route("/sandboxes/{id}/files/rename", post(files::rename))
         .route("/sandboxes/{id}/files/archive", get(archive::download).put(archive::upload))
+        .route("/sandboxes/{id}/network", axum::routing::put(egress::set_network))
+        .route("/sandboxes/{id}/egress", get(egress::audit))
+        .route("/secrets", get(secrets::list))
+        .route("/secrets/{name}", axum::routing::put(secrets::put).delete(secrets::delete))
         .route("/run", post(run::run))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_tenant));
     Router::new()

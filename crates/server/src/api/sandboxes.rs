@@ -18,7 +18,7 @@ use crate::pool::Claim;
 use crate::runtime::FailureKind;
 use crate::state::{AppState, Settings};
 use crate::store::{SandboxRecord, SandboxState};
-use crate::{ids, validate};
+use crate::{egress, ids, validate};
 
 fn check_timeout(settings: Settings, timeout_s: u64) -> Result<i64, ApiError> {
     if !(1..=settings.max_timeout_s).contains(&timeout_s) {
@@ -36,10 +36,10 @@ fn check_timeout(settings: Settings, timeout_s: u64) -> Result<i64, ApiError> {
     request_body = CreateSandboxRequest,
     responses(
         (status = 201, description = "Created and running", body = SandboxBody),
-        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 400, description = "Malformed JSON, or a bad network pattern (named in the message)", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 422, description = "Limits, env, metadata or timeout out of range", body = ErrorBody),
+        (status = 422, description = "Limits, env, metadata or timeout out of range, or an unknown secret", body = ErrorBody),
         (status = 429, description = "A tenant quota would be exceeded", body = ErrorBody),
     ),
     security(("api_key" = []))
@@ -59,7 +59,8 @@ pub(crate) async fn create(
         template: body.template.unwrap_or_default().into(),
         limits,
         env: body.env,
-        ..SandboxSpec::default()
+        network: body.network.unwrap_or_default().into(),
+        secrets: body.secrets,
     };
     let current = start_sandbox(&state, &tenant, spec, body.metadata, expires_ms).await?;
     Ok((StatusCode::CREATED, Json(current.into())))
@@ -91,10 +92,13 @@ pub(crate) async fn start_sandbox(
 pub(crate) async fn start_sandbox_with_zygote(
     state: &AppState,
     tenant: &Tenant,
-    spec: SandboxSpec,
+    mut spec: SandboxSpec,
     metadata: BTreeMap<String, String>,
     expires_ms: i64,
 ) -> Result<(SandboxRecord, Option<String>), ApiError> {
+    // Before anything exists: a bad policy or an unknown secret is the caller's mistake, and secrets add environment
+    // variables (which rule out a pool member, whose environment was fixed when it was made).
+    let egress = egress::prepare(state.store(), &tenant.name, &mut spec).await?;
     let claiming = Instant::now();
     let claimed = match state.pools().claim(&spec, state.runtime(), state.metrics()) {
         Claim::Hit(claimed) => Some(claimed),
@@ -147,6 +151,12 @@ pub(crate) async fn start_sandbox_with_zygote(
         destroy_quietly(state, &id).await;
         return Err(ApiError::conflict(format!("sandbox {id} ended while it was being created; create a new one")));
     };
+    if let Err(failure) = state.egress().attach(state.runtime(), &id, &tenant.name, egress).await {
+        tracing::warn!(sandbox = %id, reason = %failure.message, "egress attach failed");
+        destroy_quietly(state, &id).await;
+        state.store().forget_sandbox(&id).await?;
+        return Err(failure.into());
+    }
     state.metrics().sandbox_created();
     tracing::info!(sandbox = %id, tenant = %tenant.name, memory_bytes = current.spec.limits.memory_bytes, "sandbox created");
     Ok((current, zygote))
@@ -154,6 +164,7 @@ pub(crate) async fn start_sandbox_with_zygote(
 
 /// Destroys a sandbox in the runtime, treating "already gone" as done.
 pub(crate) async fn destroy_quietly(state: &AppState, id: &str) -> bool {
+    state.egress().detach(id);
     match state.runtime().destroy(id).await {
         Ok(()) => true,
         Err(failure) if matches!(failure.kind, FailureKind::NotFound | FailureKind::SandboxGone) => true,

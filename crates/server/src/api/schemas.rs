@@ -7,6 +7,7 @@ use sandkasten_types::{FileInfo, FileKind, Limits, Template};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use crate::api::egress_schemas::NetworkPolicyBody;
 use crate::clock::rfc3339;
 use crate::store::{SandboxRecord, SandboxState};
 
@@ -106,6 +107,12 @@ pub struct CreateSandboxRequest {
     /// Seconds until the sandbox is destroyed; default from the server's config (300).
     #[serde(default)]
     pub timeout_s: Option<u64>,
+    /// Network access; default `{"mode": "none"}` (nothing outside the sandbox).
+    #[serde(default)]
+    pub network: Option<NetworkPolicyBody>,
+    /// Names of the tenant's secrets to expose as placeholders in environment variables of the same names.
+    #[serde(default)]
+    pub secrets: Vec<String>,
 }
 
 /// Where a sandbox is in its life.
@@ -151,6 +158,10 @@ pub struct SandboxBody {
     pub metadata: BTreeMap<String, String>,
     /// Names of the sandbox's environment variables (values are not shown).
     pub env_names: Vec<String>,
+    /// Network access.
+    pub network: NetworkPolicyBody,
+    /// Names of the secrets it holds (as placeholders).
+    pub secrets: Vec<String>,
     /// Creation time (RFC 3339, UTC).
     pub created_at: String,
     /// When it will be (or was due to be) destroyed (RFC 3339, UTC).
@@ -173,6 +184,8 @@ impl From<SandboxRecord> for SandboxBody {
             limits: record.spec.limits.into(),
             metadata: record.metadata,
             env_names: record.spec.env.into_keys().collect(),
+            network: record.spec.network.into(),
+            secrets: record.spec.secrets,
             created_at: rfc3339(record.created_ms),
             expires_at: rfc3339(record.expires_ms),
             ended_at: record.ended_ms.map(rfc3339),

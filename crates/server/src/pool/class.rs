@@ -43,10 +43,14 @@ impl PoolClass {
         PoolClass { name, spec, zygote: None, min, max: max.max(min), ready: VecDeque::new(), filling: 0 }
     }
 
-    /// Whether a request for `spec` may take a sandbox of this pool: same spec exactly (template, limits, network),
-    /// and no `env` (the agent bakes the environment in at creation).
+    /// Whether a request for `spec` may take a sandbox of this pool: same template and limits, and no `env` or
+    /// secrets (the agent bakes the environment in at creation). The network policy does not matter: it is applied
+    /// by the egress proxy after the claim.
     pub(crate) fn serves(&self, spec: &SandboxSpec) -> bool {
-        spec.env.is_empty() && *spec == self.spec
+        spec.env.is_empty()
+            && spec.secrets.is_empty()
+            && spec.template == self.spec.template
+            && spec.limits == self.spec.limits
     }
 
     /// Ready sandboxes.

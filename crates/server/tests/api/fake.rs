@@ -122,6 +122,14 @@ impl SandboxRuntime for FakeRuntime {
         self.sandboxes.lock().unwrap().contains_key(id)
     }
 
+    /// No namespaces here: the "inside" port is an ephemeral one on the host's loopback.
+    fn listen_in_sandbox(&self, id: &str, _port: u16) -> Result<std::net::TcpListener, RuntimeFailure> {
+        self.with(id, |_| Ok(()))?;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        Ok(listener)
+    }
+
     async fn exec(
         &self,
         id: &str,

@@ -196,7 +196,25 @@ async fn live_responses_match_the_spec() {
     seen.push(check("DELETE", "/v1/sandboxes/{id}/files")(
         h.delete(&format!("{s}/files?path=/workspace/g"), KEY_A).await,
     ));
+    let json_body = |value: Value| Body::from(serde_json::to_vec(&value).unwrap());
+    let network = format!("{s}/network");
+    let allow = json!({"mode": "allowlist", "allow": ["a.example"]});
+    seen.push(check("PUT", "/v1/sandboxes/{id}/network")(h.call("PUT", &network, Some(KEY_A), json_body(allow)).await));
+    let bad = json!({"mode": "allowlist", "allow": ["bad host"]});
+    seen.push(check("PUT", "/v1/sandboxes/{id}/network")(h.call("PUT", &network, Some(KEY_A), json_body(bad)).await));
+    seen.push(check("GET", "/v1/sandboxes/{id}/egress")(h.get(&format!("{s}/egress"), KEY_A).await));
+    seen.push(check("GET", "/v1/sandboxes/{id}/egress")(h.get(&format!("{s}/egress?limit=0"), KEY_A).await));
+    let secret = json!({"value": "v-0123456789", "hosts": ["a.example"]});
+    let put_secret = |body: Value| h.call("PUT", "/v1/secrets/TOKEN", Some(KEY_A), json_body(body));
+    seen.push(check("PUT", "/v1/secrets/{name}")(put_secret(secret.clone()).await));
+    seen.push(check("PUT", "/v1/secrets/{name}")(put_secret(secret).await));
+    seen.push(check("PUT", "/v1/secrets/{name}")(put_secret(json!({"value": "v", "hosts": []})).await));
+    seen.push(check("GET", "/v1/secrets")(h.get("/v1/secrets", KEY_A).await));
+    seen.push(check("DELETE", "/v1/secrets/{name}")(h.delete("/v1/secrets/TOKEN", KEY_A).await));
+    seen.push(check("DELETE", "/v1/secrets/{name}")(h.delete("/v1/secrets/TOKEN", KEY_A).await));
     seen.push(check("DELETE", "/v1/sandboxes/{id}")(h.delete(&s, KEY_A).await));
+    let ended = json!({"mode": "none"});
+    seen.push(check("PUT", "/v1/sandboxes/{id}/network")(h.call("PUT", &network, Some(KEY_A), json_body(ended)).await));
     seen.push(check("POST", "/v1/sandboxes/{id}/exec")(h.post(&exec, KEY_A, json!({"argv": ["echo"]})).await));
     seen.push(check("GET", "/healthz")(h.call("GET", "/healthz", None, Body::empty()).await));
     seen.push(check("GET", "/metrics")(h.call("GET", "/metrics", None, Body::empty()).await));

@@ -1,0 +1,161 @@
+//! Test hosts in network namespaces the test creates itself: `ip netns` + a veth pair, an address on each end, and a
+//! small HTTP server inside that serves a directory (a PEP 503 index, a bare git repository for git's dumb HTTP
+//! protocol, plain files) and logs every request's headers to a file the test reads. Dropping a host kills its
+//! server and deletes the namespace (which deletes both veth ends and the host route). Never any address but these.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// The HTTP server run inside a test host: serves `ROOT` on `ADDR:PORT`, answers `/whoami` with the host's name, and
+/// appends `METHOD PATH` + the request headers of every request to `LOG`.
+const SERVER: &str = r#"
+import http.server, sys, os
+addr, port, root, log, name = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+tls = sys.argv[6:8]
+class Handler(http.server.SimpleHTTPRequestHandler):
+    def __init__(self, *a, **k):
+        super().__init__(*a, directory=root, **k)
+    def log_message(self, *a):
+        pass
+    def record(self):
+        with open(log, "a") as f:
+            f.write(f"{self.command} {self.path}\n{self.headers}\n")
+    def do_GET(self):
+        self.record()
+        if self.path == "/whoami":
+            body = f"hello from {name}\n".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        super().do_GET()
+    def do_POST(self):
+        self.record()
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+class Server(http.server.ThreadingHTTPServer):
+    allow_reuse_address = True
+server = Server((addr, port), Handler)
+if tls:
+    import ssl
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tls[0], tls[1])
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+server.serve_forever()
+"#;
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// A web server at `addr` in its own network namespace, reachable from the host through a veth pair.
+pub struct TestHost {
+    /// The namespace's name.
+    pub netns: String,
+    /// The server's address.
+    pub addr: String,
+    /// Its port.
+    pub port: u16,
+    /// The directory it serves.
+    pub root: tempfile::TempDir,
+    log: PathBuf,
+    server: Option<Child>,
+}
+
+fn ip(args: &[&str]) {
+    let status = Command::new("ip").args(args).status().expect("run ip");
+    assert!(status.success(), "ip {} failed", args.join(" "));
+}
+
+impl TestHost {
+    /// Starts a host named `name` at `addr/30`, the host's end of the veth taking `host_addr`. Both addresses must be
+    /// in a /30 of their own that nothing else on this machine uses.
+    pub fn start(name: &str, host_addr: &str, addr: &str, port: u16) -> TestHost {
+        TestHost::start_with_tls(name, host_addr, addr, port, None)
+    }
+
+    /// As `start`, serving HTTPS with `(certificate, key)` PEM files.
+    pub fn start_with_tls(name: &str, host_addr: &str, addr: &str, port: u16, tls: Option<(&Path, &Path)>) -> TestHost {
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let tag = format!("{}{}", std::process::id() % 100_000, n);
+        let netns = format!("sk-test-{tag}");
+        let (outer, inner) = (format!("skh{tag}"), format!("skn{tag}"));
+        ip(&["netns", "add", &netns]);
+        let mut host = TestHost {
+            netns: netns.clone(),
+            addr: addr.to_owned(),
+            port,
+            root: tempfile::tempdir().expect("tempdir"),
+            log: PathBuf::new(),
+            server: None,
+        };
+        ip(&["link", "add", &outer, "type", "veth", "peer", "name", &inner]);
+        ip(&["link", "set", &inner, "netns", &netns]);
+        ip(&["addr", "add", &format!("{host_addr}/30"), "dev", &outer]);
+        ip(&["link", "set", &outer, "up"]);
+        ip(&["-n", &netns, "addr", "add", &format!("{addr}/30"), "dev", &inner]);
+        ip(&["-n", &netns, "link", "set", &inner, "up"]);
+        ip(&["-n", &netns, "link", "set", "lo", "up"]);
+        host.log = host.root.path().join(".requests.log");
+        let server = Command::new("ip")
+            .args(["netns", "exec", &netns, "/usr/bin/python3", "-c", SERVER, addr, &port.to_string()])
+            .arg(host.root.path())
+            .arg(&host.log)
+            .arg(name)
+            .args(tls.map(|(cert, key)| [cert.to_owned(), key.to_owned()]).into_iter().flatten())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start the test host's server");
+        host.server = Some(server);
+        host.wait_until_serving();
+        host
+    }
+
+    fn wait_until_serving(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let target = format!("{}:{}", self.addr, self.port);
+        while std::net::TcpStream::connect_timeout(&target.parse().expect("addr"), Duration::from_millis(200)).is_err()
+        {
+            assert!(Instant::now() < deadline, "test host {target} did not start serving");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Every request the server received so far: request lines and headers, as text.
+    pub fn requests(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Where the served files live.
+    pub fn dir(&self) -> &Path {
+        self.root.path()
+    }
+}
+
+impl Drop for TestHost {
+    fn drop(&mut self) {
+        if let Some(mut server) = self.server.take() {
+            server.kill().ok();
+            server.wait().ok();
+        }
+        // Deleting the namespace deletes the inner veth end, which deletes its peer and the host's route.
+        Command::new("ip").args(["netns", "del", &self.netns]).status().ok();
+    }
+}
+
+/// Whether a network namespace named like ours is still there (the leak check).
+pub fn leftover_namespaces() -> Vec<String> {
+    let out = Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| name.starts_with(&format!("sk-test-{}", std::process::id() % 100_000)))
+        .map(str::to_owned)
+        .collect()
+}

@@ -1,0 +1,476 @@
+//! Egress end to end, against a real server and real test hosts in network namespaces this test creates: the
+//! default policy reaches nothing; an allowlisted name works from curl, urllib, requests, pip and git; everything
+//! else — unlisted names, the metadata address however it is spelled or resolved, private ranges, raw sockets, DNS —
+//! is refused or goes nowhere, which the test hosts' own request logs confirm; policy changes apply live; every
+//! attempt is audited; a secret's value reaches only its host.
+
+#![allow(unsafe_code, clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod common;
+mod egress;
+mod serve;
+
+use std::io::ErrorKind;
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use egress::World;
+use serve::{KEY_1, KEY_2, assert_sandbox_gone};
+
+/// Accepts for `window` on a non-blocking listener; returns how many connections arrived.
+fn accepted_within(listener: &TcpListener, window: Duration) -> usize {
+    let start = Instant::now();
+    let mut count = 0;
+    while start.elapsed() < window {
+        match listener.accept() {
+            Ok(_) => count += 1,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+    count
+}
+
+/// A host loopback listener the sandbox must never reach; checked to be reachable from the host itself.
+fn host_loopback_listener() -> (TcpListener, u16) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let probe = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    assert_eq!(accepted_within(&listener, Duration::from_millis(200)), 1, "positive control");
+    drop(probe);
+    (listener, port)
+}
+
+fn allowlist(hosts: &[&str]) -> serde_json::Value {
+    json!({ "mode": "allowlist", "allow": hosts })
+}
+
+/// `curl` through the sandbox's proxy settings: prints the HTTP status, then the body.
+fn curl(url: &str) -> String {
+    format!("curl -sS -m 10 -w '\\nSTATUS %{{http_code}}\\n' '{url}'")
+}
+
+#[test]
+fn the_default_policy_reaches_nothing() {
+    require_root!();
+    let world = World::start("");
+    let (listener, port) = host_loopback_listener();
+    let id = world.server.create(json!({}));
+    assert_eq!(world.server.call("GET", &format!("/v1/sandboxes/{id}"), KEY_1, None).json["network"]["mode"], "none");
+    // Through the proxy variables: nothing listens on the proxy port.
+    let (code, out, err) = world.sh(&id, &curl("http://allowed.test/whoami"));
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(err.contains("Failed to connect") || err.contains("Couldn't connect"), "{err}");
+    // Directly, by address: no route; the host's loopback is the sandbox's own.
+    let direct = format!(
+        "/usr/bin/python3 -c \"import socket\nfor target in [('10.201.0.2', 80), ('169.254.169.254', 80), ('127.0.0.1', {port})]:\n    \
+         s = socket.socket(); s.settimeout(2)\n    try:\n        s.connect(target); print('CONNECTED', target)\n    \
+         except OSError as e: print('failed', target, e.errno)\""
+    );
+    let (_, out, err) = world.sh(&id, &direct);
+    assert!(!out.contains("CONNECTED"), "{out}{err}");
+    assert_eq!(out.matches("failed").count(), 3, "{out}{err}");
+    assert_eq!(accepted_within(&listener, Duration::from_millis(300)), 0, "the host's loopback listener was reached");
+    assert_eq!(world.allowed.requests(), "", "allowed.test was reached");
+    assert_eq!(world.metadata.requests(), "", "the metadata server was reached");
+    assert!(world.audit(&id, 0).is_empty(), "no proxy, no audit events");
+}
+
+#[test]
+fn an_allowlisted_name_works_from_common_clients() {
+    require_root!();
+    let world = World::start("");
+    // pip's index and a git repository on allowed.test.
+    build_package_index(world.allowed.dir());
+    build_git_repository(world.allowed.dir());
+    let id = world.sandbox(allowlist(&["allowed.test"]));
+    let (code, out, err) = world.sh(&id, &curl("http://allowed.test/whoami"));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("hello from allowed.test") && out.contains("STATUS 200"), "{out}{err}");
+    let clients = [
+        (
+            "urllib",
+            "/usr/bin/python3 -c \"import urllib.request; print(urllib.request.urlopen('http://allowed.test/whoami').read().decode())\"",
+        ),
+        (
+            "requests",
+            "/usr/bin/python3 -c \"import requests; print(requests.get('http://allowed.test/whoami', timeout=10).text)\"",
+        ),
+        ("wget", "wget -q -O - http://allowed.test/whoami"),
+    ];
+    for (name, cmd) in clients {
+        let (code, out, err) = world.sh(&id, cmd);
+        assert_eq!(code, 0, "{name}: {out}{err}");
+        assert!(out.contains("hello from allowed.test"), "{name}: {out}{err}");
+    }
+    let (code, out, err) = world.sh(
+        &id,
+        "cd /tmp && /usr/bin/python3 -m pip download --no-deps --disable-pip-version-check -q \
+         --index-url http://allowed.test/simple --trusted-host allowed.test -d /tmp/dl sktestpkg && ls /tmp/dl",
+    );
+    assert_eq!(code, 0, "pip: {out}{err}");
+    assert!(out.contains("sktestpkg-1.0-py3-none-any.whl"), "pip: {out}{err}");
+    let (code, out, err) = world.sh(&id, "git clone -q http://allowed.test/repo.git /tmp/repo && cat /tmp/repo/README");
+    assert_eq!(code, 0, "git: {out}{err}");
+    assert!(out.contains("cloned through the egress proxy"), "git: {out}{err}");
+    // Host side: the requests arrived, and only at allowed.test.
+    let seen = world.allowed.requests();
+    for path in ["GET /whoami", "GET /simple/sktestpkg/", "GET /repo.git/info/refs"] {
+        assert!(seen.contains(path), "allowed.test never saw {path:?}:\n{seen}");
+    }
+    assert_eq!(world.other.requests(), "");
+}
+
+/// A PEP 503 index serving one tiny wheel, `sktestpkg`.
+fn build_package_index(root: &std::path::Path) {
+    let dir = root.join("simple/sktestpkg");
+    std::fs::create_dir_all(&dir).unwrap();
+    let wheel = dir.join("sktestpkg-1.0-py3-none-any.whl");
+    let script = format!(
+        "import zipfile\nz = zipfile.ZipFile({:?}, 'w')\nz.writestr('sktestpkg/__init__.py', 'X = 1\\n')\n\
+         z.writestr('sktestpkg-1.0.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: sktestpkg\\nVersion: 1.0\\n')\n\
+         z.writestr('sktestpkg-1.0.dist-info/WHEEL', 'Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\n\
+         z.writestr('sktestpkg-1.0.dist-info/RECORD', '')\nz.close()\n",
+        wheel.to_str().unwrap()
+    );
+    let status = std::process::Command::new("/usr/bin/python3").args(["-c", &script]).status().unwrap();
+    assert!(status.success());
+    std::fs::write(
+        dir.join("index.html"),
+        "<html><body><a href=\"sktestpkg-1.0-py3-none-any.whl\">sktestpkg-1.0-py3-none-any.whl</a></body></html>\n",
+    )
+    .unwrap();
+}
+
+/// A bare repository with one commit, served by git's dumb HTTP protocol (static files).
+fn build_git_repository(root: &std::path::Path) {
+    let work = tempfile::tempdir().unwrap();
+    let git = |dir: &std::path::Path, args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    git(work.path(), &["init", "-q", "-b", "main"]);
+    std::fs::write(work.path().join("README"), "cloned through the egress proxy\n").unwrap();
+    git(work.path(), &["add", "README"]);
+    git(work.path(), &["commit", "-q", "-m", "one"]);
+    let bare = root.join("repo.git");
+    git(root, &["clone", "-q", "--bare", work.path().to_str().unwrap(), bare.to_str().unwrap()]);
+    git(&bare, &["update-server-info"]);
+}
+
+/// Sends `request` to the proxy from inside the sandbox, raw, and returns the proxy's answer (status line first).
+fn raw_proxy_request(world: &World, id: &str, request: &str) -> String {
+    const SCRIPT: &str = "import socket\n\
+        s = socket.create_connection(('127.0.0.1', 3128), timeout=5)\n\
+        s.sendall(open('/tmp/request.txt', 'rb').read())\n\
+        data = b''\n\
+        while b'\\r\\n\\r\\n' not in data and len(data) < 65536:\n    \
+            chunk = s.recv(65536)\n    \
+            if not chunk: break\n    \
+            data += chunk\n\
+        print(data.decode(errors='replace'))\n";
+    for (path, bytes) in [("/tmp/raw.py", SCRIPT.as_bytes()), ("/tmp/request.txt", request.as_bytes())] {
+        let put = world.server.put_bytes(&format!("/v1/sandboxes/{id}/files?path={path}"), KEY_1, bytes);
+        assert!(put.status < 300, "{put:?}");
+    }
+    let (_, out, err) = world.sh(id, "/usr/bin/python3 /tmp/raw.py");
+    out + &err
+}
+
+#[test]
+fn unlisted_names_special_addresses_and_odd_spellings_are_refused() {
+    require_root!();
+    let world = World::start("");
+    let (listener, port) = host_loopback_listener();
+    for policy in [allowlist(&["allowed.test", "metadata.test", "private.test"]), json!({"mode": "open"})] {
+        let id = world.sandbox(policy.clone());
+        // A name not in the list (in `open` mode: reachable in principle, but other.test resolves into a range the
+        // operator allowed, so it works there; the allowlist refuses it).
+        let (_, out, _) = world.sh(&id, &curl("http://other.test/whoami"));
+        if policy["mode"] == "allowlist" {
+            assert!(out.contains("STATUS 403") && out.contains("not in the allowlist"), "{policy}: {out}");
+        }
+        // Names whose static entry points at the metadata address or a private range nobody allowed.
+        for name in ["metadata.test", "private.test"] {
+            let (_, out, _) = world.sh(&id, &curl(&format!("http://{name}/latest")));
+            assert!(out.contains("STATUS 403"), "{policy} {name}: {out}");
+            assert!(out.contains("never allowed") || out.contains("special"), "{policy} {name}: {out}");
+        }
+        // The metadata address and the host's loopback, however spelled, through curl and raw requests.
+        let spellings = [
+            "169.254.169.254".to_owned(),
+            "0xa9.0xfe.0xa9.0xfe".to_owned(),
+            "2852039166".to_owned(),
+            "[::ffff:169.254.169.254]".to_owned(),
+            format!("127.0.0.1:{port}"),
+            format!("0x7f.1:{port}"),
+            format!("2130706433:{port}"),
+            format!("017700000001:{port}"),
+            format!("127.1:{port}"),
+            format!("[::ffff:127.0.0.1]:{port}"),
+            format!("[::1]:{port}"),
+            format!("localhost:{port}"),
+            format!("0.0.0.0:{port}"),
+        ];
+        for target in &spellings {
+            let get = format!("GET http://{target}/latest HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n");
+            let out = raw_proxy_request(&world, &id, &get);
+            assert!(out.starts_with("HTTP/1.1 403"), "{policy} GET {target}: {out}");
+            let has_port = target.rsplit_once(':').is_some_and(|(_, port)| !port.ends_with(']'));
+            let authority = if has_port { target.clone() } else { format!("{target}:443") };
+            let connect = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n");
+            let out = raw_proxy_request(&world, &id, &connect);
+            assert!(out.starts_with("HTTP/1.1 403"), "{policy} CONNECT {target}: {out}");
+        }
+        world.server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None);
+    }
+    assert_eq!(world.metadata.requests(), "", "the metadata server was reached");
+    assert_eq!(accepted_within(&listener, Duration::from_millis(300)), 0, "the host's loopback listener was reached");
+}
+
+#[test]
+fn raw_sockets_and_dns_go_nowhere_even_with_an_allowlist() {
+    require_root!();
+    let world = World::start("");
+    let id = world.sandbox(allowlist(&["allowed.test"]));
+    let code = "import socket\n\
+        for target in [('10.201.0.2', 80), ('169.254.169.254', 80), ('10.201.0.1', 22)]:\n    \
+            s = socket.socket(); s.settimeout(2)\n    \
+            try:\n        s.connect(target); print('TCP CONNECTED', target)\n    \
+            except OSError as e: print('tcp failed', e.errno)\n\
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+        try:\n    u.sendto(b'x', ('10.201.0.2', 53)); print('UDP SENT')\n\
+        except OSError as e: print('udp failed', e.errno)\n\
+        try:\n    print('RESOLVED', socket.gethostbyname('allowed.test'))\n\
+        except OSError as e: print('dns failed')\n";
+    let put = world.server.put_bytes(&format!("/v1/sandboxes/{id}/files?path=/tmp/probe.py"), KEY_1, code.as_bytes());
+    assert!(put.status < 300, "{put:?}");
+    let (_, out, err) = world.sh(&id, "/usr/bin/python3 /tmp/probe.py");
+    assert!(!out.contains("CONNECTED") && !out.contains("UDP SENT") && !out.contains("RESOLVED"), "{out}{err}");
+    assert_eq!(out.matches("tcp failed").count(), 3, "{out}{err}");
+    assert!(out.contains("udp failed") && out.contains("dns failed"), "{out}{err}");
+    assert_eq!(world.allowed.requests(), "");
+}
+
+#[test]
+fn policy_changes_apply_live_and_every_attempt_is_audited() {
+    require_root!();
+    let world = World::start("");
+    let id = world.server.create(json!({}));
+    let network = format!("/v1/sandboxes/{id}/network");
+    // none → allowlist: the door opens without a restart.
+    let reply = world.server.call("PUT", &network, KEY_1, Some(allowlist(&["allowed.test"])));
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert_eq!(reply.json["mode"], "allowlist");
+    let (_, out, _) = world.sh(&id, &curl("http://allowed.test/whoami"));
+    assert!(out.contains("STATUS 200"), "{out}");
+    let (_, out, _) = world.sh(&id, &curl("http://other.test/whoami"));
+    assert!(out.contains("STATUS 403"), "{out}");
+    // allowlist with a deny that wins.
+    let both = json!({"mode": "allowlist", "allow": ["*.test"], "deny": ["other.test"]});
+    assert_eq!(world.server.call("PUT", &network, KEY_1, Some(both)).status, 200);
+    let (_, out, _) = world.sh(&id, &curl("http://other.test/whoami"));
+    assert!(out.contains("STATUS 403") && out.contains("deny"), "{out}");
+    // → none: the door closes.
+    assert_eq!(world.server.call("PUT", &network, KEY_1, Some(json!({"mode": "none"}))).status, 200);
+    let (code, _, err) = world.sh(&id, &curl("http://allowed.test/whoami"));
+    assert_ne!(code, 0, "{err}");
+    assert_eq!(world.server.call("GET", &format!("/v1/sandboxes/{id}"), KEY_1, None).json["network"]["mode"], "none");
+    // Audit: the allowed request with its address and bytes, then the two refusals with their rules.
+    let events = world.audit(&id, 3);
+    assert_eq!(events.len(), 3, "{events:#?}");
+    assert_eq!(events[0]["decision"], "allowed");
+    assert_eq!(events[0]["host"], "allowed.test");
+    assert_eq!(events[0]["resolved"], "10.201.0.2");
+    assert_eq!(events[0]["port"], 80);
+    assert!(events[0]["bytes_down"].as_u64().unwrap() > 0, "{events:#?}");
+    assert!(events[0]["bytes_up"].as_u64().unwrap() > 0, "{events:#?}");
+    assert_eq!(events[1]["decision"], "refused");
+    assert_eq!(events[1]["host"], "other.test");
+    assert!(events[1]["rule"].as_str().unwrap().contains("allowlist"), "{events:#?}");
+    assert!(events[2]["rule"].as_str().unwrap().contains("deny"), "{events:#?}");
+    // The CLI shows the same trail.
+    let cli = std::process::Command::new(common::bin())
+        .args(["sandbox", "egress", &id, "--url", &world.server.url])
+        .env("SANDKASTEN_API_KEY", KEY_1)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&cli.stdout);
+    assert!(cli.status.success(), "{text}{}", String::from_utf8_lossy(&cli.stderr));
+    assert!(text.contains("allowed.test:80") && text.contains("refused") && text.contains("10.201.0.2"), "{text}");
+    // Metrics count the decisions.
+    let metrics = world
+        .server
+        .http()
+        .get(format!("{}/metrics", world.server.url))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    assert!(metrics.contains("egress_requests_total{decision=\"allowed\"} 1"), "{metrics}");
+    assert!(metrics.contains("egress_requests_total{decision=\"refused\"} 2"), "{metrics}");
+    // Another tenant sees nothing of it.
+    assert_eq!(world.server.call("GET", &format!("/v1/sandboxes/{id}/egress"), KEY_2, None).status, 404);
+}
+
+#[test]
+fn a_secret_reaches_only_its_host_and_never_the_sandbox() {
+    require_root!();
+    let world = World::start("");
+    let value = "s3cr3t-0123456789-value";
+    let put = world.server.call(
+        "PUT",
+        "/v1/secrets/API_TOKEN",
+        KEY_1,
+        Some(json!({"value": value, "hosts": ["allowed.test", "secure.test"]})),
+    );
+    assert_eq!(put.status, 201, "{put:?}");
+    assert!(!String::from_utf8_lossy(&put.body).contains(value), "the API echoed the value");
+    let listed = world.server.call("GET", "/v1/secrets", KEY_1, None);
+    assert!(!String::from_utf8_lossy(&listed.body).contains(value), "the list shows the value");
+    assert_eq!(listed.json["secrets"][0]["name"], "API_TOKEN");
+    let id = world.server.create(json!({
+        "network": allowlist(&["allowed.test", "other.test", "secure.test"]),
+        "secrets": ["API_TOKEN"],
+    }));
+    // Inside: a placeholder, and the value nowhere (environment of every process, files).
+    let (_, placeholder, _) = world.sh(&id, "printf %s \"$API_TOKEN\"");
+    assert!(placeholder.starts_with("sandkasten-secret-"), "{placeholder}");
+    // The probe assembles the value from two halves, so that its own command line does not contain it.
+    let (half_a, half_b) = value.split_at(8);
+    let probe = format!(
+        "import glob, os\nneedle = ({half_a:?} + {half_b:?}).encode()\nhits = []\n\
+         def check(path):\n    \
+             try:\n        \
+                 if needle in open(path, 'rb').read(): hits.append(path)\n    \
+             except OSError: pass\n\
+         for path in glob.glob('/proc/[0-9]*/environ') + glob.glob('/proc/[0-9]*/cmdline'): check(path)\n\
+         for top in ['/workspace', '/tmp', '/etc']:\n    \
+             for root, dirs, files in os.walk(top):\n        \
+                 for name in files: check(os.path.join(root, name))\n\
+         print('hits', hits)\n"
+    );
+    let put = world.server.put_bytes(&format!("/v1/sandboxes/{id}/files?path=/tmp/probe.py"), KEY_1, probe.as_bytes());
+    assert!(put.status < 300, "{put:?}");
+    let (_, out, err) = world.sh(&id, "/usr/bin/python3 /tmp/probe.py");
+    assert_eq!(out.trim(), "hits []", "the value is visible inside: {out}{err}");
+    // Sent to its host over HTTP, to another host, and to its host over HTTPS (intercepted with the sandbox's CA).
+    let header = "-H \"Authorization: Bearer $API_TOKEN\"";
+    let (_, out, _) = world.sh(&id, &format!("curl -sS -m 10 {header} http://allowed.test/whoami"));
+    assert!(out.contains("hello from allowed.test"), "{out}");
+    let (_, out, _) = world.sh(&id, &format!("curl -sS -m 10 {header} http://other.test/whoami"));
+    assert!(out.contains("hello from other.test"), "{out}");
+    let (code, out, err) = world.sh(&id, &format!("curl -sS -m 10 {header} https://secure.test/whoami"));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("hello from secure.test"), "{out}{err}");
+    // Host side: the value arrived where it may, the placeholder elsewhere.
+    assert!(world.allowed.requests().contains(&format!("Bearer {value}")), "{}", world.allowed.requests());
+    assert!(world.secure.requests().contains(&format!("Bearer {value}")), "{}", world.secure.requests());
+    let other = world.other.requests();
+    assert!(other.contains(&format!("Bearer {}", placeholder.trim())), "{other}");
+    assert!(!other.contains(value), "the value reached other.test:\n{other}");
+    // The stored sandbox shows the name only.
+    let body = world.server.call("GET", &format!("/v1/sandboxes/{id}"), KEY_1, None);
+    assert!(!String::from_utf8_lossy(&body.body).contains(value));
+    assert_eq!(body.json["secrets"][0], "API_TOKEN");
+    // Deleting the secret stops the substitution at once.
+    assert_eq!(world.server.call("DELETE", "/v1/secrets/API_TOKEN", KEY_1, None).status, 204);
+    world.sh(&id, &format!("curl -sS -m 10 {header} http://allowed.test/after-delete"));
+    let seen = world.allowed.requests();
+    let after = &seen[seen.find("GET /after-delete").expect("request arrived")..];
+    assert!(!after.contains(value), "substituted after the delete:\n{after}");
+}
+
+#[test]
+fn bad_network_input_is_refused_with_the_reason() {
+    require_root!();
+    let world = World::start("");
+    let create = |network: serde_json::Value| {
+        world.server.call("POST", "/v1/sandboxes", KEY_1, Some(json!({"network": network})))
+    };
+    for (network, needle) in [
+        (allowlist(&["exa mple.com"]), "exa mple.com"),
+        (allowlist(&["example.com:99999"]), "99999"),
+        (allowlist(&["*"]), "*"),
+        (json!({"mode": "none", "allow": ["a.example"]}), "allowlist"),
+        (json!({"mode": "sideways"}), "sideways"),
+    ] {
+        let reply = create(network.clone());
+        assert!(matches!(reply.status, 400 | 422), "{network}: {reply:?}");
+        assert!(reply.json["error"]["message"].as_str().unwrap_or("").contains(needle), "{network}: {reply:?}");
+    }
+    let reply = world.server.call("POST", "/v1/sandboxes", KEY_1, Some(json!({"secrets": ["NOPE"]})));
+    assert_eq!(reply.status, 422, "{reply:?}");
+    assert!(reply.json["error"]["message"].as_str().unwrap().contains("NOPE"));
+    for (name, body) in [
+        ("1BAD", json!({"value": "v", "hosts": ["a.example"]})),
+        ("GOOD", json!({"value": "v", "hosts": []})),
+        ("GOOD", json!({"value": "v", "hosts": ["bad host"]})),
+        ("GOOD", json!({"value": "line\nbreak", "hosts": ["a.example"]})),
+    ] {
+        let reply = world.server.call("PUT", &format!("/v1/secrets/{name}"), KEY_1, Some(body.clone()));
+        assert_eq!(reply.status, 400, "{name} {body}: {reply:?}");
+    }
+    let id = world.server.create(json!({}));
+    let network = format!("/v1/sandboxes/{id}/network");
+    let reply = world.server.call("PUT", &network, KEY_1, Some(allowlist(&["bad..name"])));
+    assert_eq!(reply.status, 400, "{reply:?}");
+    assert!(reply.json["error"]["message"].as_str().unwrap().contains("bad..name"), "{reply:?}");
+    assert_eq!(world.server.call("PUT", &network, KEY_2, Some(allowlist(&["a.example"]))).status, 404);
+    assert_eq!(world.server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
+    assert_eq!(world.server.call("PUT", &network, KEY_1, Some(allowlist(&["a.example"]))).status, 409);
+    let missing = "/v1/sandboxes/sb-0000000000000000/network";
+    assert_eq!(world.server.call("PUT", missing, KEY_1, Some(allowlist(&["a.example"]))).status, 404);
+}
+
+/// The inode of the proxy listener inside sandbox `id` (from its own `/proc/net/tcp`: 127.0.0.1:3128, LISTEN).
+fn door_inode(world: &World, id: &str) -> Option<String> {
+    let (_, out, _) = world.sh(id, "cat /proc/net/tcp");
+    out.lines()
+        .find(|line| line.contains("0100007F:0C38") && line.split_whitespace().nth(3) == Some("0A"))
+        .map(|line| line.split_whitespace().nth(9).unwrap_or_default().to_owned())
+}
+
+/// Whether any process on the host still holds socket `inode`.
+fn socket_held(inode: &str) -> bool {
+    let needle = format!("socket:[{inode}]");
+    std::fs::read_dir("/proc").unwrap().flatten().any(|process| {
+        std::fs::read_dir(process.path().join("fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target.to_string_lossy() == needle))
+    })
+}
+
+#[test]
+fn the_proxy_door_closes_with_its_sandbox_or_policy() {
+    require_root!();
+    let world = World::start("");
+    let id = world.sandbox(allowlist(&["allowed.test"]));
+    let inode = door_inode(&world, &id).expect("the proxy listens inside the sandbox");
+    assert!(socket_held(&inode), "positive control: the server holds the door");
+    // Policy none closes it.
+    world.server.call("PUT", &format!("/v1/sandboxes/{id}/network"), KEY_1, Some(json!({"mode": "none"})));
+    assert!(door_inode(&world, &id).is_none(), "still listening after the policy became none");
+    assert!(!socket_held(&inode), "the server still holds the door");
+    // Deleting the sandbox closes a reopened one, and nothing of the sandbox is left.
+    world.server.call("PUT", &format!("/v1/sandboxes/{id}/network"), KEY_1, Some(allowlist(&["allowed.test"])));
+    let inode = door_inode(&world, &id).expect("reopened");
+    assert_eq!(world.server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
+    assert!(!socket_held(&inode), "the door outlived its sandbox");
+    assert_sandbox_gone(&id);
+}

@@ -1,0 +1,113 @@
+//! Bodies of the egress routes (network policy, audit, secrets) with their OpenAPI schemas; `NetworkPolicyBody`
+//! mirrors `sandkasten_types::NetworkPolicy` (a test checks the JSON shapes agree).
+
+use sandkasten_types::{NetworkMode, NetworkPolicy};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::egress::store::EgressEvent;
+
+/// Network access of a sandbox. Mirrors `sandkasten_types::NetworkPolicy`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetworkPolicyBody {
+    /// `none` (default: loopback only), `allowlist` (only `allow`, minus `deny`) or `open` (any public address,
+    /// minus `deny`).
+    pub mode: NetworkModeName,
+    /// Host patterns: `api.example.com`, `*.example.org` (subdomains only), each with an optional `:port` (without
+    /// one: ports 80 and 443).
+    #[schema(example = json!(["api.example.com", "*.example.org:443"]))]
+    pub allow: Vec<String>,
+    /// Host patterns never reached; deny wins over allow.
+    pub deny: Vec<String>,
+}
+
+/// The network modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkModeName {
+    /// Nothing outside the sandbox.
+    #[default]
+    None,
+    /// Only the listed hosts, through the egress proxy.
+    Allowlist,
+    /// Any public address, through the egress proxy.
+    Open,
+}
+
+impl From<NetworkPolicyBody> for NetworkPolicy {
+    fn from(body: NetworkPolicyBody) -> Self {
+        let mode = match body.mode {
+            NetworkModeName::None => NetworkMode::None,
+            NetworkModeName::Allowlist => NetworkMode::Allowlist,
+            NetworkModeName::Open => NetworkMode::Open,
+        };
+        NetworkPolicy { mode, allow: body.allow, deny: body.deny }
+    }
+}
+
+impl From<NetworkPolicy> for NetworkPolicyBody {
+    fn from(policy: NetworkPolicy) -> Self {
+        let mode = match policy.mode {
+            NetworkMode::None => NetworkModeName::None,
+            NetworkMode::Allowlist => NetworkModeName::Allowlist,
+            NetworkMode::Open => NetworkModeName::Open,
+        };
+        NetworkPolicyBody { mode, allow: policy.allow, deny: policy.deny }
+    }
+}
+
+/// `GET /v1/sandboxes/{id}/egress`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct EgressLog {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// Its connection attempts through the proxy, oldest first (the newest `limit`).
+    pub events: Vec<EgressEvent>,
+}
+
+/// `PUT /v1/secrets/{name}`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SecretRequest {
+    /// The secret's value (at most 8 KiB, no control characters: it travels in HTTP headers).
+    pub value: String,
+    /// Host patterns the value may be sent to (same syntax as an allowlist); at least one.
+    #[schema(example = json!(["api.example.com"]))]
+    pub hosts: Vec<String>,
+}
+
+/// A secret as the API shows it: never its value.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SecretBody {
+    /// Name; a sandbox created with `"secrets": [NAME]` gets `NAME=<placeholder>` in its environment.
+    pub name: String,
+    /// Host patterns the value may be sent to.
+    pub hosts: Vec<String>,
+    /// When it was last written (RFC 3339, UTC).
+    pub updated_at: String,
+}
+
+/// `GET /v1/secrets`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SecretList {
+    /// The tenant's secrets, by name.
+    pub secrets: Vec<SecretBody>,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_mirror_has_the_shape_of_the_original() {
+        let json = r#"{"mode":"allowlist","allow":["a.example:443"],"deny":["b.example"]}"#;
+        let original: NetworkPolicy = serde_json::from_str(json).unwrap();
+        let mirror: NetworkPolicyBody = serde_json::from_str(json).unwrap();
+        assert_eq!(NetworkPolicy::from(mirror.clone()), original);
+        assert_eq!(serde_json::to_value(&mirror).unwrap(), serde_json::to_value(&original).unwrap());
+        assert_eq!(NetworkPolicyBody::from(NetworkPolicy::none()), NetworkPolicyBody::default());
+    }
+}

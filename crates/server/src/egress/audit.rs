@@ -1,0 +1,76 @@
+//! The audit trail of egress: the proxy reports every attempt to [`AuditQueue`] (without blocking: a full queue
+//! drops the event and counts it), and [`run`] writes them to the store in batches and counts them in the metrics.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sandkasten_egress::{AuditEvent, AuditSink, Decision};
+use tokio::sync::mpsc;
+
+use crate::egress::store::EgressEvent;
+use crate::state::AppState;
+
+/// Events waiting for the writer; beyond this many, new ones are dropped (and counted).
+const QUEUE: usize = 16_384;
+/// Most events written in one transaction.
+const BATCH: usize = 512;
+
+/// The proxy's side of the audit queue.
+#[derive(Debug)]
+pub struct AuditQueue {
+    sender: mpsc::Sender<AuditEvent>,
+    dropped: AtomicU64,
+}
+
+impl AuditSink for AuditQueue {
+    fn record(&self, event: AuditEvent) {
+        if self.sender.try_send(event).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A queue and its receiving end (for [`run`]).
+pub fn queue() -> (Arc<AuditQueue>, mpsc::Receiver<AuditEvent>) {
+    let (sender, receiver) = mpsc::channel(QUEUE);
+    (Arc::new(AuditQueue { sender, dropped: AtomicU64::new(0) }), receiver)
+}
+
+fn stored(event: AuditEvent) -> (String, String, EgressEvent) {
+    let row = EgressEvent {
+        time_ms: i64::try_from(event.time_ms).unwrap_or(i64::MAX),
+        scheme: event.scheme.to_string(),
+        host: event.host,
+        port: event.port,
+        resolved: event.resolved.map(|ip| ip.to_string()),
+        decision: match event.decision {
+            Decision::Allowed => "allowed",
+            Decision::Refused => "refused",
+            Decision::Failed => "failed",
+        }
+        .to_owned(),
+        rule: event.rule,
+        bytes_up: event.bytes_up,
+        bytes_down: event.bytes_down,
+    };
+    (event.sandbox_id, event.tenant, row)
+}
+
+/// Writes queued events until the queue closes.
+pub async fn run(state: AppState, queue: Arc<AuditQueue>, mut receiver: mpsc::Receiver<AuditEvent>) {
+    let mut batch = Vec::with_capacity(BATCH);
+    while receiver.recv_many(&mut batch, BATCH).await > 0 {
+        let rows: Vec<_> = batch.drain(..).map(stored).collect();
+        for (_, _, row) in &rows {
+            state.metrics().egress_attempt(&row.decision, row.bytes_up, row.bytes_down);
+        }
+        let dropped = queue.dropped.swap(0, Ordering::Relaxed);
+        if dropped > 0 {
+            state.metrics().egress_audit_dropped(dropped);
+            tracing::warn!(dropped, "egress audit events dropped: the writer fell behind");
+        }
+        if let Err(error) = state.store().append_egress_events(rows).await {
+            tracing::error!(%error, "cannot write egress audit events");
+        }
+    }
+}

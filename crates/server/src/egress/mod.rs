@@ -1,0 +1,241 @@
+//! Egress for `sandkasten serve`: one proxy (crate `sandkasten-egress`) for every sandbox, and per sandbox a door
+//! into it — a listener on `127.0.0.1:3128` inside the sandbox's network namespace, opened while its policy lets
+//! anything out and closed (with every tunnel through it) when the policy becomes `none` or the sandbox goes.
+//!
+//! - [`prepare`] checks a spec's policy and turns its secret names into placeholders (before the sandbox exists);
+//! - [`Egress::attach`] opens the door of a created sandbox, [`Egress::set_policy`] changes it live,
+//!   [`Egress::detach`] closes it;
+//! - `audit` writes every attempt to the store and the metrics; `store` holds secrets, audit and policy changes.
+
+pub mod audit;
+pub mod store;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use sandkasten_egress::{Mode, Policy, Proxy, ProxyHandle, SandboxCa, SandboxEgress, Secret};
+use sandkasten_types::{NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec};
+
+use crate::api::error::ApiError;
+use crate::runtime::{DynRuntime, FailureKind, RuntimeFailure};
+use crate::store::Store;
+
+/// Where a sandbox that holds secrets finds the CA bundle trusting its interception CA (the system's roots plus it).
+pub const CA_BUNDLE_PATH: &str = "/tmp/.sandkasten-ca-bundle.pem";
+/// The host's CA bundle, which sandboxes also see read-only.
+const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// Compiles a spec's network policy; the error names the bad pattern and says how to fix it.
+pub fn compile(policy: &NetworkPolicy) -> Result<Policy, String> {
+    let mode = match policy.mode {
+        NetworkMode::None => Mode::None,
+        NetworkMode::Allowlist => Mode::Allowlist,
+        NetworkMode::Open => Mode::Open,
+    };
+    if policy.mode == NetworkMode::None && !(policy.allow.is_empty() && policy.deny.is_empty()) {
+        return Err("network mode \"none\" takes no allow or deny patterns: use mode \"allowlist\"".to_owned());
+    }
+    if policy.mode == NetworkMode::Open && !policy.allow.is_empty() {
+        return Err(
+            "network mode \"open\" allows every public host already: drop \"allow\", or use \"allowlist\"".to_owned()
+        );
+    }
+    Policy::compile(mode, &policy.allow, &policy.deny).map_err(|error| format!("network: {error}"))
+}
+
+/// What a sandbox's egress needs once it exists: its compiled policy, its secrets with their placeholders, and the CA
+/// that intercepts TLS toward the secrets' hosts.
+pub struct Prepared {
+    policy: Policy,
+    secrets: Vec<Secret>,
+    ca: Option<SandboxCa>,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared").field("secrets", &self.secrets.len()).finish_non_exhaustive()
+    }
+}
+
+/// Checks `spec`'s policy and resolves its secrets: each named secret must exist for the tenant; its environment
+/// variable gets a fresh placeholder, and the CA variables point at [`CA_BUNDLE_PATH`]. Runs before the sandbox is
+/// created (the environment is fixed at creation).
+pub async fn prepare(store: &Store, tenant: &str, spec: &mut SandboxSpec) -> Result<Prepared, ApiError> {
+    let policy = compile(&spec.network).map_err(ApiError::bad_request)?;
+    if spec.secrets.is_empty() {
+        return Ok(Prepared { policy, secrets: Vec::new(), ca: None });
+    }
+    let stored = store.secrets(tenant).await?;
+    let mut secrets = Vec::new();
+    for name in &spec.secrets {
+        let Some(found) = stored.iter().find(|s| &s.name == name) else {
+            return Err(ApiError::unprocessable(format!(
+                "secret {name:?} does not exist for this tenant: create it with PUT /v1/secrets/{name}"
+            )));
+        };
+        let placeholder = placeholder(name)?;
+        spec.env.insert(name.clone(), placeholder.clone());
+        secrets.push(Secret {
+            name: name.clone(),
+            value: found.value.clone(),
+            placeholder,
+            hosts: found.hosts.clone(),
+        });
+    }
+    let ca = SandboxCa::generate("sandkasten sandbox").map_err(|e| ApiError::internal(format!("sandbox CA: {e}")))?;
+    for name in
+        ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS"]
+    {
+        spec.env.insert(name.to_owned(), CA_BUNDLE_PATH.to_owned());
+    }
+    Ok(Prepared { policy, secrets, ca: Some(ca) })
+}
+
+/// A placeholder for a secret: recognisable in logs, random so that one sandbox's placeholder means nothing to
+/// another's proxy state.
+fn placeholder(name: &str) -> Result<String, ApiError> {
+    let mut bytes = [0u8; 12];
+    rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty())
+        .map_err(|e| ApiError::internal(format!("getrandom: {e}")))?;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("sandkasten-secret-{}-{hex}", name.to_ascii_lowercase()))
+}
+
+struct Attached {
+    tenant: String,
+    sandbox: Arc<SandboxEgress>,
+    /// The secrets the sandbox holds (the proxy's copy is replaced as a whole when one changes).
+    secrets: Vec<Secret>,
+    door: Option<ProxyHandle>,
+}
+
+impl Attached {
+    fn push_secrets(&self) {
+        if let Err(error) = self.sandbox.set_secrets(self.secrets.clone()) {
+            tracing::error!(%error, "egress secrets rejected");
+        }
+    }
+}
+
+fn reaches_out(policy: &Policy) -> bool {
+    policy.mode() != Mode::None
+}
+
+/// The proxy and the sandboxes attached to it.
+pub struct Egress {
+    proxy: Proxy,
+    attached: Mutex<HashMap<String, Attached>>,
+}
+
+impl std::fmt::Debug for Egress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Egress").finish_non_exhaustive()
+    }
+}
+
+fn poisoned() -> RuntimeFailure {
+    RuntimeFailure::new(FailureKind::Internal, "egress table lock poisoned")
+}
+
+impl Egress {
+    /// Egress through `proxy`.
+    pub fn new(proxy: Proxy) -> Egress {
+        Egress { proxy, attached: Mutex::new(HashMap::new()) }
+    }
+
+    /// Attaches a created sandbox: writes its CA bundle when it holds secrets, and opens its door when the policy
+    /// lets anything out.
+    pub(crate) async fn attach(
+        &self,
+        runtime: &dyn DynRuntime,
+        id: &str,
+        tenant: &str,
+        prepared: Prepared,
+    ) -> Result<(), RuntimeFailure> {
+        if let Some(ca) = &prepared.ca {
+            let system = std::fs::read(SYSTEM_BUNDLE).unwrap_or_default();
+            let mut bundle = system;
+            bundle.extend_from_slice(b"\n");
+            bundle.extend_from_slice(ca.cert_pem().as_bytes());
+            runtime.write_file(id, CA_BUNDLE_PATH, bundle).await?;
+        }
+        let opens = reaches_out(&prepared.policy);
+        let sandbox = Arc::new(SandboxEgress::new(id, tenant, prepared.policy, prepared.ca));
+        sandbox
+            .set_secrets(prepared.secrets.clone())
+            .map_err(|e| RuntimeFailure::new(FailureKind::Internal, format!("egress secrets: {e}")))?;
+        let door = if opens { Some(self.open_door(runtime, id, &sandbox)?) } else { None };
+        let entry = Attached { tenant: tenant.to_owned(), sandbox, secrets: prepared.secrets, door };
+        self.attached.lock().map_err(|_| poisoned())?.insert(id.to_owned(), entry);
+        Ok(())
+    }
+
+    fn open_door(
+        &self,
+        runtime: &dyn DynRuntime,
+        id: &str,
+        sandbox: &Arc<SandboxEgress>,
+    ) -> Result<ProxyHandle, RuntimeFailure> {
+        let listener = runtime.listen_in_sandbox(id, PROXY_PORT)?;
+        let listener = tokio::net::TcpListener::from_std(listener)
+            .map_err(|e| RuntimeFailure::new(FailureKind::Internal, format!("egress listener: {e}")))?;
+        Ok(self.proxy.serve(listener, Arc::clone(sandbox)))
+    }
+
+    /// Changes a live sandbox's policy: takes effect for new connections at once; a policy of `none` closes the door
+    /// and every open tunnel. `NotFound` when the sandbox is not attached.
+    pub(crate) fn set_policy(&self, runtime: &dyn DynRuntime, id: &str, policy: Policy) -> Result<(), RuntimeFailure> {
+        let mut attached = self.attached.lock().map_err(|_| poisoned())?;
+        let entry = attached
+            .get_mut(id)
+            .ok_or_else(|| RuntimeFailure::new(FailureKind::NotFound, format!("sandbox {id} has no egress state")))?;
+        let opens = reaches_out(&policy);
+        entry.sandbox.set_policy(policy);
+        match (opens, entry.door.is_some()) {
+            (true, false) => entry.door = Some(self.open_door(runtime, id, &entry.sandbox)?),
+            (false, true) => entry.door = None,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A secret's value or hosts changed: every attached sandbox of the tenant that holds it uses the new ones.
+    pub(crate) fn update_secret(&self, tenant: &str, name: &str, value: &str, hosts: &[String]) {
+        let Ok(mut attached) = self.attached.lock() else { return };
+        for entry in attached.values_mut().filter(|entry| entry.tenant == tenant) {
+            let mut changed = false;
+            for secret in entry.secrets.iter_mut().filter(|secret| secret.name == name) {
+                secret.value = value.to_owned();
+                secret.hosts = hosts.to_vec();
+                changed = true;
+            }
+            if changed {
+                entry.push_secrets();
+            }
+        }
+    }
+
+    /// A secret was deleted: no attached sandbox of the tenant gets its value any more.
+    pub(crate) fn remove_secret(&self, tenant: &str, name: &str) {
+        let Ok(mut attached) = self.attached.lock() else { return };
+        for entry in attached.values_mut().filter(|entry| entry.tenant == tenant) {
+            let before = entry.secrets.len();
+            entry.secrets.retain(|secret| secret.name != name);
+            if entry.secrets.len() != before {
+                entry.push_secrets();
+            }
+        }
+    }
+
+    /// Closes a sandbox's door and forgets it (its tunnels end); unknown ids are ignored.
+    pub(crate) fn detach(&self, id: &str) {
+        if let Ok(mut attached) = self.attached.lock() {
+            attached.remove(id);
+        }
+    }
+
+    /// How many sandboxes have an open door (for the leak checks of tests).
+    pub fn open_doors(&self) -> usize {
+        self.attached.lock().map(|a| a.values().filter(|entry| entry.door.is_some()).count()).unwrap_or(0)
+    }
+}
