@@ -31,9 +31,15 @@ done
 mounts=$(grep -i sandkasten /proc/self/mountinfo)
 [ -n "$mounts" ] && problems+=("mounts left: $mounts")
 
+# The egress tests' own test hosts (network namespaces with veth pairs) and anything still routed to them.
+namespaces=$(ip netns list 2>/dev/null | grep -E '^sk-test-')
+[ -n "$namespaces" ] && problems+=("test network namespaces left: $namespaces")
+links=$(ip -br link 2>/dev/null | grep -E '^skh')
+[ -n "$links" ] && problems+=("test veth links left: $links")
+
 if [ "${#problems[@]}" -gt 0 ]; then
   printf 'leak check failed:\n' >&2
   printf '  %s\n' "${problems[@]}" >&2
   exit 1
 fi
-echo "leak check: no records, cgroups, sandbox processes or mounts left"
+echo "leak check: no records, cgroups, sandbox processes, mounts or test network namespaces left"

@@ -101,11 +101,37 @@ fn an_allowlisted_name_works_from_common_clients() {
             "/usr/bin/python3 -c \"import requests; print(requests.get('http://allowed.test/whoami', timeout=10).text)\"",
         ),
         ("wget", "wget -q -O - http://allowed.test/whoami"),
+        ("node fetch", "node -e \"fetch('http://allowed.test/whoami').then(r => r.text()).then(console.log)\""),
+        (
+            "node fetch POST",
+            "node -e \"fetch('http://allowed.test/echo', {method: 'POST', body: 'hello from allowed.test'}).then(r => r.text()).then(console.log)\"",
+        ),
     ];
     for (name, cmd) in clients {
         let (code, out, err) = world.sh(&id, cmd);
         assert_eq!(code, 0, "{name}: {out}{err}");
         assert!(out.contains("hello from allowed.test"), "{name}: {out}{err}");
+    }
+    // HTTPS through a blind tunnel (no secret: no interception), the test CA trusted explicitly.
+    let ca = std::fs::read(world.test_ca()).unwrap();
+    assert!(
+        world.server.put_bytes(&format!("/v1/sandboxes/{id}/files?path=/tmp/test-ca.pem"), KEY_1, &ca).status < 300
+    );
+    let https_allowed = allowlist(&["allowed.test", "secure.test"]);
+    assert_eq!(
+        world.server.call("PUT", &format!("/v1/sandboxes/{id}/network"), KEY_1, Some(https_allowed)).status,
+        200
+    );
+    for (name, cmd) in [
+        ("curl https", "curl -sS -m 10 --cacert /tmp/test-ca.pem https://secure.test/whoami".to_owned()),
+        (
+            "node fetch https",
+            "NODE_EXTRA_CA_CERTS=/tmp/test-ca.pem node -e \"fetch('https://secure.test/whoami').then(r => r.text()).then(console.log, e => { console.error(e.cause); process.exit(1) })\"".to_owned(),
+        ),
+    ] {
+        let (code, out, err) = world.sh(&id, &cmd);
+        assert_eq!(code, 0, "{name}: {out}{err}");
+        assert!(out.contains("hello from secure.test"), "{name}: {out}{err}");
     }
     let (code, out, err) = world.sh(
         &id,

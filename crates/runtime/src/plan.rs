@@ -149,14 +149,20 @@ pub fn plan_live(spec: &SandboxSpec) -> Result<RunPlan, RuntimeError> {
     if let Some(bad) = spec.env.keys().find(|k| !environment::is_valid_name(k)) {
         return Err(RuntimeError::InvalidInput(format!("'{bad}' is not a valid environment variable name")));
     }
+    let mut files = etc_files();
+    files.push(system_file(NODE_FETCH_PROXY, include_str!("../../../resources/node/fetch_proxy.cjs")));
     Ok(RunPlan {
-        files: etc_files(),
+        files,
         uploads: Vec::new(),
         compile: None,
         program: Vec::new(),
         env: environment::build(WORKSPACE, &with_proxy_environment(&spec.env)),
     })
 }
+
+/// Preloaded by Node (NODE_OPTIONS) in long-lived sandboxes: routes `fetch` through the egress proxy, which Node
+/// before 24 does not do by itself.
+const NODE_FETCH_PROXY: &str = "/etc/sandkasten/node-fetch-proxy.cjs";
 
 /// The proxy variables every long-lived sandbox gets (upper and lower case: curl reads only `http_proxy`), under the
 /// caller's own variables. They point at the egress proxy's port on the sandbox's loopback, where nothing listens
@@ -170,6 +176,7 @@ fn with_proxy_environment(env: &BTreeMap<String, String>) -> BTreeMap<String, St
     for name in ["NO_PROXY", "no_proxy"] {
         all.insert(name.to_owned(), "localhost,127.0.0.1,::1".to_owned());
     }
+    all.insert("NODE_OPTIONS".to_owned(), format!("--require={NODE_FETCH_PROXY}"));
     all.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
     all
 }
