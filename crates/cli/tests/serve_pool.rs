@@ -1,6 +1,6 @@
 //! Warm pools of `sandkasten serve` against a real server: two callers never share a sandbox, a used sandbox never
 //! returns to a pool, a pool member killed from the host is replaced, the pool refills after a burst, quotas count
-//! claimed sandboxes only, and shutdown leaves nothing behind.
+//! claimed sandboxes only, shutdown leaves nothing behind, and an admin resizes a pool through the API.
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -217,6 +217,53 @@ fn shutdown_leaves_nothing_of_the_pool() {
         assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "agent {pid} of {id} survived");
     }
     assert!(all.iter().any(|(id, _)| *id == claimed));
+}
+
+/// An admin tenant's key (the tenant is added by `with_admin`).
+const KEY_ADMIN: &str = "ops-key-0123456789abcdefghij";
+
+/// `extra` config plus an admin tenant `ops`.
+fn with_admin(extra: &str) -> String {
+    format!("{extra}\n[[tenants]]\nname = \"ops\"\napi_keys = [\"{KEY_ADMIN}\"]\nadmin = true\n")
+}
+
+#[test]
+fn an_admin_resizes_a_pool_and_the_host_follows() {
+    require_root!();
+    let _lock = common::shared_lock();
+    let server = Server::start_with(&with_admin(&pool(1, 2)));
+    wait_pool_size(&server, 1.0);
+    let listed = server.call("GET", "/v1/pools", KEY_1, None);
+    assert_eq!(listed.status, 200, "{listed:?}");
+    let std = &listed.json["pools"][0];
+    assert_eq!((std["name"].as_str(), std["min"].as_u64(), std["max"].as_u64()), (Some("std"), Some(1), Some(2)));
+
+    let refused = server.call("PUT", "/v1/pools/std", KEY_1, Some(json!({"min": 3, "max": 3})));
+    assert_eq!((refused.status, refused.json["error"]["code"].as_str()), (403, Some("forbidden")), "{refused:?}");
+    let bad = server.call("PUT", "/v1/pools/std", KEY_ADMIN, Some(json!({"min": 3, "max": 2})));
+    assert_eq!(bad.status, 400, "{bad:?}");
+    let unknown = server.call("PUT", "/v1/pools/nope", KEY_ADMIN, Some(json!({"min": 1, "max": 1})));
+    assert_eq!(unknown.status, 404, "{unknown:?}");
+    assert_eq!(server_sandboxes(&server).len(), 1, "refused resizes change nothing");
+
+    let grown = server.call("PUT", "/v1/pools/std", KEY_ADMIN, Some(json!({"min": 3, "max": 3})));
+    assert_eq!(grown.status, 200, "{grown:?}");
+    wait_pool_size(&server, 3.0);
+    let members = server_sandboxes(&server);
+    assert_eq!(members.len(), 3, "three live members on the host: {members:?}");
+
+    let shrunk = server.call("PUT", "/v1/pools/std", KEY_ADMIN, Some(json!({"min": 1, "max": 1})));
+    assert_eq!((shrunk.status, shrunk.json["ready"].as_u64()), (200, Some(1)), "{shrunk:?}");
+    let left = server_sandboxes(&server);
+    assert_eq!(left.len(), 1, "the surplus is destroyed before the answer: {left:?}");
+    for (id, pid) in members.iter().filter(|(id, _)| *id != left[0].0) {
+        assert_sandbox_gone(id);
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "agent {pid} of {id} survived");
+    }
+    let id = create_as(&server, KEY_1);
+    assert_eq!(id, left[0].0, "the remaining member is still handed out");
+    wait_pool_size(&server, 1.0);
+    delete(&server, KEY_1, &id);
 }
 
 /// A pool with a Python zygote preloading `json`.

@@ -12,6 +12,7 @@
 //! api_keys = ["a-long-random-key-of-16-bytes-or-more"]
 //! max_sandboxes = 32                              # running at once
 //! max_memory_bytes = 8589934592                   # sum of the running sandboxes' memory limits
+//! admin = false                                   # may resize the warm pools (PUT /v1/pools/{name})
 //!
 //! [[pools]]                                       # warm pool (none by default): sandboxes created ahead of time
 //! name = "default"                                # label of the pool_size metric; default "pool-N"
@@ -23,7 +24,10 @@
 //! ```
 //!
 //! A create (or `POST /v1/run`) whose template and limits equal a pool's and whose `env` is empty takes a ready
-//! sandbox from that pool; anything else is created fresh.
+//! sandbox from that pool; anything else is created fresh. A pool refills to `min`, raised by one per recent miss up
+//! to `max` (each 10 s without a miss lowers it by one). `GET /v1/pools` shows every pool's sizes and counts;
+//! `PUT /v1/pools/{name}` `{"min", "max"}` (admin tenants only; `0 <= min <= max <= 1024`) resizes one until the
+//! server restarts.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -165,6 +169,9 @@ pub struct TenantConfig {
     /// Sum of the memory limits of the running sandboxes, in bytes. Default 8 GiB.
     #[serde(default = "default_max_memory_bytes")]
     pub max_memory_bytes: u64,
+    /// May change operator-wide settings through the API (resize warm pools). Default false.
+    #[serde(default)]
+    pub admin: bool,
 }
 
 impl TenantConfig {
@@ -175,6 +182,7 @@ impl TenantConfig {
             api_keys: Vec::new(),
             max_sandboxes: default_max_sandboxes(),
             max_memory_bytes: default_max_memory_bytes(),
+            admin: false,
         }
     }
 }

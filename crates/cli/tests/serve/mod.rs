@@ -168,6 +168,7 @@ impl Server {
             ("DELETE", _) => self.http.delete(&url).header("Authorization", &auth).call(),
             ("POST", Some(body)) => self.http.post(&url).header("Authorization", &auth).send_json(body),
             ("POST", None) => self.http.post(&url).header("Authorization", &auth).send_empty(),
+            ("PUT", Some(body)) => self.http.put(&url).header("Authorization", &auth).send_json(body),
             (other, _) => panic!("unsupported method {other}"),
         };
         Self::reply(result)

@@ -13,6 +13,7 @@ mod exec;
 mod extract;
 mod files;
 mod output;
+pub mod pools;
 mod request_log;
 mod run;
 mod sandboxes;
@@ -49,6 +50,7 @@ pub(crate) use sandboxes::destroy_quietly;
         commands::list, command_stream::stream, commands::stdin, commands::signal, commands::kill,
         code::run_code, contexts::create, contexts::list, contexts::delete, contexts::restart,
         run::run,
+        pools::list, pools::resize,
         files::read, files::write, files::remove, files::list, files::stat, files::mkdir, files::rename,
         archive::upload, archive::download,
         service::healthz, service::metrics, service::openapi,
@@ -59,6 +61,7 @@ pub(crate) use sandboxes::destroy_quietly;
         code_schemas::CellResultBody, code_schemas::CellErrorBody, code_schemas::CodeResponse,
         run::RunExitEvent,
         command_schemas::CommandStateName,
+        pools::PoolBody, pools::PoolList, pools::PoolSizes,
     )),
     modifiers(&BearerAuth),
     tags(
@@ -66,6 +69,7 @@ pub(crate) use sandboxes::destroy_quietly;
         (name = "exec", description = "Run commands"),
         (name = "code", description = "Stateful code interpreter: Python and JavaScript contexts"),
         (name = "files", description = "Files inside a sandbox"),
+        (name = "pools", description = "Warm pools: sizes and counts; resizing is for admin tenants"),
         (name = "service", description = "Health, metrics, this description"),
     )
 )]
@@ -122,6 +126,8 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes/{id}/files/rename", post(files::rename))
         .route("/sandboxes/{id}/files/archive", get(archive::download).put(archive::upload))
         .route("/run", post(run::run))
+        .route("/pools", get(pools::list))
+        .route("/pools/{name}", axum::routing::put(pools::resize))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_tenant));
     Router::new()
         .route("/healthz", get(service::healthz))
