@@ -19,7 +19,7 @@
 //! limits = { memory_bytes = 268435456 }           # omitted fields take their defaults, as in POST /v1/sandboxes
 //! min = 2                                         # ready sandboxes kept (refilled in the background)
 //! max = 8                                         # never more than this many, ready or being created
-//! zygote = "python"                               # optional: a Python interpreter waiting in each member
+//! zygote = "python"                               # optional: "python" or "node", an interpreter waiting in each member
 //! preload = ["json"]                              # modules the zygote imports ahead of time (needs zygote)
 //! ```
 //!
@@ -212,7 +212,8 @@ pub struct PoolConfig {
     /// An interpreter started in each member once it is created; one-shot runs of its language fork from it.
     #[serde(default)]
     pub zygote: Option<ZygoteKind>,
-    /// Modules the zygote imports before it waits (dotted Python names). Needs `zygote`.
+    /// Modules the zygote imports (Python) or requires (Node) before it waits: dotted names of identifiers, so Node
+    /// preloads builtins and installed packages by plain name (`fs`, `lodash`). Needs `zygote`.
     #[serde(default)]
     pub preload: Vec<String>,
 }
@@ -223,6 +224,8 @@ pub struct PoolConfig {
 pub enum ZygoteKind {
     /// `python3`, serving `POST /v1/run` with `language = "python"`.
     Python,
+    /// `node`, serving `POST /v1/run` with `language = "node"`.
+    Node,
 }
 
 /// Most modules a zygote may preload.
@@ -444,7 +447,7 @@ impl ServerConfig {
                 )));
             }
             if pool.zygote.is_none() && !pool.preload.is_empty() {
-                return Err(problem("preload needs a zygote (zygote = \"python\")".into()));
+                return Err(problem("preload needs a zygote (zygote = \"python\" or \"node\")".into()));
             }
             if pool.preload.len() > MAX_PRELOAD {
                 return Err(problem(format!("at most {MAX_PRELOAD} preload modules, got {}", pool.preload.len())));

@@ -25,7 +25,7 @@ pub struct PoolBody {
     pub template: TemplateName,
     /// Limits of its sandboxes: a create or run with exactly these limits (and no env) takes one of them.
     pub limits: LimitsBody,
-    /// The interpreter waiting in each member (`python`), if any.
+    /// The interpreter waiting in each member (`python` or `node`), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub zygote: Option<String>,
     /// Ready sandboxes kept at least.
@@ -64,6 +64,7 @@ pub struct PoolSizes {
 fn zygote_name(kind: ZygoteKind) -> &'static str {
     match kind {
         ZygoteKind::Python => "python",
+        ZygoteKind::Node => "node",
     }
 }
 

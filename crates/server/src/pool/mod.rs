@@ -11,10 +11,12 @@
 //! - An admin resizes a pool at run time (`PUT /v1/pools/{name}`): a higher `min` is refilled, a lower `max` destroys
 //!   the ready members past it. Sizes set this way last until the server restarts (the config file is not written).
 //! - Members are runtime sandboxes like any other: when the server goes, the runtime destroys them with the rest.
-//! - A pool with a zygote (`zygote = "python"`) starts it in each new member as a background command
-//!   (`python3 -c <resources/zygotes/python_zygote.py> <preload...>`); the member is ready only once it runs. The
-//!   zygote imports the preload modules and waits for one program on its stdin, which it runs in a forked child
-//!   (`POST /v1/run`, see `api::run::task`). A claim that does not use the zygote (a plain create) kills it.
+//! - A pool with a zygote (`zygote = "python"` or `"node"`) starts it in each new member as a background command
+//!   (`python3 -c <resources/zygotes/python_zygote.py> <preload...>`, `node -e <resources/zygotes/node_zygote.js>
+//!   <preload...>`); the member is ready only once it runs. The zygote loads the preload modules and waits for one
+//!   program on its stdin (Python: the source, run in a forked child; Node: the path of the main file, run in the
+//!   zygote process itself), for `POST /v1/run` (see `api::run::task`). A claim that does not use the zygote (a plain
+//!   create) kills it.
 
 mod class;
 
@@ -33,17 +35,19 @@ use class::{Member, PoolClass};
 
 /// The Python zygote's program (`python3 -c`).
 const PYTHON_ZYGOTE: &str = include_str!("../../../../resources/zygotes/python_zygote.py");
+/// The Node.js zygote's program (`node -e`).
+const NODE_ZYGOTE: &str = include_str!("../../../../resources/zygotes/node_zygote.js");
 /// Time limit of a zygote command: it waits in an idle member for as long as the member is not claimed; a run
 /// enforces its own time limit.
 const ZYGOTE_TIMEOUT_MS: u64 = 365 * 24 * 3600 * 1000;
 
 /// The argv of a pool's zygote.
 fn zygote_argv(kind: ZygoteKind, preload: &[String]) -> Vec<String> {
-    match kind {
-        ZygoteKind::Python => {
-            ["python3", "-c", PYTHON_ZYGOTE].into_iter().map(str::to_owned).chain(preload.iter().cloned()).collect()
-        }
-    }
+    let head = match kind {
+        ZygoteKind::Python => ["python3", "-c", PYTHON_ZYGOTE],
+        ZygoteKind::Node => ["node", "-e", NODE_ZYGOTE],
+    };
+    head.into_iter().map(str::to_owned).chain(preload.iter().cloned()).collect()
 }
 
 /// How often the refill task looks for dead members when nothing wakes it.
@@ -60,6 +64,8 @@ pub(crate) struct Claimed {
     pub(crate) id: String,
     /// The command id of the member's zygote, when its pool has one.
     pub(crate) zygote: Option<String>,
+    /// Which interpreter that zygote is.
+    pub(crate) zygote_kind: Option<ZygoteKind>,
 }
 
 /// One pool as `GET /v1/pools` shows it.
@@ -157,7 +163,9 @@ impl Pools {
             match pool.take() {
                 // Its agent died since the last check: the runtime has removed it already.
                 Some(member) if !runtime.is_alive(&member.id) => continue,
-                Some(Member { id, zygote }) => break Some(Claimed { class, id, zygote }),
+                Some(Member { id, zygote }) => {
+                    break Some(Claimed { class, id, zygote, zygote_kind: pool.zygote_kind });
+                }
                 None => break None,
             }
         };
