@@ -677,14 +677,17 @@ def render_runs(r: dict) -> list[str]:
         f"sandkasten {mach['sandkasten'] or 'unknown revision'}; 1-minute load average {r['loadavg_before'][0]:.2f} "
         f"before, {r['loadavg_after'][0]:.2f} after.",
         "",
-        "**Method.** `bench/runs.py` starts `sandkasten serve` once per configuration (as `bench/warm.py` does) and "
-        f"sends {p['runs']} `POST /v1/run` requests per language one after the other from one keep-alive client "
-        "(after 3 untimed ones): Python `print(2+2)`, Node `console.log(2+2)`, default limits. Pooled configurations "
-        f"have one `[[pools]]` entry for the default limits (`min = {p['pool_min']}`, `max = {p['pool_max']}`); "
-        "before each run the client waits until `GET /v1/pools` shows the pool full again, so these rows are the hit "
-        "path, not a sustained rate. *Latency* is the client's, request to whole answer (the sandbox is destroyed "
-        "before the answer); *run* is the server's `duration_ms` (the command, or the zygote from the hand-over to "
-        "its end). Compare ratios within this table: the machine is shared and its load varies between runs.",
+        "**Method.** `bench/runs.py` starts one `sandkasten serve` (as `bench/warm.py` does) with three pools "
+        f"(`min = {p['pool_min']}`, `max = {p['pool_max']}`), told apart by their limits: a plain one, one with a "
+        "Python zygote and one with a Node zygote (their limits differ from the defaults only in `pids`, which costs "
+        "nothing; runs with yet another `pids` match no pool and create their sandbox). It sends "
+        f"{p['runs']} `POST /v1/run` per row one after the other from one keep-alive client (after 3 untimed ones), "
+        "interleaved (one run of each row per round), so that all rows share the machine's load: Python "
+        "`print(2+2)`, Node `console.log(2+2)`. Before each run the client waits until `GET /v1/pools` shows every "
+        "pool full, so the pooled rows are the hit path, not a sustained rate (the refill of the claimed pool still "
+        "competes with the run for the CPUs). *Latency* is the client's, request to whole answer (the sandbox is "
+        "destroyed before the answer); *run* is the server's `duration_ms` (the command, or the zygote from the "
+        "hand-over to its end). The machine is shared with other work: compare rows, not runs.",
         "",
     ]
     if p.get("quick"):
@@ -693,7 +696,7 @@ def render_runs(r: dict) -> list[str]:
         lines += [f"**Error during the run:** {err}", ""]
     lines += [
         "| language | sandbox from | ok / errors | latency p50 ms | latency p99 ms | run p50 ms | latency vs no pool "
-        "(p50) | pool hits / misses | zygote runs |",
+        "(p50) | its pool's hits / misses | zygote runs |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     base = {row["language"]: (row.get("latency_ms") or {}).get("p50")
@@ -701,7 +704,7 @@ def render_runs(r: dict) -> list[str]:
     for row in r["rows"]:
         s, srv = row.get("latency_ms") or {}, row.get("server_duration_ms") or {}
         ratio = s.get("p50") / base[row["language"]] if s.get("p50") and base.get(row["language"]) else None
-        pool = "–" if row["hits"] is None else f"{row['hits']:.0f} / {row['misses']:.0f}"
+        pool = "–" if row["pool_hits"] is None else f"{row['pool_hits']:.0f} / {row['pool_misses']:.0f}"
         lines.append(
             f"| {row['language']} | {row['config']} | {row['ok']} / {row['errors']} | {fmt(s.get('p50'), 2)} | "
             f"{fmt(s.get('p99'), 2)} | {fmt(srv.get('p50'), 2)} | {fmt(ratio, 2)}× | {pool} | "
@@ -713,7 +716,8 @@ def render_runs(r: dict) -> list[str]:
         "removes the interpreter's start-up: Python forks a child from an interpreter that has started (and imported "
         "`preload`), Node runs the program in the waiting process itself (Node cannot fork; the process has run "
         "nothing before and serves this one run). What remains is the HTTP round trip, writing the source file, the "
-        "program itself and destroying the sandbox before the answer.",
+        "program itself and destroying the sandbox before the answer. The plain pool serves both languages, so its "
+        "hit and miss counts cover both rows (and the warm-up runs).",
     ]
     return lines
 

@@ -1,15 +1,18 @@
 #!/usr/bin/python3
-"""One-shot runs over HTTP: `POST /v1/run` of Python `print(2+2)` and Node `console.log(2+2)` on a server without a
-pool, with a warm pool, and with a warm pool whose members hold a Python or a Node zygote.
+"""One-shot runs over HTTP: `POST /v1/run` of Python `print(2+2)` and Node `console.log(2+2)` with a fresh sandbox
+(no pool), with a warm pool's sandbox, and with a warm pool's sandbox holding a Python or a Node zygote.
 
-Starts `sandkasten serve` once per configuration (bench/warm.py's `Server`: temporary database and config, free
-loopback port, SIGTERM at the end). Pools are for the default limits, `min = 4`, `max = 8`. Runs are sequential from
-one keep-alive client; before each run on a pooled server the client waits until `GET /v1/pools` shows the pool full
-again, so every run measures the hit path (hits and misses are recorded from the same endpoint). Latency is
-`time.perf_counter_ns()` around request and response; `duration_ms` is the server's own figure for the run (the
-command, or the zygote from the code handed over to its end). A run counts only if it answered 200 with stdout `4`.
-Writes bench/results/runs.json and re-renders docs/benchmarks.md (bench/render.py). Standard library only; run as
-root.
+Starts one `sandkasten serve` (bench/warm.py's `Server`: temporary database and config, free loopback port, SIGTERM
+at the end) with three pools, `min = 4`, `max = 8` each, told apart by their limits (a run takes a pool's sandbox
+when its limits equal the pool's; the limits differ only in `pids`, which costs nothing): a plain pool (`pids =
+127`), a Python zygote pool (`pids = 126`) and a Node zygote pool (`pids = 125`); runs with `pids = 124` match no
+pool and create their sandbox. The configurations are interleaved, one run of each per round, so that they share the
+machine's load (it is shared, and its load varies). Runs are sequential from one keep-alive client; before each run
+the client waits until `GET /v1/pools` shows every pool full, so pooled runs measure the hit path (hits and misses
+are recorded from the same endpoint). Latency is `time.perf_counter_ns()` around request and response; `duration_ms`
+is the server's own figure for the run (the command, or the zygote from the code handed over to its end). A run
+counts only if it answered 200 with stdout `4`. Writes bench/results/runs.json and re-renders docs/benchmarks.md
+(bench/render.py). Standard library only; run as root.
 """
 
 from __future__ import annotations
@@ -29,60 +32,79 @@ ROOT = warm.ROOT
 DEFAULT_JSON = ROOT / "bench" / "results" / "runs.json"
 POOL_MIN, POOL_MAX = 4, 8
 CODE = {"python": "print(2+2)", "node": "console.log(2+2)"}
-# (label, pool lines or None, languages measured)
-CONFIGS = [
-    ("no pool", None, ["python", "node"]),
-    ("pool", [], ["python", "node"]),
-    ("pool + python zygote", ['zygote = "python"'], ["python"]),
-    ("pool + node zygote", ['zygote = "node"'], ["node"]),
+# Pools: name, pids (their limits' only difference from the defaults), zygote.
+POOLS = [("plain", 127, None), ("python-zygote", 126, "python"), ("node-zygote", 125, "node")]
+UNPOOLED_PIDS = 124
+# Rows: language, label, pids of its runs, pool name (None: no pool).
+ROWS = [
+    ("python", "no pool", UNPOOLED_PIDS, None),
+    ("node", "no pool", UNPOOLED_PIDS, None),
+    ("python", "pool", 127, "plain"),
+    ("node", "pool", 127, "plain"),
+    ("python", "pool + python zygote", 126, "python-zygote"),
+    ("node", "pool + node zygote", 125, "node-zygote"),
 ]
 
 
-def pool_lines(extra: list[str]) -> list[str]:
-    return ["", "[[pools]]", 'name = "default"', f"min = {POOL_MIN}", f"max = {POOL_MAX}", *extra]
+def config_lines() -> list[str]:
+    lines = []
+    for name, pids, zygote in POOLS:
+        lines += ["", "[[pools]]", f'name = "{name}"', f"min = {POOL_MIN}", f"max = {POOL_MAX}",
+                  f"limits = {{ pids = {pids} }}"] + ([f'zygote = "{zygote}"'] if zygote else [])
+    return lines
 
 
-def pool_state(client: warm.Client) -> dict:
+def pools(client: warm.Client) -> dict[str, dict]:
     _, body, _ = client.request("GET", "/v1/pools")
-    pools = body.get("pools", []) if isinstance(body, dict) else []
-    return pools[0] if pools else {}
+    return {p["name"]: p for p in (body.get("pools", []) if isinstance(body, dict) else [])}
 
 
 def wait_full(client: warm.Client, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if pool_state(client).get("ready", 0) >= POOL_MIN:
+        if all(p.get("ready", 0) >= POOL_MIN for p in pools(client).values()):
             return
         time.sleep(0.002)
-    raise RuntimeError(f"the pool was not full after {timeout_s} s")
+    raise RuntimeError(f"the pools were not full after {timeout_s} s")
 
 
-def measure(server: warm.Server, language: str, runs: int, pooled: bool) -> dict:
+def measure(server: warm.Server, runs: int) -> list[dict]:
     client = warm.Client(server.port)
-    lat, duration, errors = [], [], []
-    before = pool_state(client) if pooled else {}
-    metrics0 = client.metrics()
-    for i in range(runs + 3):
-        if pooled:
+    samples = {i: ([], [], []) for i in range(len(ROWS))}  # latency, duration, errors
+    zygote_runs = {i: 0.0 for i in range(len(ROWS))}
+    before = pools(client)
+    for round_ in range(runs + 3):
+        # Rotate the order each round, so no row always follows the same one.
+        order = [(round_ + k) % len(ROWS) for k in range(len(ROWS))]
+        for i in order:
+            language, _, pids, _ = ROWS[i]
             wait_full(client)
-        status, body, ns = client.request("POST", "/v1/run", {"language": language, "code": CODE[language]})
-        ok = status == 200 and isinstance(body, dict) and body.get("stdout") == "4\n" and body.get("exit_code") == 0
-        if i < 3:
-            continue  # untimed warm-up
-        if not ok:
-            errors.append(f"HTTP {status}: {str(body)[:200]}")
-            continue
-        lat.append(ns / 1e6)
-        duration.append(float(body["duration_ms"]))
-    after = pool_state(client) if pooled else {}
-    metrics1 = client.metrics()
-    return {
-        "language": language, "ok": len(lat), "errors": len(errors), "error_samples": errors[:3],
-        "latency_ms": warm.stats_ms(lat), "server_duration_ms": warm.stats_ms(duration),
-        "hits": after.get("hits", 0) - before.get("hits", 0) if pooled else None,
-        "misses": after.get("misses", 0) - before.get("misses", 0) if pooled else None,
-        "zygote_runs": metrics1.get("zygote_runs_total", 0) - metrics0.get("zygote_runs_total", 0),
-    }
+            z0 = client.metrics().get("zygote_runs_total", 0)
+            body = {"language": language, "code": CODE[language], "limits": {"pids": pids}}
+            status, resp, ns = client.request("POST", "/v1/run", body)
+            zygote_runs[i] += client.metrics().get("zygote_runs_total", 0) - z0
+            if round_ < 3:
+                continue  # untimed warm-up
+            ok = status == 200 and isinstance(resp, dict) and resp.get("stdout") == "4\n" and resp.get("exit_code") == 0
+            lat, duration, errors = samples[i]
+            if not ok:
+                errors.append(f"HTTP {status}: {str(resp)[:200]}")
+                continue
+            lat.append(ns / 1e6)
+            duration.append(float(resp["duration_ms"]))
+    after = pools(client)
+    rows = []
+    for i, (language, label, pids, pool) in enumerate(ROWS):
+        lat, duration, errors = samples[i]
+        counts = {k: after[pool][k] - before[pool][k] for k in ("hits", "misses")} if pool else None
+        rows.append({
+            "language": language, "config": label, "pids": pids, "pool": pool, "ok": len(lat), "errors": len(errors),
+            "error_samples": errors[:3], "latency_ms": warm.stats_ms(lat), "server_duration_ms": warm.stats_ms(duration),
+            # Pool counts cover both languages of a shared pool (the plain one) and the warm-up runs.
+            "pool_hits": counts["hits"] if counts else None, "pool_misses": counts["misses"] if counts else None,
+            "zygote_runs": zygote_runs[i],
+        })
+    return rows
 
 
 def main() -> int:
@@ -96,30 +118,27 @@ def main() -> int:
         print("bench/runs.py must run as root (sandkasten serve needs it)", file=sys.stderr)
         return 1
     binary = str(Path(args.sandkasten).resolve())
-    runs = 30 if args.quick else 200
+    runs = 30 if args.quick else 150
     results: dict = {"machine": warm.machine(binary), "params": {"quick": args.quick, "runs": runs,
                      "pool_min": POOL_MIN, "pool_max": POOL_MAX}, "rows": [], "errors": []}
     results["loadavg_before"] = [round(x, 2) for x in os.getloadavg()]
     started = time.monotonic()
-    for label, extra, languages in CONFIGS:
-        server = warm.Server(binary, False, None if extra is None else pool_lines(extra))
-        try:
-            warm.log(f"runs: {label}")
-            server.start()
-            for language in languages:
-                row = measure(server, language, runs, extra is not None)
-                row["config"] = label
-                results["rows"].append(row)
-                s = row["latency_ms"] or {}
-                warm.log(f"  {language}: p50 {s.get('p50', 0):.2f} ms p99 {s.get('p99', 0):.2f} ms, "
-                         f"{row['ok']} ok / {row['errors']} errors, zygote runs {row['zygote_runs']:.0f}")
-        except Exception as e:  # noqa: BLE001 - recorded in the results and the doc
-            results["errors"].append(f"{label}: {e!r}; server log: {server.log_tail()}")
-        finally:
-            server.stop()
-            # Host-wide: other users of the machine's sandboxes count too, so this is recorded, not judged.
-            results.setdefault("leftovers", {})[label], _ = warm.wait_clean(15)
-            server.cleanup()
+    server = warm.Server(binary, False, config_lines())
+    try:
+        warm.log("runs: one server, three pools; configurations interleaved")
+        server.start()
+        results["rows"] = measure(server, runs)
+        for row in results["rows"]:
+            s = row["latency_ms"] or {}
+            warm.log(f"  {row['language']} / {row['config']}: p50 {s.get('p50', 0):.2f} ms p99 {s.get('p99', 0):.2f} "
+                     f"ms, {row['ok']} ok / {row['errors']} errors, zygote runs {row['zygote_runs']:.0f}")
+    except Exception as e:  # noqa: BLE001 - recorded in the results and the doc
+        results["errors"].append(f"{e!r}; server log: {server.log_tail()}")
+    finally:
+        server.stop()
+        # Host-wide: other users of the machine's sandboxes count too, so this is recorded, not judged.
+        results["leftovers"], _ = warm.wait_clean(15)
+        server.cleanup()
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     results["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     args.json.parent.mkdir(parents=True, exist_ok=True)
