@@ -81,6 +81,8 @@ fn run_with_a_server_prints_and_exits_as_the_local_path() {
         (&["--", "sh", "-c", "echo $0; exit 7"], None, 7),
         (&["--env", "GREETING=hi", "--", "sh", "-c", "echo $GREETING"], None, 0),
     ];
+    let finished = "sandbox_exits_total{reason=\"run_finished\"}";
+    let runs_before = metric(&server, finished);
     for (args, stdin, code) in cases {
         let (local, remote) = both(&server, args, *stdin);
         let what = format!("{args:?}\nlocal: {}\nremote: {}", local.describe(), remote.describe());
@@ -111,6 +113,8 @@ fn run_with_a_server_prints_and_exits_as_the_local_path() {
         remote.json.as_object().unwrap().keys().cloned().collect(),
     );
     assert_eq!(local_keys, remote_keys);
+    // Every remote run went through the server (the local path leaves no trace there).
+    assert_eq!(metric(&server, finished) - runs_before, cases.len() as f64 + 1.0);
 }
 
 #[test]
