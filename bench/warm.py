@@ -78,8 +78,8 @@ def free_port() -> int:
 class Server:
     """`sandkasten serve` with a temp config and database; `stop()` sends SIGTERM (SIGKILL after 30 s)."""
 
-    def __init__(self, binary: str, pooled: bool):
-        self.binary, self.pooled = binary, pooled
+    def __init__(self, binary: str, pooled: bool, extra: list[str] | None = None):
+        self.binary, self.pooled, self.extra = binary, pooled, extra or []
         self.dir = Path(tempfile.mkdtemp(prefix="sandkasten-warm-"))
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
@@ -98,6 +98,7 @@ class Server:
         ]
         if self.pooled:
             config += ["", "[[pools]]", 'name = "default"', f"min = {POOL_MIN}", f"max = {POOL_MAX}"]
+        config += self.extra
         (self.dir / "config.toml").write_text("\n".join(config) + "\n")
         self.log = open(self.dir / "server.log", "wb")
         env = dict(os.environ, SANDKASTEN_LOG="warn")

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Benchmarks: installs the cold-start contenders (bubblewrap, runsc) when missing, builds sandkasten in release mode,
 # then runs bench/cold_start.py (one-shot cold starts, ~1 min) and bench/warm.py (`sandkasten serve` over HTTP: warm
-# exec/code, throughput, creation rate, pool, idle memory, 1,000 sandboxes; ~1-2 min), which write
-# bench/results/{cold_start,warm}.json; bench/render.py then renders docs/benchmarks.md and docs/benchmarks-latency.svg.
+# exec/code, throughput, creation rate, pool, idle memory, 1,000 sandboxes; ~1-2 min) and bench/runs.py (one-shot
+# POST /v1/run without pool, with a pool, with Python/Node zygotes; ~1 min), which write
+# bench/results/{cold_start,warm,runs}.json; bench/render.py then renders docs/benchmarks.md and docs/benchmarks-latency.svg.
 #
 #   scripts/bench.sh            200 interleaved cold runs per contender, full warm run
 #   scripts/bench.sh --quick    30 cold runs, fewer warm requests (a smoke test; the doc says so)
 #   scripts/bench.sh --runs N   N cold runs
-#   scripts/bench.sh --cold-only / --warm-only   one half (the doc is rendered from both JSON files)
+#   scripts/bench.sh --cold-only / --warm-only / --runs-only   one part (the doc is rendered from all JSON files)
 #
 # Run as root (the process tier and runsc need it). Installing is idempotent: `dpkg -s` first, and `apt-get update`
 # only when something is missing.
@@ -18,18 +19,20 @@ runs=200
 quick=
 cold=1
 warm=1
+oneshot=1
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --quick) runs=30; quick=--quick ;;
-    --cold-only) warm= ;;
-    --warm-only) cold= ;;
+    --cold-only) warm= oneshot= ;;
+    --warm-only) cold= oneshot= ;;
+    --runs-only) cold= warm= ;;
     --runs)
       [ "$#" -ge 2 ] || { echo "bench: --runs needs a number" >&2; exit 2; }
       runs=$2
       shift
       ;;
     -h | --help)
-      sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+      sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
@@ -54,6 +57,9 @@ if [ -n "$warm" ]; then
   # warm.py exits 1 when a measurement failed (recorded in warm.json and the doc); render anyway, then report it.
   status=0
   /usr/bin/python3 bench/warm.py --sandkasten "$target_dir/release/sandkasten" $quick --no-render || status=$?
+fi
+if [ -n "$oneshot" ]; then
+  /usr/bin/python3 bench/runs.py --sandkasten "$target_dir/release/sandkasten" $quick --no-render || status=$?
 fi
 /usr/bin/python3 bench/render.py
 exit "${status:-0}"

@@ -8,6 +8,7 @@ mod gc_command;
 mod live_adapter;
 mod run_command;
 mod run_input;
+mod run_remote;
 mod serve_command;
 
 use clap::{Parser, Subcommand};

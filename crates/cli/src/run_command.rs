@@ -1,5 +1,6 @@
 //! `sandkasten run`: create a sandbox, run one program or piece of code in it, destroy it. Plain mode streams the
-//! output and exits with the program's code; `--json` prints one result object.
+//! output and exits with the program's code; `--json` prints one result object. With `--server` the run goes to a
+//! running server instead (`run_remote`).
 
 use std::io::Write;
 use std::os::fd::AsFd;
@@ -7,8 +8,8 @@ use std::os::fd::AsFd;
 use sandkasten_runtime::{OutputSink, ProcessBackend, RuntimeConfig, RuntimeError, StdinSource};
 use sandkasten_types::{ExecResult, LimitKind, units::format_bytes, units::format_duration_ms};
 
-use crate::exit_codes;
 use crate::run_input::{self, ProgramStdin, RunArgs};
+use crate::{exit_codes, run_remote};
 
 /// Streams output to this process's stdout and stderr as it arrives.
 struct Terminal;
@@ -33,6 +34,9 @@ pub fn run(args: RunArgs) -> i32 {
             return exit_codes::BAD_INPUT;
         }
     };
+    if let Some(server) = &args.server {
+        return run_remote::run(server, &input, args.json, |result| explain(result, &input.spec.limits));
+    }
     let backend = match ProcessBackend::new(RuntimeConfig::default()) {
         Ok(backend) => backend,
         Err(error) => return report_error(&error),

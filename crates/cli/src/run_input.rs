@@ -13,7 +13,8 @@ use sandkasten_types::{Command, ExecRequest, Language, Limits, SandboxSpec, Uplo
 /// Arguments of `sandkasten run`.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  sandkasten run --lang python --code 'print(2+2)'\n  \
-    echo 'console.log(1)' | sandkasten run --lang node --json\n  sandkasten run --timeout 2s -- ls -la /\n\n\
+    echo 'console.log(1)' | sandkasten run --lang node --json\n  sandkasten run --timeout 2s -- ls -la /\n  \
+    sandkasten run --server http://127.0.0.1:8080 --lang python --code 'print(1)'   # on a server's warm pool\n\n\
     Exit codes: the program's own; 128+N when killed by signal N; 2 bad input; 121 output limit; 122 memory limit;\n  \
     123 compile error; 124 timeout; 125 sandbox error.")]
 pub struct RunArgs {
@@ -53,6 +54,10 @@ pub struct RunArgs {
     /// Copy a local file into the sandbox before running (LOCAL:SANDBOX_PATH, relative to /workspace). Repeatable.
     #[arg(long = "upload", value_name = "LOCAL:SANDBOX_PATH")]
     pub upload: Vec<String>,
+    /// Send the run to this `sandkasten serve` (http://HOST:PORT) instead of running it here, so that it takes a
+    /// warm pool's sandbox; the API key comes from SANDKASTEN_API_KEY.
+    #[arg(long, env = "SANDKASTEN_SERVER", hide_env_values = true, value_name = "URL")]
+    pub server: Option<String>,
     /// A program and its arguments to run instead of code (after `--`).
     #[arg(last = true, value_name = "PROGRAM")]
     pub program: Vec<String>,

@@ -1,6 +1,6 @@
 //! Warm pools of `sandkasten serve` against a real server: two callers never share a sandbox, a used sandbox never
 //! returns to a pool, a pool member killed from the host is replaced, the pool refills after a burst, quotas count
-//! claimed sandboxes only, and shutdown leaves nothing behind.
+//! claimed sandboxes only, shutdown leaves nothing behind, and an admin resizes a pool through the API.
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -172,8 +172,11 @@ fn the_pool_refills_after_a_burst_and_runs_use_it() {
     let (hits, misses) = (metric(&server, "pool_hits_total"), metric(&server, "pool_misses_total"));
     assert_eq!(hits + misses, 5.0, "hits {hits}, misses {misses}");
     assert!(hits >= 3.0, "hits {hits}");
-    wait_pool_size(&server, 3.0);
-    assert!(metric(&server, "pool_refill_seconds_count") >= 6.0);
+    // Each miss raised the pool's target by one (up to max): it refills past min.
+    let target = (3.0 + misses).min(6.0);
+    assert_eq!(metric(&server, "pool_target{class=\"std\"}"), target);
+    wait_pool_size(&server, target);
+    assert!(metric(&server, "pool_refill_seconds_count") >= 3.0 + target);
     let run = server.call("POST", "/v1/run", KEY_1, Some(json!({"language": "bash", "code": "echo hi"})));
     assert_eq!(run.status, 200, "{run:?}");
     assert_eq!(run.json["stdout"], "hi\n", "{run:?}");
@@ -217,6 +220,53 @@ fn shutdown_leaves_nothing_of_the_pool() {
         assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "agent {pid} of {id} survived");
     }
     assert!(all.iter().any(|(id, _)| *id == claimed));
+}
+
+/// An admin tenant's key (the tenant is added by `with_admin`).
+const KEY_ADMIN: &str = "ops-key-0123456789abcdefghij";
+
+/// `extra` config plus an admin tenant `ops`.
+fn with_admin(extra: &str) -> String {
+    format!("{extra}\n[[tenants]]\nname = \"ops\"\napi_keys = [\"{KEY_ADMIN}\"]\nadmin = true\n")
+}
+
+#[test]
+fn an_admin_resizes_a_pool_and_the_host_follows() {
+    require_root!();
+    let _lock = common::shared_lock();
+    let server = Server::start_with(&with_admin(&pool(1, 2)));
+    wait_pool_size(&server, 1.0);
+    let listed = server.call("GET", "/v1/pools", KEY_1, None);
+    assert_eq!(listed.status, 200, "{listed:?}");
+    let std = &listed.json["pools"][0];
+    assert_eq!((std["name"].as_str(), std["min"].as_u64(), std["max"].as_u64()), (Some("std"), Some(1), Some(2)));
+
+    let refused = server.call("PUT", "/v1/pools/std", KEY_1, Some(json!({"min": 3, "max": 3})));
+    assert_eq!((refused.status, refused.json["error"]["code"].as_str()), (403, Some("forbidden")), "{refused:?}");
+    let bad = server.call("PUT", "/v1/pools/std", KEY_ADMIN, Some(json!({"min": 3, "max": 2})));
+    assert_eq!(bad.status, 400, "{bad:?}");
+    let unknown = server.call("PUT", "/v1/pools/nope", KEY_ADMIN, Some(json!({"min": 1, "max": 1})));
+    assert_eq!(unknown.status, 404, "{unknown:?}");
+    assert_eq!(server_sandboxes(&server).len(), 1, "refused resizes change nothing");
+
+    let grown = server.call("PUT", "/v1/pools/std", KEY_ADMIN, Some(json!({"min": 3, "max": 3})));
+    assert_eq!(grown.status, 200, "{grown:?}");
+    wait_pool_size(&server, 3.0);
+    let members = server_sandboxes(&server);
+    assert_eq!(members.len(), 3, "three live members on the host: {members:?}");
+
+    let shrunk = server.call("PUT", "/v1/pools/std", KEY_ADMIN, Some(json!({"min": 1, "max": 1})));
+    assert_eq!((shrunk.status, shrunk.json["ready"].as_u64()), (200, Some(1)), "{shrunk:?}");
+    let left = server_sandboxes(&server);
+    assert_eq!(left.len(), 1, "the surplus is destroyed before the answer: {left:?}");
+    for (id, pid) in members.iter().filter(|(id, _)| *id != left[0].0) {
+        assert_sandbox_gone(id);
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "agent {pid} of {id} survived");
+    }
+    let id = create_as(&server, KEY_1);
+    assert_eq!(id, left[0].0, "the remaining member is still handed out");
+    wait_pool_size(&server, 1.0);
+    delete(&server, KEY_1, &id);
 }
 
 /// A pool with a Python zygote preloading `json`.
@@ -310,4 +360,85 @@ fn a_zygote_run_past_its_time_limit_is_killed_with_its_sandbox() {
     }
     assert_eq!(server.exec(&id, "echo ok").json["stdout"], "ok\n");
     delete(&server, KEY_1, &id);
+}
+
+/// A pool with a Node.js zygote preloading `fs`.
+fn node_zygote_pool(min: usize, max: usize) -> String {
+    format!("[[pools]]\nname = \"std\"\nmin = {min}\nmax = {max}\nzygote = \"node\"\npreload = [\"fs\"]\n")
+}
+
+fn run_code(server: &Server, language: &str, code: &str) -> serve::Reply {
+    let reply = server.call("POST", "/v1/run", KEY_1, Some(json!({"language": language, "code": code})));
+    assert_eq!(reply.status, 200, "{reply:?}");
+    reply
+}
+
+#[test]
+fn node_runs_start_from_the_pool_zygote_and_share_nothing() {
+    require_root!();
+    let _lock = common::shared_lock();
+    let server = Server::start_with(&node_zygote_pool(2, 4));
+    wait_pool_size(&server, 2.0);
+    let (hits, forks) = (metric(&server, "pool_hits_total"), metric(&server, "zygote_runs_total"));
+    let four = run_code(&server, "node", "console.log(2 + 2)");
+    assert_eq!((four.json["stdout"].as_str(), four.json["exit_code"].as_i64()), (Some("4\n"), Some(0)), "{four:?}");
+    assert!(metric(&server, "pool_hits_total") > hits, "the run took a pool sandbox");
+    assert!(metric(&server, "zygote_runs_total") > forks, "the run went to the zygote");
+    assert_sandbox_gone(four.json["sandbox_id"].as_str().expect("sandbox_id"));
+
+    // What `node /tmp/main.js` shows, and nothing of the zygote.
+    wait_pool_size(&server, 2.0);
+    let main = run_code(
+        &server,
+        "node",
+        "console.log(JSON.stringify(process.argv.slice(1)), require.main === module, __filename, \
+         typeof globalThis.require, typeof process._eval)",
+    );
+    assert_eq!(main.json["stdout"], "[\"/tmp/main.js\"] true /tmp/main.js undefined undefined\n", "{main:?}");
+
+    // A global, a file in /tmp and one in /workspace set by one run are invisible to the next.
+    wait_pool_size(&server, 2.0);
+    let set = run_code(
+        &server,
+        "node",
+        "globalThis.secret = 41; const fs = require('fs'); fs.writeFileSync('/tmp/mark', '1'); \
+         fs.writeFileSync('/workspace/mark', '1'); console.log('set')",
+    );
+    assert_eq!(set.json["stdout"], "set\n", "{set:?}");
+    wait_pool_size(&server, 2.0);
+    let probe = run_code(
+        &server,
+        "node",
+        "const fs = require('fs'); console.log(typeof globalThis.secret, fs.existsSync('/tmp/mark'), \
+         fs.existsSync('/workspace/mark'))",
+    );
+    assert_eq!(probe.json["stdout"], "undefined false false\n", "{probe:?}");
+    assert_ne!(set.json["sandbox_id"], probe.json["sandbox_id"]);
+
+    wait_pool_size(&server, 2.0);
+    let thrown = run_code(&server, "node", "function f() {\n  throw new Error('boom');\n}\nf();\n");
+    assert_eq!(thrown.json["exit_code"], 1, "{thrown:?}");
+    let stderr = thrown.json["stderr"].as_str().unwrap_or_default();
+    assert!(stderr.starts_with("/tmp/main.js:2\n") && stderr.contains("Error: boom"), "{stderr}");
+    assert!(!stderr.contains("[eval]"), "no zygote frames: {stderr}");
+
+    let exited = run_code(&server, "node", "console.log('bye'); process.exit(3)");
+    assert_eq!((exited.json["exit_code"].as_i64(), exited.json["stdout"].as_str()), (Some(3), Some("bye\n")));
+    let killed = run_code(&server, "node", "process.kill(process.pid, 'SIGKILL')");
+    assert_eq!((killed.json["signal"].as_i64(), killed.json["timed_out"].as_bool()), (Some(9), Some(false)));
+    assert!(metric(&server, "zygote_runs_total") >= forks + 6.0);
+
+    // Python code on a Node pool member runs plainly, and the Node zygote is not left running beside it.
+    wait_pool_size(&server, 2.0);
+    let forks = metric(&server, "zygote_runs_total");
+    let python = run_code(
+        &server,
+        "python",
+        "import os\nlive = set()\nfor p in filter(str.isdigit, os.listdir('/proc')):\n    \
+         stat = open(f'/proc/{p}/stat').read()\n    if stat.rsplit(')', 1)[1].split()[0] != 'Z':\n        \
+         live.add(stat.split('(', 1)[1].rsplit(')', 1)[0])\nprint(sorted(live))",
+    );
+    let live = python.json["stdout"].as_str().unwrap_or_default();
+    assert!(live.contains("python3") && !live.contains("node"), "{python:?}");
+    assert_eq!(metric(&server, "zygote_runs_total"), forks, "Python never goes to a Node zygote");
 }

@@ -28,6 +28,8 @@ pub struct Tenant {
     pub name: Arc<str>,
     /// Its quota.
     pub quota: Quota,
+    /// Whether it may change operator-wide settings (`admin = true` in its `[[tenants]]` entry).
+    pub admin: bool,
 }
 
 /// Name of the only tenant when authentication is off (`insecure_no_auth`).
@@ -62,6 +64,7 @@ impl Keyring {
             tenants.push(Tenant {
                 name: Arc::from(tenant.name.as_str()),
                 quota: Quota { max_sandboxes: tenant.max_sandboxes, max_memory_bytes: tenant.max_memory_bytes },
+                admin: tenant.admin,
             });
             for key in &tenant.api_keys {
                 if let (Some(padded), Ok(tenant)) = (pad(key.as_bytes()), u32::try_from(index)) {
@@ -76,6 +79,7 @@ impl Keyring {
             Tenant {
                 name: Arc::from(UNAUTHENTICATED_TENANT),
                 quota: Quota { max_sandboxes: tenant.max_sandboxes, max_memory_bytes: tenant.max_memory_bytes },
+                admin: tenant.admin,
             }
         });
         Keyring { entries, tenants, anonymous }

@@ -12,13 +12,14 @@
 //! api_keys = ["a-long-random-key-of-16-bytes-or-more"]
 //! max_sandboxes = 32                              # running at once
 //! max_memory_bytes = 8589934592                   # sum of the running sandboxes' memory limits
+//! admin = false                                   # may resize the warm pools (PUT /v1/pools/{name})
 //!
 //! [[pools]]                                       # warm pool (none by default): sandboxes created ahead of time
 //! name = "default"                                # label of the pool_size metric; default "pool-N"
 //! limits = { memory_bytes = 268435456 }           # omitted fields take their defaults, as in POST /v1/sandboxes
 //! min = 2                                         # ready sandboxes kept (refilled in the background)
 //! max = 8                                         # never more than this many, ready or being created
-//! zygote = "python"                               # optional: a Python interpreter waiting in each member
+//! zygote = "python"                               # optional: "python" or "node", an interpreter waiting in each member
 //! preload = ["json"]                              # modules the zygote imports ahead of time (needs zygote)
 //!
 //! [egress]                                        # the egress proxy (sandboxes with a network policy other than none)
@@ -28,7 +29,10 @@
 //! ```
 //!
 //! A create (or `POST /v1/run`) whose template and limits equal a pool's and whose `env` is empty takes a ready
-//! sandbox from that pool; anything else is created fresh.
+//! sandbox from that pool; anything else is created fresh. A pool refills to `min`, raised by one per recent miss up
+//! to `max` (each 10 s without a miss lowers it by one). `GET /v1/pools` shows every pool's sizes and counts;
+//! `PUT /v1/pools/{name}` `{"min", "max"}` (admin tenants only; `0 <= min <= max <= 1024`) resizes one until the
+//! server restarts.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -173,6 +177,9 @@ pub struct TenantConfig {
     /// Sum of the memory limits of the running sandboxes, in bytes. Default 8 GiB.
     #[serde(default = "default_max_memory_bytes")]
     pub max_memory_bytes: u64,
+    /// May change operator-wide settings through the API (resize warm pools). Default false.
+    #[serde(default)]
+    pub admin: bool,
 }
 
 impl TenantConfig {
@@ -183,6 +190,7 @@ impl TenantConfig {
             api_keys: Vec::new(),
             max_sandboxes: default_max_sandboxes(),
             max_memory_bytes: default_max_memory_bytes(),
+            admin: false,
         }
     }
 }
@@ -212,7 +220,8 @@ pub struct PoolConfig {
     /// An interpreter started in each member once it is created; one-shot runs of its language fork from it.
     #[serde(default)]
     pub zygote: Option<ZygoteKind>,
-    /// Modules the zygote imports before it waits (dotted Python names). Needs `zygote`.
+    /// Modules the zygote imports (Python) or requires (Node) before it waits: dotted names of identifiers, so Node
+    /// preloads builtins and installed packages by plain name (`fs`, `lodash`). Needs `zygote`.
     #[serde(default)]
     pub preload: Vec<String>,
 }
@@ -223,6 +232,8 @@ pub struct PoolConfig {
 pub enum ZygoteKind {
     /// `python3`, serving `POST /v1/run` with `language = "python"`.
     Python,
+    /// `node`, serving `POST /v1/run` with `language = "node"`.
+    Node,
 }
 
 /// Most modules a zygote may preload.
@@ -449,7 +460,7 @@ impl ServerConfig {
                 )));
             }
             if pool.zygote.is_none() && !pool.preload.is_empty() {
-                return Err(problem("preload needs a zygote (zygote = \"python\")".into()));
+                return Err(problem("preload needs a zygote (zygote = \"python\" or \"node\")".into()));
             }
             if pool.preload.len() > MAX_PRELOAD {
                 return Err(problem(format!("at most {MAX_PRELOAD} preload modules, got {}", pool.preload.len())));

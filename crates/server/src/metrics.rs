@@ -15,6 +15,7 @@
 //! - `pool_hits_total` / `pool_misses_total` (counters): creates served by a warm pool / creates whose spec a pool
 //!   serves but that found it empty (specs no pool serves count as neither)
 //! - `pool_size{class}` (gauge): ready members of each pool
+//! - `pool_target{class}` (gauge): ready members each pool refills to now (`min`, raised by recent misses up to `max`)
 //! - `pool_refill_seconds` (histogram): wall time of creating one pool member (and starting its zygote)
 //! - `zygote_runs_total` (counter): `POST /v1/run` executions handed to a pool member's zygote (forked from it)
 //!
@@ -40,6 +41,7 @@ const LIMIT_KILLS: &str = "limit_kills_total";
 const POOL_HITS: &str = "pool_hits_total";
 const POOL_MISSES: &str = "pool_misses_total";
 const POOL_SIZE: &str = "pool_size";
+const POOL_TARGET: &str = "pool_target";
 const POOL_REFILL_SECONDS: &str = "pool_refill_seconds";
 const ZYGOTE_RUNS: &str = "zygote_runs_total";
 const EGRESS_REQUESTS: &str = "egress_requests_total";
@@ -159,6 +161,10 @@ impl Metrics {
             describe_counter!(POOL_MISSES, "Creates a warm pool serves that found it empty");
             describe_counter!(ZYGOTE_RUNS, "One-shot runs forked from a pool member's zygote");
             describe_gauge!(POOL_SIZE, "Ready sandboxes of each warm pool");
+            describe_gauge!(
+                POOL_TARGET,
+                "Ready sandboxes each warm pool refills to now (min, raised by recent misses)"
+            );
             describe_histogram!(POOL_REFILL_SECONDS, Unit::Seconds, "Wall time of creating one warm pool sandbox");
             describe_counter!(EGRESS_REQUESTS, "Connection attempts through the egress proxy, by decision");
             describe_counter!(EGRESS_BYTES, "Bytes through the egress proxy, by direction (up: sandbox to host)");
@@ -236,6 +242,12 @@ impl Metrics {
         metrics::with_local_recorder(&self.recorder, || gauge!(POOL_SIZE, "class" => class).set(ready as f64));
     }
 
+    /// Sets the number of ready members pool `class` refills to now.
+    pub fn pool_target(&self, class: &str, target: usize) {
+        let class = class.to_owned();
+        metrics::with_local_recorder(&self.recorder, || gauge!(POOL_TARGET, "class" => class).set(target as f64));
+    }
+
     /// Records how long creating one pool member took.
     pub fn pool_refilled(&self, seconds: f64) {
         metrics::with_local_recorder(&self.recorder, || histogram!(POOL_REFILL_SECONDS).record(seconds));
@@ -304,6 +316,7 @@ mod tests {
         metrics.pool_miss();
         metrics.pool_miss();
         metrics.pool_size("small", 2);
+        metrics.pool_target("small", 3);
         metrics.pool_refilled(0.02);
         metrics.egress_attempt("refused", 0, 0);
         metrics.egress_attempt("allowed", 10, 200);
@@ -324,6 +337,7 @@ mod tests {
             "pool_hits_total 1",
             "pool_misses_total 2",
             "pool_size{class=\"small\"} 2",
+            "pool_target{class=\"small\"} 3",
             "pool_refill_seconds_bucket{le=\"0.025\"} 1",
             "egress_requests_total{decision=\"refused\"} 1",
             "egress_bytes_total{direction=\"down\"} 200",

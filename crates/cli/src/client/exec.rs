@@ -130,43 +130,57 @@ fn error_exit(code: &str) -> i32 {
     }
 }
 
+/// Writes the chunk of a `stdout` or `stderr` event to this process's stdout or stderr.
+pub(crate) fn write_chunk(event: &str, data: &str) -> Result<(), ClientError> {
+    let chunk: Value = serde_json::from_str(data)
+        .map_err(|e| ClientError::server(format!("the server sent a malformed {event} event: {e}")))?;
+    let bytes = match chunk["base64"].as_str() {
+        Some(encoded) => base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .map_err(|e| ClientError::server(format!("the server sent bad base64: {e}")))?,
+        None => chunk["data"].as_str().unwrap_or_default().as_bytes().to_vec(),
+    };
+    // A closed terminal or pipe must not stop the stream: the exit code still reports the end.
+    let _ = if event == "stdout" {
+        let mut out = std::io::stdout().lock();
+        out.write_all(&bytes).and_then(|()| out.flush())
+    } else {
+        std::io::stderr().lock().write_all(&bytes)
+    };
+    Ok(())
+}
+
+/// The error an `error` event reports.
+pub(crate) fn event_error(data: &str) -> ClientError {
+    let error: Value = serde_json::from_str(data).unwrap_or(Value::Null);
+    let message = error["message"].as_str().unwrap_or("the server reported an error").to_owned();
+    ClientError { exit_code: error_exit(error["code"].as_str().unwrap_or("internal")), message }
+}
+
 /// Handles one event; `Some(code)` at the end of the stream.
 fn handle(event: &str, data: &str) -> Result<Option<i32>, ClientError> {
-    let json = || {
-        serde_json::from_str::<Value>(data)
-            .map_err(|e| ClientError::server(format!("the server sent a malformed {event} event: {e}")))
-    };
     match event {
-        "stdout" | "stderr" => {
-            let chunk = json()?;
-            let bytes = match chunk["base64"].as_str() {
-                Some(encoded) => base64::engine::general_purpose::STANDARD
-                    .decode(encoded)
-                    .map_err(|e| ClientError::server(format!("the server sent bad base64: {e}")))?,
-                None => chunk["data"].as_str().unwrap_or_default().as_bytes().to_vec(),
-            };
-            // A closed terminal or pipe must not stop the stream: the exit code still reports the end.
-            let _ = if event == "stdout" {
-                let mut out = std::io::stdout().lock();
-                out.write_all(&bytes).and_then(|()| out.flush())
-            } else {
-                std::io::stderr().lock().write_all(&bytes)
-            };
-            Ok(None)
+        "stdout" | "stderr" => write_chunk(event, data).map(|()| None),
+        "exit" => {
+            let exit: Value = serde_json::from_str(data)
+                .map_err(|e| ClientError::server(format!("the server sent a malformed exit event: {e}")))?;
+            Ok(Some(exit_code(&exit, true)))
         }
-        "exit" => Ok(Some(exit_code(&json()?, true))),
-        "error" => {
-            let error = json()?;
-            let message = error["message"].as_str().unwrap_or("the server reported an error").to_owned();
-            let code = error["code"].as_str().unwrap_or("internal");
-            Err(ClientError { exit_code: error_exit(code), message })
-        }
+        "error" => Err(event_error(data)),
         _ => Ok(None),
     }
 }
 
 /// Reads server-sent events to the `exit` (or `error`) event.
 fn stream(reader: impl BufRead) -> Result<i32, ClientError> {
+    read_events(reader, handle)
+}
+
+/// Reads server-sent events, giving each (name, data) to `handle`, until it returns an exit code.
+pub(crate) fn read_events(
+    reader: impl BufRead,
+    mut handle: impl FnMut(&str, &str) -> Result<Option<i32>, ClientError>,
+) -> Result<i32, ClientError> {
     let (mut event, mut data) = (String::new(), String::new());
     for line in reader.lines() {
         let line = line.map_err(|e| ClientError::server(format!("the server's event stream broke: {e}")))?;

@@ -7,8 +7,8 @@ mod code;
 mod commands;
 mod cp;
 mod cp_dir;
-mod exec;
-mod http;
+pub(crate) mod exec;
+pub(crate) mod http;
 mod network;
 mod output;
 

@@ -19,6 +19,8 @@ pub enum ErrorCode {
     BadRequest,
     /// 401: no or unknown API key.
     Unauthorized,
+    /// 403: the key is valid but the tenant may not do this (an admin-only route).
+    Forbidden,
     /// 404: no such sandbox (or another tenant's), path or route.
     NotFound,
     /// 405: the route exists but not with this method.
@@ -41,6 +43,7 @@ impl ErrorCode {
         match self {
             ErrorCode::BadRequest => "bad_request",
             ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::Conflict => "conflict",
@@ -56,6 +59,7 @@ impl ErrorCode {
         match self {
             ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
             ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
+            ErrorCode::Forbidden => StatusCode::FORBIDDEN,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::Conflict => StatusCode::CONFLICT,
@@ -109,6 +113,10 @@ impl ApiError {
     /// 401.
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Unauthorized, message)
+    }
+    /// 403.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Forbidden, message)
     }
     /// 404.
     pub fn not_found(message: impl Into<String>) -> Self {

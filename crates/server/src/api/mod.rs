@@ -15,6 +15,7 @@ mod exec;
 mod extract;
 mod files;
 mod output;
+pub mod pools;
 mod request_log;
 mod run;
 mod sandboxes;
@@ -53,6 +54,7 @@ pub(crate) use sandboxes::destroy_quietly;
         code::run_code, contexts::create, contexts::list, contexts::delete, contexts::restart,
         run::run,
         egress::set_network, egress::audit, secrets::put, secrets::list, secrets::delete,
+        pools::list, pools::resize,
         files::read, files::write, files::remove, files::list, files::stat, files::mkdir, files::rename,
         archive::upload, archive::download,
         service::healthz, service::metrics, service::openapi,
@@ -64,6 +66,7 @@ pub(crate) use sandboxes::destroy_quietly;
         run::RunExitEvent,
         command_schemas::CommandStateName,
         egress_schemas::NetworkModeName, crate::egress::store::EgressEvent,
+        pools::PoolBody, pools::PoolList, pools::PoolSizes,
     )),
     modifiers(&BearerAuth),
     tags(
@@ -72,6 +75,7 @@ pub(crate) use sandboxes::destroy_quietly;
         (name = "code", description = "Stateful code interpreter: Python and JavaScript contexts"),
         (name = "files", description = "Files inside a sandbox"),
         (name = "network", description = "Egress: network policy, audit, secrets"),
+        (name = "pools", description = "Warm pools: sizes and counts; resizing is for admin tenants"),
         (name = "service", description = "Health, metrics, this description"),
     )
 )]
@@ -132,6 +136,8 @@ pub fn router(state: AppState) -> Router {
         .route("/secrets", get(secrets::list))
         .route("/secrets/{name}", axum::routing::put(secrets::put).delete(secrets::delete))
         .route("/run", post(run::run))
+        .route("/pools", get(pools::list))
+        .route("/pools/{name}", axum::routing::put(pools::resize))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_tenant));
     Router::new()
         .route("/healthz", get(service::healthz))

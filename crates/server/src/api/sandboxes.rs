@@ -13,6 +13,7 @@ use crate::api::extract::{IdPath, JsonBody, QueryParams, own_sandbox, running_sa
 use crate::api::schemas::{CreateSandboxRequest, SandboxBody, SandboxList, TimeoutRequest};
 use crate::auth::Tenant;
 use crate::clock::now_ms;
+use crate::config::ZygoteKind;
 use crate::metrics::ExitReason;
 use crate::pool::Claim;
 use crate::runtime::FailureKind;
@@ -80,7 +81,7 @@ pub(crate) async fn start_sandbox(
     expires_ms: i64,
 ) -> Result<SandboxRecord, ApiError> {
     let (record, zygote) = start_sandbox_with_zygote(state, tenant, spec, metadata, expires_ms).await?;
-    if let Some(zygote) = zygote
+    if let Some((_, zygote)) = zygote
         && let Err(failure) = state.runtime().signal_command(&record.id, &zygote, SIGKILL).await
     {
         tracing::warn!(sandbox = %record.id, reason = %failure.message, "could not stop an unused zygote");
@@ -88,14 +89,14 @@ pub(crate) async fn start_sandbox(
     Ok(record)
 }
 
-/// As [`start_sandbox`], keeping the zygote of a pool member: its command id, when there is one.
+/// As [`start_sandbox`], keeping the zygote of a pool member: its kind and command id, when there is one.
 pub(crate) async fn start_sandbox_with_zygote(
     state: &AppState,
     tenant: &Tenant,
     mut spec: SandboxSpec,
     metadata: BTreeMap<String, String>,
     expires_ms: i64,
-) -> Result<(SandboxRecord, Option<String>), ApiError> {
+) -> Result<(SandboxRecord, Option<(ZygoteKind, String)>), ApiError> {
     // Before anything exists: a bad policy or an unknown secret is the caller's mistake, and secrets add environment
     // variables (which rule out a pool member, whose environment was fixed when it was made).
     let egress = egress::prepare(state.store(), &tenant.name, &mut spec).await?;
@@ -109,7 +110,7 @@ pub(crate) async fn start_sandbox_with_zygote(
         Some(claimed) => claimed.id.clone(),
         None => ids::sandbox_id()?,
     };
-    let zygote = claimed.as_ref().and_then(|claimed| claimed.zygote.clone());
+    let zygote = claimed.as_ref().and_then(|claimed| claimed.zygote_kind.zip(claimed.zygote.clone()));
     let record = SandboxRecord {
         id: id.clone(),
         tenant: tenant.name.to_string(),

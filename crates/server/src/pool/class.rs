@@ -1,9 +1,17 @@
-//! The bookkeeping of one warm pool, without any I/O: which sandboxes are ready, how many are being created, and how
-//! many more to create. The refill task and the claim path drive it under one lock.
+//! The bookkeeping of one warm pool, without any I/O: which sandboxes are ready, how many are being created, how
+//! many more to create, and how the target grows on misses. The refill task, the claim path and the sizing API drive
+//! it under one lock.
+//!
+//! Growth on misses: the pool refills to its *target*, `min + boost` (never more than `max`). Each miss (a claim that
+//! found the pool empty) raises `boost` by one; every [`GROW_DECAY`] without a miss lowers it by one, back to `min`.
+//! A lower target only stops refilling: ready members stay until claimed (only a lower `max` destroys any).
 
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use sandkasten_types::SandboxSpec;
+
+use crate::config::ZygoteKind;
 
 /// A ready member: its sandbox id and, when the pool has a zygote, the zygote's background command id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +30,28 @@ impl Member {
     }
 }
 
+/// How long a pool's target stays raised by a miss: each period without a miss lowers it by one.
+pub(crate) const GROW_DECAY: Duration = Duration::from_secs(10);
+
+/// A pool's numbers at one moment (`GET /v1/pools`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Snapshot {
+    /// Ready sandboxes kept at least.
+    pub(crate) min: usize,
+    /// Most sandboxes held, ready or being created.
+    pub(crate) max: usize,
+    /// Ready sandboxes the refill task aims for now (`min` plus the growth on recent misses, at most `max`).
+    pub(crate) target: usize,
+    /// Ready sandboxes.
+    pub(crate) ready: usize,
+    /// Sandboxes being created.
+    pub(crate) creating: usize,
+    /// Claims served since the server started.
+    pub(crate) hits: u64,
+    /// Claims that found the pool empty since the server started.
+    pub(crate) misses: u64,
+}
+
 /// One pool: ready sandboxes of one spec.
 #[derive(Debug)]
 pub(crate) struct PoolClass {
@@ -31,16 +61,104 @@ pub(crate) struct PoolClass {
     pub(crate) spec: SandboxSpec,
     /// The zygote started in each member once it exists (its argv), if the pool has one.
     pub(crate) zygote: Option<Vec<String>>,
+    /// Which interpreter that zygote is.
+    pub(crate) zygote_kind: Option<ZygoteKind>,
     min: usize,
     max: usize,
     ready: VecDeque<Member>,
     filling: usize,
+    hits: u64,
+    misses: u64,
+    /// Growth of the target over `min` from recent misses.
+    boost: usize,
+    /// When `boost` last changed (a miss, or one step of decay).
+    boost_since: Option<Instant>,
 }
 
 impl PoolClass {
     /// An empty pool keeping `min` ready sandboxes, never holding more than `max` (ready or being created).
     pub(crate) fn new(name: String, spec: SandboxSpec, min: usize, max: usize) -> PoolClass {
-        PoolClass { name, spec, zygote: None, min, max: max.max(min), ready: VecDeque::new(), filling: 0 }
+        PoolClass {
+            name,
+            spec,
+            zygote: None,
+            zygote_kind: None,
+            min,
+            max: max.max(min),
+            ready: VecDeque::new(),
+            filling: 0,
+            hits: 0,
+            misses: 0,
+            boost: 0,
+            boost_since: None,
+        }
+    }
+
+    /// The pool's numbers now.
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            min: self.min,
+            max: self.max,
+            target: self.target(),
+            ready: self.ready.len(),
+            creating: self.filling,
+            hits: self.hits,
+            misses: self.misses,
+        }
+    }
+
+    /// Name, spec, zygote and numbers.
+    pub(crate) fn status(&self) -> super::PoolStatus {
+        super::PoolStatus {
+            name: self.name.clone(),
+            spec: self.spec.clone(),
+            zygote: self.zygote_kind,
+            numbers: self.snapshot(),
+        }
+    }
+
+    /// Ready sandboxes the refill task aims for: `min` plus the growth on recent misses, at most `max`.
+    pub(crate) fn target(&self) -> usize {
+        self.min.saturating_add(self.boost).min(self.max)
+    }
+
+    /// Counts a claim: a hit when it found a member, else a miss (which raises the target by one, up to `max`).
+    pub(crate) fn count_claim(&mut self, hit: bool, now: Instant) {
+        if hit {
+            self.hits += 1;
+            return;
+        }
+        self.misses += 1;
+        if self.target() < self.max {
+            self.boost += 1;
+        }
+        self.boost_since = Some(now);
+    }
+
+    /// Lowers the growth by one for every [`GROW_DECAY`] since it last changed.
+    pub(crate) fn decay(&mut self, now: Instant) {
+        while self.boost > 0
+            && let Some(since) = self.boost_since
+            && now.saturating_duration_since(since) >= GROW_DECAY
+        {
+            self.boost -= 1;
+            self.boost_since = Some(since + GROW_DECAY);
+        }
+    }
+
+    /// New sizes (already validated: `min <= max`). Returns the ready members beyond the new `max`, newest first,
+    /// removed from the pool (the caller destroys them); creations in flight past it are destroyed when they end.
+    pub(crate) fn resize(&mut self, min: usize, max: usize) -> Vec<String> {
+        self.min = min;
+        self.max = max.max(min);
+        self.boost = self.boost.min(self.max - self.min);
+        let mut surplus = Vec::new();
+        while self.ready.len() > self.max {
+            if let Some(member) = self.ready.pop_back() {
+                surplus.push(member.id);
+            }
+        }
+        surplus
     }
 
     /// Whether a request for `spec` may take a sandbox of this pool: same template and limits, and no `env` or
@@ -71,7 +189,7 @@ impl PoolClass {
     /// Whether another sandbox should be created now.
     pub(crate) fn wants_more(&self) -> bool {
         let held = self.ready.len() + self.filling;
-        held < self.min && held < self.max
+        held < self.target() && held < self.max
     }
 
     /// Counts a creation that has started.
@@ -175,5 +293,66 @@ mod tests {
         p.give_back(a);
         assert_eq!(p.take(), Some(Member::plain("a")));
         assert_eq!(p.drain(), vec!["c".to_owned()]);
+    }
+
+    fn filled(min: usize, max: usize, ids: &[&str]) -> PoolClass {
+        let mut p = pool(min, max);
+        for id in ids {
+            p.fill_started();
+            p.fill_finished(Some(Member::plain(id)));
+        }
+        p
+    }
+
+    #[test]
+    fn misses_raise_the_target_up_to_max_and_it_decays_back_to_min() {
+        let mut p = pool(1, 3);
+        let t0 = Instant::now();
+        assert_eq!(p.target(), 1);
+        p.count_claim(false, t0);
+        p.count_claim(false, t0);
+        p.count_claim(false, t0);
+        assert_eq!(p.target(), 3, "capped at max");
+        p.count_claim(true, t0);
+        assert_eq!(p.snapshot(), Snapshot { min: 1, max: 3, target: 3, ready: 0, creating: 0, hits: 1, misses: 3 });
+        p.decay(t0 + GROW_DECAY / 2);
+        assert_eq!(p.target(), 3, "no decay before a full period");
+        p.decay(t0 + GROW_DECAY);
+        assert_eq!(p.target(), 2);
+        p.count_claim(false, t0 + GROW_DECAY + GROW_DECAY / 2);
+        assert_eq!(p.target(), 3, "a new miss raises it again and restarts the period");
+        p.decay(t0 + GROW_DECAY * 2);
+        assert_eq!(p.target(), 3);
+        p.decay(t0 + GROW_DECAY * 10);
+        assert_eq!(p.target(), 1, "back to min, never below");
+    }
+
+    #[test]
+    fn a_raised_target_fills_past_min() {
+        let mut p = filled(1, 4, &["a"]);
+        assert!(!p.wants_more());
+        p.count_claim(false, Instant::now());
+        assert!(p.wants_more(), "one miss asks for one more");
+        p.fill_started();
+        assert!(!p.wants_more());
+    }
+
+    #[test]
+    fn resizing_destroys_ready_members_past_the_new_max_and_caps_the_growth() {
+        let mut p = filled(3, 5, &["a", "b", "c", "d"]);
+        assert_eq!(p.resize(1, 2), vec!["d".to_owned(), "c".to_owned()], "newest first");
+        assert_eq!(p.ready(), 2);
+        assert!(!p.wants_more());
+        assert_eq!(p.resize(4, 6), Vec::<String>::new());
+        assert!(p.wants_more(), "a higher min refills");
+        let t0 = Instant::now();
+        for _ in 0..5 {
+            p.count_claim(false, t0);
+        }
+        assert_eq!(p.target(), 6);
+        p.resize(0, 2);
+        assert_eq!(p.target(), 2, "the growth never exceeds the new max");
+        p.resize(0, 0);
+        assert_eq!((p.target(), p.ready()), (0, 0));
     }
 }

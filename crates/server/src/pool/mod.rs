@@ -5,13 +5,18 @@
 //!   caller the member's id, then the row is admitted against the caller's quota like any create; when the quota
 //!   refuses, the untouched member goes back to the pool.
 //! - A claimed sandbox never returns to a pool: deleting it destroys it, and the refill task creates a new one.
-//! - The refill task keeps each pool at `min` ready members (never more than `max`), one creation at a time, and
-//!   drops members whose agent died (they are replaced).
+//! - The refill task keeps each pool at its target of ready members (never more than `max`), one creation at a time,
+//!   and drops members whose agent died (they are replaced). The target is `min`, raised by one per recent miss up to
+//!   `max` and lowered back one step per `class::GROW_DECAY` (10 s) without a miss (see `class`).
+//! - An admin resizes a pool at run time (`PUT /v1/pools/{name}`): a higher `min` is refilled, a lower `max` destroys
+//!   the ready members past it. Sizes set this way last until the server restarts (the config file is not written).
 //! - Members are runtime sandboxes like any other: when the server goes, the runtime destroys them with the rest.
-//! - A pool with a zygote (`zygote = "python"`) starts it in each new member as a background command
-//!   (`python3 -c <resources/zygotes/python_zygote.py> <preload...>`); the member is ready only once it runs. The
-//!   zygote imports the preload modules and waits for one program on its stdin, which it runs in a forked child
-//!   (`POST /v1/run`, see `api::run::task`). A claim that does not use the zygote (a plain create) kills it.
+//! - A pool with a zygote (`zygote = "python"` or `"node"`) starts it in each new member as a background command
+//!   (`python3 -c <resources/zygotes/python_zygote.py> <preload...>`, `node -e <resources/zygotes/node_zygote.js>
+//!   <preload...>`); the member is ready only once it runs. The zygote loads the preload modules and waits for one
+//!   program on its stdin (Python: the source, run in a forked child; Node: the path of the main file, run in the
+//!   zygote process itself), for `POST /v1/run` (see `api::run::task`). A claim that does not use the zygote (a plain
+//!   create) kills it.
 
 mod class;
 
@@ -25,21 +30,24 @@ use crate::config::{PoolConfig, ZygoteKind};
 use crate::ids;
 use crate::metrics::Metrics;
 use crate::runtime::DynRuntime;
+pub(crate) use class::Snapshot;
 use class::{Member, PoolClass};
 
 /// The Python zygote's program (`python3 -c`).
 const PYTHON_ZYGOTE: &str = include_str!("../../../../resources/zygotes/python_zygote.py");
+/// The Node.js zygote's program (`node -e`).
+const NODE_ZYGOTE: &str = include_str!("../../../../resources/zygotes/node_zygote.js");
 /// Time limit of a zygote command: it waits in an idle member for as long as the member is not claimed; a run
 /// enforces its own time limit.
 const ZYGOTE_TIMEOUT_MS: u64 = 365 * 24 * 3600 * 1000;
 
 /// The argv of a pool's zygote.
 fn zygote_argv(kind: ZygoteKind, preload: &[String]) -> Vec<String> {
-    match kind {
-        ZygoteKind::Python => {
-            ["python3", "-c", PYTHON_ZYGOTE].into_iter().map(str::to_owned).chain(preload.iter().cloned()).collect()
-        }
-    }
+    let head = match kind {
+        ZygoteKind::Python => ["python3", "-c", PYTHON_ZYGOTE],
+        ZygoteKind::Node => ["node", "-e", NODE_ZYGOTE],
+    };
+    head.into_iter().map(str::to_owned).chain(preload.iter().cloned()).collect()
 }
 
 /// How often the refill task looks for dead members when nothing wakes it.
@@ -56,6 +64,27 @@ pub(crate) struct Claimed {
     pub(crate) id: String,
     /// The command id of the member's zygote, when its pool has one.
     pub(crate) zygote: Option<String>,
+    /// Which interpreter that zygote is.
+    pub(crate) zygote_kind: Option<ZygoteKind>,
+}
+
+/// One pool as `GET /v1/pools` shows it.
+#[derive(Debug, Clone)]
+pub(crate) struct PoolStatus {
+    /// The pool's name.
+    pub(crate) name: String,
+    /// The spec its sandboxes are created with (template and limits).
+    pub(crate) spec: SandboxSpec,
+    /// Its zygote, if any.
+    pub(crate) zygote: Option<ZygoteKind>,
+    /// Its numbers.
+    pub(crate) numbers: Snapshot,
+}
+
+/// Updates a pool's gauges.
+fn report(metrics: &Metrics, pool: &PoolClass) {
+    metrics.pool_size(&pool.name, pool.ready());
+    metrics.pool_target(&pool.name, pool.target());
 }
 
 /// What a claim found.
@@ -87,6 +116,7 @@ impl Pools {
                     SandboxSpec { template: config.template, limits: config.limits.clone(), ..SandboxSpec::default() };
                 let mut class = PoolClass::new(config.name_at(index), spec, config.min, config.max);
                 class.zygote = config.zygote.map(|kind| zygote_argv(kind, &config.preload));
+                class.zygote_kind = config.zygote;
                 class
             })
             .collect();
@@ -98,9 +128,30 @@ impl Pools {
         self.classes.lock().map(|c| c.is_empty()).unwrap_or(true)
     }
 
-    /// The names of the pools and their ready members.
-    pub fn sizes(&self) -> Vec<(String, usize)> {
-        self.classes.lock().map(|c| c.iter().map(|p| (p.name.clone(), p.ready())).collect()).unwrap_or_default()
+    /// Every pool's name, spec and numbers, in config order.
+    pub(crate) fn status(&self) -> Vec<PoolStatus> {
+        let Ok(classes) = self.classes.lock() else { return Vec::new() };
+        classes.iter().map(PoolClass::status).collect()
+    }
+
+    /// Sets the sizes of pool `name` (validated by the caller: `min <= max`); `None` when there is no such pool.
+    /// Returns the pool's new status and the ready members past the new `max`, removed from the pool, for the caller
+    /// to destroy. The refill task is woken to fill up to a higher `min`.
+    pub(crate) fn resize(
+        &self,
+        name: &str,
+        min: usize,
+        max: usize,
+        metrics: &Metrics,
+    ) -> Option<(PoolStatus, Vec<String>)> {
+        let mut classes = self.classes.lock().ok()?;
+        let pool = classes.iter_mut().find(|p| p.name == name)?;
+        let surplus = pool.resize(min, max);
+        report(metrics, pool);
+        let status = pool.status();
+        drop(classes);
+        self.wake.notify_one();
+        Some((status, surplus))
     }
 
     /// Takes a live ready sandbox for `spec`, if a pool serves it and has one.
@@ -112,11 +163,14 @@ impl Pools {
             match pool.take() {
                 // Its agent died since the last check: the runtime has removed it already.
                 Some(member) if !runtime.is_alive(&member.id) => continue,
-                Some(Member { id, zygote }) => break Some(Claimed { class, id, zygote }),
+                Some(Member { id, zygote }) => {
+                    break Some(Claimed { class, id, zygote, zygote_kind: pool.zygote_kind });
+                }
                 None => break None,
             }
         };
-        metrics.pool_size(&pool.name, pool.ready());
+        pool.count_claim(claimed.is_some(), Instant::now());
+        report(metrics, pool);
         drop(classes);
         self.wake.notify_one();
         match claimed {
@@ -137,7 +191,7 @@ impl Pools {
             && let Some(pool) = classes.get_mut(claimed.class)
         {
             pool.give_back(Member { id: claimed.id, zygote: claimed.zygote });
-            metrics.pool_size(&pool.name, pool.ready());
+            report(metrics, pool);
         }
     }
 
@@ -154,18 +208,23 @@ impl Pools {
         let mut classes = self.classes.lock().ok()?;
         let pool = classes.get_mut(class)?;
         let surplus = pool.fill_finished(member);
-        metrics.pool_size(&pool.name, pool.ready());
+        report(metrics, pool);
         surplus
     }
 
-    /// Drops dead members everywhere.
+    /// Drops dead members everywhere and lets raised targets decay.
     fn prune(&self, runtime: &dyn DynRuntime, metrics: &Metrics) {
         if let Ok(mut classes) = self.classes.lock() {
+            let now = Instant::now();
             for pool in classes.iter_mut() {
                 let dead = pool.prune(|id| runtime.is_alive(id));
                 if !dead.is_empty() {
                     tracing::warn!(pool = %pool.name, sandboxes = ?dead, "pool members died; replacing them");
-                    metrics.pool_size(&pool.name, pool.ready());
+                }
+                let target = pool.target();
+                pool.decay(now);
+                if !dead.is_empty() || pool.target() != target {
+                    report(metrics, pool);
                 }
             }
         }
@@ -177,11 +236,11 @@ impl Pools {
     }
 }
 
-/// The refill task: runs until aborted.
-pub(crate) async fn refill(state: crate::state::AppState) {
+/// The refill task: keeps every pool of `state` filled to its target; runs until aborted (`serve_on` spawns it).
+pub async fn refill(state: crate::state::AppState) {
     let (pools, metrics) = (state.pools(), state.metrics());
-    for (name, ready) in pools.sizes() {
-        metrics.pool_size(&name, ready);
+    if let Ok(classes) = pools.classes.lock() {
+        classes.iter().for_each(|pool| report(metrics, pool));
     }
     loop {
         pools.prune(state.runtime(), metrics);

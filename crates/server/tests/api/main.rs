@@ -18,6 +18,7 @@ mod lifecycle;
 mod logs;
 mod metrics;
 mod openapi;
+mod pools;
 mod quotas;
 mod run;
 mod tcp;

@@ -149,6 +149,9 @@ async fn live_responses_match_the_spec() {
     ));
     seen.push(check("POST", "/v1/run")(h.post("/v1/run", KEY_A, json!({"argv": ["echo", "x"]})).await));
     seen.push(check("POST", "/v1/run")(h.post("/v1/run", KEY_A, json!({"code": "x"})).await));
+    seen.push(check("GET", "/v1/pools")(h.get("/v1/pools", KEY_A).await));
+    let sizes = Body::from(r#"{"min": 1, "max": 2}"#);
+    seen.push(check("PUT", "/v1/pools/{name}")(h.call("PUT", "/v1/pools/p", Some(KEY_A), sizes).await));
     let code = format!("{s}/code");
     let contexts = format!("{s}/contexts");
     seen.push(check("POST", "/v1/sandboxes/{id}/code")(
@@ -225,7 +228,7 @@ async fn live_responses_match_the_spec() {
         conforms(&spec, method, template, reply);
         statuses.insert(reply.status.as_u16());
     }
-    assert_eq!(statuses.into_iter().collect::<Vec<_>>(), [200, 201, 202, 204, 400, 401, 404, 409, 413, 422]);
+    assert_eq!(statuses.into_iter().collect::<Vec<_>>(), [200, 201, 202, 204, 400, 401, 403, 404, 409, 413, 422]);
     // Every documented path was exercised.
     let documented: std::collections::BTreeSet<&str> =
         spec["paths"].as_object().unwrap().keys().map(String::as_str).collect();

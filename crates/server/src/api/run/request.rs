@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 
 use crate::api::error::ApiError;
 use crate::api::schemas::LimitsBody;
+use crate::config::ZygoteKind;
 use crate::state::Settings;
 use crate::validate;
 
@@ -100,8 +101,9 @@ pub(crate) struct RunPlan {
     pub(crate) compile: Option<CommandSpec>,
     /// The command; its `timeout_ms` is set when it runs.
     pub(crate) command: CommandSpec,
-    /// Python source a pool member's zygote may run instead of `command` (Python code without env or stdin).
-    pub(crate) zygote_source: Option<Vec<u8>>,
+    /// What a pool member's zygote of this kind may be given instead of running `command` (Python or Node code
+    /// without env or stdin): the Python source, or the path of the Node program (already among `files`).
+    pub(crate) zygote_input: Option<(ZygoteKind, Vec<u8>)>,
 }
 
 fn argv(items: &[&str]) -> Option<Vec<String>> {
@@ -167,15 +169,19 @@ pub(crate) fn plan(body: RunRequest, settings: Settings) -> Result<RunPlan, ApiE
     }
     let mut files =
         body.files.into_iter().map(|item| file(item, settings.max_file_bytes)).collect::<Result<Vec<_>, _>>()?;
-    let mut zygote_source = None;
+    let mut zygote_input = None;
     let (compile, mut command) = match (body.language, body.code, body.argv.is_some() || body.cmd.is_some()) {
         (Some(_), _, true) | (_, Some(_), true) => {
             return Err(ApiError::unprocessable("give either language with code, or argv/cmd, not both"));
         }
         (Some(language), Some(code), false) => {
             let (source, compile, command) = code_steps(language, code);
-            if language == RunLanguage::Python && body.env.is_empty() && body.stdin.is_none() {
-                zygote_source = Some(source.1.clone());
+            if body.env.is_empty() && body.stdin.is_none() {
+                zygote_input = match language {
+                    RunLanguage::Python => Some((ZygoteKind::Python, source.1.clone())),
+                    RunLanguage::Node => Some((ZygoteKind::Node, source.0.clone().into_bytes())),
+                    RunLanguage::Bash | RunLanguage::C => None,
+                };
             }
             files.push(source);
             (compile, command)
@@ -199,7 +205,7 @@ pub(crate) fn plan(body: RunRequest, settings: Settings) -> Result<RunPlan, ApiE
     command.stdin = body.stdin;
     let lifetime_s = limit_s.saturating_mul(2).saturating_add(LIFETIME_MARGIN_S).clamp(1, settings.max_timeout_s);
     let spec = SandboxSpec { limits, ..SandboxSpec::default() };
-    Ok(RunPlan { spec, lifetime_s, files, compile, command, zygote_source })
+    Ok(RunPlan { spec, lifetime_s, files, compile, command, zygote_input })
 }
 
 #[cfg(test)]
@@ -223,12 +229,17 @@ mod tests {
         assert_eq!(plan.command.stdin.as_deref(), Some("x"));
         let python = request(serde_json::json!({"language": "python", "code": "print(1)"}))?;
         assert_eq!(python.command.argv, argv(&["python3", "/tmp/main.py"]));
-        assert_eq!(python.zygote_source.as_deref(), Some(&b"print(1)"[..]));
-        assert!(plan.zygote_source.is_none(), "C never goes to a zygote");
+        assert_eq!(python.zygote_input, Some((ZygoteKind::Python, b"print(1)".to_vec())));
+        let node = request(serde_json::json!({"language": "node", "code": "console.log(1)"}))?;
+        assert_eq!(node.zygote_input, Some((ZygoteKind::Node, b"/tmp/main.js".to_vec())));
+        assert_eq!(node.files, vec![("/tmp/main.js".to_owned(), b"console.log(1)".to_vec())]);
+        assert!(plan.zygote_input.is_none(), "C never goes to a zygote");
+        let bash = request(serde_json::json!({"language": "bash", "code": "echo"}))?;
+        assert!(bash.zygote_input.is_none(), "bash has no zygote");
         let with_stdin = request(serde_json::json!({"language": "python", "code": "input()", "stdin": "x"}))?;
-        assert!(with_stdin.zygote_source.is_none(), "stdin needs the plain path");
-        let with_env = request(serde_json::json!({"language": "python", "code": "1", "env": {"A": "b"}}))?;
-        assert!(with_env.zygote_source.is_none(), "env needs the plain path");
+        assert!(with_stdin.zygote_input.is_none(), "stdin needs the plain path");
+        let with_env = request(serde_json::json!({"language": "node", "code": "1", "env": {"A": "b"}}))?;
+        assert!(with_env.zygote_input.is_none(), "env needs the plain path");
         Ok(())
     }
 

@@ -2,10 +2,12 @@
 //! sandbox, write the files, compile (C), run, and destroy the sandbox on every path. A client that leaves (its
 //! receiver dropped) ends the run early; the sandbox is destroyed before the result is sent.
 //!
-//! Python code (without env or stdin) that lands on a pool member with a zygote is not started as `python3
-//! /tmp/main.py`: the source is written to the zygote's stdin, which is closed, and the zygote forks a child that runs
-//! it; the zygote's output is the run's, its exit the run's exit. The run's time limit kills the zygote's process
-//! group (SIGKILL). A zygote that is not usable (it died) leaves the run to the ordinary path.
+//! Python or Node code (without env or stdin) that lands on a pool member with a zygote of its language is not
+//! started as `python3 /tmp/main.py` or `node /tmp/main.js`: the zygote's stdin gets the Python source (the zygote
+//! forks a child that runs it) or the Node program's path (the zygote runs it as its main module), then EOF; the
+//! zygote's output is the run's, its exit the run's exit. The run's time limit kills the zygote's process group
+//! (SIGKILL). A zygote that is not usable (it died) leaves the run to the ordinary path; one that is not for this run
+//! (another language, or a run with env or stdin) is killed first.
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +23,7 @@ use crate::api::sandboxes::{SIGKILL, start_sandbox_with_zygote};
 use crate::auth::Tenant;
 use crate::background::CommandEvent;
 use crate::clock::now_ms;
+use crate::config::ZygoteKind;
 use crate::metrics::{ExitReason, LimitKind};
 use crate::runtime::{FailureKind, OutputChunk, RuntimeFailure};
 use crate::state::AppState;
@@ -86,7 +89,7 @@ async fn run(
     };
     // From here on the sandbox exists: whatever happens below, it is destroyed before this task ends.
     let outcome = tokio::select! {
-        outcome = work(&state, &id, zygote.as_deref(), plan, ready, &events) => outcome,
+        outcome = work(&state, &id, zygote, plan, ready, &events) => outcome,
         () = events.closed() => {
             tracing::info!(sandbox = %id, "run: the client left; destroying the sandbox");
             None
@@ -115,12 +118,12 @@ async fn finish(state: &AppState, id: &str) {
     }
 }
 
-/// Writes the files, reports ready, then compiles and runs (through the zygote when there is one and the code is
-/// Python). `None` when there is nothing more to report.
+/// Writes the files, reports ready, then compiles and runs (through the zygote when there is one for the code's
+/// language). `None` when there is nothing more to report.
 async fn work(
     state: &AppState,
     id: &str,
-    zygote: Option<&str>,
+    zygote: Option<(ZygoteKind, String)>,
     plan: RunPlan,
     ready: oneshot::Sender<Result<String, ApiError>>,
     events: &mpsc::Sender<RunEvent>,
@@ -132,10 +135,19 @@ async fn work(
         }
     }
     ready.send(Ok(id.to_owned())).ok()?;
-    if let (Some(zygote), Some(source)) = (zygote, plan.zygote_source)
-        && let Some(outcome) = forked(state, id, zygote, source, plan.spec.limits.timeout_ms, events).await
-    {
-        return Some(outcome);
+    match (zygote, plan.zygote_input) {
+        (Some((kind, zygote)), Some((wanted, input))) if kind == wanted => {
+            if let Some(outcome) = forked(state, id, &zygote, input, plan.spec.limits.timeout_ms, events).await {
+                return Some(outcome);
+            }
+        }
+        (Some((_, zygote)), _) => {
+            // Not for this run: it must not hold the sandbox's memory and pids while the program runs.
+            if let Err(failure) = state.runtime().signal_command(id, &zygote, SIGKILL).await {
+                tracing::warn!(sandbox = %id, reason = %failure.message, "could not stop an unused zygote");
+            }
+        }
+        (None, _) => {}
     }
     Some(execute(state, id, plan.compile, plan.command, plan.spec.limits.timeout_ms, events).await)
 }
@@ -143,13 +155,13 @@ async fn work(
 /// How long a zygote killed at its time limit may take to report its end.
 const KILLED_GRACE: Duration = Duration::from_secs(10);
 
-/// Runs `source` in a child of the zygote `zygote` within `budget_ms`; `None` when the zygote cannot take it (it is
-/// gone or its stdin closed), and then nothing was run.
+/// Hands `input` to the zygote `zygote` and follows the run it starts within `budget_ms`; `None` when the zygote
+/// cannot take it (it is gone or its stdin closed), and then nothing was run.
 async fn forked(
     state: &AppState,
     id: &str,
     zygote: &str,
-    source: Vec<u8>,
+    input: Vec<u8>,
     budget_ms: u64,
     events: &mpsc::Sender<RunEvent>,
 ) -> Option<Result<RunOutcome, ApiError>> {
@@ -165,7 +177,7 @@ async fn forked(
             return None;
         }
     };
-    if let Err(failure) = runtime.command_stdin(id, zygote, source, true).await {
+    if let Err(failure) = runtime.command_stdin(id, zygote, input, true).await {
         unusable(failure);
         return None;
     }
