@@ -8,6 +8,8 @@
 #   scripts/bench.sh --quick    30 cold runs, fewer warm requests (a smoke test; the doc says so)
 #   scripts/bench.sh --runs N   N cold runs
 #   scripts/bench.sh --cold-only / --warm-only   one half (the doc is rendered from both JSON files)
+#   scripts/bench.sh --egress-only   only the egress proxy vs a direct connection on loopback (also part of a full or
+#                                    --quick run; crates/egress/examples/egress_bench, ~15 s, bench/results/egress.json)
 #
 # Run as root (the process tier and runsc need it). Installing is idempotent: `dpkg -s` first, and `apt-get update`
 # only when something is missing.
@@ -18,18 +20,20 @@ runs=200
 quick=
 cold=1
 warm=1
+egress=1
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --quick) runs=30; quick=--quick ;;
-    --cold-only) warm= ;;
-    --warm-only) cold= ;;
+    --cold-only) warm= egress= ;;
+    --warm-only) cold= egress= ;;
+    --egress-only) cold= warm= ;;
     --runs)
       [ "$#" -ge 2 ] || { echo "bench: --runs needs a number" >&2; exit 2; }
       runs=$2
       shift
       ;;
     -h | --help)
-      sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+      sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
@@ -43,8 +47,10 @@ case "$runs" in
   '' | *[!0-9]* | 0) echo "bench: --runs must be a positive integer, got '$runs'" >&2; exit 2 ;;
 esac
 
-scripts/setup.sh runsc
-cargo build --release -p sandkasten-cli
+if [ -n "$cold$warm" ]; then
+  scripts/setup.sh runsc
+  cargo build --release -p sandkasten-cli
+fi
 target_dir=${CARGO_TARGET_DIR:-target}
 
 if [ -n "$cold" ]; then
@@ -54,6 +60,11 @@ if [ -n "$warm" ]; then
   # warm.py exits 1 when a measurement failed (recorded in warm.json and the doc); render anyway, then report it.
   status=0
   /usr/bin/python3 bench/warm.py --sandkasten "$target_dir/release/sandkasten" $quick --no-render || status=$?
+fi
+if [ -n "$egress" ]; then
+  # The egress proxy against a direct connection on loopback; exits 1 if a request failed (no JSON written then).
+  cargo build --release -p sandkasten-egress --example egress_bench
+  "$target_dir/release/examples/egress_bench" --json bench/results/egress.json $quick || status=$?
 fi
 /usr/bin/python3 bench/render.py
 exit "${status:-0}"

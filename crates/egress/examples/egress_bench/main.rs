@@ -232,7 +232,7 @@ fn throughput_json(thr: &[Vec<Transfer>; 3]) -> Value {
 fn method(p: &Params) -> Value {
     json!({
         "setup": format!(
-            "one process: a minimal HTTP/1.1 upstream on 127.0.0.1 and sandkasten_egress::Proxy serving a 127.0.0.1 \
+            "a minimal HTTP/1.1 upstream on 127.0.0.1 and sandkasten_egress::Proxy serving a 127.0.0.1 \
              listener for one sandbox (allowlist policy `{NAME}`, static hosts entry {NAME} -> 127.0.0.1, \
              allow_cidrs 127.0.0.1/32, no CA so tunnels are blind, a counting audit sink) on a {}-worker tokio \
              runtime; the client on a single-threaded runtime in the main thread, raw HTTP/1.1 with TCP_NODELAY, \
