@@ -660,7 +660,12 @@ def where_egress(e: dict) -> list[str]:
            "hop; " if 0.7 <= fwd["added_median_us"] / direct <= 1.3 else " ")
         + "a profile (`perf`) of the latency loop taken when this section was written put about 85% of the process's "
         "CPU time (client and upstream included) in the kernel — socket set-up and teardown, TCP, epoll and "
-        "wake-ups — and little in the proxy's own code.",
+        "wake-ups — and little in the proxy's own code. The figure also depends on whether the CPUs are idle: "
+        "in trial runs on this 2-vCPU VM the added time was about 110–130 µs with the machine otherwise idle and "
+        "about 60–80 µs with both CPUs kept busy (by other builds, or by two `nice 19` spin loops), while the "
+        "direct request stayed near 75 µs either way — each of the proxy's extra hand-offs between threads can "
+        "wake an idle vCPU, which costs more than the proxy's work (a single-worker runtime, `--workers 1`, did "
+        "not change this). The `CPUs … busy just before` figure above says which case this run is.",
         "",
         f"**Throughput.** Through the proxy every byte crosses loopback twice and is copied through the proxy's "
         f"memory: forwarding streams the upstream's body through hyper (read from the upstream connection, written "

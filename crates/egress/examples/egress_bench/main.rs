@@ -2,7 +2,7 @@
 //! connection against plain-HTTP forwarding and a CONNECT tunnel through [`sandkasten_egress::Proxy`].
 //!
 //! ```text
-//! cargo run --release -p sandkasten-egress --example egress_bench -- --json bench/results/egress.json [--quick]
+//! cargo run --release -p sandkasten-egress --example egress_bench -- --json bench/results/egress.json [--quick] [--workers N]
 //! ```
 //!
 //! One process, three parts: an upstream HTTP/1.1 server on 127.0.0.1 (`upstream`), the proxy serving a
@@ -40,25 +40,33 @@ const MIB: u64 = 1024 * 1024;
 struct Args {
     json: PathBuf,
     quick: bool,
+    /// Worker threads of the proxy's and upstream's runtime; default: one per CPU, like the server's.
+    workers: Option<usize>,
 }
 
 impl Args {
     fn parse() -> Result<Args> {
         let mut json = None;
         let mut quick = false;
+        let mut workers = None;
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
             match arg.as_str() {
                 "--json" => json = Some(PathBuf::from(args.next().ok_or("--json needs a path")?)),
                 "--quick" => quick = true,
+                "--workers" => workers = Some(args.next().ok_or("--workers needs a number")?.parse()?),
                 "-h" | "--help" => {
-                    println!("usage: egress_bench --json OUT.json [--quick]");
+                    println!("usage: egress_bench --json OUT.json [--quick] [--workers N]");
                     std::process::exit(0);
                 }
-                other => return Err(format!("unknown argument {other:?} (usage: --json OUT.json [--quick])").into()),
+                other => {
+                    return Err(
+                        format!("unknown argument {other:?} (usage: --json OUT.json [--quick] [--workers N])").into()
+                    );
+                }
             }
         }
-        Ok(Args { json: json.ok_or("--json OUT.json is required")?, quick })
+        Ok(Args { json: json.ok_or("--json OUT.json is required")?, quick, workers })
     }
 }
 
@@ -87,7 +95,7 @@ impl AuditSink for CountingAudit {
 
 fn main() -> Result<()> {
     let args = Args::parse()?;
-    let workers = std::thread::available_parallelism().map(usize::from).unwrap_or(1);
+    let workers = args.workers.unwrap_or(std::thread::available_parallelism().map(usize::from).unwrap_or(1)).max(1);
     let p = if args.quick {
         Params { warmup: 50, iterations: 500, big: 64 * MIB, rounds: 3, workers }
     } else {
