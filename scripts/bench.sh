@@ -8,7 +8,9 @@
 #   scripts/bench.sh            200 interleaved cold runs per contender, full warm run
 #   scripts/bench.sh --quick    30 cold runs, fewer warm requests (a smoke test; the doc says so)
 #   scripts/bench.sh --runs N   N cold runs
-#   scripts/bench.sh --cold-only / --warm-only / --runs-only   one part (the doc is rendered from all JSON files)
+#   scripts/bench.sh --cold-only / --warm-only / --runs-only / --egress-only   one part (the doc is rendered from
+#                               all JSON files); egress = the proxy vs a direct connection on loopback
+#                               (crates/egress/examples/egress_bench, ~15 s, bench/results/egress.json)
 #
 # Run as root (the process tier and runsc need it). Installing is idempotent: `dpkg -s` first, and `apt-get update`
 # only when something is missing.
@@ -20,19 +22,21 @@ quick=
 cold=1
 warm=1
 oneshot=1
+egress=1
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --quick) runs=30; quick=--quick ;;
-    --cold-only) warm= oneshot= ;;
-    --warm-only) cold= oneshot= ;;
-    --runs-only) cold= warm= ;;
+    --cold-only) warm= oneshot= egress= ;;
+    --warm-only) cold= oneshot= egress= ;;
+    --runs-only) cold= warm= egress= ;;
+    --egress-only) cold= warm= oneshot= ;;
     --runs)
       [ "$#" -ge 2 ] || { echo "bench: --runs needs a number" >&2; exit 2; }
       runs=$2
       shift
       ;;
     -h | --help)
-      sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+      sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
@@ -46,8 +50,10 @@ case "$runs" in
   '' | *[!0-9]* | 0) echo "bench: --runs must be a positive integer, got '$runs'" >&2; exit 2 ;;
 esac
 
-scripts/setup.sh runsc
-cargo build --release -p sandkasten-cli
+if [ -n "$cold$warm$oneshot" ]; then
+  scripts/setup.sh runsc
+  cargo build --release -p sandkasten-cli
+fi
 target_dir=${CARGO_TARGET_DIR:-target}
 
 if [ -n "$cold" ]; then
@@ -60,6 +66,11 @@ if [ -n "$warm" ]; then
 fi
 if [ -n "$oneshot" ]; then
   /usr/bin/python3 bench/runs.py --sandkasten "$target_dir/release/sandkasten" $quick --no-render || status=$?
+fi
+if [ -n "$egress" ]; then
+  # The egress proxy against a direct connection on loopback; exits 1 if a request failed (no JSON written then).
+  cargo build --release -p sandkasten-egress --example egress_bench
+  "$target_dir/release/examples/egress_bench" --json bench/results/egress.json $quick || status=$?
 fi
 /usr/bin/python3 bench/render.py
 exit "${status:-0}"
