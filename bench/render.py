@@ -2,13 +2,10 @@
 """Renders docs/benchmarks.md (and the chart docs/benchmarks-latency.svg) from the benchmark results.
 
 The one place where the markdown is produced: the cold-start section from bench/results/cold_start.json (written by
-<<<<<<< HEAD
-bench/cold_start.py), the warm section from bench/results/warm.json (bench/warm.py) and the one-shot runs section from
-bench/results/runs.json (bench/runs.py); a missing file's section is left out. `python3 bench/render.py` re-renders from the existing files. Standard library only.
-=======
-bench/cold_start.py), the warm section from bench/results/warm.json (bench/warm.py) and the egress section from
-bench/results/egress.json (crates/egress/examples/egress_bench); a missing file's section is left out. `python3 bench/render.py` re-renders from the existing files. Standard library only.
->>>>>>> egress-bench
+bench/cold_start.py), the warm section from bench/results/warm.json (bench/warm.py), the one-shot runs section from
+bench/results/runs.json (bench/runs.py) and the egress section from bench/results/egress.json
+(crates/egress/examples/egress_bench); a missing file's section is left out. `python3 bench/render.py` re-renders from
+the existing files. Standard library only.
 """
 
 from __future__ import annotations
@@ -22,11 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 COLD_JSON = ROOT / "bench" / "results" / "cold_start.json"
 WARM_JSON = ROOT / "bench" / "results" / "warm.json"
-<<<<<<< HEAD
 RUNS_JSON = ROOT / "bench" / "results" / "runs.json"
-=======
 EGRESS_JSON = ROOT / "bench" / "results" / "egress.json"
->>>>>>> egress-bench
 DOC = ROOT / "docs" / "benchmarks.md"
 SVG = ROOT / "docs" / "benchmarks-latency.svg"
 
@@ -653,7 +647,6 @@ def where_egress(e: dict) -> list[str]:
     lat, added, thr = e["latency_us"], e["latency_added"], e["throughput"]
     direct = lat["direct"]["median"]
     fwd, con = added["forward"], added["connect"]
-    per_mib_syscalls = 1024 // 8
     out = [
         f"**Per request** (about {fwd['added_median_us']:.0f} µs added to forwarding and {con['added_median_us']:.0f} µs "
         f"to a tunnel, against {direct:.0f} µs for the whole direct request): a proxied request is two TCP connections "
@@ -681,19 +674,13 @@ def where_egress(e: dict) -> list[str]:
         f"memory: forwarding streams the upstream's body through hyper (read from the upstream connection, written "
         f"to the client's), at {thr['ratio_vs_direct']['forward']:.2f}× the direct rate and "
         f"{thr['forward']['cpu_ratio_vs_direct']:.2f}× the CPU; a blind tunnel splices bytes with "
-        f"`tokio::io::copy_bidirectional`, at {thr['ratio_vs_direct']['connect']:.2f}× the direct rate and "
+        f"`tokio::io::copy_bidirectional_with_sizes` (64 KiB buffers each way; tokio's default 8 KiB cost about twice "
+        f"the CPU per byte), at {thr['ratio_vs_direct']['connect']:.2f}× the direct rate and "
         f"{thr['connect']['cpu_ratio_vs_direct']:.2f}× the CPU. The CPU column is the whole process (client and "
         "upstream included), so the proxy's own share is the difference to the direct row. When other work competes "
         "for the CPUs, the MB/s figures swing from run to run (a download is a few hundred ms, easily hit by a "
         "compile); the CPU per download is the steadier measure of the proxy's cost.",
     ]
-    if thr["ratio_vs_direct"]["connect"] < thr["ratio_vs_direct"]["forward"]:
-        out[-1] += (
-            " The tunnel is slower than forwarding largely because `copy_bidirectional` copies in tokio's default 8 KiB "
-            f"chunks (`crates/egress/src/tunnel.rs`): {per_mib_syscalls} reads and {per_mib_syscalls} writes per MiB, "
-            "where hyper's forwarding reads with a buffer that grows to hundreds of KiB. "
-            "`copy_bidirectional_with_sizes` with larger buffers is the obvious lever."
-        )
     return out
 
 
@@ -798,7 +785,6 @@ COLD_INTRO = (
 )
 
 
-<<<<<<< HEAD
 def render_runs(r: dict) -> list[str]:
     mach, p = r["machine"], r["params"]
     lines = [
@@ -853,10 +839,9 @@ def render_runs(r: dict) -> list[str]:
     return lines
 
 
-def render_doc(cold: dict | None, warm: dict | None, runs: dict | None = None) -> str:
-=======
-def render_doc(cold: dict | None, warm: dict | None, egress: dict | None = None) -> str:
->>>>>>> egress-bench
+def render_doc(
+    cold: dict | None, warm: dict | None, runs: dict | None = None, egress: dict | None = None
+) -> str:
     if cold is not None:
         text = render_cold(cold)
         assert COLD_INTRO in text
@@ -870,16 +855,8 @@ def render_doc(cold: dict | None, warm: dict | None, egress: dict | None = None)
             print(f"render: cannot render bench/results/warm.json ({e!r}); rerun bench/warm.py", file=sys.stderr)
             text += ("\n## Warm (sandkasten serve)\n\n`bench/results/warm.json` is missing fields this page needs "
                      "(written by an older `bench/warm.py`); rerun `scripts/bench.sh --warm-only`.\n")
-<<<<<<< HEAD
     if runs is not None:
         text += "\n" + "\n".join(render_runs(runs)) + "\n"
-    return text
-
-
-def write(cold: dict | None, warm: dict | None, doc: Path = DOC, svg: Path = SVG, runs: dict | None = None) -> None:
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    doc.write_text(render_doc(cold, warm, runs))
-=======
     if egress is not None:
         try:
             text += "\n" + "\n".join(render_egress(egress)) + "\n"
@@ -890,10 +867,16 @@ def write(cold: dict | None, warm: dict | None, doc: Path = DOC, svg: Path = SVG
     return text
 
 
-def write(cold: dict | None, warm: dict | None, doc: Path = DOC, svg: Path = SVG, egress: Path = EGRESS_JSON) -> None:
+def write(
+    cold: dict | None,
+    warm: dict | None,
+    doc: Path = DOC,
+    svg: Path = SVG,
+    runs: Path = RUNS_JSON,
+    egress: Path = EGRESS_JSON,
+) -> None:
     doc.parent.mkdir(parents=True, exist_ok=True)
-    doc.write_text(render_doc(cold, warm, load(egress)))
->>>>>>> egress-bench
+    doc.write_text(render_doc(cold, warm, load(runs), load(egress)))
     chart = render_svg(cold, warm)
     if chart is not None:
         svg.write_text(chart)
@@ -910,15 +893,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm", type=Path, default=WARM_JSON)
     parser.add_argument("--doc", type=Path, default=DOC)
     parser.add_argument("--svg", type=Path, default=SVG)
-<<<<<<< HEAD
     parser.add_argument("--runs", type=Path, default=RUNS_JSON)
-    args = parser.parse_args(argv)
-    write(load(args.cold), load(args.warm), args.doc, args.svg, load(args.runs))
-=======
     parser.add_argument("--egress", type=Path, default=EGRESS_JSON)
     args = parser.parse_args(argv)
-    write(load(args.cold), load(args.warm), args.doc, args.svg, args.egress)
->>>>>>> egress-bench
+    write(load(args.cold), load(args.warm), args.doc, args.svg, args.runs, args.egress)
     return 0
 
 
