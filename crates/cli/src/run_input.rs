@@ -58,6 +58,9 @@ pub struct RunArgs {
     /// warm pool's sandbox; the API key comes from SANDKASTEN_API_KEY.
     #[arg(long, env = "SANDKASTEN_SERVER", hide_env_values = true, value_name = "URL")]
     pub server: Option<String>,
+    /// Network access (with --server only): hosts the run may reach through the server's egress proxy.
+    #[command(flatten)]
+    pub network: crate::client::NetworkArgs,
     /// A program and its arguments to run instead of code (after `--`).
     #[arg(last = true, value_name = "PROGRAM")]
     pub program: Vec<String>,
@@ -179,7 +182,15 @@ pub fn parse(args: &RunArgs) -> Result<RunInput, String> {
             (Command::Code { language, code }, stdin)
         }
     };
-    let spec = SandboxSpec { limits, ..SandboxSpec::default() };
+    let mut spec = SandboxSpec { limits, ..SandboxSpec::default() };
+    if let Some(policy) = args.network.policy() {
+        if args.server.is_none() {
+            return Err("--network, --allow and --deny need the egress proxy of a server: add --server URL (or \
+                        SANDKASTEN_SERVER); a local run has no network at all"
+                .into());
+        }
+        spec.network = serde_json::from_value(policy).map_err(|e| format!("--network: {e}"))?;
+    }
     let request = ExecRequest { command, env: environment(args)?, uploads: uploads(args)? };
     Ok(RunInput { spec, request, stdin })
 }

@@ -99,6 +99,9 @@ fn request(input: &RunInput) -> Result<Value, ClientError> {
         })
         .collect();
     body.insert("files".into(), files.into());
+    if input.spec.network.reaches_out() {
+        body.insert("network".into(), serde_json::to_value(&input.spec.network).unwrap_or_default());
+    }
     if let Some(stdin) = stdin_text(input.stdin)? {
         body.insert("stdin".into(), stdin.into());
     }

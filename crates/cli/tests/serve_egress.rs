@@ -500,3 +500,36 @@ fn the_proxy_door_closes_with_its_sandbox_or_policy() {
     assert!(!socket_held(&inode), "the door outlived its sandbox");
     assert_sandbox_gone(&id);
 }
+
+#[test]
+fn a_one_shot_run_through_the_server_gets_its_policy_and_a_local_one_refuses_it() {
+    require_root!();
+    let world = World::start("");
+    let run = |extra: &[&str]| {
+        std::process::Command::new(common::bin())
+            .args(["run", "--server", &world.server.url])
+            .args(extra)
+            .args(["--", "curl", "-sSf", "-m", "10", "http://allowed.test/whoami"])
+            .env("SANDKASTEN_API_KEY", KEY_1)
+            .output()
+            .unwrap()
+    };
+    let allowed = run(&["--allow", "allowed.test"]);
+    let text = String::from_utf8_lossy(&allowed.stdout);
+    assert_eq!(allowed.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&allowed.stderr));
+    assert!(text.contains("hello from allowed.test"), "{text}");
+    let refused = run(&["--allow", "other.test"]);
+    assert_ne!(refused.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("403"), "{}", String::from_utf8_lossy(&refused.stderr));
+    let none = run(&[]);
+    assert_ne!(none.status.code(), Some(0), "no policy, no network");
+    assert_eq!(world.allowed.requests().matches("GET /whoami").count(), 1, "{}", world.allowed.requests());
+    // Locally there is no proxy: the flag is refused before anything is created.
+    let local = std::process::Command::new(common::bin())
+        .args(["run", "--allow", "allowed.test", "--", "true"])
+        .env_remove("SANDKASTEN_SERVER")
+        .output()
+        .unwrap();
+    assert_eq!(local.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&local.stderr).contains("--server"), "{}", String::from_utf8_lossy(&local.stderr));
+}

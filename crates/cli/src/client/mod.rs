@@ -15,6 +15,7 @@ mod output;
 use clap::{Args, Subcommand};
 
 use http::{Client, ClientError};
+pub use network::NetworkArgs;
 
 /// Default server URL.
 const DEFAULT_URL: &str = "http://127.0.0.1:8080";

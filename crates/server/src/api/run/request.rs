@@ -8,6 +8,7 @@ use sandkasten_types::{CommandSpec, Language, Limits, SandboxSpec};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
+use crate::api::egress_schemas::NetworkPolicyBody;
 use crate::api::error::ApiError;
 use crate::api::schemas::LimitsBody;
 use crate::config::ZygoteKind;
@@ -77,6 +78,9 @@ pub struct RunRequest {
     /// Environment variables of the command (POSIX names).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Network access of the run's sandbox; default `{"mode": "none"}`.
+    #[serde(default)]
+    pub network: Option<NetworkPolicyBody>,
     /// Text written to the command's stdin, which is then closed.
     #[serde(default)]
     pub stdin: Option<String>,
@@ -204,7 +208,8 @@ pub(crate) fn plan(body: RunRequest, settings: Settings) -> Result<RunPlan, ApiE
     command.env = body.env;
     command.stdin = body.stdin;
     let lifetime_s = limit_s.saturating_mul(2).saturating_add(LIFETIME_MARGIN_S).clamp(1, settings.max_timeout_s);
-    let spec = SandboxSpec { limits, ..SandboxSpec::default() };
+    let network = body.network.unwrap_or_default().into();
+    let spec = SandboxSpec { limits, network, ..SandboxSpec::default() };
     Ok(RunPlan { spec, lifetime_s, files, compile, command, zygote_input })
 }
 
