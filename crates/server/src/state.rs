@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::auth::Keyring;
 use crate::config::ServerConfig;
+use crate::e2b::Sessions;
 use crate::metrics::Metrics;
 use crate::pool::Pools;
 use crate::runtime::{DynRuntime, SandboxRuntime};
@@ -42,6 +43,7 @@ struct Inner {
     settings: Settings,
     metrics: Metrics,
     pools: Pools,
+    e2b: Sessions,
 }
 
 /// The server's shared state; cheap to clone.
@@ -68,6 +70,7 @@ impl AppState {
                 settings: Settings::from_config(config),
                 metrics: Metrics::new(),
                 pools: Pools::new(&config.pools),
+                e2b: Sessions::default(),
             }),
         }
     }
@@ -98,5 +101,10 @@ impl AppState {
     /// The warm pools.
     pub fn pools(&self) -> &Pools {
         &self.inner.pools
+    }
+
+    /// The E2B facade's sandbox sessions (access tokens).
+    pub(crate) fn e2b(&self) -> &Sessions {
+        &self.inner.e2b
     }
 }

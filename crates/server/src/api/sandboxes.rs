@@ -20,7 +20,8 @@ use crate::state::{AppState, Settings};
 use crate::store::{SandboxRecord, SandboxState};
 use crate::{ids, validate};
 
-fn check_timeout(settings: Settings, timeout_s: u64) -> Result<i64, ApiError> {
+/// The expiry (ms since the epoch) `timeout_s` seconds from now; 422 when out of range.
+pub(crate) fn check_timeout(settings: Settings, timeout_s: u64) -> Result<i64, ApiError> {
     if !(1..=settings.max_timeout_s).contains(&timeout_s) {
         return Err(ApiError::unprocessable(format!(
             "timeout_s must be between 1 and {} seconds, got {timeout_s}",
@@ -263,14 +264,20 @@ pub(crate) async fn delete(
     if record.state != SandboxState::Running {
         return Ok(StatusCode::NO_CONTENT);
     }
-    if !destroy_quietly(&state, &id).await {
+    end_running(&state, &tenant, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Destroys a running sandbox and records it as deleted.
+pub(crate) async fn end_running(state: &AppState, tenant: &Tenant, id: &str) -> Result<(), ApiError> {
+    if !destroy_quietly(state, id).await {
         return Err(ApiError::internal(format!("runtime could not destroy sandbox {id}")));
     }
-    if state.store().end_sandbox(&id, SandboxState::Destroyed, "deleted", now_ms()).await? {
+    if state.store().end_sandbox(id, SandboxState::Destroyed, "deleted", now_ms()).await? {
         state.metrics().sandbox_exited(ExitReason::Deleted);
         tracing::info!(sandbox = %id, tenant = %tenant.name, "sandbox deleted");
     }
-    Ok(StatusCode::NO_CONTENT)
+    Ok(())
 }
 
 /// Set a running sandbox's timeout: it is destroyed `timeout_s` seconds from now.

@@ -1,0 +1,200 @@
+//! Who an E2B request acts for. Control-plane requests carry the tenant's API key as `X-API-KEY` (E2B's `e2b_…`
+//! keys are ordinary sandkasten keys). Per-sandbox requests (envd, code interpreter) carry no API key: they name the
+//! sandbox in `E2b-Sandbox-Id` and prove access with the sandbox's access token (`X-Access-Token`, or
+//! `E2B-Traffic-Access-Token` on the code interpreter's context routes), which the create/connect answer handed out.
+//!
+//! Tokens are 256 random bits, kept in memory only: after a server restart `Sandbox.connect` hands out a new one.
+//! They are compared in constant time.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::Mutex;
+
+use axum::http::HeaderMap;
+use axum::http::header::AUTHORIZATION;
+use subtle::ConstantTimeEq;
+
+use crate::auth::Tenant;
+use crate::e2b::error::{Code, E2bError};
+use crate::state::AppState;
+use crate::store::{SandboxRecord, SandboxState};
+
+/// One facade sandbox's session: its access token, owner and the E2B template it was created from.
+#[derive(Debug, Clone)]
+pub(crate) struct Session {
+    /// The access token.
+    pub(crate) token: String,
+    /// The owning tenant.
+    pub(crate) tenant: Tenant,
+    /// The template name the client asked for (answered back in `templateID`).
+    pub(crate) template: String,
+}
+
+/// The sessions of facade sandboxes, by sandbox id.
+#[derive(Debug, Default)]
+pub(crate) struct Sessions {
+    by_sandbox: Mutex<HashMap<String, Session>>,
+}
+
+fn random_token() -> Result<String, E2bError> {
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut file| file.read_exact(&mut bytes))
+        .map_err(|error| E2bError::from(crate::api::error::ApiError::internal(format!("/dev/urandom: {error}"))))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+impl Sessions {
+    /// The session of sandbox `id`, created (with a new token) when it has none. `template` replaces the recorded
+    /// one when given.
+    pub(crate) fn open(&self, id: &str, tenant: &Tenant, template: Option<&str>) -> Result<Session, E2bError> {
+        let mut sessions = self.by_sandbox.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(session) = sessions.get_mut(id) {
+            if let Some(template) = template {
+                session.template = template.to_owned();
+            }
+            return Ok(session.clone());
+        }
+        let session =
+            Session { token: random_token()?, tenant: tenant.clone(), template: template.unwrap_or("base").to_owned() };
+        sessions.insert(id.to_owned(), session.clone());
+        Ok(session)
+    }
+
+    /// The session of sandbox `id`, if it has one.
+    pub(crate) fn get(&self, id: &str) -> Option<Session> {
+        self.by_sandbox.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(id).cloned()
+    }
+
+    /// Forgets sandbox `id`'s session (it was killed).
+    pub(crate) fn close(&self, id: &str) {
+        self.by_sandbox.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(id);
+    }
+}
+
+/// The tenant of a control-plane request: `X-API-KEY`, or `Authorization: Bearer`.
+pub(crate) fn api_tenant(state: &AppState, headers: &HeaderMap) -> Result<Tenant, E2bError> {
+    let presented = match (headers.get("x-api-key"), headers.get(AUTHORIZATION)) {
+        (Some(key), _) => key.as_bytes(),
+        (None, Some(value)) => {
+            let value = value.as_bytes();
+            match value.get(..7) {
+                Some(scheme) if scheme.eq_ignore_ascii_case(b"bearer ") => &value[7..],
+                _ => b"",
+            }
+        }
+        (None, None) => b"",
+    };
+    state.keyring().tenant_of_key(presented).ok_or_else(|| {
+        E2bError::new(Code::Unauthenticated, "missing or invalid API key: set E2B_API_KEY to a sandkasten tenant key")
+    })
+}
+
+/// A per-sandbox request's sandbox, checked: its id, owner and that it is running.
+#[derive(Debug, Clone)]
+pub(crate) struct SandboxAccess {
+    /// The sandbox id.
+    pub(crate) id: String,
+    /// Its owner.
+    pub(crate) tenant: Tenant,
+    /// Its row (running).
+    pub(crate) record: SandboxRecord,
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|value| value.to_str().ok())
+}
+
+/// The sandbox a per-sandbox request is for: `E2b-Sandbox-Id` with its access token. An unknown sandbox, a wrong
+/// token and an ended sandbox are all `not_found`/`unauthenticated` without telling more.
+pub(crate) async fn sandbox_access(state: &AppState, headers: &HeaderMap) -> Result<SandboxAccess, E2bError> {
+    let id = header(headers, "e2b-sandbox-id")
+        .ok_or_else(|| E2bError::invalid("missing header E2b-Sandbox-Id: set E2B_SANDBOX_URL to this server"))?;
+    let presented = header(headers, "x-access-token").or_else(|| header(headers, "e2b-traffic-access-token"));
+    let session = state.e2b().get(id);
+    let valid = match (&session, presented) {
+        (Some(session), Some(presented)) => bool::from(session.token.as_bytes().ct_eq(presented.as_bytes())),
+        _ => false,
+    };
+    let Some(session) = session.filter(|_| valid) else {
+        return Err(E2bError::new(
+            Code::Unauthenticated,
+            format!("no valid access token for sandbox {id}; after a server restart, call Sandbox.connect"),
+        ));
+    };
+    let record = state.store().sandbox(&session.tenant.name, id).await.map_err(crate::api::error::ApiError::from)?;
+    match record {
+        Some(record) if record.state == SandboxState::Running => {
+            Ok(SandboxAccess { id: id.to_owned(), tenant: session.tenant, record })
+        }
+        _ => Err(E2bError::sandbox_not_found(id)),
+    }
+}
+
+/// The user a per-sandbox request runs as (`Authorization: Basic base64(user:)`); `user` when absent.
+pub(crate) fn request_user(headers: &HeaderMap) -> Result<String, E2bError> {
+    use base64::Engine as _;
+    let Some(value) = header(headers, "authorization") else {
+        return Ok(String::from("user"));
+    };
+    let encoded = value
+        .strip_prefix("Basic ")
+        .ok_or_else(|| E2bError::invalid("the Authorization header of a sandbox request must be 'Basic <user:>'"))?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .ok_or_else(|| E2bError::invalid("the Authorization header is not base64 of 'user:'"))?;
+    let user = decoded.split(':').next().unwrap_or_default();
+    Ok(if user.is_empty() { String::from("user") } else { user.to_owned() })
+}
+
+/// The error of a failed runtime call on sandbox `id` (a vanished sandbox is also marked lost, as everywhere).
+pub(crate) async fn runtime_failure(state: &AppState, id: &str, failure: crate::runtime::RuntimeFailure) -> E2bError {
+    let error = E2bError::from(failure.clone());
+    crate::api::extract::runtime_error(state, id, failure).await;
+    error
+}
+
+/// Refuses users other than `user` (the sandbox's uid 1000): running as the sandbox's root is not there yet.
+pub(crate) fn require_default_user(user: &str) -> Result<(), E2bError> {
+    if user == "user" {
+        return Ok(());
+    }
+    Err(E2bError::new(
+        Code::PermissionDenied,
+        format!("user {user:?} is not available: sandkasten runs every command as 'user' (uid 1000)"),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+    use std::sync::Arc;
+
+    #[test]
+    fn basic_user_header_is_decoded() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(request_user(&headers).ok().as_deref(), Some("user"));
+        headers.insert("authorization", HeaderValue::from_static("Basic cm9vdDo="));
+        assert_eq!(request_user(&headers).ok().as_deref(), Some("root"));
+        headers.insert("authorization", HeaderValue::from_static("Bearer x"));
+        assert!(request_user(&headers).is_err());
+    }
+
+    #[test]
+    fn sessions_keep_their_token() -> Result<(), E2bError> {
+        let sessions = Sessions::default();
+        let tenant =
+            Tenant { name: Arc::from("t"), quota: crate::store::Quota { max_sandboxes: 1, max_memory_bytes: 1 } };
+        let first = sessions.open("sb-1", &tenant, Some("code-interpreter-v1"))?;
+        let again = sessions.open("sb-1", &tenant, None)?;
+        assert_eq!(first.token, again.token);
+        assert_eq!(again.template, "code-interpreter-v1");
+        assert_eq!(first.token.len(), 64);
+        sessions.close("sb-1");
+        assert!(sessions.get("sb-1").is_none());
+        Ok(())
+    }
+}
