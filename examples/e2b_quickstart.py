@@ -30,7 +30,8 @@ try:
     print("listing:", [entry.name for entry in sandbox.files.list("/home/user/data")])
 
     # Python state kept across run_code calls.
-    sandbox.run_code("import csv\nrows = list(csv.DictReader(open('/home/user/data/numbers.csv')))")
+    loaded = sandbox.run_code("import csv\nrows = list(csv.DictReader(open('/home/user/data/numbers.csv')))")
+    assert loaded.error is None, loaded.error
     total = sandbox.run_code("sum(int(row['y']) for row in rows)")
     print("sum of y:", total.text)
     assert total.text == "14"

@@ -167,9 +167,9 @@ def test_code_interpreter_sandbox_also_runs_commands_and_files(ci):
     assert ci.run_code("open('/home/user/from-files.py').read()").text == "\"print('via commands')\""
 
 
-def test_run_code_on_a_killed_sandbox_fails():
-    sandbox = support.create(Sandbox)
-    assert sandbox.run_code("1").text == "1"
+def test_create_envs_reach_run_code_and_a_killed_sandbox_fails():
+    sandbox = support.create(Sandbox, envs={"SANDBOX_VAR": "from create"})
+    assert sandbox.run_code("import os; os.environ.get('SANDBOX_VAR')").text == "'from create'"
     sandbox.kill()
     with pytest.raises(TimeoutException):
         sandbox.run_code("1")
