@@ -111,23 +111,25 @@ pub(crate) async fn sandbox_access(state: &AppState, headers: &HeaderMap) -> Res
     let id = header(headers, "e2b-sandbox-id")
         .ok_or_else(|| E2bError::invalid("missing header E2b-Sandbox-Id: set E2B_SANDBOX_URL to this server"))?;
     let presented = header(headers, "x-access-token").or_else(|| header(headers, "e2b-traffic-access-token"));
-    let session = state.e2b().get(id);
-    let valid = match (&session, presented) {
-        (Some(session), Some(presented)) => bool::from(session.token.as_bytes().ct_eq(presented.as_bytes())),
-        _ => false,
-    };
-    let Some(session) = session.filter(|_| valid) else {
+    let Some(session) = state.e2b().get(id) else {
         return Err(E2bError::new(
-            Code::Unauthenticated,
-            format!("no valid access token for sandbox {id}; after a server restart, call Sandbox.connect"),
+            Code::NotFound,
+            format!("sandbox {id} not found (after a server restart, call Sandbox.connect to open it again)"),
         ));
     };
+    let valid = presented.is_some_and(|presented| bool::from(session.token.as_bytes().ct_eq(presented.as_bytes())));
+    if !valid {
+        return Err(E2bError::new(Code::Unauthenticated, format!("missing or wrong access token for sandbox {id}")));
+    }
     let record = state.store().sandbox(&session.tenant.name, id).await.map_err(crate::api::error::ApiError::from)?;
     match record {
         Some(record) if record.state == SandboxState::Running => {
             Ok(SandboxAccess { id: id.to_owned(), tenant: session.tenant, record })
         }
-        _ => Err(E2bError::sandbox_not_found(id)),
+        _ => {
+            state.e2b().close(id);
+            Err(E2bError::sandbox_not_found(id))
+        }
     }
 }
 

@@ -117,7 +117,9 @@ fn refuse_unsupported(body: &NewSandbox) -> Result<(), E2bError> {
     Ok(())
 }
 
-fn facade_spec(env: BTreeMap<String, String>) -> SandboxSpec {
+fn facade_spec(mut env: BTreeMap<String, String>) -> SandboxSpec {
+    // `/home/user` is the workspace under E2B's name (a symlink in every sandbox); the client's envs may override.
+    env.entry(String::from("HOME")).or_insert_with(|| String::from(crate::e2b::paths::E2B_HOME));
     SandboxSpec {
         template: Template::Host,
         limits: Limits { timeout_ms: FACADE_COMMAND_TIMEOUT_MS, ..Limits::default() },

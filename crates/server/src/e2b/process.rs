@@ -162,14 +162,20 @@ fn command_spec(request: StartRequest, access: &SandboxAccess, headers: &HeaderM
         return Err(E2bError::invalid("the process's cmd is empty"));
     }
     crate::validate::environment(&process.envs).map_err(E2bError::invalid)?;
-    let cwd = paths::to_sandbox(process.cwd.as_deref().unwrap_or(paths::E2B_HOME))?;
+    let wanted_cwd = process.cwd.as_deref().unwrap_or(paths::E2B_HOME);
+    let cwd = paths::to_sandbox(wanted_cwd)?;
+    let mut env = process.envs;
+    // Shells report the directory by the name the client used (`/home/user`, not the workspace it links to).
+    if wanted_cwd.starts_with('/') {
+        env.entry(String::from("PWD")).or_insert_with(|| wanted_cwd.to_owned());
+    }
     let limit = access.record.spec.limits.timeout_ms;
     let timeout_ms = connect::timeout_ms(headers).map_or(limit, |ms| ms.min(limit));
     let mut argv = vec![process.cmd];
     argv.extend(process.args);
     Ok(CommandSpec {
         argv: Some(argv),
-        env: process.envs,
+        env,
         cwd: Some(cwd),
         // Without `stdin: true` the command's stdin is closed at once (E2B's default).
         stdin: if request.stdin == Some(true) { None } else { Some(String::new()) },
