@@ -25,7 +25,9 @@ def kill_every_created_sandbox():
     leftovers = set(support.CREATED)
     try:
         paginator = Sandbox.list(query=SandboxQuery(metadata={"suite": support.RUN_ID}))
-        while paginator.has_next:
+        for _ in range(100):  # bounded: a paginator that never ends must not hang the cleanup
+            if not paginator.has_next:
+                break
             leftovers.update(info.sandbox_id for info in paginator.next_items())
     except Exception as error:  # the list may be what is broken; the recorded ids are still killed
         print(f"e2b suite cleanup: listing this run's sandboxes failed: {error!r}")

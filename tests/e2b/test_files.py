@@ -161,6 +161,7 @@ def test_root_writes_what_the_default_user_cannot_read(sbx, home):
         sbx.files.write(f"{private}/intruder.txt", "x")
 
 
+@support.not_yet("files.watch_dir")
 def test_watch_dir_reports_created_and_written_files(sbx, home):
     handle = sbx.files.watch_dir(home)
     try:
