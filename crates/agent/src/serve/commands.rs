@@ -11,7 +11,7 @@ use rustix::pipe::PipeFlags;
 use rustix::process::{Pid, Signal};
 use sandkasten_jail::process::Stdio;
 use sandkasten_protocol::{FailureCode, RunningCommand};
-use sandkasten_types::{CommandExit, CommandSpec};
+use sandkasten_types::{CommandExit, CommandSpec, CommandUser};
 
 use super::errors::OpError;
 use super::launcher::{LaunchRequest, Launcher};
@@ -138,7 +138,8 @@ impl Commands {
         }
         let stdio =
             Stdio { stdin: stdin_read.as_raw_fd(), stdout: stdout_write.as_raw_fd(), stderr: stderr_write.as_raw_fd() };
-        let request = LaunchRequest { argv: &argv, env: &env, cwd_path, cwd: cwd.as_fd(), stdio };
+        let as_root = spec.user == CommandUser::Root;
+        let request = LaunchRequest { argv: &argv, env: &env, cwd_path, cwd: cwd.as_fd(), stdio, as_root };
         let pid = context.launcher.launch(&request).map_err(exec_failed)?;
         drop((stdin_read, stdout_write, stderr_write));
 

@@ -158,14 +158,17 @@ pub(crate) async fn runtime_failure(state: &AppState, id: &str, failure: crate::
     error
 }
 
-/// Refuses users other than `user` (the sandbox's uid 1000): running as the sandbox's root is not there yet.
+/// Refuses users other than `user` (the sandbox's uid 1000), for file operations (which always act as `user`).
 pub(crate) fn require_default_user(user: &str) -> Result<(), E2bError> {
     if user == "user" {
         return Ok(());
     }
     Err(E2bError::new(
         Code::PermissionDenied,
-        format!("user {user:?} is not available: sandkasten runs every command as 'user' (uid 1000)"),
+        format!(
+            "user {user:?} is not available: commands run as 'user' (uid 1000) or 'root' (uid 0 in the sandbox, \
+             without capabilities); files are always accessed as 'user'"
+        ),
     ))
 }
 

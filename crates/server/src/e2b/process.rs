@@ -2,7 +2,8 @@
 //! and streams a start event (its pid), its output and an end event (exit code); `Connect` re-attaches to a running
 //! one by pid; `List`, `SendInput`, `StreamInput`, `CloseStdin` and `SendSignal` act on running commands by pid.
 //! Foreground and background are the same to the server: the SDK decides whether it waits. A stream the client
-//! drops does not stop its command (E2B's `disconnect`). PTYs (`pty`, `Update`) are not supported.
+//! drops does not stop its command (E2B's `disconnect`). `user="root"` runs the command as the sandbox's root (uid 0
+//! inside its user namespace, no capabilities). PTYs (`pty`, `Update`) are not supported.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use sandkasten_types::CommandSpec;
+use sandkasten_types::{CommandSpec, CommandUser};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -153,7 +154,13 @@ pub(crate) async fn call(
 }
 
 fn command_spec(request: StartRequest, access: &SandboxAccess, headers: &HeaderMap) -> Result<CommandSpec, E2bError> {
-    require_default_user(&request_user(headers)?)?;
+    let user = match request_user(headers)?.as_str() {
+        "root" => CommandUser::Root,
+        user => {
+            require_default_user(user)?;
+            CommandUser::Sandbox
+        }
+    };
     if request.pty.is_some() {
         return Err(E2bError::unsupported("a PTY"));
     }
@@ -180,6 +187,7 @@ fn command_spec(request: StartRequest, access: &SandboxAccess, headers: &HeaderM
         // Without `stdin: true` the command's stdin is closed at once (E2B's default).
         stdin: if request.stdin == Some(true) { None } else { Some(String::new()) },
         timeout_ms: Some(timeout_ms),
+        user,
         ..CommandSpec::default()
     })
 }
