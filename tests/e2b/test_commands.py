@@ -109,7 +109,7 @@ def test_background_command_is_listed_connected_to_and_killed(sbx):
     assert process.cwd == "/tmp"
 
     # A second handle on the running command sees what it prints from now on.
-    attached = sbx.commands.connect(handle.pid)
+    attached = sbx.commands.connect(handle.pid, timeout=20)
     assert attached.pid == handle.pid
     sbx.files.write(gate, "")
     for stdout, _stderr, _pty in attached:
