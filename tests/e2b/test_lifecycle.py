@@ -74,6 +74,11 @@ def test_list_shows_the_sandbox_with_its_metadata():
         assert listed[0].metadata["owner"] == "e2b-suite"
         assert listed[0].state == SandboxState.RUNNING
 
+        running = Sandbox.list(query=SandboxQuery(metadata={"tag": tag}, state=[SandboxState.RUNNING])).next_items()
+        assert [info.sandbox_id for info in running] == [sandbox.sandbox_id]
+        paused = Sandbox.list(query=SandboxQuery(metadata={"tag": tag}, state=[SandboxState.PAUSED])).next_items()
+        assert paused == []
+
         everything = Sandbox.list()
         ids = []
         while everything.has_next:
@@ -141,10 +146,12 @@ def test_a_wrong_api_key_is_refused():
 
 def test_pause_and_snapshots_answer_not_supported(sbx):
     # sandkasten has no pause/resume or snapshots yet: the SDK must get an error it raises, and the sandbox keeps running.
-    with pytest.raises(SandboxException):
+    with pytest.raises(SandboxException) as paused:
         sbx.pause()
-    with pytest.raises(SandboxException):
+    assert "not supported" in str(paused.value)
+    with pytest.raises(SandboxException) as snapshot:
         sbx.create_snapshot()
+    assert "not supported" in str(snapshot.value)
     assert sbx.is_running()
     assert sbx.commands.run("echo still here").stdout == "still here\n"
 
