@@ -16,7 +16,7 @@ REQUIRED_ENV = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")
 
 
 def not_yet(feature: str):
-    """Marks a test of an SDK feature the facade does not have yet (listed as "not yet" in docs/e2b-compat.md).
+    """Marks a test of an SDK feature the facade does not have yet: `feature` is its row in docs/e2b-compat.md's table.
 
     Strict: once the feature works the test passes, the mark fails the run, and the docs' table must change with it.
     """

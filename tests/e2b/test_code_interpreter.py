@@ -102,7 +102,7 @@ def test_display_html_object(ci):
     assert execution.results[0].html == "<b>bold</b>"
 
 
-@support.not_yet("run_code envs")
+@support.not_yet("run_code(envs=…)")
 def test_envs_apply_to_one_run(ci):
     assert ci.run_code("import os; os.environ.get('RUN_VAR')", envs={"RUN_VAR": "set"}).text == "'set'"
 
@@ -142,7 +142,7 @@ def test_created_context_is_separate_listed_restarted_and_removed(ci):
     assert context.id not in [c.id for c in ci.list_code_contexts()]
 
 
-@support.not_yet("create_code_context(cwd=...) other than /home/user")
+@support.not_yet("create_code_context(cwd=…) other than /home/user")
 def test_created_context_uses_its_cwd(ci):
     ci.files.make_dir("/home/user/ctx-dir")
     context = ci.create_code_context(cwd="/home/user/ctx-dir")
@@ -159,6 +159,14 @@ def test_javascript_context(ci):
     ci.run_code("let n = 1", context=context)
     assert ci.run_code("n + 1", context=context).text == "2"
     ci.remove_code_context(context)
+
+
+def test_languages_without_an_interpreter_are_refused(ci):
+    from e2b import SandboxException
+
+    with pytest.raises(SandboxException) as raised:
+        ci.run_code("print(1)", language="r")
+    assert raised.value.status_code == 400 or "400" in str(raised.value)
 
 
 def test_language_and_context_together_are_refused(ci):

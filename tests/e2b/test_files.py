@@ -159,7 +159,7 @@ def test_root_owned_files_are_closed_to_the_default_user(sbx):
         sbx.files.write(f"{private}/intruder.txt", "x")
 
 
-@support.not_yet('files.* with user="root"')
+@support.not_yet('files.*(user="root")')
 def test_files_as_root(sbx):
     private = support.unique("/tmp/root-files")
     sbx.commands.run(f"mkdir -m 700 {private}", user="root")

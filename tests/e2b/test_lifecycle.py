@@ -152,6 +152,9 @@ def test_pause_and_snapshots_answer_not_supported(sbx):
     with pytest.raises(SandboxException) as snapshot:
         sbx.create_snapshot()
     assert "not supported" in str(snapshot.value)
+    with pytest.raises(SandboxException) as metrics:
+        sbx.get_metrics()
+    assert "not supported" in str(metrics.value)
     assert sbx.is_running()
     assert sbx.commands.run("echo still here").stdout == "still here\n"
 
@@ -161,3 +164,11 @@ def test_exit_code_error_carries_the_command_result(sbx):
     with pytest.raises(CommandExitException) as raised:
         sbx.commands.run("exit 7")
     assert raised.value.exit_code == 7
+
+
+def test_features_sandkasten_lacks_are_refused_at_create():
+    # No network, MCP gateway or volumes: asking for them must fail loudly instead of silently giving less.
+    for options in ({"allow_internet_access": True}, {"network": {"allow_out": ["0.0.0.0/0"]}}):
+        with pytest.raises(SandboxException) as raised:
+            support.create(Sandbox, **options)
+        assert "not supported" in str(raised.value), options
