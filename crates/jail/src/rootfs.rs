@@ -209,9 +209,6 @@ const MS_NOSUID: u64 = 0x2;
 const MS_NODEV: u64 = 0x4;
 const MS_NOEXEC: u64 = 0x8;
 
-/// The home E2B programs assume: a symlink to `/workspace` in every sandbox.
-pub const E2B_HOME: &str = "/home/user";
-
 /// Computes the ordered steps that build the sandbox root at `spec.new_root`.
 pub fn plan_rootfs(spec: &RootfsSpec, host: &dyn HostFs) -> Vec<MountStep> {
     let root = &spec.new_root;
@@ -241,8 +238,6 @@ pub fn plan_rootfs(spec: &RootfsSpec, host: &dyn HostFs) -> Vec<MountStep> {
         options: format!("size={disk},mode=0755,uid={uid},gid={gid}"),
         flags: MS_NOSUID | MS_NODEV,
     });
-    // E2B programs expect the user's home at /home/user: it is the workspace under a second name.
-    steps.push(MountStep::Symlink { link: at(E2B_HOME), points_to: "/workspace".into() });
     steps.push(MountStep::Tmpfs {
         target: at("/tmp"),
         options: format!("size={disk},mode=1777"),
@@ -356,10 +351,7 @@ mod tests {
     #[test]
     fn secrets_and_home_directories_are_never_planned() {
         let steps = plan_rootfs(&spec(), &merged_usr_host());
-        // The one /home entry is the E2B home, a link into the sandbox's own workspace, never a host path.
-        let home = MountStep::Symlink { link: "/tmp/home/user".into(), points_to: "/workspace".into() };
-        assert!(steps.contains(&home), "{steps:?}");
-        let text = format!("{:?}", steps.iter().filter(|step| **step != home).collect::<Vec<_>>());
+        let text = format!("{steps:?}");
         for forbidden in ["/etc/shadow", "/home", "/root", "/var/run", "\"/sys"] {
             assert!(!text.contains(forbidden), "{forbidden} must not be in the plan");
         }
