@@ -69,12 +69,15 @@ pub enum TemplateName {
     /// Read-only `/usr` of the host, a synthesised `/etc`.
     #[default]
     Host,
+    /// `host` laid out for E2B programs: user `user`, home and working directory `/home/user`.
+    E2b,
 }
 
 impl From<TemplateName> for Template {
     fn from(template: TemplateName) -> Self {
         match template {
             TemplateName::Host => Template::Host,
+            TemplateName::E2b => Template::E2b,
         }
     }
 }
@@ -83,6 +86,7 @@ impl From<Template> for TemplateName {
     fn from(template: Template) -> Self {
         match template {
             Template::Host => TemplateName::Host,
+            Template::E2b => TemplateName::E2b,
         }
     }
 }

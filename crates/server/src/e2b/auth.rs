@@ -30,10 +30,24 @@ pub(crate) struct Session {
     pub(crate) template: String,
 }
 
-/// The sessions of facade sandboxes, by sandbox id.
+/// What a started process was given, which the runtime does not keep (answered by `List`, and `tag` selects it).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ProcessMeta {
+    /// Its sandbox.
+    pub(crate) sandbox: String,
+    /// Its extra environment.
+    pub(crate) envs: std::collections::BTreeMap<String, String>,
+    /// Its working directory.
+    pub(crate) cwd: Option<String>,
+    /// The client's tag.
+    pub(crate) tag: Option<String>,
+}
+
+/// The sessions of facade sandboxes, by sandbox id, and what their processes were started with, by command id.
 #[derive(Debug, Default)]
 pub(crate) struct Sessions {
     by_sandbox: Mutex<HashMap<String, Session>>,
+    processes: Mutex<HashMap<String, ProcessMeta>>,
 }
 
 fn random_token() -> Result<String, E2bError> {
@@ -66,9 +80,26 @@ impl Sessions {
         self.by_sandbox.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(id).cloned()
     }
 
-    /// Forgets sandbox `id`'s session (it was killed).
+    /// Forgets sandbox `id`'s session and processes (it ended).
     pub(crate) fn close(&self, id: &str) {
         self.by_sandbox.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(id);
+        self.processes.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).retain(|_, meta| meta.sandbox != id);
+    }
+
+    /// Records what command `command_id` was started with.
+    pub(crate) fn started(&self, command_id: &str, meta: ProcessMeta) {
+        self.processes.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(command_id.to_owned(), meta);
+    }
+
+    /// What command `command_id` was started with.
+    pub(crate) fn process(&self, command_id: &str) -> Option<ProcessMeta> {
+        self.processes.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(command_id).cloned()
+    }
+
+    /// Forgets the processes of sandbox `id` other than `keep` (the runtime's bounded list of its commands).
+    pub(crate) fn retain_processes(&self, id: &str, keep: &[&str]) {
+        let mut processes = self.processes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        processes.retain(|command, meta| meta.sandbox != id || keep.contains(&command.as_str()));
     }
 }
 
@@ -105,16 +136,23 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|value| value.to_str().ok())
 }
 
-/// The sandbox a per-sandbox request is for: `E2b-Sandbox-Id` with its access token. An unknown sandbox, a wrong
-/// token and an ended sandbox are all `not_found`/`unauthenticated` without telling more.
+/// What E2B's proxy answers for a sandbox that was killed or timed out: 502 (`unavailable`) with "was not found",
+/// which the SDK turns into `SandboxNotRunningException`.
+pub(crate) fn sandbox_gone(id: &str) -> E2bError {
+    E2bError::new(Code::Unavailable, format!("sandbox {id} was not found: it was killed or reached its timeout"))
+}
+
+/// The sandbox a per-sandbox request is for: `E2b-Sandbox-Id` with its access token. An unknown sandbox, a
+/// sandbox that has ended (or that this server has no session for) is E2B's "was not found" 502; a wrong token
+/// is `unauthenticated`.
 pub(crate) async fn sandbox_access(state: &AppState, headers: &HeaderMap) -> Result<SandboxAccess, E2bError> {
     let id = header(headers, "e2b-sandbox-id")
         .ok_or_else(|| E2bError::invalid("missing header E2b-Sandbox-Id: set E2B_SANDBOX_URL to this server"))?;
     let presented = header(headers, "x-access-token").or_else(|| header(headers, "e2b-traffic-access-token"));
     let Some(session) = state.e2b().get(id) else {
         return Err(E2bError::new(
-            Code::NotFound,
-            format!("sandbox {id} not found (after a server restart, call Sandbox.connect to open it again)"),
+            Code::Unavailable,
+            format!("sandbox {id} was not found (after a server restart, call Sandbox.connect to open it again)"),
         ));
     };
     let valid = presented.is_some_and(|presented| bool::from(session.token.as_bytes().ct_eq(presented.as_bytes())));
@@ -128,7 +166,7 @@ pub(crate) async fn sandbox_access(state: &AppState, headers: &HeaderMap) -> Res
         }
         _ => {
             state.e2b().close(id);
-            Err(E2bError::sandbox_not_found(id))
+            Err(sandbox_gone(id))
         }
     }
 }

@@ -25,7 +25,8 @@ use crate::validate;
 pub(crate) const ENVD_VERSION: &str = "0.5.7";
 /// The client id answered (E2B's is an internal node id).
 const CLIENT_ID: &str = "sandkasten";
-/// E2B templates a facade sandbox may ask for; all of them are sandkasten's `host` template.
+/// E2B templates a facade sandbox may ask for; all of them are sandkasten's `e2b` template (the host's `/usr`,
+/// user `user` with its home at `/home/user`).
 const TEMPLATES: &[&str] = &["base", "code-interpreter-v1", "code-interpreter", "host"];
 /// Longest a facade command or cell may run (its sandbox's `limits.timeout_ms`): E2B programs run servers and long
 /// jobs, and bound them with their own timeouts.
@@ -117,11 +118,9 @@ fn refuse_unsupported(body: &NewSandbox) -> Result<(), E2bError> {
     Ok(())
 }
 
-fn facade_spec(mut env: BTreeMap<String, String>) -> SandboxSpec {
-    // `/home/user` is the workspace under E2B's name (a symlink in every sandbox); the client's envs may override.
-    env.entry(String::from("HOME")).or_insert_with(|| String::from(crate::e2b::paths::E2B_HOME));
+fn facade_spec(env: BTreeMap<String, String>) -> SandboxSpec {
     SandboxSpec {
-        template: Template::Host,
+        template: Template::E2b,
         limits: Limits { timeout_ms: FACADE_COMMAND_TIMEOUT_MS, ..Limits::default() },
         env,
         ..SandboxSpec::default()
@@ -338,13 +337,15 @@ pub(crate) async fn list(
     Ok(response)
 }
 
-/// Pause, resume, snapshots, forks, network updates, logs and metrics: not supported.
+/// Pause, resume, snapshots, forks, network updates, logs and metrics: 501.
 pub(crate) async fn unsupported(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> E2bError {
     if let Err(error) = api_tenant(&state, &headers) {
         return error;
     }
     let what = uri.path().rsplit('/').next().unwrap_or("this operation");
-    E2bError::unsupported(&format!("{what} (sandboxes cannot be paused, resumed, snapshotted or forked yet)"))
+    E2bError::unsupported(&format!(
+        "{what} (sandboxes cannot be paused, resumed, snapshotted or forked, and have no metrics, logs or network yet)"
+    ))
 }
 
 #[cfg(test)]

@@ -45,7 +45,6 @@ fn user_of(query: &FilesQuery, headers: &HeaderMap) -> Result<(), E2bError> {
 pub(crate) async fn health(State(state): State<AppState>, headers: HeaderMap) -> StatusCode {
     match sandbox_access(&state, &headers).await {
         Ok(_) => StatusCode::NO_CONTENT,
-        Err(error) if error.code == Code::NotFound => StatusCode::BAD_GATEWAY,
         Err(error) => error.code.status(),
     }
 }
@@ -89,7 +88,7 @@ async fn write_one(
         return Err(runtime_failure(state, &access.id, failure).await);
     }
     let name = path.rsplit('/').next().unwrap_or_default().to_owned();
-    Ok(WriteInfo { name, kind: "file", path: paths::to_e2b(&path) })
+    Ok(WriteInfo { name, kind: "file", path: path.clone() })
 }
 
 /// `POST /files`: write one file (octet-stream with `?path=`) or several (multipart).

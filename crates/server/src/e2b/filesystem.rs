@@ -1,5 +1,5 @@
 //! envd's filesystem service (`/filesystem.Filesystem/*`, unary calls): `Stat`, `MakeDir`, `Move`, `ListDir`
-//! (with depth) and `Remove`, over the runtime's file calls. Paths are E2B paths (see `paths`). Watching
+//! (with depth) and `Remove`, over the runtime's file calls (relative paths are under `/home/user`). Watching
 //! directories is not supported.
 
 use axum::body::Bytes;
@@ -95,7 +95,7 @@ fn entry(info: &FileInfo) -> Value {
     let mut entry = json!({
         "name": info.name,
         "type": kind,
-        "path": paths::to_e2b(&info.path),
+        "path": info.path,
         "size": info.size.to_string(),
         "mode": info.mode & 0o7777,
         "permissions": permissions(info.kind, info.mode),
@@ -105,7 +105,7 @@ fn entry(info: &FileInfo) -> Value {
         "isSymlink": info.kind == FileKind::Symlink,
     });
     if let (Some(target), Some(object)) = (&info.symlink_target, entry.as_object_mut()) {
-        object.insert("symlinkTarget".into(), Value::String(paths::to_e2b(target)));
+        object.insert("symlinkTarget".into(), Value::String(target.clone()));
     }
     entry
 }
@@ -190,7 +190,7 @@ mod tests {
     fn entries_use_the_proto_json_mapping() {
         let info = FileInfo {
             name: "a.txt".into(),
-            path: "/workspace/a.txt".into(),
+            path: "/home/user/a.txt".into(),
             kind: FileKind::File,
             size: 5,
             mode: 0o100644,

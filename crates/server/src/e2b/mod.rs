@@ -4,7 +4,8 @@
 //! serves everything at the root of the one listener: its paths (`/v2/sandboxes`, `/sandboxes/…`, `/files`,
 //! `/health`, `/process.Process/…`, `/filesystem.Filesystem/…`, `/execute`, `/contexts`) do not meet the native
 //! API's (`/v1/…`, `/healthz`, `/metrics`, `/openapi.json`). Everything goes through the same runtime, store,
-//! quotas and expiry as the native API. See docs/e2b-compat.md for what is supported.
+//! quotas and expiry as the native API. Facade sandboxes use the `e2b` template (user `user`, home `/home/user`).
+//! See docs/e2b-compat.md for what is supported.
 
 mod auth;
 mod connect;
@@ -18,7 +19,7 @@ mod process;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 
 use crate::state::AppState;
 
@@ -39,6 +40,10 @@ pub(crate) fn routes(state: &AppState) -> Router<AppState> {
         .route("/sandboxes/{id}/snapshots", post(control::unsupported))
         .route("/sandboxes/{id}/fork", post(control::unsupported))
         .route("/sandboxes/{id}/refreshes", post(control::unsupported))
+        .route("/sandboxes/{id}/metrics", get(control::unsupported))
+        .route("/sandboxes/{id}/logs", get(control::unsupported))
+        .route("/v2/sandboxes/{id}/logs", get(control::unsupported))
+        .route("/sandboxes/{id}/network", put(control::unsupported))
         .route("/health", get(files::health))
         .route("/files", get(files::download).post(files::upload).layer(DefaultBodyLimit::max(max_upload)))
         .route("/process.Process/{method}", post(process::call))

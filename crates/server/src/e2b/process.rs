@@ -1,6 +1,6 @@
 //! envd's process service (`/process.Process/*`) over the runtime's background commands: `Start` runs a command
 //! and streams a start event (its pid), its output and an end event (exit code); `Connect` re-attaches to a running
-//! one by pid; `List`, `SendInput`, `StreamInput`, `CloseStdin` and `SendSignal` act on running commands by pid.
+//! one by pid or tag (replaying its retained output first); `List`, `SendInput`, `StreamInput`, `CloseStdin` and `SendSignal` act on running commands by pid.
 //! Foreground and background are the same to the server: the SDK decides whether it waits. A stream the client
 //! drops does not stop its command (E2B's `disconnect`). `user="root"` runs the command as the sandbox's root (uid 0
 //! inside its user namespace, no capabilities). PTYs (`pty`, `Update`) are not supported.
@@ -21,7 +21,9 @@ use tokio::sync::mpsc;
 
 use crate::api::commands::start_background;
 use crate::background::{CommandEvent, CommandStatus};
-use crate::e2b::auth::{SandboxAccess, request_user, require_default_user, runtime_failure, sandbox_access};
+use crate::e2b::auth::{
+    ProcessMeta, SandboxAccess, request_user, require_default_user, runtime_failure, sandbox_access,
+};
 use crate::e2b::connect::{self, StreamWriter};
 use crate::e2b::error::{Code, E2bError};
 use crate::e2b::paths;
@@ -113,6 +115,8 @@ struct StreamInputRequest {
 struct ProcessInfo {
     config: ProcessConfigOut,
     pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tag: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -120,6 +124,8 @@ struct ProcessConfigOut {
     cmd: String,
     args: Vec<String>,
     envs: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cwd: Option<String>,
 }
 
 /// `POST /process.Process/{method}`.
@@ -169,20 +175,14 @@ fn command_spec(request: StartRequest, access: &SandboxAccess, headers: &HeaderM
         return Err(E2bError::invalid("the process's cmd is empty"));
     }
     crate::validate::environment(&process.envs).map_err(E2bError::invalid)?;
-    let wanted_cwd = process.cwd.as_deref().unwrap_or(paths::E2B_HOME);
-    let cwd = paths::to_sandbox(wanted_cwd)?;
-    let mut env = process.envs;
-    // Shells report the directory by the name the client used (`/home/user`, not the workspace it links to).
-    if wanted_cwd.starts_with('/') {
-        env.entry(String::from("PWD")).or_insert_with(|| wanted_cwd.to_owned());
-    }
+    let cwd = paths::to_sandbox(process.cwd.as_deref().unwrap_or(paths::E2B_HOME))?;
     let limit = access.record.spec.limits.timeout_ms;
     let timeout_ms = connect::timeout_ms(headers).map_or(limit, |ms| ms.min(limit));
     let mut argv = vec![process.cmd];
     argv.extend(process.args);
     Ok(CommandSpec {
         argv: Some(argv),
-        env,
+        env: process.envs,
         cwd: Some(cwd),
         // Without `stdin: true` the command's stdin is closed at once (E2B's default).
         stdin: if request.stdin == Some(true) { None } else { Some(String::new()) },
@@ -199,12 +199,13 @@ async fn start(
     body: &[u8],
 ) -> Result<Response, E2bError> {
     let request: StartRequest = connect::decode_stream_request(body)?;
-    if request.tag.is_some() {
-        tracing::debug!(sandbox = %access.id, "process tag ignored");
-    }
+    let tag = request.tag.clone();
+    let cwd = request.process.as_ref().and_then(|process| process.cwd.clone());
     let spec = command_spec(request, access, headers)?;
+    let envs = spec.env.clone();
     let limit = access.record.spec.limits.output_bytes;
     let (command_id, status) = start_background(state, &access.tenant, &access.id, spec, limit).await?;
+    state.e2b().started(&command_id, ProcessMeta { sandbox: access.id.clone(), envs, cwd, tag });
     let events = match state.runtime().stream_command(&access.id, &command_id, 0).await {
         Ok(events) => events,
         Err(failure) => return Err(runtime_failure(state, &access.id, failure).await),
@@ -216,26 +217,27 @@ async fn start(
 
 async fn find(state: &AppState, access: &SandboxAccess, selector: Option<Selector>) -> Result<CommandStatus, E2bError> {
     let selector = selector.unwrap_or_default();
-    if selector.tag.is_some() {
-        return Err(E2bError::new(Code::NotFound, "processes cannot be selected by tag: give the pid"));
-    }
-    let pid = selector.pid.ok_or_else(|| E2bError::invalid("give the process's pid"))?;
     let commands = match state.runtime().list_commands(&access.id).await {
         Ok(commands) => commands,
         Err(failure) => return Err(runtime_failure(state, &access.id, failure).await),
     };
-    commands
-        .into_iter()
-        .rev()
-        .find(|command| command.pid == pid && command.ended_ms.is_none())
-        .ok_or_else(|| E2bError::new(Code::NotFound, format!("process with pid {pid} not found")))
+    let mut running = commands.into_iter().rev().filter(|command| command.ended_ms.is_none());
+    match (selector.pid, selector.tag) {
+        (Some(pid), _) => running
+            .find(|command| command.pid == pid)
+            .ok_or_else(|| E2bError::new(Code::NotFound, format!("process with pid {pid} not found"))),
+        (None, Some(tag)) => running
+            .find(|command| state.e2b().process(&command.id).is_some_and(|meta| meta.tag.as_ref() == Some(&tag)))
+            .ok_or_else(|| E2bError::new(Code::NotFound, format!("process with tag {tag} not found"))),
+        (None, None) => Err(E2bError::invalid("select the process by pid or tag")),
+    }
 }
 
 async fn attach(state: &AppState, access: &SandboxAccess, body: &[u8]) -> Result<Response, E2bError> {
     let request: SelectorRequest = connect::decode_stream_request(body)?;
     let command = find(state, access, request.process).await?;
-    // Only what the command writes from now on, as envd does.
-    let events = match state.runtime().stream_command(&access.id, &command.id, u64::MAX).await {
+    // The retained output first (envd sends only what comes after the connect), then the live output.
+    let events = match state.runtime().stream_command(&access.id, &command.id, 0).await {
         Ok(events) => events,
         Err(failure) => return Err(runtime_failure(state, &access.id, failure).await),
     };
@@ -313,16 +315,17 @@ async fn list(state: &AppState, access: &SandboxAccess) -> Result<Response, E2bE
         Ok(commands) => commands,
         Err(failure) => return Err(runtime_failure(state, &access.id, failure).await),
     };
+    let known: Vec<&str> = commands.iter().map(|command| command.id.as_str()).collect();
+    state.e2b().retain_processes(&access.id, &known);
     let processes: Vec<ProcessInfo> = commands
-        .into_iter()
+        .iter()
         .filter(|command| command.ended_ms.is_none())
         .map(|command| {
-            let mut argv = command.argv.into_iter();
+            let meta = state.e2b().process(&command.id).unwrap_or_default();
+            let mut argv = command.argv.iter().cloned();
             let cmd = argv.next().unwrap_or_default();
-            ProcessInfo {
-                config: ProcessConfigOut { cmd, args: argv.collect(), envs: BTreeMap::new() },
-                pid: command.pid,
-            }
+            let config = ProcessConfigOut { cmd, args: argv.collect(), envs: meta.envs, cwd: meta.cwd };
+            ProcessInfo { config, pid: command.pid, tag: meta.tag }
         })
         .collect();
     Ok(connect::unary(&json!({ "processes": processes })))
