@@ -153,8 +153,16 @@ pub(crate) async fn start_sandbox_with_zygote(
     Ok((current, zygote))
 }
 
-/// Destroys a sandbox in the runtime, treating "already gone" as done.
+/// Destroys a sandbox in the runtime, treating "already gone" as done (its E2B session, if any, goes with it).
 pub(crate) async fn destroy_quietly(state: &AppState, id: &str) -> bool {
+    let destroyed = destroy_in_runtime(state, id).await;
+    if destroyed {
+        state.e2b().close(id);
+    }
+    destroyed
+}
+
+async fn destroy_in_runtime(state: &AppState, id: &str) -> bool {
     match state.runtime().destroy(id).await {
         Ok(()) => true,
         Err(failure) if matches!(failure.kind, FailureKind::NotFound | FailureKind::SandboxGone) => true,

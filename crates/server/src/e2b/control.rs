@@ -234,7 +234,6 @@ pub(crate) async fn kill(
     let tenant = api_tenant(&state, &headers)?;
     running(&state, &tenant, &id).await?;
     end_running(&state, &tenant, &id).await?;
-    state.e2b().close(&id);
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -157,7 +157,8 @@ async fn per_sandbox_requests_need_the_token_and_a_running_sandbox() {
     let health = sandbox_call(&h, &sb, "GET", "/health", "text/plain", Vec::new()).await;
     assert_eq!(health.status, StatusCode::NO_CONTENT);
 
-    control(&h, "DELETE", &format!("/sandboxes/{}", sb.id), KEY_A, None).await;
+    // Ended through the native API: the facade's session goes too.
+    assert_eq!(h.delete(&format!("/v1/sandboxes/{}", sb.id), KEY_A).await.status, StatusCode::NO_CONTENT);
     let gone = sandbox_call(&h, &sb, "POST", "/filesystem.Filesystem/Stat", "application/json", stat).await;
     assert_eq!(gone.status, StatusCode::BAD_GATEWAY);
     assert_eq!(gone.json()["code"], "unavailable");
