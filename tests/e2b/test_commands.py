@@ -90,6 +90,17 @@ def test_command_timeout_raises_and_ends_the_command(sbx):
     )
 
 
+def test_background_command_ends_at_its_timeout(sbx):
+    marker = support.unique("bg-timeout-marker")
+    handle = sbx.commands.run(f"sleep 30 # {marker}", background=True, timeout=1)
+    with pytest.raises((TimeoutException, CommandExitException)):
+        handle.wait()
+    support.wait_until(
+        lambda: all(marker not in " ".join(p.args) for p in sbx.commands.list()),
+        "the timed-out background command to disappear from commands.list()",
+    )
+
+
 def test_background_command_is_listed_connected_to_and_killed(sbx):
     gate = support.unique("/tmp/gate-bg")
     handle = sbx.commands.run(

@@ -62,6 +62,17 @@ def test_connect_gives_a_second_handle_to_the_same_sandbox(sbx):
     assert sbx.files.read("/home/user/connect2.txt") == "from the second\n"
 
 
+def test_connect_with_a_later_timeout_extends_the_sandbox():
+    sandbox = support.create(Sandbox, timeout=60)
+    try:
+        before = sandbox.get_info().end_at
+        Sandbox.connect(sandbox.sandbox_id, timeout=600)
+        after = sandbox.get_info().end_at
+        assert after - before >= datetime.timedelta(seconds=500), (before, after)
+    finally:
+        sandbox.kill()
+
+
 def test_list_shows_the_sandbox_with_its_metadata():
     tag = support.unique("list")
     sandbox = support.create(Sandbox, metadata={"tag": tag, "owner": "e2b-suite"})
