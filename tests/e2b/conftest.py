@@ -1,6 +1,13 @@
 """Session set-up of the E2B compatibility suite: the unmodified `e2b` and `e2b-code-interpreter` SDKs talk to the
 server named by E2B_API_URL / E2B_SANDBOX_URL / E2B_API_KEY (crates/cli/tests/e2b_sdk.rs starts one and sets them).
-Every sandbox the suite creates is killed when the session ends, even after failures."""
+Every sandbox the suite creates is killed when the session ends, even after failures.
+
+By hand, against a server you started (scripts/setup-e2b.sh makes the venv):
+
+    E2B_API_URL=http://127.0.0.1:8080 E2B_SANDBOX_URL=http://127.0.0.1:8080 E2B_API_KEY=<tenant key> \
+    E2B_SUITE_OTHER_API_KEY=<another tenant's key> target/e2b-venv/bin/python -m pytest tests/e2b -q -rfEsx
+
+Without E2B_SUITE_OTHER_API_KEY the cross-tenant test is skipped (the Rust wrapper sets it and forbids skips)."""
 
 import os
 
