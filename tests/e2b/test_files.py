@@ -182,3 +182,26 @@ def test_watch_dir_reports_created_and_written_files(sbx, home):
         support.wait_until(seen, "a CREATE event for watched.txt")
     finally:
         handle.stop()
+
+
+def test_large_streamed_upload(sbx, home):
+    import io
+    import os as host_os
+
+    data = host_os.urandom(5 * 1024 * 1024)
+    info = sbx.files.write(f"{home}/upload.bin", io.BytesIO(data))  # a file object: streamed as octet-stream
+    assert info.path == f"{home}/upload.bin"
+    assert bytes(sbx.files.read(f"{home}/upload.bin", format="bytes")) == data
+
+
+def test_gzip_download(sbx, home):
+    text = "compressible line\n" * 10_000
+    sbx.files.write(f"{home}/gzip.txt", text)
+    assert sbx.files.read(f"{home}/gzip.txt", gzip=True) == text
+
+
+@support.not_yet("files.write(gzip=True)")
+def test_gzip_upload(sbx, home):
+    text = "compressible line\n" * 10_000
+    sbx.files.write(f"{home}/gzip-up.txt", text, gzip=True)
+    assert sbx.commands.run(f"wc -c < {home}/gzip-up.txt").stdout.strip() == str(len(text))
