@@ -175,7 +175,8 @@ fn command_spec(request: StartRequest, access: &SandboxAccess, headers: &HeaderM
         return Err(E2bError::invalid("the process's cmd is empty"));
     }
     crate::validate::environment(&process.envs).map_err(E2bError::invalid)?;
-    let cwd = paths::to_sandbox(process.cwd.as_deref().unwrap_or(paths::E2B_HOME))?;
+    // Without a cwd the command starts in the sandbox user's home (`/home/user` in facade sandboxes).
+    let cwd = process.cwd.as_deref().map(paths::to_sandbox).transpose()?;
     let limit = access.record.spec.limits.timeout_ms;
     let timeout_ms = connect::timeout_ms(headers).map_or(limit, |ms| ms.min(limit));
     let mut argv = vec![process.cmd];
@@ -183,7 +184,7 @@ fn command_spec(request: StartRequest, access: &SandboxAccess, headers: &HeaderM
     Ok(CommandSpec {
         argv: Some(argv),
         env: process.envs,
-        cwd: Some(cwd),
+        cwd,
         // Without `stdin: true` the command's stdin is closed at once (E2B's default).
         stdin: if request.stdin == Some(true) { None } else { Some(String::new()) },
         timeout_ms: Some(timeout_ms),
