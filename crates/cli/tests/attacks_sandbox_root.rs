@@ -1,6 +1,7 @@
 //! The sandbox's root (what E2B's `user="root"` runs as, through the facade's process service) is uid 0 only inside
 //! the sandbox's user namespace: it holds no capability, cannot mount or create namespaces, cannot write or chmod the
-//! host files the sandbox sees, and is an unprivileged uid on the host (asserted from the host side).
+//! host files the sandbox sees, cannot read or stop the agent, and is an unprivileged uid on the host (asserted from
+//! the host side).
 
 #![allow(unsafe_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -94,6 +95,10 @@ report('chown_python', libc.chown(b'/usr/bin/python3', 0, 0))
 report('unlink_python', libc.unlink(b'/usr/bin/python3'))
 report('create_in_usr', libc.open(b'/usr/sandkasten-root-canary', os.O_WRONLY | os.O_CREAT, 0o644))
 report('setuid_other', libc.setuid(1))
+report('open_agent_environ', libc.open(b'/proc/1/environ', os.O_RDONLY))
+report('open_agent_mem', libc.open(b'/proc/1/mem', os.O_RDONLY))
+report('kill_agent_term', libc.kill(1, 15))
+report('kill_agent_kill', libc.kill(1, 9))
 "#;
 
 fn parse_calls(stdout: &str) -> BTreeMap<String, (i64, String)> {
@@ -149,6 +154,8 @@ fn sandbox_root_cannot_mount_unshare_or_write_host_files() {
         ("unlink_python", &["EROFS", "EACCES", "EPERM"]),
         ("create_in_usr", &["EROFS", "EACCES", "EPERM"]),
         ("setuid_other", &["EPERM"]),
+        ("open_agent_environ", &["EACCES", "EPERM"]),
+        ("open_agent_mem", &["EACCES", "EPERM"]),
     ];
     let mut failures = Vec::new();
     for (name, allowed) in expectations {
@@ -158,6 +165,10 @@ fn sandbox_root_cannot_mount_unshare_or_write_host_files() {
         }
     }
     assert!(failures.is_empty(), "the sandbox's root got through:\n  {}\n{stdout}", failures.join("\n  "));
+
+    // Signals to the agent (PID 1) are refused or ignored: it still runs the next command.
+    let (after_signals, code) = run_as_root(&server, &sandbox, "print('agent alive')");
+    assert_eq!((after_signals.as_str(), code), ("agent alive\n", 0), "the agent died: {stdout}");
 
     // Host side: the host file is untouched, and no canary appeared.
     let after = std::fs::metadata("/usr/bin/python3").expect("host python after");
