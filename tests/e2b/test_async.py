@@ -105,6 +105,29 @@ async def test_background_stdin_list_and_kill(asbx):
     assert await asbx.commands.kill(sleeper.pid) is False
 
 
+async def test_close_stdin_handle_kill_and_connect_output(asbx):
+    counter = await asbx.commands.run("wc -c", background=True, stdin=True)
+    await counter.send_stdin("1234")
+    await counter.close_stdin()
+    assert (await counter.wait()).stdout.strip() == "4"
+
+    gate = support.unique("/tmp/async-connect-gate")
+    printer = await asbx.commands.run(
+        f"until [ -e {gate} ]; do sleep 0.02; done; echo after-connect; sleep 60", background=True
+    )
+    seen = []
+    attached = await asbx.commands.connect(printer.pid, on_stdout=seen.append, timeout=20)
+    await asbx.files.write(gate, "")
+    for _ in range(200):
+        if "after-connect" in "".join(seen):
+            break
+        await asyncio.sleep(0.05)
+    assert "after-connect" in "".join(seen)
+    assert await printer.kill() is True
+    with pytest.raises(CommandExitException):
+        await attached.wait()
+
+
 async def test_concurrent_commands(asbx):
     results = await asyncio.gather(*(asbx.commands.run(f"echo {i}") for i in range(8)))
     assert [r.stdout for r in results] == [f"{i}\n" for i in range(8)]
@@ -143,7 +166,12 @@ async def test_code_interpreter_async():
         assert failed.error.name == "NameError"
         context = await sandbox.create_code_context(language="javascript")
         assert (await sandbox.run_code("[1, 2].length", context=context)).text == "2"
+        await sandbox.run_code("globalThis.kept = 5", context=context)
+        assert context.id in [c.id for c in await sandbox.list_code_contexts()]
+        await sandbox.restart_code_context(context)
+        assert (await sandbox.run_code("typeof kept", context=context)).text == "'undefined'"
         await sandbox.remove_code_context(context)
+        assert context.id not in [c.id for c in await sandbox.list_code_contexts()]
         with pytest.raises(TimeoutException):
             await sandbox.run_code("import time; time.sleep(30)", timeout=2, context=await sandbox.create_code_context())
     finally:
