@@ -1,9 +1,10 @@
 //! The unmodified E2B SDKs against a real `sandkasten serve`: the pytest suite in `tests/e2b` (sync and async clients
-//! of `e2b` and `e2b-code-interpreter`, plus `examples/e2b_quickstart.py`) runs with only E2B_API_URL,
-//! E2B_SANDBOX_URL and E2B_API_KEY pointing at the server, under a tenant whose key has E2B's `e2b_…` format. It must
-//! pass as a whole, and afterwards no sandbox it created may have left anything on the host.
+//! of `e2b` and `e2b-code-interpreter`), the "done when" script `examples/e2b_quickstart.py` and a smoke test
+//! of the `e2b` npm package (`tests/e2b-node/smoke.cjs`) run with only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY
+//! pointing at the server, under a tenant whose key has E2B's `e2b_…` format. Each must pass as a whole, and
+//! afterwards no sandbox it created may have left anything on the host.
 //!
-//! The Python environment comes from `scripts/setup-e2b.sh` (run by `scripts/setup.sh`, so by CI): a missing venv
+//! The venv and node_modules come from `scripts/setup-e2b.sh` (run by `scripts/setup.sh`, so by CI): a missing one
 //! fails the test rather than skipping it, so that a broken install cannot hide a broken facade.
 
 #![allow(unsafe_code)]
@@ -22,7 +23,8 @@ use serve::{Server, assert_sandbox_gone};
 /// The tenant key, in E2B's format (`e2b_` and 40 hex digits), as a user would paste it into E2B_API_KEY.
 const E2B_KEY: &str = "e2b_53ae1fed82754c17ad8077fbc8bcdd90c6d3f1a2";
 
-/// Longest one client run (the whole pytest suite, the example, the node smoke test) may take before it is killed and the test fails (it normally takes well under this).
+/// Longest one client run (the whole pytest suite, the example, the node smoke test) may take before it is killed and
+/// the test fails; the suite takes about 20 s.
 const CLIENT_LIMIT: Duration = Duration::from_secs(110);
 
 /// The repository's root (the venv, the suite and the example are found from here).
@@ -59,8 +61,7 @@ struct ClientRun {
 
 /// Runs `program args…` in `cwd` with nothing of the test's environment but PATH, HOME, `extra_env` and the E2B
 /// variables pointing at `server` (plus the suite's `E2B_SUITE_IDS_FILE` and `E2B_SUITE_OTHER_API_KEY`, tenant t2's
-/// key for the isolation tests), under a watchdog. Its output is printed (nextest shows
-/// it on failure) and returned.
+/// key for the isolation tests), under a watchdog. Its output is printed (nextest shows it on failure) and returned.
 fn run_client(
     server: &Server,
     program: &Path,
