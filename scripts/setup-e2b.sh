@@ -48,8 +48,12 @@ if ! pinned_present; then
 fi
 
 node_dir=target/e2b-node
-if ! cmp -s tests/e2b-node/package-lock.json "$node_dir/package-lock.json" || [ ! -f "$node_dir/node_modules/e2b/package.json" ]; then
-  command -v npm >/dev/null 2>&1 || { echo "setup-e2b: npm is missing (Debian's nodejs package of scripts/setup.sh has it)" >&2; exit 1; }
+if ! cmp -s tests/e2b-node/package-lock.json "$node_dir/package-lock.json" ||
+  [ ! -f "$node_dir/node_modules/e2b/package.json" ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "setup-e2b: npm is missing (the nodejs package of scripts/setup.sh brings it)" >&2
+    exit 1
+  fi
   mkdir -p "$node_dir"
   cp tests/e2b-node/package.json tests/e2b-node/package-lock.json "$node_dir/"
   (cd "$node_dir" && npm ci --no-audit --no-fund --silent)

@@ -173,6 +173,7 @@ async def test_code_interpreter_async():
         await sandbox.remove_code_context(context)
         assert context.id not in [c.id for c in await sandbox.list_code_contexts()]
         with pytest.raises(TimeoutException):
-            await sandbox.run_code("import time; time.sleep(30)", timeout=2, context=await sandbox.create_code_context())
+            stuck = await sandbox.create_code_context()
+            await sandbox.run_code("import time; time.sleep(30)", timeout=2, context=stuck)
     finally:
         await sandbox.kill()

@@ -156,7 +156,8 @@ def test_a_wrong_api_key_is_refused():
 
 
 def test_pause_and_snapshots_answer_not_supported(sbx):
-    # sandkasten has no pause/resume or snapshots yet: the SDK must get an error it raises, and the sandbox keeps running.
+    # sandkasten has no pause/resume, snapshots or metrics yet: the SDK must get an error it raises, and the sandbox
+    # keeps running.
     with pytest.raises(SandboxException) as paused:
         sbx.pause()
     assert "not supported" in str(paused.value)
