@@ -16,6 +16,7 @@ mod filesystem;
 mod interpreter;
 mod paths;
 mod process;
+mod sessions;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -23,7 +24,7 @@ use axum::routing::{delete, get, post, put};
 
 use crate::state::AppState;
 
-pub(crate) use auth::Sessions;
+pub(crate) use sessions::Sessions;
 
 /// The facade's routes.
 pub(crate) fn routes(state: &AppState) -> Router<AppState> {

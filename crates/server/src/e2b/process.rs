@@ -21,12 +21,11 @@ use tokio::sync::mpsc;
 
 use crate::api::commands::start_background;
 use crate::background::{CommandEvent, CommandStatus};
-use crate::e2b::auth::{
-    ProcessMeta, SandboxAccess, request_user, require_default_user, runtime_failure, sandbox_access,
-};
+use crate::e2b::auth::{SandboxAccess, request_user, require_default_user, runtime_failure, sandbox_access};
 use crate::e2b::connect::{self, StreamWriter};
 use crate::e2b::error::{Code, E2bError};
 use crate::e2b::paths;
+use crate::e2b::sessions::ProcessMeta;
 use crate::runtime::Stream;
 use crate::state::AppState;
 
