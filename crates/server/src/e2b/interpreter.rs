@@ -119,6 +119,16 @@ pub(crate) async fn execute(
         Some(context) => (None, Some(context)),
         None => (Some(language(request.language.as_deref())?), None),
     };
+    if let Some(context) = &context_id {
+        // An unknown context is a 404 before anything streams, as E2B answers it (`NotFoundException`).
+        let contexts = match state.runtime().list_contexts(&access.id).await {
+            Ok(contexts) => contexts,
+            Err(failure) => return Err(runtime_failure(&state, &access.id, failure).await),
+        };
+        if !contexts.iter().any(|known| &known.id == context) {
+            return Err(E2bError::new(Code::NotFound, format!("context {context} not found")));
+        }
+    }
     let limits = &access.record.spec.limits;
     let run = CodeRun {
         language,

@@ -197,3 +197,24 @@ async fn files_upload_download_and_filesystem_calls() {
     let exists = sandbox_call(&h, &sb, "POST", "/filesystem.Filesystem/MakeDir", "application/json", mkdir).await;
     assert_eq!((exists.status, exists.json()["code"].clone()), (StatusCode::CONFLICT, json!("already_exists")));
 }
+
+#[tokio::test]
+async fn execute_streams_lines_and_an_unknown_context_is_404() {
+    let h = Harness::new();
+    let sb = open(&h, KEY_A, json!({})).await;
+    let body = json!({ "code": "1 + 1", "language": "python" }).to_string().into_bytes();
+    let reply = sandbox_call(&h, &sb, "POST", "/execute", "application/json", body).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    let lines: Vec<Value> = reply.text().lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let kinds: Vec<&str> = lines.iter().map(|line| line["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds.last(), Some(&"end_of_execution"), "{lines:?}");
+    assert!(kinds.contains(&"number_of_executions"), "{lines:?}");
+
+    let unknown = json!({ "code": "1", "context_id": "ctx-0123456789abcdef" }).to_string().into_bytes();
+    let reply = sandbox_call(&h, &sb, "POST", "/execute", "application/json", unknown).await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND, "{}", reply.text());
+    let created = sandbox_call(&h, &sb, "POST", "/contexts", "application/json", b"{}".to_vec()).await.json();
+    assert_eq!((created["language"].as_str(), created["cwd"].as_str()), (Some("python"), Some("/home/user")));
+    let listed = sandbox_call(&h, &sb, "GET", "/contexts", "application/json", Vec::new()).await.json();
+    assert!(listed.as_array().unwrap().iter().any(|c| c["id"] == created["id"]), "{listed}");
+}
