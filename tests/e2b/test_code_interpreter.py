@@ -7,7 +7,7 @@ import base64
 import pytest
 
 import support
-from e2b_code_interpreter import Sandbox, TimeoutException
+from e2b_code_interpreter import NotFoundException, Sandbox, TimeoutException
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +140,8 @@ def test_created_context_is_separate_listed_restarted_and_removed(ci):
 
     ci.remove_code_context(context.id)
     assert context.id not in [c.id for c in ci.list_code_contexts()]
+    with pytest.raises(NotFoundException):
+        ci.run_code("1", context=context)
 
 
 @support.not_yet("create_code_context(cwd=…) other than /home/user")
