@@ -75,7 +75,8 @@ def refused(response: httpx.Response) -> bool:
 
 
 def start_refused(response: httpx.Response) -> bool:
-    return SECRET not in streamed_stdout(response) and SECRET not in response.text and b"start" not in response.content
+    started = b'"start":{' in response.content.replace(b" ", b"")  # a StartResponse: a process was started
+    return SECRET not in streamed_stdout(response) and SECRET not in response.text and not started
 
 
 def test_own_token_reads_the_sandbox(pair):
