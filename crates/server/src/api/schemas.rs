@@ -347,6 +347,10 @@ pub struct FileInfoBody {
     /// Target of a symlink.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub symlink_target: Option<String>,
+    /// Owner's uid inside the sandbox (1000 the sandbox user, 0 the sandbox's root).
+    pub uid: u32,
+    /// Group's gid inside the sandbox.
+    pub gid: u32,
 }
 
 impl From<FileInfo> for FileInfoBody {
@@ -364,6 +368,8 @@ impl From<FileInfo> for FileInfoBody {
             mode: info.mode,
             modified_unix_ms: info.modified_unix_ms,
             symlink_target: info.symlink_target,
+            uid: info.uid,
+            gid: info.gid,
         }
     }
 }
@@ -455,6 +461,8 @@ mod tests {
                 mode: 0o644,
                 modified_unix_ms: 5,
                 symlink_target: (kind == FileKind::Symlink).then(|| "/b".into()),
+                uid: 1000,
+                gid: 1000,
             };
             assert_eq!(serde_json::to_value(FileInfoBody::from(info.clone()))?, serde_json::to_value(&info)?);
         }

@@ -84,6 +84,16 @@ fn permissions(kind: FileKind, mode: u32) -> String {
     text
 }
 
+/// The name of a uid or gid inside a facade sandbox (`/etc/passwd` of the `e2b` template).
+fn name_of(id: u32) -> String {
+    match id {
+        0 => String::from("root"),
+        1000 => String::from("user"),
+        65534 => String::from("nobody"),
+        other => other.to_string(),
+    }
+}
+
 /// envd's `EntryInfo` of a runtime `FileInfo`, in the proto3 JSON mapping.
 fn entry(info: &FileInfo) -> Value {
     let kind = match info.kind {
@@ -99,8 +109,8 @@ fn entry(info: &FileInfo) -> Value {
         "size": info.size.to_string(),
         "mode": info.mode & 0o7777,
         "permissions": permissions(info.kind, info.mode),
-        "owner": "user",
-        "group": "user",
+        "owner": name_of(info.uid),
+        "group": name_of(info.gid),
         "modifiedTime": rfc3339(info.modified_unix_ms),
         "isSymlink": info.kind == FileKind::Symlink,
     });
@@ -196,6 +206,8 @@ mod tests {
             mode: 0o100644,
             modified_unix_ms: 0,
             symlink_target: None,
+            uid: 0,
+            gid: 1000,
         };
         let json = entry(&info);
         assert_eq!(json["type"], "FILE_TYPE_FILE");
@@ -204,5 +216,6 @@ mod tests {
         assert_eq!(json["mode"], 0o644);
         assert_eq!(json["permissions"], "-rw-r--r--");
         assert_eq!(json["modifiedTime"], "1970-01-01T00:00:00.000Z");
+        assert_eq!((json["owner"].as_str(), json["group"].as_str()), (Some("root"), Some("user")));
     }
 }
