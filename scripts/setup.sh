@@ -20,3 +20,4 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
+"$(dirname "$0")/setup-e2b.sh"

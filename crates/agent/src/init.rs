@@ -150,7 +150,8 @@ fn serve_until_shutdown(plan: &InitPlan<'_>, channel: &UnixStream) -> Result<(),
         SandboxRoot::open(Path::new("/"), Some(identity)).map_err(|e| format!("opening the sandbox root: {e}"))?;
     let stream = channel.try_clone().map_err(|e| format!("duplicating the channel: {e}"))?;
     let launcher = JailLauncher::new(&plan.jail);
-    let context = ServeContext { root, base_env: &plan.env, launcher: &launcher };
+    let home = plan.jail.cwd.to_str().ok_or("the sandbox home is not UTF-8")?;
+    let context = ServeContext { root, base_env: &plan.env, launcher: &launcher, home };
     serve::serve(stream, &context).map(drop).map_err(|e| format!("serve loop: {e}"))
 }
 

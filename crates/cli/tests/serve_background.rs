@@ -185,6 +185,20 @@ fn stdin_signals_and_kill_reach_the_command() {
 }
 
 #[test]
+fn a_command_that_ends_before_its_given_stdin_is_closed_still_starts() {
+    require_root!();
+    let server = Server::start();
+    let id = server.create(json!({}));
+    // `true` ignores its stdin and may be reaped before the runtime closes the stdin it was given.
+    for _ in 0..40 {
+        let command = start(&server, &id, json!({"argv": ["true"], "stdin": ""}));
+        assert_eq!(wait_exited(&server, &id, &command)["exit_code"], 0);
+    }
+    assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
+    assert_sandbox_gone(&id);
+}
+
+#[test]
 fn deleting_the_sandbox_kills_its_background_commands() {
     require_root!();
     let server = Server::start();

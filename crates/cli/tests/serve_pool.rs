@@ -1,6 +1,7 @@
 //! Warm pools of `sandkasten serve` against a real server: two callers never share a sandbox, a used sandbox never
 //! returns to a pool, a pool member killed from the host is replaced, the pool refills after a burst, quotas count
-//! claimed sandboxes only, shutdown leaves nothing behind, and an admin resizes a pool through the API.
+//! claimed sandboxes only, shutdown leaves nothing behind, an admin resizes a pool through the API, and a pool of
+//! the `e2b` template serves the E2B facade.
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -441,4 +442,28 @@ fn node_runs_start_from_the_pool_zygote_and_share_nothing() {
     let live = python.json["stdout"].as_str().unwrap_or_default();
     assert!(live.contains("python3") && !live.contains("node"), "{python:?}");
     assert_eq!(metric(&server, "zygote_runs_total"), forks, "Python never goes to a Node zygote");
+}
+
+#[test]
+fn an_e2b_pool_serves_the_facades_creates_with_the_e2b_layout() {
+    require_root!();
+    let _lock = common::shared_lock();
+    let server = Server::start_with(
+        "[[pools]]\nname = \"std\"\ntemplate = \"e2b\"\nlimits = { timeout_ms = 3600000 }\nmin = 1\nmax = 2\n",
+    );
+    wait_pool_size(&server, 1.0);
+    let mut reply = server
+        .http()
+        .post(format!("{}/v2/sandboxes", server.url))
+        .header("X-API-KEY", KEY_1)
+        .send_json(json!({ "templateID": "base", "timeout": 60 }))
+        .expect("create through the E2B facade");
+    assert_eq!(reply.status(), 201);
+    let body: serde_json::Value = reply.body_mut().read_json().expect("the create answer");
+    let id = body["sandboxID"].as_str().expect("sandboxID").to_owned();
+    assert_eq!(metric(&server, "pool_hits_total"), 1.0, "the facade's create was a pool hit");
+    let layout = server.exec(&id, "whoami; pwd; echo $HOME; stat -c %U /home/user");
+    assert_eq!(layout.json["stdout"], "user\n/home/user\n/home/user\nuser\n", "{layout:?}");
+    delete(&server, KEY_1, &id);
+    assert_sandbox_gone(&id);
 }

@@ -54,7 +54,9 @@ pub struct SandboxFile {
 pub struct RootfsSpec {
     /// Where the new root is assembled in the child's private mount namespace (a tmpfs is mounted over it).
     pub new_root: PathBuf,
-    /// Size of `/workspace`, `/tmp` and `/dev/shm`, each, in bytes.
+    /// The sandbox user's home: a size-limited tmpfs it owns (`/workspace`; `/home/user` for E2B programs).
+    pub home: PathBuf,
+    /// Size of the home, `/tmp` and `/dev/shm`, each, in bytes.
     pub disk_bytes: u64,
     /// The sandbox user's uid and gid inside the user namespace.
     pub sandbox_uid: u32,
@@ -234,7 +236,7 @@ pub fn plan_rootfs(spec: &RootfsSpec, host: &dyn HostFs) -> Vec<MountStep> {
     let disk = spec.disk_bytes;
     let (uid, gid) = (spec.sandbox_uid, spec.sandbox_gid);
     steps.push(MountStep::Tmpfs {
-        target: at("/workspace"),
+        target: at(&spec.home.to_string_lossy()),
         options: format!("size={disk},mode=0755,uid={uid},gid={gid}"),
         flags: MS_NOSUID | MS_NODEV,
     });
@@ -320,6 +322,7 @@ mod tests {
     fn spec() -> RootfsSpec {
         RootfsSpec {
             new_root: "/tmp".into(),
+            home: "/workspace".into(),
             disk_bytes: 1 << 20,
             sandbox_uid: 1000,
             sandbox_gid: 1000,
@@ -355,6 +358,19 @@ mod tests {
         for forbidden in ["/etc/shadow", "/home", "/root", "/var/run", "\"/sys"] {
             assert!(!text.contains(forbidden), "{forbidden} must not be in the plan");
         }
+    }
+
+    #[test]
+    fn the_home_is_where_the_spec_puts_it() {
+        let steps = plan_rootfs(&RootfsSpec { home: "/home/user".into(), ..spec() }, &merged_usr_host());
+        let homes: Vec<_> = steps
+            .iter()
+            .filter_map(|step| match step {
+                MountStep::Tmpfs { target, options, .. } if options.contains("uid=1000") => Some(target.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(homes, vec![PathBuf::from("/tmp/home/user")]);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use sandkasten_types::SandboxSpec;
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
 use crate::guard::SandboxGuard;
-use crate::plan::{RunPlan, SANDBOX_GID, SANDBOX_UID, WORKSPACE};
+use crate::plan::{RunPlan, SANDBOX_GID, SANDBOX_UID, user_of};
 
 /// What a launch needs from its owner, prepared once.
 pub(crate) struct Launcher<'a> {
@@ -112,11 +112,12 @@ impl Launcher<'_> {
     ) -> Result<LaunchedAgent, RuntimeError> {
         let (host_channel, agent_channel) = UnixStream::pair().map_err(|e| RuntimeError::sys("socketpair", e))?;
         let limits = &spec.limits;
-        let workspace = Path::new(WORKSPACE);
+        let workspace = Path::new(user_of(spec.template).home);
         let tmp = Path::new("/tmp");
         let init_plan = InitPlan {
             rootfs: RootfsSpec {
                 new_root: PathBuf::from("/tmp"),
+                home: workspace.into(),
                 disk_bytes: limits.disk_bytes,
                 sandbox_uid: SANDBOX_UID,
                 sandbox_gid: SANDBOX_GID,

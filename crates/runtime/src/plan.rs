@@ -6,7 +6,7 @@ use std::path::{Component, Path, PathBuf};
 
 use sandkasten_jail::environment;
 use sandkasten_jail::rootfs::SandboxFile;
-use sandkasten_types::{Command, ExecRequest, Language, PROXY_PORT, SandboxSpec, units::format_bytes};
+use sandkasten_types::{Command, ExecRequest, Language, PROXY_PORT, SandboxSpec, Template, units::format_bytes};
 
 use crate::error::RuntimeError;
 
@@ -43,15 +43,38 @@ fn system_file(path: &str, contents: &str) -> SandboxFile {
     SandboxFile { path: path.into(), contents: contents.as_bytes().to_vec(), mode: 0o644, owned_by_sandbox_user: false }
 }
 
+/// The home of the e2b template's user.
+pub const E2B_HOME: &str = "/home/user";
+
+/// How a template lays out the sandbox user (uid 1000).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserLayout {
+    /// The user's name (in the synthesised `/etc/passwd`).
+    pub name: &'static str,
+    /// Its home: its writable tmpfs and the default working directory.
+    pub home: &'static str,
+}
+
+/// The sandbox user's layout in a template.
+pub fn user_of(template: Template) -> UserLayout {
+    match template {
+        Template::Host => UserLayout { name: "sandbox", home: WORKSPACE },
+        Template::E2b => UserLayout { name: "user", home: E2B_HOME },
+    }
+}
+
 /// `/etc` files synthesised for every sandbox: only the sandbox's own users, no host accounts, no DNS servers.
-fn etc_files() -> Vec<SandboxFile> {
+fn etc_files(template: Template) -> Vec<SandboxFile> {
+    let UserLayout { name: user, home } = user_of(template);
     vec![
         system_file(
             "/etc/passwd",
-            "root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:1000:1000:sandbox:/workspace:/bin/bash\n\
-             nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+            &format!(
+                "root:x:0:0:root:/root:/usr/sbin/nologin\n{user}:x:1000:1000:{user}:{home}:/bin/bash\n\
+                 nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+            ),
         ),
-        system_file("/etc/group", "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n"),
+        system_file("/etc/group", &format!("root:x:0:\n{user}:x:1000:\nnogroup:x:65534:\n")),
         system_file("/etc/hosts", "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
         system_file("/etc/hostname", "sandbox\n"),
         system_file("/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n"),
@@ -104,7 +127,10 @@ fn code_plan(language: Language, code: &str) -> Result<CodePlan, RuntimeError> {
 /// Builds the run plan, validating everything that can be checked before any resource exists.
 pub fn plan(spec: &SandboxSpec, request: &ExecRequest) -> Result<RunPlan, RuntimeError> {
     spec.limits.validate().map_err(|e| RuntimeError::InvalidInput(e.to_string()))?;
-    let mut files = etc_files();
+    if spec.template != Template::Host {
+        return Err(RuntimeError::InvalidInput("one-shot runs use the host template".to_owned()));
+    }
+    let mut files = etc_files(spec.template);
     let (compile, program) = match &request.command {
         Command::Argv(argv) if argv.is_empty() || argv[0].is_empty() => {
             return Err(RuntimeError::InvalidInput("no program given: pass one after `--`".to_owned()));
@@ -149,14 +175,14 @@ pub fn plan_live(spec: &SandboxSpec) -> Result<RunPlan, RuntimeError> {
     if let Some(bad) = spec.env.keys().find(|k| !environment::is_valid_name(k)) {
         return Err(RuntimeError::InvalidInput(format!("'{bad}' is not a valid environment variable name")));
     }
-    let mut files = etc_files();
+    let mut files = etc_files(spec.template);
     files.push(system_file(NODE_FETCH_PROXY, include_str!("../../../resources/node/fetch_proxy.cjs")));
     Ok(RunPlan {
         files,
         uploads: Vec::new(),
         compile: None,
         program: Vec::new(),
-        env: environment::build(WORKSPACE, &with_proxy_environment(&spec.env)),
+        env: environment::build(user_of(spec.template).home, &with_proxy_environment(&spec.env)),
     })
 }
 
@@ -184,6 +210,21 @@ fn with_proxy_environment(env: &BTreeMap<String, String>) -> BTreeMap<String, St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_e2b_template_names_its_user_and_home() {
+        let spec = SandboxSpec { template: Template::E2b, ..SandboxSpec::default() };
+        let plan = plan_live(&spec).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(plan.env.get("HOME").map(String::as_str), Some("/home/user"));
+        let passwd = plan.files.iter().find(|f| f.path == Path::new("/etc/passwd")).map(|f| f.contents.clone());
+        let passwd = String::from_utf8(passwd.unwrap_or_default()).unwrap_or_default();
+        assert!(passwd.contains("\nuser:x:1000:1000:user:/home/user:/bin/bash\n"), "{passwd}");
+        let host = plan_live(&SandboxSpec::default()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(host.env.get("HOME").map(String::as_str), Some("/workspace"));
+        let one_shot =
+            ExecRequest { command: Command::Argv(vec!["true".into()]), env: BTreeMap::new(), uploads: vec![] };
+        assert!(super::plan(&spec, &one_shot).is_err(), "one-shot runs take only the host template");
+    }
 
     #[test]
     fn uploads_stay_inside_the_writable_dirs() {

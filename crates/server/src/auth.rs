@@ -105,6 +105,15 @@ impl Keyring {
         if bool::from(found) { self.tenants.get(tenant as usize).cloned() } else { None }
     }
 
+    /// The tenant owning a key presented bare (the E2B facade's `X-API-KEY`); every request's tenant when
+    /// authentication is off.
+    pub(crate) fn tenant_of_key(&self, presented: &[u8]) -> Option<Tenant> {
+        match &self.anonymous {
+            Some(anonymous) => Some(anonymous.clone()),
+            None => self.find(presented.trim_ascii()),
+        }
+    }
+
     /// The tenant a request's `Authorization` header authenticates.
     fn authenticate(&self, header: Option<&HeaderValue>) -> Result<Tenant, ApiError> {
         if let Some(anonymous) = &self.anonymous {

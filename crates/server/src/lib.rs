@@ -9,6 +9,7 @@ pub mod auth;
 pub mod background;
 pub mod clock;
 pub mod config;
+mod e2b;
 pub mod egress;
 pub mod expiry;
 pub mod ids;

@@ -8,6 +8,7 @@ use tokio::sync::mpsc;
 
 use crate::auth::Keyring;
 use crate::config::ServerConfig;
+use crate::e2b::Sessions;
 use crate::egress::Egress;
 use crate::egress::audit::{self, AuditQueue};
 use crate::metrics::Metrics;
@@ -49,6 +50,7 @@ struct Inner {
     pools: Pools,
     egress: Egress,
     audit: Mutex<Option<AuditReceiver>>,
+    e2b: Sessions,
 }
 
 /// The audit queue's two ends, until `serve_on` starts the writer.
@@ -86,6 +88,7 @@ impl AppState {
                 pools: Pools::new(&config.pools),
                 egress: Egress::new(proxy),
                 audit: Mutex::new(Some((queue, receiver))),
+                e2b: Sessions::default(),
             }),
         })
     }
@@ -127,5 +130,10 @@ impl AppState {
     /// The warm pools.
     pub fn pools(&self) -> &Pools {
         &self.inner.pools
+    }
+
+    /// The E2B facade's sandbox sessions (access tokens).
+    pub(crate) fn e2b(&self) -> &Sessions {
+        &self.inner.e2b
     }
 }

@@ -29,6 +29,29 @@ pub struct CommandSpec {
     /// Wall-clock limit for this command, in milliseconds; the command's process group is killed when it runs out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Who runs it inside the sandbox. Default: the sandbox user (uid 1000).
+    #[serde(default, skip_serializing_if = "CommandUser::is_sandbox")]
+    pub user: CommandUser,
+}
+
+/// The user a command runs as, inside the sandbox's user namespace. Either way the command holds no capability and
+/// runs under `no_new_privs`, seccomp and landlock: the sandbox's root is uid 0 only inside, an unprivileged uid on
+/// the host, and owns nothing there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandUser {
+    /// The sandbox user, uid and gid 1000.
+    #[default]
+    Sandbox,
+    /// The sandbox's root, uid and gid 0 (without capabilities).
+    Root,
+}
+
+impl CommandUser {
+    /// True for the default, the sandbox user.
+    pub fn is_sandbox(&self) -> bool {
+        *self == CommandUser::Sandbox
+    }
 }
 
 impl CommandSpec {
@@ -57,6 +80,17 @@ pub struct CommandExit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sandbox_user_is_the_default_and_is_not_sent() -> Result<(), serde_json::Error> {
+        let spec = CommandSpec { argv: Some(vec!["id".into()]), ..CommandSpec::default() };
+        assert_eq!(serde_json::to_value(&spec)?, serde_json::json!({"argv": ["id"], "env": {}}));
+        let root = CommandSpec { user: CommandUser::Root, ..spec };
+        let json = serde_json::to_value(&root)?;
+        assert_eq!(json["user"], "root");
+        assert_eq!(serde_json::from_value::<CommandSpec>(json)?.user, CommandUser::Root);
+        Ok(())
+    }
 
     #[test]
     fn exactly_one_of_argv_and_cmd() {

@@ -35,4 +35,10 @@ pub struct FileInfo {
     /// Target of a symlink.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub symlink_target: Option<String>,
+    /// Owner's uid inside the sandbox (1000 the sandbox user, 0 the sandbox's root).
+    #[serde(default)]
+    pub uid: u32,
+    /// Group's gid inside the sandbox.
+    #[serde(default)]
+    pub gid: u32,
 }

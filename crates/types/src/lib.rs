@@ -14,7 +14,7 @@ mod spec;
 pub mod units;
 
 pub use code::{CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, ContextInfo};
-pub use command::{CommandExit, CommandSpec};
+pub use command::{CommandExit, CommandSpec, CommandUser};
 pub use error::{ErrorCode, ErrorInfo};
 pub use exec::{Command, ExecRequest, Language, Upload};
 pub use files::{FileInfo, FileKind};

@@ -33,6 +33,9 @@ pub enum Template {
     /// Read-only binds of the host's `/usr` (and the `/bin`, `/lib*`, `/sbin` links into it), a synthesised `/etc`.
     #[default]
     Host,
+    /// `host`, laid out as E2B programs expect: the user is named `user` and its home (and working directory) is
+    /// `/home/user` instead of `/workspace`.
+    E2b,
 }
 
 /// Network access of a sandbox. The sandbox's network namespace never has a route out: every connection leaves

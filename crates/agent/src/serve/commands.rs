@@ -11,14 +11,14 @@ use rustix::pipe::PipeFlags;
 use rustix::process::{Pid, Signal};
 use sandkasten_jail::process::Stdio;
 use sandkasten_protocol::{FailureCode, RunningCommand};
-use sandkasten_types::{CommandExit, CommandSpec};
+use sandkasten_types::{CommandExit, CommandSpec, CommandUser};
 
 use super::errors::OpError;
 use super::launcher::{LaunchRequest, Launcher};
 use super::paths::SandboxRoot;
 use crate::reaper::ExitStatus;
 
-/// Working directory of a command that names none.
+/// Working directory of a command that names none, in a sandbox of the host template.
 pub const DEFAULT_CWD: &str = "/workspace";
 /// Most commands running at once.
 pub const MAX_COMMANDS: usize = 256;
@@ -35,6 +35,8 @@ pub struct CommandContext<'a> {
     pub base_env: &'a BTreeMap<String, String>,
     /// How commands are started.
     pub launcher: &'a dyn Launcher,
+    /// The working directory of commands that name none.
+    pub home: &'a str,
 }
 
 /// A command's stdin: bytes not yet written, and whether to close it once they are.
@@ -120,7 +122,7 @@ impl Commands {
         let argv = spec.resolved_argv().map_err(exec_failed)?;
         let mut env = context.base_env.clone();
         env.extend(spec.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let cwd_path = spec.cwd.as_deref().unwrap_or(DEFAULT_CWD);
+        let cwd_path = spec.cwd.as_deref().unwrap_or(context.home);
         let cwd = context
             .root
             .as_sandbox_user(|| context.root.open_in_root(cwd_path, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()))
@@ -138,7 +140,8 @@ impl Commands {
         }
         let stdio =
             Stdio { stdin: stdin_read.as_raw_fd(), stdout: stdout_write.as_raw_fd(), stderr: stderr_write.as_raw_fd() };
-        let request = LaunchRequest { argv: &argv, env: &env, cwd_path, cwd: cwd.as_fd(), stdio };
+        let as_root = spec.user == CommandUser::Root;
+        let request = LaunchRequest { argv: &argv, env: &env, cwd_path, cwd: cwd.as_fd(), stdio, as_root };
         let pid = context.launcher.launch(&request).map_err(exec_failed)?;
         drop((stdin_read, stdout_write, stderr_write));
 

@@ -126,6 +126,8 @@ fn info_from_stat(dir: impl AsFd, name: &str, path: String, stat: &Stat) -> File
         mode: stat.st_mode & 0o7777,
         modified_unix_ms: stat.st_mtime.saturating_mul(1000).saturating_add(stat.st_mtime_nsec as i64 / 1_000_000),
         symlink_target,
+        uid: stat.st_uid,
+        gid: stat.st_gid,
     }
 }
 

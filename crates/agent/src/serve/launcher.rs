@@ -22,6 +22,8 @@ pub struct LaunchRequest<'a> {
     pub cwd: BorrowedFd<'a>,
     /// The command's standard streams (pipe ends the launcher's child takes as 0, 1, 2).
     pub stdio: Stdio,
+    /// Run as the sandbox's root (uid and gid 0 inside, no capabilities) instead of the sandbox user.
+    pub as_root: bool,
 }
 
 /// Starts commands. The child must start a new session (`setsid`: its pid is its process group), take `stdio` as
@@ -46,9 +48,11 @@ impl<'a> JailLauncher<'a> {
 
 impl Launcher for JailLauncher<'_> {
     fn launch(&self, request: &LaunchRequest<'_>) -> Result<libc::pid_t, String> {
+        // The sandbox's root is only an id: `contain` drops every capability and sets no_new_privs either way.
+        let (uid, gid) = if request.as_root { (0, 0) } else { (self.jail.uid, self.jail.gid) };
         let jail = ProcessJail {
-            uid: self.jail.uid,
-            gid: self.jail.gid,
+            uid,
+            gid,
             rlimits: self.jail.rlimits,
             writable_dirs: self.jail.writable_dirs.clone(),
             writable_files: self.jail.writable_files.clone(),

@@ -39,6 +39,8 @@ pub struct ServeContext<'a> {
     pub base_env: &'a BTreeMap<String, String>,
     /// How commands are started.
     pub launcher: &'a dyn Launcher,
+    /// The working directory of commands that name none: the sandbox user's home.
+    pub home: &'a str,
 }
 
 /// Serves the host's requests on `channel` until `Shutdown` (answered with `Done`) or until the host closes it.
@@ -47,8 +49,12 @@ pub fn serve(channel: UnixStream, context: &ServeContext<'_>) -> Result<LoopEnd,
     occupy_standard_descriptors();
     let signals = signals::ChildSignals::new()?;
     let mut channel = channel::Channel::new(channel)?;
-    let commands =
-        commands::CommandContext { root: &context.root, base_env: context.base_env, launcher: context.launcher };
+    let commands = commands::CommandContext {
+        root: &context.root,
+        base_env: context.base_env,
+        launcher: context.launcher,
+        home: context.home,
+    };
     event_loop::run(&mut channel, &signals, &commands)
 }
 

@@ -57,13 +57,15 @@ fn code_run(body: CodeBody, sandbox: &SandboxRecord) -> Result<CodeRun, ApiError
 }
 
 /// A cell started in its own task.
-struct Started {
+/// A cell running in its own task: its output chunks and, at the end, its outcome.
+pub(crate) struct Started {
     chunks: mpsc::Receiver<OutputChunk>,
     done: oneshot::Receiver<Result<CellOutcome, RuntimeFailure>>,
     started: Instant,
 }
 
-fn start(state: &AppState, id: &str, request: CodeRun) -> Started {
+/// Starts a cell in its own task (a client that leaves does not cut it in half).
+pub(crate) fn start(state: &AppState, id: &str, request: CodeRun) -> Started {
     let (events, chunks) = mpsc::channel(64);
     let (finished, done) = oneshot::channel();
     let (state, id) = (state.clone(), id.to_owned());
@@ -101,7 +103,8 @@ fn stopped_at_timeout(outcome: &CellOutcome, elapsed: Duration, timeout: Duratio
 }
 
 /// Drains the output chunks into `on_chunk` until the cell has ended.
-async fn pump<F, Fut>(mut started: Started, mut on_chunk: F) -> Result<CellOutcome, RuntimeFailure>
+/// Hands each output chunk to `on_chunk` as it arrives, then answers the cell's outcome.
+pub(crate) async fn pump<F, Fut>(mut started: Started, mut on_chunk: F) -> Result<CellOutcome, RuntimeFailure>
 where
     F: FnMut(OutputChunk) -> Fut,
     Fut: std::future::Future<Output = ()>,

@@ -13,7 +13,7 @@ use crate::api::command_schemas::{BackgroundStarted, CommandBody, CommandList, S
 use crate::api::error::{ApiError, ErrorBody};
 use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error, runtime_result};
 use crate::auth::Tenant;
-use crate::background::CommandEvent;
+use crate::background::{CommandEvent, CommandStatus};
 use crate::clock::{now_ms, rfc3339};
 use crate::ids;
 use crate::metrics::LimitKind;
@@ -50,6 +50,19 @@ pub(crate) async fn start(
     spec: CommandSpec,
     output_limit: u64,
 ) -> Result<Response, ApiError> {
+    let (command_id, status) = start_background(state, tenant, id, spec, output_limit).await?;
+    let body = BackgroundStarted { command_id, pid: status.pid, started_at: rfc3339(status.started_ms) };
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}
+
+/// Starts a background command, records its start and (in a task) its end: its id and status.
+pub(crate) async fn start_background(
+    state: &AppState,
+    tenant: &Tenant,
+    id: &str,
+    spec: CommandSpec,
+    output_limit: u64,
+) -> Result<(String, CommandStatus), ApiError> {
     let command_id = ids::command_id()?;
     let argv = spec.resolved_argv().map_err(ApiError::unprocessable)?;
     let record = CommandRecord {
@@ -72,8 +85,7 @@ pub(crate) async fn start(
     state.metrics().command_started();
     tracing::info!(sandbox = %id, command = %command_id, pid = status.pid, "background command started");
     tokio::spawn(record_end(state.clone(), id.to_owned(), command_id.clone()));
-    let body = BackgroundStarted { command_id, pid: status.pid, started_at: rfc3339(status.started_ms) };
-    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+    Ok((command_id, status))
 }
 
 /// Waits for a background command's end (or its sandbox's) and records it.

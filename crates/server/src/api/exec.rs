@@ -51,6 +51,7 @@ fn command_spec(body: ExecBody, sandbox: &SandboxRecord) -> Result<CommandSpec, 
         cwd: body.cwd,
         stdin: body.stdin,
         timeout_ms: Some(timeout_ms),
+        ..CommandSpec::default()
     };
     let argv = spec.resolved_argv().map_err(ApiError::unprocessable)?;
     if argv.iter().any(|arg| arg.contains('\0')) {

@@ -2,23 +2,23 @@
 //! request, errors metric, authentication on `/v1`).
 
 mod archive;
-mod code;
+pub(crate) mod code;
 pub mod code_schemas;
 pub mod command_schemas;
 mod command_stream;
-mod commands;
-mod contexts;
+pub(crate) mod commands;
+pub(crate) mod contexts;
 mod egress;
 pub mod egress_schemas;
 pub mod error;
 mod exec;
-mod extract;
+pub(crate) mod extract;
 mod files;
 mod output;
 pub mod pools;
 mod request_log;
 mod run;
-mod sandboxes;
+pub(crate) mod sandboxes;
 pub mod schemas;
 mod secrets;
 mod service;
@@ -144,6 +144,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(service::metrics))
         .route("/openapi.json", get(service::openapi))
         .nest("/v1", v1)
+        .merge(crate::e2b::routes(&state))
         .fallback(error::route_not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), count_errors))

@@ -21,7 +21,8 @@ use crate::state::{AppState, Settings};
 use crate::store::{SandboxRecord, SandboxState};
 use crate::{egress, ids, validate};
 
-fn check_timeout(settings: Settings, timeout_s: u64) -> Result<i64, ApiError> {
+/// The expiry (ms since the epoch) `timeout_s` seconds from now; 422 when out of range.
+pub(crate) fn check_timeout(settings: Settings, timeout_s: u64) -> Result<i64, ApiError> {
     if !(1..=settings.max_timeout_s).contains(&timeout_s) {
         return Err(ApiError::unprocessable(format!(
             "timeout_s must be between 1 and {} seconds, got {timeout_s}",
@@ -163,9 +164,17 @@ pub(crate) async fn start_sandbox_with_zygote(
     Ok((current, zygote))
 }
 
-/// Destroys a sandbox in the runtime, treating "already gone" as done.
+/// Destroys a sandbox in the runtime, treating "already gone" as done (its E2B session, if any, goes with it).
 pub(crate) async fn destroy_quietly(state: &AppState, id: &str) -> bool {
     state.egress().detach(id);
+    let destroyed = destroy_in_runtime(state, id).await;
+    if destroyed {
+        state.e2b().close(id);
+    }
+    destroyed
+}
+
+async fn destroy_in_runtime(state: &AppState, id: &str) -> bool {
     match state.runtime().destroy(id).await {
         Ok(()) => true,
         Err(failure) if matches!(failure.kind, FailureKind::NotFound | FailureKind::SandboxGone) => true,
@@ -275,14 +284,20 @@ pub(crate) async fn delete(
     if record.state != SandboxState::Running {
         return Ok(StatusCode::NO_CONTENT);
     }
-    if !destroy_quietly(&state, &id).await {
+    end_running(&state, &tenant, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Destroys a running sandbox and records it as deleted.
+pub(crate) async fn end_running(state: &AppState, tenant: &Tenant, id: &str) -> Result<(), ApiError> {
+    if !destroy_quietly(state, id).await {
         return Err(ApiError::internal(format!("runtime could not destroy sandbox {id}")));
     }
-    if state.store().end_sandbox(&id, SandboxState::Destroyed, "deleted", now_ms()).await? {
+    if state.store().end_sandbox(id, SandboxState::Destroyed, "deleted", now_ms()).await? {
         state.metrics().sandbox_exited(ExitReason::Deleted);
         tracing::info!(sandbox = %id, tenant = %tenant.name, "sandbox deleted");
     }
-    Ok(StatusCode::NO_CONTENT)
+    Ok(())
 }
 
 /// Set a running sandbox's timeout: it is destroyed `timeout_s` seconds from now.

@@ -70,12 +70,15 @@ pub enum TemplateName {
     /// Read-only `/usr` of the host, a synthesised `/etc`.
     #[default]
     Host,
+    /// `host` laid out for E2B programs: user `user`, home and working directory `/home/user`.
+    E2b,
 }
 
 impl From<TemplateName> for Template {
     fn from(template: TemplateName) -> Self {
         match template {
             TemplateName::Host => Template::Host,
+            TemplateName::E2b => Template::E2b,
         }
     }
 }
@@ -84,6 +87,7 @@ impl From<Template> for TemplateName {
     fn from(template: Template) -> Self {
         match template {
             Template::Host => TemplateName::Host,
+            Template::E2b => TemplateName::E2b,
         }
     }
 }
@@ -356,6 +360,10 @@ pub struct FileInfoBody {
     /// Target of a symlink.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub symlink_target: Option<String>,
+    /// Owner's uid inside the sandbox (1000 the sandbox user, 0 the sandbox's root).
+    pub uid: u32,
+    /// Group's gid inside the sandbox.
+    pub gid: u32,
 }
 
 impl From<FileInfo> for FileInfoBody {
@@ -373,6 +381,8 @@ impl From<FileInfo> for FileInfoBody {
             mode: info.mode,
             modified_unix_ms: info.modified_unix_ms,
             symlink_target: info.symlink_target,
+            uid: info.uid,
+            gid: info.gid,
         }
     }
 }
@@ -464,6 +474,8 @@ mod tests {
                 mode: 0o644,
                 modified_unix_ms: 5,
                 symlink_target: (kind == FileKind::Symlink).then(|| "/b".into()),
+                uid: 1000,
+                gid: 1000,
             };
             assert_eq!(serde_json::to_value(FileInfoBody::from(info.clone()))?, serde_json::to_value(&info)?);
         }

@@ -59,6 +59,8 @@ fn info(path: &str, kind: FileKind, size: u64) -> FileInfo {
         mode: if kind == FileKind::Dir { 0o755 } else { 0o644 },
         modified_unix_ms: 0,
         symlink_target: None,
+        uid: 1000,
+        gid: 1000,
     }
 }
 

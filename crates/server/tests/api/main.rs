@@ -11,6 +11,7 @@ mod auth;
 mod background;
 mod bad_input;
 mod code;
+mod e2b;
 mod exec;
 mod files;
 mod isolation;

@@ -168,8 +168,12 @@ impl BackgroundCommands {
         let given_stdin = spec.stdin.is_some();
         let (handle, events) = agent.spawn_background(spec).await?;
         if given_stdin {
-            // The bytes are queued in the agent; closing takes effect once they are written.
-            handle.close_stdin().await?;
+            // The bytes are queued in the agent; closing takes effect once they are written. A command that has
+            // already ended (and been reaped) has no stdin left to close: that is not a failure to start.
+            match handle.close_stdin().await {
+                Err(failure) if failure.code == Some(FailureCode::NotFound) => {}
+                closed => closed?,
+            }
         }
         let shared = Arc::new(Shared {
             id: id.to_owned(),

@@ -1,0 +1,224 @@
+//! The sandbox's root (what E2B's `user="root"` runs as, through the facade's process service) is uid 0 only inside
+//! the sandbox's user namespace: it holds no capability, cannot mount or create namespaces, cannot write or chmod the
+//! host files the sandbox sees, cannot read or stop the agent, and is an unprivileged uid on the host (asserted from
+//! the host side).
+
+#![allow(unsafe_code, clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod common;
+mod serve;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Value, json};
+use serve::{KEY_1, Server, assert_sandbox_gone};
+
+/// `Authorization: Basic base64("root:")`, as the E2B SDK sends `user="root"`.
+const AS_ROOT: &str = "Basic cm9vdDo=";
+
+/// A facade sandbox: its id and access token.
+struct E2bSandbox {
+    id: String,
+    token: String,
+}
+
+fn create(server: &Server) -> E2bSandbox {
+    let mut response = server
+        .http()
+        .post(format!("{}/v2/sandboxes", server.url))
+        .header("X-API-KEY", KEY_1)
+        .send_json(json!({ "templateID": "base", "timeout": 120 }))
+        .expect("create through the facade");
+    let body: Value = response.body_mut().read_json().expect("create answer");
+    E2bSandbox {
+        id: body["sandboxID"].as_str().expect("sandboxID").to_owned(),
+        token: body["envdAccessToken"].as_str().expect("envdAccessToken").to_owned(),
+    }
+}
+
+/// Runs `python3 -c code` as the sandbox's root through `process.Process/Start`; its stdout and exit code.
+fn run_as_root(server: &Server, sandbox: &E2bSandbox, code: &str) -> (String, i64) {
+    let message = json!({ "process": { "cmd": "/usr/bin/python3", "args": ["-c", code] } }).to_string();
+    let mut body = vec![0u8];
+    body.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    body.extend_from_slice(message.as_bytes());
+    let mut response = server
+        .http()
+        .post(format!("{}/process.Process/Start", server.url))
+        .header("Content-Type", "application/connect+json")
+        .header("Connect-Timeout-Ms", "30000")
+        .header("E2b-Sandbox-Id", &sandbox.id)
+        .header("X-Access-Token", &sandbox.token)
+        .header("Authorization", AS_ROOT)
+        .send(&body[..])
+        .expect("start as root");
+    let bytes = response.body_mut().read_to_vec().expect("the stream");
+    let (mut stdout, mut exit_code, mut rest) = (Vec::new(), None, &bytes[..]);
+    while rest.len() >= 5 {
+        let length = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize;
+        let message: Value = serde_json::from_slice(&rest[5..5 + length]).expect("a JSON message");
+        assert_eq!(message.get("error"), None, "the stream failed: {message}");
+        if let Some(data) = message["event"]["data"]["stdout"].as_str() {
+            stdout.extend(STANDARD.decode(data).expect("base64 stdout"));
+        }
+        if let Some(end) = message["event"].get("end") {
+            exit_code = Some(end["exitCode"].as_i64().unwrap_or(0));
+        }
+        rest = &rest[5 + length..];
+    }
+    (String::from_utf8_lossy(&stdout).into_owned(), exit_code.expect("an end event"))
+}
+
+/// Python printing `name rc errno` for each raw syscall (x86_64 numbers), after `uid`, `caps` lines.
+const ATTACKS: &str = r#"
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+def report(name, rc):
+    print(name, rc, errno.errorcode.get(ctypes.get_errno(), '0') if rc == -1 else '0', flush=True)
+print('uid', os.getuid(), os.getgid())
+caps = {l.split(':')[0]: l.split()[1] for l in open('/proc/self/status') if l.startswith('Cap')}
+print('caps', ' '.join(sorted(set(caps.values()))))
+os.makedirs('/tmp/m', exist_ok=True)
+report('mount_tmpfs', libc.syscall(165, b'x', b'/tmp/m', b'tmpfs', 0, 0))
+report('mount_bind_usr', libc.syscall(165, b'/usr', b'/tmp/m', None, 4096, 0))
+report('unshare_user', libc.syscall(272, 0x10000000))
+report('unshare_mount', libc.syscall(272, 0x00020000))
+report('setns_pid1_mnt', libc.syscall(308, os.open('/proc/1/ns/mnt', os.O_RDONLY) if os.path.exists('/proc/1/ns/mnt') else -1, 0))
+report('open_write_python', libc.open(b'/usr/bin/python3', os.O_WRONLY | os.O_APPEND))
+report('chmod_python', libc.chmod(b'/usr/bin/python3', 0o4777))
+report('chown_python', libc.chown(b'/usr/bin/python3', 0, 0))
+report('unlink_python', libc.unlink(b'/usr/bin/python3'))
+report('create_in_usr', libc.open(b'/usr/sandkasten-root-canary', os.O_WRONLY | os.O_CREAT, 0o644))
+report('setuid_other', libc.setuid(1))
+report('open_agent_environ', libc.open(b'/proc/1/environ', os.O_RDONLY))
+report('open_agent_mem', libc.open(b'/proc/1/mem', os.O_RDONLY))
+report('kill_agent_term', libc.kill(1, 15))
+report('kill_agent_kill', libc.kill(1, 9))
+"#;
+
+fn parse_calls(stdout: &str) -> BTreeMap<String, (i64, String)> {
+    stdout
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.split_whitespace();
+            let (name, rc, errno) = (parts.next()?, parts.next()?.parse().ok()?, parts.next()?);
+            Some((name.to_owned(), (rc, errno.to_owned())))
+        })
+        .collect()
+}
+
+/// Host pids whose command line contains `marker`.
+fn host_pids_with(marker: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(marker))
+        })
+        .collect()
+}
+
+#[test]
+fn sandbox_root_cannot_mount_unshare_or_write_host_files() {
+    require_root!();
+    if !cfg!(target_arch = "x86_64") {
+        eprintln!("skipped: raw syscall numbers are x86_64");
+        return;
+    }
+    let server = Server::start();
+    let sandbox = create(&server);
+    let python = std::fs::metadata("/usr/bin/python3").expect("host python");
+    let python_bytes = std::fs::read("/usr/bin/python3").expect("host python bytes");
+
+    let (stdout, exit_code) = run_as_root(&server, &sandbox, ATTACKS);
+    println!("{stdout}");
+    assert_eq!(exit_code, 0, "{stdout}");
+    assert!(stdout.contains("uid 0 0"), "the command must really run as the sandbox's root:\n{stdout}");
+    assert!(stdout.contains("caps 0000000000000000\n"), "root inside holds capabilities:\n{stdout}");
+    let calls = parse_calls(&stdout);
+    let expectations: &[(&str, &[&str])] = &[
+        ("mount_tmpfs", &["EPERM"]),
+        ("mount_bind_usr", &["EPERM"]),
+        ("unshare_user", &["EPERM"]),
+        ("unshare_mount", &["EPERM"]),
+        ("setns_pid1_mnt", &["EPERM", "EBADF", "EACCES"]),
+        ("open_write_python", &["EROFS", "EACCES", "EPERM"]),
+        ("chmod_python", &["EROFS", "EPERM"]),
+        ("chown_python", &["EROFS", "EPERM"]),
+        ("unlink_python", &["EROFS", "EACCES", "EPERM"]),
+        ("create_in_usr", &["EROFS", "EACCES", "EPERM"]),
+        ("setuid_other", &["EPERM"]),
+        ("open_agent_environ", &["EACCES", "EPERM"]),
+        ("open_agent_mem", &["EACCES", "EPERM"]),
+    ];
+    let mut failures = Vec::new();
+    for (name, allowed) in expectations {
+        match calls.get(*name) {
+            Some((-1, errno)) if allowed.contains(&errno.as_str()) => {}
+            other => failures.push(format!("{name}: {other:?}, expected -1 with {allowed:?}")),
+        }
+    }
+    assert!(failures.is_empty(), "the sandbox's root got through:\n  {}\n{stdout}", failures.join("\n  "));
+
+    // Signals to the agent (PID 1) are refused or ignored: it still runs the next command.
+    let (after_signals, code) = run_as_root(&server, &sandbox, "print('agent alive')");
+    assert_eq!((after_signals.as_str(), code), ("agent alive\n", 0), "the agent died: {stdout}");
+
+    // Host side: the host file is untouched, and no canary appeared.
+    let after = std::fs::metadata("/usr/bin/python3").expect("host python after");
+    assert_eq!(
+        (after.mode(), after.uid(), after.mtime(), after.len()),
+        (python.mode(), python.uid(), python.mtime(), python.len())
+    );
+    assert_eq!(std::fs::read("/usr/bin/python3").expect("host python bytes after"), python_bytes);
+    assert!(!std::path::Path::new("/usr/sandkasten-root-canary").exists());
+
+    // Host side: a command of the sandbox's root runs as an unprivileged host uid (the sandbox's range), not as 0.
+    let marker = "sandkasten-root-uid-marker";
+    let sleeper = format!("import sys, time; time.sleep(20) # {marker}");
+    let (server_url, sandbox_id, token) = (server.url.clone(), sandbox.id.clone(), sandbox.token.clone());
+    let background = std::thread::spawn(move || {
+        let message = json!({ "process": { "cmd": "/usr/bin/python3", "args": ["-c", sleeper] } }).to_string();
+        let mut body = vec![0u8];
+        body.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        body.extend_from_slice(message.as_bytes());
+        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        agent
+            .post(format!("{server_url}/process.Process/Start"))
+            .header("Content-Type", "application/connect+json")
+            .header("E2b-Sandbox-Id", &sandbox_id)
+            .header("X-Access-Token", &token)
+            .header("Authorization", AS_ROOT)
+            .send(&body[..])
+            .and_then(|mut response| response.body_mut().read_to_vec())
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let pids = loop {
+        let pids = host_pids_with(marker);
+        if !pids.is_empty() || Instant::now() > deadline {
+            break pids;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!pids.is_empty(), "the root command never showed up on the host");
+    for pid in &pids {
+        let uid = common::process_uid(*pid).expect("the command's host uid");
+        assert!(uid >= common::SANDBOX_UID_BASE, "the sandbox's root runs as host uid {uid}");
+    }
+
+    let killed = server
+        .http()
+        .delete(format!("{}/sandboxes/{}", server.url, sandbox.id))
+        .header("X-API-KEY", KEY_1)
+        .call()
+        .expect("kill through the facade");
+    assert_eq!(killed.status(), 204);
+    background.join().expect("the background request").ok();
+    assert_sandbox_gone(&sandbox.id);
+}

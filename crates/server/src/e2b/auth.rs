@@ -1,0 +1,138 @@
+//! Who an E2B request acts for. Control-plane requests carry the tenant's API key as `X-API-KEY` (E2B's `e2b_…`
+//! keys are ordinary sandkasten keys). Per-sandbox requests (envd, code interpreter) carry no API key: they name the
+//! sandbox in `E2b-Sandbox-Id` and prove access with the sandbox's access token (`X-Access-Token`, or
+//! `E2B-Traffic-Access-Token` on the code interpreter's context routes), which the create/connect answer handed out.
+//!
+//! Tokens (kept by `sessions`) are compared in constant time.
+
+use axum::http::HeaderMap;
+use axum::http::header::AUTHORIZATION;
+use subtle::ConstantTimeEq;
+
+use crate::auth::Tenant;
+use crate::e2b::error::{Code, E2bError};
+use crate::state::AppState;
+use crate::store::{SandboxRecord, SandboxState};
+
+/// The tenant of a control-plane request: `X-API-KEY`, or `Authorization: Bearer`.
+pub(crate) fn api_tenant(state: &AppState, headers: &HeaderMap) -> Result<Tenant, E2bError> {
+    let presented = match (headers.get("x-api-key"), headers.get(AUTHORIZATION)) {
+        (Some(key), _) => key.as_bytes(),
+        (None, Some(value)) => {
+            let value = value.as_bytes();
+            match value.get(..7) {
+                Some(scheme) if scheme.eq_ignore_ascii_case(b"bearer ") => &value[7..],
+                _ => b"",
+            }
+        }
+        (None, None) => b"",
+    };
+    state.keyring().tenant_of_key(presented).ok_or_else(|| {
+        E2bError::new(Code::Unauthenticated, "missing or invalid API key: set E2B_API_KEY to a sandkasten tenant key")
+    })
+}
+
+/// A per-sandbox request's sandbox, checked: its id, owner and that it is running.
+#[derive(Debug, Clone)]
+pub(crate) struct SandboxAccess {
+    /// The sandbox id.
+    pub(crate) id: String,
+    /// Its owner.
+    pub(crate) tenant: Tenant,
+    /// Its row (running).
+    pub(crate) record: SandboxRecord,
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|value| value.to_str().ok())
+}
+
+/// What E2B's proxy answers for a sandbox that was killed or timed out: 502 (`unavailable`) with "was not found",
+/// which the SDK turns into `SandboxNotRunningException`.
+pub(crate) fn sandbox_gone(id: &str) -> E2bError {
+    E2bError::new(Code::Unavailable, format!("sandbox {id} was not found: it was killed or reached its timeout"))
+}
+
+/// The sandbox a per-sandbox request is for: `E2b-Sandbox-Id` with its access token. An unknown sandbox, a
+/// sandbox that has ended (or that this server has no session for) is E2B's "was not found" 502; a wrong token
+/// is `unauthenticated`.
+pub(crate) async fn sandbox_access(state: &AppState, headers: &HeaderMap) -> Result<SandboxAccess, E2bError> {
+    let id = header(headers, "e2b-sandbox-id")
+        .ok_or_else(|| E2bError::invalid("missing header E2b-Sandbox-Id: set E2B_SANDBOX_URL to this server"))?;
+    let presented = header(headers, "x-access-token").or_else(|| header(headers, "e2b-traffic-access-token"));
+    let Some(session) = state.e2b().get(id) else {
+        return Err(E2bError::new(
+            Code::Unavailable,
+            format!("sandbox {id} was not found (after a server restart, call Sandbox.connect to open it again)"),
+        ));
+    };
+    let valid = presented.is_some_and(|presented| bool::from(session.token.as_bytes().ct_eq(presented.as_bytes())));
+    if !valid {
+        return Err(E2bError::new(Code::Unauthenticated, format!("missing or wrong access token for sandbox {id}")));
+    }
+    let record = state.store().sandbox(&session.tenant.name, id).await.map_err(crate::api::error::ApiError::from)?;
+    match record {
+        Some(record) if record.state == SandboxState::Running => {
+            Ok(SandboxAccess { id: id.to_owned(), tenant: session.tenant, record })
+        }
+        _ => {
+            state.e2b().close(id);
+            Err(sandbox_gone(id))
+        }
+    }
+}
+
+/// The user a per-sandbox request runs as (`Authorization: Basic base64(user:)`); `user` when absent.
+pub(crate) fn request_user(headers: &HeaderMap) -> Result<String, E2bError> {
+    use base64::Engine as _;
+    let Some(value) = header(headers, "authorization") else {
+        return Ok(String::from("user"));
+    };
+    let encoded = value
+        .strip_prefix("Basic ")
+        .ok_or_else(|| E2bError::invalid("the Authorization header of a sandbox request must be 'Basic <user:>'"))?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .ok_or_else(|| E2bError::invalid("the Authorization header is not base64 of 'user:'"))?;
+    let user = decoded.split(':').next().unwrap_or_default();
+    Ok(if user.is_empty() { String::from("user") } else { user.to_owned() })
+}
+
+/// The error of a failed runtime call on sandbox `id` (a vanished sandbox is also marked lost, as everywhere).
+pub(crate) async fn runtime_failure(state: &AppState, id: &str, failure: crate::runtime::RuntimeFailure) -> E2bError {
+    let error = E2bError::from(failure.clone());
+    crate::api::extract::runtime_error(state, id, failure).await;
+    error
+}
+
+/// Refuses users other than `user` (the sandbox's uid 1000), for file operations (which always act as `user`).
+pub(crate) fn require_default_user(user: &str) -> Result<(), E2bError> {
+    if user == "user" {
+        return Ok(());
+    }
+    Err(E2bError::new(
+        Code::PermissionDenied,
+        format!(
+            "user {user:?} is not available: commands run as 'user' (uid 1000) or 'root' (uid 0 in the sandbox, \
+             without capabilities); files are always accessed as 'user'"
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn basic_user_header_is_decoded() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(request_user(&headers).ok().as_deref(), Some("user"));
+        headers.insert("authorization", HeaderValue::from_static("Basic cm9vdDo="));
+        assert_eq!(request_user(&headers).ok().as_deref(), Some("root"));
+        headers.insert("authorization", HeaderValue::from_static("Bearer x"));
+        assert!(request_user(&headers).is_err());
+    }
+}

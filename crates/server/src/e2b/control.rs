@@ -1,0 +1,381 @@
+//! E2B's control plane (`E2B_API_URL`): create (`POST /v2/sandboxes`), connect, list (`GET /v2/sandboxes`), kill,
+//! set the timeout and get the info of sandboxes, with E2B's JSON shapes, over the same store, quotas, warm pools
+//! and expiry as the native API. Pause, resume, snapshots and forks answer 501 (sandkasten has none yet).
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use sandkasten_types::{Limits, SandboxSpec, Template};
+use serde::{Deserialize, Serialize};
+
+use crate::api::sandboxes::{check_timeout, end_running, start_sandbox};
+use crate::auth::Tenant;
+use crate::clock::rfc3339;
+use crate::e2b::auth::api_tenant;
+use crate::e2b::error::{Code, E2bError};
+use crate::state::AppState;
+use crate::store::{SandboxRecord, SandboxState};
+use crate::validate;
+
+/// The envd version the facade claims: it decides which features the SDK uses (stdin, close_stdin and
+/// octet-stream uploads yes; file metadata and watch options, from 0.6, no).
+pub(crate) const ENVD_VERSION: &str = "0.5.7";
+/// The client id answered (E2B's is an internal node id).
+const CLIENT_ID: &str = "sandkasten";
+/// E2B templates a facade sandbox may ask for; all of them are sandkasten's `e2b` template (the host's `/usr`,
+/// user `user` with its home at `/home/user`).
+const TEMPLATES: &[&str] = &["base", "code-interpreter-v1", "code-interpreter", "host"];
+/// Longest a facade command or cell may run (its sandbox's `limits.timeout_ms`): E2B programs run servers and long
+/// jobs, and bound them with their own timeouts.
+const FACADE_COMMAND_TIMEOUT_MS: u64 = 3_600_000;
+
+/// `POST /v2/sandboxes` body (fields the facade does not know are ignored, as E2B's API does).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct NewSandbox {
+    #[serde(rename = "templateID")]
+    template_id: String,
+    timeout: Option<u64>,
+    #[serde(default)]
+    metadata: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    env_vars: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    auto_pause: bool,
+    #[serde(rename = "allow_internet_access")]
+    allow_internet_access: Option<bool>,
+    network: Option<serde_json::Value>,
+    mcp: Option<serde_json::Value>,
+    volume_mounts: Option<Vec<serde_json::Value>>,
+}
+
+/// E2B's `Sandbox` (create and connect answer).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SandboxCreated {
+    #[serde(rename = "templateID")]
+    template_id: String,
+    #[serde(rename = "sandboxID")]
+    sandbox_id: String,
+    #[serde(rename = "clientID")]
+    client_id: &'static str,
+    envd_version: &'static str,
+    envd_access_token: String,
+    traffic_access_token: String,
+    domain: Option<String>,
+}
+
+/// E2B's `ListedSandbox` and, with the token, `SandboxDetail`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SandboxListed {
+    #[serde(rename = "templateID")]
+    template_id: String,
+    #[serde(rename = "sandboxID")]
+    sandbox_id: String,
+    #[serde(rename = "clientID")]
+    client_id: &'static str,
+    started_at: String,
+    end_at: String,
+    cpu_count: u64,
+    #[serde(rename = "memoryMB")]
+    memory_mb: u64,
+    #[serde(rename = "diskSizeMB")]
+    disk_size_mb: u64,
+    state: &'static str,
+    envd_version: &'static str,
+    metadata: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    envd_access_token: Option<String>,
+}
+
+/// `{"timeout": seconds}` of set_timeout and connect.
+#[derive(Debug, Deserialize, Default)]
+pub(crate) struct TimeoutBody {
+    #[serde(default)]
+    timeout: Option<u64>,
+}
+
+fn refuse_unsupported(body: &NewSandbox) -> Result<(), E2bError> {
+    if body.auto_pause {
+        return Err(E2bError::unsupported("autoPause (pausing sandboxes)"));
+    }
+    if body.allow_internet_access == Some(true) || body.network.is_some() {
+        return Err(E2bError::unsupported(
+            "network access (allow_internet_access / network): sandboxes have no network; pass \
+             allow_internet_access=False",
+        ));
+    }
+    if body.mcp.is_some() {
+        return Err(E2bError::unsupported("mcp"));
+    }
+    if body.volume_mounts.as_ref().is_some_and(|mounts| !mounts.is_empty()) {
+        return Err(E2bError::unsupported("volume mounts"));
+    }
+    Ok(())
+}
+
+fn facade_spec(env: BTreeMap<String, String>) -> SandboxSpec {
+    SandboxSpec {
+        template: Template::E2b,
+        limits: Limits { timeout_ms: FACADE_COMMAND_TIMEOUT_MS, ..Limits::default() },
+        env,
+        ..SandboxSpec::default()
+    }
+}
+
+fn created(
+    state: &AppState,
+    record: &SandboxRecord,
+    tenant: &Tenant,
+    template: Option<&str>,
+) -> Result<Response, E2bError> {
+    let session = state.e2b().open(&record.id, tenant, template)?;
+    let body = SandboxCreated {
+        template_id: session.template,
+        sandbox_id: record.id.clone(),
+        client_id: CLIENT_ID,
+        envd_version: ENVD_VERSION,
+        envd_access_token: session.token.clone(),
+        traffic_access_token: session.token,
+        domain: None,
+    };
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// `POST /v2/sandboxes` (and `/sandboxes`): create a sandbox.
+pub(crate) async fn create(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, E2bError> {
+    let tenant = api_tenant(&state, &headers)?;
+    let body: NewSandbox =
+        serde_json::from_slice(&body).map_err(|error| E2bError::invalid(format!("malformed request body: {error}")))?;
+    refuse_unsupported(&body)?;
+    if !TEMPLATES.contains(&body.template_id.as_str()) {
+        return Err(E2bError::new(
+            Code::NotFound,
+            format!("template {:?} not found: sandkasten serves {}", body.template_id, TEMPLATES.join(", ")),
+        ));
+    }
+    let env = body.env_vars.unwrap_or_default();
+    let metadata = body.metadata.unwrap_or_default();
+    validate::environment(&env).map_err(E2bError::invalid)?;
+    validate::metadata(&metadata).map_err(E2bError::invalid)?;
+    let settings = state.settings();
+    let expires_ms = check_timeout(settings, body.timeout.unwrap_or(settings.default_timeout_s))?;
+    let record = start_sandbox(&state, &tenant, facade_spec(env), metadata, expires_ms).await?;
+    created(&state, &record, &tenant, Some(&body.template_id))
+}
+
+async fn running(state: &AppState, tenant: &Tenant, id: &str) -> Result<SandboxRecord, E2bError> {
+    if !crate::ids::is_sandbox_id(id) {
+        return Err(E2bError::sandbox_not_found(id));
+    }
+    let record = state.store().sandbox(&tenant.name, id).await.map_err(crate::api::error::ApiError::from)?;
+    record.filter(|r| r.state == SandboxState::Running).ok_or_else(|| E2bError::sandbox_not_found(id))
+}
+
+fn parse_timeout(body: &[u8]) -> Result<TimeoutBody, E2bError> {
+    if body.is_empty() {
+        return Ok(TimeoutBody::default());
+    }
+    serde_json::from_slice(body).map_err(|error| E2bError::invalid(format!("malformed request body: {error}")))
+}
+
+/// `POST /v2/sandboxes/{id}/connect` (and `/sandboxes/{id}/connect`): reconnect to a running sandbox; its timeout
+/// is extended to `timeout` seconds from now when that is later.
+pub(crate) async fn connect(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, E2bError> {
+    let tenant = api_tenant(&state, &headers)?;
+    let record = running(&state, &tenant, &id).await?;
+    if let Some(timeout) = parse_timeout(&body)?.timeout {
+        let expires_ms = check_timeout(state.settings(), timeout)?;
+        if expires_ms > record.expires_ms {
+            state.store().set_expiry(&tenant.name, &id, expires_ms).await.map_err(crate::api::error::ApiError::from)?;
+        }
+    }
+    let mut response = created(&state, &record, &tenant, None)?;
+    *response.status_mut() = StatusCode::OK;
+    Ok(response)
+}
+
+/// `POST /sandboxes/{id}/timeout`: the sandbox ends `timeout` seconds from now.
+pub(crate) async fn set_timeout(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<StatusCode, E2bError> {
+    let tenant = api_tenant(&state, &headers)?;
+    running(&state, &tenant, &id).await?;
+    let timeout = parse_timeout(&body)?.timeout.ok_or_else(|| E2bError::invalid("give the timeout in seconds"))?;
+    let expires_ms = check_timeout(state.settings(), timeout)?;
+    if !state.store().set_expiry(&tenant.name, &id, expires_ms).await.map_err(crate::api::error::ApiError::from)? {
+        return Err(E2bError::sandbox_not_found(&id));
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /sandboxes/{id}`: kill a sandbox (404 when it is unknown or has ended, which the SDK reports as `False`).
+pub(crate) async fn kill(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<StatusCode, E2bError> {
+    let tenant = api_tenant(&state, &headers)?;
+    running(&state, &tenant, &id).await?;
+    end_running(&state, &tenant, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+fn listed(state: &AppState, record: SandboxRecord, with_token: bool) -> SandboxListed {
+    let session = state.e2b().get(&record.id);
+    let limits = &record.spec.limits;
+    SandboxListed {
+        template_id: session.as_ref().map_or_else(|| String::from("base"), |s| s.template.clone()),
+        sandbox_id: record.id,
+        client_id: CLIENT_ID,
+        started_at: rfc3339(record.created_ms),
+        end_at: rfc3339(record.expires_ms),
+        cpu_count: limits.cpus.ceil().max(1.0) as u64,
+        memory_mb: limits.memory_bytes >> 20,
+        disk_size_mb: limits.disk_bytes >> 20,
+        state: "running",
+        envd_version: ENVD_VERSION,
+        metadata: record.metadata,
+        envd_access_token: if with_token { session.map(|s| s.token) } else { None },
+    }
+}
+
+/// `GET /sandboxes/{id}`: a running sandbox's details.
+pub(crate) async fn info(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<SandboxListed>, E2bError> {
+    let tenant = api_tenant(&state, &headers)?;
+    let record = running(&state, &tenant, &id).await?;
+    Ok(Json(listed(&state, record, true)))
+}
+
+/// The query of `GET /v2/sandboxes`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ListQuery {
+    metadata: Option<String>,
+    state: Option<String>,
+    limit: Option<usize>,
+    next_token: Option<String>,
+}
+
+/// E2B sends metadata filters as one url-encoded `k=v&k2=v2` string (keys and values quoted once more).
+fn metadata_filter(encoded: &str) -> Result<BTreeMap<String, String>, E2bError> {
+    let uri: Uri = format!("/?{encoded}").parse().map_err(|_| E2bError::invalid("malformed metadata filter"))?;
+    let Query(pairs) = Query::<Vec<(String, String)>>::try_from_uri(&uri)
+        .map_err(|error| E2bError::invalid(format!("malformed metadata filter: {error}")))?;
+    Ok(pairs.into_iter().collect())
+}
+
+/// `GET /v2/sandboxes`: the caller's sandboxes, filtered by metadata and state (only `running` ones exist: none
+/// is ever paused), paged by `limit` and `nextToken` (answered in `x-next-token`).
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, E2bError> {
+    let tenant = api_tenant(&state, &headers)?;
+    let Query(query) = query.map_err(|rejection| E2bError::invalid(rejection.body_text()))?;
+    let wanted = metadata_filter(query.metadata.as_deref().unwrap_or(""))?;
+    let states = query.state.as_deref().unwrap_or("running");
+    for name in states.split(',').filter(|name| !name.is_empty()) {
+        if !matches!(name, "running" | "paused") {
+            return Err(E2bError::invalid(format!("state {name:?} is unknown: use running or paused")));
+        }
+    }
+    let records = if states.split(',').any(|name| name == "running") {
+        state
+            .store()
+            .sandboxes(&tenant.name, Some(SandboxState::Running))
+            .await
+            .map_err(crate::api::error::ApiError::from)?
+    } else {
+        Vec::new()
+    };
+    let matching: Vec<SandboxRecord> = records
+        .into_iter()
+        .filter(|record| wanted.iter().all(|(key, value)| record.metadata.get(key) == Some(value)))
+        .collect();
+    let start = match &query.next_token {
+        Some(token) => token.parse::<usize>().map_err(|_| E2bError::invalid("malformed nextToken"))?,
+        None => 0,
+    };
+    let limit = query.limit.filter(|limit| *limit > 0).unwrap_or(usize::MAX);
+    let end = start.saturating_add(limit).min(matching.len());
+    let page: Vec<SandboxListed> = matching
+        .get(start.min(end)..end)
+        .unwrap_or_default()
+        .iter()
+        .cloned()
+        .map(|r| listed(&state, r, false))
+        .collect();
+    let mut response = Json(page).into_response();
+    if end < matching.len()
+        && let Ok(value) = HeaderValue::from_str(&end.to_string())
+    {
+        response.headers_mut().insert("x-next-token", value);
+    }
+    Ok(response)
+}
+
+/// Pause, resume, snapshots, forks, network updates, logs and metrics: 501.
+pub(crate) async fn unsupported(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> E2bError {
+    if let Err(error) = api_tenant(&state, &headers) {
+        return error;
+    }
+    let what = uri.path().rsplit('/').next().unwrap_or("this operation");
+    E2bError::unsupported(&format!(
+        "{what} (sandboxes cannot be paused, resumed, snapshotted or forked, and have no metrics, logs or network yet)"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_filters_are_decoded_twice() -> Result<(), E2bError> {
+        // What `urlencode({quote(k): quote(v)})` sends for {"user": "a b", "x": "1&2"}, once decoded by the router.
+        let filter = metadata_filter("user=a%20b&x=1%262")?;
+        assert_eq!(filter.get("user").map(String::as_str), Some("a b"));
+        assert_eq!(filter.get("x").map(String::as_str), Some("1&2"));
+        assert!(metadata_filter("")?.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn created_shape_is_what_the_sdk_parses() -> Result<(), serde_json::Error> {
+        let body = SandboxCreated {
+            template_id: "base".into(),
+            sandbox_id: "sb-1".into(),
+            client_id: CLIENT_ID,
+            envd_version: ENVD_VERSION,
+            envd_access_token: "t".into(),
+            traffic_access_token: "t".into(),
+            domain: None,
+        };
+        let json = serde_json::to_value(&body)?;
+        for key in ["templateID", "sandboxID", "clientID", "envdVersion", "envdAccessToken", "trafficAccessToken"] {
+            assert!(json.get(key).is_some(), "{key} missing from {json}");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,139 @@
+//! envd's HTTP routes: `GET /files?path=` downloads a file, `POST /files` uploads one or more (multipart, each part
+//! named by its file name, or a raw `application/octet-stream` body with `?path=`), creating missing parent
+//! directories as envd does; `GET /health` answers 204 while the sandbox runs and 502 otherwise. Errors are envd's
+//! `{"code", "message"}` with the status the SDK maps (404 is `FileNotFoundException`).
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{FromRequest, Multipart, Query, Request, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+
+use crate::e2b::auth::{SandboxAccess, request_user, require_default_user, runtime_failure, sandbox_access};
+use crate::e2b::error::{Code, E2bError};
+use crate::e2b::paths;
+use crate::runtime::FailureKind;
+use crate::state::AppState;
+
+/// The query of `/files`.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct FilesQuery {
+    path: Option<String>,
+    username: Option<String>,
+}
+
+/// One written file, as envd answers it.
+#[derive(Debug, Serialize)]
+pub(crate) struct WriteInfo {
+    name: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    path: String,
+}
+
+fn user_of(query: &FilesQuery, headers: &HeaderMap) -> Result<(), E2bError> {
+    match &query.username {
+        Some(user) => require_default_user(user),
+        None => require_default_user(&request_user(headers)?),
+    }
+}
+
+/// `GET /health`.
+pub(crate) async fn health(State(state): State<AppState>, headers: HeaderMap) -> StatusCode {
+    match sandbox_access(&state, &headers).await {
+        Ok(_) => StatusCode::NO_CONTENT,
+        Err(error) => error.code.status(),
+    }
+}
+
+/// `GET /files?path=`: the file's bytes.
+pub(crate) async fn download(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<FilesQuery>, QueryRejection>,
+) -> Result<Response, E2bError> {
+    let access = sandbox_access(&state, &headers).await?;
+    let Query(query) = query.map_err(|rejection| E2bError::invalid(rejection.body_text()))?;
+    user_of(&query, &headers)?;
+    let wanted = query.path.as_deref().ok_or_else(|| E2bError::invalid("give the file as ?path="))?;
+    let path = paths::to_sandbox(wanted)?;
+    let max = state.settings().max_file_bytes;
+    match state.runtime().read_file(&access.id, &path, max).await {
+        Ok(data) => Ok(([(CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"))], data).into_response()),
+        Err(failure) if failure.kind == FailureKind::NotFound => {
+            Err(E2bError::new(Code::NotFound, format!("path '{wanted}' does not exist")))
+        }
+        Err(failure) => Err(runtime_failure(&state, &access.id, failure).await),
+    }
+}
+
+async fn write_one(
+    state: &AppState,
+    access: &SandboxAccess,
+    wanted: &str,
+    data: Vec<u8>,
+) -> Result<WriteInfo, E2bError> {
+    let path = paths::to_sandbox(wanted)?;
+    if let Some((parent, _)) = path.rsplit_once('/')
+        && !parent.is_empty()
+        && let Err(failure) = state.runtime().mkdir(&access.id, parent, true).await
+        && failure.kind != FailureKind::AlreadyExists
+    {
+        return Err(runtime_failure(state, &access.id, failure).await);
+    }
+    if let Err(failure) = state.runtime().write_file(&access.id, &path, data).await {
+        return Err(runtime_failure(state, &access.id, failure).await);
+    }
+    let name = path.rsplit('/').next().unwrap_or_default().to_owned();
+    Ok(WriteInfo { name, kind: "file", path: path.clone() })
+}
+
+/// `POST /files`: write one file (octet-stream with `?path=`) or several (multipart).
+pub(crate) async fn upload(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<FilesQuery>, QueryRejection>,
+    request: Request,
+) -> Result<Json<Vec<WriteInfo>>, E2bError> {
+    let access = sandbox_access(&state, &headers).await?;
+    let Query(query) = query.map_err(|rejection| E2bError::invalid(rejection.body_text()))?;
+    user_of(&query, &headers)?;
+    if headers.get("content-encoding").is_some_and(|value| value.as_bytes() != b"identity") {
+        return Err(E2bError::unsupported("a compressed upload"));
+    }
+    let content_type = headers.get(CONTENT_TYPE).and_then(|value| value.to_str().ok()).unwrap_or_default();
+    let max = state.settings().max_file_bytes;
+    let too_large = || E2bError::new(Code::ResourceExhausted, format!("the upload is larger than {max} bytes"));
+    if !content_type.starts_with("multipart/form-data") {
+        let wanted = query.path.ok_or_else(|| E2bError::invalid("give the file as ?path="))?;
+        let body = axum::body::to_bytes(request.into_body(), usize::try_from(max).unwrap_or(usize::MAX))
+            .await
+            .map_err(|_| too_large())?;
+        return Ok(Json(vec![write_one(&state, &access, &wanted, body.to_vec()).await?]));
+    }
+    let mut multipart =
+        Multipart::from_request(request, &()).await.map_err(|rejection| E2bError::invalid(rejection.body_text()))?;
+    let mut written = Vec::new();
+    while let Some(field) =
+        multipart.next_field().await.map_err(|error| E2bError::invalid(format!("malformed multipart body: {error}")))?
+    {
+        // A single file may be named by ?path=; otherwise each part's file name is its path.
+        let wanted = match (&query.path, field.file_name()) {
+            (Some(path), _) => path.clone(),
+            (None, Some(name)) => name.to_owned(),
+            (None, None) => return Err(E2bError::invalid("a multipart part has no file name")),
+        };
+        let data: Bytes = field.bytes().await.map_err(|_| too_large())?;
+        if data.len() as u64 > max {
+            return Err(too_large());
+        }
+        written.push(write_one(&state, &access, &wanted, data.to_vec()).await?);
+    }
+    if written.is_empty() {
+        return Err(E2bError::invalid("the upload holds no file"));
+    }
+    Ok(Json(written))
+}

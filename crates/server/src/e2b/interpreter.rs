@@ -1,0 +1,270 @@
+//! The code interpreter's routes (port 49999 in E2B): `POST /execute` runs a cell in a Python or JavaScript context
+//! and streams one JSON object per line (`stdout`, `stderr`, `result` with `text`/`html`/`png`/`svg`, `error`
+//! with `name`/`value`/`traceback`, `number_of_executions`, `end_of_execution`); `/contexts` creates, lists,
+//! removes and restarts contexts. Both map onto the runtime's code contexts.
+
+use std::convert::Infallible;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun, ContextInfo};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::api::code::{pump, start};
+use crate::api::contexts::is_context_id;
+use crate::e2b::auth::{runtime_failure, sandbox_access};
+use crate::e2b::error::{Code, E2bError};
+use crate::e2b::paths::E2B_HOME;
+use crate::runtime::Stream;
+use crate::state::AppState;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ExecuteRequest {
+    code: String,
+    context_id: Option<String>,
+    language: Option<String>,
+    env_vars: Option<std::collections::BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ContextRequest {
+    language: Option<String>,
+    cwd: Option<String>,
+}
+
+fn language(name: Option<&str>) -> Result<CodeLanguage, E2bError> {
+    match name.unwrap_or("python") {
+        "python" | "python3" => Ok(CodeLanguage::Python),
+        "javascript" | "js" => Ok(CodeLanguage::Javascript),
+        other => Err(E2bError::invalid(format!("language {other:?} is not supported: use python or javascript"))),
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, E2bError> {
+    if body.is_empty() {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|error| E2bError::invalid(format!("malformed request body: {error}")))
+}
+
+fn context_json(context: &ContextInfo) -> Value {
+    json!({ "id": context.id, "language": context.language.as_str(), "cwd": E2B_HOME })
+}
+
+fn timestamp_ns() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default()
+}
+
+/// The lines that follow a cell's output: its results, its error, its execution count and the end.
+fn outcome_lines(outcome: &CellOutcome) -> Vec<Value> {
+    let mut lines = Vec::new();
+    for result in &outcome.results {
+        let mut line = json!({ "type": "result", "is_main_result": result.is_main_result });
+        let fields = [
+            ("text", &result.text_plain),
+            ("html", &result.text_html),
+            ("png", &result.image_png),
+            ("svg", &result.image_svg),
+        ];
+        if let Some(object) = line.as_object_mut() {
+            for (name, value) in fields {
+                if let Some(value) = value {
+                    object.insert(name.into(), Value::String(value.clone()));
+                }
+            }
+        }
+        lines.push(line);
+    }
+    if let Some(error) = &outcome.error {
+        lines.push(json!({
+            "type": "error", "name": error.name, "value": error.value, "traceback": error.traceback.join("\n"),
+        }));
+    }
+    lines.push(json!({ "type": "number_of_executions", "execution_count": outcome.execution_count }));
+    lines.push(json!({ "type": "end_of_execution" }));
+    lines
+}
+
+fn line(value: &Value) -> Result<Bytes, Infallible> {
+    let mut text = value.to_string();
+    text.push('\n');
+    Ok(Bytes::from(text))
+}
+
+/// `POST /execute`.
+pub(crate) async fn execute(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, E2bError> {
+    let access = sandbox_access(&state, &headers).await?;
+    let request: ExecuteRequest = parse(&body)?;
+    if request.env_vars.as_ref().is_some_and(|vars| !vars.is_empty()) {
+        return Err(E2bError::unsupported("envs for run_code"));
+    }
+    let (language, context_id) = match request.context_id {
+        Some(context) if !is_context_id(&context) => {
+            return Err(E2bError::new(Code::NotFound, format!("context {context} not found")));
+        }
+        Some(context) => (None, Some(context)),
+        None => (Some(language(request.language.as_deref())?), None),
+    };
+    if let Some(context) = &context_id {
+        // An unknown context is a 404 before anything streams, as E2B answers it (`NotFoundException`).
+        let contexts = match state.runtime().list_contexts(&access.id).await {
+            Ok(contexts) => contexts,
+            Err(failure) => return Err(runtime_failure(&state, &access.id, failure).await),
+        };
+        if !contexts.iter().any(|known| &known.id == context) {
+            return Err(E2bError::new(Code::NotFound, format!("context {context} not found")));
+        }
+    }
+    let limits = &access.record.spec.limits;
+    let run = CodeRun {
+        language,
+        code: request.code,
+        context_id,
+        timeout_ms: limits.timeout_ms,
+        max_output_bytes: limits.output_bytes,
+    };
+    let started = start(&state, &access.id, run);
+    let (sender, receiver) = mpsc::channel::<Result<Bytes, Infallible>>(64);
+    tokio::spawn(async move {
+        let result = pump(started, |chunk| {
+            let kind = match chunk.stream {
+                Stream::Stdout => "stdout",
+                Stream::Stderr => "stderr",
+            };
+            let text = String::from_utf8_lossy(&chunk.data).into_owned();
+            let sender = sender.clone();
+            async move {
+                let value = json!({ "type": kind, "text": text, "timestamp": timestamp_ns() as u64 });
+                sender.send(line(&value)).await.ok();
+            }
+        })
+        .await;
+        let lines = match result {
+            Ok(outcome) => outcome_lines(&outcome),
+            Err(failure) => {
+                let error = runtime_failure(&state, &access.id, failure).await;
+                vec![json!({ "type": "error", "name": "SandboxError", "value": error.message, "traceback": "" })]
+            }
+        };
+        for value in lines {
+            sender.send(line(&value)).await.ok();
+        }
+    });
+    let body = Body::from_stream(ReceiverStream::new(receiver));
+    Ok(([(CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"))], body).into_response())
+}
+
+/// `POST /contexts`.
+pub(crate) async fn create_context(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, E2bError> {
+    let access = sandbox_access(&state, &headers).await?;
+    let request: ContextRequest = parse(&body)?;
+    if let Some(cwd) = request.cwd.as_deref().filter(|cwd| *cwd != E2B_HOME) {
+        return Err(E2bError::unsupported(&format!("a context working directory other than {E2B_HOME} ({cwd})")));
+    }
+    let language = language(request.language.as_deref())?;
+    match state.runtime().create_context(&access.id, language).await {
+        Ok(context) => Ok(Json(context_json(&context))),
+        Err(failure) => Err(runtime_failure(&state, &access.id, failure).await),
+    }
+}
+
+/// `GET /contexts`.
+pub(crate) async fn list_contexts(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, E2bError> {
+    let access = sandbox_access(&state, &headers).await?;
+    match state.runtime().list_contexts(&access.id).await {
+        Ok(contexts) => Ok(Json(Value::Array(contexts.iter().map(context_json).collect()))),
+        Err(failure) => Err(runtime_failure(&state, &access.id, failure).await),
+    }
+}
+
+fn known_context(context: &str) -> Result<(), E2bError> {
+    if is_context_id(context) {
+        Ok(())
+    } else {
+        Err(E2bError::new(Code::NotFound, format!("context {context} not found")))
+    }
+}
+
+/// `DELETE /contexts/{id}`.
+pub(crate) async fn remove_context(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(context): Path<String>,
+) -> Result<StatusCode, E2bError> {
+    let access = sandbox_access(&state, &headers).await?;
+    known_context(&context)?;
+    match state.runtime().remove_context(&access.id, &context).await {
+        Ok(()) => Ok(StatusCode::NO_CONTENT),
+        Err(failure) => Err(runtime_failure(&state, &access.id, failure).await),
+    }
+}
+
+/// `POST /contexts/{id}/restart`.
+pub(crate) async fn restart_context(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(context): Path<String>,
+) -> Result<StatusCode, E2bError> {
+    let access = sandbox_access(&state, &headers).await?;
+    known_context(&context)?;
+    match state.runtime().restart_context(&access.id, &context).await {
+        Ok(_) => Ok(StatusCode::NO_CONTENT),
+        Err(failure) => Err(runtime_failure(&state, &access.id, failure).await),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandkasten_types::{CellError, CellResult};
+
+    #[test]
+    fn outcome_lines_are_what_the_sdk_parses() {
+        let outcome = CellOutcome {
+            context_id: "ctx-0000000000000000".into(),
+            execution_count: 2,
+            results: vec![CellResult {
+                text_plain: Some("3".into()),
+                image_png: Some("iVBO".into()),
+                is_main_result: true,
+                ..CellResult::default()
+            }],
+            error: Some(CellError {
+                name: "ValueError".into(),
+                value: "bad".into(),
+                traceback: vec!["a".into(), "b".into()],
+            }),
+            ..CellOutcome::default()
+        };
+        let lines = outcome_lines(&outcome);
+        assert_eq!(lines[0], json!({"type": "result", "is_main_result": true, "text": "3", "png": "iVBO"}));
+        assert_eq!(lines[1], json!({"type": "error", "name": "ValueError", "value": "bad", "traceback": "a\nb"}));
+        assert_eq!(lines[2], json!({"type": "number_of_executions", "execution_count": 2}));
+        assert_eq!(lines[3], json!({"type": "end_of_execution"}));
+    }
+
+    #[test]
+    fn languages() {
+        assert_eq!(language(None).ok(), Some(CodeLanguage::Python));
+        assert_eq!(language(Some("js")).ok(), Some(CodeLanguage::Javascript));
+        assert!(language(Some("r")).is_err());
+    }
+}

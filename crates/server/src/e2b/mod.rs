@@ -1,0 +1,56 @@
+//! The E2B-compatible facade: the unmodified `e2b` and `e2b-code-interpreter` SDKs work against `sandkasten serve`
+//! with `E2B_API_URL` and `E2B_SANDBOX_URL` set to the server's URL and `E2B_API_KEY` to a tenant key. The SDK
+//! sends every per-sandbox request to `E2B_SANDBOX_URL` and names the sandbox in `E2b-Sandbox-Id`, so the facade
+//! serves everything at the root of the one listener: its paths (`/v2/sandboxes`, `/sandboxes/…`, `/files`,
+//! `/health`, `/process.Process/…`, `/filesystem.Filesystem/…`, `/execute`, `/contexts`) do not meet the native
+//! API's (`/v1/…`, `/healthz`, `/metrics`, `/openapi.json`). Everything goes through the same runtime, store,
+//! quotas and expiry as the native API. Facade sandboxes use the `e2b` template (user `user`, home `/home/user`).
+//! See docs/e2b-compat.md for what is supported.
+
+mod auth;
+mod connect;
+mod control;
+mod error;
+mod files;
+mod filesystem;
+mod interpreter;
+mod paths;
+mod process;
+mod sessions;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{delete, get, post, put};
+
+use crate::state::AppState;
+
+pub(crate) use sessions::Sessions;
+
+/// The facade's routes.
+pub(crate) fn routes(state: &AppState) -> Router<AppState> {
+    let max_upload = usize::try_from(state.settings().max_file_bytes).unwrap_or(usize::MAX).saturating_add(1 << 20);
+    Router::new()
+        .route("/v2/sandboxes", post(control::create).get(control::list))
+        .route("/sandboxes", post(control::create))
+        .route("/sandboxes/{id}", get(control::info).delete(control::kill))
+        .route("/sandboxes/{id}/timeout", post(control::set_timeout))
+        .route("/sandboxes/{id}/connect", post(control::connect))
+        .route("/v2/sandboxes/{id}/connect", post(control::connect))
+        .route("/sandboxes/{id}/pause", post(control::unsupported))
+        .route("/sandboxes/{id}/resume", post(control::unsupported))
+        .route("/sandboxes/{id}/snapshots", post(control::unsupported))
+        .route("/sandboxes/{id}/fork", post(control::unsupported))
+        .route("/sandboxes/{id}/refreshes", post(control::unsupported))
+        .route("/sandboxes/{id}/metrics", get(control::unsupported))
+        .route("/sandboxes/{id}/logs", get(control::unsupported))
+        .route("/v2/sandboxes/{id}/logs", get(control::unsupported))
+        .route("/sandboxes/{id}/network", put(control::unsupported))
+        .route("/health", get(files::health))
+        .route("/files", get(files::download).post(files::upload).layer(DefaultBodyLimit::max(max_upload)))
+        .route("/process.Process/{method}", post(process::call))
+        .route("/filesystem.Filesystem/{method}", post(filesystem::call))
+        .route("/execute", post(interpreter::execute))
+        .route("/contexts", post(interpreter::create_context).get(interpreter::list_contexts))
+        .route("/contexts/{id}", delete(interpreter::remove_context))
+        .route("/contexts/{id}/restart", post(interpreter::restart_context))
+}

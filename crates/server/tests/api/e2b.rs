@@ -1,0 +1,220 @@
+//! The E2B facade over the fake runtime, on the wire as the SDK sees it: the control plane's JSON and error shapes,
+//! the access token on per-sandbox requests, a Connect server stream (start, data, end, end-of-stream), unary
+//! Connect errors, and `/files` uploads (multipart and octet-stream), downloads and 404s.
+
+use axum::body::Body;
+use axum::http::StatusCode;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Value, json};
+
+use crate::harness::{Harness, KEY_A, KEY_B, Reply};
+
+struct Opened {
+    id: String,
+    token: String,
+}
+
+async fn control(h: &Harness, method: &str, uri: &str, key: &str, body: Option<Value>) -> Reply {
+    let body = body.map_or_else(Body::empty, |json| Body::from(json.to_string()));
+    h.call_with(method, uri, None, body, &[("x-api-key", key), ("content-type", "application/json")]).await
+}
+
+async fn open(h: &Harness, key: &str, metadata: Value) -> Opened {
+    let body = json!({ "templateID": "base", "timeout": 60, "metadata": metadata, "envVars": {"A": "1"} });
+    let reply = control(h, "POST", "/v2/sandboxes", key, Some(body)).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
+    let json = reply.json();
+    for field in ["templateID", "sandboxID", "clientID", "envdVersion", "envdAccessToken", "trafficAccessToken"] {
+        assert!(json.get(field).is_some(), "{field} missing: {json}");
+    }
+    Opened { id: json["sandboxID"].as_str().unwrap().into(), token: json["envdAccessToken"].as_str().unwrap().into() }
+}
+
+async fn sandbox_call(h: &Harness, sb: &Opened, method: &str, uri: &str, content_type: &str, body: Vec<u8>) -> Reply {
+    let headers =
+        [("e2b-sandbox-id", sb.id.as_str()), ("x-access-token", sb.token.as_str()), ("content-type", content_type)];
+    h.call_with(method, uri, None, Body::from(body), &headers).await
+}
+
+fn envelope(flags: u8, json: &Value) -> Vec<u8> {
+    let payload = json.to_string().into_bytes();
+    let mut framed = vec![flags];
+    framed.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    framed.extend(payload);
+    framed
+}
+
+fn envelopes(mut body: &[u8]) -> Vec<(u8, Value)> {
+    let mut found = Vec::new();
+    while !body.is_empty() {
+        let length = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
+        found.push((body[0], serde_json::from_slice(&body[5..5 + length]).unwrap()));
+        body = &body[5 + length..];
+    }
+    found
+}
+
+#[tokio::test]
+async fn control_plane_speaks_e2b_json() {
+    let h = Harness::new();
+    let wrong =
+        control(&h, "POST", "/v2/sandboxes", "e2b_not-a-configured-key-000", Some(json!({"templateID": "base"}))).await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(wrong.json()["code"], 401);
+    let unknown = control(&h, "POST", "/v2/sandboxes", KEY_A, Some(json!({"templateID": "gpu-9000"}))).await;
+    assert_eq!((unknown.status, unknown.json()["code"].clone()), (StatusCode::NOT_FOUND, json!(404)));
+
+    let sb = open(&h, KEY_A, json!({"team": "x"})).await;
+    open(&h, KEY_A, json!({"team": "y"})).await;
+    let listed = control(&h, "GET", "/v2/sandboxes?metadata=team%3Dx", KEY_A, None).await.json();
+    let ids: Vec<&str> = listed.as_array().unwrap().iter().map(|s| s["sandboxID"].as_str().unwrap()).collect();
+    assert_eq!(ids, vec![sb.id.as_str()]);
+    assert_eq!(listed[0]["state"], "running");
+    let paged = control(&h, "GET", "/v2/sandboxes?limit=1", KEY_A, None).await;
+    assert_eq!(paged.json().as_array().unwrap().len(), 1);
+    assert_eq!(paged.headers.get("x-next-token").unwrap(), "1");
+    // Another tenant sees none of them.
+    assert_eq!(control(&h, "GET", "/v2/sandboxes", KEY_B, None).await.json(), json!([]));
+    assert_eq!(control(&h, "GET", &format!("/sandboxes/{}", sb.id), KEY_B, None).await.status, StatusCode::NOT_FOUND);
+
+    let info = control(&h, "GET", &format!("/sandboxes/{}", sb.id), KEY_A, None).await.json();
+    assert_eq!(
+        (info["templateID"].as_str(), info["envdAccessToken"].as_str()),
+        (Some("base"), Some(sb.token.as_str()))
+    );
+    let uri = format!("/sandboxes/{}/timeout", sb.id);
+    let timeout = control(&h, "POST", &uri, KEY_A, Some(json!({"timeout": 600}))).await;
+    assert_eq!(timeout.status, StatusCode::NO_CONTENT);
+    let later = control(&h, "GET", &format!("/sandboxes/{}", sb.id), KEY_A, None).await.json();
+    assert!(later["endAt"].as_str() > info["endAt"].as_str());
+    let uri = format!("/v2/sandboxes/{}/connect", sb.id);
+    let connected = control(&h, "POST", &uri, KEY_A, Some(json!({"timeout": 10}))).await;
+    assert_eq!(connected.json()["envdAccessToken"].as_str(), Some(sb.token.as_str()));
+    let pause = control(&h, "POST", &format!("/sandboxes/{}/pause", sb.id), KEY_A, None).await;
+    assert_eq!((pause.status, pause.json()["code"].clone()), (StatusCode::NOT_IMPLEMENTED, json!(501)));
+
+    assert_eq!(
+        control(&h, "DELETE", &format!("/sandboxes/{}", sb.id), KEY_A, None).await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        control(&h, "DELETE", &format!("/sandboxes/{}", sb.id), KEY_A, None).await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(control(&h, "GET", &format!("/sandboxes/{}", sb.id), KEY_A, None).await.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_process_streams_start_output_and_exit_code() {
+    let h = Harness::new();
+    let sb = open(&h, KEY_A, json!({})).await;
+    let start = json!({ "process": { "cmd": "steps", "args": ["out:hello", "err:oops", "exit:3"] } });
+    let reply =
+        sandbox_call(&h, &sb, "POST", "/process.Process/Start", "application/connect+json", envelope(0, &start)).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.headers.get("content-type").unwrap(), "application/connect+json");
+    let messages = envelopes(&reply.body);
+    assert!(messages[0].1["event"]["start"]["pid"].as_u64().is_some(), "{messages:?}");
+    let decode = |stream: &str| -> String {
+        let bytes: Vec<u8> = messages
+            .iter()
+            .filter_map(|(_, m)| m["event"]["data"][stream].as_str())
+            .flat_map(|data| STANDARD.decode(data).unwrap())
+            .collect();
+        String::from_utf8(bytes).unwrap()
+    };
+    assert_eq!((decode("stdout"), decode("stderr")), ("hello".to_owned(), "oops".to_owned()));
+    let (end_flags, end) = messages.last().unwrap();
+    assert_eq!((*end_flags, end), (2, &json!({})));
+    let exit = &messages[messages.len() - 2].1["event"]["end"];
+    assert_eq!((exit["exitCode"].as_i64(), exit["exited"].as_bool()), (Some(3), Some(true)));
+
+    // Unary calls: an unknown pid is a Connect not_found; a PTY is unimplemented (in the stream's end message).
+    let body = json!({ "process": { "pid": 999_999 }, "signal": "SIGNAL_SIGKILL" }).to_string().into_bytes();
+    let signal = sandbox_call(&h, &sb, "POST", "/process.Process/SendSignal", "application/json", body).await;
+    assert_eq!((signal.status, signal.json()["code"].clone()), (StatusCode::NOT_FOUND, json!("not_found")));
+    let pty = json!({ "process": { "cmd": "steps" }, "pty": { "size": { "cols": 80, "rows": 24 } } });
+    let reply =
+        sandbox_call(&h, &sb, "POST", "/process.Process/Start", "application/connect+json", envelope(0, &pty)).await;
+    let end = envelopes(&reply.body);
+    assert_eq!(end.len(), 1);
+    assert_eq!(end[0].1["error"]["code"], "unimplemented");
+}
+
+#[tokio::test]
+async fn per_sandbox_requests_need_the_token_and_a_running_sandbox() {
+    let h = Harness::new();
+    let sb = open(&h, KEY_A, json!({})).await;
+    let stat = json!({ "path": "/tmp" }).to_string().into_bytes();
+    let ok = sandbox_call(&h, &sb, "POST", "/filesystem.Filesystem/Stat", "application/json", stat.clone()).await;
+    assert_eq!(ok.json()["entry"]["type"], "FILE_TYPE_DIRECTORY", "{}", ok.text());
+
+    let forged = Opened { id: sb.id.clone(), token: "0".repeat(64) };
+    let refused =
+        sandbox_call(&h, &forged, "POST", "/filesystem.Filesystem/Stat", "application/json", stat.clone()).await;
+    assert_eq!((refused.status, refused.json()["code"].clone()), (StatusCode::UNAUTHORIZED, json!("unauthenticated")));
+    let health = sandbox_call(&h, &sb, "GET", "/health", "text/plain", Vec::new()).await;
+    assert_eq!(health.status, StatusCode::NO_CONTENT);
+
+    // Ended through the native API: the facade's session goes too.
+    assert_eq!(h.delete(&format!("/v1/sandboxes/{}", sb.id), KEY_A).await.status, StatusCode::NO_CONTENT);
+    let gone = sandbox_call(&h, &sb, "POST", "/filesystem.Filesystem/Stat", "application/json", stat).await;
+    assert_eq!(gone.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(gone.json()["code"], "unavailable");
+    assert!(gone.json()["message"].as_str().unwrap().contains("was not found"), "{}", gone.text());
+    assert_eq!(sandbox_call(&h, &sb, "GET", "/health", "text/plain", Vec::new()).await.status, StatusCode::BAD_GATEWAY);
+}
+
+#[tokio::test]
+async fn files_upload_download_and_filesystem_calls() {
+    let h = Harness::new();
+    let sb = open(&h, KEY_A, json!({})).await;
+    let multipart = "--XX\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/home/user/a/b.txt\"\r\n\
+        Content-Type: application/octet-stream\r\n\r\nmultipart body\r\n--XX--\r\n";
+    let uploaded =
+        sandbox_call(&h, &sb, "POST", "/files", "multipart/form-data; boundary=XX", multipart.as_bytes().to_vec())
+            .await;
+    assert_eq!(uploaded.status, StatusCode::OK, "{}", uploaded.text());
+    assert_eq!(uploaded.json(), json!([{ "name": "b.txt", "type": "file", "path": "/home/user/a/b.txt" }]));
+    let raw = sandbox_call(&h, &sb, "POST", "/files?path=rel.bin", "application/octet-stream", vec![0, 159, 255]).await;
+    assert_eq!(raw.json()[0]["path"], "/home/user/rel.bin");
+
+    let read = sandbox_call(&h, &sb, "GET", "/files?path=%2Fhome%2Fuser%2Fa%2Fb.txt", "text/plain", Vec::new()).await;
+    assert_eq!(read.body, b"multipart body");
+    let binary = sandbox_call(&h, &sb, "GET", "/files?path=rel.bin", "text/plain", Vec::new()).await;
+    assert_eq!(binary.body, vec![0, 159, 255]);
+    let missing = sandbox_call(&h, &sb, "GET", "/files?path=nope.txt", "text/plain", Vec::new()).await;
+    assert_eq!((missing.status, missing.json()["code"].clone()), (StatusCode::NOT_FOUND, json!(404)));
+
+    let list = json!({ "path": "/home/user", "depth": 2 }).to_string().into_bytes();
+    let listed = sandbox_call(&h, &sb, "POST", "/filesystem.Filesystem/ListDir", "application/json", list).await.json();
+    let mut paths: Vec<&str> =
+        listed["entries"].as_array().unwrap().iter().map(|e| e["path"].as_str().unwrap()).collect();
+    paths.sort_unstable();
+    assert_eq!(paths, vec!["/home/user/a", "/home/user/a/b.txt", "/home/user/rel.bin"]);
+    let mkdir = json!({ "path": "/home/user/a" }).to_string().into_bytes();
+    let exists = sandbox_call(&h, &sb, "POST", "/filesystem.Filesystem/MakeDir", "application/json", mkdir).await;
+    assert_eq!((exists.status, exists.json()["code"].clone()), (StatusCode::CONFLICT, json!("already_exists")));
+}
+
+#[tokio::test]
+async fn execute_streams_lines_and_an_unknown_context_is_404() {
+    let h = Harness::new();
+    let sb = open(&h, KEY_A, json!({})).await;
+    let body = json!({ "code": "1 + 1", "language": "python" }).to_string().into_bytes();
+    let reply = sandbox_call(&h, &sb, "POST", "/execute", "application/json", body).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    let lines: Vec<Value> = reply.text().lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let kinds: Vec<&str> = lines.iter().map(|line| line["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds.last(), Some(&"end_of_execution"), "{lines:?}");
+    assert!(kinds.contains(&"number_of_executions"), "{lines:?}");
+
+    let unknown = json!({ "code": "1", "context_id": "ctx-0123456789abcdef" }).to_string().into_bytes();
+    let reply = sandbox_call(&h, &sb, "POST", "/execute", "application/json", unknown).await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND, "{}", reply.text());
+    let created = sandbox_call(&h, &sb, "POST", "/contexts", "application/json", b"{}".to_vec()).await.json();
+    assert_eq!((created["language"].as_str(), created["cwd"].as_str()), (Some("python"), Some("/home/user")));
+    let listed = sandbox_call(&h, &sb, "GET", "/contexts", "application/json", Vec::new()).await.json();
+    assert!(listed.as_array().unwrap().iter().any(|c| c["id"] == created["id"]), "{listed}");
+}

@@ -1,0 +1,179 @@
+"""The async clients (`e2b.AsyncSandbox`, `e2b_code_interpreter.AsyncSandbox`): lifecycle, commands with streamed
+callbacks, errors, background commands with stdin and kill, files, and run_code, each as an asyncio program would."""
+
+import asyncio
+import datetime
+
+import pytest
+import pytest_asyncio
+
+import support
+from e2b import (
+    AsyncSandbox,
+    CommandExitException,
+    FileNotFoundException,
+    FileType,
+    SandboxNotFoundException,
+    SandboxNotRunningException,
+    SandboxQuery,
+    TimeoutException,
+)
+from e2b_code_interpreter import AsyncSandbox as AsyncCodeSandbox
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def asbx():
+    sandbox = await support.acreate(AsyncSandbox)
+    yield sandbox
+    await sandbox.kill()
+
+
+async def test_create_connect_list_info_timeout_kill():
+    tag = support.unique("async")
+    sandbox = await support.acreate(AsyncSandbox, timeout=90, envs={"MODE": "async"}, metadata={"tag": tag})
+    assert (await sandbox.commands.run("echo $MODE")).stdout == "async\n"
+
+    info = await sandbox.get_info()
+    assert info.metadata["tag"] == tag
+    assert datetime.timedelta(seconds=80) <= info.end_at - info.started_at <= datetime.timedelta(seconds=100)
+    await sandbox.set_timeout(400)
+    assert (await sandbox.get_info()).end_at > info.end_at
+
+    paginator = AsyncSandbox.list(query=SandboxQuery(metadata={"tag": tag}))
+    listed = []
+    while paginator.has_next:
+        listed.extend(await paginator.next_items())
+    assert [i.sandbox_id for i in listed] == [sandbox.sandbox_id]
+
+    other = await AsyncSandbox.connect(sandbox.sandbox_id)
+    await other.files.write("/home/user/async.txt", "shared")
+    assert await sandbox.files.read("/home/user/async.txt") == "shared"
+
+    assert await sandbox.is_running()
+    assert await sandbox.kill() is True
+    assert await sandbox.is_running() is False
+    assert await AsyncSandbox.kill(sandbox.sandbox_id) is False
+    with pytest.raises(SandboxNotFoundException):
+        await AsyncSandbox.get_info(sandbox.sandbox_id)
+    with pytest.raises(SandboxNotRunningException):
+        await sandbox.commands.run("true")
+
+
+async def test_command_result_and_exit_error(asbx):
+    result = await asbx.commands.run("echo hi; echo ho >&2", user="root")
+    assert (result.stdout, result.stderr, result.exit_code) == ("hi\n", "ho\n", 0)
+    with pytest.raises(CommandExitException) as raised:
+        await asbx.commands.run("echo oops >&2; exit 42")
+    assert raised.value.exit_code == 42 and raised.value.stderr == "oops\n"
+    assert (await asbx.commands.run("pwd; whoami", cwd="/tmp")).stdout == "/tmp\nuser\n"
+
+
+async def test_callbacks_stream_while_the_command_runs(asbx):
+    gate = support.unique("/tmp/async-gate")
+    seen = []
+
+    async def on_stdout(chunk):
+        seen.append(chunk)
+        if "ready" in chunk:
+            await asbx.files.write(gate, "")
+
+    result = await asbx.commands.run(
+        f"echo ready; until [ -e {gate} ]; do sleep 0.02; done; echo done", on_stdout=on_stdout, timeout=30
+    )
+    assert "".join(seen) == "ready\ndone\n" == result.stdout
+
+
+async def test_timeout_raises(asbx):
+    with pytest.raises(TimeoutException):
+        await asbx.commands.run("sleep 30", timeout=1)
+
+
+async def test_background_stdin_list_and_kill(asbx):
+    reader = await asbx.commands.run("head -n 1", background=True, stdin=True)
+    await asbx.commands.send_stdin(reader.pid, "async line\n")
+    assert (await reader.wait()).stdout == "async line\n"
+
+    sleeper = await asbx.commands.run("sleep 60", background=True)
+    assert sleeper.pid in [p.pid for p in await asbx.commands.list()]
+    attached = await asbx.commands.connect(sleeper.pid)
+    assert attached.pid == sleeper.pid
+    assert await asbx.commands.kill(sleeper.pid) is True
+    with pytest.raises(CommandExitException):
+        await sleeper.wait()
+    assert await asbx.commands.kill(sleeper.pid) is False
+
+
+async def test_close_stdin_handle_kill_and_connect_output(asbx):
+    counter = await asbx.commands.run("wc -c", background=True, stdin=True)
+    await counter.send_stdin("1234")
+    await counter.close_stdin()
+    assert (await counter.wait()).stdout.strip() == "4"
+
+    gate = support.unique("/tmp/async-connect-gate")
+    printer = await asbx.commands.run(
+        f"until [ -e {gate} ]; do sleep 0.02; done; echo after-connect; sleep 60", background=True
+    )
+    seen = []
+    attached = await asbx.commands.connect(printer.pid, on_stdout=seen.append, timeout=20)
+    await asbx.files.write(gate, "")
+    for _ in range(200):
+        if "after-connect" in "".join(seen):
+            break
+        await asyncio.sleep(0.05)
+    assert "after-connect" in "".join(seen)
+    assert await printer.kill() is True
+    with pytest.raises(CommandExitException):
+        await attached.wait()
+
+
+async def test_concurrent_commands(asbx):
+    results = await asyncio.gather(*(asbx.commands.run(f"echo {i}") for i in range(8)))
+    assert [r.stdout for r in results] == [f"{i}\n" for i in range(8)]
+
+
+async def test_files(asbx):
+    base = support.unique("/home/user/async-files")
+    await asbx.files.write(f"{base}/a.txt", "text")
+    await asbx.files.write_files([{"path": f"{base}/b.bin", "data": b"\x00\x01"}])
+    assert await asbx.files.read(f"{base}/a.txt") == "text"
+    assert bytes(await asbx.files.read(f"{base}/b.bin", format="bytes")) == b"\x00\x01"
+    chunks = [chunk async for chunk in await asbx.files.read(f"{base}/a.txt", format="stream")]
+    assert b"".join(chunks) == b"text"
+    assert sorted(e.name for e in await asbx.files.list(base)) == ["a.txt", "b.bin"]
+    assert await asbx.files.exists(f"{base}/a.txt")
+    assert (await asbx.files.get_info(f"{base}/a.txt")).type == FileType.FILE
+    assert await asbx.files.make_dir(f"{base}/d") is True
+    moved = await asbx.files.rename(f"{base}/a.txt", f"{base}/d/a.txt")
+    assert moved.path == f"{base}/d/a.txt"
+    await asbx.files.remove(f"{base}/d")
+    assert not await asbx.files.exists(f"{base}/d")
+    with pytest.raises(FileNotFoundException):
+        await asbx.files.read(f"{base}/missing")
+
+
+async def test_code_interpreter_async():
+    sandbox = await support.acreate(AsyncCodeSandbox)
+    try:
+        await sandbox.run_code("state = [1, 2]")
+        execution = await sandbox.run_code("state.append(3); sum(state)")
+        assert execution.text == "6"
+        streamed = []
+        await sandbox.run_code("print('async log')", on_stdout=lambda m: streamed.append(m.line))
+        assert streamed == ["async log\n"]
+        failed = await sandbox.run_code("undefined_name")
+        assert failed.error.name == "NameError"
+        context = await sandbox.create_code_context(language="javascript")
+        assert (await sandbox.run_code("[1, 2].length", context=context)).text == "2"
+        await sandbox.run_code("globalThis.kept = 5", context=context)
+        assert context.id in [c.id for c in await sandbox.list_code_contexts()]
+        await sandbox.restart_code_context(context)
+        assert (await sandbox.run_code("typeof kept", context=context)).text == "'undefined'"
+        await sandbox.remove_code_context(context)
+        assert context.id not in [c.id for c in await sandbox.list_code_contexts()]
+        with pytest.raises(TimeoutException):
+            stuck = await sandbox.create_code_context()
+            await sandbox.run_code("import time; time.sleep(30)", timeout=2, context=stuck)
+    finally:
+        await sandbox.kill()

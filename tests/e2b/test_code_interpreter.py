@@ -1,0 +1,196 @@
+"""`e2b_code_interpreter.Sandbox.run_code` and code contexts (sync client): Python state across calls, results as text,
+PNG (matplotlib) and HTML (pandas), logs streamed to callbacks while the cell runs, errors with traceback,
+execution_count, envs, timeouts, JavaScript, and create/list/restart/remove of contexts."""
+
+import base64
+
+import pytest
+
+import support
+from e2b_code_interpreter import NotFoundException, Sandbox, TimeoutException
+
+
+@pytest.fixture(scope="module")
+def ci():
+    sandbox = support.create(Sandbox)
+    yield sandbox
+    sandbox.kill()
+
+
+def test_python_state_persists_across_calls(ci):
+    first = ci.run_code("counter = 41\ndef bump():\n    global counter\n    counter += 1\n    return counter")
+    assert first.error is None
+    second = ci.run_code("bump()")
+    assert second.text == "42"
+    assert second.results[0].is_main_result
+    assert ci.run_code("counter").text == "42"
+
+
+def test_execution_count_increases(ci):
+    one = ci.run_code("1")
+    two = ci.run_code("2")
+    assert one.execution_count is not None and two.execution_count == one.execution_count + 1
+
+
+def test_logs_collect_stdout_and_stderr(ci):
+    execution = ci.run_code("import sys\nprint('to stdout')\nprint('to stderr', file=sys.stderr)\nNone")
+    assert "".join(execution.logs.stdout) == "to stdout\n"
+    assert "".join(execution.logs.stderr) == "to stderr\n"
+    assert execution.results == []
+
+
+def test_stdout_reaches_the_callback_while_the_cell_runs(ci):
+    # The cell waits for a file only the callback writes: output delivered at the end would make it time out.
+    gate = support.unique("/tmp/ci-gate")
+    seen = []
+
+    def on_stdout(message):
+        seen.append(message.line)
+        if "waiting" in message.line:
+            ci.files.write(gate, "")
+
+    code = (
+        "import os, time\nprint('waiting', flush=True)\n"
+        f"while not os.path.exists({gate!r}):\n    time.sleep(0.02)\nprint('released')"
+    )
+    execution = ci.run_code(code, on_stdout=on_stdout, timeout=30)
+    assert execution.error is None
+    assert "".join(seen) == "waiting\nreleased\n"
+
+
+def test_result_and_error_callbacks(ci):
+    results, errors = [], []
+    ci.run_code("'value'", on_result=results.append, on_error=errors.append)
+    assert [r.text for r in results] == ["'value'"]
+    ci.run_code("raise KeyError('k')", on_result=results.append, on_error=errors.append)
+    assert [e.name for e in errors] == ["KeyError"]
+
+
+def test_error_has_name_value_and_traceback(ci):
+    execution = ci.run_code("def inner():\n    return 1 / 0\ninner()")
+    assert execution.error is not None
+    assert execution.error.name == "ZeroDivisionError"
+    assert "division by zero" in execution.error.value
+    assert "inner" in execution.error.traceback and "ZeroDivisionError" in execution.error.traceback
+    # The context survives an error.
+    assert ci.run_code("'alive'").text == "'alive'"
+
+
+def test_matplotlib_plot_gives_a_png(ci):
+    execution = ci.run_code(
+        "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+        "plt.plot([1, 2, 3], [3, 1, 2])\nplt.title('e2b suite')\nplt.show()"
+    )
+    assert execution.error is None, execution.error
+    pngs = [r.png for r in execution.results if r.png]
+    assert pngs, execution.results
+    assert base64.b64decode(pngs[0]).startswith(b"\x89PNG\r\n\x1a\n")
+    assert "png" in list(next(r for r in execution.results if r.png).formats())
+
+
+def test_pandas_dataframe_gives_html(ci):
+    execution = ci.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})")
+    assert execution.error is None, execution.error
+    main = execution.results[0]
+    assert main.is_main_result
+    assert "<table" in main.html
+    assert "0  1  3" in main.text
+
+
+def test_display_html_object(ci):
+    execution = ci.run_code("class Page:\n    def _repr_html_(self):\n        return '<b>bold</b>'\nPage()")
+    assert execution.results[0].html == "<b>bold</b>"
+
+
+@support.not_yet("run_code(envs=…)")
+def test_envs_apply_to_one_run(ci):
+    assert ci.run_code("import os; os.environ.get('RUN_VAR')", envs={"RUN_VAR": "set"}).text == "'set'"
+
+
+def test_execution_timeout_raises(ci):
+    # In a context of its own: the abandoned cell must not hold up the other tests' default context.
+    context = ci.create_code_context()
+    with pytest.raises(TimeoutException):
+        ci.run_code("import time\ntime.sleep(30)", timeout=2, context=context)
+    ci.remove_code_context(context)
+
+
+def test_javascript_keeps_state_and_returns_values(ci):
+    first = ci.run_code("const base = 40; function add(x) { return base + x }", language="javascript")
+    assert first.error is None, first.error
+    assert ci.run_code("add(2)", language="javascript").text == "42"
+    logged = ci.run_code("console.log('from node')", language="js")
+    assert "".join(logged.logs.stdout) == "from node\n"
+    failed = ci.run_code("throw new TypeError('bad js')", language="javascript")
+    assert failed.error is not None and failed.error.name == "TypeError"
+    assert "bad js" in failed.error.value
+
+
+def test_created_context_is_separate_listed_restarted_and_removed(ci):
+    context = ci.create_code_context(language="python")
+    assert context.id and context.language == "python" and context.cwd == "/home/user"
+    assert ci.run_code("import os; os.getcwd()", context=context).text == "'/home/user'"
+    ci.run_code("only_here = 1", context=context)
+    assert ci.run_code("'only_here' in globals()", context=context).text == "True"
+    assert ci.run_code("'only_here' in globals()").text == "False"
+    assert context.id in [c.id for c in ci.list_code_contexts()]
+
+    ci.restart_code_context(context)
+    assert ci.run_code("'only_here' in globals()", context=context).text == "False"
+
+    ci.remove_code_context(context.id)
+    assert context.id not in [c.id for c in ci.list_code_contexts()]
+    with pytest.raises(NotFoundException):
+        ci.run_code("1", context=context)
+
+
+@support.not_yet("create_code_context(cwd=…) other than /home/user")
+def test_created_context_uses_its_cwd(ci):
+    ci.files.make_dir("/home/user/ctx-dir")
+    context = ci.create_code_context(cwd="/home/user/ctx-dir")
+    try:
+        assert context.cwd == "/home/user/ctx-dir"
+        assert ci.run_code("import os; os.getcwd()", context=context).text == "'/home/user/ctx-dir'"
+    finally:
+        ci.remove_code_context(context)
+
+
+def test_javascript_context(ci):
+    context = ci.create_code_context(language="javascript")
+    assert context.language in ("javascript", "js")
+    ci.run_code("let n = 1", context=context)
+    assert ci.run_code("n + 1", context=context).text == "2"
+    ci.remove_code_context(context)
+
+
+def test_languages_without_an_interpreter_are_refused(ci):
+    from e2b import SandboxException
+
+    with pytest.raises(SandboxException) as raised:
+        ci.run_code("print(1)", language="r")
+    assert raised.value.status_code == 400 or "400" in str(raised.value)
+
+
+def test_language_and_context_together_are_refused(ci):
+    from e2b import InvalidArgumentException
+
+    context = ci.create_code_context()
+    try:
+        with pytest.raises(InvalidArgumentException):
+            ci.run_code("1", language="python", context=context)
+    finally:
+        ci.remove_code_context(context)
+
+
+def test_code_interpreter_sandbox_also_runs_commands_and_files(ci):
+    ci.files.write("/home/user/from-files.py", "print('via commands')")
+    assert ci.commands.run("python3 /home/user/from-files.py").stdout == "via commands\n"
+    assert ci.run_code("open('/home/user/from-files.py').read()").text == "\"print('via commands')\""
+
+
+def test_create_envs_reach_run_code_and_a_killed_sandbox_fails():
+    sandbox = support.create(Sandbox, envs={"SANDBOX_VAR": "from create"})
+    assert sandbox.run_code("import os; os.environ.get('SANDBOX_VAR')").text == "'from create'"
+    sandbox.kill()
+    with pytest.raises(TimeoutException):
+        sandbox.run_code("1")

@@ -1,0 +1,207 @@
+"""`sandbox.files` through the sync `e2b.Sandbox`: read as text, bytes and stream, write and write_files, list,
+exists, get_info, make_dir, rename, remove, watch_dir, users and relative paths, and NotFound for what is missing.
+Each test works in its own directory of the module's sandbox."""
+
+import pytest
+
+import support
+from e2b import FileNotFoundException, FileType, FilesystemEventType, NotFoundException, SandboxException
+
+
+@pytest.fixture
+def home(sbx):
+    """A fresh directory under /home/user for one test."""
+    path = support.unique("/home/user/files")
+    assert sbx.files.make_dir(path) is True
+    return path
+
+
+def test_write_then_read_text(sbx, home):
+    info = sbx.files.write(f"{home}/hello.txt", "Grüße aus der Sandbox\n")
+    assert info.path == f"{home}/hello.txt"
+    assert info.name == "hello.txt"
+    assert info.type == FileType.FILE
+    assert sbx.files.read(f"{home}/hello.txt") == "Grüße aus der Sandbox\n"
+    # Written as the default user, visible to commands, owned by `user`.
+    assert sbx.commands.run(f"cat {home}/hello.txt; stat -c %U {home}/hello.txt").stdout.endswith("\nuser\n")
+
+
+def test_read_bytes_returns_binary_content_unchanged(sbx, home):
+    data = bytes(range(256)) * 4
+    sbx.files.write(f"{home}/blob.bin", data)
+    read = sbx.files.read(f"{home}/blob.bin", format="bytes")
+    assert isinstance(read, (bytes, bytearray))
+    assert bytes(read) == data
+
+
+def test_read_stream_yields_the_whole_file_in_chunks(sbx, home):
+    sbx.commands.run(f"head -c 3000000 /dev/urandom > {home}/big.bin")
+    expected = sbx.commands.run(f"sha256sum {home}/big.bin").stdout.split()[0]
+    import hashlib
+
+    digest, total = hashlib.sha256(), 0
+    for chunk in sbx.files.read(f"{home}/big.bin", format="stream"):
+        digest.update(chunk)
+        total += len(chunk)
+    assert total == 3_000_000
+    assert digest.hexdigest() == expected
+
+
+def test_write_accepts_bytes_and_file_objects_and_creates_parents(sbx, home):
+    import io
+
+    sbx.files.write(f"{home}/a/b/c/deep.txt", b"deep")
+    assert sbx.files.read(f"{home}/a/b/c/deep.txt") == "deep"
+    sbx.files.write(f"{home}/from-io.txt", io.BytesIO(b"from a file object"))
+    assert sbx.files.read(f"{home}/from-io.txt") == "from a file object"
+    sbx.files.write(f"{home}/deep.txt", "first")
+    sbx.files.write(f"{home}/deep.txt", "second, overwritten")
+    assert sbx.files.read(f"{home}/deep.txt") == "second, overwritten"
+
+
+def test_write_files_writes_several_files(sbx, home):
+    infos = sbx.files.write_files(
+        [
+            {"path": f"{home}/one.txt", "data": "1"},
+            {"path": f"{home}/sub/two.txt", "data": b"2"},
+        ]
+    )
+    assert sorted(info.path for info in infos) == [f"{home}/one.txt", f"{home}/sub/two.txt"]
+    assert sbx.files.read(f"{home}/one.txt") == "1"
+    assert sbx.files.read(f"{home}/sub/two.txt") == "2"
+
+
+def test_relative_paths_are_relative_to_home(sbx):
+    name = support.unique("relative") + ".txt"
+    sbx.files.write(name, "relative")
+    assert sbx.files.exists(f"/home/user/{name}")
+    assert sbx.files.read(f"/home/user/{name}") == "relative"
+
+
+def test_list_shows_names_types_and_depth(sbx, home):
+    sbx.files.write(f"{home}/file.txt", "12345")
+    sbx.files.make_dir(f"{home}/dir/inner")
+    entries = {entry.name: entry for entry in sbx.files.list(home)}
+    assert set(entries) == {"file.txt", "dir"}
+    assert entries["file.txt"].type == FileType.FILE
+    assert entries["file.txt"].size == 5
+    assert entries["file.txt"].path == f"{home}/file.txt"
+    assert entries["dir"].type == FileType.DIR
+    deep = {entry.path for entry in sbx.files.list(home, depth=2)}
+    assert f"{home}/dir/inner" in deep
+
+
+def test_exists(sbx, home):
+    sbx.files.write(f"{home}/here.txt", "x")
+    assert sbx.files.exists(f"{home}/here.txt") is True
+    assert sbx.files.exists(home) is True
+    assert sbx.files.exists(f"{home}/not-here.txt") is False
+
+
+def test_get_info_describes_a_file_and_a_directory(sbx, home):
+    sbx.files.write(f"{home}/info.txt", "four")
+    sbx.commands.run(f"chmod 640 {home}/info.txt")
+    info = sbx.files.get_info(f"{home}/info.txt")
+    assert (info.name, info.path, info.type, info.size) == ("info.txt", f"{home}/info.txt", FileType.FILE, 4)
+    assert info.owner == "user"
+    assert info.permissions == "-rw-r-----"
+    assert info.mode & 0o777 == 0o640
+    assert info.modified_time.year >= 2024
+    assert sbx.files.get_info(home).type == FileType.DIR
+
+
+def test_make_dir_reports_whether_it_created(sbx, home):
+    assert sbx.files.make_dir(f"{home}/x/y/z") is True
+    assert sbx.files.make_dir(f"{home}/x/y/z") is False
+    assert sbx.files.get_info(f"{home}/x/y").type == FileType.DIR
+
+
+def test_rename_moves_a_file(sbx, home):
+    sbx.files.write(f"{home}/old.txt", "moving")
+    info = sbx.files.rename(f"{home}/old.txt", f"{home}/new.txt")
+    assert info.path == f"{home}/new.txt"
+    assert sbx.files.exists(f"{home}/old.txt") is False
+    assert sbx.files.read(f"{home}/new.txt") == "moving"
+
+
+def test_remove_deletes_files_and_directories(sbx, home):
+    sbx.files.write(f"{home}/gone.txt", "x")
+    sbx.files.write(f"{home}/tree/leaf.txt", "x")
+    sbx.files.remove(f"{home}/gone.txt")
+    sbx.files.remove(f"{home}/tree")
+    assert sbx.files.exists(f"{home}/gone.txt") is False
+    assert sbx.files.exists(f"{home}/tree") is False
+
+
+def test_missing_paths_raise_not_found(sbx, home):
+    missing = f"{home}/missing.txt"
+    with pytest.raises(FileNotFoundException):
+        sbx.files.read(missing)
+    with pytest.raises(NotFoundException):
+        sbx.files.read(missing, format="bytes")
+    with pytest.raises(NotFoundException):
+        sbx.files.get_info(missing)
+    with pytest.raises(NotFoundException):
+        sbx.files.list(f"{home}/missing-dir")
+    with pytest.raises(NotFoundException):
+        sbx.files.rename(missing, f"{home}/elsewhere.txt")
+    with pytest.raises(NotFoundException):
+        sbx.files.remove(missing)
+
+
+def test_root_owned_files_are_closed_to_the_default_user(sbx):
+    private = support.unique("/tmp/root-only")
+    sbx.commands.run(f"mkdir -m 700 {private} && echo secret > {private}/secret.txt", user="root")
+    assert sbx.commands.run(f"stat -c %U {private}/secret.txt", user="root").stdout == "root\n"
+    with pytest.raises(SandboxException):
+        sbx.files.read(f"{private}/secret.txt")
+    with pytest.raises(SandboxException):
+        sbx.files.write(f"{private}/intruder.txt", "x")
+
+
+@support.not_yet('files.*(user="root")')
+def test_files_as_root(sbx):
+    private = support.unique("/tmp/root-files")
+    sbx.commands.run(f"mkdir -m 700 {private}", user="root")
+    sbx.files.write(f"{private}/by-root.txt", "root only", user="root")
+    assert sbx.files.read(f"{private}/by-root.txt", user="root") == "root only"
+    assert sbx.files.get_info(f"{private}/by-root.txt", user="root").owner == "root"
+
+
+@support.not_yet("files.watch_dir")
+def test_watch_dir_reports_created_and_written_files(sbx, home):
+    handle = sbx.files.watch_dir(home)
+    try:
+        sbx.files.write(f"{home}/watched.txt", "event")
+        events = []
+
+        def seen():
+            events.extend(handle.get_new_events())
+            return any(e.name == "watched.txt" and e.type == FilesystemEventType.CREATE for e in events)
+
+        support.wait_until(seen, "a CREATE event for watched.txt")
+    finally:
+        handle.stop()
+
+
+def test_large_streamed_upload(sbx, home):
+    import io
+    import os as host_os
+
+    data = host_os.urandom(5 * 1024 * 1024)
+    info = sbx.files.write(f"{home}/upload.bin", io.BytesIO(data))  # a file object: streamed as octet-stream
+    assert info.path == f"{home}/upload.bin"
+    assert bytes(sbx.files.read(f"{home}/upload.bin", format="bytes")) == data
+
+
+def test_gzip_download(sbx, home):
+    text = "compressible line\n" * 10_000
+    sbx.files.write(f"{home}/gzip.txt", text)
+    assert sbx.files.read(f"{home}/gzip.txt", gzip=True) == text
+
+
+@support.not_yet("files.write(gzip=True)")
+def test_gzip_upload(sbx, home):
+    text = "compressible line\n" * 10_000
+    sbx.files.write(f"{home}/gzip-up.txt", text, gzip=True)
+    assert sbx.commands.run(f"wc -c < {home}/gzip-up.txt").stdout.strip() == str(len(text))

@@ -1,0 +1,186 @@
+"""Sandbox lifecycle through the sync `e2b.Sandbox`: create (template, timeout, envs, metadata), connect, list,
+set_timeout, get_info, is_running, kill, the context manager, and what the SDK raises for a killed or unknown sandbox,
+a wrong key and the features sandkasten does not have (pause, snapshots)."""
+
+import datetime
+
+import pytest
+
+import support
+from e2b import (
+    AuthenticationException,
+    CommandExitException,
+    Sandbox,
+    SandboxException,
+    SandboxNotFoundException,
+    SandboxNotRunningException,
+    SandboxQuery,
+    SandboxState,
+)
+
+
+def test_create_applies_timeout_envs_and_metadata():
+    tag = support.unique("create")
+    sandbox = support.create(Sandbox, timeout=120, envs={"GREETING": "hallo welt"}, metadata={"tag": tag})
+    try:
+        assert sandbox.sandbox_id
+        assert sandbox.commands.run("echo $GREETING").stdout == "hallo welt\n"
+        info = sandbox.get_info()
+        assert info.sandbox_id == sandbox.sandbox_id
+        assert info.metadata["tag"] == tag
+        assert info.state == SandboxState.RUNNING
+        lifetime = info.end_at - info.started_at
+        assert datetime.timedelta(seconds=110) <= lifetime <= datetime.timedelta(seconds=130), lifetime
+        assert info.cpu_count >= 1 and info.memory_mb >= 1
+        assert sandbox.is_running()
+    finally:
+        assert sandbox.kill() is True
+
+
+def test_create_accepts_the_default_templates_by_name():
+    # E2B's default template of the base SDK ("base") and of the code interpreter are what unmodified programs ask for.
+    sandbox = support.create(Sandbox, template="base")
+    try:
+        assert sandbox.commands.run("true").exit_code == 0
+        assert sandbox.get_info().template_id
+    finally:
+        sandbox.kill()
+
+
+def test_unknown_template_is_refused():
+    with pytest.raises(SandboxException) as raised:
+        support.create(Sandbox, template="no-such-template-" + support.unique("t"))
+    assert raised.value.status_code in (400, 404), raised.value
+
+
+def test_connect_gives_a_second_handle_to_the_same_sandbox(sbx):
+    sbx.files.write("/home/user/connect.txt", "written by the first handle")
+    other = Sandbox.connect(sbx.sandbox_id)
+    assert other.sandbox_id == sbx.sandbox_id
+    assert other.files.read("/home/user/connect.txt") == "written by the first handle"
+    other.commands.run("echo from the second > /home/user/connect2.txt")
+    assert sbx.files.read("/home/user/connect2.txt") == "from the second\n"
+
+
+def test_connect_with_a_later_timeout_extends_the_sandbox():
+    sandbox = support.create(Sandbox, timeout=60)
+    try:
+        before = sandbox.get_info().end_at
+        Sandbox.connect(sandbox.sandbox_id, timeout=600)
+        after = sandbox.get_info().end_at
+        assert after - before >= datetime.timedelta(seconds=500), (before, after)
+    finally:
+        sandbox.kill()
+
+
+def test_list_shows_the_sandbox_with_its_metadata():
+    tag = support.unique("list")
+    sandbox = support.create(Sandbox, metadata={"tag": tag, "owner": "e2b-suite"})
+    try:
+        paginator = Sandbox.list(query=SandboxQuery(metadata={"tag": tag}))
+        listed = []
+        while paginator.has_next:
+            listed.extend(paginator.next_items())
+        assert [info.sandbox_id for info in listed] == [sandbox.sandbox_id]
+        assert listed[0].metadata["owner"] == "e2b-suite"
+        assert listed[0].state == SandboxState.RUNNING
+
+        running = Sandbox.list(query=SandboxQuery(metadata={"tag": tag}, state=[SandboxState.RUNNING])).next_items()
+        assert [info.sandbox_id for info in running] == [sandbox.sandbox_id]
+        paused = Sandbox.list(query=SandboxQuery(metadata={"tag": tag}, state=[SandboxState.PAUSED])).next_items()
+        assert paused == []
+
+        everything = Sandbox.list()
+        ids = []
+        while everything.has_next:
+            ids.extend(info.sandbox_id for info in everything.next_items())
+        assert sandbox.sandbox_id in ids
+    finally:
+        sandbox.kill()
+
+
+def test_set_timeout_moves_end_at_and_get_info_reports_it(sbx):
+    sbx.set_timeout(600)
+    first = sbx.get_info()
+    assert datetime.timedelta(seconds=590) <= first.end_at - datetime.datetime.now(first.end_at.tzinfo)
+    sbx.set_timeout(60)
+    second = sbx.get_info()
+    assert second.end_at < first.end_at
+    # The static form, by id, too.
+    Sandbox.set_timeout(sbx.sandbox_id, 300)
+    assert Sandbox.get_info(sbx.sandbox_id).end_at > second.end_at
+
+
+def test_kill_ends_the_sandbox_and_later_calls_fail_as_the_sdk_reports():
+    sandbox = support.create(Sandbox)
+    sandbox_id = sandbox.sandbox_id
+    sandbox.files.write("/home/user/before-kill.txt", "x")
+    assert sandbox.kill() is True
+    assert sandbox.is_running() is False
+    # A second kill (static form) finds nothing: E2B answers False rather than raising.
+    assert Sandbox.kill(sandbox_id) is False
+    with pytest.raises(SandboxNotFoundException):
+        Sandbox.get_info(sandbox_id)
+    with pytest.raises(SandboxNotFoundException):
+        Sandbox.connect(sandbox_id)
+    with pytest.raises(SandboxNotFoundException):
+        Sandbox.set_timeout(sandbox_id, 60)
+    # The per-sandbox services answer as E2B's proxy does for a sandbox that is gone.
+    with pytest.raises(SandboxNotRunningException):
+        sandbox.commands.run("echo never")
+    with pytest.raises(SandboxNotRunningException):
+        sandbox.files.read("/home/user/before-kill.txt")
+    with pytest.raises(SandboxNotRunningException):
+        sandbox.files.write("/home/user/after-kill.txt", "x")
+
+
+def test_unknown_sandbox_id_is_not_found():
+    with pytest.raises(SandboxNotFoundException):
+        Sandbox.connect("does-not-exist-" + support.unique("id"))
+    assert Sandbox.kill("does-not-exist-" + support.unique("id")) is False
+
+
+def test_context_manager_kills_the_sandbox_on_exit():
+    with support.create(Sandbox) as sandbox:
+        sandbox_id = sandbox.sandbox_id
+        assert sandbox.commands.run("echo inside").stdout == "inside\n"
+    with pytest.raises(SandboxNotFoundException):
+        Sandbox.get_info(sandbox_id)
+
+
+def test_a_wrong_api_key_is_refused():
+    with pytest.raises(AuthenticationException):
+        Sandbox.create(api_key="e2b_" + "0" * 40, metadata=support.tagged(None))
+    with pytest.raises(AuthenticationException):
+        Sandbox.list(api_key="e2b_" + "0" * 40).next_items()
+
+
+def test_pause_and_snapshots_answer_not_supported(sbx):
+    # sandkasten has no pause/resume, snapshots or metrics yet: the SDK must get an error it raises, and the sandbox
+    # keeps running.
+    with pytest.raises(SandboxException) as paused:
+        sbx.pause()
+    assert "not supported" in str(paused.value)
+    with pytest.raises(SandboxException) as snapshot:
+        sbx.create_snapshot()
+    assert "not supported" in str(snapshot.value)
+    with pytest.raises(SandboxException) as metrics:
+        sbx.get_metrics()
+    assert "not supported" in str(metrics.value)
+    assert sbx.is_running()
+    assert sbx.commands.run("echo still here").stdout == "still here\n"
+
+
+def test_exit_code_error_carries_the_command_result(sbx):
+    # The lifecycle's smallest command round trip, kept here so a broken process service fails this module too.
+    with pytest.raises(CommandExitException) as raised:
+        sbx.commands.run("exit 7")
+    assert raised.value.exit_code == 7
+
+
+def test_features_sandkasten_lacks_are_refused_at_create():
+    # No network, MCP gateway or volumes: asking for them must fail loudly instead of silently giving less.
+    for options in ({"allow_internet_access": True}, {"network": {"allow_out": ["0.0.0.0/0"]}}):
+        with pytest.raises(SandboxException) as raised:
+            support.create(Sandbox, **options)
+        assert "not supported" in str(raised.value), options
