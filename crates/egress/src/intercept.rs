@@ -83,6 +83,10 @@ pub(crate) async fn run(ctx: Ctx, client: TokioIo<Upgraded>, go: Go) {
 
 async fn forward(tunnel: Arc<Tunnel>, req: Request<Incoming>) -> Response<Body> {
     let ctx = &tunnel.ctx;
+    let (mut parts, body) = req.into_parts();
+    if let Err(resp) = upstream::prepare(ctx, &mut parts, &tunnel.host, tunnel.port, 443) {
+        return *resp;
+    }
     let tcp = tunnel.first.lock().unwrap_or_else(|e| e.into_inner()).take();
     let tcp = match tcp {
         Some(tcp) => tcp,
@@ -109,7 +113,5 @@ async fn forward(tunnel: Arc<Tunnel>, req: Request<Incoming>) -> Response<Body> 
         }
         Err(_) => return text(StatusCode::BAD_GATEWAY, "sandkasten egress: upstream TLS timed out\n".to_owned()),
     };
-    let (mut parts, body) = req.into_parts();
-    upstream::prepare(ctx, &mut parts, &tunnel.host, tunnel.port, 443);
     upstream::send(ctx, tls, Request::from_parts(parts, body), tunnel.counters.clone(), None).await
 }

@@ -236,3 +236,30 @@ async fn shutdown_waits_until_every_connection_is_closed() {
     assert!(TcpStream::connect(p.addr).await.is_err());
     assert_eq!(p.audit.events.lock().unwrap().len(), 1, "audit recorded by the time shutdown returns");
 }
+
+#[tokio::test]
+async fn placeholders_cannot_blow_up_the_head_sent_upstream() {
+    // A head within the client limit, full of placeholders, would grow past it once every placeholder became the
+    // (much longer) value: the proxy would build and send megabytes per request. It refuses with 431 instead.
+    let (good, good_rx) = http_upstream().await;
+    let p = start_proxy(loopback_config(&[]), allowlist(&["allowed.test"]), None).await;
+    let mut long = secret_for(&["allowed.test"]);
+    long.value = "v".repeat(4096);
+    p.sandbox.set_secrets(vec![long]).unwrap();
+    let many = [PLACEHOLDER; 400].join(",");
+    assert!(many.len() < sandkasten_egress::MAX_HEAD_BYTES / 2, "the client's head itself is acceptable");
+    let mut c = client(&p).await;
+    let req =
+        format!("GET http://allowed.test:{}/ HTTP/1.1\r\nHost: allowed.test\r\nX-Many: {many}\r\n\r\n", good.port());
+    let (status, _, body) = roundtrip(&mut c, &req).await;
+    assert_eq!(status, 431, "{body}");
+    assert!(body.contains("secret"), "{body}");
+    assert!(good_rx.lock().unwrap().is_empty(), "the inflated head was sent upstream");
+    // One placeholder in an ordinary header still goes through on the same connection.
+    let req = format!(
+        "GET http://allowed.test:{}/ HTTP/1.1\r\nHost: allowed.test\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\r\n",
+        good.port()
+    );
+    assert_eq!(roundtrip(&mut c, &req).await.0, 200);
+    assert!(good_rx.lock().unwrap()[0].0.contains(&"v".repeat(4096)));
+}
