@@ -41,7 +41,8 @@
 //! trust decision; add `:443` to narrow it). IP literals are accepted as patterns and match that exact address
 //! in any spelling; name patterns never match IP literals. Deny wins over allow in every mode. Giving allow
 //! patterns with mode `none` or `open` is an error rather than silently ignored. Policy changes apply to
-//! requests and tunnels that start afterwards.
+//! requests and tunnels that start afterwards, and to every request inside an intercepted tunnel (each makes
+//! a new upstream connection); a blind tunnel keeps the decision it got.
 //!
 //! **Refusals are answered, and everything is audited.** A refusal is an HTTP 403 (400 for a malformed
 //! host) whose text body names the rule, e.g. `sandkasten egress: refused api.evil.test:443: not in the

@@ -37,8 +37,8 @@ impl SandboxEgress {
         }
     }
 
-    /// Replaces the policy; applies to every request and CONNECT that starts afterwards (open tunnels and
-    /// in-flight requests keep the decision they got).
+    /// Replaces the policy; applies to every request and CONNECT that starts afterwards, including each request
+    /// inside an intercepted tunnel (open blind tunnels and in-flight requests keep the decision they got).
     pub fn set_policy(&self, policy: Policy) {
         *self.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
     }

@@ -263,3 +263,34 @@ async fn placeholders_cannot_blow_up_the_head_sent_upstream() {
     assert_eq!(roundtrip(&mut c, &req).await.0, 200);
     assert!(good_rx.lock().unwrap()[0].0.contains(&"v".repeat(4096)));
 }
+
+#[tokio::test]
+async fn an_intercepted_tunnel_follows_a_policy_change_on_its_next_request() {
+    // Each request inside an intercepted tunnel opens a new upstream connection (with the secret in it). After the
+    // host is taken off the allowlist, those new connections must stop, like every other new connection.
+    let up = tls_upstream().await;
+    let mut cfg = loopback_config(&[]);
+    cfg.upstream_ca_file = Some(up.ca_file.clone());
+    let ca = SandboxCa::generate("sb-test").unwrap();
+    let sandbox_ca_pem = ca.cert_pem();
+    let p = start_proxy(cfg, allowlist(&["allowed.test", "other.test"]), Some(ca)).await;
+    p.sandbox.set_secrets(vec![secret_for(&["allowed.test"])]).unwrap();
+    let c = tunnel(&p, "allowed.test", up.addr.port()).await;
+    let name = ServerName::try_from("allowed.test").unwrap();
+    let mut tls = TlsConnector::from(client_config(&sandbox_ca_pem)).connect(name, c).await.unwrap();
+    let req = format!("GET /one HTTP/1.1\r\nHost: allowed.test\r\nAuthorization: token {PLACEHOLDER}\r\n\r\n");
+    assert_eq!(roundtrip(&mut tls, &req).await.0, 200);
+
+    p.sandbox.set_policy(allowlist(&["other.test"]));
+    let req = format!("GET /two HTTP/1.1\r\nHost: allowed.test\r\nAuthorization: token {PLACEHOLDER}\r\n\r\n");
+    let (status, _, body) = roundtrip(&mut tls, &req).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("not in the allowlist"), "{body}");
+    let received = up.received.lock().unwrap().clone();
+    assert_eq!(received.len(), 1, "a new upstream connection was made after the policy refused the host");
+    let events = p.audit.wait_for(1).await;
+    assert!(
+        events.iter().any(|e| e.decision == Decision::Refused && e.host == "allowed.test"),
+        "the refusal is audited: {events:#?}"
+    );
+}
