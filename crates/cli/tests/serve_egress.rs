@@ -500,3 +500,35 @@ fn the_proxy_door_closes_with_its_sandbox_or_policy() {
     assert!(!socket_held(&inode), "the door outlived its sandbox");
     assert_sandbox_gone(&id);
 }
+
+#[test]
+fn a_process_squatting_the_proxy_port_gets_a_conflict_and_changes_nothing() {
+    require_root!();
+    let world = World::start("");
+    let id = world.server.create(json!({}));
+    // While the policy is none, code inside binds the proxy's port itself (it could then play proxy to its own
+    // clients, which is harmless; the server must not report its own failure, nor half-apply the policy).
+    let squat = "import socket, time\ns = socket.socket()\ns.bind(('127.0.0.1', 3128))\ns.listen()\ntime.sleep(60)\n";
+    let put = world.server.put_bytes(&format!("/v1/sandboxes/{id}/files?path=/tmp/squat.py"), KEY_1, squat.as_bytes());
+    assert!(put.status < 300, "{put:?}");
+    let started = world.server.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        KEY_1,
+        Some(json!({"cmd": "/usr/bin/python3 /tmp/squat.py", "background": true})),
+    );
+    assert!(started.status < 300, "{started:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while door_inode(&world, &id).is_none() {
+        assert!(Instant::now() < deadline, "the squatter never listened");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let network = format!("/v1/sandboxes/{id}/network");
+    let reply = world.server.call("PUT", &network, KEY_1, Some(allowlist(&["allowed.test"])));
+    assert_eq!(reply.status, 409, "{reply:?}");
+    let message = reply.json["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("3128") && message.contains("in use"), "{reply:?}");
+    assert_eq!(world.server.call("GET", &format!("/v1/sandboxes/{id}"), KEY_1, None).json["network"]["mode"], "none");
+    assert_eq!(world.server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
+    assert_sandbox_gone(&id);
+}
