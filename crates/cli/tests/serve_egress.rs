@@ -412,6 +412,25 @@ fn a_secret_reaches_only_its_host_and_never_the_sandbox() {
     let body = world.server.call("GET", &format!("/v1/sandboxes/{id}"), KEY_1, None);
     assert!(!String::from_utf8_lossy(&body.body).contains(value));
     assert_eq!(body.json["secrets"][0], "API_TOKEN");
+    // Rotating the value and narrowing the hosts applies to the running sandbox at once: allowed.test now gets the
+    // placeholder (neither value), secure.test the new value.
+    let rotated = "r0tated-9876543210-value";
+    let put = world.server.call(
+        "PUT",
+        "/v1/secrets/API_TOKEN",
+        KEY_1,
+        Some(json!({"value": rotated, "hosts": ["secure.test"]})),
+    );
+    assert_eq!(put.status, 200, "{put:?}");
+    world.sh(&id, &format!("curl -sS -m 10 {header} http://allowed.test/after-rotation"));
+    let (code, out, err) = world.sh(&id, &format!("curl -sS -m 10 {header} https://secure.test/after-rotation"));
+    assert_eq!(code, 0, "{out}{err}");
+    let seen = world.allowed.requests();
+    let after = &seen[seen.find("GET /after-rotation").expect("request arrived")..];
+    assert!(after.contains(placeholder.trim()) && !after.contains(value) && !after.contains(rotated), "{after}");
+    let seen = world.secure.requests();
+    let after = &seen[seen.find("GET /after-rotation").expect("request arrived")..];
+    assert!(after.contains(&format!("Bearer {rotated}")), "{after}");
     // Deleting the secret stops the substitution at once.
     assert_eq!(world.server.call("DELETE", "/v1/secrets/API_TOKEN", KEY_1, None).status, 204);
     world.sh(&id, &format!("curl -sS -m 10 {header} http://allowed.test/after-delete"));
