@@ -551,3 +551,28 @@ fn a_process_squatting_the_proxy_port_gets_a_conflict_and_changes_nothing() {
     assert_eq!(world.server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
     assert_sandbox_gone(&id);
 }
+
+#[test]
+fn the_servers_own_addresses_are_refused_even_inside_an_allowed_range() {
+    require_root!();
+    let world = World::start("");
+    // 10.201.0.1 is the host's end of allowed.test's veth: an address of the server's own host, inside the range the
+    // operator allowed for the test hosts. A service of the host listening there (or on 0.0.0.0, or on a public
+    // address of the host) must stay out of reach: the operator allowed a network, not the host itself.
+    let listener = TcpListener::bind("10.201.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let probe = std::net::TcpStream::connect(("10.201.0.1", port)).unwrap();
+    assert_eq!(accepted_within(&listener, Duration::from_millis(200)), 1, "positive control");
+    drop(probe);
+    let id = world.sandbox(json!({"mode": "open"}));
+    let (_, out, _) = world.sh(&id, &curl("http://allowed.test/whoami"));
+    assert!(out.contains("STATUS 200"), "positive control: the allowed range works: {out}");
+    let get = format!("GET http://10.201.0.1:{port}/ HTTP/1.1\r\nHost: 10.201.0.1\r\nConnection: close\r\n\r\n");
+    let out = raw_proxy_request(&world, &id, &get);
+    assert!(out.starts_with("HTTP/1.1 403") && out.contains("this host"), "GET: {out}");
+    let connect = format!("CONNECT 10.201.0.1:{port} HTTP/1.1\r\nHost: 10.201.0.1:{port}\r\n\r\n");
+    let out = raw_proxy_request(&world, &id, &connect);
+    assert!(out.starts_with("HTTP/1.1 403"), "CONNECT: {out}");
+    assert_eq!(accepted_within(&listener, Duration::from_millis(300)), 0, "the host's own service was reached");
+}

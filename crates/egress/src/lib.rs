@@ -30,7 +30,9 @@
 //! nothing about where it points: so the proxy resolves it itself (static `[egress.hosts]` first, then the
 //! system resolver) and refuses if *any* returned address is in a special range (loopback, private,
 //! link-local incl. 169.254.169.254, CGNAT, ULA, multicast, reserved, documentation, benchmarking, and the
-//! IPv6 forms embedding those; see [`special_range`]) unless the operator lists it in `allow_cidrs`.
+//! IPv6 forms embedding those; see [`special_range`]) unless the operator lists it in `allow_cidrs`. Any address
+//! of the proxy's own host (public ones too: asked of the kernel's routes) is refused as well unless
+//! `allow_cidrs` names exactly that address, since a connection there reaches the host's own services.
 //!
 //! **Connect to exactly the checked address.** The connection goes to an address from the checked answer,
 //! never to a name, so there is no second lookup a rebinding DNS server could answer differently. Mode `open`
@@ -90,6 +92,7 @@ mod forward;
 mod host;
 mod intercept;
 mod io;
+mod local;
 mod policy;
 mod proxy;
 mod ranges;

@@ -9,7 +9,11 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use crate::host::{Host, unmap};
+use crate::local::is_local;
 use crate::ranges::special_range;
+
+/// How a refusal names an address of the proxy's own host.
+const LOCAL: &str = "an address of this host (the proxy's own)";
 
 /// The proxy's resolver and address policy.
 #[derive(Debug, Clone)]
@@ -68,15 +72,28 @@ impl Resolver {
         Ok(addrs)
     }
 
-    /// Refuses if ANY address is special and not allowed; returns the addresses to connect to (mapped and
-    /// compatible IPv6 forms replaced by the IPv4 address they stand for).
+    /// Refuses if ANY address is special (or the host's own) and not allowed; returns the addresses to connect
+    /// to (mapped and compatible IPv6 forms replaced by the IPv4 address they stand for). An address of the host
+    /// itself is allowed only by an `allow_cidrs` entry naming exactly that address.
     pub(crate) fn check(&self, addrs: &[IpAddr]) -> Result<Checked, AddrRefusal> {
         let mut out = Vec::with_capacity(addrs.len());
         let mut via_cidr = None;
         for &addr in addrs {
-            if let Some(range) = special_range(addr) {
-                let effective = unmap(addr);
-                match self.allow_cidrs.iter().find(|net| net.contains(&addr) || net.contains(&effective)) {
+            let effective = unmap(addr);
+            // An address of the host itself needs an allow_cidrs entry naming exactly it: allowing a network
+            // that happens to contain the host does not open the host's own services.
+            let local = is_local(connect_form(addr));
+            let range = match (special_range(addr), local) {
+                (Some(special), true) => Some(format!("{special}, {LOCAL}")),
+                (special, false) => special,
+                (None, true) => Some(LOCAL.to_owned()),
+            };
+            if let Some(range) = range {
+                let listed = |net: &&IpNet| {
+                    (net.contains(&addr) || net.contains(&effective))
+                        && (!local || net.prefix_len() == net.max_prefix_len())
+                };
+                match self.allow_cidrs.iter().find(listed) {
                     Some(net) => {
                         via_cidr.get_or_insert_with(|| format!("{addr} in egress.allow_cidrs {net}"));
                     }
@@ -138,6 +155,17 @@ mod tests {
         assert!(ok.via_cidr.unwrap().contains("127.0.0.1/32"));
         assert!(r.check(&ips(&["127.0.0.2"])).is_err());
         assert!(r.check(&ips(&["169.254.169.254"])).is_err());
+    }
+
+    #[test]
+    fn the_hosts_own_addresses_need_an_entry_naming_exactly_them() {
+        // 127.0.0.1 is an address of this host: a range containing it is not enough, the address itself is.
+        match resolver(&["127.0.0.0/8"]).check(&ips(&["127.0.0.1"])) {
+            Err(AddrRefusal::Special { range, .. }) => assert!(range.contains("this host"), "{range}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(resolver(&["127.0.0.1/32"]).check(&ips(&["127.0.0.1"])).is_ok());
+        assert!(resolver(&["127.0.0.1/32"]).check(&ips(&["::ffff:127.0.0.1"])).is_ok());
     }
 
     #[tokio::test]
