@@ -464,6 +464,7 @@ fn bad_network_input_is_refused_with_the_reason() {
         ("1BAD", json!({"value": "v", "hosts": ["a.example"]})),
         ("GOOD", json!({"value": "v", "hosts": []})),
         ("GOOD", json!({"value": "v", "hosts": ["bad host"]})),
+        ("GOOD", json!({"value": "v", "hosts": ["api.example.com", "*.com"]})),
         ("GOOD", json!({"value": "line\nbreak", "hosts": ["a.example"]})),
     ] {
         let reply = world.server.call("PUT", &format!("/v1/secrets/{name}"), KEY_1, Some(body.clone()));

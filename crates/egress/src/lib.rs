@@ -116,4 +116,4 @@ pub use policy::{Mode, Pattern, Policy, PolicyError};
 pub use proxy::{HEADER_READ_TIMEOUT, MAX_HEAD_BYTES, Proxy, ProxyHandle};
 pub use ranges::special_range;
 pub use sandbox::SandboxEgress;
-pub use secrets::{Secret, SecretError};
+pub use secrets::{Secret, SecretError, check_secret_hosts};

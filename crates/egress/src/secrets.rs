@@ -58,6 +58,31 @@ pub enum SecretError {
     },
 }
 
+/// Checks a secret's host patterns: each must parse, and none may be a wildcard over a top-level domain
+/// (`*.com` would send the value to every `.com` host, one the sandbox's author registers included).
+pub fn check_secret_hosts(hosts: &[String]) -> Result<(), PolicyError> {
+    parse_hosts(hosts).map(drop)
+}
+
+fn parse_hosts(hosts: &[String]) -> Result<Vec<Pattern>, PolicyError> {
+    hosts
+        .iter()
+        .map(|h| {
+            let pattern = Pattern::parse("secret hosts", h)?;
+            if pattern.wildcard_labels().is_some_and(|labels| labels < 2) {
+                return Err(PolicyError {
+                    list: "secret hosts",
+                    pattern: h.clone(),
+                    reason: "a wildcard over a top-level domain matches hosts anyone can register: name the \
+                             domain, as in *.example.com"
+                        .into(),
+                });
+            }
+            Ok(pattern)
+        })
+        .collect()
+}
+
 /// A secret with compiled host patterns.
 #[derive(Clone)]
 pub(crate) struct CompiledSecret {
@@ -86,12 +111,8 @@ impl CompiledSecret {
         if secret.hosts.is_empty() {
             return Err(invalid("no hosts: list the host patterns the secret may be sent to"));
         }
-        let hosts = secret
-            .hosts
-            .iter()
-            .map(|h| Pattern::parse("secret hosts", h))
-            .collect::<Result<_, _>>()
-            .map_err(|source| SecretError::Pattern { name: secret.name.clone(), source })?;
+        let hosts =
+            parse_hosts(&secret.hosts).map_err(|source| SecretError::Pattern { name: secret.name.clone(), source })?;
         Ok(CompiledSecret { value, placeholder: secret.placeholder.as_bytes().to_vec(), hosts })
     }
 
@@ -231,6 +252,14 @@ mod tests {
         assert_eq!(headers["x-many"], many.as_str(), "nothing was replaced");
         assert_eq!(substitute(&compiled, &host, 443, &mut headers, 11_000), Ok(1));
         assert_eq!(headers["x-many"].len(), 10 * 1000 + 9);
+    }
+
+    #[test]
+    fn a_wildcard_over_a_top_level_domain_is_no_secret_host() {
+        let err = CompiledSecret::compile(&secret(&["api.example.com", "*.com"])).unwrap_err().to_string();
+        assert!(err.contains("*.com") && err.contains("top-level"), "{err}");
+        assert!(check_secret_hosts(&["*.io:443".to_owned()]).is_err());
+        assert!(check_secret_hosts(&["*.example.com".to_owned(), "com".to_owned()]).is_ok());
     }
 
     #[test]
