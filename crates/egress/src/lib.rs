@@ -56,8 +56,9 @@
 //! decided on the destination, and looking inside TLS would add risk (a CA the sandbox trusts) and cost for
 //! nothing. Only when a [`Secret`] applies to the CONNECT host and the sandbox has a CA does the proxy
 //! intercept, because substituting a header inside TLS is impossible otherwise. Plain HTTP requests always
-//! get substitution in header values (never bodies or URLs), and only toward the secret's hosts: a
-//! placeholder sent anywhere else leaves unchanged, so the real value never goes there.
+//! get substitution in header values (never bodies, URLs, or the `Host` the proxy writes: a placeholder is a
+//! valid DNS label, and servers reflect `Host`), and only toward the secret's hosts: a placeholder sent
+//! anywhere else leaves unchanged, so the real value never goes there.
 //!
 //! **Interception uses a per-sandbox CA.** [`SandboxCa`] is generated for one sandbox, its key stays in the
 //! host process, and its leaves (cached per host) are only served on that sandbox's listener: a CA leaked

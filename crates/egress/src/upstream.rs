@@ -34,10 +34,9 @@ pub(crate) fn prepare(
     parts.uri = Uri::from(path);
     parts.version = Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers);
-    let authority = if port == default_port { host.to_string() } else { format!("{host}:{port}") };
-    if let Ok(value) = HeaderValue::from_str(&authority) {
-        parts.headers.insert(header::HOST, value);
-    }
+    // The client's Host goes (it names nothing: the destination is decided); the proxy writes its own after the
+    // substitution, so a placeholder in the host name (a valid DNS label) never becomes the value there.
+    parts.headers.remove(header::HOST);
     let changed =
         secrets::substitute(&ctx.sandbox.secrets(), host, port, &mut parts.headers, MAX_HEAD_BYTES).map_err(|_| {
             let msg = format!(
@@ -45,6 +44,10 @@ pub(crate) fn prepare(
             );
             Box::new(text(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, msg))
         })?;
+    let authority = if port == default_port { host.to_string() } else { format!("{host}:{port}") };
+    if let Ok(value) = HeaderValue::from_str(&authority) {
+        parts.headers.insert(header::HOST, value);
+    }
     if changed > 0 {
         tracing::debug!(sandbox = %ctx.sandbox.sandbox_id, host = %host, changed, "egress secrets substituted");
     }

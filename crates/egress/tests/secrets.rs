@@ -294,3 +294,26 @@ async fn an_intercepted_tunnel_follows_a_policy_change_on_its_next_request() {
         "the refusal is audited: {events:#?}"
     );
 }
+
+#[tokio::test]
+async fn a_placeholder_in_the_host_name_is_never_replaced() {
+    // Placeholders are lowercase letters, digits and '-': a valid DNS label. Under a wildcard secret host, a request to
+    // `<placeholder>.allowed.test` put the placeholder in the Host header the proxy writes, where it was replaced by
+    // the value; servers reflect Host everywhere (redirects to https://<Host>/, error pages), handing it back.
+    let placeholder = "sandkasten-secret-gh-0123456789abcdef";
+    let named = format!("{placeholder}.allowed.test");
+    let (good, good_rx) = http_upstream().await;
+    let p = start_proxy(loopback_config(&[(&named, "127.0.0.1")]), allowlist(&["*.allowed.test"]), None).await;
+    let mut secret = secret_for(&["*.allowed.test"]);
+    secret.placeholder = placeholder.to_owned();
+    p.sandbox.set_secrets(vec![secret]).unwrap();
+    let mut c = client(&p).await;
+    let req = format!(
+        "GET http://{named}:{0}/ HTTP/1.1\r\nHost: {named}\r\nAuthorization: Bearer {placeholder}\r\n\r\n",
+        good.port()
+    );
+    assert_eq!(roundtrip(&mut c, &req).await.0, 200);
+    let head = good_rx.lock().unwrap()[0].0.clone();
+    assert!(head.contains(&format!("authorization: Bearer {REAL}\r\n")), "positive control: {head}");
+    assert!(head.contains(&format!("host: {named}:{}\r\n", good.port())), "the Host header was rewritten: {head}");
+}
