@@ -154,7 +154,7 @@ async fn attempt(
             return Err(Denial::refused(StatusCode::FORBIDDEN, &target, rule, reason));
         }
     };
-    let checked = match ctx.inner.resolver.resolve_checked(&host, port).await {
+    let checked = match ctx.inner.resolver.resolve_checked(&host, port, ctx.sandbox.lookups()).await {
         Ok(checked) => checked,
         Err(AddrRefusal::Unresolvable(why)) => return Err(Denial::failed(&target, format!("{rule}; {why}"), why)),
         Err(AddrRefusal::Special { addr, range }) => {

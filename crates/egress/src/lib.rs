@@ -74,11 +74,13 @@
 //! **Limits.** Request heads are capped at [`MAX_HEAD_BYTES`] (hyper answers 431 past it) and must arrive
 //! within [`HEADER_READ_TIMEOUT`]; a head that would outgrow [`MAX_HEAD_BYTES`] once secrets are substituted
 //! (a value is longer than its placeholder) is answered 431 and never built; connects and name resolution are
-//! bounded by `connect_timeout_ms`; a connection or tunnel with no traffic for `idle_timeout_ms` is closed; a
-//! sandbox holds at most `max_connections` client connections (tunnels included), further ones wait in the
-//! listen backlog, so one sandbox cannot exhaust the host's descriptors. Upstream requests carry
-//! `Connection: close`; the client side stays keep-alive and every request on it is decided and audited
-//! separately. Bytes that do not parse as HTTP get hyper's 400 and are not audited (they name no destination).
+//! bounded by `connect_timeout_ms`, and system lookups in flight are capped (8 per sandbox, 64 in all; a lookup
+//! that timed out keeps its place until its thread is free); a connection or tunnel with no traffic for
+//! `idle_timeout_ms` is closed; a sandbox holds at most `max_connections` client connections (tunnels
+//! included), further ones wait in the listen backlog, so one sandbox cannot exhaust the host's descriptors.
+//! Upstream requests carry `Connection: close`; the client side stays keep-alive and every request on it is
+//! decided and audited separately. Bytes that do not parse as HTTP get hyper's 400 and are not audited (they
+//! name no destination).
 //!
 //! **Lifetime.** [`ProxyHandle`] owns the accept loop and every task it spawned: dropping it closes the
 //! listener and every open connection and tunnel of that sandbox; [`ProxyHandle::shutdown`] also waits.

@@ -3,8 +3,11 @@
 
 use std::sync::{Arc, RwLock};
 
+use tokio::sync::Semaphore;
+
 use crate::ca::SandboxCa;
 use crate::policy::Policy;
+use crate::resolve::MAX_LOOKUPS_PER_SANDBOX;
 use crate::secrets::{CompiledSecret, Secret, SecretError};
 
 /// Per-sandbox egress state shared between the server and the proxy.
@@ -17,6 +20,8 @@ pub struct SandboxEgress {
     policy: RwLock<Arc<Policy>>,
     secrets: RwLock<Arc<Vec<CompiledSecret>>>,
     ca: Option<SandboxCa>,
+    /// Places for this sandbox's system name lookups in flight.
+    lookups: Arc<Semaphore>,
 }
 
 impl SandboxEgress {
@@ -34,6 +39,7 @@ impl SandboxEgress {
             policy: RwLock::new(Arc::new(policy)),
             secrets: RwLock::new(Arc::new(Vec::new())),
             ca,
+            lookups: Arc::new(Semaphore::new(MAX_LOOKUPS_PER_SANDBOX)),
         }
     }
 
@@ -57,6 +63,10 @@ impl SandboxEgress {
 
     pub(crate) fn secrets(&self) -> Arc<Vec<CompiledSecret>> {
         self.secrets.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(crate) fn lookups(&self) -> &Arc<Semaphore> {
+        &self.lookups
     }
 
     /// The interception CA, if the sandbox has one.
