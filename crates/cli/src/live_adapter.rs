@@ -114,6 +114,14 @@ impl SandboxRuntime for LiveAdapter {
     fn listen_in_sandbox(&self, id: &str, port: u16) -> Result<std::net::TcpListener, RuntimeFailure> {
         match self.0.listen_in_sandbox(id, port) {
             Some(Ok(listener)) => Ok(listener),
+            // Code inside bound the port first (possible while the policy was none): the sandbox's doing, not ours.
+            Some(Err(error)) if error.kind() == std::io::ErrorKind::AddrInUse => Err(RuntimeFailure::new(
+                FailureKind::Conflict,
+                format!(
+                    "port {port} inside sandbox {id} is in use by a process in the sandbox; the egress proxy listens \
+                     there: stop that process and retry"
+                ),
+            )),
             Some(Err(error)) => Err(RuntimeFailure::new(
                 FailureKind::Internal,
                 format!("cannot open the egress proxy's port {port} inside sandbox {id}: {error}"),

@@ -412,6 +412,25 @@ fn a_secret_reaches_only_its_host_and_never_the_sandbox() {
     let body = world.server.call("GET", &format!("/v1/sandboxes/{id}"), KEY_1, None);
     assert!(!String::from_utf8_lossy(&body.body).contains(value));
     assert_eq!(body.json["secrets"][0], "API_TOKEN");
+    // Rotating the value and narrowing the hosts applies to the running sandbox at once: allowed.test now gets the
+    // placeholder (neither value), secure.test the new value.
+    let rotated = "r0tated-9876543210-value";
+    let put = world.server.call(
+        "PUT",
+        "/v1/secrets/API_TOKEN",
+        KEY_1,
+        Some(json!({"value": rotated, "hosts": ["secure.test"]})),
+    );
+    assert_eq!(put.status, 200, "{put:?}");
+    world.sh(&id, &format!("curl -sS -m 10 {header} http://allowed.test/after-rotation"));
+    let (code, out, err) = world.sh(&id, &format!("curl -sS -m 10 {header} https://secure.test/after-rotation"));
+    assert_eq!(code, 0, "{out}{err}");
+    let seen = world.allowed.requests();
+    let after = &seen[seen.find("GET /after-rotation").expect("request arrived")..];
+    assert!(after.contains(placeholder.trim()) && !after.contains(value) && !after.contains(rotated), "{after}");
+    let seen = world.secure.requests();
+    let after = &seen[seen.find("GET /after-rotation").expect("request arrived")..];
+    assert!(after.contains(&format!("Bearer {rotated}")), "{after}");
     // Deleting the secret stops the substitution at once.
     assert_eq!(world.server.call("DELETE", "/v1/secrets/API_TOKEN", KEY_1, None).status, 204);
     world.sh(&id, &format!("curl -sS -m 10 {header} http://allowed.test/after-delete"));
@@ -445,6 +464,7 @@ fn bad_network_input_is_refused_with_the_reason() {
         ("1BAD", json!({"value": "v", "hosts": ["a.example"]})),
         ("GOOD", json!({"value": "v", "hosts": []})),
         ("GOOD", json!({"value": "v", "hosts": ["bad host"]})),
+        ("GOOD", json!({"value": "v", "hosts": ["api.example.com", "*.com"]})),
         ("GOOD", json!({"value": "line\nbreak", "hosts": ["a.example"]})),
     ] {
         let reply = world.server.call("PUT", &format!("/v1/secrets/{name}"), KEY_1, Some(body.clone()));
@@ -532,4 +552,61 @@ fn a_one_shot_run_through_the_server_gets_its_policy_and_a_local_one_refuses_it(
         .unwrap();
     assert_eq!(local.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&local.stderr).contains("--server"), "{}", String::from_utf8_lossy(&local.stderr));
+}
+
+#[test]
+fn a_process_squatting_the_proxy_port_gets_a_conflict_and_changes_nothing() {
+    require_root!();
+    let world = World::start("");
+    let id = world.server.create(json!({}));
+    // While the policy is none, code inside binds the proxy's port itself (it could then play proxy to its own
+    // clients, which is harmless; the server must not report its own failure, nor half-apply the policy).
+    let squat = "import socket, time\ns = socket.socket()\ns.bind(('127.0.0.1', 3128))\ns.listen()\ntime.sleep(60)\n";
+    let put = world.server.put_bytes(&format!("/v1/sandboxes/{id}/files?path=/tmp/squat.py"), KEY_1, squat.as_bytes());
+    assert!(put.status < 300, "{put:?}");
+    let started = world.server.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        KEY_1,
+        Some(json!({"cmd": "/usr/bin/python3 /tmp/squat.py", "background": true})),
+    );
+    assert!(started.status < 300, "{started:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while door_inode(&world, &id).is_none() {
+        assert!(Instant::now() < deadline, "the squatter never listened");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let network = format!("/v1/sandboxes/{id}/network");
+    let reply = world.server.call("PUT", &network, KEY_1, Some(allowlist(&["allowed.test"])));
+    assert_eq!(reply.status, 409, "{reply:?}");
+    let message = reply.json["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("3128") && message.contains("in use"), "{reply:?}");
+    assert_eq!(world.server.call("GET", &format!("/v1/sandboxes/{id}"), KEY_1, None).json["network"]["mode"], "none");
+    assert_eq!(world.server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
+    assert_sandbox_gone(&id);
+}
+
+#[test]
+fn the_servers_own_addresses_are_refused_even_inside_an_allowed_range() {
+    require_root!();
+    let world = World::start("");
+    // 10.201.0.1 is the host's end of allowed.test's veth: an address of the server's own host, inside the range the
+    // operator allowed for the test hosts. A service of the host listening there (or on 0.0.0.0, or on a public
+    // address of the host) must stay out of reach: the operator allowed a network, not the host itself.
+    let listener = TcpListener::bind("10.201.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let probe = std::net::TcpStream::connect(("10.201.0.1", port)).unwrap();
+    assert_eq!(accepted_within(&listener, Duration::from_millis(200)), 1, "positive control");
+    drop(probe);
+    let id = world.sandbox(json!({"mode": "open"}));
+    let (_, out, _) = world.sh(&id, &curl("http://allowed.test/whoami"));
+    assert!(out.contains("STATUS 200"), "positive control: the allowed range works: {out}");
+    let get = format!("GET http://10.201.0.1:{port}/ HTTP/1.1\r\nHost: 10.201.0.1\r\nConnection: close\r\n\r\n");
+    let out = raw_proxy_request(&world, &id, &get);
+    assert!(out.starts_with("HTTP/1.1 403") && out.contains("this host"), "GET: {out}");
+    let connect = format!("CONNECT 10.201.0.1:{port} HTTP/1.1\r\nHost: 10.201.0.1:{port}\r\n\r\n");
+    let out = raw_proxy_request(&world, &id, &connect);
+    assert!(out.starts_with("HTTP/1.1 403"), "CONNECT: {out}");
+    assert_eq!(accepted_within(&listener, Duration::from_millis(300)), 0, "the host's own service was reached");
 }

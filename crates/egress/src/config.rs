@@ -25,7 +25,8 @@ pub struct EgressConfig {
     /// Static resolver entries consulted before the system resolver, e.g. `"allowed.test" = ["10.200.1.2"]`.
     pub hosts: BTreeMap<String, Vec<IpAddr>>,
     /// Special-range CIDRs (private, loopback, ...) the operator allows, e.g. `"10.200.1.0/24"`. A bare address
-    /// means that single address.
+    /// means that single address. An address of the proxy's own host is reachable only through an entry naming
+    /// exactly it (`/32`, `/128` or bare): a range that merely contains the host does not open its services.
     pub allow_cidrs: Vec<String>,
     /// Extra PEM roots trusted for upstream TLS when intercepting, besides the system roots.
     pub upstream_ca_file: Option<PathBuf>,

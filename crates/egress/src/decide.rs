@@ -105,6 +105,34 @@ pub(crate) async fn decide_and_connect(
     }
 }
 
+/// Asks the current policy again about a destination already checked and resolved (a new upstream connection
+/// inside an intercepted tunnel): the policy may have changed since. A refusal is audited like any other and
+/// returned as the response for the client (boxed: it is the rare path).
+pub(crate) fn recheck_policy(
+    ctx: &Ctx,
+    scheme: &str,
+    host: &Host,
+    port: u16,
+) -> Result<(), Box<hyper::Response<Body>>> {
+    let NameVerdict::Refused { rule, reason } = ctx.sandbox.policy().check(host, port) else {
+        return Ok(());
+    };
+    ctx.inner.audit.record(AuditEvent {
+        time_ms: now_ms(),
+        sandbox_id: ctx.sandbox.sandbox_id.clone(),
+        tenant: ctx.sandbox.tenant.clone(),
+        scheme: scheme.to_owned(),
+        host: host.audit_string(),
+        port,
+        resolved: None,
+        decision: Decision::Refused,
+        rule,
+        bytes_up: 0,
+        bytes_down: 0,
+    });
+    Err(Box::new(refusal(StatusCode::FORBIDDEN, &format!("{host}:{port}"), &reason)))
+}
+
 /// The steps of a decision; fills in the event's canonical host, resolved address and allowing rule.
 async fn attempt(
     ctx: &Ctx,
@@ -126,7 +154,7 @@ async fn attempt(
             return Err(Denial::refused(StatusCode::FORBIDDEN, &target, rule, reason));
         }
     };
-    let checked = match ctx.inner.resolver.resolve_checked(&host, port).await {
+    let checked = match ctx.inner.resolver.resolve_checked(&host, port, ctx.sandbox.lookups()).await {
         Ok(checked) => checked,
         Err(AddrRefusal::Unresolvable(why)) => return Err(Denial::failed(&target, format!("{rule}; {why}"), why)),
         Err(AddrRefusal::Special { addr, range }) => {

@@ -31,7 +31,9 @@ pub(crate) async fn handle_http(ctx: Ctx, req: Request<Incoming>) -> Response<Bo
         Err(resp) => return resp,
     };
     let (mut parts, body) = req.into_parts();
-    upstream::prepare(&ctx, &mut parts, &go.host, go.port, 80);
+    if let Err(resp) = upstream::prepare(&ctx, &mut parts, &go.host, go.port, 80) {
+        return *resp;
+    }
     let req = Request::from_parts(parts, body);
     upstream::send(&ctx, go.upstream, req, go.counters, Some(go.guard)).await
 }

@@ -1,7 +1,8 @@
 //! TLS interception of a CONNECT tunnel for which a secret applies: the sandbox's CA issues a leaf for the
 //! CONNECT host, the HTTP/1.1 requests inside are served, secrets substituted in their headers, and each is
 //! forwarded over TLS (verified against system roots plus `upstream_ca_file`) to the address checked at
-//! CONNECT time, never to whatever the inner `Host` header names.
+//! CONNECT time, never to whatever the inner `Host` header names. Each request opens a new upstream connection,
+//! so each is first checked against the policy in force at that moment.
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
@@ -16,7 +17,7 @@ use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use crate::decide::{Go, dial};
+use crate::decide::{Go, dial, recheck_policy};
 use crate::host::Host;
 use crate::io::{Counters, CountingIo, idle_watchdog};
 use crate::proxy::{Ctx, HEADER_READ_TIMEOUT, MAX_HEAD_BYTES};
@@ -83,6 +84,14 @@ pub(crate) async fn run(ctx: Ctx, client: TokioIo<Upgraded>, go: Go) {
 
 async fn forward(tunnel: Arc<Tunnel>, req: Request<Incoming>) -> Response<Body> {
     let ctx = &tunnel.ctx;
+    // Each request makes a new upstream connection: it follows the policy in force now, not at CONNECT time.
+    if let Err(resp) = recheck_policy(ctx, "connect", &tunnel.host, tunnel.port) {
+        return *resp;
+    }
+    let (mut parts, body) = req.into_parts();
+    if let Err(resp) = upstream::prepare(ctx, &mut parts, &tunnel.host, tunnel.port, 443) {
+        return *resp;
+    }
     let tcp = tunnel.first.lock().unwrap_or_else(|e| e.into_inner()).take();
     let tcp = match tcp {
         Some(tcp) => tcp,
@@ -109,7 +118,5 @@ async fn forward(tunnel: Arc<Tunnel>, req: Request<Incoming>) -> Response<Body> 
         }
         Err(_) => return text(StatusCode::BAD_GATEWAY, "sandkasten egress: upstream TLS timed out\n".to_owned()),
     };
-    let (mut parts, body) = req.into_parts();
-    upstream::prepare(ctx, &mut parts, &tunnel.host, tunnel.port, 443);
     upstream::send(ctx, tls, Request::from_parts(parts, body), tunnel.counters.clone(), None).await
 }

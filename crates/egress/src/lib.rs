@@ -30,7 +30,9 @@
 //! nothing about where it points: so the proxy resolves it itself (static `[egress.hosts]` first, then the
 //! system resolver) and refuses if *any* returned address is in a special range (loopback, private,
 //! link-local incl. 169.254.169.254, CGNAT, ULA, multicast, reserved, documentation, benchmarking, and the
-//! IPv6 forms embedding those; see [`special_range`]) unless the operator lists it in `allow_cidrs`.
+//! IPv6 forms embedding those; see [`special_range`]) unless the operator lists it in `allow_cidrs`. Any address
+//! of the proxy's own host (public ones too: asked of the kernel's routes) is refused as well unless
+//! `allow_cidrs` names exactly that address, since a connection there reaches the host's own services.
 //!
 //! **Connect to exactly the checked address.** The connection goes to an address from the checked answer,
 //! never to a name, so there is no second lookup a rebinding DNS server could answer differently. Mode `open`
@@ -41,7 +43,8 @@
 //! trust decision; add `:443` to narrow it). IP literals are accepted as patterns and match that exact address
 //! in any spelling; name patterns never match IP literals. Deny wins over allow in every mode. Giving allow
 //! patterns with mode `none` or `open` is an error rather than silently ignored. Policy changes apply to
-//! requests and tunnels that start afterwards.
+//! requests and tunnels that start afterwards, and to every request inside an intercepted tunnel (each makes
+//! a new upstream connection); a blind tunnel keeps the decision it got.
 //!
 //! **Refusals are answered, and everything is audited.** A refusal is an HTTP 403 (400 for a malformed
 //! host) whose text body names the rule, e.g. `sandkasten egress: refused api.evil.test:443: not in the
@@ -53,8 +56,9 @@
 //! decided on the destination, and looking inside TLS would add risk (a CA the sandbox trusts) and cost for
 //! nothing. Only when a [`Secret`] applies to the CONNECT host and the sandbox has a CA does the proxy
 //! intercept, because substituting a header inside TLS is impossible otherwise. Plain HTTP requests always
-//! get substitution in header values (never bodies or URLs), and only toward the secret's hosts: a
-//! placeholder sent anywhere else leaves unchanged, so the real value never goes there.
+//! get substitution in header values (never bodies, URLs, or the `Host` the proxy writes: a placeholder is a
+//! valid DNS label, and servers reflect `Host`), and only toward the secret's hosts: a placeholder sent
+//! anywhere else leaves unchanged, so the real value never goes there.
 //!
 //! **Interception uses a per-sandbox CA.** [`SandboxCa`] is generated for one sandbox, its key stays in the
 //! host process, and its leaves (cached per host) are only served on that sandbox's listener: a CA leaked
@@ -68,12 +72,15 @@
 //! the real value to the sandbox. Responses are not scrubbed; list only hosts that consume the secret.
 //!
 //! **Limits.** Request heads are capped at [`MAX_HEAD_BYTES`] (hyper answers 431 past it) and must arrive
-//! within [`HEADER_READ_TIMEOUT`]; connects and name resolution are bounded by `connect_timeout_ms`; a
-//! connection or tunnel with no traffic for `idle_timeout_ms` is closed; a sandbox holds at most
-//! `max_connections` client connections (tunnels included), further ones wait in the listen backlog, so one
-//! sandbox cannot exhaust the host's descriptors. Upstream requests carry `Connection: close`; the client
-//! side stays keep-alive and every request on it is decided and audited separately. Bytes that do not parse
-//! as HTTP get hyper's 400 and are not audited (they name no destination).
+//! within [`HEADER_READ_TIMEOUT`]; a head that would outgrow [`MAX_HEAD_BYTES`] once secrets are substituted
+//! (a value is longer than its placeholder) is answered 431 and never built; connects and name resolution are
+//! bounded by `connect_timeout_ms`, and system lookups in flight are capped (8 per sandbox, 64 in all; a lookup
+//! that timed out keeps its place until its thread is free); a connection or tunnel with no traffic for
+//! `idle_timeout_ms` is closed; a sandbox holds at most `max_connections` client connections (tunnels
+//! included), further ones wait in the listen backlog, so one sandbox cannot exhaust the host's descriptors.
+//! Upstream requests carry `Connection: close`; the client side stays keep-alive and every request on it is
+//! decided and audited separately. Bytes that do not parse as HTTP get hyper's 400 and are not audited (they
+//! name no destination).
 //!
 //! **Lifetime.** [`ProxyHandle`] owns the accept loop and every task it spawned: dropping it closes the
 //! listener and every open connection and tunnel of that sandbox; [`ProxyHandle::shutdown`] also waits.
@@ -88,6 +95,7 @@ mod forward;
 mod host;
 mod intercept;
 mod io;
+mod local;
 mod policy;
 mod proxy;
 mod ranges;
@@ -111,4 +119,4 @@ pub use policy::{Mode, Pattern, Policy, PolicyError};
 pub use proxy::{HEADER_READ_TIMEOUT, MAX_HEAD_BYTES, Proxy, ProxyHandle};
 pub use ranges::special_range;
 pub use sandbox::SandboxEgress;
-pub use secrets::{Secret, SecretError};
+pub use secrets::{Secret, SecretError, check_secret_hosts};

@@ -103,6 +103,14 @@ impl Pattern {
         }
     }
 
+    /// For a wildcard pattern, how many labels follow `*.` (1 for `*.com`); `None` otherwise.
+    pub(crate) fn wildcard_labels(&self) -> Option<usize> {
+        match &self.target {
+            Target::Subdomains(suffix) => Some(suffix.matches('.').count()),
+            _ => None,
+        }
+    }
+
     /// The pattern as written.
     pub fn as_str(&self) -> &str {
         &self.text

@@ -83,7 +83,7 @@ impl Proxy {
     pub fn new(config: EgressConfig, audit: Arc<dyn AuditSink>) -> Result<Proxy, ConfigError> {
         let valid = config.validate()?;
         let client_tls = tls::upstream_client_config(config.upstream_ca_file.as_deref())?;
-        let resolver = Resolver { hosts: valid.hosts, allow_cidrs: valid.allow_cidrs, timeout: valid.connect_timeout };
+        let resolver = Resolver::new(valid.hosts, valid.allow_cidrs, valid.connect_timeout);
         Ok(Proxy {
             inner: Arc::new(Inner {
                 resolver,

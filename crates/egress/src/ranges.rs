@@ -1,6 +1,7 @@
 //! Special-purpose address ranges the proxy never connects to unless the operator lists them in
 //! `egress.allow_cidrs`: loopback, private, link-local (cloud metadata), CGNAT, ULA, multicast, reserved,
-//! documentation and benchmarking ranges, and the IPv6 forms that embed such an IPv4 address.
+//! documentation and benchmarking ranges, the IPv6 forms that embed such an IPv4 address, and any IPv6 address
+//! outside global unicast (2000::/3).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -27,7 +28,8 @@ const V4: &[(Ipv4Addr, u8, &str)] = &[
     (Ipv4Addr::new(240, 0, 0, 0), 4, "reserved"),
 ];
 
-/// IPv6 special ranges (the embedded-IPv4 forms are handled before this table).
+/// IPv6 special ranges (the embedded-IPv4 forms are handled before this table; anything else outside global
+/// unicast 2000::/3 is refused after it).
 const V6: &[(u128, u8, &str)] = &[
     (0, 128, "unspecified"),
     (1, 128, "loopback"),
@@ -56,7 +58,13 @@ pub fn special_range(ip: IpAddr) -> Option<String> {
                 let v4 = Ipv4Addr::from(((bits >> 80) & 0xffff_ffff) as u32);
                 return v4_range(v4).map(|name| format!("6to4 form of {v4}, {name}"));
             }
-            V6.iter().find(|(net, len, _)| in_prefix(bits, *net, *len, 128)).map(|(_, _, name)| (*name).to_owned())
+            let named = V6.iter().find(|(net, len, _)| in_prefix(bits, *net, *len, 128));
+            if let Some((_, _, name)) = named {
+                return Some((*name).to_owned());
+            }
+            // Global unicast is 2000::/3; everything else (SIIT ::ffff:0:0/96, SRv6 5f00::/16, unassigned space)
+            // is nobody's public address.
+            (!in_prefix(bits, 0x2000 << 112, 3, 128)).then(|| "not global unicast (outside 2000::/3)".to_owned())
         }
     }
 }
@@ -149,6 +157,10 @@ mod tests {
             ("64:ff9b:1::1", "NAT64 local-use"),
             ("fec0::1", "site-local"),
             ("2001::1", "IETF"),
+            ("::ffff:0:7f00:1", "outside 2000::/3"),
+            ("5f00::1", "outside 2000::/3"),
+            ("4000::1", "outside 2000::/3"),
+            ("::1:0:0:1", "outside 2000::/3"),
         ];
         for (addr, want) in cases {
             let got = range(addr).unwrap_or_else(|| panic!("{addr} not special"));

@@ -3,8 +3,11 @@
 
 use std::sync::{Arc, RwLock};
 
+use tokio::sync::Semaphore;
+
 use crate::ca::SandboxCa;
 use crate::policy::Policy;
+use crate::resolve::MAX_LOOKUPS_PER_SANDBOX;
 use crate::secrets::{CompiledSecret, Secret, SecretError};
 
 /// Per-sandbox egress state shared between the server and the proxy.
@@ -17,6 +20,8 @@ pub struct SandboxEgress {
     policy: RwLock<Arc<Policy>>,
     secrets: RwLock<Arc<Vec<CompiledSecret>>>,
     ca: Option<SandboxCa>,
+    /// Places for this sandbox's system name lookups in flight.
+    lookups: Arc<Semaphore>,
 }
 
 impl SandboxEgress {
@@ -34,11 +39,12 @@ impl SandboxEgress {
             policy: RwLock::new(Arc::new(policy)),
             secrets: RwLock::new(Arc::new(Vec::new())),
             ca,
+            lookups: Arc::new(Semaphore::new(MAX_LOOKUPS_PER_SANDBOX)),
         }
     }
 
-    /// Replaces the policy; applies to every request and CONNECT that starts afterwards (open tunnels and
-    /// in-flight requests keep the decision they got).
+    /// Replaces the policy; applies to every request and CONNECT that starts afterwards, including each request
+    /// inside an intercepted tunnel (open blind tunnels and in-flight requests keep the decision they got).
     pub fn set_policy(&self, policy: Policy) {
         *self.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
     }
@@ -57,6 +63,10 @@ impl SandboxEgress {
 
     pub(crate) fn secrets(&self) -> Arc<Vec<CompiledSecret>> {
         self.secrets.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(crate) fn lookups(&self) -> &Arc<Semaphore> {
+        &self.lookups
     }
 
     /// The interception CA, if the sandbox has one.

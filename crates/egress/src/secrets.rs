@@ -58,6 +58,31 @@ pub enum SecretError {
     },
 }
 
+/// Checks a secret's host patterns: each must parse, and none may be a wildcard over a top-level domain
+/// (`*.com` would send the value to every `.com` host, one the sandbox's author registers included).
+pub fn check_secret_hosts(hosts: &[String]) -> Result<(), PolicyError> {
+    parse_hosts(hosts).map(drop)
+}
+
+fn parse_hosts(hosts: &[String]) -> Result<Vec<Pattern>, PolicyError> {
+    hosts
+        .iter()
+        .map(|h| {
+            let pattern = Pattern::parse("secret hosts", h)?;
+            if pattern.wildcard_labels().is_some_and(|labels| labels < 2) {
+                return Err(PolicyError {
+                    list: "secret hosts",
+                    pattern: h.clone(),
+                    reason: "a wildcard over a top-level domain matches hosts anyone can register: name the \
+                             domain, as in *.example.com"
+                        .into(),
+                });
+            }
+            Ok(pattern)
+        })
+        .collect()
+}
+
 /// A secret with compiled host patterns.
 #[derive(Clone)]
 pub(crate) struct CompiledSecret {
@@ -86,12 +111,8 @@ impl CompiledSecret {
         if secret.hosts.is_empty() {
             return Err(invalid("no hosts: list the host patterns the secret may be sent to"));
         }
-        let hosts = secret
-            .hosts
-            .iter()
-            .map(|h| Pattern::parse("secret hosts", h))
-            .collect::<Result<_, _>>()
-            .map_err(|source| SecretError::Pattern { name: secret.name.clone(), source })?;
+        let hosts =
+            parse_hosts(&secret.hosts).map_err(|source| SecretError::Pattern { name: secret.name.clone(), source })?;
         Ok(CompiledSecret { value, placeholder: secret.placeholder.as_bytes().to_vec(), hosts })
     }
 
@@ -105,12 +126,35 @@ pub(crate) fn any_for(secrets: &[CompiledSecret], host: &Host, port: u16) -> boo
     secrets.iter().any(|s| s.applies_to(host, port))
 }
 
+/// The head would grow past its limit if every placeholder became its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HeadTooLarge;
+
 /// Replaces placeholders in header values with the real values of the secrets that apply to `host:port`.
-/// Returns how many header values changed.
-pub(crate) fn substitute(secrets: &[CompiledSecret], host: &Host, port: u16, headers: &mut HeaderMap) -> usize {
+/// Returns how many header values changed. A value is much longer than its placeholder, so a head full of
+/// placeholders would grow many times over: if the head (names, values and line overhead) would exceed
+/// `max_head` bytes, nothing is built and the head is left as it was.
+pub(crate) fn substitute(
+    secrets: &[CompiledSecret],
+    host: &Host,
+    port: u16,
+    headers: &mut HeaderMap,
+    max_head: usize,
+) -> Result<usize, HeadTooLarge> {
     let applicable: Vec<&CompiledSecret> = secrets.iter().filter(|s| s.applies_to(host, port)).collect();
     if applicable.is_empty() {
-        return 0;
+        return Ok(0);
+    }
+    let mut head: usize = headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
+    for value in headers.values() {
+        for secret in &applicable {
+            let count = count(value.as_bytes(), &secret.placeholder);
+            let growth = secret.value.len().saturating_sub(secret.placeholder.len()).saturating_mul(count);
+            head = head.saturating_add(growth);
+        }
+    }
+    if head > max_head {
+        return Err(HeadTooLarge);
     }
     let mut changed = 0;
     for value in headers.values_mut() {
@@ -127,7 +171,18 @@ pub(crate) fn substitute(secrets: &[CompiledSecret], host: &Host, port: u16, hea
             changed += 1;
         }
     }
-    changed
+    Ok(changed)
+}
+
+/// Non-overlapping occurrences of `needle` in `haystack`.
+fn count(haystack: &[u8], needle: &[u8]) -> usize {
+    let mut n = 0;
+    let mut rest = haystack;
+    while let Some(i) = find(rest, needle) {
+        n += 1;
+        rest = &rest[i + needle.len()..];
+    }
+    n
 }
 
 fn replace_all(haystack: &[u8], needle: &[u8], with: &[u8]) -> Option<Vec<u8>> {
@@ -175,13 +230,36 @@ mod tests {
         headers.insert("x-twice", "SANDKASTEN_PLACEHOLDER_gh,SANDKASTEN_PLACEHOLDER_gh".parse().unwrap());
         let mut other = headers.clone();
         let host = canonicalize_host("API.example.com").unwrap();
-        assert_eq!(substitute(&compiled, &host, 443, &mut headers), 2);
+        assert_eq!(substitute(&compiled, &host, 443, &mut headers, 64 * 1024), Ok(2));
         assert_eq!(headers["authorization"], "Bearer real-token-123");
         assert_eq!(headers["x-twice"], "real-token-123,real-token-123");
-        assert_eq!(substitute(&compiled, &host, 80, &mut other), 0, "wrong port");
+        assert_eq!(substitute(&compiled, &host, 80, &mut other, 64 * 1024), Ok(0), "wrong port");
         let evil = canonicalize_host("api.example.com.evil.test").unwrap();
-        assert_eq!(substitute(&compiled, &evil, 443, &mut other), 0);
+        assert_eq!(substitute(&compiled, &evil, 443, &mut other, 64 * 1024), Ok(0));
         assert_eq!(other["authorization"], "Bearer SANDKASTEN_PLACEHOLDER_gh");
+    }
+
+    #[test]
+    fn a_head_that_would_outgrow_the_limit_is_left_alone() {
+        let mut long = secret(&["api.example.com"]);
+        long.value = "v".repeat(1000);
+        let compiled = vec![CompiledSecret::compile(&long).unwrap()];
+        let host = canonicalize_host("api.example.com").unwrap();
+        let mut headers = HeaderMap::new();
+        let many = ["SANDKASTEN_PLACEHOLDER_gh"; 10].join(",");
+        headers.insert("x-many", many.parse().unwrap());
+        assert_eq!(substitute(&compiled, &host, 443, &mut headers, 9_000), Err(HeadTooLarge));
+        assert_eq!(headers["x-many"], many.as_str(), "nothing was replaced");
+        assert_eq!(substitute(&compiled, &host, 443, &mut headers, 11_000), Ok(1));
+        assert_eq!(headers["x-many"].len(), 10 * 1000 + 9);
+    }
+
+    #[test]
+    fn a_wildcard_over_a_top_level_domain_is_no_secret_host() {
+        let err = CompiledSecret::compile(&secret(&["api.example.com", "*.com"])).unwrap_err().to_string();
+        assert!(err.contains("*.com") && err.contains("top-level"), "{err}");
+        assert!(check_secret_hosts(&["*.io:443".to_owned()]).is_err());
+        assert!(check_secret_hosts(&["*.example.com".to_owned(), "com".to_owned()]).is_ok());
     }
 
     #[test]

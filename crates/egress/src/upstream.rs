@@ -17,25 +17,42 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use crate::decide::AuditGuard;
 use crate::host::Host;
 use crate::io::{Counters, idle_watchdog};
-use crate::proxy::Ctx;
+use crate::proxy::{Ctx, MAX_HEAD_BYTES};
 use crate::response::{Body, strip_hop_by_hop, text};
 use crate::secrets;
 
-/// Rewrites a request head for the upstream `host:port` (`default_port` is the scheme's).
-pub(crate) fn prepare(ctx: &Ctx, parts: &mut Parts, host: &Host, port: u16, default_port: u16) {
+/// Rewrites a request head for the upstream `host:port` (`default_port` is the scheme's); a 431 for the client
+/// when substituting secrets would make the head larger than [`MAX_HEAD_BYTES`].
+pub(crate) fn prepare(
+    ctx: &Ctx,
+    parts: &mut Parts,
+    host: &Host,
+    port: u16,
+    default_port: u16,
+) -> Result<(), Box<Response<Body>>> {
     let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
     parts.uri = Uri::from(path);
     parts.version = Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers);
+    // The client's Host goes (it names nothing: the destination is decided); the proxy writes its own after the
+    // substitution, so a placeholder in the host name (a valid DNS label) never becomes the value there.
+    parts.headers.remove(header::HOST);
+    let changed =
+        secrets::substitute(&ctx.sandbox.secrets(), host, port, &mut parts.headers, MAX_HEAD_BYTES).map_err(|_| {
+            let msg = format!(
+                "sandkasten egress: the request head would exceed {MAX_HEAD_BYTES} bytes once secrets are substituted\n"
+            );
+            Box::new(text(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, msg))
+        })?;
     let authority = if port == default_port { host.to_string() } else { format!("{host}:{port}") };
     if let Ok(value) = HeaderValue::from_str(&authority) {
         parts.headers.insert(header::HOST, value);
     }
-    let changed = secrets::substitute(&ctx.sandbox.secrets(), host, port, &mut parts.headers);
     if changed > 0 {
         tracing::debug!(sandbox = %ctx.sandbox.sandbox_id, host = %host, changed, "egress secrets substituted");
     }
     parts.headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    Ok(())
 }
 
 /// Sends `req` over `io` and returns the upstream's response (hop-by-hop headers removed). The connection is

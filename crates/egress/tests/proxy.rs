@@ -1,6 +1,7 @@
 //! The proxy's decisions over real sockets (loopback only): CONNECT and plain HTTP allowed and refused, the
 //! special-range check after resolution (static entries to metadata and loopback, odd IP spellings) with no
-//! connect attempt, live policy changes, upstream failures, hostile input, and the audit of each attempt.
+//! connect attempt, live policy changes, upstream failures, hostile input, idle timeouts, and the audit of each
+//! attempt.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -232,4 +233,29 @@ async fn a_sandbox_cannot_hold_more_than_max_connections() {
     let (head, body) = read_message(&mut third).await.expect("served once a slot is free");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert_eq!(body, b"hello");
+}
+
+#[tokio::test]
+async fn idle_tunnels_and_idle_client_connections_are_closed() {
+    // A sandbox holding connections open without traffic must not keep host sockets (and its connection slots)
+    // forever: after idle_timeout_ms both a quiet tunnel and a quiet keep-alive connection are closed.
+    let echo = echo_upstream().await;
+    let config = EgressConfig { idle_timeout_ms: 300, ..loopback_config(&[]) };
+    let p = start_proxy(config, allowlist(&["allowed.test"]), None).await;
+    let mut tunnel = client(&p).await;
+    let req = format!("CONNECT allowed.test:{0} HTTP/1.1\r\nHost: allowed.test:{0}\r\n\r\n", echo.port());
+    assert_eq!(roundtrip(&mut tunnel, &req).await.0, 200);
+    tunnel.write_all(b"x").await.unwrap();
+    let mut one = [0u8; 1];
+    tunnel.read_exact(&mut one).await.unwrap();
+    let mut quiet = client(&p).await;
+    let refused = "GET http://unlisted.test/ HTTP/1.1\r\nHost: unlisted.test\r\n\r\n";
+    assert_eq!(roundtrip(&mut quiet, refused).await.0, 403);
+    for (name, stream) in [("tunnel", &mut tunnel), ("keep-alive connection", &mut quiet)] {
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(std::time::Duration::from_secs(10), stream.read_to_end(&mut rest)).await;
+        assert!(closed.is_ok(), "the idle {name} was not closed");
+    }
+    let events = p.audit.wait_for(2).await;
+    assert!(events.iter().any(|e| e.decision == Decision::Allowed && e.bytes_up == 1), "{events:#?}");
 }

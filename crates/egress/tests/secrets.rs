@@ -236,3 +236,84 @@ async fn shutdown_waits_until_every_connection_is_closed() {
     assert!(TcpStream::connect(p.addr).await.is_err());
     assert_eq!(p.audit.events.lock().unwrap().len(), 1, "audit recorded by the time shutdown returns");
 }
+
+#[tokio::test]
+async fn placeholders_cannot_blow_up_the_head_sent_upstream() {
+    // A head within the client limit, full of placeholders, would grow past it once every placeholder became the
+    // (much longer) value: the proxy would build and send megabytes per request. It refuses with 431 instead.
+    let (good, good_rx) = http_upstream().await;
+    let p = start_proxy(loopback_config(&[]), allowlist(&["allowed.test"]), None).await;
+    let mut long = secret_for(&["allowed.test"]);
+    long.value = "v".repeat(4096);
+    p.sandbox.set_secrets(vec![long]).unwrap();
+    let many = [PLACEHOLDER; 400].join(",");
+    assert!(many.len() < sandkasten_egress::MAX_HEAD_BYTES / 2, "the client's head itself is acceptable");
+    let mut c = client(&p).await;
+    let req =
+        format!("GET http://allowed.test:{}/ HTTP/1.1\r\nHost: allowed.test\r\nX-Many: {many}\r\n\r\n", good.port());
+    let (status, _, body) = roundtrip(&mut c, &req).await;
+    assert_eq!(status, 431, "{body}");
+    assert!(body.contains("secret"), "{body}");
+    assert!(good_rx.lock().unwrap().is_empty(), "the inflated head was sent upstream");
+    // One placeholder in an ordinary header still goes through on the same connection.
+    let req = format!(
+        "GET http://allowed.test:{}/ HTTP/1.1\r\nHost: allowed.test\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\r\n",
+        good.port()
+    );
+    assert_eq!(roundtrip(&mut c, &req).await.0, 200);
+    assert!(good_rx.lock().unwrap()[0].0.contains(&"v".repeat(4096)));
+}
+
+#[tokio::test]
+async fn an_intercepted_tunnel_follows_a_policy_change_on_its_next_request() {
+    // Each request inside an intercepted tunnel opens a new upstream connection (with the secret in it). After the
+    // host is taken off the allowlist, those new connections must stop, like every other new connection.
+    let up = tls_upstream().await;
+    let mut cfg = loopback_config(&[]);
+    cfg.upstream_ca_file = Some(up.ca_file.clone());
+    let ca = SandboxCa::generate("sb-test").unwrap();
+    let sandbox_ca_pem = ca.cert_pem();
+    let p = start_proxy(cfg, allowlist(&["allowed.test", "other.test"]), Some(ca)).await;
+    p.sandbox.set_secrets(vec![secret_for(&["allowed.test"])]).unwrap();
+    let c = tunnel(&p, "allowed.test", up.addr.port()).await;
+    let name = ServerName::try_from("allowed.test").unwrap();
+    let mut tls = TlsConnector::from(client_config(&sandbox_ca_pem)).connect(name, c).await.unwrap();
+    let req = format!("GET /one HTTP/1.1\r\nHost: allowed.test\r\nAuthorization: token {PLACEHOLDER}\r\n\r\n");
+    assert_eq!(roundtrip(&mut tls, &req).await.0, 200);
+
+    p.sandbox.set_policy(allowlist(&["other.test"]));
+    let req = format!("GET /two HTTP/1.1\r\nHost: allowed.test\r\nAuthorization: token {PLACEHOLDER}\r\n\r\n");
+    let (status, _, body) = roundtrip(&mut tls, &req).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("not in the allowlist"), "{body}");
+    let received = up.received.lock().unwrap().clone();
+    assert_eq!(received.len(), 1, "a new upstream connection was made after the policy refused the host");
+    let events = p.audit.wait_for(1).await;
+    assert!(
+        events.iter().any(|e| e.decision == Decision::Refused && e.host == "allowed.test"),
+        "the refusal is audited: {events:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_placeholder_in_the_host_name_is_never_replaced() {
+    // Placeholders are lowercase letters, digits and '-': a valid DNS label. Under a wildcard secret host, a request to
+    // `<placeholder>.allowed.test` put the placeholder in the Host header the proxy writes, where it was replaced by
+    // the value; servers reflect Host everywhere (redirects to https://<Host>/, error pages), handing it back.
+    let placeholder = "sandkasten-secret-gh-0123456789abcdef";
+    let named = format!("{placeholder}.allowed.test");
+    let (good, good_rx) = http_upstream().await;
+    let p = start_proxy(loopback_config(&[(&named, "127.0.0.1")]), allowlist(&["*.allowed.test"]), None).await;
+    let mut secret = secret_for(&["*.allowed.test"]);
+    secret.placeholder = placeholder.to_owned();
+    p.sandbox.set_secrets(vec![secret]).unwrap();
+    let mut c = client(&p).await;
+    let req = format!(
+        "GET http://{named}:{0}/ HTTP/1.1\r\nHost: {named}\r\nAuthorization: Bearer {placeholder}\r\n\r\n",
+        good.port()
+    );
+    assert_eq!(roundtrip(&mut c, &req).await.0, 200);
+    let head = good_rx.lock().unwrap()[0].0.clone();
+    assert!(head.contains(&format!("authorization: Bearer {REAL}\r\n")), "positive control: {head}");
+    assert!(head.contains(&format!("host: {named}:{}\r\n", good.port())), "the Host header was rewritten: {head}");
+}

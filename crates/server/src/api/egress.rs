@@ -26,7 +26,7 @@ const DEFAULT_EVENTS: u32 = 1_000;
         (status = 400, description = "Malformed JSON, or a bad host pattern or port (named in the message)", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 404, description = "No such sandbox for this tenant", body = ErrorBody),
-        (status = 409, description = "The sandbox has ended", body = ErrorBody),
+        (status = 409, description = "The sandbox has ended, or a process inside it holds the proxy's port 3128", body = ErrorBody),
     ),
     security(("api_key" = []))
 )]

@@ -52,6 +52,8 @@ fn check_request(body: &SecretRequest) -> Result<(), ApiError> {
         deny: Vec::new(),
     };
     egress::compile(&as_policy).map_err(|error| ApiError::bad_request(format!("hosts: {error}")))?;
+    sandkasten_egress::check_secret_hosts(&body.hosts)
+        .map_err(|error| ApiError::bad_request(format!("hosts: {error}")))?;
     Ok(())
 }
 

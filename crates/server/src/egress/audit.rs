@@ -1,5 +1,9 @@
 //! The audit trail of egress: the proxy reports every attempt to [`AuditQueue`] (without blocking: a full queue
 //! drops the event and counts it), and [`run`] writes them to the store in batches and counts them in the metrics.
+//!
+//! Refusals cost a sandbox nothing to make, so they may only fill part of the queue: a flood of refused attempts
+//! (from one sandbox, to hide its own traffic or another tenant's) can never crowd out the events of connections
+//! that were made — those record data that actually left.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,6 +16,9 @@ use crate::state::AppState;
 
 /// Events waiting for the writer; beyond this many, new ones are dropped (and counted).
 const QUEUE: usize = 16_384;
+/// Free places a refusal leaves in the queue: refusals are dropped (and counted) first, keeping this much room for
+/// allowed and failed attempts.
+const KEPT_FOR_CONNECTIONS: usize = QUEUE / 4;
 /// Most events written in one transaction.
 const BATCH: usize = 512;
 
@@ -24,6 +31,10 @@ pub struct AuditQueue {
 
 impl AuditSink for AuditQueue {
     fn record(&self, event: AuditEvent) {
+        if event.decision == Decision::Refused && self.sender.capacity() <= KEPT_FOR_CONNECTIONS {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         if self.sender.try_send(event).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
@@ -72,5 +83,45 @@ pub async fn run(state: AppState, queue: Arc<AuditQueue>, mut receiver: mpsc::Re
         if let Err(error) = state.store().append_egress_events(rows).await {
             tracing::error!(%error, "cannot write egress audit events");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn event(decision: Decision) -> AuditEvent {
+        AuditEvent {
+            time_ms: 1,
+            sandbox_id: "sb-0000000000000001".into(),
+            tenant: "t".into(),
+            scheme: "connect".into(),
+            host: "a.example".into(),
+            port: 443,
+            resolved: None,
+            decision,
+            rule: String::new(),
+            bytes_up: 0,
+            bytes_down: 0,
+        }
+    }
+
+    #[test]
+    fn a_flood_of_refusals_cannot_crowd_out_connections_that_were_made() {
+        let (queue, mut receiver) = queue();
+        for _ in 0..QUEUE * 2 {
+            queue.record(event(Decision::Refused));
+        }
+        assert!(queue.dropped.load(Ordering::Relaxed) > 0, "positive control: the flood overflowed");
+        queue.record(event(Decision::Allowed));
+        queue.record(event(Decision::Failed));
+        let mut seen = Vec::new();
+        while let Ok(event) = receiver.try_recv() {
+            seen.push(event.decision);
+        }
+        assert_eq!(seen.iter().filter(|d| **d == Decision::Refused).count(), QUEUE - KEPT_FOR_CONNECTIONS);
+        assert_eq!(&seen[seen.len() - 2..], [Decision::Allowed, Decision::Failed], "the connections were dropped");
     }
 }

@@ -190,9 +190,17 @@ impl Egress {
             .get_mut(id)
             .ok_or_else(|| RuntimeFailure::new(FailureKind::NotFound, format!("sandbox {id} has no egress state")))?;
         let opens = reaches_out(&policy);
+        let previous = entry.sandbox.policy();
         entry.sandbox.set_policy(policy);
         match (opens, entry.door.is_some()) {
-            (true, false) => entry.door = Some(self.open_door(runtime, id, &entry.sandbox)?),
+            (true, false) => match self.open_door(runtime, id, &entry.sandbox) {
+                Ok(door) => entry.door = Some(door),
+                Err(failure) => {
+                    // Nothing changes when the door cannot open (e.g. code inside holds the port).
+                    entry.sandbox.set_policy((*previous).clone());
+                    return Err(failure);
+                }
+            },
             (false, true) => entry.door = None,
             _ => {}
         }
