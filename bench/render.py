@@ -836,6 +836,44 @@ def render_runs(r: dict) -> list[str]:
         "program itself and destroying the sandbox before the answer. The plain pool serves both languages, so its "
         "hit and miss counts cover both rows (and the warm-up runs).",
     ]
+    return lines + render_contexts(r)
+
+
+def render_contexts(r: dict) -> list[str]:
+    rows = r.get("context_rows") or []
+    if not rows:
+        return []
+    p = r["params"]
+    lines = [
+        "",
+        "### Code contexts: pooled with a zygote (spare kernel) vs cold",
+        "",
+        "**Method.** Same server, after the runs above. Per row and round: `POST /v1/sandboxes` with the limits of "
+        "the plain pool or of a zygote pool (a hit: the script waits until every pool is full first), then the timed "
+        "`POST /v1/sandboxes/{id}/contexts` of the zygote's language (on the plain pool's sandbox the kernel starts "
+        "cold; a zygote pool's member holds a spare kernel, started with the pool's `preload`, here none, which the "
+        "context adopts), then a first cell `1+1` (must answer `2`), then `DELETE`. "
+        f"{p['runs']} rounds (after 3 untimed ones), the four rows interleaved. Latency is the client's.",
+        "",
+        "| language | sandbox from | ok / errors | context create p50 ms | p99 ms | first cell p50 ms | "
+        "create vs cold (p50) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    cold = {row["language"]: (row.get("create_ms") or {}).get("p50") for row in rows if "cold" in row["config"]}
+    for row in rows:
+        s, c = row.get("create_ms") or {}, row.get("first_cell_ms") or {}
+        base = cold.get(row["language"])
+        ratio = s.get("p50") / base if s.get("p50") and base else None
+        lines.append(
+            f"| {row['language']} | {row['config']} | {row['ok']} / {row['errors']} | {fmt(s.get('p50'), 2)} | "
+            f"{fmt(s.get('p99'), 2)} | {fmt(c.get('p50'), 2)} | {fmt(ratio, 2)}× |"
+        )
+    lines += [
+        "",
+        "A cold create starts the interpreter and waits for the kernel's ready line; adopting the spare is a lookup "
+        "and a liveness check. With `preload` (numpy, pandas), the cold start would also pay for the imports the "
+        "spare made ahead. The cost moves to the pool's refill: each zygote member starts one more interpreter.",
+    ]
     return lines
 
 

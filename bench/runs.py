@@ -11,7 +11,12 @@ machine's load (it is shared, and its load varies). Runs are sequential from one
 the client waits until `GET /v1/pools` shows every pool full, so pooled runs measure the hit path (hits and misses
 are recorded from the same endpoint). Latency is `time.perf_counter_ns()` around request and response; `duration_ms`
 is the server's own figure for the run (the command, or the zygote from the code handed over to its end). A run
-counts only if it answered 200 with stdout `4`. Writes bench/results/runs.json and re-renders docs/benchmarks.md
+counts only if it answered 200 with stdout `4`.
+
+Code contexts on the same server: a sandbox created from the plain pool or from a zygote pool (whose members hold a
+spare kernel of the zygote's language), then `POST /v1/sandboxes/{id}/contexts` of that language timed (cold kernel
+start vs adopting the spare), then a first cell `1+1` (must answer `2`) timed, then the sandbox deleted; the four
+rows interleaved like the runs, each after the pools are full. Writes bench/results/runs.json and re-renders docs/benchmarks.md
 (bench/render.py). Standard library only; run as root.
 """
 
@@ -43,6 +48,15 @@ ROWS = [
     ("node", "pool", 127, "plain"),
     ("python", "pool + python zygote", 126, "python-zygote"),
     ("node", "pool + node zygote", 125, "node-zygote"),
+]
+
+
+# Context rows: language, label, pids of the sandbox (its pool).
+CONTEXT_ROWS = [
+    ("python", "pool (cold kernel)", 127),
+    ("python", "pool + python zygote (spare kernel)", 126),
+    ("javascript", "pool (cold kernel)", 127),
+    ("javascript", "pool + node zygote (spare kernel)", 125),
 ]
 
 
@@ -107,6 +121,48 @@ def measure(server: warm.Server, runs: int) -> list[dict]:
     return rows
 
 
+def measure_contexts(server: warm.Server, runs: int) -> list[dict]:
+    client = warm.Client(server.port)
+    samples = {i: ([], [], []) for i in range(len(CONTEXT_ROWS))}  # create, first cell, errors
+    for round_ in range(runs + 3):
+        order = [(round_ + k) % len(CONTEXT_ROWS) for k in range(len(CONTEXT_ROWS))]
+        for i in order:
+            language, _, pids = CONTEXT_ROWS[i]
+            wait_full(client)
+            status, sandbox, _ = client.request("POST", "/v1/sandboxes", {"limits": {"pids": pids}})
+            if status != 201 or not isinstance(sandbox, dict):
+                samples[i][2].append(f"create sandbox: HTTP {status}: {str(sandbox)[:200]}")
+                continue
+            sid = sandbox["id"]
+            try:
+                status, context, create_ns = client.request("POST", f"/v1/sandboxes/{sid}/contexts",
+                                                            {"language": language})
+                ok = status == 201 and isinstance(context, dict)
+                cell_ns, answer = 0, None
+                if ok:
+                    status, answer, cell_ns = client.request("POST", f"/v1/sandboxes/{sid}/code",
+                                                             {"context_id": context["id"], "code": "1+1"})
+                    results = answer.get("results", []) if isinstance(answer, dict) else []
+                    ok = status == 200 and any(r.get("text/plain") == "2" for r in results)
+            finally:
+                client.request("DELETE", f"/v1/sandboxes/{sid}")
+            if round_ < 3:
+                continue  # untimed warm-up
+            create, cell, errors = samples[i]
+            if not ok:
+                errors.append(f"HTTP {status}: {str(answer if answer is not None else context)[:200]}")
+                continue
+            create.append(create_ns / 1e6)
+            cell.append(cell_ns / 1e6)
+    rows = []
+    for i, (language, label, pids) in enumerate(CONTEXT_ROWS):
+        create, cell, errors = samples[i]
+        rows.append({"language": language, "config": label, "pids": pids, "ok": len(create), "errors": len(errors),
+                     "error_samples": errors[:3], "create_ms": warm.stats_ms(create),
+                     "first_cell_ms": warm.stats_ms(cell)})
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sandkasten", default=str(ROOT / "target" / "release" / "sandkasten"))
@@ -120,7 +176,7 @@ def main() -> int:
     binary = str(Path(args.sandkasten).resolve())
     runs = 30 if args.quick else 150
     results: dict = {"machine": warm.machine(binary), "params": {"quick": args.quick, "runs": runs,
-                     "pool_min": POOL_MIN, "pool_max": POOL_MAX}, "rows": [], "errors": []}
+                     "pool_min": POOL_MIN, "pool_max": POOL_MAX}, "rows": [], "context_rows": [], "errors": []}
     results["loadavg_before"] = [round(x, 2) for x in os.getloadavg()]
     started = time.monotonic()
     server = warm.Server(binary, False, config_lines())
@@ -132,6 +188,12 @@ def main() -> int:
             s = row["latency_ms"] or {}
             warm.log(f"  {row['language']} / {row['config']}: p50 {s.get('p50', 0):.2f} ms p99 {s.get('p99', 0):.2f} "
                      f"ms, {row['ok']} ok / {row['errors']} errors, zygote runs {row['zygote_runs']:.0f}")
+        warm.log("runs: code contexts created on pool sandboxes, cold kernel vs spare kernel; interleaved")
+        results["context_rows"] = measure_contexts(server, runs)
+        for row in results["context_rows"]:
+            s = row["create_ms"] or {}
+            warm.log(f"  context {row['language']} / {row['config']}: create p50 {s.get('p50', 0):.2f} ms "
+                     f"p99 {s.get('p99', 0):.2f} ms, {row['ok']} ok / {row['errors']} errors")
     except Exception as e:  # noqa: BLE001 - recorded in the results and the doc
         results["errors"].append(f"{e!r}; server log: {server.log_tail()}")
     finally:

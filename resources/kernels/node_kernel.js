@@ -7,6 +7,9 @@
 //           {"type": "reply", "id": ..., "execution_count": N, "results": [...], "error": ...}
 // console.* and process.stdout/stderr.write of the cell are captured as "stream" messages. Synchronous code stops at
 // its timeout (vm `timeout`) or on SIGINT (`breakOnSigint`); a promise the cell returns is awaited until the timeout.
+// Arguments after the program (`node -e <this> [module ...]`) name modules to require before "ready" (a pool member's
+// spare kernel, adopted by the sandbox's first context of the language); one that cannot be loaded is skipped, and
+// `process.argv` holds only the node binary afterwards, as in a kernel started without them.
 'use strict';
 
 const fs = require('fs');
@@ -209,4 +212,11 @@ input.on('close', () => {
   inputClosed = true;
   if (!busy) process.exit(0);
 });
+for (const name of process.argv.splice(1)) {
+  try {
+    require(name);
+  } catch (_) {
+    // A module that cannot be loaded is simply not preloaded.
+  }
+}
 send({ type: 'ready', language: 'javascript', pid: process.pid });

@@ -8,6 +8,10 @@ Protocol (one JSON object per line):
 The process's own fds 0/1/2 are replaced: 0 reads /dev/null, 1 and 2 are pipes read by threads that forward what
 any code (print, C extensions, subprocesses) writes as "stream" messages. SIGINT raises KeyboardInterrupt only
 while a cell runs; between cells it is ignored.
+
+Arguments after the program (`python3 -c <this> [module ...]`) name modules to import before "ready" (a pool
+member's spare kernel, adopted by the sandbox's first context of the language); one that cannot be imported is
+skipped, and `sys.argv` is `['-c']` afterwards, as in a kernel started without them.
 """
 
 import ast
@@ -254,7 +258,20 @@ def _handle(request):
     _send({"type": "reply", "id": request.get("id"), "execution_count": count, "results": results, "error": error})
 
 
+def _preload(names):
+    import importlib
+
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except BaseException:  # a module that cannot be imported (or exits while importing) is simply not preloaded
+            pass
+
+
 def main():
+    _preload(sys.argv[1:])
+    del sys.argv[1:]
+    _flush_streams()
     _send({"type": "ready", "language": "python", "pid": os.getpid()})
     while True:
         try:

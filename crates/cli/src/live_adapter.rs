@@ -184,6 +184,20 @@ impl SandboxRuntime for LiveAdapter {
         self.0.create_context(id, language).await.map_err(from_context)
     }
 
+    async fn prepare_context(
+        &self,
+        id: &str,
+        language: CodeLanguage,
+        preload: Vec<String>,
+    ) -> Result<(), RuntimeFailure> {
+        self.0.prepare_context(id, language, &preload).await.map_err(from_context)
+    }
+
+    async fn discard_prepared_contexts(&self, id: &str) -> Result<(), RuntimeFailure> {
+        self.0.discard_prepared_contexts(id).await;
+        Ok(())
+    }
+
     async fn list_contexts(&self, id: &str) -> Result<Vec<ContextInfo>, RuntimeFailure> {
         self.0.list_contexts(id).map_err(from_context)
     }

@@ -1,7 +1,8 @@
 //! Warm pools of `sandkasten serve` against a real server: two callers never share a sandbox, a used sandbox never
 //! returns to a pool, a pool member killed from the host is replaced, the pool refills after a burst, quotas count
 //! claimed sandboxes only, shutdown leaves nothing behind, an admin resizes a pool through the API, and a pool of
-//! the `e2b` template serves the E2B facade.
+//! the `e2b` template serves the E2B facade. Zygote pools: runs fork from the zygote, and a code context adopts the
+//! member's spare kernel (preloaded, shared with nobody).
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -316,9 +317,12 @@ fn python_runs_fork_from_the_pool_zygote() {
     assert!(stderr.contains("File \"/tmp/main.py\", line 3") && stderr.contains("ValueError: boom"), "{stderr}");
     assert!(!stderr.contains("<string>"), "no zygote frames: {stderr}");
 
+    // Each run waits for a ready member (a member holds a zygote and a spare kernel: refilling takes a moment).
+    wait_pool_size(&server, 2.0);
     let exited = run_python(&server, "import sys; print('bye'); sys.exit(3)", None);
     assert_eq!((exited.json["exit_code"].as_i64(), exited.json["stdout"].as_str()), (Some(3), Some("bye\n")));
 
+    wait_pool_size(&server, 2.0);
     let killed = run_python(&server, "import os\nos.kill(os.getpid(), 9)", None);
     assert_eq!(killed.json["signal"], 9, "{killed:?}");
     assert_eq!(killed.json["exit_code"], serde_json::Value::Null, "{killed:?}");
@@ -423,8 +427,10 @@ fn node_runs_start_from_the_pool_zygote_and_share_nothing() {
     assert!(stderr.starts_with("/tmp/main.js:2\n") && stderr.contains("Error: boom"), "{stderr}");
     assert!(!stderr.contains("[eval]"), "no zygote frames: {stderr}");
 
+    wait_pool_size(&server, 2.0);
     let exited = run_code(&server, "node", "console.log('bye'); process.exit(3)");
     assert_eq!((exited.json["exit_code"].as_i64(), exited.json["stdout"].as_str()), (Some(3), Some("bye\n")));
+    wait_pool_size(&server, 2.0);
     let killed = run_code(&server, "node", "process.kill(process.pid, 'SIGKILL')");
     assert_eq!((killed.json["signal"].as_i64(), killed.json["timed_out"].as_bool()), (Some(9), Some(false)));
     assert!(metric(&server, "zygote_runs_total") >= forks + 6.0);
@@ -464,6 +470,145 @@ fn an_e2b_pool_serves_the_facades_creates_with_the_e2b_layout() {
     assert_eq!(metric(&server, "pool_hits_total"), 1.0, "the facade's create was a pool hit");
     let layout = server.exec(&id, "whoami; pwd; echo $HOME; stat -c %U /home/user");
     assert_eq!(layout.json["stdout"], "user\n/home/user\n/home/user\nuser\n", "{layout:?}");
+    delete(&server, KEY_1, &id);
+    assert_sandbox_gone(&id);
+}
+
+/// Host pids of sandbox `id`'s code-context kernels of `language` ("Python" or "JavaScript"), running or spare.
+fn kernels_of(id: &str, language: &str) -> BTreeSet<u32> {
+    let marker = format!("sandkasten {language} kernel");
+    common::processes_in_cgroup_matching(id)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .filter(|pid| common::process_uid(*pid).is_some_and(|uid| uid >= common::SANDBOX_UID_BASE))
+        .filter(|pid| common::cmdline(*pid).contains(&marker))
+        .collect()
+}
+
+fn create_context(server: &Server, key: &str, id: &str, language: &str) -> String {
+    let reply = server.call("POST", &format!("/v1/sandboxes/{id}/contexts"), key, Some(json!({"language": language})));
+    assert_eq!(reply.status, 201, "{reply:?}");
+    reply.json["id"].as_str().expect("context id").to_owned()
+}
+
+/// A cell's main result as text (or its error's name).
+fn cell(server: &Server, key: &str, id: &str, context: &str, code: &str) -> String {
+    let reply = server.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/code"),
+        key,
+        Some(json!({"context_id": context, "code": code})),
+    );
+    assert_eq!(reply.status, 200, "{reply:?}");
+    if let Some(error) = reply.json["error"]["name"].as_str() {
+        return format!("error: {error}");
+    }
+    let results = reply.json["results"].as_array().cloned().unwrap_or_default();
+    let main = results.iter().find(|r| r["is_main_result"] == true);
+    main.and_then(|r| r["text/plain"].as_str()).unwrap_or("(none)").to_owned()
+}
+
+/// A Python zygote pool preloading `fractions`, which neither the kernel nor the zygote imports on its own.
+fn fractions_pool(min: usize, max: usize) -> String {
+    format!("[[pools]]\nname = \"std\"\nmin = {min}\nmax = {max}\nzygote = \"python\"\npreload = [\"fractions\"]\n")
+}
+
+const HAS_FRACTIONS: &str = "import sys\n('fractions' in sys.modules, sys.argv)";
+
+#[test]
+fn a_context_on_a_zygote_member_adopts_its_spare_kernel_and_shares_nothing() {
+    require_root!();
+    let _lock = common::shared_lock();
+    let server = Server::start_with(&fractions_pool(2, 3));
+    wait_pool_size(&server, 2.0);
+    let hits = metric(&server, "pool_hits_total");
+    let first = create_as(&server, KEY_1);
+    assert!(metric(&server, "pool_hits_total") > hits, "the create took a pool sandbox");
+    // The spare was started before the claim; the context's kernel is that very process.
+    let spare = kernels_of(&first, "Python");
+    assert_eq!(spare.len(), 1, "one spare kernel waits in the claimed member: {spare:?}");
+    let adopted = create_context(&server, KEY_1, &first, "python");
+    assert_eq!(kernels_of(&first, "Python"), spare, "the context adopted the spare instead of starting one");
+    assert_eq!(
+        cell(&server, KEY_1, &first, &adopted, HAS_FRACTIONS),
+        "(True, ['-c'])",
+        "preloaded, argv as a cold kernel"
+    );
+    cell(&server, KEY_1, &first, &adopted, "secret = 41");
+    assert_eq!(cell(&server, KEY_1, &first, &adopted, "secret + 1"), "42");
+
+    // The spare is handed out once: the next context starts cold, from nothing preloaded, and works.
+    let cold = create_context(&server, KEY_1, &first, "python");
+    assert_eq!(cell(&server, KEY_1, &first, &cold, HAS_FRACTIONS), "(False, ['-c'])");
+    assert_eq!(cell(&server, KEY_1, &first, &cold, "'secret' in globals()"), "False");
+    assert_eq!(kernels_of(&first, "Python").len(), 2);
+
+    // A fresh sandbox of the same pool: its own spare, nothing of the first caller's.
+    wait_pool_size(&server, 2.0);
+    let second = create_as(&server, KEY_2);
+    assert_ne!(first, second);
+    let theirs = create_context(&server, KEY_2, &second, "python");
+    assert_eq!(cell(&server, KEY_2, &second, &theirs, HAS_FRACTIONS), "(True, ['-c'])");
+    assert_eq!(cell(&server, KEY_2, &second, &theirs, "'secret' in globals()"), "False", "no state crosses callers");
+    let (mine, other) = (kernels_of(&first, "Python"), kernels_of(&second, "Python"));
+    assert!(mine.is_disjoint(&other), "two callers never share a kernel: {mine:?} {other:?}");
+
+    // A default context (first cell without a context id) of the other sandbox finds no spare left: it starts cold.
+    let default = server.call(
+        "POST",
+        &format!("/v1/sandboxes/{second}/code"),
+        KEY_2,
+        Some(json!({"language": "python", "code": HAS_FRACTIONS})),
+    );
+    assert_eq!(default.status, 200, "{default:?}");
+    assert_eq!(default.json["results"][0]["text/plain"], "(False, ['-c'])", "{default:?}");
+
+    // A restart starts cold: state and preloaded modules are gone, the context works.
+    let restarted = server.call("POST", &format!("/v1/sandboxes/{first}/contexts/{adopted}/restart"), KEY_1, None);
+    assert_eq!(restarted.status, 200, "{restarted:?}");
+    assert_eq!(cell(&server, KEY_1, &first, &adopted, "'secret' in globals()"), "False");
+    assert_eq!(cell(&server, KEY_1, &first, &adopted, HAS_FRACTIONS), "(False, ['-c'])");
+    assert!(kernels_of(&first, "Python").is_disjoint(&spare), "the adopted kernel was replaced");
+
+    // Destroying the sandboxes leaves nothing: no kernel, spare or adopted.
+    let kernels: BTreeSet<u32> = kernels_of(&first, "Python").union(&kernels_of(&second, "Python")).copied().collect();
+    delete(&server, KEY_1, &first);
+    delete(&server, KEY_2, &second);
+    assert_sandbox_gone(&first);
+    assert_sandbox_gone(&second);
+    for pid in kernels {
+        let uid = common::process_uid(pid);
+        assert!(uid.is_none_or(|uid| uid < common::SANDBOX_UID_BASE), "kernel {pid} outlived its sandbox");
+    }
+}
+
+#[test]
+fn a_run_discards_the_spare_kernel_and_a_node_context_adopts_its_own() {
+    require_root!();
+    let _lock = common::shared_lock();
+    let server = Server::start_with(&fractions_pool(1, 2));
+    wait_pool_size(&server, 1.0);
+    // A one-shot run gets the member's memory and pids: the spare kernel is gone before the program starts.
+    let probe = "import os\nkernels = 0\nfor p in filter(str.isdigit, os.listdir('/proc')):\n    try:\n        \
+                 kernels += b'sandkasten Python kernel' in open(f'/proc/{p}/cmdline', 'rb').read()\n    \
+                 except OSError:\n        pass\nprint(kernels)";
+    let forks = metric(&server, "zygote_runs_total");
+    let ran = run_python(&server, probe, None);
+    assert!(metric(&server, "zygote_runs_total") > forks, "the run used the zygote");
+    assert_eq!(ran.json["stdout"], "0\n", "{ran:?}");
+    assert_sandbox_gone(ran.json["sandbox_id"].as_str().expect("sandbox_id"));
+    drop(server);
+
+    let server = Server::start_with(&node_zygote_pool(1, 2));
+    wait_pool_size(&server, 1.0);
+    let id = create_as(&server, KEY_1);
+    let spare = kernels_of(&id, "JavaScript");
+    assert_eq!(spare.len(), 1, "{spare:?}");
+    let context = create_context(&server, KEY_1, &id, "javascript");
+    assert_eq!(kernels_of(&id, "JavaScript"), spare, "the context adopted the spare");
+    assert_eq!(cell(&server, KEY_1, &id, &context, "let n = 41; [n + 1, process.argv.length]"), "[ 42, 1 ]");
+    let cold = create_context(&server, KEY_1, &id, "javascript");
+    assert_eq!(cell(&server, KEY_1, &id, &cold, "typeof n"), "'undefined'");
     delete(&server, KEY_1, &id);
     assert_sandbox_gone(&id);
 }

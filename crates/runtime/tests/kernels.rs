@@ -1,6 +1,7 @@
 //! The code-interpreter kernels (`resources/kernels/`) run directly on the host, outside any sandbox: state across
 //! cells, last-expression values, errors with tracebacks, rich results (matplotlib PNG, pandas HTML, when those
-//! libraries are installed), interrupts that leave the context alive, and the same basics for JavaScript.
+//! libraries are installed), interrupts that leave the context alive, and the same basics for JavaScript; modules named
+//! as arguments are loaded before "ready" and the arguments are hidden from cells (a pool member's spare kernel).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -36,6 +37,11 @@ impl Cell {
 
 impl Kernel {
     fn start(program: &str, flag: &str, source: &str) -> Option<Kernel> {
+        Kernel::start_with(program, flag, source, &[])
+    }
+
+    /// A kernel started with `preload` arguments (a pool member's spare kernel).
+    fn start_with(program: &str, flag: &str, source: &str, preload: &[&str]) -> Option<Kernel> {
         if !Path::new(program).exists() {
             eprintln!("skipped: {program} is not installed");
             return None;
@@ -43,6 +49,7 @@ impl Kernel {
         let config = tempfile::tempdir().unwrap();
         let mut child = Command::new(program)
             .args([flag, source])
+            .args(preload)
             .env("MPLCONFIGDIR", config.path())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -62,11 +69,15 @@ impl Kernel {
     }
 
     fn node() -> Option<Kernel> {
+        Kernel::node_with(&[])
+    }
+
+    fn node_with(preload: &[&str]) -> Option<Kernel> {
         let Some(node) = ["/usr/bin/node", "/usr/local/bin/node"].into_iter().find(|p| Path::new(p).exists()) else {
             eprintln!("skipped: node is not installed");
             return None;
         };
-        Kernel::start(node, "-e", NODE_KERNEL)
+        Kernel::start_with(node, "-e", NODE_KERNEL, preload)
     }
 
     fn message(&mut self) -> Value {
@@ -229,4 +240,33 @@ fn javascript_timeout_stops_the_cell_and_the_context_survives() {
     let cell = k.wait(id);
     assert_eq!(cell.reply["error"]["name"], "TimeoutError", "{}", cell.reply);
     assert_eq!(k.run("y + 1").text(), Some("42"));
+}
+
+#[test]
+fn python_preloads_its_arguments_before_ready_and_hides_them() {
+    let Some(mut cold) = Kernel::python() else { return };
+    let probe = "import sys\n('fractions' in sys.modules, 'no_such_module_x' in sys.modules, sys.argv)";
+    assert_eq!(cold.run(probe).text(), Some("(False, False, ['-c'])"), "the kernel itself does not import fractions");
+    let Some(mut spare) =
+        Kernel::start_with("/usr/bin/python3", "-c", PYTHON_KERNEL, &["fractions", "no_such_module_x"])
+    else {
+        return;
+    };
+    let preloaded = spare.run(probe);
+    assert_eq!(preloaded.text(), Some("(True, False, ['-c'])"), "{}", preloaded.reply);
+    assert_eq!(spare.run("'fractions' in globals()").text(), Some("False"), "imported, not bound in the cell's scope");
+    assert_eq!(spare.run("n = 1\nn + 1").text(), Some("2"));
+}
+
+#[test]
+fn javascript_preloads_its_arguments_before_ready_and_hides_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let module = dir.path().join("preloaded.js");
+    let marker = dir.path().join("loaded");
+    std::fs::write(&module, format!("require('fs').writeFileSync({:?}, '1');", marker.to_str().unwrap())).unwrap();
+    let Some(mut spare) = Kernel::node_with(&[module.to_str().unwrap(), "no-such-module-x"]) else { return };
+    assert!(marker.exists(), "the module was required before the kernel reported ready");
+    let cached = format!("[process.argv.length, {:?} in require.cache]", module.to_str().unwrap());
+    assert_eq!(spare.run(&cached).text(), Some("[ 1, true ]"));
+    assert_eq!(spare.run("let n = 1; n + 1").text(), Some("2"));
 }

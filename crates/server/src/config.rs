@@ -217,10 +217,12 @@ pub struct PoolConfig {
     /// Most sandboxes the pool holds, ready or being created. Default 8.
     #[serde(default = "default_pool_max")]
     pub max: usize,
-    /// An interpreter started in each member once it is created; one-shot runs of its language fork from it.
+    /// An interpreter started in each member once it is created; one-shot runs of its language fork from it. Each
+    /// member also holds a spare code-context kernel of that language (with the same preload), which the sandbox's
+    /// first code context of the language adopts.
     #[serde(default)]
     pub zygote: Option<ZygoteKind>,
-    /// Modules the zygote imports (Python) or requires (Node) before it waits: dotted names of identifiers, so Node
+    /// Modules the zygote and the spare kernel import (Python) or require (Node) before they wait: dotted names of identifiers, so Node
     /// preloads builtins and installed packages by plain name (`fs`, `lodash`). Needs `zygote`.
     #[serde(default)]
     pub preload: Vec<String>,
@@ -234,6 +236,16 @@ pub enum ZygoteKind {
     Python,
     /// `node`, serving `POST /v1/run` with `language = "node"`.
     Node,
+}
+
+impl ZygoteKind {
+    /// The code-context language of the same interpreter.
+    pub fn language(self) -> sandkasten_types::CodeLanguage {
+        match self {
+            ZygoteKind::Python => sandkasten_types::CodeLanguage::Python,
+            ZygoteKind::Node => sandkasten_types::CodeLanguage::Javascript,
+        }
+    }
 }
 
 /// Most modules a zygote may preload.

@@ -131,6 +131,24 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         let _ = (id, language);
         async { Err(no_code_interpreter()) }
     }
+    /// Starts a spare interpreter of `language` in the sandbox, with the `preload` modules loaded, which the sandbox's
+    /// first code context of that language adopts instead of starting cold (a warm pool member's, made before any
+    /// caller has the sandbox). Runtimes without a code interpreter keep this default, which refuses.
+    fn prepare_context(
+        &self,
+        id: &str,
+        language: CodeLanguage,
+        preload: Vec<String>,
+    ) -> impl Future<Output = Result<(), RuntimeFailure>> + Send {
+        let _ = (id, language, preload);
+        async { Err(no_code_interpreter()) }
+    }
+    /// Kills the sandbox's spare interpreters, if any (the sandbox will run no code context: their memory and pids
+    /// are the caller's).
+    fn discard_prepared_contexts(&self, id: &str) -> impl Future<Output = Result<(), RuntimeFailure>> + Send {
+        let _ = id;
+        async { Ok(()) }
+    }
     /// The code contexts of a sandbox.
     fn list_contexts(&self, id: &str) -> impl Future<Output = Result<Vec<ContextInfo>, RuntimeFailure>> + Send {
         let _ = id;
@@ -249,6 +267,8 @@ pub(crate) trait DynRuntime: Send + Sync + 'static {
     fn rename<'a>(&'a self, id: &'a str, from: &'a str, to: &'a str) -> Boxed<'a, ()>;
     fn remove<'a>(&'a self, id: &'a str, path: &'a str, recursive: bool) -> Boxed<'a, ()>;
     fn create_context<'a>(&'a self, id: &'a str, language: CodeLanguage) -> Boxed<'a, ContextInfo>;
+    fn prepare_context<'a>(&'a self, id: &'a str, language: CodeLanguage, preload: Vec<String>) -> Boxed<'a, ()>;
+    fn discard_prepared_contexts<'a>(&'a self, id: &'a str) -> Boxed<'a, ()>;
     fn list_contexts<'a>(&'a self, id: &'a str) -> Boxed<'a, Vec<ContextInfo>>;
     fn remove_context<'a>(&'a self, id: &'a str, context: &'a str) -> Boxed<'a, ()>;
     fn restart_context<'a>(&'a self, id: &'a str, context: &'a str) -> Boxed<'a, ContextInfo>;
@@ -315,6 +335,12 @@ impl<R: SandboxRuntime> DynRuntime for R {
     }
     fn create_context<'a>(&'a self, id: &'a str, language: CodeLanguage) -> Boxed<'a, ContextInfo> {
         Box::pin(SandboxRuntime::create_context(self, id, language))
+    }
+    fn prepare_context<'a>(&'a self, id: &'a str, language: CodeLanguage, preload: Vec<String>) -> Boxed<'a, ()> {
+        Box::pin(SandboxRuntime::prepare_context(self, id, language, preload))
+    }
+    fn discard_prepared_contexts<'a>(&'a self, id: &'a str) -> Boxed<'a, ()> {
+        Box::pin(SandboxRuntime::discard_prepared_contexts(self, id))
     }
     fn list_contexts<'a>(&'a self, id: &'a str) -> Boxed<'a, Vec<ContextInfo>> {
         Box::pin(SandboxRuntime::list_contexts(self, id))

@@ -122,6 +122,23 @@ impl LiveRuntime {
         self.contexts.create(&agent, id, language).await
     }
 
+    /// Starts a spare interpreter of `language` in a sandbox with the `preload` modules loaded; the sandbox's first
+    /// context of that language adopts it instead of starting cold.
+    pub async fn prepare_context(
+        &self,
+        id: &str,
+        language: CodeLanguage,
+        preload: &[String],
+    ) -> Result<(), ContextError> {
+        let agent = self.running_agent(id)?;
+        self.contexts.prepare(&agent, id, language, preload).await
+    }
+
+    /// Kills a sandbox's spare interpreters (none of its contexts will adopt them) and waits until they have exited.
+    pub async fn discard_prepared_contexts(&self, id: &str) {
+        self.contexts.discard_spares(id).await;
+    }
+
     /// The code contexts of a sandbox.
     pub fn list_contexts(&self, id: &str) -> Result<Vec<ContextInfo>, ContextError> {
         self.running_agent(id)?;

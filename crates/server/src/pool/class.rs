@@ -63,6 +63,8 @@ pub(crate) struct PoolClass {
     pub(crate) zygote: Option<Vec<String>>,
     /// Which interpreter that zygote is.
     pub(crate) zygote_kind: Option<ZygoteKind>,
+    /// The modules the zygote and the spare kernel preload.
+    pub(crate) preload: Vec<String>,
     min: usize,
     max: usize,
     ready: VecDeque<Member>,
@@ -83,6 +85,7 @@ impl PoolClass {
             spec,
             zygote: None,
             zygote_kind: None,
+            preload: Vec::new(),
             min,
             max: max.max(min),
             ready: VecDeque::new(),

@@ -17,13 +17,17 @@
 //!   program on its stdin (Python: the source, run in a forked child; Node: the path of the main file, run in the
 //!   zygote process itself), for `POST /v1/run` (see `api::run::task`). A claim that does not use the zygote (a plain
 //!   create) kills it.
+//! - Such a member also gets a spare code-context kernel of the zygote's language with the same preload modules
+//!   (`SandboxRuntime::prepare_context`, runtime-internal: not a background command of the API); the sandbox's first
+//!   code context of that language adopts it instead of starting cold. A `POST /v1/run` claim discards it. A member
+//!   whose spare fails to start is still ready (its contexts start cold).
 
 mod class;
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use sandkasten_types::{CommandSpec, SandboxSpec};
+use sandkasten_types::{CodeLanguage, CommandSpec, SandboxSpec};
 use tokio::sync::Notify;
 
 use crate::config::{PoolConfig, ZygoteKind};
@@ -117,6 +121,7 @@ impl Pools {
                 let mut class = PoolClass::new(config.name_at(index), spec, config.min, config.max);
                 class.zygote = config.zygote.map(|kind| zygote_argv(kind, &config.preload));
                 class.zygote_kind = config.zygote;
+                class.preload = config.preload.clone();
                 class
             })
             .collect();
@@ -195,12 +200,17 @@ impl Pools {
         }
     }
 
-    /// Marks one creation as started for the first pool that wants one; its index, spec and zygote argv.
-    fn next_fill(&self) -> Option<(usize, SandboxSpec, Option<Vec<String>>)> {
+    /// Marks one creation as started for the first pool that wants one; what to create.
+    fn next_fill(&self) -> Option<Fill> {
         let mut classes = self.classes.lock().ok()?;
         let (class, pool) = classes.iter_mut().enumerate().find(|(_, p)| p.wants_more())?;
         pool.fill_started();
-        Some((class, pool.spec.clone(), pool.zygote.clone()))
+        Some(Fill {
+            class,
+            spec: pool.spec.clone(),
+            zygote: pool.zygote.clone(),
+            spare: pool.zygote_kind.map(|kind| (kind.language(), pool.preload.clone())),
+        })
     }
 
     /// Ends a creation; returns an id to destroy when the pool turned out full.
@@ -236,6 +246,18 @@ impl Pools {
     }
 }
 
+/// One member to create.
+struct Fill {
+    /// Which pool.
+    class: usize,
+    /// The pool's spec.
+    spec: SandboxSpec,
+    /// The zygote's argv, when the pool has one.
+    zygote: Option<Vec<String>>,
+    /// The spare kernel's language and preload modules, when the pool has a zygote.
+    spare: Option<(CodeLanguage, Vec<String>)>,
+}
+
 /// The refill task: keeps every pool of `state` filled to its target; runs until aborted (`serve_on` spawns it).
 pub async fn refill(state: crate::state::AppState) {
     let (pools, metrics) = (state.pools(), state.metrics());
@@ -244,7 +266,7 @@ pub async fn refill(state: crate::state::AppState) {
     }
     loop {
         pools.prune(state.runtime(), metrics);
-        let Some((class, spec, zygote)) = pools.next_fill() else {
+        let Some(Fill { class, spec, zygote, spare }) = pools.next_fill() else {
             tokio::select! {
                 () = pools.wake.notified() => {}
                 () = tokio::time::sleep(CHECK_EVERY) => {}
@@ -261,6 +283,9 @@ pub async fn refill(state: crate::state::AppState) {
             (created, None) => created.map(|id| Member { id, zygote: None }),
             (Err(reason), Some(_)) => Err(reason),
         };
+        if let (Ok(member), Some((language, preload))) = (&created, spare) {
+            prepare_spare(&state, &member.id, language, preload).await;
+        }
         match created {
             Ok(member) => {
                 metrics.pool_refilled(started.elapsed().as_secs_f64());
@@ -274,6 +299,14 @@ pub async fn refill(state: crate::state::AppState) {
                 tokio::time::sleep(RETRY_AFTER).await;
             }
         }
+    }
+}
+
+/// Starts a new member's spare code-context kernel; a failure leaves the member without one (its contexts start
+/// cold).
+async fn prepare_spare(state: &crate::state::AppState, id: &str, language: CodeLanguage, preload: Vec<String>) {
+    if let Err(failure) = state.runtime().prepare_context(id, language, preload).await {
+        tracing::warn!(sandbox = %id, reason = %failure.message, "starting a spare kernel failed; contexts start cold");
     }
 }
 

@@ -37,6 +37,10 @@ pub(crate) struct FakeRuntime {
     pub(crate) last_command: Mutex<Option<CommandSpec>>,
     /// Background commands.
     pub(crate) commands: crate::fake_commands::FakeCommands,
+    /// Spare kernels prepared (`prepare_context`) and not discarded: sandbox id → language and preload.
+    pub(crate) spares: Mutex<HashMap<String, (CodeLanguage, Vec<String>)>>,
+    /// Sandboxes whose spare kernels were discarded, in order.
+    pub(crate) discarded: Mutex<Vec<String>>,
 }
 
 fn failure(kind: FailureKind, message: impl Into<String>) -> RuntimeFailure {
@@ -298,6 +302,24 @@ impl SandboxRuntime for FakeRuntime {
             sb.contexts.insert(context_id, info.clone());
             Ok(info)
         })
+    }
+
+    async fn prepare_context(
+        &self,
+        id: &str,
+        language: CodeLanguage,
+        preload: Vec<String>,
+    ) -> Result<(), RuntimeFailure> {
+        self.with(id, |_| Ok(()))?;
+        self.spares.lock().unwrap().insert(id.to_owned(), (language, preload));
+        Ok(())
+    }
+
+    async fn discard_prepared_contexts(&self, id: &str) -> Result<(), RuntimeFailure> {
+        if self.spares.lock().unwrap().remove(id).is_some() {
+            self.discarded.lock().unwrap().push(id.to_owned());
+        }
+        Ok(())
     }
 
     async fn list_contexts(&self, id: &str) -> Result<Vec<ContextInfo>, RuntimeFailure> {

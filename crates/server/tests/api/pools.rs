@@ -1,13 +1,15 @@
 //! Warm pools through the API, over the fake runtime with the refill task running: `GET /v1/pools` shows each pool's
 //! class and counts, only an admin tenant may resize one, bad sizes are refused naming the field, a higher `min`
-//! refills, a lower `max` destroys the ready members past it, and a miss raises the target.
+//! refills, a lower `max` destroys the ready members past it, and a miss raises the target. A zygote pool's members get
+//! a spare kernel of the zygote's language with the pool's preload, which a create keeps and a run discards.
 
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::StatusCode;
 use sandkasten_server::PoolConfig;
-use sandkasten_types::Limits;
+use sandkasten_server::config::ZygoteKind;
+use sandkasten_types::{CodeLanguage, Limits};
 use serde_json::{Value, json};
 
 use crate::harness::{Harness, KEY_A, tenant, test_config};
@@ -157,4 +159,31 @@ async fn a_miss_raises_the_target_and_the_pool_grows_past_min() {
     let metrics = h.get("/metrics", KEY_A).await.text();
     assert!(metrics.contains("pool_target{class=\"std\"} 1"), "{metrics}");
     assert!(metrics.contains("pool_size{class=\"std\"} 1"), "{metrics}");
+}
+
+#[tokio::test]
+async fn zygote_members_get_a_spare_kernel_that_a_create_keeps_and_a_run_discards() {
+    let mut config = test_config();
+    let mut node = pool("node", Limits::default(), 1, 1);
+    node.zygote = Some(ZygoteKind::Node);
+    node.preload = vec!["fs".into()];
+    config.pools = vec![node];
+    let h = Harness::with_config(config);
+    let _refill = Refill(tokio::spawn(sandkasten_server::pool::refill(h.state.clone())));
+    wait_pool(&h, "node", |p| p["ready"] == 1).await;
+    let member = h.runtime.ids().into_iter().next().unwrap();
+    let spare = h.runtime.spares.lock().unwrap().get(&member).cloned();
+    assert_eq!(spare, Some((CodeLanguage::Javascript, vec!["fs".to_owned()])), "the zygote's language and preload");
+
+    let created = h.create(KEY_A, json!({})).await;
+    assert_eq!(created, member, "the create took the pool member");
+    assert!(h.runtime.spares.lock().unwrap().contains_key(&created), "a plain create keeps the spare for its contexts");
+
+    wait_pool(&h, "node", |p| p["ready"] == 1).await;
+    let next = h.runtime.ids().into_iter().find(|id| *id != created).unwrap();
+    assert!(h.runtime.spares.lock().unwrap().contains_key(&next));
+    let reply = h.post("/v1/run", KEY_A, json!({"language": "python", "code": "print(1)"})).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    assert_eq!(reply.json()["sandbox_id"], next.as_str(), "the run took the pool member");
+    assert_eq!(*h.runtime.discarded.lock().unwrap(), vec![next], "a run discards the spare, a create did not");
 }

@@ -21,7 +21,7 @@ pub const PYTHON_KERNEL: &str = include_str!("../../../../../resources/kernels/p
 /// The JavaScript kernel's source (run with `node -e`).
 pub const NODE_KERNEL: &str = include_str!("../../../../../resources/kernels/node_kernel.js");
 
-/// How long a kernel may take to start (importing nothing but the standard library).
+/// How long a kernel may take to start (a spare kernel: with importing its preload modules).
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an interrupted cell has to answer before the kernel is killed.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(3);
@@ -31,12 +31,14 @@ const START_STDERR_BYTES: usize = 4096;
 /// What to send a cell's output to: the stream and its text, as it arrives.
 pub type CellOutput = mpsc::Sender<(OutputStreamKind, String)>;
 
-/// The command that runs a kernel of `language`.
-pub fn kernel_command(language: CodeLanguage) -> CommandSpec {
-    let argv = match language {
-        CodeLanguage::Python => vec!["python3".to_owned(), "-c".to_owned(), PYTHON_KERNEL.to_owned()],
-        CodeLanguage::Javascript => vec!["node".to_owned(), "-e".to_owned(), NODE_KERNEL.to_owned()],
+/// The command that runs a kernel of `language`, importing (Python) or requiring (Node) the `preload` modules before
+/// it reports ready.
+pub fn kernel_command(language: CodeLanguage, preload: &[String]) -> CommandSpec {
+    let head = match language {
+        CodeLanguage::Python => ["python3", "-c", PYTHON_KERNEL],
+        CodeLanguage::Javascript => ["node", "-e", NODE_KERNEL],
     };
+    let argv = head.into_iter().map(str::to_owned).chain(preload.iter().cloned()).collect();
     let env = [("PYTHONDONTWRITEBYTECODE", "1"), ("MPLBACKEND", "Agg"), ("NODE_NO_WARNINGS", "1")]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -100,9 +102,13 @@ fn describe_exit(exit: &CommandExit) -> String {
 }
 
 impl Kernel {
-    /// Starts a kernel and waits until it is ready.
-    pub async fn start(agent: &Arc<AgentClient>, language: CodeLanguage) -> Result<Kernel, ContextError> {
-        let (command, events) = agent.spawn_background(kernel_command(language)).await?;
+    /// Starts a kernel with the `preload` modules loaded and waits until it is ready.
+    pub async fn start(
+        agent: &Arc<AgentClient>,
+        language: CodeLanguage,
+        preload: &[String],
+    ) -> Result<Kernel, ContextError> {
+        let (command, events) = agent.spawn_background(kernel_command(language, preload)).await?;
         let mut kernel = Kernel {
             command: Arc::new(command),
             events,
@@ -145,6 +151,19 @@ impl Kernel {
                         START_TIMEOUT.as_secs()
                     )));
                 }
+            }
+        }
+    }
+
+    /// Whether the kernel still runs, as far as its events tell; what it wrote while no cell ran is dropped (a
+    /// spare kernel's output before it is adopted belongs to nobody).
+    pub fn is_running(&mut self) -> bool {
+        loop {
+            match self.events.try_recv() {
+                Ok(BackgroundEvent::Exited(exit)) => self.exited = Some(exit),
+                Ok(BackgroundEvent::Output(..)) => {}
+                Err(mpsc::error::TryRecvError::Empty) => return self.exited.is_none(),
+                Err(mpsc::error::TryRecvError::Disconnected) => return false,
             }
         }
     }
@@ -272,5 +291,19 @@ async fn forward(run: &mut CellRun, output: &CellOutput, stream: OutputStreamKin
     if let Some(kept) = run.keep(stream, text, limit) {
         // The caller may have stopped listening (a client hung up): the cell goes on.
         let _ = output.send((stream, kept)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preload_modules_follow_the_kernel_program() {
+        let preload = ["fractions".to_owned(), "json".to_owned()];
+        let python = kernel_command(CodeLanguage::Python, &preload).argv.unwrap_or_default();
+        assert_eq!(python, ["python3", "-c", PYTHON_KERNEL, "fractions", "json"]);
+        let node = kernel_command(CodeLanguage::Javascript, &[]).argv.unwrap_or_default();
+        assert_eq!(node, ["node", "-e", NODE_KERNEL], "a cold kernel has no arguments");
     }
 }

@@ -4,10 +4,16 @@
 //! of the create call). Cells of one context run one at a time; a kernel that is lost (killed at a timeout, died) is
 //! restarted and the cell's answer says so.
 //!
-//! Files: `kernel` (one kernel process), `wire` (its line protocol), `error`.
+//! A sandbox may hold a spare kernel per language (`prepare`: a warm pool member's, started with the pool's preload
+//! modules before any caller had the sandbox). The first kernel a context of that language starts (an explicit create,
+//! or the default context's first cell) is the spare, if it still runs, instead of a cold start; restarts start cold.
+//! A spare has run no caller's code, and the sandbox it waits in serves one caller only, so adopting it shares nothing.
+//!
+//! Files: `kernel` (one kernel process), `wire` (its line protocol), `spare` (the spares' bookkeeping), `error`.
 
 mod error;
 mod kernel;
+mod spare;
 mod wire;
 
 use std::collections::{BTreeMap, HashMap};
@@ -23,6 +29,7 @@ pub use kernel::{CellOutput, NODE_KERNEL, PYTHON_KERNEL, kernel_command};
 use super::agent_client::AgentClient;
 use super::background::BackgroundCommand;
 use kernel::Kernel;
+use spare::Spares;
 
 /// Most contexts one sandbox may have at once.
 pub const MAX_CONTEXTS: usize = 16;
@@ -62,9 +69,17 @@ impl Context {
         }
     }
 
-    /// Starts a kernel into `slot` (the caller holds the lock).
-    async fn start(&self, agent: &Arc<AgentClient>, slot: &mut Option<Kernel>) -> Result<(), ContextError> {
-        let kernel = Kernel::start(agent, self.language).await?;
+    /// Puts a kernel into `slot` (the caller holds the lock): `spare` when given, else a cold start.
+    async fn start(
+        &self,
+        agent: &Arc<AgentClient>,
+        slot: &mut Option<Kernel>,
+        spare: Option<Kernel>,
+    ) -> Result<(), ContextError> {
+        let kernel = match spare {
+            Some(kernel) => kernel,
+            None => Kernel::start(agent, self.language, &[]).await?,
+        };
         self.set_running(Some(kernel.command()));
         self.count.store(0, Ordering::Relaxed);
         *slot = Some(kernel);
@@ -82,6 +97,7 @@ struct SandboxContexts {
 #[derive(Default)]
 pub struct Contexts {
     sandboxes: Mutex<HashMap<String, SandboxContexts>>,
+    spares: Mutex<Spares<Kernel>>,
 }
 
 fn new_context_id() -> Result<String, ContextError> {
@@ -140,6 +156,42 @@ impl Contexts {
             .ok_or_else(|| ContextError::NotFound(id.to_owned()))
     }
 
+    /// Starts a spare kernel of `language` in `sandbox` with the `preload` modules loaded, for the sandbox's first
+    /// context of that language to adopt; it replaces the sandbox's spare of that language, if there was one.
+    pub async fn prepare(
+        &self,
+        agent: &Arc<AgentClient>,
+        sandbox: &str,
+        language: CodeLanguage,
+        preload: &[String],
+    ) -> Result<(), ContextError> {
+        let kernel = Kernel::start(agent, language, preload).await?;
+        let replaced = self.spares.lock().map_err(|_| ContextError::SandboxGone)?.put(sandbox, language, kernel);
+        // Dropping a kernel kills it.
+        drop(replaced);
+        Ok(())
+    }
+
+    /// Kills the spare kernels of `sandbox` and waits (briefly) until they have exited (it will start no context:
+    /// its memory and pids are the caller's).
+    pub async fn discard_spares(&self, sandbox: &str) {
+        let spares = self.spares.lock().map(|mut spares| spares.take_all(sandbox)).unwrap_or_default();
+        for kernel in spares {
+            kernel.shutdown().await;
+        }
+    }
+
+    /// The spare kernel of `sandbox` for `language`, if there is one and it still runs (a dead one is dropped).
+    fn adopt_spare(&self, sandbox: &str, language: CodeLanguage) -> Option<Kernel> {
+        let spare = self.spares.lock().ok()?.take(sandbox, language);
+        let mut kernel = spare?;
+        if kernel.is_running() {
+            return Some(kernel);
+        }
+        tracing::warn!(sandbox, language = language.as_str(), "the spare kernel had ended; starting one cold");
+        None
+    }
+
     /// Creates a context and starts its kernel.
     pub async fn create(
         &self,
@@ -149,7 +201,7 @@ impl Contexts {
     ) -> Result<ContextInfo, ContextError> {
         let context = self.register(sandbox, language, false)?;
         let mut slot = context.kernel.lock().await;
-        if let Err(error) = context.start(agent, &mut slot).await {
+        if let Err(error) = context.start(agent, &mut slot, self.adopt_spare(sandbox, language)).await {
             drop(slot);
             self.unregister(sandbox, &context.id);
             return Err(error);
@@ -190,12 +242,14 @@ impl Contexts {
             kernel.shutdown().await;
         }
         context.set_running(None);
-        context.start(agent, &mut slot).await?;
+        context.start(agent, &mut slot, None).await?;
         Ok(context.info())
     }
 
     /// Forgets every context of a sandbox (it is being destroyed; its kernels die with it).
     pub fn forget(&self, sandbox: &str) {
+        let spares = self.spares.lock().map(|mut spares| spares.take_all(sandbox)).unwrap_or_default();
+        drop(spares);
         let removed = self.sandboxes.lock().ok().and_then(|mut map| map.remove(sandbox));
         for context in removed.into_iter().flat_map(|contexts| contexts.by_id.into_values()) {
             context.removed.store(true, Ordering::Relaxed);
@@ -204,6 +258,8 @@ impl Contexts {
 
     /// Forgets every context of every sandbox.
     pub fn forget_all(&self) {
+        let spares = self.spares.lock().map(|mut spares| spares.clear()).unwrap_or_default();
+        drop(spares);
         if let Ok(mut map) = self.sandboxes.lock() {
             map.clear();
         }
@@ -241,7 +297,7 @@ impl Contexts {
             return Err(ContextError::NotFound(context.id.clone()));
         }
         if slot.is_none() {
-            context.start(agent, &mut slot).await?;
+            context.start(agent, &mut slot, self.adopt_spare(sandbox, context.language)).await?;
         }
         let Some(kernel) = slot.as_mut() else {
             return Err(ContextError::NotFound(context.id.clone()));
@@ -274,7 +330,7 @@ impl Contexts {
             context.set_running(None);
             if !context.removed.load(Ordering::Relaxed) {
                 outcome.context_restarted = true;
-                if let Err(error) = context.start(agent, &mut slot).await
+                if let Err(error) = context.start(agent, &mut slot, None).await
                     && let Some(cell_error) = &mut outcome.error
                 {
                     cell_error.value = format!("{}; restarting it failed: {error}", cell_error.value);

@@ -7,7 +7,8 @@
 //! forks a child that runs it) or the Node program's path (the zygote runs it as its main module), then EOF; the
 //! zygote's output is the run's, its exit the run's exit. The run's time limit kills the zygote's process group
 //! (SIGKILL). A zygote that is not usable (it died) leaves the run to the ordinary path; one that is not for this run
-//! (another language, or a run with env or stdin) is killed first.
+//! (another language, or a run with env or stdin) is killed first. The member's spare code-context kernel is discarded
+//! in either case.
 
 use std::time::{Duration, Instant};
 
@@ -135,6 +136,10 @@ async fn work(
         }
     }
     ready.send(Ok(id.to_owned())).ok()?;
+    // A pool member's spare code-context kernel: a run starts no context, and the program gets its memory and pids.
+    if let Err(failure) = state.runtime().discard_prepared_contexts(id).await {
+        tracing::warn!(sandbox = %id, reason = %failure.message, "could not discard a spare kernel");
+    }
     match (zygote, plan.zygote_input) {
         (Some((kind, zygote)), Some((wanted, input))) if kind == wanted => {
             if let Some(outcome) = forked(state, id, &zygote, input, plan.spec.limits.timeout_ms, events).await {
