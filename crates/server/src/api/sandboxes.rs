@@ -168,6 +168,8 @@ pub(crate) async fn start_sandbox_with_zygote(
 pub(crate) async fn destroy_quietly(state: &AppState, id: &str) -> bool {
     state.egress().detach(id);
     let destroyed = destroy_in_runtime(state, id).await;
+    // Again after the destroy: an attach racing this delete may have opened a door in between.
+    state.egress().detach(id);
     if destroyed {
         state.e2b().close(id);
     }

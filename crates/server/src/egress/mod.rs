@@ -167,6 +167,11 @@ impl Egress {
         let door = if opens { Some(self.open_door(runtime, id, &sandbox)?) } else { None };
         let entry = Attached { tenant: tenant.to_owned(), sandbox, secrets: prepared.secrets, door };
         self.attached.lock().map_err(|_| poisoned())?.insert(id.to_owned(), entry);
+        // A destroy that ran while the door was being opened found nothing to detach: the door must not outlive it.
+        if !runtime.is_alive(id) {
+            self.detach(id);
+            return Err(RuntimeFailure::new(FailureKind::SandboxGone, format!("sandbox {id} ended while starting")));
+        }
         Ok(())
     }
 
