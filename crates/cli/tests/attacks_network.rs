@@ -6,7 +6,6 @@
 #[macro_use]
 mod common;
 
-use std::io::ErrorKind;
 use std::net::{IpAddr, TcpListener};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener};
@@ -19,20 +18,6 @@ fn connect_code(host: &str, port: u16) -> String {
     format!(
         "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_STREAM)\ns.settimeout(2)\ntry:\n    s.connect(({host:?}, {port}))\n    s.sendall(b'SANDBOX-WAS-HERE')\n    print('CONNECTED')\nexcept OSError as e:\n    print('failed', type(e).__name__, e.errno)\n"
     )
-}
-
-/// Accepts for `window` on a non-blocking listener; returns how many connections arrived.
-fn accepted_within(listener: &TcpListener, window: Duration) -> usize {
-    let start = Instant::now();
-    let mut count = 0;
-    while start.elapsed() < window {
-        match listener.accept() {
-            Ok(_) => count += 1,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => panic!("accept: {e}"),
-        }
-    }
-    count
 }
 
 #[test]

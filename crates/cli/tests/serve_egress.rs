@@ -11,28 +11,14 @@ mod common;
 mod egress;
 mod serve;
 
-use std::io::ErrorKind;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use common::accepted_within;
 use egress::World;
 use serve::{KEY_1, KEY_2, assert_sandbox_gone};
-
-/// Accepts for `window` on a non-blocking listener; returns how many connections arrived.
-fn accepted_within(listener: &TcpListener, window: Duration) -> usize {
-    let start = Instant::now();
-    let mut count = 0;
-    while start.elapsed() < window {
-        match listener.accept() {
-            Ok(_) => count += 1,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => panic!("accept: {e}"),
-        }
-    }
-    count
-}
 
 /// A host loopback listener the sandbox must never reach; checked to be reachable from the host itself.
 fn host_loopback_listener() -> (TcpListener, u16) {

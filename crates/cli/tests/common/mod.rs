@@ -696,3 +696,17 @@ pub fn parse_syscall_lines(stdout: &str) -> std::collections::BTreeMap<String, (
     }
     map
 }
+
+/// Accepts for `window` on a non-blocking listener; returns how many connections arrived.
+pub fn accepted_within(listener: &std::net::TcpListener, window: Duration) -> usize {
+    let start = Instant::now();
+    let mut count = 0;
+    while start.elapsed() < window {
+        match listener.accept() {
+            Ok(_) => count += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+    count
+}
