@@ -153,6 +153,7 @@ def test_root_owned_files_are_closed_to_the_default_user(sbx):
     private = support.unique("/tmp/root-only")
     sbx.commands.run(f"mkdir -m 700 {private} && echo secret > {private}/secret.txt", user="root")
     assert sbx.commands.run(f"stat -c %U {private}/secret.txt", user="root").stdout == "root\n"
+    assert sbx.files.get_info(private).owner == "root"  # the directory itself can be looked at
     with pytest.raises(SandboxException):
         sbx.files.read(f"{private}/secret.txt")
     with pytest.raises(SandboxException):
