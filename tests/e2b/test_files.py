@@ -206,3 +206,9 @@ def test_gzip_upload(sbx, home):
     text = "compressible line\n" * 10_000
     sbx.files.write(f"{home}/gzip-up.txt", text, gzip=True)
     assert sbx.commands.run(f"wc -c < {home}/gzip-up.txt").stdout.strip() == str(len(text))
+
+
+@support.not_yet("files.write(metadata=…)")
+def test_file_metadata(sbx, home):
+    sbx.files.write(f"{home}/tagged.txt", "x", metadata={"origin": "e2b-suite"})
+    assert sbx.files.get_info(f"{home}/tagged.txt").metadata == {"origin": "e2b-suite"}
