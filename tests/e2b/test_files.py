@@ -153,6 +153,7 @@ def test_root_owned_files_are_closed_to_the_default_user(sbx):
     private = support.unique("/tmp/root-only")
     sbx.commands.run(f"mkdir -m 700 {private} && echo secret > {private}/secret.txt", user="root")
     assert sbx.commands.run(f"stat -c %U {private}/secret.txt", user="root").stdout == "root\n"
+    assert sbx.files.get_info(private).owner == "root"  # the directory itself can be looked at
     with pytest.raises(SandboxException):
         sbx.files.read(f"{private}/secret.txt")
     with pytest.raises(SandboxException):
@@ -205,3 +206,9 @@ def test_gzip_upload(sbx, home):
     text = "compressible line\n" * 10_000
     sbx.files.write(f"{home}/gzip-up.txt", text, gzip=True)
     assert sbx.commands.run(f"wc -c < {home}/gzip-up.txt").stdout.strip() == str(len(text))
+
+
+@support.not_yet("files.write(metadata=…)")
+def test_file_metadata(sbx, home):
+    sbx.files.write(f"{home}/tagged.txt", "x", metadata={"origin": "e2b-suite"})
+    assert sbx.files.get_info(f"{home}/tagged.txt").metadata == {"origin": "e2b-suite"}
