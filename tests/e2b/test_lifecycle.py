@@ -178,9 +178,21 @@ def test_exit_code_error_carries_the_command_result(sbx):
     assert raised.value.exit_code == 7
 
 
+def test_internet_access_goes_through_the_egress_proxy_and_never_to_the_metadata_address():
+    # Without allow_internet_access (the SDK sends nothing) there is no network: nothing listens at the proxy.
+    with support.create(Sandbox) as offline:
+        result = offline.commands.run("curl -s -m 5 -o /dev/null -w '%{http_code}' http://169.254.169.254/; echo \" $?\"")
+        assert result.stdout.strip() == "000 7", result.stdout
+    # With it, public hosts go through the proxy, which still refuses the metadata address with its 403.
+    with support.create(Sandbox, allow_internet_access=True) as online:
+        assert online.commands.run("printenv HTTPS_PROXY").stdout.strip() == "http://127.0.0.1:3128"
+        result = online.commands.run("curl -s -m 5 -o /dev/null -w '%{http_code}' http://169.254.169.254/latest")
+        assert result.stdout.strip() == "403", result.stdout
+
+
 def test_features_sandkasten_lacks_are_refused_at_create():
-    # No network, MCP gateway or volumes: asking for them must fail loudly instead of silently giving less.
-    for options in ({"allow_internet_access": True}, {"network": {"allow_out": ["0.0.0.0/0"]}}):
+    # Network rules, MCP gateway or volumes: asking for them must fail loudly instead of silently giving less.
+    for options in ({"network": {"allow_out": ["0.0.0.0/0"]}},):
         with pytest.raises(SandboxException) as raised:
             support.create(Sandbox, **options)
         assert "not supported" in str(raised.value), options
