@@ -10,7 +10,7 @@
 use std::io::{IsTerminal, Read};
 
 use base64::Engine as _;
-use sandkasten_types::{Command, ErrorCode, ErrorInfo, ExecResult, LimitKind};
+use sandkasten_types::{Command, ErrorCode, ErrorInfo, ExecResult, LimitKind, PhaseTimings};
 use serde_json::{Map, Value, json};
 
 use crate::client::exec::{event_error, read_events, write_chunk};
@@ -137,8 +137,24 @@ fn to_result(answer: &Value) -> ExecResult {
             None
         },
         duration_ms: answer["duration_ms"].as_f64().unwrap_or_default(),
+        phases: phases(&answer["phases"]),
         error,
         ..ExecResult::default()
+    }
+}
+
+/// The server's run phases in the local result's terms: the sandbox there (`allocate`; ≈ 0 from a warm pool), its
+/// files written (`filesystem_ready`; the server does not see the jail's own steps, so `runtime_ready` is the same
+/// moment), and the first output (or the end, without output).
+fn phases(server: &Value) -> PhaseTimings {
+    let at = |key: &str| server[key].as_f64();
+    let allocate = at("allocate").unwrap_or_default();
+    let files_ready = at("files_ready").unwrap_or(allocate);
+    PhaseTimings {
+        allocate,
+        filesystem_ready: files_ready,
+        runtime_ready: files_ready,
+        first_command: at("first_output").or(at("total")).unwrap_or(files_ready),
     }
 }
 

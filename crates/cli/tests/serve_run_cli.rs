@@ -113,6 +113,10 @@ fn run_with_a_server_prints_and_exits_as_the_local_path() {
         remote.json.as_object().unwrap().keys().cloned().collect(),
     );
     assert_eq!(local_keys, remote_keys);
+    // The remote run's phases come from the server, from its request on, in order.
+    let phase = |name: &str| remote.json["phases"][name].as_f64().unwrap_or(-1.0);
+    let order = ["allocate", "filesystem_ready", "runtime_ready", "first_command"].map(phase);
+    assert!(order.windows(2).all(|w| w[0] <= w[1]) && order[0] >= 0.0 && order[3] > 0.0, "{}", remote.describe());
     // Every remote run went through the server (the local path leaves no trace there).
     assert_eq!(metric(&server, finished) - runs_before, cases.len() as f64 + 1.0);
 }

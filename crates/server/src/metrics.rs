@@ -8,6 +8,8 @@
 //! - `exec_duration_seconds` (histogram): wall time of commands (`/exec` and `/v1/run`)
 //! - `exec_phase_seconds{phase}` (histogram): `/exec` only: `first_output` = time to the first output chunk
 //!   (commands without output add nothing), `total` = the whole command
+//! - `run_phase_seconds{phase}` (histogram): `POST /v1/run`, cumulative from the request: `allocate` (sandbox created or
+//!   claimed from a pool), `files_ready`, `first_output` (runs with output only), `total` (the command's end)
 //! - `limit_kills_total{kind}` (counter): executions stopped by a limit; `time` = an exec, a background command or a
 //!   code cell stopped at its timeout (output truncation is not a kill and is not counted)
 //! - `commands_running` (gauge): background commands running now
@@ -44,12 +46,16 @@ const POOL_SIZE: &str = "pool_size";
 const POOL_TARGET: &str = "pool_target";
 const POOL_REFILL_SECONDS: &str = "pool_refill_seconds";
 const ZYGOTE_RUNS: &str = "zygote_runs_total";
+const RUN_PHASE: &str = "run_phase_seconds";
 const EGRESS_REQUESTS: &str = "egress_requests_total";
 const EGRESS_BYTES: &str = "egress_bytes_total";
 const EGRESS_AUDIT_DROPPED: &str = "egress_audit_dropped_total";
 
 /// Histogram buckets of `exec_duration_seconds` and `exec_phase_seconds`.
 const EXEC_BUCKETS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 300.0];
+
+/// Histogram buckets of `run_phase_seconds` (a pool hit's allocate is well under a millisecond).
+const RUN_BUCKETS: [f64; 14] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0];
 
 /// Histogram buckets of `sandbox_create_seconds`.
 const CREATE_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -135,6 +141,7 @@ impl Metrics {
         let builder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Full(EXEC_DURATION.into()), &EXEC_BUCKETS)
             .and_then(|b| b.set_buckets_for_metric(Matcher::Full(EXEC_PHASE.into()), &EXEC_BUCKETS))
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(RUN_PHASE.into()), &RUN_BUCKETS))
             .and_then(|b| b.set_buckets_for_metric(Matcher::Full(SANDBOX_CREATE_SECONDS.into()), &CREATE_BUCKETS))
             .and_then(|b| b.set_buckets_for_metric(Matcher::Full(POOL_REFILL_SECONDS.into()), &CREATE_BUCKETS));
         // Setting buckets only fails for an empty list; fall back to the exporter's summaries if it ever does.
@@ -151,6 +158,11 @@ impl Metrics {
                 EXEC_PHASE,
                 Unit::Seconds,
                 "Phases of commands run through /exec: first_output (time to the first output chunk) and total"
+            );
+            describe_histogram!(
+                RUN_PHASE,
+                Unit::Seconds,
+                "Phases of POST /v1/run from its request: allocate, files_ready, first_output, total"
             );
             describe_counter!(LIMIT_KILLS, "Executions stopped by a limit, by kind (time: killed at their timeout)");
             counter!(LIMIT_KILLS, "kind" => LimitKind::Time.as_str()).absolute(0);
@@ -258,6 +270,11 @@ impl Metrics {
         metrics::with_local_recorder(&self.recorder, || counter!(ZYGOTE_RUNS).increment(1));
     }
 
+    /// Records a phase of a `POST /v1/run` (seconds since its request).
+    pub fn run_phase(&self, phase: &'static str, seconds: f64) {
+        metrics::with_local_recorder(&self.recorder, || histogram!(RUN_PHASE, "phase" => phase).record(seconds));
+    }
+
     /// Counts one connection attempt through the egress proxy and the bytes it moved.
     pub fn egress_attempt(&self, decision: &str, bytes_up: u64, bytes_down: u64) {
         let decision = decision.to_owned();
@@ -318,6 +335,7 @@ mod tests {
         metrics.pool_size("small", 2);
         metrics.pool_target("small", 3);
         metrics.pool_refilled(0.02);
+        metrics.run_phase("allocate", 0.0004);
         metrics.egress_attempt("refused", 0, 0);
         metrics.egress_attempt("allowed", 10, 200);
         let text = metrics.render(3);
@@ -342,6 +360,7 @@ mod tests {
             "egress_requests_total{decision=\"refused\"} 1",
             "egress_bytes_total{direction=\"down\"} 200",
             "egress_audit_dropped_total 0",
+            "run_phase_seconds_bucket{phase=\"allocate\",le=\"0.0005\"} 1",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }

@@ -63,7 +63,7 @@ pub(crate) use sandboxes::destroy_quietly;
         error::ErrorBody, error::ErrorDetail, error::ErrorCode,
         schemas::OutputEvent, schemas::ExitEvent,
         code_schemas::CellResultBody, code_schemas::CellErrorBody, code_schemas::CodeResponse,
-        run::RunExitEvent,
+        run::RunExitEvent, run::RunPhases,
         command_schemas::CommandStateName,
         egress_schemas::NetworkModeName, crate::egress::store::EgressEvent,
         pools::PoolBody, pools::PoolList, pools::PoolSizes,

@@ -3,12 +3,14 @@
 //! every path, a client that disconnects included. The answer is the result as JSON, or with
 //! `Accept: text/event-stream` `stdout`/`stderr` events as the output arrives and a final `exit` (or `error`) event.
 
+mod phases;
 mod request;
 mod response;
 mod task;
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::time::Instant;
 
 use axum::Json;
 use axum::extract::State;
@@ -25,6 +27,7 @@ use crate::auth::Tenant;
 use crate::runtime::Stream;
 use crate::state::AppState;
 
+pub(crate) use phases::RunPhases;
 use request::RunRequest;
 pub(crate) use response::RunExitEvent;
 use response::RunResponse;
@@ -66,9 +69,10 @@ pub(crate) async fn run(
     headers: HeaderMap,
     JsonBody(body): JsonBody<RunRequest>,
 ) -> Result<Response, ApiError> {
+    let requested = Instant::now();
     let plan = request::plan(body, state.settings())?;
     let limit = plan.spec.limits.output_bytes;
-    let started = task::spawn(state.clone(), tenant, plan);
+    let started = task::spawn(state.clone(), tenant, plan, requested);
     let id =
         started.ready.await.map_err(|_| ApiError::internal("the run's task ended before its sandbox was ready"))??;
     if wants_stream(&headers) {
@@ -79,7 +83,8 @@ pub(crate) async fn run(
 
 fn result(id: String, outcome: RunOutcome, stdout: Capture, stderr: Capture) -> RunResponse {
     let error = outcome.error();
-    RunResponse { result: ExecResponse::new(id, outcome.exit, stdout, stderr, outcome.duration_ms), error }
+    let result = ExecResponse::new(id, outcome.exit, stdout, stderr, outcome.duration_ms);
+    RunResponse { result, error, phases: outcome.phases }
 }
 
 /// The JSON answer: output kept up to the limit, then the result.
@@ -147,6 +152,7 @@ impl StreamState {
                     stdout_truncated: self.stdout.truncated(),
                     stderr_truncated: self.stderr.truncated(),
                     duration_ms: outcome.duration_ms,
+                    phases: outcome.phases,
                     error: outcome.error(),
                 },
             ),

@@ -65,6 +65,27 @@ async fn a_command_runs_and_its_sandbox_is_destroyed() {
 }
 
 #[tokio::test]
+async fn phases_from_the_request_come_in_order_in_the_answer_the_stream_and_the_metrics() {
+    let h = Harness::new();
+    let body = run(&h, json!({"argv": ["steps", "sleep:20", "out:late\n"]})).await.json();
+    let phase = |name: &str| body["phases"][name].as_f64().unwrap_or_else(|| panic!("no {name} in {body}"));
+    let (allocate, files, first, total) =
+        (phase("allocate"), phase("files_ready"), phase("first_output"), phase("total"));
+    assert!(0.0 <= allocate && allocate <= files && files <= first && first <= total, "{body}");
+    assert!(first - files >= 20.0, "the output came after the command's 20 ms sleep: {body}");
+    let silent = run(&h, json!({"argv": ["sleep-ms", "0"]})).await.json();
+    assert!(silent["phases"]["first_output"].is_null(), "{silent}");
+    let response = h.send(run_request(&json!({"argv": ["echo", "x"]}), true)).await;
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    let events = parse_events(&String::from_utf8_lossy(&bytes));
+    let exit = &events.last().unwrap().1;
+    assert!(exit["phases"]["total"].as_f64().unwrap() >= exit["phases"]["allocate"].as_f64().unwrap(), "{exit}");
+    let metrics = h.call("GET", "/metrics", None, Body::empty()).await.text();
+    assert!(metrics.contains("run_phase_seconds_count{phase=\"total\"} 3"), "{metrics}");
+    assert!(metrics.contains("run_phase_seconds_count{phase=\"first_output\"} 2"), "{metrics}");
+}
+
+#[tokio::test]
 async fn code_is_written_to_tmp_and_run_with_env_and_stdin() {
     let h = Harness::new();
     let reply = run(&h, json!({"language": "python", "code": "print(4)", "env": {"A": "b"}, "stdin": "in"})).await;

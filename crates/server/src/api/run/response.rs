@@ -4,6 +4,8 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::api::run::phases::RunPhases;
+
 use crate::api::schemas::ExecResponse;
 
 /// What a run reports about itself (not an HTTP error: the run happened).
@@ -44,6 +46,9 @@ pub struct RunResponse {
     /// Set when the run failed before its command (`compile_error`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
+    /// Cumulative milliseconds from the request: sandbox there (≈ 0 from a warm pool), files written, first output,
+    /// end of the command.
+    pub phases: RunPhases,
 }
 
 /// Data of the final `exit` event of a run's stream.
@@ -65,6 +70,8 @@ pub struct RunExitEvent {
     pub stderr_truncated: bool,
     /// Wall-clock time of the compile step and the command, in milliseconds.
     pub duration_ms: f64,
+    /// Cumulative milliseconds from the request, per phase.
+    pub phases: RunPhases,
     /// Set when the run failed before its command (`compile_error`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,

@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::api::destroy_quietly;
 use crate::api::error::ApiError;
 use crate::api::extract::runtime_error;
+use crate::api::run::phases::{RunClock, RunPhases};
 use crate::api::run::request::RunPlan;
 use crate::api::run::response::RunError;
 use crate::api::sandboxes::{SIGKILL, start_sandbox_with_zygote};
@@ -39,6 +40,8 @@ pub(crate) struct RunOutcome {
     pub(crate) compile_failed: bool,
     /// Compile and run, in milliseconds.
     pub(crate) duration_ms: f64,
+    /// The run's phases from its request (set when the command has ended).
+    pub(crate) phases: RunPhases,
 }
 
 impl RunOutcome {
@@ -64,11 +67,12 @@ pub(crate) struct Started {
     pub(crate) events: mpsc::Receiver<RunEvent>,
 }
 
-/// Starts a run in its own task.
-pub(crate) fn spawn(state: AppState, tenant: Tenant, plan: RunPlan) -> Started {
+/// Starts a run in its own task; `requested` is when its request arrived (the phases count from there).
+pub(crate) fn spawn(state: AppState, tenant: Tenant, plan: RunPlan, requested: Instant) -> Started {
     let (ready_sender, ready) = oneshot::channel();
     let (event_sender, events) = mpsc::channel(64);
-    tokio::spawn(run(state, tenant, plan, ready_sender, event_sender));
+    let clock = RunClock::new(requested);
+    tokio::spawn(run(state, tenant, plan, clock, ready_sender, event_sender));
     Started { ready, events }
 }
 
@@ -76,6 +80,7 @@ async fn run(
     state: AppState,
     tenant: Tenant,
     plan: RunPlan,
+    clock: RunClock,
     ready: oneshot::Sender<Result<String, ApiError>>,
     events: mpsc::Sender<RunEvent>,
 ) {
@@ -88,14 +93,21 @@ async fn run(
             return;
         }
     };
+    clock.allocated();
     // From here on the sandbox exists: whatever happens below, it is destroyed before this task ends.
     let outcome = tokio::select! {
-        outcome = work(&state, &id, zygote, plan, ready, &events) => outcome,
+        outcome = work(&state, &id, zygote, plan, &clock, ready, &events) => outcome,
         () = events.closed() => {
             tracing::info!(sandbox = %id, "run: the client left; destroying the sandbox");
             None
         }
     };
+    let outcome = outcome.map(|outcome| {
+        outcome.map(|mut outcome| {
+            outcome.phases = clock.finish(state.metrics());
+            outcome
+        })
+    });
     finish(&state, &id).await;
     if let Some(outcome) = outcome {
         events.send(RunEvent::Done(outcome)).await.ok();
@@ -126,6 +138,7 @@ async fn work(
     id: &str,
     zygote: Option<(ZygoteKind, String)>,
     plan: RunPlan,
+    clock: &RunClock,
     ready: oneshot::Sender<Result<String, ApiError>>,
     events: &mpsc::Sender<RunEvent>,
 ) -> Option<Result<RunOutcome, ApiError>> {
@@ -135,6 +148,7 @@ async fn work(
             return None;
         }
     }
+    clock.files_ready();
     ready.send(Ok(id.to_owned())).ok()?;
     // A pool member's spare code-context kernel: a run starts no context, and the program gets its memory and pids.
     if let Err(failure) = state.runtime().discard_prepared_contexts(id).await {
@@ -142,7 +156,7 @@ async fn work(
     }
     match (zygote, plan.zygote_input) {
         (Some((kind, zygote)), Some((wanted, input))) if kind == wanted => {
-            if let Some(outcome) = forked(state, id, &zygote, input, plan.spec.limits.timeout_ms, events).await {
+            if let Some(outcome) = forked(state, id, &zygote, input, plan.spec.limits.timeout_ms, clock, events).await {
                 return Some(outcome);
             }
         }
@@ -154,7 +168,7 @@ async fn work(
         }
         (None, _) => {}
     }
-    Some(execute(state, id, plan.compile, plan.command, plan.spec.limits.timeout_ms, events).await)
+    Some(execute(state, id, plan.compile, plan.command, plan.spec.limits.timeout_ms, clock, events).await)
 }
 
 /// How long a zygote killed at its time limit may take to report its end.
@@ -168,6 +182,7 @@ async fn forked(
     zygote: &str,
     input: Vec<u8>,
     budget_ms: u64,
+    clock: &RunClock,
     events: &mpsc::Sender<RunEvent>,
 ) -> Option<Result<RunOutcome, ApiError>> {
     let started = Instant::now();
@@ -193,6 +208,7 @@ async fn forked(
         let limit = if timed_out { tokio::time::Instant::now() + KILLED_GRACE } else { deadline };
         match tokio::time::timeout_at(limit, output.recv()).await {
             Ok(Some(CommandEvent::Output { chunk, .. })) => {
+                clock.output();
                 // A closed channel means the client left; the select in `run` ends the run.
                 events.send(RunEvent::Output(chunk)).await.ok();
             }
@@ -213,7 +229,7 @@ async fn forked(
             state.metrics().limit_kill(LimitKind::Time);
             let exit = CommandExit { exit_code: None, signal: Some(SIGKILL), timed_out: true };
             let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
-            return Some(Ok(RunOutcome { exit, compile_failed: false, duration_ms }));
+            return Some(Ok(RunOutcome { exit, compile_failed: false, duration_ms, phases: RunPhases::default() }));
         }
         let failure = RuntimeFailure::new(FailureKind::SandboxGone, "the sandbox ended during the run");
         return Some(Err(runtime_error(state, id, failure).await));
@@ -223,7 +239,8 @@ async fn forked(
         state.metrics().limit_kill(LimitKind::Time);
     }
     state.metrics().exec_finished(started.elapsed().as_secs_f64());
-    Some(Ok(RunOutcome { exit, compile_failed: false, duration_ms: started.elapsed().as_secs_f64() * 1000.0 }))
+    let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+    Some(Ok(RunOutcome { exit, compile_failed: false, duration_ms, phases: RunPhases::default() }))
 }
 
 async fn write_file(state: &AppState, id: &str, path: &str, data: Vec<u8>) -> Result<(), ApiError> {
@@ -245,23 +262,24 @@ async fn execute(
     compile: Option<CommandSpec>,
     mut command: CommandSpec,
     budget_ms: u64,
+    clock: &RunClock,
     events: &mpsc::Sender<RunEvent>,
 ) -> Result<RunOutcome, ApiError> {
     let started = Instant::now();
     let elapsed_ms = || started.elapsed().as_secs_f64() * 1000.0;
     if let Some(mut compile) = compile {
         compile.timeout_ms = Some(budget_ms);
-        let exit = exec(state, id, compile, events).await?;
+        let exit = exec(state, id, compile, clock, events).await?;
         if exit.timed_out || exit.exit_code != Some(0) {
             let compile_failed = !exit.timed_out;
-            return Ok(RunOutcome { exit, compile_failed, duration_ms: elapsed_ms() });
+            return Ok(RunOutcome { exit, compile_failed, duration_ms: elapsed_ms(), phases: RunPhases::default() });
         }
     }
     let spent = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     command.timeout_ms = Some(budget_ms.saturating_sub(spent).max(1));
-    let exit = exec(state, id, command, events).await?;
+    let exit = exec(state, id, command, clock, events).await?;
     state.metrics().exec_finished(started.elapsed().as_secs_f64());
-    Ok(RunOutcome { exit, compile_failed: false, duration_ms: elapsed_ms() })
+    Ok(RunOutcome { exit, compile_failed: false, duration_ms: elapsed_ms(), phases: RunPhases::default() })
 }
 
 /// Runs one command, forwarding its output as it arrives.
@@ -269,11 +287,13 @@ async fn exec(
     state: &AppState,
     id: &str,
     spec: CommandSpec,
+    clock: &RunClock,
     events: &mpsc::Sender<RunEvent>,
 ) -> Result<CommandExit, ApiError> {
     let (chunks, mut received) = mpsc::channel(64);
     let forward = async {
         while let Some(chunk) = received.recv().await {
+            clock.output();
             // A closed channel means the client left; the select in `run` ends the run.
             events.send(RunEvent::Output(chunk)).await.ok();
         }
