@@ -3,6 +3,9 @@ set_timeout, get_info, is_running, kill, the context manager, and what the SDK r
 a wrong key and the features sandkasten does not have (pause, snapshots)."""
 
 import datetime
+import json
+import os
+import urllib.request
 
 import pytest
 
@@ -190,9 +193,33 @@ def test_internet_access_goes_through_the_egress_proxy_and_never_to_the_metadata
         assert result.stdout.strip() == "403", result.stdout
 
 
+def native_network_policy(sandbox_id):
+    """The sandbox's network policy as sandkasten's own API shows it (the E2B key is a sandkasten tenant key)."""
+    request = urllib.request.Request(
+        f"{os.environ['E2B_API_URL']}/v1/sandboxes/{sandbox_id}",
+        headers={"Authorization": f"Bearer {os.environ['E2B_API_KEY']}"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)["network"]
+
+
+def test_network_rules_become_an_egress_allowlist():
+    network = {"deny_out": ["0.0.0.0/0"], "allow_out": ["api.example.com", "*.example.org"]}
+    with support.create(Sandbox, network=network) as sandbox:
+        policy = native_network_policy(sandbox.sandbox_id)
+        assert policy["mode"] == "allowlist", policy
+        assert policy["allow"] == ["api.example.com", "*.example.org"], policy
+        # Anything else is refused by the proxy with the rule, the metadata address included.
+        result = sandbox.commands.run("curl -s -m 5 http://169.254.169.254/latest; echo")
+        assert "not in the allowlist" in result.stdout, result.stdout
+    with support.create(Sandbox, network={"deny_out": ["198.51.100.7"]}) as sandbox:
+        assert native_network_policy(sandbox.sandbox_id) == {"mode": "open", "allow": [], "deny": ["198.51.100.7"]}
+
+
 def test_features_sandkasten_lacks_are_refused_at_create():
-    # Network rules, MCP gateway or volumes: asking for them must fail loudly instead of silently giving less.
-    for options in ({"network": {"allow_out": ["0.0.0.0/0"]}},):
+    # Address ranges in network rules, MCP gateway or volumes: asking for them must fail loudly instead of silently
+    # giving less (or more).
+    for options in ({"network": {"deny_out": ["10.0.0.0/8"]}},):
         with pytest.raises(SandboxException) as raised:
             support.create(Sandbox, **options)
         assert "not supported" in str(raised.value), options

@@ -8,7 +8,7 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use sandkasten_types::{Limits, NetworkMode, NetworkPolicy, SandboxSpec, Template};
+use sandkasten_types::{Limits, NetworkPolicy, SandboxSpec, Template};
 use serde::{Deserialize, Serialize};
 
 use crate::api::sandboxes::{check_timeout, end_running, start_sandbox};
@@ -16,6 +16,7 @@ use crate::auth::Tenant;
 use crate::clock::rfc3339;
 use crate::e2b::auth::api_tenant;
 use crate::e2b::error::{Code, E2bError};
+use crate::e2b::network;
 use crate::state::AppState;
 use crate::store::{SandboxRecord, SandboxState};
 use crate::validate;
@@ -103,12 +104,6 @@ fn refuse_unsupported(body: &NewSandbox) -> Result<(), E2bError> {
     if body.auto_pause {
         return Err(E2bError::unsupported("autoPause (pausing sandboxes)"));
     }
-    if body.network.is_some() {
-        return Err(E2bError::unsupported(
-            "network rules (network.allow_out / deny_out): use allow_internet_access=True (public hosts through the \
-             egress proxy), or sandkasten's own API for an allowlist (PUT /v1/sandboxes/{id}/network)",
-        ));
-    }
     if body.mcp.is_some() {
         return Err(E2bError::unsupported("mcp"));
     }
@@ -118,16 +113,14 @@ fn refuse_unsupported(body: &NewSandbox) -> Result<(), E2bError> {
     Ok(())
 }
 
-/// A facade sandbox: the `e2b` template, long commands, and with `allow_internet_access=True` the `open` network
-/// policy (any public host through the egress proxy; never the host, private or metadata addresses). Without it —
-/// the SDK sends nothing by default — the sandbox has no network, sandkasten's default.
-fn facade_spec(env: BTreeMap<String, String>, internet: bool) -> SandboxSpec {
-    let mode = if internet { NetworkMode::Open } else { NetworkMode::None };
+/// A facade sandbox: the `e2b` template, long commands, and the network policy its E2B options ask for
+/// (`e2b::network`: with none, no network, sandkasten's default).
+fn facade_spec(env: BTreeMap<String, String>, network: NetworkPolicy) -> SandboxSpec {
     SandboxSpec {
         template: Template::E2b,
         limits: Limits { timeout_ms: FACADE_COMMAND_TIMEOUT_MS, ..Limits::default() },
         env,
-        network: NetworkPolicy { mode, ..NetworkPolicy::default() },
+        network,
         ..SandboxSpec::default()
     }
 }
@@ -173,8 +166,8 @@ pub(crate) async fn create(
     validate::metadata(&metadata).map_err(E2bError::invalid)?;
     let settings = state.settings();
     let expires_ms = check_timeout(settings, body.timeout.unwrap_or(settings.default_timeout_s))?;
-    let internet = body.allow_internet_access == Some(true);
-    let record = start_sandbox(&state, &tenant, facade_spec(env, internet), metadata, expires_ms).await?;
+    let network = network::policy(body.allow_internet_access, body.network.as_ref())?;
+    let record = start_sandbox(&state, &tenant, facade_spec(env, network), metadata, expires_ms).await?;
     created(&state, &record, &tenant, Some(&body.template_id))
 }
 

@@ -14,6 +14,7 @@ mod error;
 mod files;
 mod filesystem;
 mod interpreter;
+mod network;
 mod paths;
 mod process;
 mod sessions;
