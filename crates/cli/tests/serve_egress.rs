@@ -596,3 +596,46 @@ fn the_servers_own_addresses_are_refused_even_inside_an_allowed_range() {
     assert!(out.starts_with("HTTP/1.1 403"), "CONNECT: {out}");
     assert_eq!(accepted_within(&listener, Duration::from_millis(300)), 0, "the host's own service was reached");
 }
+
+#[test]
+fn a_long_tunnel_is_in_the_audit_while_it_is_open() {
+    require_root!();
+    let world = World::start("");
+    let id = world.sandbox(allowlist(&["allowed.test"]));
+    // A tunnel that stays open for a while before it carries anything (as a slow exfiltration would).
+    let script = "import socket, time\n\
+        s = socket.create_connection(('127.0.0.1', 3128), timeout=30)\n\
+        s.sendall(b'CONNECT allowed.test:80 HTTP/1.1\\r\\nHost: allowed.test:80\\r\\n\\r\\n')\n\
+        assert s.recv(4096).startswith(b'HTTP/1.1 200')\n\
+        while not __import__('os').path.exists('/tmp/go'): time.sleep(0.05)\n\
+        s.sendall(b'GET /whoami HTTP/1.1\\r\\nHost: allowed.test\\r\\nConnection: close\\r\\n\\r\\n')\n\
+        while s.recv(65536): pass\n";
+    let put =
+        world.server.put_bytes(&format!("/v1/sandboxes/{id}/files?path=/tmp/tunnel.py"), KEY_1, script.as_bytes());
+    assert!(put.status < 300, "{put:?}");
+    let started = world.server.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        KEY_1,
+        Some(json!({"cmd": "/usr/bin/python3 /tmp/tunnel.py", "background": true})),
+    );
+    assert!(started.status < 300, "{started:?}");
+    let events = world.audit(&id, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!((events[0]["decision"].as_str(), events[0]["open"].as_bool()), (Some("allowed"), Some(true)));
+    assert_eq!(events[0]["scheme"], "connect");
+    // Let it talk and end: the same record now carries the bytes.
+    world.sh(&id, "touch /tmp/go");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let closed = loop {
+        let events = world.audit(&id, 1);
+        if events.len() == 1 && events[0]["open"] == false {
+            break events[0].clone();
+        }
+        assert!(Instant::now() < deadline, "the tunnel's record never closed: {events:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(closed["bytes_down"].as_u64().unwrap() > 0 && closed["bytes_up"].as_u64().unwrap() > 0, "{closed}");
+    assert_eq!(closed["connection"], events[0]["connection"]);
+    assert!(world.allowed.requests().contains("GET /whoami"));
+}

@@ -1,5 +1,6 @@
-//! Audit records: one per attempt. Refusals are recorded at once; allowed connections when they end, with
-//! the bytes that went up and down.
+//! Audit records: one per attempt. Refusals are recorded at once; an allowed connection is recorded when it
+//! opens (`open`, no bytes) and again, under the same `connection` number, when it ends, with the bytes that went up
+//! and down: a sink that keeps one row per attempt replaces the first record by the second.
 
 use std::net::IpAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -45,6 +46,22 @@ pub struct AuditEvent {
     pub bytes_up: u64,
     /// Bytes received from the upstream.
     pub bytes_down: u64,
+    /// For an allowed attempt, its connection's number (unique in this proxy): the attempt is recorded twice with
+    /// it, once when the connection opens (`open`, no bytes yet) and once when it ends (with its bytes), so a long
+    /// tunnel is visible in the audit while it lasts. `None` for refusals and failures (recorded once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<u64>,
+    /// True on the record made when an allowed connection opens; false on every other record.
+    #[serde(default)]
+    pub open: bool,
+}
+
+/// Numbers the allowed connections of every proxy in this process.
+static NEXT_CONNECTION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// A fresh connection number.
+pub(crate) fn next_connection() -> u64 {
+    NEXT_CONNECTION.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Where audit events go. Called from the proxy's tasks: must not block for long.

@@ -1,7 +1,7 @@
 //! The decision for one attempt, in order: canonicalise the host, match the policy, resolve, check every
 //! address, connect to a checked address. Every refusal or failure is audited here and turned into the
-//! client's response; a success carries an audit guard that records the attempt with its byte counts when
-//! the connection ends.
+//! client's response; a success is recorded as open at once and carries an audit guard that records it again,
+//! with its byte counts, when the connection ends.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use std::time::Duration;
 use http::StatusCode;
 use tokio::net::TcpStream;
 
-use crate::audit::{AuditEvent, AuditSink, Decision, now_ms};
+use crate::audit::{AuditEvent, AuditSink, Decision, next_connection, now_ms};
 use crate::host::{Host, canonicalize_host};
 use crate::io::{Counters, CountingIo};
 use crate::policy::NameVerdict;
@@ -88,9 +88,13 @@ pub(crate) async fn decide_and_connect(
         rule: String::new(),
         bytes_up: 0,
         bytes_down: 0,
+        connection: None,
+        open: false,
     };
     match attempt(ctx, raw_host, port, &mut event).await {
         Ok((host, addrs, stream)) => {
+            event.connection = Some(next_connection());
+            ctx.inner.audit.record(AuditEvent { open: true, ..event.clone() });
             let counters = Counters::new();
             let guard = AuditGuard { event: Some(event), counters: counters.clone(), sink: ctx.inner.audit.clone() };
             let upstream = CountingIo::new(stream, counters.clone());
@@ -129,6 +133,8 @@ pub(crate) fn recheck_policy(
         rule,
         bytes_up: 0,
         bytes_down: 0,
+        connection: None,
+        open: false,
     });
     Err(Box::new(refusal(StatusCode::FORBIDDEN, &format!("{host}:{port}"), &reason)))
 }

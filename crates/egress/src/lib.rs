@@ -48,9 +48,10 @@
 //!
 //! **Refusals are answered, and everything is audited.** A refusal is an HTTP 403 (400 for a malformed
 //! host) whose text body names the rule, e.g. `sandkasten egress: refused api.evil.test:443: not in the
-//! allowlist`; an unreachable upstream is a 502. Each attempt produces one [`AuditEvent`]: refusals at once,
-//! allowed connections when they end (with bytes up/down), resolution or connect failures as
-//! [`Decision::Failed`].
+//! allowlist`; an unreachable upstream is a 502. Each attempt is audited ([`AuditEvent`]): refusals at once,
+//! resolution or connect failures as [`Decision::Failed`], and an allowed connection twice under one
+//! `connection` number — when it opens (`open`) and when it ends, with bytes up/down — so a long tunnel is visible
+//! while it lasts.
 //!
 //! **Blind tunnels unless a secret needs the request.** A CONNECT is spliced byte for byte: the proxy has
 //! decided on the destination, and looking inside TLS would add risk (a CA the sandbox trusts) and cost for

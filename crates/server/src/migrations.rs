@@ -63,6 +63,10 @@ const MIGRATIONS: &[&str] = &[
         event_json  TEXT NOT NULL
     ) STRICT;
     CREATE INDEX egress_events_by_sandbox ON egress_events (sandbox_id, seq);",
+    // 4: an allowed connection is recorded when it opens and that row is replaced when it ends: its number.
+    "ALTER TABLE egress_events ADD COLUMN connection_id INTEGER;
+    CREATE INDEX egress_events_by_connection ON egress_events (sandbox_id, connection_id)
+        WHERE connection_id IS NOT NULL;",
 ];
 
 /// The schema version this build writes.

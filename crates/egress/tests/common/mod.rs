@@ -10,15 +10,21 @@ use sandkasten_egress::{AuditEvent, AuditSink, EgressConfig, Policy, Proxy, Prox
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// Collects audit events.
+/// Collects audit events: the final record of each attempt in `events`, the records of connections opening in
+/// `opened`.
 #[derive(Default)]
 pub struct MemAudit {
     pub events: Mutex<Vec<AuditEvent>>,
+    pub opened: Mutex<Vec<AuditEvent>>,
 }
 
 impl AuditSink for MemAudit {
     fn record(&self, event: AuditEvent) {
-        self.events.lock().unwrap().push(event);
+        if event.open {
+            self.opened.lock().unwrap().push(event);
+        } else {
+            self.events.lock().unwrap().push(event);
+        }
     }
 }
 

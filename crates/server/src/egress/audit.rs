@@ -63,6 +63,8 @@ fn stored(event: AuditEvent) -> (String, String, EgressEvent) {
         rule: event.rule,
         bytes_up: event.bytes_up,
         bytes_down: event.bytes_down,
+        connection: event.connection,
+        open: event.open,
     };
     (event.sandbox_id, event.tenant, row)
 }
@@ -72,7 +74,8 @@ pub async fn run(state: AppState, queue: Arc<AuditQueue>, mut receiver: mpsc::Re
     let mut batch = Vec::with_capacity(BATCH);
     while receiver.recv_many(&mut batch, BATCH).await > 0 {
         let rows: Vec<_> = batch.drain(..).map(stored).collect();
-        for (_, _, row) in &rows {
+        // An allowed connection counts once, when it ends (its opening record carries no bytes yet).
+        for (_, _, row) in rows.iter().filter(|(_, _, row)| !row.open) {
             state.metrics().egress_attempt(&row.decision, row.bytes_up, row.bytes_down);
         }
         let dropped = queue.dropped.swap(0, Ordering::Relaxed);
@@ -105,6 +108,8 @@ mod tests {
             rule: String::new(),
             bytes_up: 0,
             bytes_down: 0,
+            connection: None,
+            open: false,
         }
     }
 

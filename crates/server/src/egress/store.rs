@@ -45,6 +45,12 @@ pub struct EgressEvent {
     pub bytes_up: u64,
     /// Bytes sent from the host to the sandbox.
     pub bytes_down: u64,
+    /// An allowed connection's number: its record is written when it opens and replaced when it ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<u64>,
+    /// True while the allowed connection is still open (its bytes are not counted yet).
+    #[serde(default)]
+    pub open: bool,
 }
 
 impl Store {
@@ -107,13 +113,34 @@ impl Store {
                     "INSERT INTO egress_events (sandbox_id, tenant, time_ms, event_json)
                      SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM sandboxes WHERE id = ?1)",
                 )?;
+                let mut close = tx.prepare_cached(
+                    "UPDATE egress_events SET event_json = ?3 WHERE sandbox_id = ?1 AND connection_id = ?2",
+                )?;
+                let mut insert_connection = tx.prepare_cached(
+                    "INSERT INTO egress_events (sandbox_id, tenant, time_ms, event_json, connection_id)
+                     SELECT ?1, ?2, ?3, ?4, ?5 WHERE EXISTS (SELECT 1 FROM sandboxes WHERE id = ?1)",
+                )?;
                 let mut prune = tx.prepare_cached(
                     "DELETE FROM egress_events WHERE sandbox_id = ?1 AND seq <= (SELECT seq FROM egress_events
                      WHERE sandbox_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
                 )?;
                 let mut touched = std::collections::BTreeSet::new();
                 for (sandbox, tenant, event) in events {
-                    insert.execute(params![sandbox, tenant, event.time_ms, serde_json::to_string(&event)?])?;
+                    let json = serde_json::to_string(&event)?;
+                    match event.connection.map(|n| i64::try_from(n).unwrap_or(i64::MAX)) {
+                        // The end of a connection replaces its opening record (or stands alone if that was lost).
+                        Some(connection) if !event.open => {
+                            if close.execute(params![sandbox, connection, json])? == 0 {
+                                insert_connection.execute(params![sandbox, tenant, event.time_ms, json, connection])?;
+                            }
+                        }
+                        Some(connection) => {
+                            insert_connection.execute(params![sandbox, tenant, event.time_ms, json, connection])?;
+                        }
+                        None => {
+                            insert.execute(params![sandbox, tenant, event.time_ms, json])?;
+                        }
+                    }
                     touched.insert(sandbox);
                 }
                 for sandbox in touched {
@@ -185,6 +212,8 @@ mod tests {
             rule: "not in the allowlist".into(),
             bytes_up: 0,
             bytes_down: 0,
+            connection: None,
+            open: false,
         }
     }
 
@@ -214,6 +243,34 @@ mod tests {
         assert_eq!(kept[0].time_ms, 5, "the oldest were pruned");
         assert_eq!(kept.last().unwrap().time_ms, total - 1);
         assert!(store.egress_events("sb-00000000000000ff", 10).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_one_row_open_first_then_closed_with_its_bytes() {
+        let store = Store::open_in_memory().unwrap();
+        let record = SandboxRecord {
+            id: "sb-0000000000000002".into(),
+            tenant: "t".into(),
+            state: SandboxState::Running,
+            spec: Default::default(),
+            metadata: Default::default(),
+            created_ms: 1,
+            expires_ms: 2,
+            ended_ms: None,
+            end_reason: None,
+        };
+        let quota = crate::store::Quota { max_sandboxes: 10, max_memory_bytes: u64::MAX };
+        store.admit_sandbox(record, quota).await.unwrap().unwrap();
+        let sandbox = || ("sb-0000000000000002".to_owned(), "t".to_owned());
+        let opened = EgressEvent { decision: "allowed".into(), connection: Some(7), open: true, ..event(1) };
+        store.append_egress_events(vec![(sandbox().0, sandbox().1, opened.clone())]).await.unwrap();
+        let open = store.egress_events("sb-0000000000000002", 10).await.unwrap();
+        assert_eq!(open, vec![opened.clone()], "visible while open");
+        let closed = EgressEvent { open: false, bytes_up: 10, bytes_down: 20, ..opened };
+        let refused = event(2);
+        let batch = vec![(sandbox().0, sandbox().1, closed.clone()), (sandbox().0, sandbox().1, refused.clone())];
+        store.append_egress_events(batch).await.unwrap();
+        assert_eq!(store.egress_events("sb-0000000000000002", 10).await.unwrap(), vec![closed, refused]);
     }
 
     #[tokio::test]
