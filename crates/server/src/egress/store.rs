@@ -217,11 +217,11 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn audit_keeps_the_newest_events_per_sandbox_and_drops_unknown_sandboxes() {
+    /// An in-memory store holding one running sandbox `id` of tenant `t`.
+    async fn store_with_sandbox(id: &str) -> Store {
         let store = Store::open_in_memory().unwrap();
         let record = SandboxRecord {
-            id: "sb-0000000000000001".into(),
+            id: id.into(),
             tenant: "t".into(),
             state: SandboxState::Running,
             spec: Default::default(),
@@ -233,6 +233,12 @@ mod tests {
         };
         let quota = crate::store::Quota { max_sandboxes: 10, max_memory_bytes: u64::MAX };
         store.admit_sandbox(record, quota).await.unwrap().unwrap();
+        store
+    }
+
+    #[tokio::test]
+    async fn audit_keeps_the_newest_events_per_sandbox_and_drops_unknown_sandboxes() {
+        let store = store_with_sandbox("sb-0000000000000001").await;
         let total = i64::from(KEPT_EVENTS) + 5;
         let batch = (0..total).map(|n| ("sb-0000000000000001".to_owned(), "t".to_owned(), event(n))).collect();
         store.append_egress_events(batch).await.unwrap();
@@ -247,20 +253,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_is_one_row_open_first_then_closed_with_its_bytes() {
-        let store = Store::open_in_memory().unwrap();
-        let record = SandboxRecord {
-            id: "sb-0000000000000002".into(),
-            tenant: "t".into(),
-            state: SandboxState::Running,
-            spec: Default::default(),
-            metadata: Default::default(),
-            created_ms: 1,
-            expires_ms: 2,
-            ended_ms: None,
-            end_reason: None,
-        };
-        let quota = crate::store::Quota { max_sandboxes: 10, max_memory_bytes: u64::MAX };
-        store.admit_sandbox(record, quota).await.unwrap().unwrap();
+        let store = store_with_sandbox("sb-0000000000000002").await;
         let sandbox = || ("sb-0000000000000002".to_owned(), "t".to_owned());
         let opened = EgressEvent { decision: "allowed".into(), connection: Some(7), open: true, ..event(1) };
         store.append_egress_events(vec![(sandbox().0, sandbox().1, opened.clone())]).await.unwrap();
