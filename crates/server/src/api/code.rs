@@ -23,10 +23,11 @@ use crate::api::code_schemas::{CodeBody, CodeResponse};
 use crate::api::contexts::is_context_id;
 use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error};
+use crate::api::running::{Started, pump};
 use crate::api::schemas::OutputEvent;
 use crate::auth::Tenant;
 use crate::metrics::LimitKind;
-use crate::runtime::{FailureKind, OutputChunk, RuntimeFailure, Stream};
+use crate::runtime::Stream;
 use crate::state::AppState;
 use crate::store::SandboxRecord;
 
@@ -56,16 +57,8 @@ fn code_run(body: CodeBody, sandbox: &SandboxRecord) -> Result<CodeRun, ApiError
     })
 }
 
-/// A cell started in its own task.
-/// A cell running in its own task: its output chunks and, at the end, its outcome.
-pub(crate) struct Started {
-    chunks: mpsc::Receiver<OutputChunk>,
-    done: oneshot::Receiver<Result<CellOutcome, RuntimeFailure>>,
-    started: Instant,
-}
-
 /// Starts a cell in its own task (a client that leaves does not cut it in half).
-pub(crate) fn start(state: &AppState, id: &str, request: CodeRun) -> Started {
+pub(crate) fn start(state: &AppState, id: &str, request: CodeRun) -> Started<CellOutcome> {
     let (events, chunks) = mpsc::channel(64);
     let (finished, done) = oneshot::channel();
     let (state, id) = (state.clone(), id.to_owned());
@@ -100,30 +93,6 @@ fn stopped_at_timeout(outcome: &CellOutcome, elapsed: Duration, timeout: Duratio
     let interrupted =
         outcome.error.as_ref().is_some_and(|e| matches!(e.name.as_str(), "KeyboardInterrupt" | "TimeoutError"));
     elapsed >= timeout && (interrupted || outcome.context_restarted)
-}
-
-/// Drains the output chunks into `on_chunk` until the cell has ended.
-/// Hands each output chunk to `on_chunk` as it arrives, then answers the cell's outcome.
-pub(crate) async fn pump<F, Fut>(mut started: Started, mut on_chunk: F) -> Result<CellOutcome, RuntimeFailure>
-where
-    F: FnMut(OutputChunk) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    loop {
-        tokio::select! {
-            biased;
-            Some(chunk) = started.chunks.recv() => on_chunk(chunk).await,
-            result = &mut started.done => {
-                while let Ok(chunk) = started.chunks.try_recv() {
-                    on_chunk(chunk).await;
-                }
-                return result.unwrap_or_else(|_| Err(RuntimeFailure::new(
-                    FailureKind::Internal,
-                    "the cell's task ended without a result",
-                )));
-            }
-        }
-    }
 }
 
 /// Run code in a stateful context.
@@ -181,7 +150,7 @@ fn json_event<T: serde::Serialize>(name: &'static str, data: &T) -> Event {
 }
 
 /// The SSE response: a task forwards events while the cell runs.
-fn stream(state: AppState, id: String, started: Started) -> Response {
+fn stream(state: AppState, id: String, started: Started<CellOutcome>) -> Response {
     let (sender, receiver) = mpsc::channel::<Result<Event, Infallible>>(64);
     tokio::spawn(async move {
         let started_at = started.started;

@@ -22,11 +22,12 @@ use crate::api::commands;
 use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error};
 use crate::api::output::Capture;
+use crate::api::running::{Started, pump};
 use crate::api::schemas::{ExecBody, ExecResponse, ExitEvent};
 use crate::auth::Tenant;
 use crate::clock::now_ms;
 use crate::metrics::{ExecPhase, LimitKind};
-use crate::runtime::{OutputChunk, RuntimeFailure, Stream};
+use crate::runtime::{OutputChunk, Stream};
 use crate::state::AppState;
 use crate::store::{CommandRecord, SandboxRecord};
 use crate::{ids, validate};
@@ -60,15 +61,13 @@ fn command_spec(body: ExecBody, sandbox: &SandboxRecord) -> Result<CommandSpec, 
     Ok(spec)
 }
 
-/// A command started in its own task.
-struct Started {
-    chunks: mpsc::Receiver<OutputChunk>,
-    done: oneshot::Receiver<Result<CommandExit, RuntimeFailure>>,
-    started: Instant,
-}
-
 /// Records the command, then runs it in a task that records its end whatever happens to the request.
-async fn start(state: &AppState, tenant: &Tenant, id: &str, spec: CommandSpec) -> Result<Started, ApiError> {
+async fn start(
+    state: &AppState,
+    tenant: &Tenant,
+    id: &str,
+    spec: CommandSpec,
+) -> Result<Started<CommandExit>, ApiError> {
     let command_id = ids::command_id()?;
     let argv = spec.resolved_argv().map_err(ApiError::unprocessable)?;
     let record = CommandRecord {
@@ -120,29 +119,6 @@ async fn start(state: &AppState, tenant: &Tenant, id: &str, spec: CommandSpec) -
         finished.send(result).ok();
     });
     Ok(Started { chunks, done, started })
-}
-
-/// Feeds every chunk to `on_chunk` until the command has ended and its output is drained.
-async fn pump<F, Fut>(mut started: Started, mut on_chunk: F) -> Result<CommandExit, RuntimeFailure>
-where
-    F: FnMut(OutputChunk) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    loop {
-        tokio::select! {
-            biased;
-            Some(chunk) = started.chunks.recv() => on_chunk(chunk).await,
-            result = &mut started.done => {
-                while let Ok(chunk) = started.chunks.try_recv() {
-                    on_chunk(chunk).await;
-                }
-                return result.unwrap_or_else(|_| Err(RuntimeFailure::new(
-                    crate::runtime::FailureKind::Internal,
-                    "the command's task ended without a result",
-                )));
-            }
-        }
-    }
 }
 
 /// Run a command in a sandbox.
@@ -215,7 +191,7 @@ pub(crate) fn json_event<T: serde::Serialize>(name: &'static str, data: &T) -> E
 }
 
 /// The SSE response: a task forwards events while the command runs; a gone client does not stop the command.
-fn stream(state: AppState, id: String, started: Started, limit: u64) -> Response {
+fn stream(state: AppState, id: String, started: Started<CommandExit>, limit: u64) -> Response {
     let (sender, receiver) = mpsc::channel::<Result<Event, Infallible>>(64);
     tokio::spawn(async move {
         let started_at = started.started;

@@ -18,6 +18,7 @@ mod output;
 pub mod pools;
 mod request_log;
 mod run;
+pub(crate) mod running;
 pub(crate) mod sandboxes;
 pub mod schemas;
 mod secrets;

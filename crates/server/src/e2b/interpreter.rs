@@ -18,8 +18,9 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::api::code::{pump, start};
+use crate::api::code::start;
 use crate::api::contexts::is_context_id;
+use crate::api::running::pump;
 use crate::e2b::auth::{runtime_failure, sandbox_access};
 use crate::e2b::error::{Code, E2bError};
 use crate::e2b::paths::E2B_HOME;
