@@ -12,6 +12,7 @@ mod limits;
 mod result;
 mod spec;
 pub mod units;
+pub mod utf8;
 
 pub use code::{CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, ContextInfo};
 pub use command::{CommandExit, CommandSpec, CommandUser};

@@ -42,7 +42,7 @@ impl Capture {
         let fitting = self.fit(data, limit);
         let mut pending = std::mem::take(&mut self.carry);
         pending.extend_from_slice(fitting);
-        let complete = pending.len() - incomplete_tail_len(&pending);
+        let complete = pending.len() - sandkasten_types::utf8::incomplete_tail_len(&pending);
         self.carry = pending.split_off(complete);
         event(&pending)
     }
@@ -74,24 +74,6 @@ pub(crate) fn event(bytes: &[u8]) -> Option<OutputEvent> {
         Err(_) => Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
     };
     Some(OutputEvent { data: String::from_utf8_lossy(bytes).into_owned(), base64 })
-}
-
-/// Length of a trailing UTF-8 lead byte plus continuation bytes that do not yet form a whole character.
-fn incomplete_tail_len(bytes: &[u8]) -> usize {
-    for back in 1..=bytes.len().min(3) {
-        let byte = bytes[bytes.len() - back];
-        if byte & 0b1100_0000 == 0b1000_0000 {
-            continue;
-        }
-        let needed = match byte {
-            0xF0..=0xF7 => 4,
-            0xE0..=0xEF => 3,
-            0xC0..=0xDF => 2,
-            _ => 1,
-        };
-        return if needed > back { back } else { 0 };
-    }
-    0
 }
 
 #[cfg(test)]

@@ -73,24 +73,6 @@ fn index(stream: OutputStreamKind) -> usize {
     }
 }
 
-/// Length of a trailing UTF-8 lead byte plus continuation bytes that do not yet form a whole character.
-fn incomplete_tail_len(bytes: &[u8]) -> usize {
-    for back in 1..=bytes.len().min(3) {
-        let byte = bytes[bytes.len() - back];
-        if byte & 0b1100_0000 == 0b1000_0000 {
-            continue;
-        }
-        let needed = match byte {
-            0xF0..=0xF7 => 4,
-            0xE0..=0xEF => 3,
-            0xC0..=0xDF => 2,
-            _ => 1,
-        };
-        return if needed > back { back } else { 0 };
-    }
-    0
-}
-
 impl State {
     fn store(&mut self, stream: OutputStreamKind, data: &[u8]) {
         if data.is_empty() {
@@ -133,7 +115,7 @@ impl OutputLog {
             own.accepted += take as u64;
             let mut pending = std::mem::take(&mut own.carry);
             pending.extend_from_slice(&data[..take]);
-            let complete = pending.len() - incomplete_tail_len(&pending);
+            let complete = pending.len() - sandkasten_types::utf8::incomplete_tail_len(&pending);
             own.carry = pending.split_off(complete);
             state.store(stream, &pending);
         });
