@@ -10,8 +10,16 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 
 /// Whether `addr` is an address of this host (as routed now). Unroutable addresses are not (a connection to
-/// them fails anyway).
+/// them fails anyway). Every loopback address (all of 127.0.0.0/8, `::1`) and the unspecified ones (`0.0.0.0/8`,
+/// `::`) reach the host too, though the kernel answers them from `127.0.0.1`: they are local without asking.
 pub(crate) fn is_local(addr: IpAddr) -> bool {
+    let always = match addr {
+        IpAddr::V4(v4) => v4.is_loopback() || v4.octets()[0] == 0,
+        IpAddr::V6(v6) => v6.is_loopback() || v6.is_unspecified(),
+    };
+    if always {
+        return true;
+    }
     let any: IpAddr = match addr {
         IpAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
         IpAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
@@ -30,7 +38,9 @@ mod tests {
 
     #[test]
     fn loopback_is_local_and_unroutable_addresses_are_not() {
-        assert!(is_local("127.0.0.1".parse().unwrap()));
+        for local in ["127.0.0.1", "127.0.0.2", "127.255.255.254", "0.0.0.0", "0.1.2.3", "::1", "::"] {
+            assert!(is_local(local.parse().unwrap()), "{local}");
+        }
         // Documentation addresses: never assigned here, and with no route the answer is still "not local".
         assert!(!is_local("192.0.2.1".parse().unwrap()));
     }

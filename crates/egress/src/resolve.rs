@@ -219,6 +219,13 @@ mod tests {
             Err(AddrRefusal::Special { range, .. }) => assert!(range.contains("this host"), "{range}"),
             other => panic!("{other:?}"),
         }
+        // Loopback aliases and 0.0.0.0 reach the host's services just the same (the kernel answers them from
+        // 127.0.0.1), so a wide range does not open them either.
+        for wide in ["127.0.0.0/8", "0.0.0.0/8", "0.0.0.0/0"] {
+            for addr in ["127.0.0.2", "0.0.0.0", "::ffff:127.0.0.3"] {
+                assert!(resolver(&[wide]).check(&ips(&[addr])).is_err(), "{addr} through {wide}");
+            }
+        }
         assert!(resolver(&["127.0.0.1/32"]).check(&ips(&["127.0.0.1"])).is_ok());
         assert!(resolver(&["127.0.0.1/32"]).check(&ips(&["::ffff:127.0.0.1"])).is_ok());
     }

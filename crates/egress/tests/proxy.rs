@@ -99,7 +99,7 @@ async fn static_entries_to_metadata_or_unlisted_loopback_are_refused_without_con
     );
     let (status, _, body) = roundtrip(&mut c, &format!("CONNECT trap.test:{port} HTTP/1.1\r\nHost: t\r\n\r\n")).await;
     assert_eq!(status, 403);
-    assert!(body.contains("resolves to 127.0.0.2 (loopback)"), "{body}");
+    assert!(body.contains("resolves to 127.0.0.2 (loopback, an address of this host"), "{body}");
     let (status, _, _) = roundtrip(&mut c, &format!("GET http://trap.test:{port}/ HTTP/1.1\r\nHost: t\r\n\r\n")).await;
     assert_eq!(status, 403);
     assert!(!got_connection(&trap).await, "the proxy connected to a refused address");
