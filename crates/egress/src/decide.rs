@@ -172,6 +172,9 @@ async fn attempt(
             return Err(Denial::refused(StatusCode::FORBIDDEN, &target, format!("special range {range}"), message));
         }
     };
+    if let Some((rule, reason)) = ctx.sandbox.policy().denied_address(&checked.addrs, port) {
+        return Err(Denial::refused(StatusCode::FORBIDDEN, &target, rule, reason));
+    }
     if let Some(via) = &checked.via_cidr {
         rule = format!("{rule}; {via}");
     }

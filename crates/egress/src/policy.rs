@@ -199,6 +199,17 @@ impl Policy {
         self.deny.iter().map(|p| p.text.clone()).collect()
     }
 
+    /// A deny pattern naming one of the addresses a destination resolved to (an IP deny pattern holds for every
+    /// name that resolves to it, not only for the address typed literally); `(rule, reason)` when one does.
+    pub(crate) fn denied_address(&self, addrs: &[IpAddr], port: u16) -> Option<(String, String)> {
+        addrs.iter().find_map(|&addr| {
+            let host = Host::Ip(addr);
+            self.deny.iter().find(|p| p.matches(&host, port)).map(|p| {
+                (format!("deny {:?}", p.text), format!("resolves to {addr}, which matches deny pattern {:?}", p.text))
+            })
+        })
+    }
+
     /// Decides on the canonical host and port, before any resolution.
     pub(crate) fn check(&self, host: &Host, port: u16) -> NameVerdict {
         if self.mode == Mode::None {

@@ -259,3 +259,22 @@ async fn idle_tunnels_and_idle_client_connections_are_closed() {
     let events = p.audit.wait_for(2).await;
     assert!(events.iter().any(|e| e.decision == Decision::Allowed && e.bytes_up == 1), "{events:#?}");
 }
+
+#[tokio::test]
+async fn a_denied_address_is_refused_under_any_name_that_resolves_to_it() {
+    let (up, received) = http_upstream().await;
+    let policy = Policy::compile(Mode::Open, &[], &["127.0.0.1".to_owned()]).unwrap();
+    let p = start_proxy(loopback_config(&[]), policy, None).await;
+    let mut c = client(&p).await;
+    // allowed.test resolves (static entry) to 127.0.0.1, which the deny list names as an address.
+    let request = format!("GET http://allowed.test:{}/x HTTP/1.1\r\nHost: allowed.test\r\n\r\n", up.port());
+    let (status, _, body) = roundtrip(&mut c, &request).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("matches deny pattern \"127.0.0.1\""), "{body}");
+    assert!(received.lock().unwrap().is_empty(), "the upstream was reached");
+    // Positive control: without the deny pattern the same request goes through.
+    let open = Policy::compile(Mode::Open, &[], &[]).unwrap();
+    let p = start_proxy(loopback_config(&[]), open, None).await;
+    let mut c = client(&p).await;
+    assert_eq!(roundtrip(&mut c, &request).await.0, 200);
+}
