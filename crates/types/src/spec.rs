@@ -49,7 +49,7 @@ pub struct NetworkPolicy {
     /// What may be reached.
     pub mode: NetworkMode,
     /// `allowlist` only: host patterns that may be reached: `name`, `*.name` (subdomains only), each with an
-    /// optional `:port` (without one: ports 80 and 443).
+    /// optional `:port` (without one: every port; add `:443` to allow only that).
     pub allow: Vec<String>,
     /// Host patterns never reached, whatever `allow` says (deny wins). Valid with `allowlist` and `open`.
     pub deny: Vec<String>,

@@ -17,8 +17,8 @@ pub struct NetworkArgs {
     /// --allow is given, else none.
     #[arg(long, value_name = "MODE", value_parser = ["none", "allowlist", "open"])]
     pub network: Option<String>,
-    /// A host the sandbox may reach: `api.example.com`, `*.example.org` (subdomains), optional `:PORT` (default
-    /// ports 80 and 443). Repeatable.
+    /// A host the sandbox may reach: `api.example.com`, `*.example.org` (subdomains), optional `:PORT` (without one:
+    /// every port; add :443 to allow only that). Repeatable.
     #[arg(long = "allow", value_name = "PATTERN")]
     pub allow: Vec<String>,
     /// A host never reached, whatever --allow says. Repeatable.

@@ -15,7 +15,7 @@ pub struct NetworkPolicyBody {
     /// minus `deny`).
     pub mode: NetworkModeName,
     /// Host patterns: `api.example.com`, `*.example.org` (subdomains only), each with an optional `:port` (without
-    /// one: ports 80 and 443).
+    /// one: every port; add `:443` to allow only that).
     #[schema(example = json!(["api.example.com", "*.example.org:443"]))]
     pub allow: Vec<String>,
     /// Host patterns never reached; deny wins over allow.
