@@ -28,7 +28,10 @@ fn from_agent(failure: AgentFailure) -> RuntimeFailure {
         Some(FailureCode::NotEmpty) => FailureKind::NotEmpty,
         Some(FailureCode::TooLarge) => FailureKind::TooLarge,
         Some(FailureCode::ExecFailed) => FailureKind::ExecFailed,
-        Some(FailureCode::Busy | FailureCode::Internal) => FailureKind::Internal,
+        // The agent cannot do it in this state (a mount point in the way, a tree too deep, too many commands): the
+        // request conflicts with the sandbox's state, it is not the server failing.
+        Some(FailureCode::Busy) => FailureKind::Conflict,
+        Some(FailureCode::Internal) => FailureKind::Internal,
     };
     RuntimeFailure::new(kind, failure.message)
 }
@@ -52,10 +55,7 @@ fn from_command(error: CommandError) -> RuntimeFailure {
         CommandError::SandboxGone => FailureKind::SandboxGone,
         CommandError::Ended(_) | CommandError::StdinClosed(_) | CommandError::TooMany(_) => FailureKind::Conflict,
         CommandError::Duplicate(_) => FailureKind::Internal,
-        CommandError::Agent(failure) => match failure.code {
-            Some(FailureCode::Busy) => FailureKind::Conflict,
-            _ => return from_agent(failure.clone()),
-        },
+        CommandError::Agent(failure) => return from_agent(failure.clone()),
     };
     RuntimeFailure::new(kind, error.to_string())
 }

@@ -148,6 +148,25 @@ fn files_api_cannot_leave_the_sandbox() {
 }
 
 #[test]
+fn removals_the_agent_cannot_do_are_conflicts_not_server_errors() {
+    require_root!();
+    let server = Server::start();
+    let id = server.create(json!({}));
+    // A tree deeper than the agent walks, and a directory holding mount points (/dev: /dev/shm is a tmpfs).
+    let deep = server.exec(&id, "cd /workspace && mkdir -p $(printf 'd/%.0s' $(seq 1 300)) && echo ok");
+    assert_eq!(deep.json["stdout"], "ok\n", "{deep:?}");
+    for path in ["/workspace/d", "/dev"] {
+        let reply = server.call("DELETE", &format!("/v1/sandboxes/{id}/files?path={path}&recursive=true"), KEY_1, None);
+        assert_eq!(reply.status, 409, "DELETE {path} recursively: {reply:?}");
+        assert!(reply.json["error"]["message"].is_string(), "{reply:?}");
+    }
+    let still = server.exec(&id, "test -d /workspace/d && echo kept");
+    assert_eq!(still.json["stdout"], "kept\n");
+    server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None);
+    assert_sandbox_gone(&id);
+}
+
+#[test]
 fn expiry_destroys_the_sandbox_and_frees_everything() {
     require_root!();
     let server = Server::start();
