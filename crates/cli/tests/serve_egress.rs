@@ -639,3 +639,28 @@ fn a_long_tunnel_is_in_the_audit_while_it_is_open() {
     assert_eq!(closed["connection"], events[0]["connection"]);
     assert!(world.allowed.requests().contains("GET /whoami"));
 }
+
+#[test]
+fn a_sandbox_killed_from_the_host_releases_its_door() {
+    require_root!();
+    let world = World::start("");
+    let id = world.sandbox(allowlist(&["allowed.test"]));
+    let inode = door_inode(&world, &id).expect("the proxy listens inside the sandbox");
+    assert!(socket_held(&inode), "positive control: the server holds the door");
+    let procs = common::cgroup_paths(&id)
+        .into_iter()
+        .find_map(|path| std::fs::read_to_string(path.join("cgroup.procs")).ok())
+        .expect("the sandbox's cgroup.procs");
+    for pid in procs.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+        // SAFETY: kill(2) of this test's sandbox's processes, found in its cgroup.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    assert_sandbox_gone(&id);
+    // The next call finds it gone: the sandbox is marked lost and the server lets go of its door (the socket
+    // would otherwise keep the dead sandbox's network namespace alive).
+    let reply = world.server.call("POST", &format!("/v1/sandboxes/{id}/exec"), KEY_1, Some(json!({"cmd": "true"})));
+    assert!(reply.status == 409 || reply.status == 404, "{reply:?}");
+    let state = world.server.call("GET", &format!("/v1/sandboxes/{id}"), KEY_1, None);
+    assert_eq!(state.json["state"], "lost", "{state:?}");
+    assert!(!socket_held(&inode), "the door of a lost sandbox is still held");
+}

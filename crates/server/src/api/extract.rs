@@ -120,15 +120,28 @@ pub(crate) async fn runtime_result<T>(
     }
 }
 
-/// Turns a runtime failure into an API error; `SandboxGone` also marks the sandbox lost in the store.
+/// Turns a runtime failure into an API error; `SandboxGone` also ends the sandbox (see [`note_lost`]).
 pub(crate) async fn runtime_error(state: &AppState, id: &str, failure: crate::runtime::RuntimeFailure) -> ApiError {
-    if failure.kind == crate::runtime::FailureKind::SandboxGone {
-        tracing::warn!(sandbox = id, reason = %failure.message, "sandbox lost");
-        match state.store().mark_lost(id, &failure.message).await {
-            Ok(true) => state.metrics().sandbox_exited(crate::metrics::ExitReason::Lost),
-            Ok(false) => {}
-            Err(error) => return ApiError::from(error),
-        }
+    if let Err(error) = note_lost(state, id, &failure).await {
+        return ApiError::from(error);
     }
     ApiError::from(failure)
+}
+
+/// When `failure` says the sandbox vanished: releases what the server still holds for it (its egress door and
+/// secrets, its E2B session, whatever the runtime kept) and marks it lost, as the startup reconcile does.
+pub(crate) async fn note_lost(
+    state: &AppState,
+    id: &str,
+    failure: &crate::runtime::RuntimeFailure,
+) -> Result<(), crate::store::StoreError> {
+    if failure.kind != crate::runtime::FailureKind::SandboxGone {
+        return Ok(());
+    }
+    tracing::warn!(sandbox = id, reason = %failure.message, "sandbox lost");
+    crate::api::destroy_quietly(state, id).await;
+    if state.store().mark_lost(id, &failure.message).await? {
+        state.metrics().sandbox_exited(crate::metrics::ExitReason::Lost);
+    }
+    Ok(())
 }

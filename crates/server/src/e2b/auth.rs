@@ -102,9 +102,10 @@ pub(crate) fn request_user(headers: &HeaderMap) -> Result<String, E2bError> {
 
 /// The error of a failed runtime call on sandbox `id` (a vanished sandbox is also marked lost, as everywhere).
 pub(crate) async fn runtime_failure(state: &AppState, id: &str, failure: crate::runtime::RuntimeFailure) -> E2bError {
-    let error = E2bError::from(failure.clone());
-    crate::api::extract::runtime_error(state, id, failure).await;
-    error
+    if let Err(error) = crate::api::extract::note_lost(state, id, &failure).await {
+        return E2bError::from(crate::api::error::ApiError::from(error));
+    }
+    E2bError::from(failure)
 }
 
 /// Refuses users other than `user` (the sandbox's uid 1000), for file operations (which always act as `user`).
