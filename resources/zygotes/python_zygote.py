@@ -16,7 +16,7 @@ def _preload(names):
     for name in names:
         try:
             importlib.import_module(name)
-        except Exception:  # a module that cannot be imported is simply not preloaded
+        except BaseException:  # a module that cannot be imported (even by SystemExit) is simply not preloaded
             pass
 
 

@@ -154,19 +154,22 @@ async fn work(
     if let Err(failure) = state.runtime().discard_prepared_contexts(id).await {
         tracing::warn!(sandbox = %id, reason = %failure.message, "could not discard a spare kernel");
     }
-    match (zygote, plan.zygote_input) {
+    let unused = match (zygote, plan.zygote_input) {
         (Some((kind, zygote)), Some((wanted, input))) if kind == wanted => {
             if let Some(outcome) = forked(state, id, &zygote, input, plan.spec.limits.timeout_ms, clock, events).await {
                 return Some(outcome);
             }
+            // It could not take the run (it may still be alive, e.g. its stdin refused the input).
+            Some(zygote)
         }
-        (Some((_, zygote)), _) => {
-            // Not for this run: it must not hold the sandbox's memory and pids while the program runs.
-            if let Err(failure) = state.runtime().signal_command(id, &zygote, SIGKILL).await {
-                tracing::warn!(sandbox = %id, reason = %failure.message, "could not stop an unused zygote");
-            }
+        (Some((_, zygote)), _) => Some(zygote),
+        (None, _) => None,
+    };
+    if let Some(zygote) = unused {
+        // Not for this run: it must not hold the sandbox's memory and pids while the program runs.
+        if let Err(failure) = state.runtime().signal_command(id, &zygote, SIGKILL).await {
+            tracing::warn!(sandbox = %id, reason = %failure.message, "could not stop an unused zygote");
         }
-        (None, _) => {}
     }
     Some(execute(state, id, plan.compile, plan.command, plan.spec.limits.timeout_ms, clock, events).await)
 }
