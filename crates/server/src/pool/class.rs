@@ -200,12 +200,13 @@ impl PoolClass {
         self.filling += 1;
     }
 
-    /// Counts a creation that ended: `Some(member)` when the sandbox is ready. Returns its id back when the pool is
-    /// full already (the caller destroys it).
+    /// Counts a creation that ended: `Some(member)` when the sandbox is ready. Returns its id back when the pool
+    /// holds its target already (a claimed member given back meanwhile, a target that went down): the caller
+    /// destroys it.
     pub(crate) fn fill_finished(&mut self, member: Option<Member>) -> Option<String> {
         self.filling = self.filling.saturating_sub(1);
         let member = member?;
-        if self.ready.len() >= self.max {
+        if self.ready.len() >= self.target() {
             return Some(member.id);
         }
         self.ready.push_back(member);
@@ -268,6 +269,18 @@ mod tests {
         p.fill_started();
         p.fill_finished(Some(Member::plain("a")));
         p.fill_started();
+        assert_eq!(p.fill_finished(Some(Member::plain("b"))).as_deref(), Some("b"));
+        assert_eq!(p.ready(), 1);
+    }
+
+    #[test]
+    fn a_member_given_back_while_its_replacement_was_made_leaves_no_surplus() {
+        let mut p = pool(1, 4);
+        p.fill_started();
+        p.fill_finished(Some(Member::plain("a")));
+        let claimed = p.take().unwrap_or_else(|| Member::plain("none"));
+        p.fill_started(); // the refill replaces it...
+        p.give_back(claimed); // ...while the caller is refused and gives it back
         assert_eq!(p.fill_finished(Some(Member::plain("b"))).as_deref(), Some("b"));
         assert_eq!(p.ready(), 1);
     }
@@ -342,7 +355,7 @@ mod tests {
 
     #[test]
     fn resizing_destroys_ready_members_past_the_new_max_and_caps_the_growth() {
-        let mut p = filled(3, 5, &["a", "b", "c", "d"]);
+        let mut p = filled(4, 5, &["a", "b", "c", "d"]);
         assert_eq!(p.resize(1, 2), vec!["d".to_owned(), "c".to_owned()], "newest first");
         assert_eq!(p.ready(), 2);
         assert!(!p.wants_more());
