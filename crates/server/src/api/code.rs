@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::http::header::ACCEPT;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use sandkasten_types::{CellOutcome, CodeRun};
@@ -23,8 +22,8 @@ use crate::api::code_schemas::{CodeBody, CodeResponse};
 use crate::api::contexts::is_context_id;
 use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error};
+use crate::api::output::{self, json_event};
 use crate::api::running::{Started, pump};
-use crate::api::schemas::OutputEvent;
 use crate::auth::Tenant;
 use crate::metrics::LimitKind;
 use crate::runtime::Stream;
@@ -128,11 +127,7 @@ pub(crate) async fn run_code(
 ) -> Result<Response, ApiError> {
     let sandbox = running_sandbox(&state, &tenant, &id).await?;
     let request = code_run(body, &sandbox)?;
-    let wants_stream = headers
-        .get_all(ACCEPT)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .any(|value| value.contains("text/event-stream"));
+    let wants_stream = output::wants_stream(&headers);
     let started = start(&state, &id, request);
     if wants_stream {
         return Ok(stream(state, id, started));
@@ -145,10 +140,6 @@ pub(crate) async fn run_code(
     Ok(Json(CodeResponse::new(id, outcome, started_at.elapsed().as_secs_f64() * 1000.0)).into_response())
 }
 
-fn json_event<T: serde::Serialize>(name: &'static str, data: &T) -> Event {
-    Event::default().event(name).json_data(data).unwrap_or_else(|_| Event::default().event(name))
-}
-
 /// The SSE response: a task forwards events while the cell runs.
 fn stream(state: AppState, id: String, started: Started<CellOutcome>) -> Response {
     let (sender, receiver) = mpsc::channel::<Result<Event, Infallible>>(64);
@@ -159,10 +150,14 @@ fn stream(state: AppState, id: String, started: Started<CellOutcome>) -> Respons
                 Stream::Stdout => "stdout",
                 Stream::Stderr => "stderr",
             };
-            let data = OutputEvent { data: String::from_utf8_lossy(&chunk.data).into_owned(), base64: None };
+            let data = output::event(&chunk.data);
             let sender = sender.clone();
             // A closed channel means the client left: the cell goes on regardless.
-            async move { sender.send(Ok(json_event(name, &data))).await.ok().unwrap_or(()) }
+            async move {
+                if let Some(data) = data {
+                    sender.send(Ok(json_event(name, &data))).await.ok();
+                }
+            }
         })
         .await;
         match result {

@@ -10,7 +10,6 @@ use std::time::Instant;
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::http::header::ACCEPT;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use sandkasten_types::{CommandExit, CommandSpec};
@@ -21,7 +20,7 @@ use crate::api::command_schemas::BackgroundStarted;
 use crate::api::commands;
 use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error};
-use crate::api::output::Capture;
+use crate::api::output::{self, Capture, json_event};
 use crate::api::running::{Started, pump};
 use crate::api::schemas::{ExecBody, ExecResponse, ExitEvent};
 use crate::auth::Tenant;
@@ -159,11 +158,7 @@ pub(crate) async fn exec(
     if background {
         return commands::start(&state, &tenant, &id, spec, limit).await;
     }
-    let wants_stream = headers
-        .get_all(ACCEPT)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .any(|value| value.contains("text/event-stream"));
+    let wants_stream = output::wants_stream(&headers);
     let started = start(&state, &tenant, &id, spec).await?;
     if wants_stream {
         return Ok(stream(state, id, started, limit));
@@ -184,10 +179,6 @@ pub(crate) async fn exec(
     };
     let duration_ms = started_at.elapsed().as_secs_f64() * 1000.0;
     Ok(Json(ExecResponse::new(id, exit, stdout, stderr, duration_ms)).into_response())
-}
-
-pub(crate) fn json_event<T: serde::Serialize>(name: &'static str, data: &T) -> Event {
-    Event::default().event(name).json_data(data).unwrap_or_else(|_| Event::default().event(name))
 }
 
 /// The SSE response: a task forwards events while the command runs; a gone client does not stop the command.

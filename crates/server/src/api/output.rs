@@ -1,5 +1,6 @@
 //! Output of one command as the API hands it out: kept up to the sandbox's output limit per stream, and, for
-//! streams, cut into events that never split a UTF-8 character (a partial character waits for the next chunk).
+//! streams, cut into events that never split a UTF-8 character (a partial character waits for the next chunk);
+//! and the two helpers of every event-stream answer (`wants_stream`, `json_event`).
 
 use base64::Engine as _;
 use sandkasten_types::OutputStream;
@@ -74,6 +75,21 @@ pub(crate) fn event(bytes: &[u8]) -> Option<OutputEvent> {
         Err(_) => Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
     };
     Some(OutputEvent { data: String::from_utf8_lossy(bytes).into_owned(), base64 })
+}
+
+/// Whether the client asked for a stream of server-sent events (`Accept: text/event-stream`).
+pub(crate) fn wants_stream(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get_all(axum::http::header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .any(|value| value.contains("text/event-stream"))
+}
+
+/// A server-sent event `name` whose data is `data` as JSON.
+pub(crate) fn json_event<T: serde::Serialize>(name: &'static str, data: &T) -> axum::response::sse::Event {
+    use axum::response::sse::Event;
+    Event::default().event(name).json_data(data).unwrap_or_else(|_| Event::default().event(name))
 }
 
 #[cfg(test)]

@@ -15,14 +15,13 @@ use std::time::Instant;
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::http::header::ACCEPT;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::mpsc;
 
 use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::api::extract::JsonBody;
-use crate::api::output::Capture;
+use crate::api::output::{self, Capture, json_event};
 use crate::auth::Tenant;
 use crate::runtime::Stream;
 use crate::state::AppState;
@@ -34,14 +33,6 @@ use response::RunResponse;
 
 use super::schemas::ExecResponse;
 use task::{RunEvent, RunOutcome};
-
-fn wants_stream(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(ACCEPT)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .any(|value| value.contains("text/event-stream"))
-}
 
 /// Run code or a command once in a fresh sandbox, then destroy it.
 #[utoipa::path(
@@ -75,7 +66,7 @@ pub(crate) async fn run(
     let started = task::spawn(state.clone(), tenant, plan, requested);
     let id =
         started.ready.await.map_err(|_| ApiError::internal("the run's task ended before its sandbox was ready"))??;
-    if wants_stream(&headers) {
+    if output::wants_stream(&headers) {
         return Ok(stream(state, id, started.events, limit));
     }
     collect(id, started.events, limit).await
@@ -100,10 +91,6 @@ async fn collect(id: String, mut events: mpsc::Receiver<RunEvent>, limit: u64) -
         }
     }
     Err(ApiError::internal("the run's task ended without a result"))
-}
-
-fn json_event<T: serde::Serialize>(name: &'static str, data: &T) -> Event {
-    Event::default().event(name).json_data(data).unwrap_or_else(|_| Event::default().event(name))
 }
 
 /// What the event stream still has to send.
