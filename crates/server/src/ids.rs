@@ -8,20 +8,21 @@ use std::io::Read;
 #[error("cannot read /dev/urandom: {0}")]
 pub struct IdError(#[from] std::io::Error);
 
-fn random_hex() -> Result<String, IdError> {
-    let mut bytes = [0u8; 8];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+/// `bytes` random bytes from the kernel's pool, as lowercase hex (ids, access tokens, secret placeholders).
+pub(crate) fn random_hex(bytes: usize) -> Result<String, IdError> {
+    let mut buffer = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buffer)?;
+    Ok(buffer.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// A new sandbox id.
 pub fn sandbox_id() -> Result<String, IdError> {
-    Ok(format!("sb-{}", random_hex()?))
+    Ok(format!("sb-{}", random_hex(8)?))
 }
 
 /// A new command id.
 pub fn command_id() -> Result<String, IdError> {
-    Ok(format!("cmd-{}", random_hex()?))
+    Ok(format!("cmd-{}", random_hex(8)?))
 }
 
 /// True for strings shaped like a sandbox id; anything else cannot exist and is answered with 404 at once.

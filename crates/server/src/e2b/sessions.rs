@@ -4,7 +4,6 @@
 //! session ends with its sandbox (`api::sandboxes::destroy_quietly`).
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::sync::Mutex;
 
 use crate::auth::Tenant;
@@ -42,11 +41,7 @@ pub(crate) struct Sessions {
 }
 
 fn random_token() -> Result<String, E2bError> {
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut file| file.read_exact(&mut bytes))
-        .map_err(|error| E2bError::from(crate::api::error::ApiError::internal(format!("/dev/urandom: {error}"))))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    crate::ids::random_hex(32).map_err(|error| E2bError::from(crate::api::error::ApiError::from(error)))
 }
 
 impl Sessions {

@@ -94,10 +94,7 @@ pub async fn prepare(store: &Store, tenant: &str, spec: &mut SandboxSpec) -> Res
 /// A placeholder for a secret: recognisable in logs, random so that one sandbox's placeholder means nothing to
 /// another's proxy state.
 fn placeholder(name: &str) -> Result<String, ApiError> {
-    let mut bytes = [0u8; 12];
-    rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty())
-        .map_err(|e| ApiError::internal(format!("getrandom: {e}")))?;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = crate::ids::random_hex(12)?;
     Ok(format!("sandkasten-secret-{}-{hex}", name.to_ascii_lowercase()))
 }
 
