@@ -205,7 +205,9 @@ async fn start(
     let envs = spec.env.clone();
     let limit = access.record.spec.limits.output_bytes;
     let (command_id, status) = start_background(state, &access.tenant, &access.id, spec, limit).await?;
-    state.e2b().started(&command_id, ProcessMeta { sandbox: access.id.clone(), envs, cwd, tag });
+    state
+        .e2b()
+        .started(&command_id, ProcessMeta { sandbox: access.id.clone(), envs, cwd, tag, ..ProcessMeta::default() });
     let events = match state.runtime().stream_command(&access.id, &command_id, 0).await {
         Ok(events) => events,
         Err(failure) => return Err(runtime_failure(state, &access.id, failure).await),
@@ -227,7 +229,9 @@ async fn find(state: &AppState, access: &SandboxAccess, selector: Option<Selecto
             .find(|command| command.pid == pid)
             .ok_or_else(|| E2bError::new(Code::NotFound, format!("process with pid {pid} not found"))),
         (None, Some(tag)) => running
-            .find(|command| state.e2b().process(&command.id).is_some_and(|meta| meta.tag.as_ref() == Some(&tag)))
+            .find(|command| {
+                state.e2b().process(&access.id, &command.id).is_some_and(|meta| meta.tag.as_ref() == Some(&tag))
+            })
             .ok_or_else(|| E2bError::new(Code::NotFound, format!("process with tag {tag} not found"))),
         (None, None) => Err(E2bError::invalid("select the process by pid or tag")),
     }
@@ -321,7 +325,7 @@ async fn list(state: &AppState, access: &SandboxAccess) -> Result<Response, E2bE
         .iter()
         .filter(|command| command.ended_ms.is_none())
         .map(|command| {
-            let meta = state.e2b().process(&command.id).unwrap_or_default();
+            let meta = state.e2b().process(&access.id, &command.id).unwrap_or_default();
             let mut argv = command.argv.iter().cloned();
             let cmd = argv.next().unwrap_or_default();
             let config = ProcessConfigOut { cmd, args: argv.collect(), envs: meta.envs, cwd: meta.cwd };

@@ -31,13 +31,21 @@ pub(crate) struct ProcessMeta {
     pub(crate) cwd: Option<String>,
     /// The client's tag.
     pub(crate) tag: Option<String>,
+    /// Order of starting within the server (`started` sets it; give the default).
+    pub(crate) order: u64,
 }
+
+/// Most processes remembered per sandbox: more than the runtime keeps (16 running and the 16 last ended), so
+/// nothing it still knows of is forgotten, yet a sandbox that starts commands forever cannot grow this table.
+const MAX_PROCESSES: usize = 64;
 
 /// The sessions of facade sandboxes, by sandbox id, and what their processes were started with, by command id.
 #[derive(Debug, Default)]
 pub(crate) struct Sessions {
     by_sandbox: Mutex<HashMap<String, Session>>,
-    processes: Mutex<HashMap<String, ProcessMeta>>,
+    /// By sandbox, then by command id.
+    processes: Mutex<HashMap<String, HashMap<String, ProcessMeta>>>,
+    next_order: std::sync::atomic::AtomicU64,
 }
 
 fn random_token() -> Result<String, E2bError> {
@@ -69,23 +77,34 @@ impl Sessions {
     /// Forgets sandbox `id`'s session and processes (it ended).
     pub(crate) fn close(&self, id: &str) {
         self.by_sandbox.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(id);
-        self.processes.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).retain(|_, meta| meta.sandbox != id);
+        self.processes.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(id);
     }
 
     /// Records what command `command_id` was started with.
-    pub(crate) fn started(&self, command_id: &str, meta: ProcessMeta) {
-        self.processes.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(command_id.to_owned(), meta);
+    pub(crate) fn started(&self, command_id: &str, mut meta: ProcessMeta) {
+        meta.order = self.next_order.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut processes = self.processes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mine = processes.entry(meta.sandbox.clone()).or_default();
+        mine.insert(command_id.to_owned(), meta);
+        if mine.len() > MAX_PROCESSES
+            && let Some(oldest) = mine.iter().min_by_key(|(_, m)| m.order).map(|(id, _)| id.clone())
+        {
+            mine.remove(&oldest);
+        }
     }
 
-    /// What command `command_id` was started with.
-    pub(crate) fn process(&self, command_id: &str) -> Option<ProcessMeta> {
-        self.processes.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(command_id).cloned()
+    /// What command `command_id` of sandbox `id` was started with.
+    pub(crate) fn process(&self, id: &str, command_id: &str) -> Option<ProcessMeta> {
+        let processes = self.processes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        processes.get(id).and_then(|mine| mine.get(command_id)).cloned()
     }
 
     /// Forgets the processes of sandbox `id` other than `keep` (the runtime's bounded list of its commands).
     pub(crate) fn retain_processes(&self, id: &str, keep: &[&str]) {
         let mut processes = self.processes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        processes.retain(|command, meta| meta.sandbox != id || keep.contains(&command.as_str()));
+        if let Some(mine) = processes.get_mut(id) {
+            mine.retain(|command, _| keep.contains(&command.as_str()));
+        }
     }
 }
 
@@ -94,6 +113,23 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+
+    #[test]
+    fn a_sandbox_that_starts_commands_forever_keeps_only_the_newest_processes() {
+        let sessions = Sessions::default();
+        for n in 0..MAX_PROCESSES + 10 {
+            let meta = ProcessMeta { sandbox: "sb-1".into(), tag: Some(n.to_string()), ..ProcessMeta::default() };
+            sessions.started(&format!("cmd-{n}"), meta);
+        }
+        sessions.started("cmd-other", ProcessMeta { sandbox: "sb-2".into(), ..ProcessMeta::default() });
+        assert!(sessions.process("sb-1", "cmd-9").is_none(), "the oldest are forgotten");
+        let newest = format!("cmd-{}", MAX_PROCESSES + 9);
+        assert!(sessions.process("sb-1", &newest).is_some());
+        assert!(sessions.process("sb-1", "cmd-10").is_some(), "exactly the newest {MAX_PROCESSES} are kept");
+        assert!(sessions.process("sb-2", "cmd-other").is_some(), "other sandboxes are untouched");
+        sessions.close("sb-1");
+        assert!(sessions.process("sb-1", &newest).is_none());
+    }
 
     #[test]
     fn sessions_keep_their_token() -> Result<(), E2bError> {
