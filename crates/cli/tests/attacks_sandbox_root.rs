@@ -83,11 +83,14 @@ def report(name, rc):
 print('uid', os.getuid(), os.getgid())
 caps = {l.split(':')[0]: l.split()[1] for l in open('/proc/self/status') if l.startswith('Cap')}
 print('caps', ' '.join(sorted(set(caps.values()))))
+status = {l.split(':')[0]: l.split()[1] for l in open('/proc/self/status') if l.startswith(('NoNewPrivs', 'Seccomp:'))}
+print('nnp', status.get('NoNewPrivs'), 'seccomp', status.get('Seccomp'))
 os.makedirs('/tmp/m', exist_ok=True)
 report('mount_tmpfs', libc.syscall(165, b'x', b'/tmp/m', b'tmpfs', 0, 0))
 report('mount_bind_usr', libc.syscall(165, b'/usr', b'/tmp/m', None, 4096, 0))
 report('unshare_user', libc.syscall(272, 0x10000000))
 report('unshare_mount', libc.syscall(272, 0x00020000))
+report('setns_own_mnt', libc.syscall(308, os.open('/proc/self/ns/mnt', os.O_RDONLY), 0))
 report('setns_pid1_mnt', libc.syscall(308, os.open('/proc/1/ns/mnt', os.O_RDONLY) if os.path.exists('/proc/1/ns/mnt') else -1, 0))
 report('open_write_python', libc.open(b'/usr/bin/python3', os.O_WRONLY | os.O_APPEND))
 report('chmod_python', libc.chmod(b'/usr/bin/python3', 0o4777))
@@ -141,12 +144,15 @@ fn sandbox_root_cannot_mount_unshare_or_write_host_files() {
     assert_eq!(exit_code, 0, "{stdout}");
     assert!(stdout.contains("uid 0 0"), "the command must really run as the sandbox's root:\n{stdout}");
     assert!(stdout.contains("caps 0000000000000000\n"), "root inside holds capabilities:\n{stdout}");
+    // The same jail as the default user: no_new_privs set and a seccomp filter (mode 2) installed.
+    assert!(stdout.contains("nnp 1 seccomp 2\n"), "root inside runs without no_new_privs or seccomp:\n{stdout}");
     let calls = parse_calls(&stdout);
     let expectations: &[(&str, &[&str])] = &[
         ("mount_tmpfs", &["EPERM"]),
         ("mount_bind_usr", &["EPERM"]),
         ("unshare_user", &["EPERM"]),
         ("unshare_mount", &["EPERM"]),
+        ("setns_own_mnt", &["EPERM"]),
         ("setns_pid1_mnt", &["EPERM", "EBADF", "EACCES"]),
         ("open_write_python", &["EROFS", "EACCES", "EPERM"]),
         ("chmod_python", &["EROFS", "EPERM"]),
