@@ -2,9 +2,9 @@
 //!
 //! Each sandbox's namespace has only `lo`. The server binds a listener at `127.0.0.1:3128` inside that
 //! namespace and hands it to [`Proxy::serve`]; the proxy runs in the host process, so every connection it
-//! makes leaves from the host's network, after a decision. Sandboxes reach it through [`proxy_env`]
-//! (`HTTP_PROXY`, `HTTPS_PROXY`, ...). It speaks HTTP CONNECT and plain HTTP forwarding (absolute-form
-//! requests); SOCKS5 is not offered.
+//! makes leaves from the host's network, after a decision. Sandboxes reach it through
+//! `sandkasten_types::proxy_environment` (`HTTP_PROXY`, `HTTPS_PROXY`, ...). It speaks HTTP CONNECT and plain
+//! HTTP forwarding (absolute-form requests); SOCKS5 is not offered.
 //!
 //! # Using it
 //! ```no_run
@@ -91,7 +91,6 @@ mod audit;
 mod ca;
 mod config;
 mod decide;
-mod env;
 mod forward;
 mod host;
 mod intercept;
@@ -114,7 +113,6 @@ pub use config::{
     ConfigError, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS, EgressConfig,
     ValidatedConfig,
 };
-pub use env::proxy_env;
 pub use host::{Host, HostError, canonicalize_host, unmap};
 pub use policy::{Mode, Pattern, Policy, PolicyError};
 pub use proxy::{HEADER_READ_TIMEOUT, MAX_HEAD_BYTES, Proxy, ProxyHandle};

@@ -1,4 +1,5 @@
-//! Real clients through the proxy, configured only by `proxy_env` (and the sandbox CA for HTTPS): curl and
+//! Real clients through the proxy, configured only by a sandbox's proxy environment
+//! (`sandkasten_types::proxy_environment`, and the sandbox CA for HTTPS): curl and
 //! Python's urllib, over plain HTTP and intercepted HTTPS, with OpenSSL's strict X.509 checks on the
 //! interception CA. Skipped with a printed reason when a client is missing. Loopback only.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -12,7 +13,8 @@ use common::*;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rustls::ServerConfig;
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
-use sandkasten_egress::{Decision, SandboxCa, Secret, proxy_env};
+use sandkasten_egress::{Decision, SandboxCa, Secret};
+use sandkasten_types::proxy_environment;
 use tokio::net::TcpListener;
 use tokio::process::Command;
 use tokio_rustls::TlsAcceptor;
@@ -69,7 +71,7 @@ async fn run(program: &str, args: &[&str], proxy_port: u16) -> (bool, String) {
         .args(args)
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
-        .envs(proxy_env(proxy_port))
+        .envs(proxy_environment(proxy_port))
         .output()
         .await
         .unwrap();

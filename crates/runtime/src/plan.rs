@@ -6,7 +6,9 @@ use std::path::{Component, Path, PathBuf};
 
 use sandkasten_jail::environment;
 use sandkasten_jail::rootfs::SandboxFile;
-use sandkasten_types::{Command, ExecRequest, Language, PROXY_PORT, SandboxSpec, Template, units::format_bytes};
+use sandkasten_types::{
+    Command, ExecRequest, Language, PROXY_PORT, SandboxSpec, Template, proxy_environment, units::format_bytes,
+};
 
 use crate::error::RuntimeError;
 
@@ -190,18 +192,11 @@ pub fn plan_live(spec: &SandboxSpec) -> Result<RunPlan, RuntimeError> {
 /// before 24 does not do by itself.
 const NODE_FETCH_PROXY: &str = "/etc/sandkasten/node-fetch-proxy.cjs";
 
-/// The proxy variables every long-lived sandbox gets (upper and lower case: curl reads only `http_proxy`), under the
+/// The proxy variables every long-lived sandbox gets (`proxy_environment`, and Node's fetch preload), under the
 /// caller's own variables. They point at the egress proxy's port on the sandbox's loopback, where nothing listens
 /// while the network policy is `none`; a live policy change opens it without restarting anything.
 fn with_proxy_environment(env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    let proxy = format!("http://127.0.0.1:{PROXY_PORT}");
-    let mut all: BTreeMap<String, String> = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"]
-        .into_iter()
-        .flat_map(|name| [(name.to_owned(), proxy.clone()), (name.to_lowercase(), proxy.clone())])
-        .collect();
-    for name in ["NO_PROXY", "no_proxy"] {
-        all.insert(name.to_owned(), "localhost,127.0.0.1,::1".to_owned());
-    }
+    let mut all = proxy_environment(PROXY_PORT);
     all.insert("NODE_OPTIONS".to_owned(), format!("--require={NODE_FETCH_PROXY}"));
     all.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
     all

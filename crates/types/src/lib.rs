@@ -21,4 +21,4 @@ pub use exec::{Command, ExecRequest, Language, Upload};
 pub use files::{FileInfo, FileKind};
 pub use limits::{LimitKind, Limits, LimitsError};
 pub use result::{ExecResult, OutputStream, PhaseTimings, ResourceUsage};
-pub use spec::{NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec, Template};
+pub use spec::{NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec, Template, proxy_environment};

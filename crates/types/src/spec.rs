@@ -70,6 +70,21 @@ impl NetworkPolicy {
 /// The port of the egress proxy on a sandbox's own loopback (`127.0.0.1:3128` inside; code there cannot bind it).
 pub const PROXY_PORT: u16 = 3128;
 
+/// The variables that point a sandbox's HTTP clients (curl, pip, git, requests, urllib, npm) at the egress proxy
+/// on its loopback at `port`: `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY` (loopback stays direct), each
+/// in upper and lower case (curl reads only `http_proxy`).
+pub fn proxy_environment(port: u16) -> BTreeMap<String, String> {
+    let proxy = format!("http://127.0.0.1:{port}");
+    let mut env: BTreeMap<String, String> = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"]
+        .into_iter()
+        .flat_map(|name| [(name.to_owned(), proxy.clone()), (name.to_lowercase(), proxy.clone())])
+        .collect();
+    for name in ["NO_PROXY", "no_proxy"] {
+        env.insert(name.to_owned(), "localhost,127.0.0.1,::1".to_owned());
+    }
+    env
+}
+
 /// The three network modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -82,4 +97,18 @@ pub enum NetworkMode {
     /// Any public address through the proxy (never loopback, private, link-local, CGNAT, ULA or multicast addresses of
     /// the host's networks unless the operator allows such ranges), except the hosts in `deny`.
     Open,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_proxy_environment_names_the_port_in_both_cases_and_keeps_loopback_direct() {
+        let env = proxy_environment(3128);
+        for name in ["HTTP_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"] {
+            assert_eq!(env.get(name).map(String::as_str), Some("http://127.0.0.1:3128"), "{name}");
+        }
+        assert_eq!(env.get("no_proxy").map(String::as_str), Some("localhost,127.0.0.1,::1"));
+    }
 }

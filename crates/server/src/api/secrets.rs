@@ -11,7 +11,7 @@ use crate::api::error::{ApiError, ErrorBody};
 use crate::api::extract::JsonBody;
 use crate::auth::Tenant;
 use crate::clock::{now_ms, rfc3339};
-use crate::egress::{self, store::StoredSecret};
+use crate::egress::store::StoredSecret;
 use crate::state::AppState;
 
 /// Longest secret value, in bytes.
@@ -46,12 +46,6 @@ fn check_request(body: &SecretRequest) -> Result<(), ApiError> {
             "hosts must list 1 to {MAX_HOSTS} host patterns the value may be sent to, e.g. [\"api.example.com\"]"
         )));
     }
-    let as_policy = sandkasten_types::NetworkPolicy {
-        mode: sandkasten_types::NetworkMode::Allowlist,
-        allow: body.hosts.clone(),
-        deny: Vec::new(),
-    };
-    egress::compile(&as_policy).map_err(|error| ApiError::bad_request(format!("hosts: {error}")))?;
     sandkasten_egress::check_secret_hosts(&body.hosts)
         .map_err(|error| ApiError::bad_request(format!("hosts: {error}")))?;
     Ok(())
