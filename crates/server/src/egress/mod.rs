@@ -22,8 +22,14 @@ use crate::store::Store;
 
 /// Where a sandbox that holds secrets finds the CA bundle trusting its interception CA (the system's roots plus it).
 pub const CA_BUNDLE_PATH: &str = "/tmp/.sandkasten-ca-bundle.pem";
-/// The host's CA bundle, which sandboxes also see read-only.
-const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// Where distributions keep the system's CA bundle (Debian/Ubuntu, Fedora/RHEL, openSUSE, Alpine); the first that
+/// exists is the base of a sandbox's bundle.
+const SYSTEM_BUNDLES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];
 
 /// Compiles a spec's network policy; the error names the bad pattern and says how to fix it.
 pub fn compile(policy: &NetworkPolicy) -> Result<Policy, String> {
@@ -121,6 +127,8 @@ fn reaches_out(policy: &Policy) -> bool {
 /// The proxy and the sandboxes attached to it.
 pub struct Egress {
     proxy: Proxy,
+    /// The system's CA bundle (PEM), read once; `None` when the host has none at a known place.
+    system_bundle: Option<Vec<u8>>,
     attached: Mutex<HashMap<String, Attached>>,
 }
 
@@ -137,7 +145,14 @@ fn poisoned() -> RuntimeFailure {
 impl Egress {
     /// Egress through `proxy`.
     pub fn new(proxy: Proxy) -> Egress {
-        Egress { proxy, attached: Mutex::new(HashMap::new()) }
+        let system_bundle = SYSTEM_BUNDLES.iter().find_map(|path| std::fs::read(path).ok());
+        if system_bundle.is_none() {
+            tracing::warn!(
+                tried = ?SYSTEM_BUNDLES,
+                "no system CA bundle found: sandboxes with secrets cannot be created (their HTTPS clients need one)"
+            );
+        }
+        Egress { proxy, system_bundle, attached: Mutex::new(HashMap::new()) }
     }
 
     /// Attaches a created sandbox: writes its CA bundle when it holds secrets, and opens its door when the policy
@@ -150,8 +165,17 @@ impl Egress {
         prepared: Prepared,
     ) -> Result<(), RuntimeFailure> {
         if let Some(ca) = &prepared.ca {
-            let system = std::fs::read(SYSTEM_BUNDLE).unwrap_or_default();
-            let mut bundle = system;
+            // Without the system's roots the bundle would trust only the sandbox CA, and every HTTPS client inside
+            // (pointed at it by SSL_CERT_FILE and friends) would fail against any host but the secrets' ones.
+            let mut bundle = self.system_bundle.clone().ok_or_else(|| {
+                RuntimeFailure::new(
+                    FailureKind::Internal,
+                    format!(
+                        "the host has no system CA bundle (looked at {}); secrets need one",
+                        SYSTEM_BUNDLES.join(", ")
+                    ),
+                )
+            })?;
             bundle.extend_from_slice(b"\n");
             bundle.extend_from_slice(ca.cert_pem().as_bytes());
             runtime.write_file(id, CA_BUNDLE_PATH, bundle).await?;
