@@ -140,10 +140,7 @@ impl SandboxRuntime for LiveAdapter {
         let (chunks, mut received) = mpsc::channel(64);
         let forward = async move {
             while let Some((stream, data)) = received.recv().await {
-                let stream = match stream {
-                    OutputStreamKind::Stdout => Stream::Stdout,
-                    OutputStreamKind::Stderr => Stream::Stderr,
-                };
+                let stream = stream_of(stream);
                 // The server may stop listening (a client hung up): the command still runs to its end.
                 let _ = events.send(OutputChunk { stream, data }).await;
             }
@@ -219,10 +216,7 @@ impl SandboxRuntime for LiveAdapter {
         let (texts, mut received) = mpsc::channel(64);
         let forward = async move {
             while let Some((stream, text)) = received.recv().await {
-                let stream = match stream {
-                    OutputStreamKind::Stdout => Stream::Stdout,
-                    OutputStreamKind::Stderr => Stream::Stderr,
-                };
+                let stream = stream_of(stream);
                 let _ = events.send(OutputChunk { stream, data: String::into_bytes(text) }).await;
             }
         };

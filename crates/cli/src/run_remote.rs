@@ -3,17 +3,15 @@
 //! The output and exit codes are the local path's: plain mode streams the output (server-sent events) and exits with
 //! the program's code or the reserved code of the limit that fired; `--json` prints the local path's result object.
 //!
-//! What the server cannot tell: a memory-limit kill (the program's SIGKILL, exit 137, instead of 122), `phases` and
-//! `usage` (zero in `--json`). Uploads keep their bytes, not their modes. Standard input, when it is not a terminal,
+//! What the server cannot tell: a memory-limit kill (the program's SIGKILL, exit 137, instead of 122) and `usage`
+//! (zero in `--json`); `phases` are the server's, counted from its request. Uploads keep their bytes, not their modes. Standard input, when it is not a terminal,
 //! is read to its end first and must be UTF-8 text.
-
-use std::io::{IsTerminal, Read};
 
 use base64::Engine as _;
 use sandkasten_types::{Command, ErrorCode, ErrorInfo, ExecResult, LimitKind, PhaseTimings};
 use serde_json::{Map, Value, json};
 
-use crate::client::exec::{event_error, read_events, write_chunk};
+use crate::client::exec::{event_error, read_events, stdin_text, write_chunk};
 use crate::client::http::{Client, ClientError};
 use crate::exit_codes;
 use crate::run_input::{ProgramStdin, RunInput};
@@ -52,22 +50,6 @@ pub fn run(url: &str, input: &RunInput, json: bool, explain: impl Fn(&ExecResult
     })
 }
 
-/// The standard input to send: this process's, when the program inherits it and it is not a terminal.
-fn stdin_text(stdin: ProgramStdin) -> Result<Option<String>, ClientError> {
-    let mut handle = std::io::stdin();
-    if stdin == ProgramStdin::Empty || handle.is_terminal() {
-        return Ok(None);
-    }
-    let mut bytes = Vec::new();
-    handle.read_to_end(&mut bytes).map_err(|e| ClientError::input(format!("reading standard input failed: {e}")))?;
-    if bytes.is_empty() {
-        return Ok(None);
-    }
-    String::from_utf8(bytes).map(Some).map_err(|_| {
-        ClientError::input("standard input is not UTF-8 text, which --server cannot forward: upload it with --upload")
-    })
-}
-
 /// The `POST /v1/run` body of a run.
 fn request(input: &RunInput) -> Result<Value, ClientError> {
     let mut body = Map::new();
@@ -81,14 +63,8 @@ fn request(input: &RunInput) -> Result<Value, ClientError> {
         }
     }
     body.insert("env".into(), serde_json::to_value(&input.request.env).unwrap_or_default());
-    let limits = &input.spec.limits;
-    body.insert(
-        "limits".into(),
-        json!({
-            "timeout_ms": limits.timeout_ms, "memory_bytes": limits.memory_bytes, "pids": limits.pids,
-            "cpus": limits.cpus, "disk_bytes": limits.disk_bytes, "output_bytes": limits.output_bytes,
-        }),
-    );
+    // All of them, as the local path has them: a pool serves only a request whose limits equal its own.
+    body.insert("limits".into(), serde_json::to_value(&input.spec.limits).unwrap_or_default());
     let files: Vec<Value> = input
         .request
         .uploads
@@ -102,7 +78,9 @@ fn request(input: &RunInput) -> Result<Value, ClientError> {
     if input.spec.network.reaches_out() {
         body.insert("network".into(), serde_json::to_value(&input.spec.network).unwrap_or_default());
     }
-    if let Some(stdin) = stdin_text(input.stdin)? {
+    if let Some(stdin) =
+        stdin_text(input.stdin == ProgramStdin::Empty, "which --server cannot forward: upload it with --upload")?
+    {
         body.insert("stdin".into(), stdin.into());
     }
     Ok(Value::Object(body))

@@ -335,7 +335,7 @@ impl Store {
         let (tenant, id) = (tenant.to_owned(), id.to_owned());
         self.call(move |conn| {
             let sql = format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE id = ?1 AND tenant = ?2");
-            let row = conn.query_row(&sql, params![id, tenant], sandbox_from_row).optional()?;
+            let row = conn.prepare_cached(&sql)?.query_row(params![id, tenant], sandbox_from_row).optional()?;
             row.map(finish_sandbox).transpose()
         })
         .await

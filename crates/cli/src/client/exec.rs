@@ -45,9 +45,11 @@ pub struct ExecArgs {
     pub command: Vec<String>,
 }
 
-fn stdin_text(args: &ExecArgs) -> Result<Option<String>, ClientError> {
+/// This process's standard input as text to send to the server, unless `skip` is set or it is a terminal; `advice`
+/// finishes the error for bytes that are not UTF-8 (what to do instead).
+pub(crate) fn stdin_text(skip: bool, advice: &str) -> Result<Option<String>, ClientError> {
     let mut stdin = std::io::stdin();
-    if args.no_stdin || stdin.is_terminal() {
+    if skip || stdin.is_terminal() {
         return Ok(None);
     }
     let mut bytes = Vec::new();
@@ -55,9 +57,9 @@ fn stdin_text(args: &ExecArgs) -> Result<Option<String>, ClientError> {
     if bytes.is_empty() {
         return Ok(None);
     }
-    String::from_utf8(bytes).map(Some).map_err(|_| {
-        ClientError::input("standard input is not UTF-8 text, which exec cannot forward: copy it in with `cp` instead")
-    })
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| ClientError::input(format!("standard input is not UTF-8 text, {advice}")))
 }
 
 fn request(args: &ExecArgs) -> Result<Value, ClientError> {
@@ -74,7 +76,7 @@ fn request(args: &ExecArgs) -> Result<Value, ClientError> {
     if args.background {
         body.insert("background".into(), true.into());
     }
-    if let Some(stdin) = stdin_text(args)? {
+    if let Some(stdin) = stdin_text(args.no_stdin, "which exec cannot forward: copy it in with `cp` instead")? {
         body.insert("stdin".into(), stdin.into());
     }
     Ok(Value::Object(body))
