@@ -97,9 +97,10 @@ pub struct ApiError {
     pub message: String,
 }
 
-/// Marks an error response with its code, for the errors metric.
+/// Marks an error response with its code's wire name, for the errors metric (`errors_total{code}`); the E2B
+/// facade's answers carry their Connect code names.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct ErrorTag(pub(crate) ErrorCode);
+pub(crate) struct ErrorTag(pub(crate) &'static str);
 
 impl ApiError {
     /// An error with a code and message.
@@ -149,7 +150,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = ErrorBody { error: ErrorDetail { code: self.code, message: self.message } };
         let mut response = (self.code.status(), Json(body)).into_response();
-        response.extensions_mut().insert(ErrorTag(self.code));
+        response.extensions_mut().insert(ErrorTag(self.code.as_str()));
         response
     }
 }

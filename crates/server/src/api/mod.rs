@@ -105,7 +105,7 @@ pub fn openapi_json() -> String {
 async fn count_errors(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let response = next.run(request).await;
     if let Some(ErrorTag(code)) = response.extensions().get::<ErrorTag>() {
-        state.metrics().error(code.as_str());
+        state.metrics().error(code);
     }
     response
 }

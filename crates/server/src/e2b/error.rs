@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use crate::api::error::{ApiError, ErrorCode};
+use crate::api::error::{ApiError, ErrorCode, ErrorTag};
 use crate::runtime::{FailureKind, RuntimeFailure};
 
 /// The Connect error codes the facade answers.
@@ -110,7 +110,9 @@ impl E2bError {
 
     /// The answer in the Connect protocol's unary shape.
     pub(crate) fn into_connect(self) -> Response {
-        (self.code.status(), Json(self.connect_json())).into_response()
+        let mut response = (self.code.status(), Json(self.connect_json())).into_response();
+        response.extensions_mut().insert(ErrorTag(self.code.as_str()));
+        response
     }
 }
 
@@ -124,7 +126,9 @@ struct RestBody {
 impl IntoResponse for E2bError {
     fn into_response(self) -> Response {
         let status = self.code.status();
-        (status, Json(RestBody { code: status.as_u16(), message: self.message })).into_response()
+        let mut response = (status, Json(RestBody { code: status.as_u16(), message: self.message })).into_response();
+        response.extensions_mut().insert(ErrorTag(self.code.as_str()));
+        response
     }
 }
 

@@ -42,10 +42,15 @@ fn user_of(query: &FilesQuery, headers: &HeaderMap) -> Result<(), E2bError> {
 }
 
 /// `GET /health`.
-pub(crate) async fn health(State(state): State<AppState>, headers: HeaderMap) -> StatusCode {
+pub(crate) async fn health(State(state): State<AppState>, headers: HeaderMap) -> Response {
     match sandbox_access(&state, &headers).await {
-        Ok(_) => StatusCode::NO_CONTENT,
-        Err(error) => error.code.status(),
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        // The status alone, as envd answers; counted like every other error.
+        Err(error) => {
+            let mut response = error.code.status().into_response();
+            response.extensions_mut().insert(crate::api::error::ErrorTag(error.code.as_str()));
+            response
+        }
     }
 }
 
