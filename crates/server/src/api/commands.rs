@@ -63,16 +63,7 @@ pub(crate) async fn start_background(
     spec: CommandSpec,
     output_limit: u64,
 ) -> Result<(String, CommandStatus), ApiError> {
-    let command_id = ids::command_id()?;
-    let argv = spec.resolved_argv().map_err(ApiError::unprocessable)?;
-    let record = CommandRecord {
-        id: command_id.clone(),
-        sandbox_id: id.to_owned(),
-        tenant: tenant.name.to_string(),
-        argv,
-        started_ms: now_ms(),
-    };
-    state.store().start_command(record).await?;
+    let command_id = record_start(state, tenant, id, &spec).await?;
     let status = match state.runtime().start_command(id, &command_id, spec, output_limit).await {
         Ok(status) => status,
         Err(failure) => {
@@ -86,6 +77,26 @@ pub(crate) async fn start_background(
     tracing::info!(sandbox = %id, command = %command_id, pid = status.pid, "background command started");
     tokio::spawn(record_end(state.clone(), id.to_owned(), command_id.clone()));
     Ok((command_id, status))
+}
+
+/// Records that a command starts in sandbox `id` (the `commands` table), under a new id, which it answers.
+pub(crate) async fn record_start(
+    state: &AppState,
+    tenant: &Tenant,
+    id: &str,
+    spec: &CommandSpec,
+) -> Result<String, ApiError> {
+    let command_id = ids::command_id()?;
+    let argv = spec.resolved_argv().map_err(ApiError::unprocessable)?;
+    let record = CommandRecord {
+        id: command_id.clone(),
+        sandbox_id: id.to_owned(),
+        tenant: tenant.name.to_string(),
+        argv,
+        started_ms: now_ms(),
+    };
+    state.store().start_command(record).await?;
+    Ok(command_id)
 }
 
 /// Waits for a background command's end (or its sandbox's) and records it.

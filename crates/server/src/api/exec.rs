@@ -28,8 +28,8 @@ use crate::clock::now_ms;
 use crate::metrics::{ExecPhase, LimitKind};
 use crate::runtime::{OutputChunk, Stream};
 use crate::state::AppState;
-use crate::store::{CommandRecord, SandboxRecord};
-use crate::{ids, validate};
+use crate::store::SandboxRecord;
+use crate::validate;
 
 /// Checks the request against the sandbox and builds the command for the runtime (timeout always set).
 fn command_spec(body: ExecBody, sandbox: &SandboxRecord) -> Result<CommandSpec, ApiError> {
@@ -67,16 +67,7 @@ async fn start(
     id: &str,
     spec: CommandSpec,
 ) -> Result<Started<CommandExit>, ApiError> {
-    let command_id = ids::command_id()?;
-    let argv = spec.resolved_argv().map_err(ApiError::unprocessable)?;
-    let record = CommandRecord {
-        id: command_id.clone(),
-        sandbox_id: id.to_owned(),
-        tenant: tenant.name.to_string(),
-        argv,
-        started_ms: now_ms(),
-    };
-    state.store().start_command(record).await?;
+    let command_id = commands::record_start(state, tenant, id, &spec).await?;
     let (events, chunks) = mpsc::channel(64);
     let (finished, done) = oneshot::channel();
     let (state, id) = (state.clone(), id.to_owned());
