@@ -61,6 +61,14 @@ pub fn environment(env: &BTreeMap<String, String>) -> Result<(), String> {
     Ok(())
 }
 
+/// A command's argument vector: no NUL byte anywhere (it could not reach `execve` whole).
+pub fn argv(argv: &[String]) -> Result<(), String> {
+    if argv.iter().any(|arg| arg.contains('\0')) {
+        return Err("the command contains a NUL byte".to_owned());
+    }
+    Ok(())
+}
+
 /// Metadata: at most 64 entries, keys of 1 to 64 bytes of `[A-Za-z0-9_.-]`, values up to 1024 bytes.
 pub fn metadata(metadata: &BTreeMap<String, String>) -> Result<(), String> {
     if metadata.len() > MAX_METADATA_ENTRIES {
@@ -91,6 +99,12 @@ pub fn metadata_key(key: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_argv_with_a_nul_byte_is_refused() {
+        assert!(argv(&["echo".into(), "fine".into()]).is_ok());
+        assert!(argv(&["echo".into(), "a\0b".into()]).is_err_and(|e| e.contains("NUL")));
+    }
 
     #[test]
     fn paths_must_be_absolute_short_and_clean() {

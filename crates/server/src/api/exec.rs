@@ -54,9 +54,7 @@ fn command_spec(body: ExecBody, sandbox: &SandboxRecord) -> Result<CommandSpec, 
         ..CommandSpec::default()
     };
     let argv = spec.resolved_argv().map_err(ApiError::unprocessable)?;
-    if argv.iter().any(|arg| arg.contains('\0')) {
-        return Err(ApiError::unprocessable("the command contains a NUL byte"));
-    }
+    validate::argv(&argv).map_err(ApiError::unprocessable)?;
     Ok(spec)
 }
 

@@ -180,6 +180,7 @@ fn command_spec(request: StartRequest, access: &SandboxAccess, headers: &HeaderM
     let timeout_ms = connect::timeout_ms(headers).map_or(limit, |ms| ms.min(limit));
     let mut argv = vec![process.cmd];
     argv.extend(process.args);
+    crate::validate::argv(&argv).map_err(E2bError::invalid)?;
     Ok(CommandSpec {
         argv: Some(argv),
         env: process.envs,

@@ -199,9 +199,7 @@ pub(crate) fn plan(body: RunRequest, settings: Settings) -> Result<RunPlan, ApiE
             let resolved = command.resolved_argv().map_err(|message| {
                 ApiError::unprocessable(format!("nothing to run: give language with code, or {message}"))
             })?;
-            if resolved.iter().any(|arg| arg.contains('\0')) {
-                return Err(ApiError::unprocessable("the command contains a NUL byte"));
-            }
+            validate::argv(&resolved).map_err(ApiError::unprocessable)?;
             (None, command)
         }
     };
