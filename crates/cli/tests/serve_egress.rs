@@ -664,3 +664,38 @@ fn a_sandbox_killed_from_the_host_releases_its_door() {
     assert_eq!(state.json["state"], "lost", "{state:?}");
     assert!(!socket_held(&inode), "the door of a lost sandbox is still held");
 }
+
+#[test]
+fn a_pool_member_takes_the_policy_of_whoever_claims_it() {
+    require_root!();
+    let world = World::start("[[pools]]\nname = \"std\"\nmin = 2\nmax = 2\n");
+    let pool_hits = || -> f64 {
+        let text = world
+            .server
+            .http()
+            .get(format!("{}/metrics", world.server.url))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap();
+        text.lines().find_map(|l| l.strip_prefix("pool_hits_total ")).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while world.server.call("GET", "/v1/pools", KEY_1, None).json["pools"][0]["ready"] != 2 {
+        assert!(Instant::now() < deadline, "the pool never filled");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Two members of one pool, one claimed with no network and one with an allowlist.
+    let closed = world.server.create(json!({}));
+    let open = world.sandbox(allowlist(&["allowed.test"]));
+    assert_eq!(pool_hits(), 2.0, "both came from the pool");
+    let (code, _, err) = world.sh(&closed, &curl("http://allowed.test/whoami"));
+    assert_ne!(code, 0, "the member claimed without a policy reached out: {err}");
+    let (_, out, _) = world.sh(&open, &curl("http://allowed.test/whoami"));
+    assert!(out.contains("hello from allowed.test"), "{out}");
+    let (_, out, _) = world.sh(&open, &curl("http://other.test/whoami"));
+    assert!(out.contains("STATUS 403"), "{out}");
+    assert_eq!(world.allowed.requests().matches("GET /whoami").count(), 1, "{}", world.allowed.requests());
+    assert_eq!(world.other.requests(), "");
+}

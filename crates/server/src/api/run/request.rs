@@ -1,5 +1,7 @@
 //! `POST /v1/run`'s request body and its validation into a [`RunPlan`]: the sandbox to create, the files to write,
-//! an optional compile step and the command. Every mistake is found here, before anything exists.
+//! an optional compile step and the command. Every mistake in the request itself is found here, before anything
+//! exists; a file path the sandbox cannot write (`/etc/x`, a directory in the way) fails only when it is written, a
+//! 4xx after which the run's sandbox is destroyed.
 
 use std::collections::BTreeMap;
 
