@@ -102,9 +102,11 @@ pub(crate) async fn start_sandbox_with_zygote(
     // variables (which rule out a pool member, whose environment was fixed when it was made).
     let egress = egress::prepare(state.store(), &tenant.name, &mut spec).await?;
     let claiming = Instant::now();
-    let claimed = match state.pools().claim(&spec, state.runtime(), state.metrics()) {
+    let claim = state.pools().claim(&spec, state.runtime(), state.metrics());
+    let pool_outcome = claim.outcome();
+    let claimed = match claim {
         Claim::Hit(claimed) => Some(claimed),
-        Claim::Miss | Claim::NoPool => None,
+        Claim::Miss { .. } | Claim::NoPool => None,
     };
     let claim_seconds = claiming.elapsed().as_secs_f64();
     let id = match &claimed {
@@ -132,6 +134,9 @@ pub(crate) async fn start_sandbox_with_zygote(
         }
         admitted??;
         return Err(ApiError::internal("sandbox admission failed"));
+    }
+    if let Some((class, hit)) = pool_outcome {
+        state.pools().settle(class, hit, state.metrics());
     }
     let creating = Instant::now();
     let created = match claimed {

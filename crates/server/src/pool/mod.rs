@@ -96,10 +96,24 @@ fn report(metrics: &Metrics, pool: &PoolClass) {
 pub(crate) enum Claim {
     /// No pool serves the spec.
     NoPool,
-    /// A pool serves the spec but has nothing ready.
-    Miss,
+    /// Pool `class` serves the spec but has nothing ready.
+    Miss {
+        /// The pool's index.
+        class: usize,
+    },
     /// A ready sandbox, now the caller's.
     Hit(Claimed),
+}
+
+impl Claim {
+    /// The pool and whether it was a hit, for [`Pools::settle`]; `None` when no pool serves the spec.
+    pub(crate) fn outcome(&self) -> Option<(usize, bool)> {
+        match self {
+            Claim::NoPool => None,
+            Claim::Miss { class } => Some((*class, false)),
+            Claim::Hit(claimed) => Some((claimed.class, true)),
+        }
+    }
 }
 
 /// The server's warm pools.
@@ -159,7 +173,9 @@ impl Pools {
         Some((status, surplus))
     }
 
-    /// Takes a live ready sandbox for `spec`, if a pool serves it and has one.
+    /// Takes a live ready sandbox for `spec`, if a pool serves it and has one. Nothing is counted yet: the caller
+    /// [`settle`](Pools::settle)s the claim once the sandbox is admitted, or gives a member back when refused, so
+    /// that refused requests neither count as hits or misses nor make a pool grow.
     pub(crate) fn claim(&self, spec: &SandboxSpec, runtime: &dyn DynRuntime, metrics: &Metrics) -> Claim {
         let Ok(mut classes) = self.classes.lock() else { return Claim::NoPool };
         let Some(class) = classes.iter().position(|p| p.serves(spec)) else { return Claim::NoPool };
@@ -174,19 +190,27 @@ impl Pools {
                 None => break None,
             }
         };
-        pool.count_claim(claimed.is_some(), Instant::now());
         report(metrics, pool);
-        drop(classes);
-        self.wake.notify_one();
         match claimed {
-            Some(claimed) => {
-                metrics.pool_hit();
-                Claim::Hit(claimed)
-            }
-            None => {
-                metrics.pool_miss();
-                Claim::Miss
-            }
+            Some(claimed) => Claim::Hit(claimed),
+            None => Claim::Miss { class },
+        }
+    }
+
+    /// Counts an admitted claim of pool `class` (a hit, or a miss that raises the pool's target) and wakes the
+    /// refill.
+    pub(crate) fn settle(&self, class: usize, hit: bool, metrics: &Metrics) {
+        if let Ok(mut classes) = self.classes.lock()
+            && let Some(pool) = classes.get_mut(class)
+        {
+            pool.count_claim(hit, Instant::now());
+            report(metrics, pool);
+        }
+        self.wake.notify_one();
+        if hit {
+            metrics.pool_hit();
+        } else {
+            metrics.pool_miss();
         }
     }
 

@@ -187,3 +187,20 @@ async fn zygote_members_get_a_spare_kernel_that_a_create_keeps_and_a_run_discard
     assert_eq!(reply.json()["sandbox_id"], next.as_str(), "the run took the pool member");
     assert_eq!(*h.runtime.discarded.lock().unwrap(), vec![next], "a run discards the spare, a create did not");
 }
+
+#[tokio::test]
+async fn refused_creates_neither_count_nor_make_a_pool_grow() {
+    let (h, _refill) = harness();
+    wait_pool(&h, "std", |p| p["ready"] == 1).await;
+    // Tenant ops may run one sandbox: the first create is a hit, the next ones are refused by its quota.
+    h.create(KEY_OPS, json!({})).await;
+    wait_pool(&h, "std", |p| p["ready"] == 1).await;
+    for _ in 0..5 {
+        let reply = h.post("/v1/sandboxes", KEY_OPS, json!({})).await;
+        assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS, "{}", reply.text());
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let std = pool_named(&h, "std").await;
+    let counts = (std["hits"].as_u64(), std["misses"].as_u64(), std["target"].as_u64(), std["ready"].as_u64());
+    assert_eq!(counts, (Some(1), Some(0), Some(1), Some(1)), "{std}");
+}
