@@ -323,15 +323,7 @@ fn policy_changes_apply_live_and_every_attempt_is_audited() {
     assert!(cli.status.success(), "{text}{}", String::from_utf8_lossy(&cli.stderr));
     assert!(text.contains("allowed.test:80") && text.contains("refused") && text.contains("10.201.0.2"), "{text}");
     // Metrics count the decisions.
-    let metrics = world
-        .server
-        .http()
-        .get(format!("{}/metrics", world.server.url))
-        .call()
-        .unwrap()
-        .body_mut()
-        .read_to_string()
-        .unwrap();
+    let metrics = world.metrics();
     assert!(metrics.contains("egress_requests_total{decision=\"allowed\"} 1"), "{metrics}");
     assert!(metrics.contains("egress_requests_total{decision=\"refused\"} 2"), "{metrics}");
     // Another tenant sees nothing of it.
@@ -670,16 +662,12 @@ fn a_pool_member_takes_the_policy_of_whoever_claims_it() {
     require_root!();
     let world = World::start("[[pools]]\nname = \"std\"\nmin = 2\nmax = 2\n");
     let pool_hits = || -> f64 {
-        let text = world
-            .server
-            .http()
-            .get(format!("{}/metrics", world.server.url))
-            .call()
-            .unwrap()
-            .body_mut()
-            .read_to_string()
-            .unwrap();
-        text.lines().find_map(|l| l.strip_prefix("pool_hits_total ")).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        world
+            .metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix("pool_hits_total "))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
     };
     let deadline = Instant::now() + Duration::from_secs(20);
     while world.server.call("GET", "/v1/pools", KEY_1, None).json["pools"][0]["ready"] != 2 {

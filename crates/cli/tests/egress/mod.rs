@@ -169,6 +169,12 @@ impl World {
         }
     }
 
+    /// The server's Prometheus text.
+    pub fn metrics(&self) -> String {
+        let mut response = self.server.http().get(format!("{}/metrics", self.server.url)).call().expect("metrics");
+        response.body_mut().read_to_string().expect("metrics text")
+    }
+
     /// The test CA's certificate file.
     pub fn test_ca(&self) -> PathBuf {
         self.ca_dir.path().join("ca.pem")
