@@ -11,6 +11,7 @@ mod files;
 mod limits;
 mod result;
 mod spec;
+mod tier;
 pub mod units;
 pub mod utf8;
 
@@ -21,4 +22,5 @@ pub use exec::{Command, ExecRequest, Language, Upload};
 pub use files::{FileInfo, FileKind};
 pub use limits::{LimitKind, Limits, LimitsError};
 pub use result::{ExecResult, OutputStream, PhaseTimings, ResourceUsage};
+pub use tier::Tier;
 pub use spec::{NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec, Template, proxy_environment};

@@ -6,11 +6,15 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::limits::Limits;
+use crate::tier::Tier;
 
 /// Everything needed to create one sandbox.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct SandboxSpec {
+    /// How strongly the sandbox is isolated from the host. Unset: the server's default (`[defaults] isolation`),
+    /// which is `process` unless configured; the server fills it in before the sandbox exists.
+    pub isolation: Option<Tier>,
     /// Root filesystem template. Built in: `host` (read-only `/usr` of the host, synthesised `/etc`).
     pub template: Template,
     /// Hard limits.
@@ -24,6 +28,13 @@ pub struct SandboxSpec {
     /// same name holding a placeholder; the egress proxy swaps the placeholder for the real value in request headers
     /// sent to the secret's hosts only. The real value never enters the sandbox.
     pub secrets: Vec<String>,
+}
+
+impl SandboxSpec {
+    /// The tier this sandbox runs on (`process` when unset).
+    pub fn tier(&self) -> Tier {
+        self.isolation.unwrap_or_default()
+    }
 }
 
 /// A root filesystem template.

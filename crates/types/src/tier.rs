@@ -1,0 +1,100 @@
+//! Isolation tiers: how strongly a sandbox is separated from the host. One type for the request (`isolation` on a
+//! sandbox spec), the records, the pools and every result.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The isolation a sandbox asks for.
+///
+/// JSON: `"process"`, `"gvisor"`, `"microvm"` or `"auto"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// Linux namespaces, pivot_root, seccomp, landlock and cgroups around code that shares the host kernel. Fastest;
+    /// for code that is trusted not to carry a kernel exploit.
+    #[default]
+    Process,
+    /// gVisor (`runsc`): the code talks to a user-space kernel (the Sentry) that itself runs under a tight seccomp
+    /// filter; only a few dozen host syscalls are reachable. No KVM needed.
+    Gvisor,
+    /// A guest kernel of its own in a jailed VMM (not available yet).
+    Microvm,
+    /// Chosen per sandbox from the request and the tenant's rules (not available yet).
+    Auto,
+}
+
+impl Tier {
+    /// Every value, in the order they are documented.
+    pub const ALL: [Tier; 4] = [Tier::Process, Tier::Gvisor, Tier::Microvm, Tier::Auto];
+
+    /// The tiers that run sandboxes today (the concrete ones a behaviour suite must cover).
+    pub const AVAILABLE: [Tier; 2] = [Tier::Process, Tier::Gvisor];
+
+    /// The name used in JSON, on the command line and in records.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Process => "process",
+            Tier::Gvisor => "gvisor",
+            Tier::Microvm => "microvm",
+            Tier::Auto => "auto",
+        }
+    }
+
+    /// Parses a name as written in JSON (`None` for anything else).
+    pub fn from_name(name: &str) -> Option<Tier> {
+        Tier::ALL.into_iter().find(|tier| tier.name() == name)
+    }
+
+    /// Why a sandbox of this tier cannot be created by this build, if it cannot (a message for the user).
+    pub fn unavailable_reason(self) -> Option<&'static str> {
+        match self {
+            Tier::Process | Tier::Gvisor => None,
+            Tier::Microvm => Some("isolation \"microvm\" is not available yet: use \"process\" or \"gvisor\""),
+            Tier::Auto => Some("isolation \"auto\" is not available yet: name a tier (\"process\" or \"gvisor\")"),
+        }
+    }
+}
+
+impl std::fmt::Display for Tier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Tier {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Tier, String> {
+        Tier::from_name(name).ok_or_else(|| {
+            let allowed: Vec<&str> = Tier::ALL.iter().map(|tier| tier.name()).collect();
+            format!("unknown isolation '{name}': expected one of {}", allowed.join(", "))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_through_json_and_from_str() {
+        for tier in Tier::ALL {
+            let json = serde_json::to_string(&tier).unwrap_or_default();
+            assert_eq!(json, format!("\"{}\"", tier.name()));
+            assert_eq!(tier.name().parse::<Tier>(), Ok(tier));
+        }
+    }
+
+    #[test]
+    fn a_misspelt_tier_names_the_allowed_values() {
+        let error = "gvsior".parse::<Tier>().err().unwrap_or_default();
+        assert!(error.contains("process, gvisor, microvm, auto"), "{error}");
+    }
+
+    #[test]
+    fn only_the_available_tiers_create_sandboxes() {
+        for tier in Tier::ALL {
+            assert_eq!(tier.unavailable_reason().is_none(), Tier::AVAILABLE.contains(&tier), "{tier}");
+        }
+    }
+}
