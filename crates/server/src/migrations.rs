@@ -67,6 +67,8 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE egress_events ADD COLUMN connection_id INTEGER;
     CREATE INDEX egress_events_by_connection ON egress_events (sandbox_id, connection_id)
         WHERE connection_id IS NOT NULL;",
+    // 5: each sandbox's isolation tier ('process', 'gvisor', ...); every sandbox before tiers ran on 'process'.
+    "ALTER TABLE sandboxes ADD COLUMN isolation TEXT NOT NULL DEFAULT 'process';",
 ];
 
 /// The schema version this build writes.
@@ -120,6 +122,20 @@ mod tests {
         assert_eq!(reason, None);
         let tenants: i64 = conn.query_row("SELECT COUNT(*) FROM tenants", [], |row| row.get(0))?;
         assert_eq!(tenants, 0);
+        Ok(())
+    }
+
+    #[test]
+    fn sandboxes_from_before_tiers_are_process_sandboxes() -> Result<(), StoreError> {
+        let mut conn = Connection::open_in_memory()?;
+        for (index, sql) in MIGRATIONS[..4].iter().enumerate() {
+            conn.execute_batch(sql)?;
+            conn.pragma_update(None, "user_version", index + 1)?;
+        }
+        conn.execute_batch("INSERT INTO sandboxes VALUES ('sb-1', 't', 'running', '{}', '{}', 1, 1, 2, NULL, NULL);")?;
+        migrate(&mut conn)?;
+        let tier: String = conn.query_row("SELECT isolation FROM sandboxes WHERE id = 'sb-1'", [], |row| row.get(0))?;
+        assert_eq!(tier, "process");
         Ok(())
     }
 }

@@ -1,5 +1,5 @@
-//! Durable state in SQLite (WAL, migrations): which sandboxes exist, whose they are, their spec, metadata and
-//! lifetime, and the commands run in them. One connection behind a mutex, used only inside `spawn_blocking`.
+//! Durable state in SQLite (WAL, migrations): which sandboxes exist, whose they are, their isolation tier, spec,
+//! metadata and lifetime, and the commands run in them. One connection behind a mutex, used only inside `spawn_blocking`.
 //!
 //! A sandbox row is written *before* the runtime creates the sandbox and is the only place quotas are counted, so
 //! the quota check and the insert happen in one transaction.
@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use sandkasten_types::{CommandExit, SandboxSpec};
+use sandkasten_types::{CommandExit, SandboxSpec, Tier};
 use thiserror::Error;
 
 use crate::migrations;
@@ -38,6 +38,9 @@ pub enum StoreError {
     /// A stored state is not one this build knows.
     #[error("unknown sandbox state {0:?} in the database")]
     UnknownState(String),
+    /// A stored isolation tier is not one this build knows.
+    #[error("unknown isolation tier {0:?} in the database")]
+    UnknownTier(String),
     /// A thread panicked while holding the connection.
     #[error("database connection poisoned by a panic")]
     Poisoned,
@@ -97,7 +100,7 @@ pub struct SandboxRecord {
     pub tenant: String,
     /// Current state.
     pub state: SandboxState,
-    /// What it was created with.
+    /// What it was created with; `spec.isolation` is always set (rows from before tiers read as `process`).
     pub spec: SandboxSpec,
     /// Client-defined labels.
     pub metadata: BTreeMap<String, String>,
@@ -197,12 +200,18 @@ impl fmt::Debug for Store {
 }
 
 const SANDBOX_COLUMNS: &str =
-    "id, tenant, state, spec_json, metadata_json, created_ms, expires_ms, ended_ms, end_reason";
+    "id, tenant, state, spec_json, metadata_json, created_ms, expires_ms, ended_ms, end_reason, isolation";
 
-fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<(SandboxRecord, String, String, String)> {
-    let state: String = row.get(2)?;
-    let spec_json: String = row.get(3)?;
-    let metadata_json: String = row.get(4)?;
+/// A sandbox row before its text columns are parsed.
+struct SandboxRow {
+    record: SandboxRecord,
+    state: String,
+    spec_json: String,
+    metadata_json: String,
+    isolation: String,
+}
+
+fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<SandboxRow> {
     let record = SandboxRecord {
         id: row.get(0)?,
         tenant: row.get(1)?,
@@ -214,13 +223,21 @@ fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<(SandboxRecord, String, S
         ended_ms: row.get(7)?,
         end_reason: row.get(8)?,
     };
-    Ok((record, state, spec_json, metadata_json))
+    Ok(SandboxRow {
+        record,
+        state: row.get(2)?,
+        spec_json: row.get(3)?,
+        metadata_json: row.get(4)?,
+        isolation: row.get(9)?,
+    })
 }
 
-fn finish_sandbox(parts: (SandboxRecord, String, String, String)) -> Result<SandboxRecord, StoreError> {
-    let (mut record, state, spec_json, metadata_json) = parts;
+/// The record of a row; its tier is the `isolation` column's (the one quotas, pools and reconcile may key on).
+fn finish_sandbox(row: SandboxRow) -> Result<SandboxRecord, StoreError> {
+    let SandboxRow { mut record, state, spec_json, metadata_json, isolation } = row;
     record.state = SandboxState::parse(&state).ok_or(StoreError::UnknownState(state))?;
     record.spec = serde_json::from_str(&spec_json)?;
+    record.spec.isolation = Some(Tier::from_name(&isolation).ok_or(StoreError::UnknownTier(isolation))?);
     record.metadata = serde_json::from_str(&metadata_json)?;
     Ok(record)
 }
@@ -302,7 +319,7 @@ impl Store {
             }
             tx.execute(
                 "INSERT INTO sandboxes (id, tenant, state, spec_json, metadata_json, memory_bytes, created_ms, \
-                 expires_ms, ended_ms, end_reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL, NULL)",
+                 expires_ms, ended_ms, end_reason, isolation) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL, NULL, ?9)",
                 params![
                     record.id,
                     record.tenant,
@@ -312,6 +329,7 @@ impl Store {
                     to_i64(asked),
                     record.created_ms,
                     record.expires_ms,
+                    record.spec.tier().name(),
                 ],
             )?;
             tx.commit()?;
@@ -553,7 +571,7 @@ mod tests {
     use super::*;
 
     fn record(id: &str, tenant: &str, memory: u64) -> SandboxRecord {
-        let mut spec = SandboxSpec::default();
+        let mut spec = SandboxSpec { isolation: Some(Tier::Process), ..SandboxSpec::default() };
         spec.limits.memory_bytes = memory;
         SandboxRecord {
             id: id.into(),
@@ -584,6 +602,25 @@ mod tests {
         assert!(!store.end_sandbox("a", SandboxState::Destroyed, "deleted", 5).await?);
         assert!(matches!(store.admit_sandbox(record("e", "t1", 250), QUOTA).await?, Err(QuotaExceeded::Memory { .. })));
         assert_eq!(store.admit_sandbox(record("e", "t1", 200), QUOTA).await?, Ok(()));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn the_tier_is_stored_and_every_tier_counts_against_one_quota() -> Result<(), Box<dyn std::error::Error>> {
+        let store = Store::open_in_memory()?;
+        let mut strong = record("g", "t1", 100);
+        strong.spec.isolation = Some(Tier::Gvisor);
+        store.admit_sandbox(strong.clone(), QUOTA).await??;
+        assert_eq!(store.sandbox("t1", "g").await?, Some(strong));
+        let mut unset = record("p", "t1", 100);
+        unset.spec.isolation = None;
+        store.admit_sandbox(unset, QUOTA).await??;
+        let read = store.sandbox("t1", "p").await?.map(|r| r.spec.isolation);
+        assert_eq!(read, Some(Some(Tier::Process)), "an unset tier is recorded as process");
+        assert!(matches!(
+            store.admit_sandbox(record("x", "t1", 1), QUOTA).await?,
+            Err(QuotaExceeded::Sandboxes { running: 2, .. })
+        ));
         Ok(())
     }
 
