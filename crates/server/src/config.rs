@@ -7,6 +7,9 @@
 //! default_timeout_s = 300                         # lifetime of a sandbox created without timeout_s
 //! max_timeout_s = 86400                           # largest timeout_s a client may ask for
 //!
+//! [defaults]                                      # what a request that does not say gets
+//! isolation = "gvisor"                            # tier of creates naming none: "process" (default) or "gvisor"
+//!
 //! [[tenants]]
 //! name = "acme"
 //! api_keys = ["a-long-random-key-of-16-bytes-or-more"]
@@ -16,6 +19,7 @@
 //!
 //! [[pools]]                                       # warm pool (none by default): sandboxes created ahead of time
 //! name = "default"                                # label of the pool_size metric; default "pool-N"
+//! isolation = "process"                           # tier of its members; default [defaults] isolation
 //! limits = { memory_bytes = 268435456 }           # omitted fields take their defaults, as in POST /v1/sandboxes
 //! min = 2                                         # ready sandboxes kept (refilled in the background)
 //! max = 8                                         # never more than this many, ready or being created
@@ -28,19 +32,23 @@
 //! upstream_ca_file = "/etc/sandkasten/upstream-ca.pem"  # extra roots for upstream TLS when intercepting (secrets)
 //! ```
 //!
-//! A create (or `POST /v1/run`) whose template and limits equal a pool's and whose `env` is empty takes a ready
-//! sandbox from that pool; anything else is created fresh. A pool refills to `min`, raised by one per recent miss up
+//! A create (or `POST /v1/run`) whose isolation tier, template and limits equal a pool's and whose `env` is empty
+//! takes a ready sandbox from that pool; anything else is created fresh. A pool refills to `min`, raised by one per recent miss up
 //! to `max` (each 10 s without a miss lowers it by one). `GET /v1/pools` shows every pool's sizes and counts;
 //! `PUT /v1/pools/{name}` `{"min", "max"}` (admin tenants only; `0 <= min <= max <= 1024`) resizes one until the
 //! server restarts.
+
+mod defaults;
 
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use sandkasten_types::{Limits, Template};
+use sandkasten_types::{Limits, Template, Tier};
 use serde::Deserialize;
 use thiserror::Error;
+
+pub use defaults::Defaults;
 
 /// Name of the environment variable holding extra API keys.
 pub const API_KEYS_ENV: &str = "SANDKASTEN_API_KEYS";
@@ -124,6 +132,9 @@ pub enum ConfigError {
         /// The value given.
         got: u64,
     },
+    /// An isolation tier this build cannot run is configured (`microvm`, `auto`), or one this host cannot.
+    #[error("{0}")]
+    Isolation(String),
     /// A `[[pools]]` entry is unusable.
     #[error("pool {name:?}: {problem}")]
     Pool {
@@ -205,6 +216,9 @@ pub struct PoolConfig {
     /// Name (the `class` label of `pool_size`). Default `pool-N` (N = position in the file, from 1).
     #[serde(default)]
     pub name: Option<String>,
+    /// Isolation tier of the pool's sandboxes. Default `[defaults] isolation`.
+    #[serde(default)]
+    pub isolation: Option<Tier>,
     /// Template of the pool's sandboxes. Default `host`.
     #[serde(default)]
     pub template: Template,
@@ -273,6 +287,11 @@ impl PoolConfig {
     pub fn name_at(&self, index: usize) -> String {
         self.name.clone().unwrap_or_else(|| format!("pool-{}", index + 1))
     }
+
+    /// The pool's isolation tier: its own, or `default` (the server's `[defaults] isolation`).
+    pub fn tier(&self, default: Tier) -> Tier {
+        self.isolation.unwrap_or(default)
+    }
 }
 
 /// Everything `sandkasten serve` needs to know.
@@ -300,6 +319,9 @@ pub struct ServerConfig {
     /// Serve without authentication, everything as tenant `default`. Only on a loopback address. Default false.
     #[serde(default)]
     pub insecure_no_auth: bool,
+    /// What requests that leave a setting out get (`[defaults] isolation`).
+    #[serde(default)]
+    pub defaults: Defaults,
     /// Tenants with their keys and quotas.
     #[serde(default)]
     pub tenants: Vec<TenantConfig>,
@@ -346,6 +368,7 @@ impl Default for ServerConfig {
             max_file_bytes: default_max_file_bytes(),
             max_json_bytes: default_max_json_bytes(),
             insecure_no_auth: false,
+            defaults: Defaults::default(),
             tenants: Vec::new(),
             pools: Vec::new(),
             egress: sandkasten_egress::EgressConfig::default(),
@@ -450,6 +473,9 @@ impl ServerConfig {
             return Err(ConfigError::NoKeys);
         }
         self.egress.validate().map_err(|error| ConfigError::Egress(error.to_string()))?;
+        if let Some(problem) = defaults::tier_problem("[defaults] isolation", self.defaults.isolation) {
+            return Err(ConfigError::Isolation(problem));
+        }
         self.validate_pools()
     }
 
@@ -463,6 +489,9 @@ impl ServerConfig {
             }
             if !names.insert(name.clone()) {
                 return Err(problem("configured twice".into()));
+            }
+            if let Some(reason) = defaults::tier_problem("isolation", pool.tier(self.defaults.isolation)) {
+                return Err(problem(reason));
             }
             pool.limits.validate().map_err(|e| problem(format!("limits: {e}")))?;
             if !(1 <= pool.min && pool.min <= pool.max && pool.max <= MAX_POOL_SIZE) {
@@ -480,9 +509,12 @@ impl ServerConfig {
             if let Some(bad) = pool.preload.iter().find(|name| !valid_module_name(name)) {
                 return Err(problem(format!("preload: {bad:?} is not a dotted module name")));
             }
-            let same = |other: &PoolConfig| other.template == pool.template && other.limits == pool.limits;
+            let tier = |pool: &PoolConfig| pool.tier(self.defaults.isolation);
+            let same = |other: &PoolConfig| {
+                tier(other) == tier(pool) && other.template == pool.template && other.limits == pool.limits
+            };
             if self.pools[..index].iter().any(same) {
-                return Err(problem("another pool has the same template and limits".into()));
+                return Err(problem("another pool has the same isolation, template and limits".into()));
             }
         }
         Ok(())
@@ -570,6 +602,35 @@ mod tests {
         bad.pools[0].preload = vec!["json".into(); MAX_PRELOAD + 1];
         assert!(matches!(bad.validate(), Err(ConfigError::Pool { .. })));
         assert!(ServerConfig::from_toml_str("[[pools]]\nzygote = \"ruby\"\n").is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn the_default_tier_applies_to_pools_without_their_own_and_tiers_tell_pools_apart() -> Result<(), ConfigError> {
+        let config = ServerConfig::from_toml_str(&format!(
+            "[defaults]\nisolation = \"gvisor\"\n[[tenants]]\nname = \"a\"\napi_keys = [\"{KEY}\"]\n\
+             [[pools]]\nname = \"strong\"\n[[pools]]\nname = \"fast\"\nisolation = \"process\"\n"
+        ))?;
+        config.validate()?;
+        assert_eq!(config.defaults.isolation, Tier::Gvisor);
+        assert_eq!(config.pools[0].tier(config.defaults.isolation), Tier::Gvisor);
+        assert_eq!(config.pools[1].tier(config.defaults.isolation), Tier::Process);
+        assert_eq!(ServerConfig::default().defaults.isolation, Tier::Process);
+        let mut same = config.clone();
+        same.pools[1].isolation = Some(Tier::Gvisor);
+        let message = same.validate().map_err(|e| e.to_string()).err().unwrap_or_default();
+        assert!(message.contains("same isolation, template and limits"), "{message}");
+        for tier in [Tier::Microvm, Tier::Auto] {
+            let mut bad = config.clone();
+            bad.defaults.isolation = tier;
+            let message = bad.validate().map_err(|e| e.to_string()).err().unwrap_or_default();
+            assert!(message.starts_with(&format!("[defaults] isolation = \"{tier}\"")), "{message}");
+            let mut bad = config.clone();
+            bad.pools[1].isolation = Some(tier);
+            assert!(matches!(bad.validate(), Err(ConfigError::Pool { .. })), "{tier}");
+        }
+        let message = ServerConfig::from_toml_str("[defaults]\nisolation = \"vm\"\n").err().map(|e| e.to_string());
+        assert!(message.as_deref().unwrap_or_default().contains("gvisor"), "{message:?}");
         Ok(())
     }
 

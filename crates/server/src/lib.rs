@@ -75,9 +75,27 @@ pub async fn serve<R: SandboxRuntime>(
     serve_on(listener, config, runtime, shutdown).await
 }
 
-/// Runs the server on a bound listener: opens the store, reconciles it with the runtime, starts the expiry sweeper
-/// and the warm pools' refill task, and serves until `shutdown` completes. Shutdown stops accepting connections and waits for the requests in flight;
-/// it destroys no sandbox (they belong to the runtime, and the next start reconciles).
+/// Refuses a config whose tiers (`[defaults] isolation`, each pool's) this host's runtime cannot run, saying what to
+/// install: otherwise every create naming no tier, or every refill of such a pool, would fail.
+fn check_tiers<R: SandboxRuntime>(config: &ServerConfig, runtime: &R) -> Result<(), ConfigError> {
+    let default = config.defaults.isolation;
+    let pools = config
+        .pools
+        .iter()
+        .enumerate()
+        .map(|(index, pool)| (format!("[[pools]] {:?}: isolation", pool.name_at(index)), pool.tier(default)));
+    for (setting, tier) in std::iter::once(("[defaults] isolation".to_owned(), default)).chain(pools) {
+        if let Some(reason) = runtime.tier_unavailable(tier) {
+            return Err(ConfigError::Isolation(format!("{setting} = \"{tier}\": {reason}")));
+        }
+    }
+    Ok(())
+}
+
+/// Runs the server on a bound listener: checks that the configured tiers run here, opens the store, reconciles it
+/// with the runtime, starts the expiry sweeper and the warm pools' refill task, and serves until `shutdown`
+/// completes. Shutdown stops accepting connections and waits for the requests in flight; it destroys no sandbox (they
+/// belong to the runtime, and the next start reconciles).
 pub async fn serve_on<R: SandboxRuntime>(
     listener: tokio::net::TcpListener,
     config: ServerConfig,
@@ -85,6 +103,7 @@ pub async fn serve_on<R: SandboxRuntime>(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     config.validate()?;
+    check_tiers(&config, runtime.as_ref())?;
     let store =
         Store::open(&config.database).map_err(|source| ServerError::Store { path: config.database.clone(), source })?;
     let state =

@@ -5,7 +5,7 @@ use std::future::Future;
 
 use futures::future::BoxFuture;
 use sandkasten_types::{
-    CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo, SandboxSpec,
+    CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo, SandboxSpec, Tier,
 };
 use thiserror::Error;
 use tokio::sync::mpsc;
@@ -82,7 +82,15 @@ impl RuntimeFailure {
 /// Ids and paths reaching a runtime are already validated by the server: ids are `sb-` + 16 hex digits, paths are
 /// absolute, free of NUL and `..`, at most 4096 bytes. The runtime still confines every path to the sandbox.
 pub trait SandboxRuntime: Send + Sync + 'static {
-    /// Creates and starts the sandbox `id`; on failure nothing of it may remain.
+    /// Why sandboxes of `tier` cannot be created on this host, if they cannot: a message for the client (lowercase,
+    /// no full stop) that says what to install or configure. The server asks before every create (and checks the
+    /// configured tiers at start), so `create` only ever sees a tier this answered `None` for. The default refuses
+    /// only what this build cannot run at all (`Tier::unavailable_reason`).
+    fn tier_unavailable(&self, tier: Tier) -> Option<String> {
+        tier.unavailable_reason().map(str::to_owned)
+    }
+    /// Creates and starts the sandbox `id` on the tier `spec.isolation` (always set by the server); on failure
+    /// nothing of it may remain.
     fn create(&self, id: &str, spec: &SandboxSpec) -> impl Future<Output = Result<(), RuntimeFailure>> + Send;
     /// Stops the sandbox and removes everything it holds. Destroying an unknown sandbox is `NotFound`.
     fn destroy(&self, id: &str) -> impl Future<Output = Result<(), RuntimeFailure>> + Send;
@@ -254,6 +262,7 @@ type Boxed<'a, T> = BoxFuture<'a, Result<T, RuntimeFailure>>;
 /// `SandboxRuntime` behind a pointer: the server's state holds `Arc<dyn DynRuntime>` so that handlers, the router and
 /// the OpenAPI description are not generic over the runtime.
 pub(crate) trait DynRuntime: Send + Sync + 'static {
+    fn tier_unavailable(&self, tier: Tier) -> Option<String>;
     fn create<'a>(&'a self, id: &'a str, spec: &'a SandboxSpec) -> Boxed<'a, ()>;
     fn destroy<'a>(&'a self, id: &'a str) -> Boxed<'a, ()>;
     fn is_alive(&self, id: &str) -> bool;
@@ -297,6 +306,9 @@ pub(crate) trait DynRuntime: Send + Sync + 'static {
 }
 
 impl<R: SandboxRuntime> DynRuntime for R {
+    fn tier_unavailable(&self, tier: Tier) -> Option<String> {
+        SandboxRuntime::tier_unavailable(self, tier)
+    }
     fn create<'a>(&'a self, id: &'a str, spec: &'a SandboxSpec) -> Boxed<'a, ()> {
         Box::pin(SandboxRuntime::create(self, id, spec))
     }

@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use sandkasten_egress::{AuditEvent, AuditSink, ConfigError as EgressError, Proxy};
+use sandkasten_types::Tier;
 use tokio::sync::mpsc;
 
 use crate::auth::Keyring;
@@ -27,6 +28,8 @@ pub struct Settings {
     pub max_file_bytes: u64,
     /// Largest JSON request body, in bytes.
     pub max_json_bytes: u64,
+    /// Isolation tier of a create that names none (`[defaults] isolation`).
+    pub isolation: Tier,
 }
 
 impl Settings {
@@ -37,6 +40,7 @@ impl Settings {
             max_timeout_s: config.max_timeout_s,
             max_file_bytes: config.max_file_bytes,
             max_json_bytes: config.max_json_bytes,
+            isolation: config.defaults.isolation,
         }
     }
 }
@@ -85,7 +89,7 @@ impl AppState {
                 keyring: Keyring::from_config(config),
                 settings: Settings::from_config(config),
                 metrics: Metrics::new(),
-                pools: Pools::new(&config.pools),
+                pools: Pools::new(&config.pools, config.defaults.isolation),
                 egress: Egress::new(proxy),
                 audit: Mutex::new(Some((queue, receiver))),
                 e2b: Sessions::default(),

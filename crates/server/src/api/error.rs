@@ -29,8 +29,13 @@ pub enum ErrorCode {
     Conflict,
     /// 413: the body or file is larger than allowed.
     PayloadTooLarge,
-    /// 422: well-formed but unacceptable values (limits out of range, unknown fields, wrong types).
+    /// 422: well-formed but unacceptable values (limits out of range, unknown fields, wrong types, a misspelt
+    /// `isolation`).
     Unprocessable,
+    /// 422: the isolation tier asked for (or the server's default) cannot run sandboxes here: not available in this
+    /// build yet (`microvm`, `auto`), or not installed on this host (`gvisor` without `runsc`); the message says how
+    /// to get it. Nothing was created.
+    TierUnavailable,
     /// 429: a tenant quota would be exceeded.
     QuotaExceeded,
     /// 500: the server or runtime failed; never caused by input.
@@ -49,6 +54,7 @@ impl ErrorCode {
             ErrorCode::Conflict => "conflict",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::Unprocessable => "unprocessable",
+            ErrorCode::TierUnavailable => "tier_unavailable",
             ErrorCode::QuotaExceeded => "quota_exceeded",
             ErrorCode::Internal => "internal",
         }
@@ -64,7 +70,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::Conflict => StatusCode::CONFLICT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::Unprocessable | ErrorCode::TierUnavailable => StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }

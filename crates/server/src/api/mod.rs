@@ -14,6 +14,7 @@ pub mod error;
 mod exec;
 pub(crate) mod extract;
 mod files;
+pub mod isolation;
 mod output;
 pub mod pools;
 mod request_log;
@@ -45,6 +46,9 @@ pub(crate) use sandboxes::destroy_quietly;
     info(
         title = "sandkasten",
         description = "Long-lived sandboxes for untrusted code: lifecycle, exec (JSON or SSE), files. \
+            Each sandbox runs on one isolation tier (`isolation`: `process`, namespaces and seccomp around code that \
+            shares the host kernel; `gvisor`, a user-space kernel between the code and the host; see IsolationName), \
+            the server's default unless the create names one. \
             Authenticate with `Authorization: Bearer KEY`; errors are `{\"error\": {\"code\", \"message\"}}`.",
         license(name = "Apache-2.0"),
     ),
@@ -61,7 +65,7 @@ pub(crate) use sandboxes::destroy_quietly;
         service::healthz, service::metrics, service::openapi,
     ),
     components(schemas(
-        error::ErrorBody, error::ErrorDetail, error::ErrorCode,
+        error::ErrorBody, error::ErrorDetail, error::ErrorCode, isolation::IsolationName,
         schemas::OutputEvent, schemas::ExitEvent,
         code_schemas::CellResultBody, code_schemas::CellErrorBody, code_schemas::CodeResponse,
         run::RunExitEvent, run::RunPhases,

@@ -1,5 +1,5 @@
 //! Warm pool routes: `GET /v1/pools` shows every pool's sizes and counts (any tenant: it tells a client which
-//! template and limits a pool serves), `PUT /v1/pools/{name}` resizes one (admin tenants only: pools are
+//! isolation tier, template and limits a pool serves), `PUT /v1/pools/{name}` resizes one (admin tenants only: pools are
 //! operator-wide). A resize lasts until the server restarts.
 
 use axum::Json;
@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 use crate::api::destroy_quietly;
 use crate::api::error::{ApiError, ErrorBody};
 use crate::api::extract::{IdPath, JsonBody};
+use crate::api::isolation::IsolationName;
 use crate::api::schemas::{LimitsBody, TemplateName};
 use crate::auth::Tenant;
 use crate::config::{MAX_POOL_SIZE, ZygoteKind};
@@ -21,6 +22,8 @@ use crate::state::AppState;
 pub struct PoolBody {
     /// Name (the `class` label of the `pool_*` metrics).
     pub name: String,
+    /// Isolation tier of its sandboxes: only creates and runs that resolve to this tier take one of them.
+    pub isolation: IsolationName,
     /// Template of its sandboxes.
     pub template: TemplateName,
     /// Limits of its sandboxes: a create or run with exactly these limits (and no env) takes one of them.
@@ -77,6 +80,7 @@ impl From<PoolStatus> for PoolBody {
         let numbers = status.numbers;
         PoolBody {
             name: status.name,
+            isolation: status.spec.tier().into(),
             template: status.spec.template.into(),
             limits: status.spec.limits.into(),
             zygote: status.zygote.map(|kind| zygote_name(kind).to_owned()),

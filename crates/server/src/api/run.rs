@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 
 use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::api::extract::JsonBody;
+use crate::api::isolation::{self, IsolationName};
 use crate::api::output::{self, Capture, json_event};
 use crate::auth::Tenant;
 use crate::runtime::Stream;
@@ -48,7 +49,8 @@ use task::{RunEvent, RunOutcome};
         (status = 400, description = "Malformed JSON or a bad file path", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 413, description = "Body or a file too large", body = ErrorBody),
-        (status = 422, description = "Nothing (or too much) to run, unknown language, bad env, limits or files",
+        (status = 422, description = "Nothing (or too much) to run, unknown language or isolation, bad env, limits \
+            or files (`unprocessable`), or an isolation tier that cannot run here (`tier_unavailable`)",
             body = ErrorBody),
         (status = 429, description = "A tenant quota would be exceeded", body = ErrorBody),
     ),
@@ -61,25 +63,33 @@ pub(crate) async fn run(
     JsonBody(body): JsonBody<RunRequest>,
 ) -> Result<Response, ApiError> {
     let requested = Instant::now();
-    let plan = request::plan(body, state.settings())?;
+    let mut plan = request::plan(body, state.settings())?;
+    // Resolved here (as `start_sandbox` would) so that the answer can say which tier ran the code.
+    plan.spec.isolation = Some(isolation::resolve(&state, plan.spec.isolation)?);
+    let tier = IsolationName::from(plan.spec.tier());
     let limit = plan.spec.limits.output_bytes;
     let started = task::spawn(state.clone(), tenant, plan, requested);
     let id =
         started.ready.await.map_err(|_| ApiError::internal("the run's task ended before its sandbox was ready"))??;
     if output::wants_stream(&headers) {
-        return Ok(stream(state, id, started.events, limit));
+        return Ok(stream(state, id, tier, started.events, limit));
     }
-    collect(id, started.events, limit).await
+    collect(id, tier, started.events, limit).await
 }
 
-fn result(id: String, outcome: RunOutcome, stdout: Capture, stderr: Capture) -> RunResponse {
+fn result(id: String, isolation: IsolationName, outcome: RunOutcome, stdout: Capture, stderr: Capture) -> RunResponse {
     let error = outcome.error();
     let result = ExecResponse::new(id, outcome.exit, stdout, stderr, outcome.duration_ms);
-    RunResponse { result, error, phases: outcome.phases }
+    RunResponse { result, isolation, error, phases: outcome.phases }
 }
 
 /// The JSON answer: output kept up to the limit, then the result.
-async fn collect(id: String, mut events: mpsc::Receiver<RunEvent>, limit: u64) -> Result<Response, ApiError> {
+async fn collect(
+    id: String,
+    isolation: IsolationName,
+    mut events: mpsc::Receiver<RunEvent>,
+    limit: u64,
+) -> Result<Response, ApiError> {
     let (mut stdout, mut stderr) = (Capture::default(), Capture::default());
     while let Some(event) = events.recv().await {
         match event {
@@ -87,7 +97,9 @@ async fn collect(id: String, mut events: mpsc::Receiver<RunEvent>, limit: u64) -
                 Stream::Stdout => stdout.keep(&chunk.data, limit),
                 Stream::Stderr => stderr.keep(&chunk.data, limit),
             },
-            RunEvent::Done(outcome) => return Ok(Json(result(id, outcome?, stdout, stderr)).into_response()),
+            RunEvent::Done(outcome) => {
+                return Ok(Json(result(id, isolation, outcome?, stdout, stderr)).into_response());
+            }
         }
     }
     Err(ApiError::internal("the run's task ended without a result"))
@@ -97,6 +109,7 @@ async fn collect(id: String, mut events: mpsc::Receiver<RunEvent>, limit: u64) -
 struct StreamState {
     state: AppState,
     id: String,
+    isolation: IsolationName,
     events: mpsc::Receiver<RunEvent>,
     limit: u64,
     stdout: Capture,
@@ -133,6 +146,7 @@ impl StreamState {
                 "exit",
                 &RunExitEvent {
                     sandbox_id: self.id.clone(),
+                    isolation: self.isolation,
                     exit_code: outcome.exit.exit_code,
                     signal: outcome.exit.signal,
                     timed_out: outcome.exit.timed_out,
@@ -153,10 +167,17 @@ impl StreamState {
 }
 
 /// The SSE answer. The stream owns the run's receiver: a client that hangs up drops it, which ends the run.
-fn stream(state: AppState, id: String, events: mpsc::Receiver<RunEvent>, limit: u64) -> Response {
+fn stream(
+    state: AppState,
+    id: String,
+    isolation: IsolationName,
+    events: mpsc::Receiver<RunEvent>,
+    limit: u64,
+) -> Response {
     let initial = StreamState {
         state,
         id,
+        isolation,
         events,
         limit,
         stdout: Capture::default(),

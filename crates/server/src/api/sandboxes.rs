@@ -10,6 +10,7 @@ use sandkasten_types::{Limits, SandboxSpec};
 
 use crate::api::error::{ApiError, ErrorBody};
 use crate::api::extract::{IdPath, JsonBody, QueryParams, own_sandbox, running_sandbox};
+use crate::api::isolation;
 use crate::api::schemas::{CreateSandboxRequest, SandboxBody, SandboxList, TimeoutRequest};
 use crate::auth::Tenant;
 use crate::clock::now_ms;
@@ -41,7 +42,9 @@ pub(crate) fn check_timeout(settings: Settings, timeout_s: u64) -> Result<i64, A
         (status = 400, description = "Malformed JSON, or a bad network pattern (named in the message)", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 422, description = "Limits, env, metadata or timeout out of range, or an unknown secret", body = ErrorBody),
+        (status = 422, description = "Limits, env, metadata or timeout out of range, an unknown secret or a misspelt \
+            isolation (`unprocessable`), or an isolation tier that cannot run here (`tier_unavailable`: not available \
+            yet, or not installed on this host; the message says how to install it)", body = ErrorBody),
         (status = 429, description = "A tenant quota would be exceeded", body = ErrorBody),
     ),
     security(("api_key" = []))
@@ -58,6 +61,7 @@ pub(crate) async fn create(
     let settings = state.settings();
     let expires_ms = check_timeout(settings, body.timeout_s.unwrap_or(settings.default_timeout_s))?;
     let spec = SandboxSpec {
+        isolation: body.isolation.map(Into::into),
         template: body.template.unwrap_or_default().into(),
         limits,
         env: body.env,
@@ -71,9 +75,10 @@ pub(crate) async fn create(
 /// SIGKILL.
 pub(crate) const SIGKILL: i32 = 9;
 
-/// Admits a sandbox against the tenant's quota, records it and starts it in the runtime (or takes a ready one from a
-/// warm pool serving its spec); on any failure nothing of it remains. Returns the running sandbox's row. A pool
-/// member's zygote is not for the caller: it is killed.
+/// Resolves the sandbox's isolation tier (the spec's, else the server's default; refused when it cannot run here),
+/// admits the sandbox against the tenant's quota, records it and starts it in the runtime (or takes a ready one from
+/// a warm pool serving its spec, tier included); on any failure nothing of it remains. Returns the running sandbox's
+/// row. A pool member's zygote is not for the caller: it is killed.
 pub(crate) async fn start_sandbox(
     state: &AppState,
     tenant: &Tenant,
@@ -98,8 +103,10 @@ pub(crate) async fn start_sandbox_with_zygote(
     metadata: BTreeMap<String, String>,
     expires_ms: i64,
 ) -> Result<(SandboxRecord, Option<(ZygoteKind, String)>), ApiError> {
-    // Before anything exists: a bad policy or an unknown secret is the caller's mistake, and secrets add environment
-    // variables (which rule out a pool member, whose environment was fixed when it was made).
+    // Before anything exists: a tier that cannot run here, a bad policy or an unknown secret is the caller's mistake,
+    // and secrets add environment variables (which rule out a pool member, whose environment was fixed when it was
+    // made).
+    spec.isolation = Some(isolation::resolve(state, spec.isolation)?);
     let egress = egress::prepare(state.store(), &tenant.name, &mut spec).await?;
     let claiming = Instant::now();
     let claim = state.pools().claim(&spec, state.runtime(), state.metrics());
@@ -165,7 +172,10 @@ pub(crate) async fn start_sandbox_with_zygote(
         return Err(failure.into());
     }
     state.metrics().sandbox_created();
-    tracing::info!(sandbox = %id, tenant = %tenant.name, memory_bytes = current.spec.limits.memory_bytes, "sandbox created");
+    tracing::info!(
+        sandbox = %id, tenant = %tenant.name, isolation = %current.spec.tier(),
+        memory_bytes = current.spec.limits.memory_bytes, "sandbox created"
+    );
     Ok((current, zygote))
 }
 

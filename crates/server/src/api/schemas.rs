@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::api::egress_schemas::NetworkPolicyBody;
+use crate::api::isolation::IsolationName;
 use crate::clock::rfc3339;
 use crate::store::{SandboxRecord, SandboxState};
 
@@ -96,6 +97,11 @@ impl From<Template> for TemplateName {
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSandboxRequest {
+    /// How strongly the sandbox is isolated from the host; default from the server's config (`[defaults]
+    /// isolation`, `process` unless configured). A misspelt tier is 422 `unprocessable` naming the allowed values; a
+    /// tier that cannot run here (not available yet, or not installed on this host) is 422 `tier_unavailable`.
+    #[serde(default)]
+    pub isolation: Option<IsolationName>,
     /// Root filesystem template. Default `host`.
     #[serde(default)]
     pub template: Option<TemplateName>,
@@ -154,6 +160,8 @@ pub struct SandboxBody {
     pub tenant: String,
     /// State.
     pub state: SandboxStateName,
+    /// The isolation tier it runs on (the request's, or the server's default when it named none).
+    pub isolation: IsolationName,
     /// Template.
     pub template: TemplateName,
     /// Hard limits.
@@ -184,6 +192,7 @@ impl From<SandboxRecord> for SandboxBody {
             id: record.id,
             tenant: record.tenant,
             state: record.state.into(),
+            isolation: record.spec.tier().into(),
             template: record.spec.template.into(),
             limits: record.spec.limits.into(),
             metadata: record.metadata,

@@ -113,8 +113,9 @@ fn refuse_unsupported(body: &NewSandbox) -> Result<(), E2bError> {
     Ok(())
 }
 
-/// A facade sandbox: the `e2b` template, long commands, and the network policy its E2B options ask for
-/// (`e2b::network`: with none, no network, sandkasten's default).
+/// A facade sandbox: the `e2b` template, long commands, the network policy its E2B options ask for
+/// (`e2b::network`: with none, no network, sandkasten's default), and the server's default isolation tier (E2B's API
+/// has no way to name one; `start_sandbox` fills it in).
 fn facade_spec(env: BTreeMap<String, String>, network: NetworkPolicy) -> SandboxSpec {
     SandboxSpec {
         template: Template::E2b,

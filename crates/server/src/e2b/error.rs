@@ -135,7 +135,7 @@ impl IntoResponse for E2bError {
 impl From<ApiError> for E2bError {
     fn from(error: ApiError) -> Self {
         let code = match error.code {
-            ErrorCode::BadRequest | ErrorCode::Unprocessable => Code::InvalidArgument,
+            ErrorCode::BadRequest | ErrorCode::Unprocessable | ErrorCode::TierUnavailable => Code::InvalidArgument,
             ErrorCode::Unauthorized => Code::Unauthenticated,
             ErrorCode::Forbidden => Code::PermissionDenied,
             ErrorCode::NotFound => Code::NotFound,

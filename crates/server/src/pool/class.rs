@@ -164,12 +164,14 @@ impl PoolClass {
         surplus
     }
 
-    /// Whether a request for `spec` may take a sandbox of this pool: same template and limits, and no `env` or
-    /// secrets (the agent bakes the environment in at creation). The network policy does not matter: it is applied
-    /// by the egress proxy after the claim.
+    /// Whether a request for `spec` may take a sandbox of this pool: same isolation tier (both resolved: the
+    /// server sets the request's before it claims), template and limits, and no `env` or secrets (the agent bakes
+    /// the environment in at creation). The network policy does not matter: it is applied by the egress proxy after
+    /// the claim.
     pub(crate) fn serves(&self, spec: &SandboxSpec) -> bool {
         spec.env.is_empty()
             && spec.secrets.is_empty()
+            && spec.tier() == self.spec.tier()
             && spec.template == self.spec.template
             && spec.limits == self.spec.limits
     }
@@ -294,6 +296,17 @@ mod tests {
         assert!(!p.serves(&other));
         let with_env = SandboxSpec { env: BTreeMap::from([("A".into(), "b".into())]), ..SandboxSpec::default() };
         assert!(!p.serves(&with_env));
+    }
+
+    #[test]
+    fn a_member_serves_only_requests_of_its_own_tier() {
+        use sandkasten_types::Tier;
+        let spec = |tier| SandboxSpec { isolation: Some(tier), ..SandboxSpec::default() };
+        let process = PoolClass::new("p".into(), spec(Tier::Process), 1, 1);
+        let gvisor = PoolClass::new("g".into(), spec(Tier::Gvisor), 1, 1);
+        assert!(process.serves(&spec(Tier::Process)) && !process.serves(&spec(Tier::Gvisor)));
+        assert!(gvisor.serves(&spec(Tier::Gvisor)) && !gvisor.serves(&spec(Tier::Process)));
+        assert!(!gvisor.serves(&SandboxSpec::default()), "an unset tier is process");
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! Warm pools: per `[[pools]]` entry of the config, sandboxes created ahead of time (through the runtime's ordinary
 //! create: namespaces, cgroup, mounts, agent waiting) under server-chosen ids, so that a create is a claim.
 //!
+//! - A pool's members all run on one isolation tier (its `isolation`, else `[defaults] isolation`), and a claim
+//!   only ever takes a member of the tier the request resolved to: a `process` member never serves a `gvisor`
+//!   request, nor the other way round.
 //! - An idle member belongs to no tenant and has no row in the store; it counts against no quota. A claim gives the
 //!   caller the member's id, then the row is admitted against the caller's quota like any create; when the quota
 //!   refuses, the untouched member goes back to the pool.
@@ -27,7 +30,7 @@ mod class;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use sandkasten_types::{CodeLanguage, CommandSpec, SandboxSpec};
+use sandkasten_types::{CodeLanguage, CommandSpec, SandboxSpec, Tier};
 use tokio::sync::Notify;
 
 use crate::config::{PoolConfig, ZygoteKind};
@@ -77,7 +80,7 @@ pub(crate) struct Claimed {
 pub(crate) struct PoolStatus {
     /// The pool's name.
     pub(crate) name: String,
-    /// The spec its sandboxes are created with (template and limits).
+    /// The spec its sandboxes are created with (isolation tier, template and limits).
     pub(crate) spec: SandboxSpec,
     /// Its zygote, if any.
     pub(crate) zygote: Option<ZygoteKind>,
@@ -124,14 +127,19 @@ pub struct Pools {
 }
 
 impl Pools {
-    /// Empty pools as configured (the refill task fills them).
-    pub fn new(configs: &[PoolConfig]) -> Pools {
+    /// Empty pools as configured (the refill task fills them); a pool without its own `isolation` gets
+    /// `default_tier` (`[defaults] isolation`).
+    pub fn new(configs: &[PoolConfig], default_tier: Tier) -> Pools {
         let classes = configs
             .iter()
             .enumerate()
             .map(|(index, config)| {
-                let spec =
-                    SandboxSpec { template: config.template, limits: config.limits.clone(), ..SandboxSpec::default() };
+                let spec = SandboxSpec {
+                    isolation: Some(config.tier(default_tier)),
+                    template: config.template,
+                    limits: config.limits.clone(),
+                    ..SandboxSpec::default()
+                };
                 let mut class = PoolClass::new(config.name_at(index), spec, config.min, config.max);
                 class.zygote = config.zygote.map(|kind| zygote_argv(kind, &config.preload));
                 class.zygote_kind = config.zygote;
@@ -173,7 +181,7 @@ impl Pools {
         Some((status, surplus))
     }
 
-    /// Takes a live ready sandbox for `spec`, if a pool serves it and has one. Nothing is counted yet: the caller
+    /// Takes a live ready sandbox for `spec` (its tier resolved), if a pool serves it and has one. Nothing is counted yet: the caller
     /// [`settle`](Pools::settle)s the claim once the sandbox is admitted, or gives a member back when refused, so
     /// that refused requests neither count as hits or misses nor make a pool grow.
     pub(crate) fn claim(&self, spec: &SandboxSpec, runtime: &dyn DynRuntime, metrics: &Metrics) -> Claim {

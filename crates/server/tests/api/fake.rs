@@ -14,7 +14,7 @@ use sandkasten_server::{
 };
 use sandkasten_types::{
     CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo,
-    FileKind, SandboxSpec,
+    FileKind, SandboxSpec, Tier,
 };
 use tokio::sync::mpsc;
 
@@ -31,6 +31,10 @@ pub(crate) struct FakeRuntime {
     sandboxes: Mutex<HashMap<String, FakeSandbox>>,
     /// When set, `create` fails.
     pub(crate) fail_create: AtomicBool,
+    /// Tiers this "host" cannot run, with what `tier_unavailable` says (besides what the build cannot run).
+    pub(crate) unavailable_tiers: Mutex<HashMap<Tier, String>>,
+    /// Every `create` call (pool members included), in order: the id and the spec.
+    pub(crate) created: Mutex<Vec<(String, SandboxSpec)>>,
     /// Commands that ran to their end.
     pub(crate) finished_commands: AtomicUsize,
     /// The last command spec received.
@@ -69,6 +73,11 @@ fn info(path: &str, kind: FileKind, size: u64) -> FileInfo {
 }
 
 impl FakeRuntime {
+    /// The tier each `create` call was given (`None` when the server left it unset, which it must not).
+    pub(crate) fn created_tiers(&self) -> Vec<Option<Tier>> {
+        self.created.lock().unwrap().iter().map(|(_, spec)| spec.isolation).collect()
+    }
+
     /// Ids of the sandboxes that exist.
     pub(crate) fn ids(&self) -> BTreeSet<String> {
         self.sandboxes.lock().unwrap().keys().cloned().collect()
@@ -104,7 +113,13 @@ async fn send(events: &mpsc::Sender<OutputChunk>, stream: Stream, text: &[u8]) {
 }
 
 impl SandboxRuntime for FakeRuntime {
-    async fn create(&self, id: &str, _spec: &SandboxSpec) -> Result<(), RuntimeFailure> {
+    fn tier_unavailable(&self, tier: Tier) -> Option<String> {
+        let own = self.unavailable_tiers.lock().unwrap().get(&tier).cloned();
+        own.or_else(|| tier.unavailable_reason().map(str::to_owned))
+    }
+
+    async fn create(&self, id: &str, spec: &SandboxSpec) -> Result<(), RuntimeFailure> {
+        self.created.lock().unwrap().push((id.to_owned(), spec.clone()));
         if self.fail_create.load(Ordering::SeqCst) {
             return Err(failure(FailureKind::Internal, "fake create failure"));
         }

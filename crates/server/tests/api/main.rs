@@ -23,3 +23,4 @@ mod pools;
 mod quotas;
 mod run;
 mod tcp;
+mod tiers;

@@ -12,6 +12,7 @@ use utoipa::ToSchema;
 
 use crate::api::egress_schemas::NetworkPolicyBody;
 use crate::api::error::ApiError;
+use crate::api::isolation::IsolationName;
 use crate::api::schemas::LimitsBody;
 use crate::config::ZygoteKind;
 use crate::state::Settings;
@@ -65,6 +66,10 @@ pub struct RunFile {
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunRequest {
+    /// How strongly the run's sandbox is isolated from the host; default from the server's config (`[defaults]
+    /// isolation`, `process` unless configured). A tier that cannot run here is 422 `tier_unavailable`.
+    #[serde(default)]
+    pub isolation: Option<IsolationName>,
     /// Language of `code`.
     #[serde(default)]
     pub language: Option<RunLanguage>,
@@ -209,7 +214,7 @@ pub(crate) fn plan(body: RunRequest, settings: Settings) -> Result<RunPlan, ApiE
     command.stdin = body.stdin;
     let lifetime_s = limit_s.saturating_mul(2).saturating_add(LIFETIME_MARGIN_S).clamp(1, settings.max_timeout_s);
     let network = body.network.unwrap_or_default().into();
-    let spec = SandboxSpec { limits, network, ..SandboxSpec::default() };
+    let spec = SandboxSpec { isolation: body.isolation.map(Into::into), limits, network, ..SandboxSpec::default() };
     Ok(RunPlan { spec, lifetime_s, files, compile, command, zygote_input })
 }
 
@@ -218,7 +223,13 @@ mod tests {
     use super::*;
 
     fn settings() -> Settings {
-        Settings { default_timeout_s: 300, max_timeout_s: 3600, max_file_bytes: 16, max_json_bytes: 1 << 20 }
+        Settings {
+            default_timeout_s: 300,
+            max_timeout_s: 3600,
+            max_file_bytes: 16,
+            max_json_bytes: 1 << 20,
+            isolation: sandkasten_types::Tier::Process,
+        }
     }
 
     fn request(json: serde_json::Value) -> Result<RunPlan, ApiError> {
@@ -239,6 +250,9 @@ mod tests {
         assert_eq!(node.zygote_input, Some((ZygoteKind::Node, b"/tmp/main.js".to_vec())));
         assert_eq!(node.files, vec![("/tmp/main.js".to_owned(), b"console.log(1)".to_vec())]);
         assert!(plan.zygote_input.is_none(), "C never goes to a zygote");
+        assert_eq!(python.spec.isolation, None, "the server's default is applied when the sandbox is started");
+        let strong = request(serde_json::json!({"language": "python", "code": "1", "isolation": "gvisor"}))?;
+        assert_eq!(strong.spec.isolation, Some(sandkasten_types::Tier::Gvisor));
         let bash = request(serde_json::json!({"language": "bash", "code": "echo"}))?;
         assert!(bash.zygote_input.is_none(), "bash has no zygote");
         let with_stdin = request(serde_json::json!({"language": "python", "code": "input()", "stdin": "x"}))?;

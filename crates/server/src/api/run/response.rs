@@ -4,6 +4,7 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::api::isolation::IsolationName;
 use crate::api::run::phases::RunPhases;
 
 use crate::api::schemas::ExecResponse;
@@ -43,6 +44,8 @@ pub struct RunResponse {
     /// `duration_ms` covers the compile step too).
     #[serde(flatten)]
     pub result: ExecResponse,
+    /// The isolation tier the run's sandbox ran on.
+    pub isolation: IsolationName,
     /// Set when the run failed before its command (`compile_error`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
@@ -56,6 +59,8 @@ pub struct RunResponse {
 pub struct RunExitEvent {
     /// The sandbox the run used (destroyed by now).
     pub sandbox_id: String,
+    /// The isolation tier it ran on.
+    pub isolation: IsolationName,
     /// Exit code when it exited normally.
     #[schema(required = true)]
     pub exit_code: Option<i32>,

@@ -1,0 +1,91 @@
+//! The `isolation` of requests and answers: its OpenAPI mirror of `sandkasten_types::Tier` (what each tier isolates
+//! and costs), and the one place a create's tier is resolved (the request's, else the server's default) and refused
+//! when it cannot run here, before anything of the sandbox exists.
+
+use sandkasten_types::Tier;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::api::error::{ApiError, ErrorCode};
+use crate::state::AppState;
+
+/// How strongly a sandbox is isolated from the host, and what that costs. Mirrors `sandkasten_types::Tier`.
+///
+/// - `process`: Linux namespaces (user, mount, pid, ipc, uts, network, cgroup), pivot_root onto a read-only root, a
+///   seccomp allowlist, landlock, no capabilities, cgroup limits. The code shares the host kernel: one kernel bug
+///   is a host compromise. Fastest (milliseconds to start, no memory of its own); for code trusted not to carry a
+///   kernel exploit.
+/// - `gvisor`: gVisor (`runsc`): the code's system calls are served by a user-space kernel (the Sentry), itself
+///   confined by a tight seccomp filter, so the code reaches only a few dozen host syscalls; gVisor's own network
+///   stack (loopback only; egress through the proxy as on `process`). No KVM needed. Costs a slower start (about
+///   0.15 s more), some memory per sandbox, and slower syscall-heavy code (file I/O, many small processes).
+/// - `microvm`: a guest kernel of its own in a jailed VMM. Not available yet (422 `tier_unavailable`).
+/// - `auto`: chosen per sandbox by the server. Not available yet (422 `tier_unavailable`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum IsolationName {
+    /// Namespaces, seccomp, landlock and cgroups around code that shares the host kernel.
+    #[default]
+    Process,
+    /// gVisor: a user-space kernel between the code and the host's.
+    Gvisor,
+    /// A guest kernel in a VMM (not available yet).
+    Microvm,
+    /// Chosen by the server (not available yet).
+    Auto,
+}
+
+impl From<Tier> for IsolationName {
+    fn from(tier: Tier) -> Self {
+        match tier {
+            Tier::Process => IsolationName::Process,
+            Tier::Gvisor => IsolationName::Gvisor,
+            Tier::Microvm => IsolationName::Microvm,
+            Tier::Auto => IsolationName::Auto,
+        }
+    }
+}
+
+impl From<IsolationName> for Tier {
+    fn from(name: IsolationName) -> Self {
+        match name {
+            IsolationName::Process => Tier::Process,
+            IsolationName::Gvisor => Tier::Gvisor,
+            IsolationName::Microvm => Tier::Microvm,
+            IsolationName::Auto => Tier::Auto,
+        }
+    }
+}
+
+/// The tier a create runs on: `requested`, else the server's default; `tier_unavailable` (422) when this build or
+/// this host's runtime cannot run it, with the runtime's word on what to install.
+pub(crate) fn resolve(state: &AppState, requested: Option<Tier>) -> Result<Tier, ApiError> {
+    let tier = requested.unwrap_or(state.settings().isolation);
+    let reason = tier.unavailable_reason().map(str::to_owned).or_else(|| state.runtime().tier_unavailable(tier));
+    match reason {
+        Some(reason) => Err(ApiError::new(ErrorCode::TierUnavailable, reason)),
+        None => Ok(tier),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mirror_has_the_json_of_tier() -> Result<(), serde_json::Error> {
+        for tier in Tier::ALL {
+            let mirrored = IsolationName::from(tier);
+            assert_eq!(serde_json::to_value(mirrored)?, serde_json::to_value(tier)?);
+            assert_eq!(Tier::from(mirrored), tier);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_misspelt_tier_is_refused_naming_the_allowed_values() {
+        let error = serde_json::from_str::<IsolationName>("\"gvsior\"").err().map(|e| e.to_string());
+        let message = error.unwrap_or_default();
+        assert!(message.contains("`process`, `gvisor`, `microvm`, `auto`"), "{message}");
+    }
+}
