@@ -3,10 +3,13 @@
 //! long-lived sandbox (`serve`), reaps every process, reports over the protocol, and by exiting takes the whole pid
 //! namespace down with it.
 
+mod door;
+mod guest;
 mod init;
 mod reaper;
 mod scrub;
 pub mod serve;
 mod step;
 
+pub use guest::run_guest;
 pub use init::{AgentMode, InitPlan, run_init};

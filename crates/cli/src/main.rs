@@ -84,6 +84,11 @@ fn init_logging(command: &Command) {
 }
 
 fn main() {
+    // `sandkasten agent`: the guest agent inside a gVisor sandbox (its channel on stdin). Dispatched before anything
+    // else runs (no logging, no argument parser): the agent starts nothing it does not need.
+    if std::env::args_os().nth(1).is_some_and(|arg| arg == "agent") {
+        sandkasten_runtime::run_guest_agent();
+    }
     let cli = Cli::parse();
     init_logging(&cli.command);
     let code = match cli.command {

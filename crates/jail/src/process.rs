@@ -122,10 +122,26 @@ fn close_fds_except(keep: RawFd) -> Result<(), JailError> {
         }
         Ok(())
     };
-    if keep > 3 {
-        close_range(3, (keep - 1) as libc::c_uint)?;
+    let result = (|| {
+        if keep > 3 {
+            close_range(3, (keep - 1) as libc::c_uint)?;
+        }
+        close_range(keep.max(2) + 1, libc::c_uint::MAX)
+    })();
+    match result {
+        // gVisor has no close_range: close one by one up to the descriptor limit (set just before, 1024).
+        Err(JailError::CloseFds(error)) if matches!(error.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {
+            let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(1 << 20);
+            for fd in 3..limit.min(1 << 20) as RawFd {
+                if fd != keep {
+                    // SAFETY: closing a descriptor number this process no longer uses; EBADF for unused numbers.
+                    unsafe { libc::close(fd) };
+                }
+            }
+            Ok(())
+        }
+        other => other,
     }
-    close_range(keep.max(2) + 1, libc::c_uint::MAX)
 }
 
 fn switch_ids(uid: u32, gid: u32) -> Result<(), JailError> {

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use sandkasten_types::{CommandExit, CommandSpec, FileInfo};
 
+use crate::plan::AgentPlan;
 use crate::serve_types::{FailureCode, OutputStreamKind, RunningCommand};
 
 /// The protocol version this build speaks. A peer with another version is refused with a clear error.
@@ -48,6 +49,12 @@ impl Envelope {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Message {
+    /// host → guest agent (an agent that is its own executable: gVisor, microVM): the whole plan; the agent answers
+    /// `FilesystemReady` once it serves, or `SetupFailed`.
+    Plan {
+        /// What to serve and how to confine commands.
+        plan: AgentPlan,
+    },
     /// host → agent: ids are mapped and the agent is in its cgroup; build the sandbox and run.
     Start,
     /// host → agent: the agent is in the sandbox's cgroup; it may run the program. (Sent after `Start` so that the

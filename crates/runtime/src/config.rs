@@ -13,6 +13,11 @@ pub struct RuntimeConfig {
     /// First host uid/gid of the range sandbox ids map to (inside 0..65536 → base..base+65536). Must not overlap real
     /// users. Default 1 000 000 000.
     pub host_id_base: u32,
+    /// The `runsc` binary of the gvisor tier. Default `runsc` (looked up on PATH); Debian's package installs
+    /// `/usr/bin/runsc`.
+    pub runsc: PathBuf,
+    /// gVisor's platform (`--platform`): `systrap` (default; needs no KVM), or `ptrace` where systrap cannot run.
+    pub gvisor_platform: String,
 }
 
 impl Default for RuntimeConfig {
@@ -21,6 +26,8 @@ impl Default for RuntimeConfig {
             state_dir: PathBuf::from("/run/sandkasten"),
             cgroup_parent: "sandkasten".to_owned(),
             host_id_base: 1_000_000_000,
+            runsc: PathBuf::from("runsc"),
+            gvisor_platform: "systrap".to_owned(),
         }
     }
 }

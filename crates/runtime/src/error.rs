@@ -41,12 +41,29 @@ pub enum RuntimeError {
         #[source]
         source: io::Error,
     },
+    /// A host operation on a named object failed (creating a bundle file, starting runsc).
+    #[error("{what} failed: {source}")]
+    Io {
+        /// The operation and its object.
+        what: String,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// gVisor's `runsc` refused or failed; the message is what it said.
+    #[error("runsc failed: {0}")]
+    Runsc(String),
     /// The runtime was interrupted by a signal; the sandbox was destroyed.
     #[error("interrupted by signal {0}; the sandbox was destroyed")]
     Interrupted(i32),
 }
 
 impl RuntimeError {
+    /// Wraps an I/O error from an operation described at run time.
+    pub(crate) fn sys_owned(what: String, source: io::Error) -> Self {
+        RuntimeError::Io { what, source }
+    }
+
     /// Wraps an errno from a named call.
     pub(crate) fn sys(call: &'static str, source: impl Into<io::Error>) -> Self {
         RuntimeError::Sys { call, source: source.into() }

@@ -28,6 +28,7 @@ pub fn collect(config: &RuntimeConfig, hierarchy: &Hierarchy) -> Result<GcReport
     let cgroups = hierarchy.list(&config.cgroup_parent)?;
     let mut report = GcReport::default();
     let mut described = BTreeSet::new();
+    let mut live = BTreeSet::new();
     for entry in store.list()? {
         let record = match entry {
             Ok(record) => record,
@@ -39,6 +40,7 @@ pub fn collect(config: &RuntimeConfig, hierarchy: &Hierarchy) -> Result<GcReport
         described.insert(record.id.clone());
         if record.owner_alive() {
             report.live += 1;
+            live.insert(record.id.clone());
             continue;
         }
         remove_cgroup(hierarchy, &record.cgroup_parent, &record.id)?;
@@ -53,6 +55,12 @@ pub fn collect(config: &RuntimeConfig, hierarchy: &Hierarchy) -> Result<GcReport
         }
         if remove_cgroup(hierarchy, &config.cgroup_parent, &name)? {
             report.removed.push(name);
+        }
+    }
+    // gVisor sandboxes also leave runsc state and a bundle; their processes died with their cgroups above.
+    for id in crate::backend::gvisor::remove_leftovers(config, &|id| live.contains(id)) {
+        if !report.removed.contains(&id) {
+            report.removed.push(id);
         }
     }
     // Like the per-run cleanup: the parent goes once nothing is under it (ENOTEMPTY otherwise, which is fine).

@@ -5,6 +5,9 @@
 
 use sandkasten_cgroups::Cgroup;
 
+use sandkasten_types::Tier;
+
+use crate::backend::gvisor::GvisorFiles;
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
 use crate::records::{RecordStore, SandboxRecord};
@@ -16,13 +19,15 @@ pub(crate) struct SandboxGuard {
     pub(crate) id: String,
     pub(crate) cgroup: Option<Cgroup>,
     pub(crate) init_pid: Option<u32>,
+    /// The gVisor sandbox's bundle and runsc state (gvisor tier only), removed after its processes.
+    pub(crate) gvisor: Option<GvisorFiles>,
 }
 
 impl SandboxGuard {
-    pub(crate) fn record(config: &RuntimeConfig, id: &str) -> Result<SandboxGuard, RuntimeError> {
+    pub(crate) fn record(config: &RuntimeConfig, id: &str, tier: Tier) -> Result<SandboxGuard, RuntimeError> {
         let store = RecordStore::new(config.records_dir());
-        store.write(&SandboxRecord::owned_by_me(id, "process", &config.cgroup_parent))?;
-        Ok(SandboxGuard { store, id: id.to_owned(), cgroup: None, init_pid: None })
+        store.write(&SandboxRecord::owned_by_me(id, tier.name(), &config.cgroup_parent))?;
+        Ok(SandboxGuard { store, id: id.to_owned(), cgroup: None, init_pid: None, gvisor: None })
     }
 
     pub(crate) fn cgroup(&self) -> Result<&Cgroup, RuntimeError> {
@@ -54,6 +59,12 @@ impl SandboxGuard {
     /// Removes the cgroup, then the record. When the cgroup cannot be removed, the record stays, so that `gc` (which
     /// starts from records) finds the cgroup again later.
     pub(crate) fn release(&mut self) -> Result<(), RuntimeError> {
+        if let Some(files) = &self.gvisor {
+            files.remove(&self.id).map_err(|e| {
+                RuntimeError::sys_owned(format!("removing the gVisor bundle {}", files.bundle.display()), e)
+            })?;
+            self.gvisor = None;
+        }
         if let Some(cgroup) = &self.cgroup {
             cgroup.clone().remove()?;
             self.cgroup = None;

@@ -95,7 +95,7 @@ impl Launcher<'_> {
     /// Writes the record and creates the cgroup: the sandbox's host resources exist from here on, owned by the
     /// returned guard. `allocated` is called when they do (for the phase timings).
     pub(crate) fn allocate(&self, id: &str, spec: &SandboxSpec) -> Result<SandboxGuard, RuntimeError> {
-        let mut guard = SandboxGuard::record(self.config, id)?;
+        let mut guard = SandboxGuard::record(self.config, id, spec.tier())?;
         guard.cgroup = Some(self.create_cgroup(id, &cgroup_limits(spec))?);
         Ok(guard)
     }

@@ -23,4 +23,5 @@ pub use config::RuntimeConfig;
 pub use error::RuntimeError;
 pub use output::{DiscardOutput, OutputSink, StreamKind};
 pub use process_backend::{ProcessBackend, StdinSource};
+pub use sandkasten_agent::run_guest as run_guest_agent;
 pub use sandkasten_protocol::monotonic_ns;

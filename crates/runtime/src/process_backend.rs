@@ -9,9 +9,9 @@ use sandkasten_cgroups::Hierarchy;
 use sandkasten_jail::process::Stdio;
 use sandkasten_jail::seccomp::SandboxFilter;
 use sandkasten_protocol::monotonic_ns;
-use sandkasten_types::{ExecRequest, ExecResult, SandboxSpec};
+use sandkasten_types::{ExecRequest, ExecResult, SandboxSpec, Tier};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, gvisor, oneshot};
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
 use crate::io_loop::{self, WaitEnd, Watched};
@@ -88,6 +88,12 @@ impl ProcessBackend {
         sink: &mut dyn OutputSink,
         started_ns: u64,
     ) -> Result<ExecResult, RuntimeError> {
+        if let Some(reason) = spec.tier().unavailable_reason() {
+            return Err(RuntimeError::InvalidInput(reason.to_owned()));
+        }
+        if spec.tier() == Tier::Gvisor {
+            return self.run_on_gvisor(spec, request, stdin, sink, started_ns);
+        }
         let plan = plan::plan(spec, request)?;
         if gc::has_stale_records(&self.config)
             && let Err(error) = gc::collect(&self.config, &self.hierarchy)
@@ -135,6 +141,34 @@ impl ProcessBackend {
             return Err(RuntimeError::Interrupted(signal));
         }
         Ok(build_result(Outcome { id, end, observed, usage, started_ns, allocated_ns, finished_ns }))
+    }
+}
+
+impl ProcessBackend {
+    /// A one-shot run on the gvisor tier: the same agent protocol as a long-lived sandbox (`backend::oneshot`).
+    fn run_on_gvisor(
+        &self,
+        spec: &SandboxSpec,
+        request: &ExecRequest,
+        stdin: StdinSource<'_>,
+        sink: &mut dyn OutputSink,
+        started_ns: u64,
+    ) -> Result<ExecResult, RuntimeError> {
+        if gc::has_stale_records(&self.config)
+            && let Err(error) = gc::collect(&self.config, &self.hierarchy)
+        {
+            tracing::warn!(%error, "garbage collection of stale sandboxes failed");
+        }
+        let agent = std::env::current_exe().map_err(|e| RuntimeError::sys("finding the agent binary", e))?;
+        let launcher = Launcher { config: &self.config, hierarchy: &self.hierarchy, filter: &self.filter };
+        let result = oneshot::run(spec, request, stdin, sink, started_ns, |run_plan| {
+            let id = ids::new_sandbox_id()?;
+            let mut guard = launcher.allocate(&id, spec)?;
+            let channel = gvisor::spawn(&self.config, &mut guard, spec, run_plan.clone(), &agent)?;
+            Ok((guard, channel))
+        });
+        let _ = self.hierarchy.remove_parent(&self.config.cgroup_parent);
+        result
     }
 }
 

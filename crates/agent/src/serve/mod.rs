@@ -17,6 +17,7 @@ mod launcher;
 mod output;
 mod paths;
 mod remove;
+mod resolve;
 mod signals;
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
@@ -16,6 +17,9 @@ use super::errors::OpError;
 
 /// Longest path accepted, in bytes (PATH_MAX).
 const MAX_PATH_BYTES: usize = 4096;
+
+/// Set once `openat2` answered ENOSYS (gVisor): resolution then happens in user space (`resolve`).
+static OPENAT2_MISSING: AtomicBool = AtomicBool::new(false);
 
 /// The uid and gid whose permissions file operations get.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,11 +56,19 @@ impl SandboxRoot {
     pub fn open_in_root(&self, path: &str, flags: OFlags, mode: Mode) -> Result<OwnedFd, OpError> {
         check_path(path)?;
         let resolve = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
+        if OPENAT2_MISSING.load(Ordering::Relaxed) {
+            return super::resolve::open_beneath(self.fd.as_fd(), path, flags, mode)
+                .map_err(|errno| OpError::sys("open", path, errno));
+        }
         // openat2 fails with EAGAIN when a concurrent rename or mount could have fooled the resolution: retry.
         let mut attempts = 0;
         loop {
             match rustix::fs::openat2(&self.fd, path, flags | OFlags::CLOEXEC, mode, resolve) {
                 Err(Errno::AGAIN) if attempts < 16 => attempts += 1,
+                Err(Errno::NOSYS) => {
+                    OPENAT2_MISSING.store(true, Ordering::Relaxed);
+                    return self.open_in_root(path, flags, mode);
+                }
                 Err(errno) => return Err(OpError::sys("open", path, errno)),
                 Ok(fd) => return Ok(fd),
             }
@@ -105,13 +117,22 @@ pub fn join(dir: &str, name: &str) -> String {
 }
 
 /// Restores the previous filesystem ids when dropped.
-struct FsIdentityGuard {
-    previous_uid: u32,
-    previous_gid: u32,
+enum FsIdentityGuard {
+    /// `setfsuid`/`setfsgid` switched (the host kernel).
+    Fs { previous_uid: u32, previous_gid: u32 },
+    /// The effective ids switched, the real and saved ids staying the agent's (kernels where `setfsuid` changes
+    /// nothing, such as gVisor's; the agent is single-threaded, so this affects no other thread).
+    Effective { previous_uid: u32, previous_gid: u32 },
 }
+
+/// Set once `setfsuid` was seen to change nothing: identity switches then use the effective ids.
+static SETFSUID_IGNORED: AtomicBool = AtomicBool::new(false);
 
 impl FsIdentityGuard {
     fn switch(identity: FsIdentity) -> Result<FsIdentityGuard, OpError> {
+        if SETFSUID_IGNORED.load(Ordering::Relaxed) {
+            return Self::switch_effective(identity);
+        }
         // SAFETY: setfsgid/setfsuid take integers and only change this (single) thread's filesystem ids. Passing
         // u32::MAX (an invalid id) changes nothing and returns the current id, which verifies each switch.
         let (previous_gid, current_gid) =
@@ -119,9 +140,27 @@ impl FsIdentityGuard {
         // SAFETY: as above.
         let (previous_uid, current_uid) =
             unsafe { (libc::setfsuid(identity.uid) as u32, libc::setfsuid(u32::MAX) as u32) };
-        let guard = FsIdentityGuard { previous_uid, previous_gid };
+        let guard = FsIdentityGuard::Fs { previous_uid, previous_gid };
         if current_gid != identity.gid || current_uid != identity.uid {
-            return Err(OpError::new(FailureCode::Internal, "could not take the sandbox user's filesystem identity"));
+            drop(guard);
+            SETFSUID_IGNORED.store(true, Ordering::Relaxed);
+            return Self::switch_effective(identity);
+        }
+        Ok(guard)
+    }
+
+    fn switch_effective(identity: FsIdentity) -> Result<FsIdentityGuard, OpError> {
+        let failed = || OpError::new(FailureCode::Internal, "could not take the sandbox user's identity");
+        let (previous_uid, previous_gid) = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
+        // SAFETY: raw setresgid/setresuid (-1 = unchanged) on this single-threaded process; glibc's wrappers would
+        // also be fine here, the raw calls make explicit that only this thread's ids change.
+        let ok = unsafe {
+            libc::syscall(libc::SYS_setresgid, -1i64, identity.gid as i64, -1i64) == 0
+                && libc::syscall(libc::SYS_setresuid, -1i64, identity.uid as i64, -1i64) == 0
+        };
+        let guard = FsIdentityGuard::Effective { previous_uid, previous_gid };
+        if !ok || rustix::process::geteuid().as_raw() != identity.uid {
+            return Err(failed());
         }
         Ok(guard)
     }
@@ -129,10 +168,18 @@ impl FsIdentityGuard {
 
 impl Drop for FsIdentityGuard {
     fn drop(&mut self) {
-        // SAFETY: restores the ids returned by the switch; integers only.
-        unsafe {
-            libc::setfsuid(self.previous_uid);
-            libc::setfsgid(self.previous_gid);
+        match *self {
+            // SAFETY: restores the ids returned by the switch; integers only.
+            FsIdentityGuard::Fs { previous_uid, previous_gid } => unsafe {
+                libc::setfsuid(previous_uid);
+                libc::setfsgid(previous_gid);
+            },
+            // SAFETY: the saved uid is still the agent's, so the effective ids may return to it; uid first (it
+            // restores the capability to change the gid).
+            FsIdentityGuard::Effective { previous_uid, previous_gid } => unsafe {
+                libc::syscall(libc::SYS_setresuid, -1i64, previous_uid as i64, -1i64);
+                libc::syscall(libc::SYS_setresgid, -1i64, previous_gid as i64, -1i64);
+            },
         }
     }
 }

@@ -1,6 +1,9 @@
 //! The `Backend` trait: one isolation tier. Each tier runs the same agent and speaks the same protocol; only the
 //! mechanism and the transport differ.
 
+pub mod gvisor;
+pub(crate) mod oneshot;
+
 use sandkasten_types::{ExecRequest, ExecResult, SandboxSpec};
 
 use crate::error::RuntimeError;

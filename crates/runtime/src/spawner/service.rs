@@ -10,10 +10,11 @@ use sandkasten_agent::AgentMode;
 use sandkasten_cgroups::Hierarchy;
 use sandkasten_jail::process::Stdio;
 use sandkasten_jail::seccomp::SandboxFilter;
-use sandkasten_types::ResourceUsage;
+use sandkasten_types::{ResourceUsage, Tier};
 
 use super::messages::{SpawnerRequest, SpawnerResponse};
 use super::transport::{receive, send};
+use crate::backend::gvisor;
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
 use crate::guard::SandboxGuard;
@@ -37,6 +38,7 @@ struct Spawner {
     filter: SandboxFilter,
     sandboxes: HashMap<String, SandboxGuard>,
     devnull: OwnedFd,
+    agent_program: std::path::PathBuf,
 }
 
 fn child_signals() -> Result<OwnedFd, RuntimeError> {
@@ -65,7 +67,9 @@ impl Spawner {
             tracing::warn!(%error, "garbage collection at spawner start failed");
         }
         let devnull = std::fs::File::open("/dev/null").map_err(|e| RuntimeError::sys("open /dev/null", e))?.into();
-        Ok(Spawner { config, hierarchy, filter, sandboxes: HashMap::new(), devnull })
+        // gVisor sandboxes start this same binary as their agent.
+        let agent_program = std::env::current_exe().map_err(|e| RuntimeError::sys("finding the agent binary", e))?;
+        Ok(Spawner { config, hierarchy, filter, sandboxes: HashMap::new(), devnull, agent_program })
     }
 
     fn serve(&mut self, control: &OwnedFd) -> Result<(), RuntimeError> {
@@ -130,15 +134,29 @@ impl Spawner {
         if self.sandboxes.contains_key(id) || id.is_empty() || id.contains('/') {
             return Err(RuntimeError::InvalidInput(format!("sandbox id '{id}' is in use or not a valid name")));
         }
-        let run_plan = plan::plan_live(spec)?;
+        if let Some(reason) = spec.tier().unavailable_reason() {
+            return Err(RuntimeError::InvalidInput(reason.to_owned()));
+        }
         let launcher = Launcher { config: &self.config, hierarchy: &self.hierarchy, filter: &self.filter };
-        let guard = launcher.allocate(id, spec)?;
-        let null = std::os::fd::AsRawFd::as_raw_fd(&self.devnull);
-        let stdio = Stdio { stdin: null, stdout: null, stderr: null };
-        let launched = launcher.launch(guard, spec, run_plan, AgentMode::Serve, stdio)?;
-        let pid = launched.guard.init_pid.unwrap_or(0);
-        self.sandboxes.insert(id.to_owned(), launched.guard);
-        Ok((pid, launched.channel.into()))
+        let (guard, channel) = match spec.tier() {
+            Tier::Gvisor => {
+                let run_plan = plan::plan_live(spec)?;
+                let mut guard = launcher.allocate(id, spec)?;
+                let channel = gvisor::spawn(&self.config, &mut guard, spec, run_plan, &self.agent_program)?;
+                (guard, channel)
+            }
+            _ => {
+                let run_plan = plan::plan_live(spec)?;
+                let guard = launcher.allocate(id, spec)?;
+                let null = std::os::fd::AsRawFd::as_raw_fd(&self.devnull);
+                let stdio = Stdio { stdin: null, stdout: null, stderr: null };
+                let launched = launcher.launch(guard, spec, run_plan, AgentMode::Serve, stdio)?;
+                (launched.guard, launched.channel)
+            }
+        };
+        let pid = guard.init_pid.unwrap_or(0);
+        self.sandboxes.insert(id.to_owned(), guard);
+        Ok((pid, channel.into()))
     }
 
     fn destroy(&self, id: String, mut guard: SandboxGuard) -> SpawnerResponse {

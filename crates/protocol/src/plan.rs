@@ -1,0 +1,54 @@
+//! The agent's plan: everything a guest agent needs to serve a sandbox, sent as the first message on its channel.
+//! The agent is its own executable (started by `runsc` as the container's init, or by a VMM as the guest's PID 1),
+//! so nothing reaches it through shared memory: what it needs to know is here, by value.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use sandkasten_types::Tier;
+
+/// How a guest agent confines and serves the sandbox whose root it was given.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentPlan {
+    /// The tier the agent runs under (decides which host-kernel mechanisms it may expect: landlock, for one, is
+    /// absent under gVisor and then skipped).
+    pub tier: Tier,
+    /// The sandbox user's home and every command's default working directory (`/workspace`, `/home/user`).
+    pub home: String,
+    /// The unprivileged user commands run as.
+    pub uid: u32,
+    /// Its group.
+    pub gid: u32,
+    /// Every command's base environment (PATH, HOME, LANG, the spec's variables, the proxy variables).
+    pub env: BTreeMap<String, String>,
+    /// The disk limit in bytes (sizes `RLIMIT_FSIZE` of every command).
+    pub disk_bytes: u64,
+    /// Directories commands may write beneath (landlock, where the kernel has it).
+    pub writable_dirs: Vec<String>,
+    /// Single files commands may write (landlock), e.g. `/dev/null`.
+    pub writable_files: Vec<String>,
+    /// The seccomp policy commands run under, by name (the agent compiles it; `sandbox` is the only one today).
+    pub seccomp: SeccompPolicy,
+    /// The egress door: when set, the agent listens on `127.0.0.1:{port}` inside the sandbox and forwards each
+    /// connection to the unix socket at `socket` (a host socket bind-mounted into the sandbox), behind which the
+    /// host's egress proxy decides.
+    pub door: Option<DoorPlan>,
+}
+
+/// The seccomp policies the agent knows by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SeccompPolicy {
+    /// The sandbox allowlist (`resources/seccomp`): what every sandboxed program runs under.
+    Sandbox,
+}
+
+/// Where the egress door listens inside and where it leads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DoorPlan {
+    /// The loopback port inside the sandbox (3128).
+    pub port: u16,
+    /// The unix socket path inside the sandbox that reaches the host's proxy.
+    pub socket: String,
+}

@@ -1,0 +1,92 @@
+//! Removing what a gVisor sandbox leaves on the host besides its cgroup: runsc's state (`runsc delete --force`) and
+//! the bundle directory. Used when a sandbox is released and by `gc` for the leftovers of a crashed owner.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::config::RuntimeConfig;
+
+/// The host files of one gVisor sandbox, removed when its guard is released (after its processes are dead).
+#[derive(Debug, Clone)]
+pub(crate) struct GvisorFiles {
+    /// The runsc binary.
+    pub runsc: PathBuf,
+    /// runsc's `--root`.
+    pub runsc_root: PathBuf,
+    /// The bundle directory.
+    pub bundle: PathBuf,
+}
+
+impl GvisorFiles {
+    /// Deletes runsc's record of the container and the bundle. Idempotent.
+    pub fn remove(&self, id: &str) -> std::io::Result<()> {
+        delete_container(&self.runsc, &self.runsc_root, id);
+        match std::fs::remove_dir_all(&self.bundle) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn delete_container(runsc: &Path, root: &Path, id: &str) {
+    if !has_state(root, id) {
+        return;
+    }
+    let status = Command::new(runsc)
+        .arg(format!("--root={}", root.display()))
+        .args(["delete", "--force", id])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if let Err(error) = status {
+        tracing::warn!(%error, sandbox = %id, "runsc delete failed");
+    }
+}
+
+/// Whether runsc's root holds anything named after `id` (its state file and lock).
+fn has_state(root: &Path, id: &str) -> bool {
+    std::fs::read_dir(root)
+        .map(|entries| entries.flatten().any(|entry| entry.file_name().to_string_lossy().contains(id)))
+        .unwrap_or(false)
+}
+
+/// Removes the bundles and runsc state of gVisor sandboxes that are not in `live` (ids whose owner is alive).
+/// Returns the ids removed.
+pub fn remove_leftovers(config: &RuntimeConfig, live: &dyn Fn(&str) -> bool) -> Vec<String> {
+    let mut removed = Vec::new();
+    let bundles = super::bundles_dir(config);
+    let runsc_root = super::runsc_root(config);
+    let mut ids: Vec<String> = Vec::new();
+    for dir in [&bundles, &runsc_root] {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if let Some(id) = sandbox_id_in(&name)
+                    && !ids.contains(&id)
+                {
+                    ids.push(id);
+                }
+            }
+        }
+    }
+    for id in ids {
+        if live(&id) {
+            continue;
+        }
+        let files =
+            GvisorFiles { runsc: config.runsc.clone(), runsc_root: runsc_root.clone(), bundle: bundles.join(&id) };
+        match files.remove(&id) {
+            Ok(()) => removed.push(id),
+            Err(error) => tracing::warn!(%error, sandbox = %id, "removing a gVisor sandbox's leftovers failed"),
+        }
+    }
+    removed
+}
+
+/// The sandbox id a bundle directory or runsc state file is named after (`sb-…`, `run-…`).
+fn sandbox_id_in(name: &str) -> Option<String> {
+    let stem = name.split(['_', '.']).find(|part| !part.is_empty())?;
+    let looks_like_id = stem.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') && stem.contains('-');
+    looks_like_id.then(|| stem.to_owned())
+}

@@ -1,0 +1,188 @@
+//! The `gvisor` tier: each sandbox is a gVisor container started by `runsc run` from an OCI bundle (`bundle`), with
+//! the agent binary as its init and the host end of a socketpair as the container's standard input (the agent's
+//! channel). gVisor's own network stack gives the sandbox a loopback only (`--network=none`); the egress door is a
+//! unix socket bound into the sandbox (`--host-uds=open`) that the agent bridges to `127.0.0.1:3128` inside.
+//!
+//! Host-side limits: `runsc run` is placed in the sandbox's cgroup before it executes (`--ignore-cgroups`, so runsc
+//! itself touches no cgroup), so the Sentry, the gofer and everything they start are charged to and killed with it.
+//! Steps: record → cgroup → bundle → runsc (in the cgroup) → plan → ready.
+
+#![allow(unsafe_code)]
+
+mod bundle;
+mod cleanup;
+
+use std::ffi::CString;
+use std::io::Read;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use sandkasten_jail::rootfs::RealHostFs;
+use sandkasten_protocol::{AgentPlan, DoorPlan, Envelope, Message, SeccompPolicy, read_frame, write_frame};
+use sandkasten_types::{PROXY_PORT, SandboxSpec, Tier};
+
+pub(crate) use bundle::{DOOR_DIR, DOOR_SOCKET};
+pub(crate) use cleanup::GvisorFiles;
+pub use cleanup::remove_leftovers;
+
+use crate::config::RuntimeConfig;
+use crate::error::RuntimeError;
+use crate::guard::SandboxGuard;
+use crate::plan::{RunPlan, SANDBOX_GID, SANDBOX_UID, user_of};
+
+/// How long a sandbox may take from `runsc run` to the agent's first answer.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where gVisor sandboxes keep their bundles, and runsc its state, under the runtime's state directory.
+pub(crate) fn bundles_dir(config: &RuntimeConfig) -> PathBuf {
+    config.state_dir.join("gvisor")
+}
+
+/// runsc's `--root`.
+pub(crate) fn runsc_root(config: &RuntimeConfig) -> PathBuf {
+    config.state_dir.join("runsc")
+}
+
+/// The host path of the egress door's socket of sandbox `id` (where the host listens for the proxy).
+#[allow(dead_code)] // used by the server's door through the runtime (next step)
+pub fn door_socket(config: &RuntimeConfig, id: &str) -> PathBuf {
+    bundles_dir(config).join(id).join("door").join(DOOR_SOCKET)
+}
+
+/// Starts the gVisor sandbox `id` for `spec` (its root files and environment from `run_plan`) into the allocated `guard` (record and cgroup exist) and returns the
+/// host end of its agent channel once the agent serves. On error the guard (dropped by the caller) removes everything.
+pub(crate) fn spawn(
+    config: &RuntimeConfig,
+    guard: &mut SandboxGuard,
+    spec: &SandboxSpec,
+    run_plan: RunPlan,
+    agent: &Path,
+) -> Result<UnixStream, RuntimeError> {
+    let home = user_of(spec.template).home;
+    let bundle_dir = bundles_dir(config).join(&guard.id);
+    guard.gvisor =
+        Some(GvisorFiles { runsc: config.runsc.clone(), runsc_root: runsc_root(config), bundle: bundle_dir.clone() });
+    std::fs::create_dir_all(&bundle_dir)
+        .map_err(|e| RuntimeError::sys_owned(format!("creating {}", bundle_dir.display()), e))?;
+    let bundle_spec = bundle::BundleSpec {
+        home,
+        disk_bytes: spec.limits.disk_bytes,
+        files: &run_plan.files,
+        uid: SANDBOX_UID,
+        gid: SANDBOX_GID,
+        agent,
+        door: true,
+    };
+    bundle::write(&bundle_dir, &bundle_spec, &RealHostFs)?;
+
+    let (mut channel, agent_end) = UnixStream::pair().map_err(|e| RuntimeError::sys("socketpair", e))?;
+    let log_path = bundle_dir.join("runsc.log");
+    let log = std::fs::File::create(&log_path)
+        .map_err(|e| RuntimeError::sys_owned(format!("creating {}", log_path.display()), e))?;
+    let procs: Vec<CString> = guard
+        .cgroup()?
+        .paths()
+        .iter()
+        .filter_map(|dir| CString::new(dir.join("cgroup.procs").into_os_string().into_encoded_bytes()).ok())
+        .collect();
+    let mut command = Command::new(&config.runsc);
+    command
+        .arg(format!("--root={}", runsc_root(config).display()))
+        .arg("--network=none")
+        .arg(format!("--platform={}", config.gvisor_platform))
+        .arg("--ignore-cgroups")
+        .arg("--host-uds=open")
+        .arg("--overlay2=none")
+        .args(["run", "--bundle"])
+        .arg(&bundle_dir)
+        .arg(&guard.id)
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(agent_end)))
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .process_group(0);
+    // SAFETY: the closure runs in the forked child before execve and only makes async-signal-safe calls (open,
+    // write, close, prctl) on data prepared before the fork.
+    unsafe {
+        command.pre_exec(move || join_cgroup_and_die_with_parent(&procs));
+    }
+    let child = command.spawn().map_err(|e| {
+        RuntimeError::sys_owned(format!("starting {} (install it with scripts/setup.sh)", config.runsc.display()), e)
+    })?;
+    guard.init_pid = Some(child.id());
+    // The child is reaped by whoever owns the guard (waitpid on `init_pid`), not through `Child`.
+    drop(child);
+
+    let plan = AgentPlan {
+        tier: Tier::Gvisor,
+        home: home.to_owned(),
+        uid: SANDBOX_UID,
+        gid: SANDBOX_GID,
+        env: run_plan.env,
+        disk_bytes: spec.limits.disk_bytes,
+        writable_dirs: vec![home.to_owned(), "/tmp".to_owned(), "/dev/shm".to_owned()],
+        writable_files: ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"].map(str::to_owned).to_vec(),
+        seccomp: SeccompPolicy::Sandbox,
+        door: Some(DoorPlan { port: PROXY_PORT, socket: format!("{DOOR_DIR}/{DOOR_SOCKET}") }),
+    };
+    write_frame(&mut channel, &Envelope::new(0, Message::Plan { plan }))?;
+    wait_until_ready(&mut channel, &log_path)?;
+    Ok(channel)
+}
+
+/// In the forked child: joins every cgroup directory of the sandbox (writing 0 = "this process"), then asks for
+/// SIGKILL when the parent (the spawner, or the one-shot CLI) dies.
+fn join_cgroup_and_die_with_parent(procs: &[CString]) -> std::io::Result<()> {
+    for path in procs {
+        // SAFETY: open/write/close on a NUL-terminated path prepared before the fork; async-signal-safe.
+        let ok = unsafe {
+            let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            let written = fd >= 0 && libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
+            if fd >= 0 {
+                libc::close(fd);
+            }
+            written
+        };
+        if !ok {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Waits for the agent's first frame: `FilesystemReady` (it serves), `SetupFailed` (its reason), or the end of the
+/// channel (runsc failed: its last words are in the log).
+fn wait_until_ready(channel: &mut UnixStream, log_path: &Path) -> Result<(), RuntimeError> {
+    channel.set_read_timeout(Some(READY_TIMEOUT)).map_err(|e| RuntimeError::sys("setting a read timeout", e))?;
+    let first = read_frame(channel);
+    channel.set_read_timeout(None).map_err(|e| RuntimeError::sys("clearing a read timeout", e))?;
+    match first {
+        Ok(Some(Envelope { msg: Message::FilesystemReady { .. }, .. })) => Ok(()),
+        Ok(Some(Envelope { msg: Message::SetupFailed { message }, .. })) => {
+            Err(RuntimeError::Runsc(format!("the sandbox's agent could not start: {message}")))
+        }
+        Ok(Some(other)) => Err(RuntimeError::Runsc(format!("the agent answered {:?} before it was ready", other.msg))),
+        Ok(None) | Err(_) => {
+            // Give runsc a moment to finish writing why it stopped.
+            std::thread::sleep(Duration::from_millis(50));
+            Err(RuntimeError::Runsc(last_words(log_path)))
+        }
+    }
+}
+
+/// The last lines runsc wrote to its log (what it said when it failed).
+fn last_words(log_path: &Path) -> String {
+    let mut text = String::new();
+    if let Ok(mut file) = std::fs::File::open(log_path) {
+        let _ = file.read_to_string(&mut text);
+    }
+    let lines: Vec<&str> = text.lines().filter(|line| !line.trim().is_empty()).collect();
+    let tail = lines[lines.len().saturating_sub(3)..].join("; ");
+    if tail.is_empty() { "the sandbox exited before its agent answered (runsc said nothing)".to_owned() } else { tail }
+}

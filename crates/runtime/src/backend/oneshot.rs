@@ -1,0 +1,257 @@
+//! A one-shot run on a tier whose agent is its own executable (gVisor): spawn → write the uploads → (compile) → one
+//! exec → destroy, over the same agent protocol as long-lived sandboxes, so its result has the same fields as the
+//! process tier's (exit code or signal, `timed_out`, `oom_killed`, `limit`, usage, phases).
+
+use std::collections::BTreeMap;
+use std::io::Read;
+
+use sandkasten_cgroups::Usage;
+use sandkasten_protocol::{OutputStreamKind, monotonic_ns};
+use sandkasten_types::{
+    CommandExit, CommandSpec, ErrorCode, ErrorInfo, ExecRequest, ExecResult, LimitKind, OutputStream, PhaseTimings,
+    ResourceUsage, SandboxSpec,
+};
+use tokio::sync::mpsc;
+
+use crate::error::RuntimeError;
+use crate::guard::SandboxGuard;
+use crate::live::AgentClient;
+use crate::output::{OutputSink, StreamKind};
+use crate::plan::{self, RunPlan};
+use crate::process_backend::StdinSource;
+
+/// How the program ended, as the host saw it.
+enum End {
+    Exited(CommandExit),
+    CompileFailed(CommandExit),
+    ExecFailed(String),
+    OutputLimit,
+    SandboxDied,
+}
+
+/// Runs `request` once in a fresh sandbox started by `spawn` (which allocates the guard and returns the agent's
+/// channel) and destroys it.
+pub(crate) fn run(
+    spec: &SandboxSpec,
+    request: &ExecRequest,
+    stdin: StdinSource<'_>,
+    sink: &mut dyn OutputSink,
+    started_ns: u64,
+    spawn: impl FnOnce(&RunPlan) -> Result<(SandboxGuard, std::os::unix::net::UnixStream), RuntimeError>,
+) -> Result<ExecResult, RuntimeError> {
+    let run_plan = plan::plan(spec, request)?;
+    let input = read_stdin(stdin)?;
+    let (mut guard, channel) = spawn(&run_plan)?;
+    let ready_ns = monotonic_ns();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RuntimeError::sys("starting the I/O runtime", e))?;
+    let limits = &spec.limits;
+    let deadline_ns = started_ns.saturating_add(limits.timeout_ms.saturating_mul(1_000_000));
+    let mut observed = Observed::new(limits.output_bytes);
+    let end = runtime.block_on(async {
+        let agent = AgentClient::new(channel.into()).map_err(|e| RuntimeError::sys("agent channel", e))?;
+        for upload in &run_plan.uploads {
+            let path = upload.path.to_string_lossy();
+            if let Err(failure) = agent.write_file(&path, &upload.contents).await {
+                return Ok(End::ExecFailed(format!("writing {path}: {}", failure.message)));
+            }
+        }
+        if let Some(compile) = &run_plan.compile {
+            let spec = command(compile, &run_plan.env, None, deadline_ns);
+            match exec(&agent, spec, &mut observed, sink, &guard).await {
+                End::Exited(exit) if exit.exit_code == Some(0) => {}
+                End::Exited(exit) => return Ok(End::CompileFailed(exit)),
+                other => return Ok(other),
+            }
+        }
+        let spec = command(&run_plan.program, &run_plan.env, input, deadline_ns);
+        Ok::<End, RuntimeError>(exec(&agent, spec, &mut observed, sink, &guard).await)
+    })?;
+    drop(runtime);
+    let finished_ns = monotonic_ns();
+    guard.kill();
+    guard.reap();
+    let usage = guard.cgroup()?.usage()?;
+    guard.release()?;
+    let phases = Phases { started_ns, ready_ns, first_output_ns: observed.first_output_ns, finished_ns };
+    Ok(result(guard.id.clone(), end, observed, usage, limits.memory_bytes, phases))
+}
+
+fn read_stdin(stdin: StdinSource<'_>) -> Result<Option<String>, RuntimeError> {
+    match stdin {
+        StdinSource::Inherit(fd) if !rustix::termios::isatty(fd) => {
+            let mut file = std::fs::File::from(fd.try_clone_to_owned().map_err(|e| RuntimeError::sys("dup stdin", e))?);
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes).map_err(|e| RuntimeError::sys("reading stdin", e))?;
+            Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn command(argv: &[String], env: &BTreeMap<String, String>, stdin: Option<String>, deadline_ns: u64) -> CommandSpec {
+    let left_ms = deadline_ns.saturating_sub(monotonic_ns()) / 1_000_000;
+    CommandSpec {
+        argv: Some(argv.to_vec()),
+        env: env.clone(),
+        stdin,
+        timeout_ms: Some(left_ms.max(1)),
+        ..CommandSpec::default()
+    }
+}
+
+/// Output kept for the result, capped per stream at the output limit.
+struct Observed {
+    stdout: OutputStream,
+    stderr: OutputStream,
+    limit: u64,
+    first_output_ns: Option<u64>,
+}
+
+impl Observed {
+    fn new(limit: u64) -> Observed {
+        Observed { stdout: OutputStream::default(), stderr: OutputStream::default(), limit, first_output_ns: None }
+    }
+
+    /// Keeps `bytes` (up to the limit) and says whether the stream went past it.
+    fn keep(&mut self, stream: OutputStreamKind, bytes: &[u8]) -> bool {
+        self.first_output_ns.get_or_insert_with(monotonic_ns);
+        let kept = match stream {
+            OutputStreamKind::Stdout => &mut self.stdout,
+            OutputStreamKind::Stderr => &mut self.stderr,
+        };
+        let room = (self.limit as usize).saturating_sub(kept.bytes.len());
+        kept.bytes.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        if bytes.len() > room {
+            kept.truncated = true;
+        }
+        kept.truncated
+    }
+}
+
+async fn exec(
+    agent: &AgentClient,
+    spec: CommandSpec,
+    observed: &mut Observed,
+    sink: &mut dyn OutputSink,
+    guard: &SandboxGuard,
+) -> End {
+    let (chunks, mut received) = mpsc::channel(64);
+    let running = agent.exec(spec, chunks);
+    tokio::pin!(running);
+    let mut over_limit = false;
+    loop {
+        tokio::select! {
+            outcome = &mut running => {
+                while let Ok((stream, bytes)) = received.try_recv() {
+                    over_limit |= forward(observed, sink, stream, &bytes);
+                }
+                return match outcome {
+                    _ if over_limit => End::OutputLimit,
+                    Ok(exit) => End::Exited(exit),
+                    Err(failure) if failure.code == Some(sandkasten_protocol::FailureCode::ExecFailed) => {
+                        End::ExecFailed(failure.message)
+                    }
+                    Err(_) => End::SandboxDied,
+                };
+            }
+            Some((stream, bytes)) = received.recv() => {
+                if forward(observed, sink, stream, &bytes) && !over_limit {
+                    // Past the cap: the sandbox is stopped (as on the process tier) and its exec then ends.
+                    over_limit = true;
+                    guard.kill();
+                }
+            }
+        }
+    }
+}
+
+fn forward(observed: &mut Observed, sink: &mut dyn OutputSink, stream: OutputStreamKind, bytes: &[u8]) -> bool {
+    let before = match stream {
+        OutputStreamKind::Stdout => observed.stdout.bytes.len(),
+        OutputStreamKind::Stderr => observed.stderr.bytes.len(),
+    };
+    let over = observed.keep(stream, bytes);
+    let after = match stream {
+        OutputStreamKind::Stdout => observed.stdout.bytes.len(),
+        OutputStreamKind::Stderr => observed.stderr.bytes.len(),
+    };
+    let kind = match stream {
+        OutputStreamKind::Stdout => StreamKind::Stdout,
+        OutputStreamKind::Stderr => StreamKind::Stderr,
+    };
+    if after > before {
+        sink.chunk(kind, &bytes[..after - before]);
+    }
+    over
+}
+
+struct Phases {
+    started_ns: u64,
+    ready_ns: u64,
+    first_output_ns: Option<u64>,
+    finished_ns: u64,
+}
+
+fn ms_since(start: u64, at: u64) -> f64 {
+    at.saturating_sub(start) as f64 / 1e6
+}
+
+fn result(id: String, end: End, observed: Observed, usage: Usage, memory_limit: u64, at: Phases) -> ExecResult {
+    let mut result = ExecResult { sandbox_id: id, ..ExecResult::default() };
+    result.set_output(&observed.stdout, &observed.stderr);
+    let died = matches!(end, End::SandboxDied);
+    // gVisor's memory is the Sentry's: when the cgroup's limit is hit the host may kill the whole sandbox rather
+    // than one process, which shows as the sandbox dying with the limit's failures counted.
+    result.oom_killed =
+        usage.oom_kills > 0 || (died && usage.memory_peak_bytes.saturating_add(1 << 20) >= memory_limit);
+    match end {
+        End::Exited(exit) => {
+            result.exit_code = exit.exit_code;
+            result.signal = exit.signal;
+            result.timed_out = exit.timed_out;
+        }
+        End::CompileFailed(exit) => {
+            result.exit_code = exit.exit_code;
+            result.signal = exit.signal;
+            result.error = Some(ErrorInfo::new(
+                ErrorCode::CompileError,
+                "the C source did not compile; the compiler's messages are in stderr",
+            ));
+        }
+        End::ExecFailed(message) => {
+            result.exit_code = Some(if message.contains("not found") { 127 } else { 126 });
+            result.error = Some(ErrorInfo::new(ErrorCode::ExecFailed, message));
+        }
+        End::OutputLimit | End::SandboxDied => result.signal = Some(libc::SIGKILL),
+    }
+    if died && !result.oom_killed {
+        result.error = Some(ErrorInfo::new(ErrorCode::SandboxError, "the sandbox ended without a report"));
+    }
+    let file_too_large = result.signal == Some(libc::SIGXFSZ);
+    result.limit = if result.timed_out {
+        Some(LimitKind::Time)
+    } else if observed.stdout.truncated || observed.stderr.truncated {
+        Some(LimitKind::Output)
+    } else if result.oom_killed {
+        Some(LimitKind::Memory)
+    } else if file_too_large {
+        Some(LimitKind::Disk)
+    } else if usage.pids_limit_hits > 0 {
+        Some(LimitKind::Pids)
+    } else {
+        None
+    };
+    let allocate = ms_since(at.started_ns, at.ready_ns);
+    let first_command = ms_since(at.started_ns, at.first_output_ns.unwrap_or(at.finished_ns)).max(allocate);
+    result.phases = PhaseTimings { allocate, filesystem_ready: allocate, runtime_ready: allocate, first_command };
+    result.duration_ms = ms_since(at.started_ns, at.finished_ns).max(first_command);
+    result.usage = ResourceUsage {
+        cpu_user_ms: usage.cpu_user_ns / 1_000_000,
+        cpu_system_ms: usage.cpu_system_ns / 1_000_000,
+        memory_peak_bytes: usage.memory_peak_bytes,
+    };
+    result
+}
