@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use sandkasten_types::units::{parse_bytes, parse_duration_ms};
-use sandkasten_types::{Command, ExecRequest, Language, Limits, SandboxSpec, Upload};
+use sandkasten_types::{Command, ExecRequest, Language, Limits, SandboxSpec, Tier, Upload};
 
 /// Arguments of `sandkasten run`.
 #[derive(Debug, Args)]
@@ -27,6 +27,10 @@ pub struct RunArgs {
     /// A file holding the code to run.
     #[arg(long, value_name = "PATH")]
     pub file: Option<PathBuf>,
+    /// Isolation tier: process (namespaces, seccomp, landlock; shares the host kernel) or gvisor (a user-space
+    /// kernel between the code and the host's; needs runsc). Default: process, or the server's with --server.
+    #[arg(long, value_name = "TIER", value_parser = crate::client::isolation_parser())]
+    pub isolation: Option<Tier>,
     /// Print one JSON object with output, exit status, limits, timings and usage.
     #[arg(long)]
     pub json: bool,
@@ -78,7 +82,8 @@ pub enum ProgramStdin {
 /// A fully validated run.
 #[derive(Debug)]
 pub struct RunInput {
-    /// The sandbox to create.
+    /// The sandbox to create (`isolation` as given: unset means process here, the server's default with
+    /// `--server`).
     pub spec: SandboxSpec,
     /// What to run in it.
     pub request: ExecRequest,
@@ -182,7 +187,7 @@ pub fn parse(args: &RunArgs) -> Result<RunInput, String> {
             (Command::Code { language, code }, stdin)
         }
     };
-    let mut spec = SandboxSpec { limits, ..SandboxSpec::default() };
+    let mut spec = SandboxSpec { isolation: args.isolation, limits, ..SandboxSpec::default() };
     if let Some(policy) = args.network.policy() {
         if args.server.is_none() {
             return Err("--network, --allow and --deny need the egress proxy of a server: add --server URL (or \
@@ -193,4 +198,38 @@ pub fn parse(args: &RunArgs) -> Result<RunInput, String> {
     }
     let request = ExecRequest { command, env: environment(args)?, uploads: uploads(args)? };
     Ok(RunInput { spec, request, stdin })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn args(items: &[&str]) -> Result<RunArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("run").chain(items.iter().copied())).map(|cli| cli.run)
+    }
+
+    #[test]
+    fn isolation_goes_into_the_spec_and_is_unset_by_default() -> Result<(), Box<dyn std::error::Error>> {
+        let input = parse(&args(&["--isolation", "gvisor", "--", "true"])?)?;
+        assert_eq!(input.spec.isolation, Some(Tier::Gvisor));
+        assert_eq!(parse(&args(&["--isolation=process", "--", "true"])?)?.spec.isolation, Some(Tier::Process));
+        assert_eq!(parse(&args(&["--", "true"])?)?.spec.isolation, None);
+        Ok(())
+    }
+
+    #[test]
+    fn a_misspelt_tier_is_a_usage_error_naming_the_tiers() {
+        let error = args(&["--isolation", "gvsior", "--", "true"]).err();
+        assert_eq!(error.as_ref().map(clap::Error::exit_code), Some(2));
+        let message = error.map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains("gvsior") && message.contains("process, gvisor, microvm, auto"), "{message}");
+    }
 }

@@ -53,6 +53,9 @@ pub fn run(url: &str, input: &RunInput, json: bool, explain: impl Fn(&ExecResult
 /// The `POST /v1/run` body of a run.
 fn request(input: &RunInput) -> Result<Value, ClientError> {
     let mut body = Map::new();
+    if let Some(tier) = input.spec.isolation {
+        body.insert("isolation".into(), tier.name().into());
+    }
     match &input.request.command {
         Command::Code { language, code } => {
             body.insert("language".into(), language.name().into());

@@ -2,6 +2,7 @@
 
 use serde_json::{Map, Value};
 
+use sandkasten_types::Tier;
 use sandkasten_types::units::{parse_bytes, parse_duration_ms};
 
 use crate::client::LimitArgs;
@@ -11,6 +12,8 @@ use crate::client::output;
 /// What `sandbox create` asks for.
 #[derive(Debug)]
 pub struct CreateOptions {
+    /// `--isolation` (unset: the server's default).
+    pub isolation: Option<Tier>,
     /// Lifetime in seconds.
     pub timeout_s: Option<u64>,
     /// Limits given on the command line.
@@ -84,6 +87,9 @@ fn limits(args: &LimitArgs) -> Result<Map<String, Value>, ClientError> {
 /// `sandbox create`: prints the new id (or the sandbox as JSON).
 pub fn create(client: &Client, options: CreateOptions, json: bool) -> Result<i32, ClientError> {
     let mut body = Map::new();
+    if let Some(tier) = options.isolation {
+        body.insert("isolation".into(), tier.name().into());
+    }
     let limits = limits(&options.limits)?;
     if !limits.is_empty() {
         body.insert("limits".into(), Value::Object(limits));

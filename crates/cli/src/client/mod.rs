@@ -12,7 +12,9 @@ pub(crate) mod http;
 mod network;
 mod output;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Subcommand};
+use sandkasten_types::Tier;
 
 use http::{Client, ClientError};
 pub use network::NetworkArgs;
@@ -33,6 +35,12 @@ pub struct SandboxArgs {
     pub url: String,
     #[command(subcommand)]
     pub command: SandboxCommand,
+}
+
+/// The parser of `--isolation TIER` (`sandbox create`, `run`): one of the tiers' names, anything else a usage error
+/// (exit 2) that lists them.
+pub fn isolation_parser() -> impl TypedValueParser<Value = Tier> {
+    PossibleValuesParser::new(Tier::ALL.map(Tier::name)).map(|name| Tier::from_name(&name).unwrap_or_default())
 }
 
 /// Limits of a new sandbox; omitted ones take the server's defaults.
@@ -60,6 +68,10 @@ pub struct LimitArgs {
 pub enum SandboxCommand {
     /// Create a sandbox and print its id.
     Create {
+        /// Isolation tier: process (namespaces, seccomp, landlock; shares the host kernel) or gvisor (a user-space
+        /// kernel between the code and the host's; needs runsc on the server). Default: the server's.
+        #[arg(long, value_name = "TIER", value_parser = isolation_parser())]
+        isolation: Option<Tier>,
         /// Seconds until the server destroys the sandbox (default: the server's, 300).
         #[arg(long = "timeout-s", value_name = "N")]
         timeout_s: Option<u64>,
@@ -160,8 +172,8 @@ pub fn run(args: SandboxArgs) -> i32 {
 
 fn dispatch(client: &Client, command: SandboxCommand) -> Result<i32, ClientError> {
     match command {
-        SandboxCommand::Create { timeout_s, limits, env, metadata, network, secrets, json } => {
-            let options = commands::CreateOptions { timeout_s, limits, env, metadata, network, secrets };
+        SandboxCommand::Create { isolation, timeout_s, limits, env, metadata, network, secrets, json } => {
+            let options = commands::CreateOptions { isolation, timeout_s, limits, env, metadata, network, secrets };
             commands::create(client, options, json)
         }
         SandboxCommand::Network { id, network, json } => network::set_network(client, &id, &network, json),
@@ -173,5 +185,37 @@ fn dispatch(client: &Client, command: SandboxCommand) -> Result<i32, ClientError
         SandboxCommand::Code(args) => code::code(client, args),
         SandboxCommand::Cp { source, destination } => cp::copy(client, &source, &destination),
         SandboxCommand::Rm { ids } => commands::remove(client, &ids),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        sandbox: SandboxArgs,
+    }
+
+    fn command(items: &[&str]) -> Result<SandboxCommand, clap::Error> {
+        Cli::try_parse_from(std::iter::once("sandbox").chain(items.iter().copied())).map(|cli| cli.sandbox.command)
+    }
+
+    #[test]
+    fn create_takes_an_isolation_tier() -> Result<(), clap::Error> {
+        let tier = |command| match command {
+            SandboxCommand::Create { isolation, .. } => isolation,
+            _ => None,
+        };
+        assert_eq!(tier(command(&["create", "--isolation", "gvisor"])?), Some(Tier::Gvisor));
+        assert_eq!(tier(command(&["create"])?), None, "unset: the server's default");
+        let error = command(&["create", "--isolation", "vm"]).err();
+        assert_eq!(error.as_ref().map(clap::Error::exit_code), Some(2));
+        let message = error.map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains("process, gvisor, microvm, auto"), "{message}");
+        Ok(())
     }
 }

@@ -30,12 +30,13 @@ fn pairs(value: &Value) -> String {
 
 /// The rows of `sandbox list`, with a header, columns padded to their widest cell.
 pub fn table(sandboxes: &[Value]) -> String {
-    let header = ["ID", "STATE", "CREATED", "EXPIRES", "MEMORY", "METADATA"].map(str::to_owned);
+    let header = ["ID", "STATE", "ISOLATION", "CREATED", "EXPIRES", "MEMORY", "METADATA"].map(str::to_owned);
     let mut rows = vec![header.to_vec()];
     for sandbox in sandboxes {
         rows.push(vec![
             text(&sandbox["id"]),
             text(&sandbox["state"]),
+            text(&sandbox["isolation"]),
             text(&sandbox["created_at"]),
             text(&sandbox["expires_at"]),
             bytes(&sandbox["limits"]["memory_bytes"]),
@@ -63,6 +64,7 @@ pub fn details(sandbox: &Value) -> String {
         ("id", text(&sandbox["id"])),
         ("tenant", text(&sandbox["tenant"])),
         ("state", text(&sandbox["state"])),
+        ("isolation", text(&sandbox["isolation"])),
         ("template", text(&sandbox["template"])),
         ("created", text(&sandbox["created_at"])),
         ("expires", text(&sandbox["expires_at"])),
@@ -94,7 +96,7 @@ mod tests {
 
     fn sandbox() -> Value {
         serde_json::json!({
-            "id": "sb-0123456789abcdef", "tenant": "t1", "state": "running", "template": "host",
+            "id": "sb-0123456789abcdef", "tenant": "t1", "state": "running", "isolation": "gvisor", "template": "host",
             "created_at": "2025-01-01T00:00:00Z", "expires_at": "2025-01-01T00:05:00Z",
             "limits": {"timeout_ms": 10000, "memory_bytes": 268435456, "cpus": 1.0, "pids": 128,
                        "disk_bytes": 134217728, "output_bytes": 1048576},
@@ -109,6 +111,7 @@ mod tests {
         assert!(lines[0].starts_with("ID  ") && lines[0].contains("METADATA"), "{table}");
         assert!(lines[1].starts_with("sb-0123456789abcdef  running"), "{table}");
         assert_eq!(lines[0].find("STATE"), lines[1].find("running"));
+        assert_eq!(lines[0].find("ISOLATION"), lines[1].find("gvisor"));
         assert!(lines[1].ends_with("owner=me"), "{table}");
     }
 
@@ -117,6 +120,7 @@ mod tests {
         let text = details(&sandbox());
         assert!(text.contains("id:              sb-0123456789abcdef\n"), "{text}");
         assert!(text.contains("env:             A, B\n"), "{text}");
+        assert!(text.contains("isolation:       gvisor\n"), "{text}");
         assert!(!text.contains("ended"), "{text}");
         let starts: Vec<usize> = text
             .lines()
