@@ -48,6 +48,8 @@ pub enum CheckId {
     Filesystems,
     /// gVisor's `runsc` is installed.
     Runsc,
+    /// `runsc` starts a sandbox (`runsc do /bin/true`).
+    RunscStart,
     /// `/dev/kvm` exists and opens read-write.
     KvmDevice,
     /// KVM runs guest code at hardware speed.
@@ -65,6 +67,7 @@ impl CheckId {
             CheckId::Landlock => "landlock",
             CheckId::Filesystems => "tmpfs/overlay",
             CheckId::Runsc => "runsc (gvisor)",
+            CheckId::RunscStart => "runsc start",
             CheckId::KvmDevice => "kvm device",
             CheckId::KvmSpeed => "kvm speed",
         }

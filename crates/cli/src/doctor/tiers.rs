@@ -40,7 +40,7 @@ impl Tier {
                 CheckId::Landlock,
                 CheckId::Filesystems,
             ],
-            Tier::Gvisor => &[CheckId::Runsc],
+            Tier::Gvisor => &[CheckId::Runsc, CheckId::RunscStart],
             Tier::Microvm => &[CheckId::KvmDevice, CheckId::KvmSpeed],
         }
     }
@@ -101,6 +101,7 @@ mod tests {
             CheckId::Landlock,
             CheckId::Filesystems,
             CheckId::Runsc,
+            CheckId::RunscStart,
             CheckId::KvmDevice,
             CheckId::KvmSpeed,
         ]
@@ -147,6 +148,16 @@ mod tests {
         assert!(tiers.gvisor.usable);
         assert!(!tiers.microvm.usable);
         assert_eq!(tiers.microvm.reason, "failed: kvm speed");
+    }
+
+    #[test]
+    fn gvisor_needs_runsc_to_start_a_sandbox_not_only_to_be_installed() {
+        let mut checks = all_ok();
+        replace(&mut checks, Check::fail(CheckId::RunscStart, "exited with 128: no platform", "fix it"));
+        let tiers = summarize(&checks);
+        assert!(!tiers.gvisor.usable);
+        assert_eq!(tiers.gvisor.reason, "failed: runsc start");
+        assert!(tiers.process.usable);
     }
 
     #[test]
