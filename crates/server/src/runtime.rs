@@ -83,9 +83,10 @@ impl RuntimeFailure {
 /// absolute, free of NUL and `..`, at most 4096 bytes. The runtime still confines every path to the sandbox.
 pub trait SandboxRuntime: Send + Sync + 'static {
     /// Why sandboxes of `tier` cannot be created on this host, if they cannot: a message for the client (lowercase,
-    /// no full stop) that says what to install or configure. The server asks before every create (and checks the
-    /// configured tiers at start), so `create` only ever sees a tier this answered `None` for. The default refuses
-    /// only what this build cannot run at all (`Tier::unavailable_reason`).
+    /// no full stop) that says what to install or configure. The server asks before every create a request makes
+    /// (answering 422 `tier_unavailable` with this message) and for the configured tiers (`[defaults]`, each pool's)
+    /// when it starts, refusing to start on one answered `Some`. Cheap: it is called on the request path. The
+    /// default refuses only what this build cannot run at all (`Tier::unavailable_reason`).
     fn tier_unavailable(&self, tier: Tier) -> Option<String> {
         tier.unavailable_reason().map(str::to_owned)
     }
