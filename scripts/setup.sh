@@ -19,5 +19,28 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
 
+# The gvisor tier needs runsc, which Debian ships in bookworm-backports: add that suite (from the mirror the system's
+# own sources already name) and install runsc from it.
+if ! command -v runsc >/dev/null 2>&1; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: runsc is missing (the gvisor tier); run as root to install it" >&2
+    exit 1
+  fi
+  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
+  backports=/etc/apt/sources.list.d/sandkasten-backports.sources
+  if ! grep -rqs "${codename}-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    mirror=$(grep -hm1 -oE '^URIs: *[^ ]+/debian/?$' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}')
+    [ -n "$mirror" ] || mirror=$(grep -hm1 -oE '^deb +[^ ]+/debian/? ' /etc/apt/sources.list 2>/dev/null | awk '{print $2}')
+    if [ -z "$mirror" ]; then
+      echo "setup: cannot find the Debian mirror in the apt sources to add ${codename}-backports" >&2
+      exit 1
+    fi
+    printf 'Types: deb\nURIs: %s\nSuites: %s-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+      "$mirror" "$codename" > "$backports"
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t "${codename}-backports" runsc
+fi
+
 command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
 "$(dirname "$0")/setup-e2b.sh"

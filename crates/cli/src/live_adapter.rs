@@ -6,7 +6,7 @@ use sandkasten_protocol::{FailureCode, OutputStreamKind};
 use sandkasten_runtime::RuntimeError;
 use sandkasten_runtime::live::commands::{CommandEvent as LiveEvent, CommandStatus as LiveStatus};
 use sandkasten_runtime::live::{AgentFailure, CommandError, ContextError, LiveRuntime};
-use sandkasten_server::runtime::{FailureKind, OutputChunk, RuntimeFailure, SandboxRuntime, Stream};
+use sandkasten_server::runtime::{Entrance, FailureKind, OutputChunk, RuntimeFailure, SandboxRuntime, Stream};
 use sandkasten_server::{CommandEvent, CommandStatus};
 use sandkasten_types::{
     CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo, SandboxSpec,
@@ -111,9 +111,13 @@ impl SandboxRuntime for LiveAdapter {
         self.0.is_alive(id)
     }
 
-    fn listen_in_sandbox(&self, id: &str, port: u16) -> Result<std::net::TcpListener, RuntimeFailure> {
+    fn tier_unavailable(&self, tier: sandkasten_types::Tier) -> Option<String> {
+        self.0.tier_unavailable(tier)
+    }
+
+    fn listen_in_sandbox(&self, id: &str, port: u16) -> Result<Entrance, RuntimeFailure> {
         match self.0.listen_in_sandbox(id, port) {
-            Some(Ok(listener)) => Ok(listener),
+            Some(Ok(entrance)) => Ok(entrance),
             // Code inside bound the port first (possible while the policy was none): the sandbox's doing, not ours.
             Some(Err(error)) if error.kind() == std::io::ErrorKind::AddrInUse => Err(RuntimeFailure::new(
                 FailureKind::Conflict,

@@ -91,6 +91,7 @@ mod audit;
 mod ca;
 mod config;
 mod decide;
+mod entrance;
 mod forward;
 mod host;
 mod intercept;
@@ -113,6 +114,7 @@ pub use config::{
     ConfigError, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS, EgressConfig,
     ValidatedConfig,
 };
+pub use entrance::Entrance;
 pub use host::{Host, HostError, canonicalize_host, unmap};
 pub use policy::{Mode, Pattern, Policy, PolicyError};
 pub use proxy::{HEADER_READ_TIMEOUT, MAX_HEAD_BYTES, Proxy, ProxyHandle};

@@ -12,7 +12,9 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rustls::ClientConfig;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
+
+use crate::entrance::{ClientStream, Entrance, Listener};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -99,6 +101,15 @@ impl Proxy {
     /// Serves one sandbox's listener until the returned handle is dropped or shut down. Must be called within
     /// a tokio runtime.
     pub fn serve(&self, listener: TcpListener, sandbox: Arc<SandboxEgress>) -> ProxyHandle {
+        self.serve_entrance(Listener::Tcp(listener), sandbox)
+    }
+
+    /// Serves one sandbox's entrance (its TCP listener or unix socket) like `serve`.
+    pub fn serve_at(&self, entrance: Entrance, sandbox: Arc<SandboxEgress>) -> std::io::Result<ProxyHandle> {
+        Ok(self.serve_entrance(Listener::new(entrance)?, sandbox))
+    }
+
+    fn serve_entrance(&self, listener: Listener, sandbox: Arc<SandboxEgress>) -> ProxyHandle {
         let tasks = Tasks { tracker: TaskTracker::new(), token: CancellationToken::new() };
         let ctx = Ctx { inner: self.inner.clone(), sandbox, tasks: tasks.clone(), slot: None };
         let accept = tokio::spawn(accept_loop(listener, ctx));
@@ -136,7 +147,7 @@ impl Drop for ProxyHandle {
     }
 }
 
-async fn accept_loop(listener: TcpListener, ctx: Ctx) {
+async fn accept_loop(listener: Listener, ctx: Ctx) {
     let slots = Arc::new(Semaphore::new(ctx.inner.max_connections));
     loop {
         let accepted = tokio::select! {
@@ -145,7 +156,6 @@ async fn accept_loop(listener: TcpListener, ctx: Ctx) {
         };
         match accepted {
             Ok((stream, slot)) => {
-                let _ = stream.set_nodelay(true);
                 let conn_ctx = Ctx { slot: Some(Arc::new(slot)), ..ctx.clone() };
                 ctx.tasks.spawn(serve_client(conn_ctx, stream));
             }
@@ -160,16 +170,16 @@ async fn accept_loop(listener: TcpListener, ctx: Ctx) {
 
 /// Waits for a free connection slot, then for a connection.
 async fn accept_with_slot(
-    listener: &TcpListener,
+    listener: &Listener,
     slots: &Arc<Semaphore>,
-) -> std::io::Result<(TcpStream, OwnedSemaphorePermit)> {
+) -> std::io::Result<(ClientStream, OwnedSemaphorePermit)> {
     let slot = slots.clone().acquire_owned().await.map_err(std::io::Error::other)?;
-    let (stream, _) = listener.accept().await?;
+    let stream = listener.accept().await?;
     Ok((stream, slot))
 }
 
 /// Serves HTTP/1.1 proxy requests on one client connection.
-async fn serve_client(ctx: Ctx, stream: TcpStream) {
+async fn serve_client(ctx: Ctx, stream: ClientStream) {
     let counters = Counters::new();
     let io = TokioIo::new(CountingIo::new(stream, counters.clone()));
     let idle = ctx.inner.idle_timeout;

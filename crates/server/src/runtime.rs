@@ -4,6 +4,7 @@
 use std::future::Future;
 
 use futures::future::BoxFuture;
+pub use sandkasten_egress::Entrance;
 use sandkasten_types::{
     CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo, SandboxSpec, Tier,
 };
@@ -241,9 +242,10 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         let _ = (id, command_id, signal);
         async { Err(no_background_commands()) }
     }
-    /// A non-blocking TCP listener on `127.0.0.1:port` as seen from inside the sandbox (its own network namespace),
-    /// held by the server: the egress proxy accepts the sandbox's connections on it.
-    fn listen_in_sandbox(&self, id: &str, port: u16) -> Result<std::net::TcpListener, RuntimeFailure> {
+    /// The sandbox's entrance to the egress proxy for `127.0.0.1:port` inside: a non-blocking TCP listener in the
+    /// sandbox's own network namespace (process tier) or a unix socket its agent bridges that port to (gVisor), held
+    /// by the server: the egress proxy accepts the sandbox's connections on it.
+    fn listen_in_sandbox(&self, id: &str, port: u16) -> Result<Entrance, RuntimeFailure> {
         let _ = (id, port);
         Err(RuntimeFailure::new(FailureKind::Internal, "this runtime has no network namespaces"))
     }
@@ -267,7 +269,7 @@ pub(crate) trait DynRuntime: Send + Sync + 'static {
     fn create<'a>(&'a self, id: &'a str, spec: &'a SandboxSpec) -> Boxed<'a, ()>;
     fn destroy<'a>(&'a self, id: &'a str) -> Boxed<'a, ()>;
     fn is_alive(&self, id: &str) -> bool;
-    fn listen_in_sandbox(&self, id: &str, port: u16) -> Result<std::net::TcpListener, RuntimeFailure>;
+    fn listen_in_sandbox(&self, id: &str, port: u16) -> Result<Entrance, RuntimeFailure>;
     fn exec<'a>(&'a self, id: &'a str, spec: CommandSpec, events: mpsc::Sender<OutputChunk>) -> Boxed<'a, CommandExit>;
     fn read_file<'a>(&'a self, id: &'a str, path: &'a str, max_bytes: u64) -> Boxed<'a, Vec<u8>>;
     fn write_file<'a>(&'a self, id: &'a str, path: &'a str, data: Vec<u8>) -> Boxed<'a, ()>;
@@ -319,7 +321,7 @@ impl<R: SandboxRuntime> DynRuntime for R {
     fn is_alive(&self, id: &str) -> bool {
         SandboxRuntime::is_alive(self, id)
     }
-    fn listen_in_sandbox(&self, id: &str, port: u16) -> Result<std::net::TcpListener, RuntimeFailure> {
+    fn listen_in_sandbox(&self, id: &str, port: u16) -> Result<Entrance, RuntimeFailure> {
         SandboxRuntime::listen_in_sandbox(self, id, port)
     }
     fn exec<'a>(&'a self, id: &'a str, spec: CommandSpec, events: mpsc::Sender<OutputChunk>) -> Boxed<'a, CommandExit> {

@@ -22,5 +22,5 @@ pub use exec::{Command, ExecRequest, Language, Upload};
 pub use files::{FileInfo, FileKind};
 pub use limits::{LimitKind, Limits, LimitsError};
 pub use result::{ExecResult, OutputStream, PhaseTimings, ResourceUsage};
+pub use spec::{Entrance, NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec, Template, proxy_environment};
 pub use tier::Tier;
-pub use spec::{NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec, Template, proxy_environment};

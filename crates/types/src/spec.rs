@@ -78,6 +78,17 @@ impl NetworkPolicy {
     }
 }
 
+/// Where a sandbox's connections to the egress proxy arrive on the host, as the runtime opened it (non-blocking
+/// listeners, held by the server while the policy lets anything out).
+#[derive(Debug)]
+pub enum Entrance {
+    /// `127.0.0.1:3128` inside the sandbox's own network namespace (process tier).
+    Tcp(std::net::TcpListener),
+    /// A host unix socket that the sandbox's agent bridges its `127.0.0.1:3128` to (gVisor: its network stack is
+    /// the Sentry's own, which no host listener can join).
+    Unix(std::os::unix::net::UnixListener),
+}
+
 /// The port of the egress proxy on a sandbox's own loopback (`127.0.0.1:3128` inside; code there cannot bind it).
 pub const PROXY_PORT: u16 = 3128;
 

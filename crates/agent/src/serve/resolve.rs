@@ -76,10 +76,11 @@ fn components(path: &str) -> Vec<String> {
 }
 
 fn is_proc(dir: BorrowedFd<'_>) -> bool {
-    rustix::fs::fstatfs(dir).is_ok_and(|stat| stat.f_type as i64 == PROC_SUPER_MAGIC)
+    rustix::fs::fstatfs(dir).is_ok_and(|stat| stat.f_type == PROC_SUPER_MAGIC)
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use std::os::unix::fs::symlink;
 

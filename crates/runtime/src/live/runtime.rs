@@ -7,12 +7,16 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun, CommandSpec, ContextInfo, ResourceUsage, SandboxSpec};
+use sandkasten_types::{
+    CellOutcome, CodeLanguage, CodeRun, CommandSpec, ContextInfo, Entrance, ResourceUsage, SandboxSpec, Tier,
+};
 use tokio::sync::mpsc;
 
 use super::agent_client::AgentClient;
 use super::commands::{BackgroundCommands, CommandError, CommandEvent, CommandStatus};
 use super::contexts::{CellOutput, ContextError, Contexts};
+use crate::backend::gvisor;
+use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
 use crate::spawner::{SpawnerClient, SpawnerEvent};
 
@@ -21,12 +25,15 @@ use crate::spawner::{SpawnerClient, SpawnerEvent};
 struct Member {
     agent: Arc<AgentClient>,
     pidfd: Arc<OwnedFd>,
+    tier: Tier,
 }
 
 type Agents = Arc<Mutex<HashMap<String, Member>>>;
 
 /// Long-lived sandboxes of one owner.
 pub struct LiveRuntime {
+    config: RuntimeConfig,
+    runsc_found: bool,
     spawner: Arc<SpawnerClient>,
     agents: Agents,
     contexts: Arc<Contexts>,
@@ -61,7 +68,9 @@ impl LiveRuntime {
                 }
             }
         })?;
-        Ok(LiveRuntime { spawner: Arc::new(spawner), agents, contexts, commands })
+        let config = RuntimeConfig::default();
+        let runsc_found = find_on_path(&config.runsc);
+        Ok(LiveRuntime { config, runsc_found, spawner: Arc::new(spawner), agents, contexts, commands })
     }
 
     /// Creates a sandbox under `id`; it is ready for commands when this returns.
@@ -78,7 +87,7 @@ impl LiveRuntime {
             .ok_or_else(|| RuntimeError::sys("agent pid", std::io::Error::other("pid 0")))?;
         let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
             .map_err(|e| RuntimeError::sys("pidfd_open of the agent", std::io::Error::from(e)))?;
-        let member = Member { agent: Arc::new(client), pidfd: Arc::new(pidfd) };
+        let member = Member { agent: Arc::new(client), pidfd: Arc::new(pidfd), tier: spec.tier() };
         self.agents.lock().map_err(|_| lock_poisoned())?.insert(id.to_owned(), member);
         Ok(())
     }
@@ -102,9 +111,31 @@ impl LiveRuntime {
 
     /// A non-blocking listener on `127.0.0.1:port` inside the sandbox's network namespace, held by the caller (the
     /// egress proxy's entrance). `None` when the sandbox is not alive.
-    pub fn listen_in_sandbox(&self, id: &str, port: u16) -> Option<std::io::Result<std::net::TcpListener>> {
-        let pidfd = self.agents.lock().ok().and_then(|map| map.get(id).map(|member| Arc::clone(&member.pidfd)))?;
-        Some(super::netns_listener::listen_in_netns(pidfd.as_fd(), port))
+    pub fn listen_in_sandbox(&self, id: &str, port: u16) -> Option<std::io::Result<Entrance>> {
+        let (pidfd, tier) = self
+            .agents
+            .lock()
+            .ok()
+            .and_then(|map| map.get(id).map(|member| (Arc::clone(&member.pidfd), member.tier)))?;
+        Some(match tier {
+            // The Sentry's network stack is its own: the agent bridges the port to this socket instead.
+            Tier::Gvisor => listen_on_door_socket(&self.config, id),
+            _ => super::netns_listener::listen_in_netns(pidfd.as_fd(), port).map(Entrance::Tcp),
+        })
+    }
+
+    /// Why sandboxes of `tier` cannot be created on this host, if they cannot (a message saying how to fix it).
+    pub fn tier_unavailable(&self, tier: Tier) -> Option<String> {
+        if let Some(reason) = tier.unavailable_reason() {
+            return Some(reason.to_owned());
+        }
+        (tier == Tier::Gvisor && !self.runsc_found).then(|| {
+            format!(
+                "isolation \"gvisor\" needs gVisor's runsc, which is not installed ({} not found): scripts/setup.sh \
+                 installs it (apt-get install -t bookworm-backports runsc on Debian 12)",
+                self.config.runsc.display()
+            )
+        })
     }
 
     /// Whether the sandbox is alive (its agent has not exited).
@@ -216,4 +247,30 @@ impl LiveRuntime {
         }
         self.commands.signal(id, command_id, signal).await
     }
+}
+
+/// A non-blocking unix listener at the gVisor sandbox's door socket (in its bundle, bound into the sandbox).
+fn listen_on_door_socket(config: &RuntimeConfig, id: &str) -> std::io::Result<Entrance> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = gvisor::door_socket(config, id);
+    // A socket left by an earlier door of this sandbox (the policy went to none and back) is replaced.
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let listener = std::os::unix::net::UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
+    listener.set_nonblocking(true)?;
+    Ok(Entrance::Unix(listener))
+}
+
+/// Whether `program` names an executable file (looked up on PATH when it has no slash).
+fn find_on_path(program: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |path: &Path| path.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if program.components().count() > 1 {
+        return executable(program);
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| executable(&dir.join(program))))
 }

@@ -202,10 +202,10 @@ impl Egress {
         id: &str,
         sandbox: &Arc<SandboxEgress>,
     ) -> Result<ProxyHandle, RuntimeFailure> {
-        let listener = runtime.listen_in_sandbox(id, PROXY_PORT)?;
-        let listener = tokio::net::TcpListener::from_std(listener)
-            .map_err(|e| RuntimeFailure::new(FailureKind::Internal, format!("egress listener: {e}")))?;
-        Ok(self.proxy.serve(listener, Arc::clone(sandbox)))
+        let entrance = runtime.listen_in_sandbox(id, PROXY_PORT)?;
+        self.proxy
+            .serve_at(entrance, Arc::clone(sandbox))
+            .map_err(|e| RuntimeFailure::new(FailureKind::Internal, format!("egress listener: {e}")))
     }
 
     /// Changes a live sandbox's policy: takes effect for new connections at once; a policy of `none` closes the door

@@ -144,11 +144,11 @@ impl SandboxRuntime for FakeRuntime {
     }
 
     /// No namespaces here: the "inside" port is an ephemeral one on the host's loopback.
-    fn listen_in_sandbox(&self, id: &str, _port: u16) -> Result<std::net::TcpListener, RuntimeFailure> {
+    fn listen_in_sandbox(&self, id: &str, _port: u16) -> Result<sandkasten_types::Entrance, RuntimeFailure> {
         self.with(id, |_| Ok(()))?;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
-        Ok(listener)
+        Ok(sandkasten_types::Entrance::Tcp(listener))
     }
 
     async fn exec(

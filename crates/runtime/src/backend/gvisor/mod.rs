@@ -47,7 +47,6 @@ pub(crate) fn runsc_root(config: &RuntimeConfig) -> PathBuf {
 }
 
 /// The host path of the egress door's socket of sandbox `id` (where the host listens for the proxy).
-#[allow(dead_code)] // used by the server's door through the runtime (next step)
 pub fn door_socket(config: &RuntimeConfig, id: &str) -> PathBuf {
     bundles_dir(config).join(id).join("door").join(DOOR_SOCKET)
 }
