@@ -66,8 +66,14 @@ def contenders(sandkasten: str) -> list[dict]:
             "required": False,
         },
         {
+            "name": "sandkasten-gvisor",
+            "argv": [sandkasten, "run", "--isolation", "gvisor", "--lang", "python", "--code", CODE],
+            "required": False,
+        },
+        {
+            # The gvisor tier's floor: the same runsc, platform and network mode, no orchestration.
             "name": "runsc",
-            "argv": [runsc, "--rootless=false", "--network=none", "--platform=ptrace", "do", PYTHON, "-c", CODE],
+            "argv": [runsc, "--rootless=false", "--network=none", "--platform=systrap", "do", PYTHON, "-c", CODE],
             "required": False,
         },
     ]

@@ -28,8 +28,27 @@ impl GvisorFiles {
     }
 }
 
+/// Removes runsc's state of container `id`, whose processes are all dead by now (they lived in the sandbox's cgroup,
+/// which was killed first). runsc keeps three entries per container in its root, all named after the id
+/// (`ID_sandbox:ID.state`, `ID_sandbox:ID.lock`, `runsc-ID.sock`); `runsc delete --force` would remove them too but
+/// waits ~1.4 s for the dead sandbox to answer, so they are removed directly, and `delete` is the fallback for a
+/// layout this code does not know.
 fn delete_container(runsc: &Path, root: &Path, id: &str) {
-    if !has_state(root, id) {
+    let Ok(entries) = std::fs::read_dir(root) else { return };
+    let mut unknown = false;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if sandbox_id_in(&name).as_deref() != Some(id) {
+            continue;
+        }
+        let known = name == format!("{id}_sandbox:{id}.state")
+            || name == format!("{id}_sandbox:{id}.lock")
+            || name == format!("runsc-{id}.sock");
+        if !known || std::fs::remove_file(entry.path()).is_err() {
+            unknown = true;
+        }
+    }
+    if !unknown {
         return;
     }
     let status = Command::new(runsc)
@@ -42,13 +61,6 @@ fn delete_container(runsc: &Path, root: &Path, id: &str) {
     if let Err(error) = status {
         tracing::warn!(%error, sandbox = %id, "runsc delete failed");
     }
-}
-
-/// Whether runsc's root holds anything named after `id` (its state file and lock).
-fn has_state(root: &Path, id: &str) -> bool {
-    std::fs::read_dir(root)
-        .map(|entries| entries.flatten().any(|entry| entry.file_name().to_string_lossy().contains(id)))
-        .unwrap_or(false)
 }
 
 /// Removes the bundles and runsc state of gVisor sandboxes that are not in `live` (ids whose owner is alive).
@@ -84,9 +96,29 @@ pub fn remove_leftovers(config: &RuntimeConfig, live: &dyn Fn(&str) -> bool) -> 
     removed
 }
 
-/// The sandbox id a bundle directory or runsc state file is named after (`sb-…`, `run-…`).
+/// The sandbox id a bundle directory or runsc state entry is named after (`sb-…`): `ID`, `ID_sandbox:ID.state`,
+/// `runsc-ID.sock`.
 fn sandbox_id_in(name: &str) -> Option<String> {
-    let stem = name.split(['_', '.']).find(|part| !part.is_empty())?;
-    let looks_like_id = stem.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') && stem.contains('-');
+    let name = name.strip_prefix("runsc-").unwrap_or(name);
+    let stem = name.split(['_', '.', ':']).next()?;
+    let looks_like_id =
+        !stem.is_empty() && stem.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') && stem.contains('-');
     looks_like_id.then(|| stem.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runsc_state_entries_and_bundles_are_named_after_their_sandbox() {
+        for name in [
+            "sb-0123456789abcdef",
+            "sb-0123456789abcdef_sandbox:sb-0123456789abcdef.state",
+            "runsc-sb-0123456789abcdef.sock",
+        ] {
+            assert_eq!(sandbox_id_in(name).as_deref(), Some("sb-0123456789abcdef"), "{name}");
+        }
+        assert_eq!(sandbox_id_in("runsc.log"), None);
+    }
 }
