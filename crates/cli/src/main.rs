@@ -37,7 +37,14 @@ enum Command {
     Sandbox(Box<client::SandboxArgs>),
     /// Internal: the single-threaded helper `serve` starts to create sandboxes. Not for use by hand.
     #[command(hide = true)]
-    Spawner,
+    Spawner {
+        /// The gvisor tier's runsc (from the server's `[gvisor] runsc`).
+        #[arg(long, default_value = "runsc")]
+        runsc: std::path::PathBuf,
+        /// gVisor's platform (from `[gvisor] platform`).
+        #[arg(long, default_value = "systrap")]
+        gvisor_platform: String,
+    },
     /// Check this host and say, per isolation tier, what works and what to fix.
     Doctor {
         /// Print the report as JSON.
@@ -61,7 +68,7 @@ fn log_format(command: &Command, env: Option<&str>) -> LogFormat {
     match env.map(str::trim) {
         Some(value) if value.eq_ignore_ascii_case("json") => LogFormat::Json,
         Some(value) if value.eq_ignore_ascii_case("text") => LogFormat::Text,
-        _ if matches!(command, Command::Serve(_) | Command::Spawner) => LogFormat::Json,
+        _ if matches!(command, Command::Serve(_) | Command::Spawner { .. }) => LogFormat::Json,
         _ => LogFormat::Text,
     }
 }
@@ -95,7 +102,7 @@ fn main() {
         Command::Run(args) => run_command::run(*args),
         Command::Gc { json } => gc_command::run(json),
         Command::Serve(args) => serve_command::run(args),
-        Command::Spawner => serve_command::run_spawner(),
+        Command::Spawner { runsc, gvisor_platform } => serve_command::run_spawner(runsc, &gvisor_platform),
         Command::Sandbox(args) => client::run(*args),
         Command::Doctor { json } => match doctor::run(json) {
             Ok(code) => code,

@@ -9,6 +9,7 @@ use clap::Args;
 use sandkasten_runtime::RuntimeConfig;
 use sandkasten_runtime::live::LiveRuntime;
 use sandkasten_server::ServerConfig;
+use sandkasten_types::GvisorSettings;
 
 use crate::exit_codes;
 use crate::live_adapter::LiveAdapter;
@@ -84,7 +85,8 @@ pub fn run(args: ServeArgs) -> i32 {
         }
     };
     // The spawner starts before the tokio runtime exists: from here on this process has threads and never forks.
-    let live = match LiveRuntime::start(&program) {
+    let runtime_config = RuntimeConfig { gvisor: config.gvisor.clone(), ..RuntimeConfig::default() };
+    let live = match LiveRuntime::start(&program, runtime_config) {
         Ok(live) => live,
         Err(error) => {
             eprintln!("sandkasten: starting the spawner failed: {error}");
@@ -113,7 +115,15 @@ pub fn run(args: ServeArgs) -> i32 {
 }
 
 /// `sandkasten spawner`: serves the control socket the server passed as standard input.
-pub fn run_spawner() -> i32 {
+pub fn run_spawner(runsc: std::path::PathBuf, platform: &str) -> i32 {
+    let platform = match serde_json::from_value(serde_json::Value::String(platform.to_owned())) {
+        Ok(platform) => platform,
+        Err(error) => {
+            eprintln!("sandkasten spawner: --gvisor-platform {platform}: {error}");
+            return exit_codes::BAD_INPUT;
+        }
+    };
+    let config = RuntimeConfig { gvisor: GvisorSettings { runsc, platform }, ..RuntimeConfig::default() };
     let control = match std::io::stdin().as_fd().try_clone_to_owned() {
         Ok(fd) => fd,
         Err(error) => {
@@ -121,5 +131,5 @@ pub fn run_spawner() -> i32 {
             return exit_codes::SANDBOX_ERROR;
         }
     };
-    sandkasten_runtime::spawner::run_spawner(control, RuntimeConfig::default())
+    sandkasten_runtime::spawner::run_spawner(control, config)
 }

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use sandkasten_types::GvisorSettings;
+
 /// Where the runtime keeps state and which host resources it may use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuntimeConfig {
@@ -13,11 +15,8 @@ pub struct RuntimeConfig {
     /// First host uid/gid of the range sandbox ids map to (inside 0..65536 → base..base+65536). Must not overlap real
     /// users. Default 1 000 000 000.
     pub host_id_base: u32,
-    /// The `runsc` binary of the gvisor tier. Default `runsc` (looked up on PATH); Debian's package installs
-    /// `/usr/bin/runsc`.
-    pub runsc: PathBuf,
-    /// gVisor's platform (`--platform`): `systrap` (default; needs no KVM), or `ptrace` where systrap cannot run.
-    pub gvisor_platform: String,
+    /// How the gvisor tier runs runsc (binary, platform).
+    pub gvisor: GvisorSettings,
 }
 
 impl Default for RuntimeConfig {
@@ -26,8 +25,7 @@ impl Default for RuntimeConfig {
             state_dir: PathBuf::from("/run/sandkasten"),
             cgroup_parent: "sandkasten".to_owned(),
             host_id_base: 1_000_000_000,
-            runsc: PathBuf::from("runsc"),
-            gvisor_platform: "systrap".to_owned(),
+            gvisor: GvisorSettings::default(),
         }
     }
 }

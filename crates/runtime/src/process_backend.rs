@@ -159,6 +159,9 @@ impl ProcessBackend {
         {
             tracing::warn!(%error, "garbage collection of stale sandboxes failed");
         }
+        if !gvisor::runsc_installed(&self.config) {
+            return Err(RuntimeError::HostUnsupported(gvisor::runsc_missing(&self.config)));
+        }
         let agent = std::env::current_exe().map_err(|e| RuntimeError::sys("finding the agent binary", e))?;
         let launcher = Launcher { config: &self.config, hierarchy: &self.hierarchy, filter: &self.filter };
         let result = oneshot::run(spec, request, stdin, sink, started_ns, |run_plan| {

@@ -331,6 +331,9 @@ pub struct ServerConfig {
     /// The egress proxy: static host entries, special-range CIDRs the operator allows, upstream TLS roots.
     #[serde(default)]
     pub egress: sandkasten_egress::EgressConfig,
+    /// How the gvisor tier runs runsc: `[gvisor] runsc = "/usr/bin/runsc"`, `platform = "systrap"` (or `"ptrace"`).
+    #[serde(default)]
+    pub gvisor: sandkasten_types::GvisorSettings,
 }
 
 fn default_listen() -> String {
@@ -372,6 +375,7 @@ impl Default for ServerConfig {
             tenants: Vec::new(),
             pools: Vec::new(),
             egress: sandkasten_egress::EgressConfig::default(),
+            gvisor: sandkasten_types::GvisorSettings::default(),
         }
     }
 }

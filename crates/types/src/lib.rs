@@ -23,4 +23,4 @@ pub use files::{FileInfo, FileKind};
 pub use limits::{LimitKind, Limits, LimitsError};
 pub use result::{ExecResult, OutputStream, PhaseTimings, ResourceUsage};
 pub use spec::{Entrance, NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec, Template, proxy_environment};
-pub use tier::Tier;
+pub use tier::{GvisorPlatform, GvisorSettings, Tier};

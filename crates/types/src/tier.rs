@@ -72,6 +72,43 @@ impl std::str::FromStr for Tier {
     }
 }
 
+/// How the gvisor tier runs `runsc` (the server's `[gvisor]` table).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct GvisorSettings {
+    /// The `runsc` binary: a path, or a name looked up on PATH. Default `runsc` (Debian installs `/usr/bin/runsc`).
+    pub runsc: std::path::PathBuf,
+    /// gVisor's platform: how the Sentry intercepts the sandbox's system calls. Default `systrap`.
+    pub platform: GvisorPlatform,
+}
+
+impl Default for GvisorSettings {
+    fn default() -> Self {
+        GvisorSettings { runsc: "runsc".into(), platform: GvisorPlatform::Systrap }
+    }
+}
+
+/// gVisor's platforms that need no KVM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GvisorPlatform {
+    /// seccomp traps (gVisor's default; fast, works inside VMs).
+    #[default]
+    Systrap,
+    /// ptrace (slower; for hosts where systrap cannot run).
+    Ptrace,
+}
+
+impl GvisorPlatform {
+    /// The name runsc takes (`--platform=NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            GvisorPlatform::Systrap => "systrap",
+            GvisorPlatform::Ptrace => "ptrace",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -710,3 +710,133 @@ pub fn accepted_within(listener: &std::net::TcpListener, window: Duration) -> us
     }
     count
 }
+
+// ---------------------------------------------------------------------------------------------------------------------
+// The gVisor tier
+// ---------------------------------------------------------------------------------------------------------------------
+
+/// The runsc binary the gvisor tier drives (Debian's package installs it here).
+pub const RUNSC: &str = "/usr/bin/runsc";
+/// Where the gvisor tier writes one OCI bundle per sandbox.
+pub const GVISOR_BUNDLES: &str = "/run/sandkasten/gvisor";
+/// runsc's `--root`: its state, lock and control socket per sandbox.
+pub const RUNSC_ROOT: &str = "/run/sandkasten/runsc";
+
+/// Why the gvisor tier cannot run here (`None`: root and runsc are present).
+pub fn gvisor_unavailable() -> Option<String> {
+    if !is_root() {
+        return Some("needs root (the gvisor tier creates cgroups and runs runsc)".to_owned());
+    }
+    if !Path::new(RUNSC).is_file() {
+        return Some(format!("needs {RUNSC} (the gvisor tier; scripts/setup.sh installs it)"));
+    }
+    None
+}
+
+/// Returns from the test (skipping it, with the reason on stderr) when root or runsc is missing.
+#[allow(unused_macros)] // only the gVisor suites use it
+macro_rules! require_runsc {
+    () => {
+        require_root!();
+        if let Some(reason) = crate::common::gvisor_unavailable() {
+            eprintln!("skipped: {reason}");
+            return;
+        }
+    };
+}
+
+/// `sandkasten run --isolation gvisor <args...>`.
+pub fn gvisor_run<I, S>(args: I) -> Cli
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    let mut all: Vec<String> = vec!["--isolation".into(), "gvisor".into()];
+    all.extend(args.into_iter().map(Into::into));
+    run(all)
+}
+
+/// `sandkasten run --isolation gvisor --lang <lang> --code <code> <extra...>`.
+pub fn gvisor_code(lang: &str, code: &str, extra: &[&str]) -> Cli {
+    let mut args: Vec<String> = vec!["--lang".into(), lang.into(), "--code".into(), code.into()];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    gvisor_run(args)
+}
+
+/// Host processes of runsc itself (`runsc`, `runsc-sandbox` = the Sentry, `runsc-gofer`) whose argv names `needle`.
+pub fn runsc_processes(needle: &str) -> Vec<(u32, String)> {
+    host_pids()
+        .into_iter()
+        .filter_map(|pid| {
+            let line = cmdline(pid);
+            let runsc = line
+                .split_whitespace()
+                .next()
+                .is_some_and(|argv0| argv0.rsplit('/').next().unwrap_or(argv0).starts_with("runsc"));
+            (runsc && line.contains(needle)).then_some((pid, line))
+        })
+        .collect()
+}
+
+/// What is left of gVisor sandbox `id` on the host: everything `leftovers` looks for, plus its bundle, runsc's state
+/// entries, any host process whose argv names it (runsc, its Sentry, its gofer) and any host mount naming it.
+pub fn gvisor_leftovers(id: &str) -> Vec<String> {
+    let mut left = leftovers(id);
+    let bundle = Path::new(GVISOR_BUNDLES).join(id);
+    if bundle.exists() {
+        left.push(format!("bundle {} still exists", bundle.display()));
+    }
+    for name in dir_names(RUNSC_ROOT) {
+        if name.contains(id) {
+            left.push(format!("runsc state entry {RUNSC_ROOT}/{name} still exists"));
+        }
+    }
+    for pid in host_pids() {
+        let line = cmdline(pid);
+        if line.contains(id) {
+            left.push(format!("process {pid} still names the sandbox: {}", excerpt(&line, 200)));
+        }
+    }
+    if let Ok(mounts) = fs::read_to_string("/proc/self/mountinfo") {
+        for line in mounts.lines().filter(|l| l.contains(id)) {
+            left.push(format!("host mount still names the sandbox: {line}"));
+        }
+    }
+    left
+}
+
+/// Asserts gVisor sandbox `id` left nothing on the host (see `gvisor_leftovers`), allowing a short grace for reaping.
+pub fn assert_no_gvisor_leaks(id: &str) {
+    assert!(!id.is_empty(), "assert_no_gvisor_leaks needs a sandbox id");
+    let deadline = Instant::now() + Duration::from_millis(2000);
+    loop {
+        let left = gvisor_leftovers(id);
+        if left.is_empty() {
+            return;
+        }
+        if Instant::now() > deadline {
+            panic!("gVisor sandbox {id} leaked after the CLI returned:\n  {}", left.join("\n  "));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The id of the running gVisor sandbox whose bundle holds a file (its code, under `rootfs/sandbox`) containing
+/// `marker`, polled for up to `limit`.
+pub fn gvisor_sandbox_with_code(marker: &str, limit: Duration) -> Option<String> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        for id in dir_names(GVISOR_BUNDLES) {
+            let code_dir = Path::new(GVISOR_BUNDLES).join(&id).join("rootfs/sandbox");
+            let Ok(entries) = fs::read_dir(&code_dir) else { continue };
+            let found = entries
+                .flatten()
+                .any(|e| fs::read(e.path()).is_ok_and(|b| String::from_utf8_lossy(&b).contains(marker)));
+            if found {
+                return Some(id);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}

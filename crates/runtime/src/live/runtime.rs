@@ -46,13 +46,13 @@ fn lock_poisoned() -> RuntimeError {
 
 impl LiveRuntime {
     /// Starts the spawner (`program spawner`, normally the running `sandkasten` binary).
-    pub fn start(program: &Path) -> Result<LiveRuntime, RuntimeError> {
+    pub fn start(program: &Path, config: RuntimeConfig) -> Result<LiveRuntime, RuntimeError> {
         let agents: Agents = Arc::default();
         let contexts: Arc<Contexts> = Arc::default();
         let commands: Arc<BackgroundCommands> = Arc::default();
         let (forget, forget_contexts) = (Arc::clone(&agents), Arc::clone(&contexts));
         let forget_commands = Arc::clone(&commands);
-        let spawner = SpawnerClient::start(program, move |event| {
+        let spawner = SpawnerClient::start(program, &config.gvisor, move |event| {
             if let Ok(mut map) = forget.lock() {
                 match event {
                     SpawnerEvent::Exited { id } => {
@@ -68,8 +68,7 @@ impl LiveRuntime {
                 }
             }
         })?;
-        let config = RuntimeConfig::default();
-        let runsc_found = find_on_path(&config.runsc);
+        let runsc_found = gvisor::runsc_installed(&config);
         Ok(LiveRuntime { config, runsc_found, spawner: Arc::new(spawner), agents, contexts, commands })
     }
 
@@ -129,13 +128,10 @@ impl LiveRuntime {
         if let Some(reason) = tier.unavailable_reason() {
             return Some(reason.to_owned());
         }
-        (tier == Tier::Gvisor && !self.runsc_found).then(|| {
-            format!(
-                "isolation \"gvisor\" needs gVisor's runsc, which is not installed ({} not found): scripts/setup.sh \
-                 installs it (apt-get install -t bookworm-backports runsc on Debian 12)",
-                self.config.runsc.display()
-            )
-        })
+        if tier == Tier::Gvisor && !self.runsc_found {
+            return Some(gvisor::runsc_missing(&self.config));
+        }
+        None
     }
 
     /// Whether the sandbox is alive (its agent has not exited).
@@ -262,15 +258,4 @@ fn listen_on_door_socket(config: &RuntimeConfig, id: &str) -> std::io::Result<En
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
     listener.set_nonblocking(true)?;
     Ok(Entrance::Unix(listener))
-}
-
-/// Whether `program` names an executable file (looked up on PATH when it has no slash).
-fn find_on_path(program: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    let executable = |path: &Path| path.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
-    if program.components().count() > 1 {
-        return executable(program);
-    }
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| executable(&dir.join(program))))
 }

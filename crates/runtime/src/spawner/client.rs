@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Mutex};
 
-use sandkasten_types::{ResourceUsage, SandboxSpec};
+use sandkasten_types::{GvisorSettings, ResourceUsage, SandboxSpec};
 
 use super::messages::{SpawnerRequest, SpawnerResponse};
 use super::transport::{packet_pair, receive, send};
@@ -44,14 +44,18 @@ pub struct SpawnerClient {
 }
 
 impl SpawnerClient {
-    /// Starts `program spawner` (normally the `sandkasten` binary itself) and a thread reading its messages.
+    /// Starts `program spawner --runsc … --gvisor-platform …` (normally the `sandkasten` binary itself) and a thread reading its messages.
     pub fn start(
         program: &Path,
+        gvisor: &GvisorSettings,
         on_event: impl Fn(SpawnerEvent) + Send + 'static,
     ) -> Result<SpawnerClient, RuntimeError> {
         let (ours, theirs) = packet_pair()?;
         let child = Command::new(program)
             .arg("spawner")
+            .arg("--runsc")
+            .arg(&gvisor.runsc)
+            .args(["--gvisor-platform", gvisor.platform.name()])
             .stdin(Stdio::from(theirs))
             .stdout(Stdio::null())
             .spawn()

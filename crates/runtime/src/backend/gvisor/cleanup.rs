@@ -86,8 +86,11 @@ pub fn remove_leftovers(config: &RuntimeConfig, live: &dyn Fn(&str) -> bool) -> 
         if live(&id) {
             continue;
         }
-        let files =
-            GvisorFiles { runsc: config.runsc.clone(), runsc_root: runsc_root.clone(), bundle: bundles.join(&id) };
+        let files = GvisorFiles {
+            runsc: config.gvisor.runsc.clone(),
+            runsc_root: runsc_root.clone(),
+            bundle: bundles.join(&id),
+        };
         match files.remove(&id) {
             Ok(()) => removed.push(id),
             Err(error) => tracing::warn!(%error, sandbox = %id, "removing a gVisor sandbox's leftovers failed"),

@@ -46,6 +46,27 @@ pub(crate) fn runsc_root(config: &RuntimeConfig) -> PathBuf {
     config.state_dir.join("runsc")
 }
 
+/// Whether the configured runsc names an executable file (looked up on PATH when it has no slash).
+pub(crate) fn runsc_installed(config: &RuntimeConfig) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let program = &config.gvisor.runsc;
+    let executable = |path: &Path| path.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if program.components().count() > 1 {
+        return executable(program);
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| executable(&dir.join(program))))
+}
+
+/// What to tell a user whose host has no runsc.
+pub(crate) fn runsc_missing(config: &RuntimeConfig) -> String {
+    format!(
+        "isolation \"gvisor\" needs gVisor's runsc, which is not installed ({} not found): scripts/setup.sh installs \
+         it (on Debian 12: apt-get install -t bookworm-backports runsc)",
+        config.gvisor.runsc.display()
+    )
+}
+
 /// The host path of the egress door's socket of sandbox `id` (where the host listens for the proxy).
 pub fn door_socket(config: &RuntimeConfig, id: &str) -> PathBuf {
     bundles_dir(config).join(id).join("door").join(DOOR_SOCKET)
@@ -62,8 +83,11 @@ pub(crate) fn spawn(
 ) -> Result<UnixStream, RuntimeError> {
     let home = user_of(spec.template).home;
     let bundle_dir = bundles_dir(config).join(&guard.id);
-    guard.gvisor =
-        Some(GvisorFiles { runsc: config.runsc.clone(), runsc_root: runsc_root(config), bundle: bundle_dir.clone() });
+    guard.gvisor = Some(GvisorFiles {
+        runsc: config.gvisor.runsc.clone(),
+        runsc_root: runsc_root(config),
+        bundle: bundle_dir.clone(),
+    });
     std::fs::create_dir_all(&bundle_dir)
         .map_err(|e| RuntimeError::sys_owned(format!("creating {}", bundle_dir.display()), e))?;
     let bundle_spec = bundle::BundleSpec {
@@ -87,11 +111,11 @@ pub(crate) fn spawn(
         .iter()
         .filter_map(|dir| CString::new(dir.join("cgroup.procs").into_os_string().into_encoded_bytes()).ok())
         .collect();
-    let mut command = Command::new(&config.runsc);
+    let mut command = Command::new(&config.gvisor.runsc);
     command
         .arg(format!("--root={}", runsc_root(config).display()))
         .arg("--network=none")
-        .arg(format!("--platform={}", config.gvisor_platform))
+        .arg(format!("--platform={}", config.gvisor.platform.name()))
         .arg("--ignore-cgroups")
         .arg("--host-uds=open")
         .arg("--overlay2=none")
@@ -108,7 +132,10 @@ pub(crate) fn spawn(
         command.pre_exec(move || join_cgroup_and_die_with_parent(&procs));
     }
     let child = command.spawn().map_err(|e| {
-        RuntimeError::sys_owned(format!("starting {} (install it with scripts/setup.sh)", config.runsc.display()), e)
+        RuntimeError::sys_owned(
+            format!("starting {} (install it with scripts/setup.sh)", config.gvisor.runsc.display()),
+            e,
+        )
     })?;
     guard.init_pid = Some(child.id());
     // The child is reaped by whoever owns the guard (waitpid on `init_pid`), not through `Child`.
