@@ -11,12 +11,11 @@ pub mod clock;
 pub mod config;
 mod e2b;
 pub mod egress;
-pub mod expiry;
 pub mod ids;
+pub mod lifecycle;
 mod metrics;
 mod migrations;
 pub mod pool;
-pub mod reconcile;
 pub mod runtime;
 pub mod state;
 pub mod store;
@@ -108,15 +107,15 @@ pub async fn serve_on<R: SandboxRuntime>(
         Store::open(&config.database).map_err(|source| ServerError::Store { path: config.database.clone(), source })?;
     let state =
         AppState::new(&config, store, runtime).map_err(|e| ServerError::Config(ConfigError::Egress(e.to_string())))?;
-    reconcile::register_tenants(&state).await.map_err(ServerError::Reconcile)?;
-    let lost = reconcile::reconcile(&state).await.map_err(ServerError::Reconcile)?;
+    lifecycle::reconcile::register_tenants(&state).await.map_err(ServerError::Reconcile)?;
+    let lost = lifecycle::reconcile::reconcile(&state).await.map_err(ServerError::Reconcile)?;
     let addr = listener.local_addr().map_err(ServerError::Serve)?;
     if config.insecure_no_auth {
         tracing::warn!(%addr, "authentication is off (insecure_no_auth): every request acts as tenant 'default'");
     }
     tracing::info!(%addr, tenants = config.tenants.len(), lost, "sandkasten server listening");
-    let sweeper = tokio::spawn(expiry::run(state.clone()));
-    let refill = tokio::spawn(pool::refill(state.clone()));
+    let sweeper = tokio::spawn(lifecycle::expiry::run(state.clone()));
+    let refill = tokio::spawn(lifecycle::refill::run(state.clone()));
     let audit = state.audit_writer().map(tokio::spawn);
     let result = axum::serve(listener, router(state.clone())).with_graceful_shutdown(shutdown).await;
     sweeper.abort();
@@ -126,9 +125,7 @@ pub async fn serve_on<R: SandboxRuntime>(
     }
     // Idle pool members belong to nobody: destroy them now (a creation cut short by the abort is left to the
     // runtime, which destroys every sandbox when it goes).
-    for id in state.pools().drain() {
-        api::destroy_quietly(&state, &id).await;
-    }
+    lifecycle::refill::destroy_idle(&state).await;
     tracing::info!("sandkasten server stopped");
     result.map_err(ServerError::Serve)
 }

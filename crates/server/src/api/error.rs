@@ -8,6 +8,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::egress::PrepareError;
+use crate::lifecycle::LifecycleError;
 use crate::runtime::{FailureKind, RuntimeFailure};
 use crate::store::{QuotaExceeded, StoreError};
 
@@ -195,6 +197,34 @@ impl From<RuntimeFailure> for ApiError {
             FailureKind::Internal => return ApiError::internal(format!("runtime: {}", failure.message)),
         };
         ApiError::new(code, failure.message)
+    }
+}
+
+impl From<PrepareError> for ApiError {
+    fn from(error: PrepareError) -> Self {
+        match error {
+            PrepareError::Policy(message) => ApiError::bad_request(message),
+            PrepareError::UnknownSecret(_) => ApiError::unprocessable(error.to_string()),
+            PrepareError::Ca(_) => ApiError::internal(error),
+            PrepareError::Store(error) => error.into(),
+            PrepareError::Id(error) => error.into(),
+        }
+    }
+}
+
+impl From<LifecycleError> for ApiError {
+    fn from(error: LifecycleError) -> Self {
+        match error {
+            LifecycleError::TierUnavailable(reason) => ApiError::new(ErrorCode::TierUnavailable, reason),
+            LifecycleError::TimeoutOutOfRange { .. } => ApiError::unprocessable(error.to_string()),
+            LifecycleError::Egress(error) => error.into(),
+            LifecycleError::Id(error) => error.into(),
+            LifecycleError::Store(error) => error.into(),
+            LifecycleError::Quota(error) => error.into(),
+            LifecycleError::Runtime(failure) => failure.into(),
+            LifecycleError::EndedWhileCreating(_) => ApiError::conflict(error.to_string()),
+            LifecycleError::AdmissionFailed | LifecycleError::DestroyFailed(_) => ApiError::internal(error),
+        }
     }
 }
 

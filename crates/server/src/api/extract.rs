@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use crate::api::error::ApiError;
 use crate::auth::Tenant;
 use crate::ids::is_sandbox_id;
+use crate::lifecycle::note_lost;
 use crate::state::AppState;
 use crate::store::{SandboxRecord, SandboxState};
 
@@ -120,28 +121,10 @@ pub(crate) async fn runtime_result<T>(
     }
 }
 
-/// Turns a runtime failure into an API error; `SandboxGone` also ends the sandbox (see [`note_lost`]).
+/// Turns a runtime failure into an API error; `SandboxGone` also ends the sandbox (`lifecycle::note_lost`).
 pub(crate) async fn runtime_error(state: &AppState, id: &str, failure: crate::runtime::RuntimeFailure) -> ApiError {
     if let Err(error) = note_lost(state, id, &failure).await {
         return ApiError::from(error);
     }
     ApiError::from(failure)
-}
-
-/// When `failure` says the sandbox vanished: releases what the server still holds for it (its egress door and
-/// secrets, its E2B session, whatever the runtime kept) and marks it lost, as the startup reconcile does.
-pub(crate) async fn note_lost(
-    state: &AppState,
-    id: &str,
-    failure: &crate::runtime::RuntimeFailure,
-) -> Result<(), crate::store::StoreError> {
-    if failure.kind != crate::runtime::FailureKind::SandboxGone {
-        return Ok(());
-    }
-    tracing::warn!(sandbox = id, reason = %failure.message, "sandbox lost");
-    crate::api::destroy_quietly(state, id).await;
-    if state.store().mark_lost(id, &failure.message).await? {
-        state.metrics().sandbox_exited(crate::metrics::ExitReason::Lost);
-    }
-    Ok(())
 }

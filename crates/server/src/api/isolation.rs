@@ -1,13 +1,10 @@
 //! The `isolation` of requests and answers: its OpenAPI mirror of `sandkasten_types::Tier` (what each tier isolates
-//! and costs), and the one place a create's tier is resolved (the request's, else the server's default) and refused
-//! when it cannot run here, before anything of the sandbox exists.
+//! and costs). A create's tier is resolved (the request's, else the server's default) and refused when it cannot run
+//! here by `lifecycle::resolve_tier`, before anything of the sandbox exists.
 
 use sandkasten_types::Tier;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
-
-use crate::api::error::{ApiError, ErrorCode};
-use crate::state::AppState;
 
 /// How strongly a sandbox is isolated from the host, and what that costs. Mirrors `sandkasten_types::Tier`.
 ///
@@ -54,17 +51,6 @@ impl From<IsolationName> for Tier {
             IsolationName::Microvm => Tier::Microvm,
             IsolationName::Auto => Tier::Auto,
         }
-    }
-}
-
-/// The tier a create runs on: `requested`, else the server's default; `tier_unavailable` (422) when this build or
-/// this host's runtime cannot run it, with the runtime's word on what to install.
-pub(crate) fn resolve(state: &AppState, requested: Option<Tier>) -> Result<Tier, ApiError> {
-    let tier = requested.unwrap_or(state.settings().isolation);
-    let reason = tier.unavailable_reason().map(str::to_owned).or_else(|| state.runtime().tier_unavailable(tier));
-    match reason {
-        Some(reason) => Err(ApiError::new(ErrorCode::TierUnavailable, reason)),
-        None => Ok(tier),
     }
 }
 

@@ -38,7 +38,6 @@ use crate::auth::require_tenant;
 use crate::state::AppState;
 
 pub(crate) use request_log::LoggedTenant;
-pub(crate) use sandboxes::destroy_quietly;
 
 /// The OpenAPI description of every route.
 #[derive(OpenApi)]

@@ -7,13 +7,13 @@ use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::api::destroy_quietly;
 use crate::api::error::{ApiError, ErrorBody};
 use crate::api::extract::{IdPath, JsonBody};
 use crate::api::isolation::IsolationName;
 use crate::api::schemas::{LimitsBody, TemplateName};
 use crate::auth::Tenant;
 use crate::config::{MAX_POOL_SIZE, ZygoteKind};
+use crate::lifecycle::refill;
 use crate::pool::PoolStatus;
 use crate::state::AppState;
 
@@ -151,13 +151,9 @@ pub(crate) async fn resize(
         )));
     }
     let (min, max) = checked(&sizes)?;
-    let (status, surplus) = state
-        .pools()
-        .resize(&name, min, max, state.metrics())
+    let (status, destroyed) = refill::resize(&state, &name, min, max)
+        .await
         .ok_or_else(|| ApiError::not_found(format!("no pool named {name:?}; GET /v1/pools lists them")))?;
-    tracing::info!(pool = %name, tenant = %tenant.name, min, max, destroyed = surplus.len(), "pool resized");
-    for id in &surplus {
-        destroy_quietly(&state, id).await;
-    }
+    tracing::info!(pool = %name, tenant = %tenant.name, min, max, destroyed, "pool resized");
     Ok(Json(PoolBody::from(status)))
 }

@@ -21,9 +21,10 @@ use tokio::sync::mpsc;
 
 use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::api::extract::JsonBody;
-use crate::api::isolation::{self, IsolationName};
+use crate::api::isolation::IsolationName;
 use crate::api::output::{self, Capture, json_event};
 use crate::auth::Tenant;
+use crate::lifecycle::resolve_tier;
 use crate::runtime::Stream;
 use crate::state::AppState;
 
@@ -65,7 +66,7 @@ pub(crate) async fn run(
     let requested = Instant::now();
     let mut plan = request::plan(body, state.settings())?;
     // Resolved here (as `start_sandbox` would) so that the answer can say which tier ran the code.
-    plan.spec.isolation = Some(isolation::resolve(&state, plan.spec.isolation)?);
+    plan.spec.isolation = Some(resolve_tier(&state, plan.spec.isolation)?);
     let tier = IsolationName::from(plan.spec.tier());
     let limit = plan.spec.limits.output_bytes;
     let started = task::spawn(state.clone(), tenant, plan, requested);

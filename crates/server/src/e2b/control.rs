@@ -11,12 +11,12 @@ use axum::response::{IntoResponse, Response};
 use sandkasten_types::{Limits, NetworkPolicy, SandboxSpec, Template};
 use serde::{Deserialize, Serialize};
 
-use crate::api::sandboxes::{check_timeout, end_running, start_sandbox};
 use crate::auth::Tenant;
 use crate::clock::rfc3339;
 use crate::e2b::auth::api_tenant;
 use crate::e2b::error::{Code, E2bError};
 use crate::e2b::network;
+use crate::lifecycle::{check_timeout, end_running, start_sandbox};
 use crate::state::AppState;
 use crate::store::{SandboxRecord, SandboxState};
 use crate::validate;

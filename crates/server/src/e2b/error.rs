@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::api::error::{ApiError, ErrorCode, ErrorTag};
+use crate::lifecycle::LifecycleError;
 use crate::runtime::{FailureKind, RuntimeFailure};
 
 /// The Connect error codes the facade answers.
@@ -129,6 +130,12 @@ impl IntoResponse for E2bError {
         let mut response = (status, Json(RestBody { code: status.as_u16(), message: self.message })).into_response();
         response.extensions_mut().insert(ErrorTag(self.code.as_str()));
         response
+    }
+}
+
+impl From<LifecycleError> for E2bError {
+    fn from(error: LifecycleError) -> Self {
+        E2bError::from(ApiError::from(error))
     }
 }
 

@@ -1,7 +1,7 @@
 //! The facade's in-memory sessions: each facade sandbox's access token (256 random bits, handed out by create and
 //! connect), owner and E2B template name, and what its processes were started with (envs, cwd, tag), which the
 //! runtime does not keep. Nothing is persisted: after a server restart `Sandbox.connect` opens a new session. A
-//! session ends with its sandbox (`api::sandboxes::destroy_quietly`).
+//! session ends with its sandbox (`lifecycle::destroy_quietly`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

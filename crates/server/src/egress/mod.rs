@@ -16,9 +16,9 @@ use std::sync::{Arc, Mutex};
 use sandkasten_egress::{Mode, Policy, Proxy, ProxyHandle, SandboxCa, SandboxEgress, Secret};
 use sandkasten_types::{NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec};
 
-use crate::api::error::ApiError;
+use crate::ids::IdError;
 use crate::runtime::{DynRuntime, FailureKind, RuntimeFailure};
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 /// Where a sandbox that holds secrets finds the CA bundle trusting its interception CA (the system's roots plus it).
 pub const CA_BUNDLE_PATH: &str = "/tmp/.sandkasten-ca-bundle.pem";
@@ -49,6 +49,26 @@ pub fn compile(policy: &NetworkPolicy) -> Result<Policy, String> {
     Policy::compile(mode, &policy.allow, &policy.deny).map_err(|error| format!("network: {error}"))
 }
 
+/// Why [`prepare`] refused a spec (the API answers each as `api::error` maps it).
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// The network policy does not compile (400); the message names the bad pattern.
+    #[error("{0}")]
+    Policy(String),
+    /// A named secret does not exist for the tenant (422).
+    #[error("secret {0:?} does not exist for this tenant: create it with PUT /v1/secrets/{0}")]
+    UnknownSecret(String),
+    /// The sandbox's interception CA could not be made (500).
+    #[error("sandbox CA: {0}")]
+    Ca(String),
+    /// The secrets could not be read (500).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// No randomness for a placeholder (500).
+    #[error(transparent)]
+    Id(#[from] IdError),
+}
+
 /// What a sandbox's egress needs once it exists: its compiled policy, its secrets with their placeholders, and the CA
 /// that intercepts TLS toward the secrets' hosts.
 pub struct Prepared {
@@ -66,8 +86,8 @@ impl std::fmt::Debug for Prepared {
 /// Checks `spec`'s policy and resolves its secrets: each named secret must exist for the tenant; its environment
 /// variable gets a fresh placeholder, and the CA variables point at [`CA_BUNDLE_PATH`]. Runs before the sandbox is
 /// created (the environment is fixed at creation).
-pub async fn prepare(store: &Store, tenant: &str, spec: &mut SandboxSpec) -> Result<Prepared, ApiError> {
-    let policy = compile(&spec.network).map_err(ApiError::bad_request)?;
+pub async fn prepare(store: &Store, tenant: &str, spec: &mut SandboxSpec) -> Result<Prepared, PrepareError> {
+    let policy = compile(&spec.network).map_err(PrepareError::Policy)?;
     if spec.secrets.is_empty() {
         return Ok(Prepared { policy, secrets: Vec::new(), ca: None });
     }
@@ -75,9 +95,7 @@ pub async fn prepare(store: &Store, tenant: &str, spec: &mut SandboxSpec) -> Res
     let mut secrets = Vec::new();
     for name in &spec.secrets {
         let Some(found) = stored.iter().find(|s| &s.name == name) else {
-            return Err(ApiError::unprocessable(format!(
-                "secret {name:?} does not exist for this tenant: create it with PUT /v1/secrets/{name}"
-            )));
+            return Err(PrepareError::UnknownSecret(name.clone()));
         };
         let placeholder = placeholder(name)?;
         spec.env.insert(name.clone(), placeholder.clone());
@@ -88,7 +106,7 @@ pub async fn prepare(store: &Store, tenant: &str, spec: &mut SandboxSpec) -> Res
             hosts: found.hosts.clone(),
         });
     }
-    let ca = SandboxCa::generate("sandkasten sandbox").map_err(|e| ApiError::internal(format!("sandbox CA: {e}")))?;
+    let ca = SandboxCa::generate("sandkasten sandbox").map_err(|e| PrepareError::Ca(e.to_string()))?;
     for name in
         ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS"]
     {
@@ -99,7 +117,7 @@ pub async fn prepare(store: &Store, tenant: &str, spec: &mut SandboxSpec) -> Res
 
 /// A placeholder for a secret: recognisable in logs, random so that one sandbox's placeholder means nothing to
 /// another's proxy state.
-fn placeholder(name: &str) -> Result<String, ApiError> {
+fn placeholder(name: &str) -> Result<String, IdError> {
     let hex = crate::ids::random_hex(12)?;
     Ok(format!("sandkasten-secret-{}-{hex}", name.to_ascii_lowercase()))
 }

@@ -13,6 +13,19 @@ use sandkasten_types::SandboxSpec;
 
 use crate::config::ZygoteKind;
 
+/// One pool as `GET /v1/pools` shows it.
+#[derive(Debug, Clone)]
+pub(crate) struct PoolStatus {
+    /// The pool's name.
+    pub(crate) name: String,
+    /// The spec its sandboxes are created with (isolation tier, template and limits).
+    pub(crate) spec: SandboxSpec,
+    /// Its zygote, if any.
+    pub(crate) zygote: Option<ZygoteKind>,
+    /// Its numbers.
+    pub(crate) numbers: Snapshot,
+}
+
 /// A ready member: its sandbox id and, when the pool has a zygote, the zygote's background command id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Member {
@@ -111,8 +124,8 @@ impl PoolClass {
     }
 
     /// Name, spec, zygote and numbers.
-    pub(crate) fn status(&self) -> super::PoolStatus {
-        super::PoolStatus {
+    pub(crate) fn status(&self) -> PoolStatus {
+        PoolStatus {
             name: self.name.clone(),
             spec: self.spec.clone(),
             zygote: self.zygote_kind,

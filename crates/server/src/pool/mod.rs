@@ -8,7 +8,8 @@
 //!   caller the member's id, then the row is admitted against the caller's quota like any create; when the quota
 //!   refuses, the untouched member goes back to the pool.
 //! - A claimed sandbox never returns to a pool: deleting it destroys it, and the refill task creates a new one.
-//! - The refill task keeps each pool at its target of ready members (never more than `max`), one creation at a time,
+//! - The refill task (`lifecycle::refill`, over what this module offers it: [`Pools::next_fill`],
+//!   [`Pools::fill_finished`], [`Pools::prune`]) keeps each pool at its target of ready members (never more than `max`), one creation at a time,
 //!   and drops members whose agent died (they are replaced). The target is `min`, raised by one per recent miss up to
 //!   `max` and lowered back one step per `class::GROW_DECAY` (10 s) without a miss (see `class`).
 //! - An admin resizes a pool at run time (`PUT /v1/pools/{name}`): a higher `min` is refilled, a lower `max` destroys
@@ -30,24 +31,19 @@ mod class;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use sandkasten_types::{CodeLanguage, CommandSpec, SandboxSpec, Tier};
+use sandkasten_types::{CodeLanguage, SandboxSpec, Tier};
 use tokio::sync::Notify;
 
 use crate::config::{PoolConfig, ZygoteKind};
-use crate::ids;
 use crate::metrics::Metrics;
 use crate::runtime::DynRuntime;
-pub(crate) use class::Snapshot;
-use class::{Member, PoolClass};
+use class::PoolClass;
+pub(crate) use class::{Member, PoolStatus};
 
 /// The Python zygote's program (`python3 -c`).
 const PYTHON_ZYGOTE: &str = include_str!("../../../../resources/zygotes/python_zygote.py");
 /// The Node.js zygote's program (`node -e`).
 const NODE_ZYGOTE: &str = include_str!("../../../../resources/zygotes/node_zygote.js");
-/// Time limit of a zygote command: it waits in an idle member for as long as the member is not claimed; a run
-/// enforces its own time limit.
-const ZYGOTE_TIMEOUT_MS: u64 = 365 * 24 * 3600 * 1000;
-
 /// The argv of a pool's zygote.
 fn zygote_argv(kind: ZygoteKind, preload: &[String]) -> Vec<String> {
     let head = match kind {
@@ -56,11 +52,6 @@ fn zygote_argv(kind: ZygoteKind, preload: &[String]) -> Vec<String> {
     };
     head.into_iter().map(str::to_owned).chain(preload.iter().cloned()).collect()
 }
-
-/// How often the refill task looks for dead members when nothing wakes it.
-const CHECK_EVERY: Duration = Duration::from_millis(200);
-/// Pause after a failed creation before the next attempt.
-const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// A sandbox taken from a pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,19 +64,6 @@ pub(crate) struct Claimed {
     pub(crate) zygote: Option<String>,
     /// Which interpreter that zygote is.
     pub(crate) zygote_kind: Option<ZygoteKind>,
-}
-
-/// One pool as `GET /v1/pools` shows it.
-#[derive(Debug, Clone)]
-pub(crate) struct PoolStatus {
-    /// The pool's name.
-    pub(crate) name: String,
-    /// The spec its sandboxes are created with (isolation tier, template and limits).
-    pub(crate) spec: SandboxSpec,
-    /// Its zygote, if any.
-    pub(crate) zygote: Option<ZygoteKind>,
-    /// Its numbers.
-    pub(crate) numbers: Snapshot,
 }
 
 /// Updates a pool's gauges.
@@ -232,8 +210,23 @@ impl Pools {
         }
     }
 
+    /// Sets every pool's gauges (the refill task does, when it starts).
+    pub(crate) fn report_all(&self, metrics: &Metrics) {
+        if let Ok(classes) = self.classes.lock() {
+            classes.iter().for_each(|pool| report(metrics, pool));
+        }
+    }
+
+    /// Waits until a claim, a resize or a finished creation may have changed what the pools want, or `at_most`.
+    pub(crate) async fn wait_for_change(&self, at_most: Duration) {
+        tokio::select! {
+            () = self.wake.notified() => {}
+            () = tokio::time::sleep(at_most) => {}
+        }
+    }
+
     /// Marks one creation as started for the first pool that wants one; what to create.
-    fn next_fill(&self) -> Option<Fill> {
+    pub(crate) fn next_fill(&self) -> Option<Fill> {
         let mut classes = self.classes.lock().ok()?;
         let (class, pool) = classes.iter_mut().enumerate().find(|(_, p)| p.wants_more())?;
         pool.fill_started();
@@ -246,7 +239,7 @@ impl Pools {
     }
 
     /// Ends a creation; returns an id to destroy when the pool turned out full.
-    fn fill_finished(&self, class: usize, member: Option<Member>, metrics: &Metrics) -> Option<String> {
+    pub(crate) fn fill_finished(&self, class: usize, member: Option<Member>, metrics: &Metrics) -> Option<String> {
         let mut classes = self.classes.lock().ok()?;
         let pool = classes.get_mut(class)?;
         let surplus = pool.fill_finished(member);
@@ -255,7 +248,7 @@ impl Pools {
     }
 
     /// Drops dead members everywhere and lets raised targets decay.
-    fn prune(&self, runtime: &dyn DynRuntime, metrics: &Metrics) {
+    pub(crate) fn prune(&self, runtime: &dyn DynRuntime, metrics: &Metrics) {
         if let Ok(mut classes) = self.classes.lock() {
             let now = Instant::now();
             for pool in classes.iter_mut() {
@@ -279,88 +272,13 @@ impl Pools {
 }
 
 /// One member to create.
-struct Fill {
+pub(crate) struct Fill {
     /// Which pool.
-    class: usize,
+    pub(crate) class: usize,
     /// The pool's spec.
-    spec: SandboxSpec,
+    pub(crate) spec: SandboxSpec,
     /// The zygote's argv, when the pool has one.
-    zygote: Option<Vec<String>>,
+    pub(crate) zygote: Option<Vec<String>>,
     /// The spare kernel's language and preload modules, when the pool has a zygote.
-    spare: Option<(CodeLanguage, Vec<String>)>,
-}
-
-/// The refill task: keeps every pool of `state` filled to its target; runs until aborted (`serve_on` spawns it).
-pub async fn refill(state: crate::state::AppState) {
-    let (pools, metrics) = (state.pools(), state.metrics());
-    if let Ok(classes) = pools.classes.lock() {
-        classes.iter().for_each(|pool| report(metrics, pool));
-    }
-    loop {
-        pools.prune(state.runtime(), metrics);
-        let Some(Fill { class, spec, zygote, spare }) = pools.next_fill() else {
-            tokio::select! {
-                () = pools.wake.notified() => {}
-                () = tokio::time::sleep(CHECK_EVERY) => {}
-            }
-            continue;
-        };
-        let started = Instant::now();
-        let created = match ids::sandbox_id() {
-            Ok(id) => state.runtime().create(&id, &spec).await.map(|()| id).map_err(|f| f.message),
-            Err(error) => Err(error.to_string()),
-        };
-        let created = match (created, zygote) {
-            (Ok(id), Some(argv)) => start_zygote(&state, &id, argv, spec.limits.output_bytes).await,
-            (created, None) => created.map(|id| Member { id, zygote: None }),
-            (Err(reason), Some(_)) => Err(reason),
-        };
-        if let (Ok(member), Some((language, preload))) = (&created, spare) {
-            prepare_spare(&state, &member.id, language, preload).await;
-        }
-        match created {
-            Ok(member) => {
-                metrics.pool_refilled(started.elapsed().as_secs_f64());
-                if let Some(surplus) = pools.fill_finished(class, Some(member), metrics) {
-                    crate::api::destroy_quietly(&state, &surplus).await;
-                }
-            }
-            Err(reason) => {
-                pools.fill_finished(class, None, metrics);
-                tracing::warn!(%reason, "creating a pool sandbox failed; retrying shortly");
-                tokio::time::sleep(RETRY_AFTER).await;
-            }
-        }
-    }
-}
-
-/// Starts a new member's spare code-context kernel; a failure leaves the member without one (its contexts start
-/// cold).
-async fn prepare_spare(state: &crate::state::AppState, id: &str, language: CodeLanguage, preload: Vec<String>) {
-    if let Err(failure) = state.runtime().prepare_context(id, language, preload).await {
-        tracing::warn!(sandbox = %id, reason = %failure.message, "starting a spare kernel failed; contexts start cold");
-    }
-}
-
-/// Starts a new member's zygote; on failure the member is destroyed.
-async fn start_zygote(
-    state: &crate::state::AppState,
-    id: &str,
-    argv: Vec<String>,
-    output_limit: u64,
-) -> Result<Member, String> {
-    let spec = CommandSpec { argv: Some(argv), timeout_ms: Some(ZYGOTE_TIMEOUT_MS), ..CommandSpec::default() };
-    let started = match ids::command_id() {
-        Ok(command) => state.runtime().start_command(id, &command, spec, output_limit).await.map(|_| command),
-        Err(error) => {
-            Err(crate::runtime::RuntimeFailure::new(crate::runtime::FailureKind::Internal, error.to_string()))
-        }
-    };
-    match started {
-        Ok(command) => Ok(Member { id: id.to_owned(), zygote: Some(command) }),
-        Err(failure) => {
-            crate::api::destroy_quietly(state, id).await;
-            Err(format!("starting the zygote failed: {}", failure.message))
-        }
-    }
+    pub(crate) spare: Option<(CodeLanguage, Vec<String>)>,
 }

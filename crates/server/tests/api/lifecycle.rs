@@ -5,8 +5,8 @@
 use std::sync::atomic::Ordering;
 
 use sandkasten_server::clock::now_ms;
+use sandkasten_server::lifecycle::{expiry, reconcile};
 use sandkasten_server::store::CommandRecord;
-use sandkasten_server::{expiry, reconcile};
 use sandkasten_types::CommandExit;
 use serde_json::json;
 

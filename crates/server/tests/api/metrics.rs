@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use sandkasten_server::clock::now_ms;
-use sandkasten_server::expiry;
+use sandkasten_server::lifecycle::expiry;
 use serde_json::json;
 
 use crate::harness::{Harness, KEY_A, KEY_B};

@@ -38,7 +38,7 @@ fn harness() -> (Harness, Refill) {
     config.pools =
         vec![pool("std", Limits::default(), 1, 3), pool("small", Limits { pids: 16, ..Limits::default() }, 1, 2)];
     let h = Harness::with_config(config);
-    let refill = Refill(tokio::spawn(sandkasten_server::pool::refill(h.state.clone())));
+    let refill = Refill(tokio::spawn(sandkasten_server::lifecycle::refill::run(h.state.clone())));
     (h, refill)
 }
 
@@ -169,7 +169,7 @@ async fn zygote_members_get_a_spare_kernel_that_a_create_keeps_and_a_run_discard
     node.preload = vec!["fs".into()];
     config.pools = vec![node];
     let h = Harness::with_config(config);
-    let _refill = Refill(tokio::spawn(sandkasten_server::pool::refill(h.state.clone())));
+    let _refill = Refill(tokio::spawn(sandkasten_server::lifecycle::refill::run(h.state.clone())));
     wait_pool(&h, "node", |p| p["ready"] == 1).await;
     let member = h.runtime.ids().into_iter().next().unwrap();
     let spare = h.runtime.spares.lock().unwrap().get(&member).cloned();

@@ -175,7 +175,7 @@ async fn a_pool_member_never_serves_a_request_for_another_tier() {
     // Same limits, two tiers; and a gvisor-only class.
     config.pools = vec![pool("fast", Some(Tier::Process), 64), pool("strong", None, 64), pool("odd", None, 32)];
     let h = Harness::with_config(config);
-    let _refill = Refill(tokio::spawn(sandkasten_server::pool::refill(h.state.clone())));
+    let _refill = Refill(tokio::spawn(sandkasten_server::lifecycle::refill::run(h.state.clone())));
     let pools = pools_ready(&h).await;
     let tiers: Vec<(Value, Value)> = pools.iter().map(|p| (p["name"].clone(), p["isolation"].clone())).collect();
     assert_eq!(

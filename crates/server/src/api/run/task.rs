@@ -15,21 +15,19 @@ use std::time::{Duration, Instant};
 use sandkasten_types::{CommandExit, CommandSpec};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::api::destroy_quietly;
 use crate::api::error::ApiError;
 use crate::api::extract::runtime_error;
 use crate::api::run::phases::{RunClock, RunPhases};
 use crate::api::run::request::RunPlan;
 use crate::api::run::response::RunError;
-use crate::api::sandboxes::{SIGKILL, start_sandbox_with_zygote};
 use crate::auth::Tenant;
 use crate::background::CommandEvent;
 use crate::clock::now_ms;
 use crate::config::ZygoteKind;
-use crate::metrics::{ExitReason, LimitKind};
+use crate::lifecycle::{SIGKILL, finish_run, start_sandbox_with_zygote};
+use crate::metrics::LimitKind;
 use crate::runtime::{FailureKind, OutputChunk, RuntimeFailure};
 use crate::state::AppState;
-use crate::store::SandboxState;
 
 /// How a run ended, when it got to run.
 #[derive(Debug, Clone, Copy)]
@@ -89,7 +87,7 @@ async fn run(
     let (id, zygote) = match start_sandbox_with_zygote(&state, &tenant, plan.spec.clone(), metadata, expires_ms).await {
         Ok((record, zygote)) => (record.id, zygote),
         Err(error) => {
-            ready.send(Err(error)).ok();
+            ready.send(Err(error.into())).ok();
             return;
         }
     };
@@ -108,26 +106,9 @@ async fn run(
             outcome
         })
     });
-    finish(&state, &id).await;
+    finish_run(&state, &id).await;
     if let Some(outcome) = outcome {
         events.send(RunEvent::Done(outcome)).await.ok();
-    }
-}
-
-/// Destroys the run's sandbox and records its end. A sandbox the runtime cannot destroy stays running in the store,
-/// and the expiry sweeper retries when its lifetime is over.
-async fn finish(state: &AppState, id: &str) {
-    if !destroy_quietly(state, id).await {
-        return;
-    }
-    match state.store().end_sandbox(id, SandboxState::Destroyed, "run finished", now_ms()).await {
-        Ok(ended) => {
-            if ended {
-                state.metrics().sandbox_exited(ExitReason::RunFinished);
-            }
-            tracing::info!(sandbox = %id, "run finished; sandbox destroyed");
-        }
-        Err(error) => tracing::error!(sandbox = %id, %error, "could not record the end of a run's sandbox"),
     }
 }
 

@@ -1,13 +1,23 @@
-//! The expiry sweeper: once a second, every running sandbox whose timeout has passed is destroyed and marked
+//! Expiry: a timeout becomes an expiry time ([`check_timeout`], for creates and timeout changes of the API and the
+//! E2B facade), and the sweeper, once a second, destroys every running sandbox whose timeout has passed and marks it
 //! expired, which frees its quota. A sandbox the runtime cannot destroy stays running and is retried next second.
 
 use std::time::Duration;
 
-use crate::api::destroy_quietly;
 use crate::clock::now_ms;
+use crate::lifecycle::destroy::destroy_quietly;
+use crate::lifecycle::error::LifecycleError;
 use crate::metrics::ExitReason;
-use crate::state::AppState;
+use crate::state::{AppState, Settings};
 use crate::store::{SandboxState, StoreError};
+
+/// The expiry (ms since the epoch) `timeout_s` seconds from now; `TimeoutOutOfRange` when out of range.
+pub(crate) fn check_timeout(settings: Settings, timeout_s: u64) -> Result<i64, LifecycleError> {
+    if !(1..=settings.max_timeout_s).contains(&timeout_s) {
+        return Err(LifecycleError::TimeoutOutOfRange { max: settings.max_timeout_s, got: timeout_s });
+    }
+    Ok(now_ms().saturating_add(timeout_s as i64 * 1000))
+}
 
 /// How often the sweeper looks for expired sandboxes.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);

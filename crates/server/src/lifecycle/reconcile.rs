@@ -3,8 +3,8 @@
 //! runtime is asked to remove what is left of it; every command still recorded as running is marked ended, `lost`
 //! (the server that watched it is gone, so its end would never be recorded).
 
-use crate::api::destroy_quietly;
 use crate::clock::now_ms;
+use crate::lifecycle::destroy::destroy_quietly;
 use crate::metrics::ExitReason;
 use crate::state::AppState;
 use crate::store::StoreError;

@@ -1,0 +1,48 @@
+//! Why a lifecycle operation failed: one variant per cause, each answered by the API (`api::error`) and the E2B
+//! facade (`e2b::error`, through the API's mapping) with the status and message it has always had.
+
+use crate::egress::PrepareError;
+use crate::ids::IdError;
+use crate::runtime::RuntimeFailure;
+use crate::store::{QuotaExceeded, StoreError};
+
+/// A failed start, destroy or timeout change.
+#[derive(Debug, thiserror::Error)]
+pub enum LifecycleError {
+    /// The isolation tier cannot run here: not in this build yet, or not installed on this host (the reason says
+    /// what to install).
+    #[error("{0}")]
+    TierUnavailable(String),
+    /// A timeout outside `1..=max_timeout_s`.
+    #[error("timeout_s must be between 1 and {max} seconds, got {got}")]
+    TimeoutOutOfRange {
+        /// The largest accepted timeout, in seconds.
+        max: u64,
+        /// The timeout asked for, in seconds.
+        got: u64,
+    },
+    /// The spec's network policy or secrets were refused.
+    #[error(transparent)]
+    Egress(#[from] PrepareError),
+    /// No randomness for the sandbox's id.
+    #[error(transparent)]
+    Id(#[from] IdError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The tenant's quota refused the sandbox.
+    #[error(transparent)]
+    Quota(#[from] QuotaExceeded),
+    /// The runtime failed to create the sandbox or open its egress door.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeFailure),
+    /// The admission neither admitted nor refused (cannot happen; kept so that no path is silent).
+    #[error("sandbox admission failed")]
+    AdmissionFailed,
+    /// Expiry ended the sandbox while the runtime was creating it; it has been destroyed.
+    #[error("sandbox {0} ended while it was being created; create a new one")]
+    EndedWhileCreating(String),
+    /// The runtime could not destroy a running sandbox; it stays running (and is retried by expiry).
+    #[error("runtime could not destroy sandbox {0}")]
+    DestroyFailed(String),
+}

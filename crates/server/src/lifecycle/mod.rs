@@ -1,0 +1,24 @@
+//! The life of a sandbox, in one place, for every caller: the API's handlers, the E2B facade, `POST /v1/run`'s task,
+//! `serve_on` and the background tasks.
+//!
+//! - `start`: tier, egress, pool claim, quota admission, creation, egress door; nothing remains of a failed start;
+//! - `destroy`: the runtime's sandbox with its egress door and E2B session; deleted, run finished, or lost;
+//! - [`expiry`]: a timeout's expiry time, and the sweeper that ends expired sandboxes;
+//! - [`reconcile`]: at start, tenants recorded and sandboxes (and commands) the runtime no longer has marked lost;
+//! - [`refill`]: the warm pools' refill task, resizes that destroy surplus members, idle members at shutdown.
+//!
+//! Dependencies point one way: `api` and `e2b` call this module; it uses the store, the runtime, egress and the pools'
+//! bookkeeping, and never an HTTP handler (`tests/api/layering.rs` checks it). Failures are [`LifecycleError`]s,
+//! which the API and the facade answer in their own wire shapes.
+
+mod destroy;
+mod error;
+pub mod expiry;
+pub mod reconcile;
+pub mod refill;
+mod start;
+
+pub(crate) use destroy::{end_running, finish_run, note_lost};
+pub use error::LifecycleError;
+pub(crate) use expiry::check_timeout;
+pub(crate) use start::{SIGKILL, resolve_tier, start_sandbox, start_sandbox_with_zygote};

@@ -1,0 +1,137 @@
+//! Starting a sandbox: its isolation tier resolved (the request's, else the server's default) and refused when it
+//! cannot run here, its egress prepared, a warm pool member claimed when one serves its spec, its row admitted
+//! against the tenant's quota, the sandbox created in the runtime (unless claimed), and its egress door opened. On
+//! any failure nothing of it remains.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use sandkasten_types::{SandboxSpec, Tier};
+
+use crate::auth::Tenant;
+use crate::clock::now_ms;
+use crate::config::ZygoteKind;
+use crate::lifecycle::destroy::destroy_quietly;
+use crate::lifecycle::error::LifecycleError;
+use crate::pool::Claim;
+use crate::state::AppState;
+use crate::store::{SandboxRecord, SandboxState};
+use crate::{egress, ids};
+
+/// SIGKILL.
+pub(crate) const SIGKILL: i32 = 9;
+
+/// The tier a create runs on: `requested`, else the server's default; `TierUnavailable` when this build or this
+/// host's runtime cannot run it, with the runtime's word on what to install.
+pub(crate) fn resolve_tier(state: &AppState, requested: Option<Tier>) -> Result<Tier, LifecycleError> {
+    let tier = requested.unwrap_or(state.settings().isolation);
+    let reason = tier.unavailable_reason().map(str::to_owned).or_else(|| state.runtime().tier_unavailable(tier));
+    match reason {
+        Some(reason) => Err(LifecycleError::TierUnavailable(reason)),
+        None => Ok(tier),
+    }
+}
+
+/// Resolves the sandbox's isolation tier (the spec's, else the server's default; refused when it cannot run here),
+/// admits the sandbox against the tenant's quota, records it and starts it in the runtime (or takes a ready one from
+/// a warm pool serving its spec, tier included); on any failure nothing of it remains. Returns the running sandbox's
+/// row. A pool member's zygote is not for the caller: it is killed.
+pub(crate) async fn start_sandbox(
+    state: &AppState,
+    tenant: &Tenant,
+    spec: SandboxSpec,
+    metadata: BTreeMap<String, String>,
+    expires_ms: i64,
+) -> Result<SandboxRecord, LifecycleError> {
+    let (record, zygote) = start_sandbox_with_zygote(state, tenant, spec, metadata, expires_ms).await?;
+    if let Some((_, zygote)) = zygote
+        && let Err(failure) = state.runtime().signal_command(&record.id, &zygote, SIGKILL).await
+    {
+        tracing::warn!(sandbox = %record.id, reason = %failure.message, "could not stop an unused zygote");
+    }
+    Ok(record)
+}
+
+/// As [`start_sandbox`], keeping the zygote of a pool member: its kind and command id, when there is one.
+pub(crate) async fn start_sandbox_with_zygote(
+    state: &AppState,
+    tenant: &Tenant,
+    mut spec: SandboxSpec,
+    metadata: BTreeMap<String, String>,
+    expires_ms: i64,
+) -> Result<(SandboxRecord, Option<(ZygoteKind, String)>), LifecycleError> {
+    // Before anything exists: a tier that cannot run here, a bad policy or an unknown secret is the caller's mistake,
+    // and secrets add environment variables (which rule out a pool member, whose environment was fixed when it was
+    // made).
+    spec.isolation = Some(resolve_tier(state, spec.isolation)?);
+    let egress = egress::prepare(state.store(), &tenant.name, &mut spec).await?;
+    let claiming = Instant::now();
+    let claim = state.pools().claim(&spec, state.runtime(), state.metrics());
+    let pool_outcome = claim.outcome();
+    let claimed = match claim {
+        Claim::Hit(claimed) => Some(claimed),
+        Claim::Miss { .. } | Claim::NoPool => None,
+    };
+    let claim_seconds = claiming.elapsed().as_secs_f64();
+    let id = match &claimed {
+        Some(claimed) => claimed.id.clone(),
+        None => ids::sandbox_id()?,
+    };
+    let zygote = claimed.as_ref().and_then(|claimed| claimed.zygote_kind.zip(claimed.zygote.clone()));
+    let record = SandboxRecord {
+        id: id.clone(),
+        tenant: tenant.name.to_string(),
+        state: SandboxState::Running,
+        spec,
+        metadata,
+        created_ms: now_ms(),
+        expires_ms,
+        ended_ms: None,
+        end_reason: None,
+    };
+    // The row (and the quota it takes) exists before the sandbox is handed out; a failed create removes it again.
+    let admitted = state.store().admit_sandbox(record.clone(), tenant.quota).await;
+    if !matches!(admitted, Ok(Ok(()))) {
+        // Refused (or the store failed): a claimed pool member was never handed out, so it may go back.
+        if let Some(claimed) = claimed {
+            state.pools().give_back(claimed, state.metrics());
+        }
+        admitted??;
+        return Err(LifecycleError::AdmissionFailed);
+    }
+    if let Some((class, hit)) = pool_outcome {
+        state.pools().settle(class, hit, state.metrics());
+    }
+    let creating = Instant::now();
+    let created = match claimed {
+        Some(_) => Ok(claim_seconds),
+        None => state.runtime().create(&id, &record.spec).await.map(|()| creating.elapsed().as_secs_f64()),
+    };
+    if let Ok(seconds) = created {
+        // On a pool hit this is the claim (taking a ready sandbox), not the sandbox's creation long before.
+        state.metrics().sandbox_create_finished(seconds);
+    }
+    if let Err(failure) = created {
+        tracing::warn!(sandbox = %id, tenant = %tenant.name, kind = ?failure.kind, reason = %failure.message, "create failed");
+        state.store().forget_sandbox(&id).await?;
+        return Err(failure.into());
+    }
+    // Expiry may have ended the row while the runtime was creating; then the new sandbox must not outlive it.
+    let current = state.store().sandbox(&tenant.name, &id).await?;
+    let Some(current) = current.filter(|r| r.state == SandboxState::Running) else {
+        destroy_quietly(state, &id).await;
+        return Err(LifecycleError::EndedWhileCreating(id));
+    };
+    if let Err(failure) = state.egress().attach(state.runtime(), &id, &tenant.name, egress).await {
+        tracing::warn!(sandbox = %id, reason = %failure.message, "egress attach failed");
+        destroy_quietly(state, &id).await;
+        state.store().forget_sandbox(&id).await?;
+        return Err(failure.into());
+    }
+    state.metrics().sandbox_created();
+    tracing::info!(
+        sandbox = %id, tenant = %tenant.name, isolation = %current.spec.tier(),
+        memory_bytes = current.spec.limits.memory_bytes, "sandbox created"
+    );
+    Ok((current, zygote))
+}
