@@ -1,4 +1,5 @@
-//! Authentication: `Authorization: Bearer KEY` → the `Tenant` the key belongs to, or 401.
+//! Authentication: `Authorization: Bearer KEY` → the `Tenant` the key belongs to, or 401 (the `/v1` middleware that
+//! asks is `api::authenticate`).
 //!
 //! Keys are compared in constant time: each configured key is kept zero-padded to `MAX_KEY_BYTES` with its length,
 //! and a presented key is compared against *every* configured key (padded bytes and length, with `subtle`), so the
@@ -7,18 +8,10 @@
 
 use std::sync::Arc;
 
-use axum::extract::{FromRequestParts, Request, State};
-use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
-use axum::http::request::Parts;
-use axum::http::{HeaderValue, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderValue;
 use subtle::{Choice, ConditionallySelectable, ConstantTimeEq};
 
-use crate::api::LoggedTenant;
-use crate::api::error::ApiError;
 use crate::config::{MAX_KEY_BYTES, ServerConfig};
-use crate::state::AppState;
 use crate::store::Quota;
 
 /// The tenant a request acts for: every sandbox belongs to exactly one.
@@ -30,6 +23,20 @@ pub struct Tenant {
     pub quota: Quota,
     /// Whether it may change operator-wide settings (`admin = true` in its `[[tenants]]` entry).
     pub admin: bool,
+}
+
+/// Why a request's `Authorization` header authenticates no tenant (answered as 401 with this message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// No `Authorization` header.
+    #[error("missing API key: send the header 'Authorization: Bearer <key>'")]
+    MissingKey,
+    /// A header that is not `Bearer <key>`.
+    #[error("the Authorization header must be 'Bearer <key>'")]
+    NotBearer,
+    /// A key no tenant has.
+    #[error("invalid API key")]
+    InvalidKey,
 }
 
 /// Name of the only tenant when authentication is off (`insecure_no_auth`).
@@ -115,46 +122,17 @@ impl Keyring {
     }
 
     /// The tenant a request's `Authorization` header authenticates.
-    fn authenticate(&self, header: Option<&HeaderValue>) -> Result<Tenant, ApiError> {
+    pub(crate) fn authenticate(&self, header: Option<&HeaderValue>) -> Result<Tenant, AuthError> {
         if let Some(anonymous) = &self.anonymous {
             return Ok(anonymous.clone());
         }
-        let header = header
-            .ok_or_else(|| ApiError::unauthorized("missing API key: send the header 'Authorization: Bearer <key>'"))?;
+        let header = header.ok_or(AuthError::MissingKey)?;
         let value = header.as_bytes();
         let key = match value.get(..7) {
             Some(scheme) if scheme.eq_ignore_ascii_case(b"bearer ") => value[7..].trim_ascii(),
-            _ => return Err(ApiError::unauthorized("the Authorization header must be 'Bearer <key>'")),
+            _ => return Err(AuthError::NotBearer),
         };
-        self.find(key).ok_or_else(|| ApiError::unauthorized("invalid API key"))
-    }
-}
-
-/// Middleware on every `/v1` route: authenticates the request and stores its `Tenant` in the extensions.
-pub(crate) async fn require_tenant(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    match state.keyring().authenticate(request.headers().get(AUTHORIZATION)) {
-        Ok(tenant) => {
-            let name = LoggedTenant(Arc::clone(&tenant.name));
-            request.extensions_mut().insert(tenant);
-            let mut response = next.run(request).await;
-            response.extensions_mut().insert(name);
-            response
-        }
-        Err(error) => {
-            tracing::debug!(path = %request.uri().path(), reason = %error.message, "request refused");
-            let mut response = error.into_response();
-            response.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            debug_assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
-            response
-        }
-    }
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for Tenant {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        parts.extensions.get::<Tenant>().cloned().ok_or_else(|| ApiError::unauthorized("missing API key"))
+        self.find(key).ok_or(AuthError::InvalidKey)
     }
 }
 

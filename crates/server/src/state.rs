@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 
 use crate::auth::Keyring;
 use crate::config::ServerConfig;
-use crate::e2b::Sessions;
+use crate::e2b::sessions::Sessions;
 use crate::egress::Egress;
 use crate::egress::audit::{self, AuditQueue};
 use crate::metrics::Metrics;
@@ -128,7 +128,8 @@ impl AppState {
     /// The egress audit writer (once; `serve_on` runs it, tests may too).
     pub fn audit_writer(&self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
         let (queue, receiver) = self.inner.audit.lock().ok()?.take()?;
-        Some(audit::run(self.clone(), queue, receiver))
+        let state = self.clone();
+        Some(async move { audit::run(state.store(), state.metrics(), queue, receiver).await })
     }
 
     /// The warm pools.

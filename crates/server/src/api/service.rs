@@ -1,4 +1,4 @@
-//! Routes outside `/v1` that need no API key: health, Prometheus metrics and the OpenAPI description.
+//! Routes outside `/v1` that need no API key: health and Prometheus metrics (the OpenAPI description is `openapi`'s).
 
 use axum::Json;
 use axum::extract::State;
@@ -30,13 +30,4 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Result<Response, A
     let active = state.store().count_running().await?;
     let text = state.metrics().render(active);
     Ok(([(CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
-}
-
-/// This API's OpenAPI 3.1 description.
-#[utoipa::path(
-    get, path = "/openapi.json", tag = "service",
-    responses((status = 200, description = "The OpenAPI description", body = Object, content_type = "application/json"))
-)]
-pub(crate) async fn openapi() -> Response {
-    ([(CONTENT_TYPE, "application/json")], crate::api::openapi_json()).into_response()
 }

@@ -132,7 +132,7 @@ fn created(
     tenant: &Tenant,
     template: Option<&str>,
 ) -> Result<Response, E2bError> {
-    let session = state.e2b().open(&record.id, tenant, template)?;
+    let session = state.e2b().open(&record.id, tenant, template).map_err(crate::api::error::ApiError::from)?;
     let body = SandboxCreated {
         template_id: session.template,
         sandbox_id: record.id.clone(),

@@ -17,15 +17,13 @@ mod interpreter;
 mod network;
 mod paths;
 mod process;
-mod sessions;
+pub(crate) mod sessions;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post, put};
 
 use crate::state::AppState;
-
-pub(crate) use sessions::Sessions;
 
 /// The facade's routes.
 pub(crate) fn routes(state: &AppState) -> Router<AppState> {

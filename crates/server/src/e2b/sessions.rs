@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use crate::auth::Tenant;
-use crate::e2b::error::E2bError;
+use crate::ids::{IdError, random_hex};
 
 /// One facade sandbox's session: its access token, owner and the E2B template it was created from.
 #[derive(Debug, Clone)]
@@ -48,14 +48,14 @@ pub(crate) struct Sessions {
     next_order: std::sync::atomic::AtomicU64,
 }
 
-fn random_token() -> Result<String, E2bError> {
-    crate::ids::random_hex(32).map_err(|error| E2bError::from(crate::api::error::ApiError::from(error)))
+fn random_token() -> Result<String, IdError> {
+    random_hex(32)
 }
 
 impl Sessions {
     /// The session of sandbox `id`, created (with a new token) when it has none. `template` replaces the recorded
     /// one when given.
-    pub(crate) fn open(&self, id: &str, tenant: &Tenant, template: Option<&str>) -> Result<Session, E2bError> {
+    pub(crate) fn open(&self, id: &str, tenant: &Tenant, template: Option<&str>) -> Result<Session, IdError> {
         let mut sessions = self.by_sandbox.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(session) = sessions.get_mut(id) {
             if let Some(template) = template {
@@ -132,7 +132,7 @@ mod tests {
     }
 
     #[test]
-    fn sessions_keep_their_token() -> Result<(), E2bError> {
+    fn sessions_keep_their_token() -> Result<(), IdError> {
         let sessions = Sessions::default();
         let tenant = Tenant {
             name: Arc::from("t"),

@@ -12,7 +12,8 @@ use sandkasten_egress::{AuditEvent, AuditSink, Decision};
 use tokio::sync::mpsc;
 
 use crate::egress::store::EgressEvent;
-use crate::state::AppState;
+use crate::metrics::Metrics;
+use crate::store::Store;
 
 /// Events waiting for the writer; beyond this many, new ones are dropped (and counted).
 const QUEUE: usize = 16_384;
@@ -70,20 +71,20 @@ fn stored(event: AuditEvent) -> (String, String, EgressEvent) {
 }
 
 /// Writes queued events until the queue closes.
-pub async fn run(state: AppState, queue: Arc<AuditQueue>, mut receiver: mpsc::Receiver<AuditEvent>) {
+pub async fn run(store: &Store, metrics: &Metrics, queue: Arc<AuditQueue>, mut receiver: mpsc::Receiver<AuditEvent>) {
     let mut batch = Vec::with_capacity(BATCH);
     while receiver.recv_many(&mut batch, BATCH).await > 0 {
         let rows: Vec<_> = batch.drain(..).map(stored).collect();
         // An allowed connection counts once, when it ends (its opening record carries no bytes yet).
         for (_, _, row) in rows.iter().filter(|(_, _, row)| !row.open) {
-            state.metrics().egress_attempt(&row.decision, row.bytes_up, row.bytes_down);
+            metrics.egress_attempt(&row.decision, row.bytes_up, row.bytes_down);
         }
         let dropped = queue.dropped.swap(0, Ordering::Relaxed);
         if dropped > 0 {
-            state.metrics().egress_audit_dropped(dropped);
+            metrics.egress_audit_dropped(dropped);
             tracing::warn!(dropped, "egress audit events dropped: the writer fell behind");
         }
-        if let Err(error) = state.store().append_egress_events(rows).await {
+        if let Err(error) = store.append_egress_events(rows).await {
             tracing::error!(%error, "cannot write egress audit events");
         }
     }

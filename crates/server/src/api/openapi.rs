@@ -1,0 +1,86 @@
+//! The OpenAPI description of every route (`ApiDoc`, served at `/openapi.json` and kept in `docs/api/openapi.json`)
+//! and the route that serves it.
+
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use crate::api::{
+    archive, code, code_schemas, command_schemas, command_stream, commands, contexts, egress, egress_schemas, error,
+    exec, files, isolation, pools, run, sandboxes, schemas, secrets, service,
+};
+
+/// The OpenAPI description of every route.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "sandkasten",
+        description = "Long-lived sandboxes for untrusted code: lifecycle, exec (JSON or SSE), files. \
+            Each sandbox runs on one isolation tier (`isolation`: `process`, namespaces and seccomp around code that \
+            shares the host kernel; `gvisor`, a user-space kernel between the code and the host; see IsolationName), \
+            the server's default unless the create names one. \
+            Authenticate with `Authorization: Bearer KEY`; errors are `{\"error\": {\"code\", \"message\"}}`.",
+        license(name = "Apache-2.0"),
+    ),
+    paths(
+        sandboxes::create, sandboxes::list, sandboxes::get, sandboxes::delete, sandboxes::set_timeout,
+        exec::exec,
+        commands::list, command_stream::stream, commands::stdin, commands::signal, commands::kill,
+        code::run_code, contexts::create, contexts::list, contexts::delete, contexts::restart,
+        run::run,
+        egress::set_network, egress::audit, secrets::put, secrets::list, secrets::delete,
+        pools::list, pools::resize,
+        files::read, files::write, files::remove, files::list, files::stat, files::mkdir, files::rename,
+        archive::upload, archive::download,
+        service::healthz, service::metrics, openapi,
+    ),
+    components(schemas(
+        error::ErrorBody, error::ErrorDetail, error::ErrorCode, isolation::IsolationName,
+        schemas::OutputEvent, schemas::ExitEvent,
+        code_schemas::CellResultBody, code_schemas::CellErrorBody, code_schemas::CodeResponse,
+        run::RunExitEvent, run::RunPhases,
+        command_schemas::CommandStateName,
+        egress_schemas::NetworkModeName, crate::egress::store::EgressEvent,
+        pools::PoolBody, pools::PoolList, pools::PoolSizes,
+    )),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "sandboxes", description = "Create, find and destroy sandboxes"),
+        (name = "exec", description = "Run commands"),
+        (name = "code", description = "Stateful code interpreter: Python and JavaScript contexts"),
+        (name = "files", description = "Files inside a sandbox"),
+        (name = "network", description = "Egress: network policy, audit, secrets"),
+        (name = "pools", description = "Warm pools: sizes and counts; resizing is for admin tenants"),
+        (name = "service", description = "Health, metrics, this description"),
+    )
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme("api_key", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+    }
+}
+
+/// The OpenAPI description as pretty JSON with a trailing newline (what `docs/api/openapi.json` holds).
+pub fn openapi_json() -> String {
+    let mut text = ApiDoc::openapi().to_pretty_json().unwrap_or_else(|error| {
+        tracing::error!(%error, "openapi description cannot be serialised");
+        String::from("{}")
+    });
+    text.push('\n');
+    text
+}
+
+/// This API's OpenAPI 3.1 description.
+#[utoipa::path(
+    get, path = "/openapi.json", tag = "service",
+    responses((status = 200, description = "The OpenAPI description", body = Object, content_type = "application/json"))
+)]
+pub(crate) async fn openapi() -> Response {
+    ([(CONTENT_TYPE, "application/json")], openapi_json()).into_response()
+}
