@@ -1,7 +1,7 @@
-//! The agent as its own executable (`sandkasten agent`): the init of a sandbox whose root and namespaces were made by
-//! someone else (runsc, a VMM). Its channel is a connected stream on descriptor 0; the first frame is the host's
-//! `Plan`. The agent then readies the home, opens the egress door if the plan has one, answers `FilesystemReady` and
-//! serves until the host goes away; exiting ends the sandbox.
+//! The agent's entry point as its own executable (`sandkasten agent`). Its channel is a connected stream on
+//! descriptor 0; the first frame is the host's `Plan`, which says everything the agent needs (nothing reaches it
+//! through shared memory). What follows depends on the tier: the process tier's agent builds the sandbox's root itself
+//! (`init`), a gVisor agent serves the root runsc gave it (`serve_given_root` below). Exiting ends the sandbox.
 
 #![allow(unsafe_code)]
 
@@ -13,12 +13,13 @@ use sandkasten_jail::process::ProcessJail;
 use sandkasten_jail::rlimits::ProcessRlimits;
 use sandkasten_jail::seccomp::SandboxFilter;
 use sandkasten_protocol::{AgentPlan, Envelope, Message, SeccompPolicy, monotonic_ns, read_frame, write_frame};
+use sandkasten_types::Tier;
 
 use crate::serve::{self, FsIdentity, JailLauncher, SandboxRoot, ServeContext};
 
-/// Runs the guest agent on descriptor 0 and exits the process; never returns.
-pub fn run_guest() -> ! {
-    crate::scrub::wipe_inherited_argv_and_environment();
+/// Runs the agent on descriptor 0 and exits the process; never returns.
+pub fn run_agent() -> ! {
+    crate::init::unblock_all_signals();
     let code = match take_channel() {
         Ok(mut channel) => match run(&mut channel) {
             Ok(()) => 0,
@@ -43,7 +44,7 @@ fn take_channel() -> std::io::Result<UnixStream> {
     // SAFETY: `fd` was just created above and is owned by nothing else.
     let channel = unsafe { OwnedFd::from_raw_fd(fd) };
     let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null")?;
-    // SAFETY: dup2 onto the standard descriptors of this process; `null` stays valid for the call.
+    // SAFETY: dup2 onto descriptor 0 of this process; `null` stays valid for the call.
     unsafe {
         libc::dup2(null.as_raw_fd(), 0);
     }
@@ -59,26 +60,46 @@ fn run(channel: &mut UnixStream) -> Result<(), String> {
     let filter = match plan.seccomp {
         SeccompPolicy::Sandbox => SandboxFilter::compile().map_err(|e| format!("compiling the seccomp policy: {e}"))?,
     };
-    ready_home(&plan)?;
-    if let Some(door) = &plan.door {
-        crate::door::open(door).map_err(|e| format!("opening the egress door on port {}: {e}", door.port))?;
+    let jail = jail_of(&plan, &filter);
+    match plan.tier {
+        Tier::Process => crate::init::run(&plan, &jail, channel),
+        _ => serve_given_root(&plan, &jail, channel),
     }
-    let jail = ProcessJail {
+}
+
+/// How every command of the sandbox is confined (its `cwd` is replaced by each command's own).
+fn jail_of<'a>(plan: &AgentPlan, filter: &'a SandboxFilter) -> ProcessJail<'a> {
+    ProcessJail {
         uid: plan.uid,
         gid: plan.gid,
-        rlimits: ProcessRlimits::for_disk(plan.disk_bytes),
+        rlimits: ProcessRlimits { processes: plan.processes, ..ProcessRlimits::for_disk(plan.disk_bytes) },
         writable_dirs: plan.writable_dirs.iter().map(PathBuf::from).collect(),
         writable_files: plan.writable_files.iter().map(PathBuf::from).collect(),
         cwd: PathBuf::from(&plan.home),
-        filter: &filter,
-        oom_score_adj: 0,
-    };
-    let identity = FsIdentity { uid: plan.uid, gid: plan.gid };
-    let root = SandboxRoot::open(Path::new("/"), Some(identity)).map_err(|e| format!("opening the root: {e}"))?;
-    let launcher = JailLauncher::new(&jail);
-    let context = ServeContext { root, base_env: &plan.env, launcher: &launcher, home: &plan.home };
+        filter,
+        oom_score_adj: plan.oom_score_adj,
+    }
+}
+
+/// Serves the host's requests in a root someone else made (gVisor): ready the home, open the egress door, answer
+/// `FilesystemReady`, serve.
+fn serve_given_root(plan: &AgentPlan, jail: &ProcessJail<'_>, channel: &mut UnixStream) -> Result<(), String> {
+    ready_home(plan)?;
+    if let Some(door) = &plan.door {
+        crate::door::open(door).map_err(|e| format!("opening the egress door on port {}: {e}", door.port))?;
+    }
     write_frame(channel, &Envelope::new(0, Message::FilesystemReady { at_ns: monotonic_ns() }))
         .map_err(|e| format!("answering the host: {e}"))?;
+    serve_root(plan, jail, channel)
+}
+
+/// Serve mode over `/` (the sandbox's root): file operations take the sandbox user's identity, commands go through
+/// the jail.
+pub(crate) fn serve_root(plan: &AgentPlan, jail: &ProcessJail<'_>, channel: &UnixStream) -> Result<(), String> {
+    let identity = FsIdentity { uid: plan.uid, gid: plan.gid };
+    let root = SandboxRoot::open(Path::new("/"), Some(identity)).map_err(|e| format!("opening the root: {e}"))?;
+    let launcher = JailLauncher::new(jail);
+    let context = ServeContext { root, base_env: &plan.env, launcher: &launcher, home: &plan.home };
     let stream = channel.try_clone().map_err(|e| format!("duplicating the channel: {e}"))?;
     serve::serve(stream, &context).map(drop).map_err(|e| format!("serve loop: {e}"))
 }

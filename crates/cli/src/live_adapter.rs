@@ -140,7 +140,6 @@ impl SandboxRuntime for LiveAdapter {
         spec: CommandSpec,
         events: mpsc::Sender<OutputChunk>,
     ) -> Result<CommandExit, RuntimeFailure> {
-        let agent = self.agent(id)?;
         let (chunks, mut received) = mpsc::channel(64);
         let forward = async move {
             while let Some((stream, data)) = received.recv().await {
@@ -149,7 +148,7 @@ impl SandboxRuntime for LiveAdapter {
                 let _ = events.send(OutputChunk { stream, data }).await;
             }
         };
-        let (outcome, ()) = tokio::join!(agent.exec(spec, chunks), forward);
+        let (outcome, ()) = tokio::join!(self.0.exec(id, spec, chunks), forward);
         outcome.map_err(from_agent)
     }
 

@@ -91,10 +91,10 @@ fn init_logging(command: &Command) {
 }
 
 fn main() {
-    // `sandkasten agent`: the guest agent inside a gVisor sandbox (its channel on stdin). Dispatched before anything
+    // `sandkasten agent`: the agent inside every sandbox (its channel on descriptor 0). Dispatched before anything
     // else runs (no logging, no argument parser): the agent starts nothing it does not need.
     if std::env::args_os().nth(1).is_some_and(|arg| arg == "agent") {
-        sandkasten_runtime::run_guest_agent();
+        sandkasten_runtime::run_agent();
     }
     let cli = Cli::parse();
     init_logging(&cli.command);

@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::os::fd::AsFd;
 
-use sandkasten_runtime::{OutputSink, ProcessBackend, RuntimeConfig, RuntimeError, StdinSource};
+use sandkasten_runtime::{OneShotRunner, OutputSink, RuntimeConfig, RuntimeError, StdinSource};
 use sandkasten_types::{ExecResult, LimitKind, units::format_bytes, units::format_duration_ms};
 
 use crate::run_input::{self, ProgramStdin, RunArgs};
@@ -37,7 +37,7 @@ pub fn run(args: RunArgs) -> i32 {
     if let Some(server) = &args.server {
         return run_remote::run(server, &input, args.json, |result| explain(result, &input.spec.limits));
     }
-    let backend = match ProcessBackend::new(RuntimeConfig::default()) {
+    let backend = match OneShotRunner::new(RuntimeConfig::default()) {
         Ok(backend) => backend,
         Err(error) => return report_error(&error),
     };

@@ -13,12 +13,15 @@ pub struct ProcessRlimits {
     pub open_files: u64,
     /// Stack size (RLIMIT_STACK), in bytes.
     pub stack_bytes: u64,
+    /// Processes of the sandbox user (RLIMIT_NPROC), where that count is the sandbox's own (gVisor, whose users are
+    /// the Sentry's): `None` on the process tier, whose sandboxes share one host uid (the pids cgroup limits them).
+    pub processes: Option<u64>,
 }
 
 impl ProcessRlimits {
     /// Defaults for a given disk limit: 1024 open files, 8 MiB stack.
     pub fn for_disk(disk_bytes: u64) -> Self {
-        ProcessRlimits { file_size_bytes: disk_bytes, open_files: 1024, stack_bytes: 8 << 20 }
+        ProcessRlimits { file_size_bytes: disk_bytes, open_files: 1024, stack_bytes: 8 << 20, processes: None }
     }
 }
 
@@ -32,6 +35,9 @@ pub fn apply(limits: &ProcessRlimits) -> Result<(), JailError> {
     set("RLIMIT_FSIZE", Resource::Fsize, limits.file_size_bytes)?;
     set("RLIMIT_NOFILE", Resource::Nofile, limits.open_files)?;
     set("RLIMIT_STACK", Resource::Stack, limits.stack_bytes)?;
+    if let Some(processes) = limits.processes {
+        set("RLIMIT_NPROC", Resource::Nproc, processes)?;
+    }
     // Per-user kernel objects: small, so one sandbox cannot use up what every sandbox of its owner shares. Never
     // above the inherited hard limit (raising it would need CAP_SYS_RESOURCE in the host).
     let lower = |resource, value: u64| getrlimit(resource).maximum.map_or(value, |hard| hard.min(value));

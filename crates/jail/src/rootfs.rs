@@ -36,18 +36,7 @@ impl HostFs for RealHostFs {
     }
 }
 
-/// A file created inside the sandbox's filesystem before it is sealed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SandboxFile {
-    /// Absolute path inside the sandbox.
-    pub path: PathBuf,
-    /// Contents.
-    pub contents: Vec<u8>,
-    /// Permission bits.
-    pub mode: u32,
-    /// Owned by the sandbox user (true) or by the sandbox's root (false).
-    pub owned_by_sandbox_user: bool,
-}
+pub use sandkasten_types::SandboxFile;
 
 /// The inputs of a root filesystem plan.
 #[derive(Debug, Clone)]

@@ -60,6 +60,9 @@ pub enum Message {
     /// host → agent: the agent is in the sandbox's cgroup; it may run the program. (Sent after `Start` so that the
     /// host's cgroup attach, which costs an RCU grace period on cgroup v1, overlaps the agent's filesystem build.)
     CgroupJoined,
+    /// host → agent (one-shot, after `CgroupJoined`): every upload has been sent (as `FileWrite` frames with id 0,
+    /// written by the agent as they arrive, so they are charged to the sandbox); run the program.
+    UploadsDone,
     /// agent → host: the root filesystem is mounted and pivoted into.
     FilesystemReady {
         /// CLOCK_MONOTONIC, ns.

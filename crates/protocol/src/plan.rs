@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use sandkasten_types::Tier;
+use sandkasten_types::{SandboxFile, Tier};
 
 /// How a guest agent confines and serves the sandbox whose root it was given.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,16 +24,44 @@ pub struct AgentPlan {
     pub env: BTreeMap<String, String>,
     /// The disk limit in bytes (sizes `RLIMIT_FSIZE` of every command).
     pub disk_bytes: u64,
+    /// The sandbox's process limit enforced inside as `RLIMIT_NPROC` of every command, where the host's pids cgroup
+    /// cannot count the sandbox's processes (gVisor: it counts the Sentry's threads). `None` on the process tier.
+    pub processes: Option<u64>,
     /// Directories commands may write beneath (landlock, where the kernel has it).
     pub writable_dirs: Vec<String>,
     /// Single files commands may write (landlock), e.g. `/dev/null`.
     pub writable_files: Vec<String>,
     /// The seccomp policy commands run under, by name (the agent compiles it; `sandbox` is the only one today).
     pub seccomp: SeccompPolicy,
+    /// Files of the root the agent builds itself (process tier: the synthesised `/etc`, the code), written before the
+    /// root is sealed read-only. Empty where the root is given (gVisor: they are in the bundle).
+    pub root_files: Vec<SandboxFile>,
+    /// Serve requests (a long-lived sandbox), or run one program.
+    pub mode: AgentMode,
+    /// The OOM score adjustment every command gets: the owner's own (the agent itself may run at -1000 so that the
+    /// OOM killer picks a program, never the reporter).
+    pub oom_score_adj: i32,
     /// The egress door: when set, the agent listens on `127.0.0.1:{port}` inside the sandbox and forwards each
     /// connection to the unix socket at `socket` (a host socket bind-mounted into the sandbox), behind which the
     /// host's egress proxy decides.
     pub door: Option<DoorPlan>,
+}
+
+/// What the agent does once the sandbox is ready.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AgentMode {
+    /// Answer the host's requests (commands, files) until `Shutdown` or until the host goes away.
+    Serve,
+    /// Run `compile` (if any) and `program`, report `Exited` (or `CompileFailed`, `ExecFailed`), exit.
+    OneShot {
+        /// A compile step run first (C); its failure is reported as `CompileFailed`.
+        compile: Option<Vec<String>>,
+        /// The program and its arguments.
+        program: Vec<String>,
+        /// The program's standard streams: descriptors the agent inherited for it (stdin, stdout, stderr).
+        stdio: [i32; 3],
+    },
 }
 
 /// The seccomp policies the agent knows by name.

@@ -17,6 +17,9 @@ pub struct RuntimeConfig {
     pub host_id_base: u32,
     /// How the gvisor tier runs runsc (binary, platform).
     pub gvisor: GvisorSettings,
+    /// The agent executable every sandbox runs as its init (`PATH agent`). Default: this process's own executable
+    /// (the `sandkasten` binary, whose `agent` subcommand is the agent).
+    pub agent_program: Option<PathBuf>,
 }
 
 impl Default for RuntimeConfig {
@@ -26,6 +29,7 @@ impl Default for RuntimeConfig {
             cgroup_parent: "sandkasten".to_owned(),
             host_id_base: 1_000_000_000,
             gvisor: GvisorSettings::default(),
+            agent_program: None,
         }
     }
 }

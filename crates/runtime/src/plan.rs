@@ -10,6 +10,9 @@ use sandkasten_types::{
     Command, ExecRequest, Language, PROXY_PORT, SandboxSpec, Template, proxy_environment, units::format_bytes,
 };
 
+use sandkasten_protocol::{AgentMode, AgentPlan, DoorPlan, SeccompPolicy};
+use sandkasten_types::Tier;
+
 use crate::error::RuntimeError;
 
 /// The sandbox user's uid and gid inside the user namespace.
@@ -172,6 +175,33 @@ pub fn plan(spec: &SandboxSpec, request: &ExecRequest) -> Result<RunPlan, Runtim
 }
 
 /// The plan of a long-lived sandbox: its own files and environment; what runs comes later, command by command.
+/// The agent's plan for a sandbox of `spec` running `run_plan` in `mode`: the user, the home, the environment, the
+/// limits, the seccomp policy, the root files (built by the agent on the process tier; in the bundle on gVisor, so
+/// empty there), and the egress door where the agent must open it.
+pub fn agent_plan(spec: &SandboxSpec, run_plan: RunPlan, mode: AgentMode, oom_score_adj: i32) -> AgentPlan {
+    let home = user_of(spec.template).home;
+    let tier = spec.tier();
+    let gvisor = tier == Tier::Gvisor;
+    AgentPlan {
+        tier,
+        home: home.to_owned(),
+        uid: SANDBOX_UID,
+        gid: SANDBOX_GID,
+        env: run_plan.env,
+        disk_bytes: spec.limits.disk_bytes,
+        processes: gvisor.then_some(spec.limits.pids),
+        writable_dirs: vec![home.to_owned(), "/tmp".to_owned(), "/dev/shm".to_owned()],
+        writable_files: ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"].map(str::to_owned).to_vec(),
+        seccomp: SeccompPolicy::Sandbox,
+        root_files: if gvisor { Vec::new() } else { run_plan.files },
+        mode,
+        oom_score_adj,
+        // Where the host cannot listen inside (gVisor's network stack is the Sentry's), the agent opens the door.
+        door: gvisor
+            .then(|| DoorPlan { port: PROXY_PORT, socket: crate::backend::gvisor::DOOR_SOCKET_INSIDE.to_owned() }),
+    }
+}
+
 pub fn plan_live(spec: &SandboxSpec) -> Result<RunPlan, RuntimeError> {
     spec.limits.validate().map_err(|e| RuntimeError::InvalidInput(e.to_string()))?;
     if let Some(bad) = spec.env.keys().find(|k| !environment::is_valid_name(k)) {

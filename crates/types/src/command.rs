@@ -6,6 +6,9 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::limits::LimitKind;
+use crate::result::ResourceUsage;
+
 /// One command for a long-lived sandbox. Exactly one of `argv` and `cmd` is set.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -75,6 +78,17 @@ pub struct CommandExit {
     pub signal: Option<i32>,
     /// True when its timeout killed it.
     pub timed_out: bool,
+    /// True when the kernel's OOM killer killed a process of the sandbox while the command ran (its memory limit).
+    #[serde(default)]
+    pub oom_killed: bool,
+    /// Which limit ended or hampered the command (`time`, `memory`, `pids`, `disk`; `output` is decided by whoever
+    /// keeps the output), when one did.
+    #[serde(default)]
+    pub limit: Option<LimitKind>,
+    /// What the sandbox used while the command ran: CPU time of every process of the sandbox in that time, and the
+    /// sandbox's memory peak so far.
+    #[serde(default)]
+    pub usage: ResourceUsage,
 }
 
 #[cfg(test)]

@@ -42,3 +42,18 @@ pub struct FileInfo {
     #[serde(default)]
     pub gid: u32,
 }
+
+/// A file created inside a sandbox's filesystem before it is sealed (the synthesised `/etc`, the code under
+/// `/sandbox`) or right after (uploads), carried to the agent in its plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxFile {
+    /// Absolute path inside the sandbox.
+    pub path: std::path::PathBuf,
+    /// Contents (base64 in JSON).
+    #[serde(with = "crate::result::base64_bytes")]
+    pub contents: Vec<u8>,
+    /// Permission bits.
+    pub mode: u32,
+    /// Owned by the sandbox user (true) or by the sandbox's root (false).
+    pub owned_by_sandbox_user: bool,
+}

@@ -19,7 +19,7 @@ pub use code::{CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, Contex
 pub use command::{CommandExit, CommandSpec, CommandUser};
 pub use error::{ErrorCode, ErrorInfo};
 pub use exec::{Command, ExecRequest, Language, Upload};
-pub use files::{FileInfo, FileKind};
+pub use files::{FileInfo, FileKind, SandboxFile};
 pub use limits::{LimitKind, Limits, LimitsError};
 pub use result::{ExecResult, OutputStream, PhaseTimings, ResourceUsage};
 pub use spec::{Entrance, NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec, Template, proxy_environment};

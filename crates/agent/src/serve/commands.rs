@@ -11,7 +11,7 @@ use rustix::pipe::PipeFlags;
 use rustix::process::{Pid, Signal};
 use sandkasten_jail::process::Stdio;
 use sandkasten_protocol::{FailureCode, RunningCommand};
-use sandkasten_types::{CommandExit, CommandSpec, CommandUser};
+use sandkasten_types::{CommandExit, CommandSpec, CommandUser, LimitKind};
 
 use super::errors::OpError;
 use super::launcher::{LaunchRequest, Launcher};
@@ -65,14 +65,19 @@ impl Command {
         self.exit.is_some() && now_ns >= self.exited_at_ns.saturating_add(DRAIN_NS)
     }
 
-    /// The report: how it ended.
-    pub fn command_exit(&self) -> CommandExit {
+    /// The report: how it ended, and which limit the agent saw fire (its timeout; the disk, when a writable
+    /// filesystem is full or the program died of `RLIMIT_FSIZE`). The host adds what only the cgroup knows.
+    pub fn command_exit(&self, disk_full: bool) -> CommandExit {
         let status = self.exit.unwrap_or(ExitStatus { exit_code: None, signal: Some(libc::SIGKILL) });
-        CommandExit {
-            exit_code: status.exit_code,
-            signal: status.signal,
-            timed_out: self.killed_by_timeout && status.signal.is_some(),
-        }
+        let timed_out = self.killed_by_timeout && status.signal.is_some();
+        let limit = if timed_out {
+            Some(LimitKind::Time)
+        } else if disk_full || status.signal == Some(libc::SIGXFSZ) {
+            Some(LimitKind::Disk)
+        } else {
+            None
+        };
+        CommandExit { exit_code: status.exit_code, signal: status.signal, timed_out, limit, ..CommandExit::default() }
     }
 
     fn kill_group(&self, signal: Signal) -> Result<(), Errno> {

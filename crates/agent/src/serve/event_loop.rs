@@ -58,7 +58,7 @@ fn serve_requests(
     loop {
         let now = monotonic_ns();
         commands.enforce_timeouts(now);
-        output::report_finished(commands, channel, now);
+        output::report_finished(commands, channel, now, context.home);
         channel.flush();
         if channel.broken() {
             return Ok(LoopEnd::HostGone);

@@ -94,7 +94,7 @@ pub fn write_stdin(commands: &mut Commands, id: u64) {
 
 /// Reports and forgets every command that is finished. With output paused (the channel is congested) a command
 /// whose pipes are still open waits: its last output must go out before its `ExecExited`.
-pub fn report_finished(commands: &mut Commands, channel: &mut Channel, now_ns: u64) {
+pub fn report_finished(commands: &mut Commands, channel: &mut Channel, now_ns: u64, home: &str) {
     let ids: Vec<u64> = commands
         .table
         .iter()
@@ -109,6 +109,19 @@ pub fn report_finished(commands: &mut Commands, channel: &mut Channel, now_ns: u
         for stream in [OutputStreamKind::Stdout, OutputStreamKind::Stderr] {
             pump(channel, id, &mut command, stream, FINAL_DRAIN_BYTES);
         }
-        channel.queue(id, Message::ExecExited { exit: command.command_exit() });
+        let disk_full = [home, "/tmp", "/dev/shm"].iter().any(|mount| is_full(mount));
+        channel.queue(id, Message::ExecExited { exit: command.command_exit(disk_full) });
+    }
+}
+
+/// A writable filesystem counts as full when less than 64 KiB or 1 % of it is left (its size is the disk limit).
+fn is_full(mount: &str) -> bool {
+    match rustix::fs::statvfs(mount) {
+        Ok(stat) => {
+            let available = stat.f_bavail.saturating_mul(stat.f_frsize);
+            let total = stat.f_blocks.saturating_mul(stat.f_frsize);
+            total > 0 && (available < 64 << 10 || available.saturating_mul(100) < total)
+        }
+        Err(_) => false,
     }
 }

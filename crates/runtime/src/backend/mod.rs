@@ -1,26 +1,124 @@
-//! The `Backend` trait: one isolation tier. Each tier runs the same agent and speaks the same protocol; only the
-//! mechanism and the transport differ.
+//! The isolation tiers behind one seam, `TierBackend` (the shape of cloud-hypervisor's `Hypervisor`): a tier knows
+//! whether this host can run it (`probe`), how to start a sandbox's agent in the host resources the caller allocated
+//! (`spawn` → the agent's channel, connected and serving), and — filled in by the snapshot work — how to `pause`,
+//! `resume`, `snapshot` and `restore` one, each answering "not supported by this tier" until then. Destroying is the
+//! same for every tier (kill the cgroup, reap, read usage, release: `SandboxGuard`). Everything above the seam
+//! (commands, files, code contexts, pools, the server) speaks the agent protocol and is written once for all tiers.
+//!
+//! One folder per tier: `process/` (namespaces + pivot_root + seccomp + landlock + cgroups; its one-shot fast path
+//! too) and `gvisor/` (runsc). `runner` runs one-shot executions on either; `oneshot` is the one-shot run over the
+//! agent protocol (spawn → uploads → exec → destroy).
 
 pub mod gvisor;
 pub(crate) mod oneshot;
+pub(crate) mod process;
+pub mod runner;
 
-use sandkasten_types::{ExecRequest, ExecResult, SandboxSpec};
+use std::os::unix::net::UnixStream;
+
+use sandkasten_protocol::AgentPlan;
+use sandkasten_types::{SandboxFile, SandboxSpec, Tier};
 
 use crate::error::RuntimeError;
-use crate::output::OutputSink;
+use crate::guard::SandboxGuard;
 
-/// An isolation tier.
-pub trait Backend {
-    /// The tier's name (`process`, `gvisor`, `microvm`).
-    fn name(&self) -> &'static str;
+/// One isolation tier. The lifecycle hooks after `spawn` are the snapshot work's to fill in (`pause` … `restore`);
+/// nothing calls them yet.
+#[allow(dead_code)]
+pub(crate) trait TierBackend {
+    /// Which tier this is.
+    fn tier(&self) -> Tier;
 
-    /// Creates a sandbox for `spec`, runs `request` in it, destroys it, and returns the result. Live output goes to
-    /// `sink` as it arrives. `started_ns` is the request's arrival on CLOCK_MONOTONIC; phases are measured from it.
-    fn run_once(
+    /// Why this host cannot run the tier, if it cannot: a message that says how to fix it. Cheap (cached).
+    fn probe(&self) -> Option<String>;
+
+    /// Starts the agent of the sandbox whose record and cgroup `guard` holds, with `plan` (its `mode` is `Serve`)
+    /// and the sandbox's root `files`; returns the host end of its channel once the agent serves. On error the caller
+    /// drops the guard, which removes everything.
+    fn spawn(
         &self,
+        guard: &mut SandboxGuard,
         spec: &SandboxSpec,
-        request: &ExecRequest,
-        sink: &mut dyn OutputSink,
-        started_ns: u64,
-    ) -> Result<ExecResult, RuntimeError>;
+        files: &[SandboxFile],
+        plan: &AgentPlan,
+    ) -> Result<UnixStream, RuntimeError>;
+
+    /// Freezes a sandbox (no CPU, memory kept).
+    fn pause(&self, guard: &SandboxGuard) -> Result<(), RuntimeError> {
+        let _ = guard;
+        Err(not_supported(self.tier(), "pause"))
+    }
+
+    /// Continues a paused sandbox.
+    fn resume(&self, guard: &SandboxGuard) -> Result<(), RuntimeError> {
+        let _ = guard;
+        Err(not_supported(self.tier(), "resume"))
+    }
+
+    /// Saves a sandbox's state (filesystem, and memory where the tier can).
+    fn snapshot(&self, guard: &SandboxGuard) -> Result<(), RuntimeError> {
+        let _ = guard;
+        Err(not_supported(self.tier(), "snapshot"))
+    }
+
+    /// Starts a sandbox from a saved state.
+    fn restore(&self, guard: &mut SandboxGuard) -> Result<UnixStream, RuntimeError> {
+        let _ = guard;
+        Err(not_supported(self.tier(), "restore"))
+    }
+}
+
+#[allow(dead_code)]
+fn not_supported(tier: Tier, operation: &str) -> RuntimeError {
+    RuntimeError::InvalidInput(format!("{operation} is not supported by the {tier} tier yet"))
+}
+
+/// The tier backend for `tier`, or why it cannot be used.
+pub(crate) fn backend_for<'a>(
+    tier: Tier,
+    process: &'a process::ProcessTier<'a>,
+    gvisor: &'a gvisor::GvisorTier<'a>,
+) -> Result<&'a dyn TierBackend, RuntimeError> {
+    let backend: &dyn TierBackend = match tier {
+        Tier::Process => process,
+        Tier::Gvisor => gvisor,
+        Tier::Microvm | Tier::Auto => {
+            let reason = tier.unavailable_reason().unwrap_or("this tier is not available");
+            return Err(RuntimeError::InvalidInput(reason.to_owned()));
+        }
+    };
+    if let Some(reason) = backend.probe() {
+        return Err(RuntimeError::HostUnsupported(reason));
+    }
+    Ok(backend)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RuntimeConfig;
+
+    #[test]
+    fn tiers_that_are_not_built_yet_are_refused_with_their_reason_and_hooks_say_not_supported() {
+        let config = RuntimeConfig::default();
+        let gvisor = gvisor::GvisorTier::new(&config, std::path::Path::new("/nonexistent"));
+        let hierarchy = sandkasten_cgroups::Hierarchy::detect();
+        let Ok(hierarchy) = hierarchy else { return };
+        let Ok(agent) = process::launch::AgentBinary::open(&RuntimeConfig {
+            agent_program: Some("/proc/self/exe".into()),
+            ..RuntimeConfig::default()
+        }) else {
+            return;
+        };
+        let process = process::ProcessTier {
+            launcher: process::launch::Launcher { config: &config, hierarchy: &hierarchy, agent: &agent },
+        };
+        for tier in [Tier::Microvm, Tier::Auto] {
+            let refused = backend_for(tier, &process, &gvisor).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(refused.contains("not available yet"), "{tier}: {refused}");
+        }
+        assert_eq!(backend_for(Tier::Process, &process, &gvisor).map(|b| b.tier()).ok(), Some(Tier::Process));
+        let hook = not_supported(Tier::Gvisor, "pause").to_string();
+        assert!(hook.contains("pause is not supported by the gvisor tier"), "{hook}");
+    }
 }

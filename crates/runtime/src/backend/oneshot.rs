@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::sync::Arc;
 
 use sandkasten_cgroups::Usage;
 use sandkasten_protocol::{OutputStreamKind, monotonic_ns};
@@ -13,12 +14,12 @@ use sandkasten_types::{
 };
 use tokio::sync::mpsc;
 
+use super::runner::StdinSource;
 use crate::error::RuntimeError;
 use crate::guard::SandboxGuard;
-use crate::live::AgentClient;
+use crate::live::{AgentClient, BackgroundCommand, BackgroundEvent};
 use crate::output::{OutputSink, StreamKind};
 use crate::plan::{self, RunPlan};
-use crate::process_backend::StdinSource;
 
 /// How the program ended, as the host saw it.
 enum End {
@@ -40,7 +41,7 @@ pub(crate) fn run(
     spawn: impl FnOnce(&RunPlan) -> Result<(SandboxGuard, std::os::unix::net::UnixStream), RuntimeError>,
 ) -> Result<ExecResult, RuntimeError> {
     let run_plan = plan::plan(spec, request)?;
-    let input = read_stdin(stdin)?;
+    let input = stdin_source(stdin)?;
     let (mut guard, channel) = spawn(&run_plan)?;
     let ready_ns = monotonic_ns();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -51,10 +52,15 @@ pub(crate) fn run(
     let deadline_ns = started_ns.saturating_add(limits.timeout_ms.saturating_mul(1_000_000));
     let mut observed = Observed::new(limits.output_bytes);
     let end = runtime.block_on(async {
-        let agent = AgentClient::new(channel.into()).map_err(|e| RuntimeError::sys("agent channel", e))?;
+        let agent = Arc::new(AgentClient::new(channel.into()).map_err(|e| RuntimeError::sys("agent channel", e))?);
         for upload in &run_plan.uploads {
             let path = upload.path.to_string_lossy();
-            if let Err(failure) = agent.write_file(&path, &upload.contents).await {
+            let parent = upload.path.parent().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+            let written = match agent.mkdir(&parent, true).await {
+                Ok(()) => agent.write_file(&path, &upload.contents).await,
+                Err(failure) => Err(failure),
+            };
+            if let Err(failure) = written {
                 return Ok(End::ExecFailed(format!("writing {path}: {}", failure.message)));
             }
         }
@@ -66,8 +72,8 @@ pub(crate) fn run(
                 other => return Ok(other),
             }
         }
-        let spec = command(&run_plan.program, &run_plan.env, input, deadline_ns);
-        Ok::<End, RuntimeError>(exec(&agent, spec, &mut observed, sink, &guard).await)
+        let spec = command(&run_plan.program, &run_plan.env, None, deadline_ns);
+        Ok::<End, RuntimeError>(run_program(&agent, spec, input, &mut observed, sink, &guard).await)
     })?;
     drop(runtime);
     let finished_ns = monotonic_ns();
@@ -79,16 +85,90 @@ pub(crate) fn run(
     Ok(result(guard.id.clone(), end, observed, usage, limits.memory_bytes, phases))
 }
 
-fn read_stdin(stdin: StdinSource<'_>) -> Result<Option<String>, RuntimeError> {
+/// The program's standard input: the owner's descriptor (a terminal is not forwarded), or none.
+fn stdin_source(stdin: StdinSource<'_>) -> Result<Option<std::fs::File>, RuntimeError> {
     match stdin {
         StdinSource::Inherit(fd) if !rustix::termios::isatty(fd) => {
-            let mut file = std::fs::File::from(fd.try_clone_to_owned().map_err(|e| RuntimeError::sys("dup stdin", e))?);
-            let mut bytes = Vec::new();
-            file.read_to_end(&mut bytes).map_err(|e| RuntimeError::sys("reading stdin", e))?;
-            Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
+            Ok(Some(std::fs::File::from(fd.try_clone_to_owned().map_err(|e| RuntimeError::sys("dup stdin", e))?)))
         }
         _ => Ok(None),
     }
+}
+
+/// Runs the program as a command whose stdin stays open, streams `input` into it byte for byte as it is read (so an
+/// endless producer works, and binary data arrives unchanged), and closes it at end of input.
+async fn run_program(
+    agent: &Arc<AgentClient>,
+    spec: CommandSpec,
+    input: Option<std::fs::File>,
+    observed: &mut Observed,
+    sink: &mut dyn OutputSink,
+    guard: &SandboxGuard,
+) -> End {
+    let (handle, mut events) = match agent.spawn_background(spec).await {
+        Ok(started) => started,
+        Err(failure) if failure.code == Some(sandkasten_protocol::FailureCode::ExecFailed) => {
+            return End::ExecFailed(failure.message);
+        }
+        Err(_) => return End::SandboxDied,
+    };
+    let feeding = feed_stdin(&handle, input);
+    tokio::pin!(feeding);
+    let mut fed = false;
+    let mut over_limit = false;
+    loop {
+        tokio::select! {
+            () = &mut feeding, if !fed => fed = true,
+            event = events.recv() => match event {
+                Some(BackgroundEvent::Output(stream, bytes)) => {
+                    if forward(observed, sink, stream, &bytes) && !over_limit {
+                        // Past the cap: the sandbox is stopped (as on the process tier) and its command then ends.
+                        over_limit = true;
+                        guard.kill();
+                    }
+                }
+                Some(BackgroundEvent::Exited(exit)) if !over_limit => return End::Exited(exit),
+                Some(BackgroundEvent::Exited(_)) => return End::OutputLimit,
+                None if over_limit => return End::OutputLimit,
+                None => return End::SandboxDied,
+            },
+        }
+    }
+}
+
+/// Copies `input` to the command's stdin in chunks (waiting while the agent's buffer is full), then closes it.
+async fn feed_stdin(handle: &BackgroundCommand, input: Option<std::fs::File>) {
+    if let Some(mut file) = input {
+        let (chunks, mut received) = mpsc::channel::<Vec<u8>>(4);
+        let reader = tokio::task::spawn_blocking(move || {
+            let mut buffer = vec![0u8; 64 << 10];
+            loop {
+                match file.read(&mut buffer) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if chunks.blocking_send(buffer[..n].to_vec()).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+        while let Some(chunk) = received.recv().await {
+            loop {
+                match handle.send_stdin(&chunk).await {
+                    Ok(()) => break,
+                    // The program is not reading yet and the agent's buffer is full: wait, as a pipe would.
+                    Err(failure) if failure.code == Some(sandkasten_protocol::FailureCode::Busy) => {
+                        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    }
+                    // The command ended (or closed its stdin): the rest of the input has no reader.
+                    Err(_) => return,
+                }
+            }
+        }
+        drop(reader);
+    }
+    let _ = handle.close_stdin().await;
 }
 
 fn command(argv: &[String], env: &BTreeMap<String, String>, stdin: Option<String>, deadline_ns: u64) -> CommandSpec {
@@ -203,6 +283,10 @@ fn result(id: String, end: End, observed: Observed, usage: Usage, memory_limit: 
     let mut result = ExecResult { sandbox_id: id, ..ExecResult::default() };
     result.set_output(&observed.stdout, &observed.stderr);
     let died = matches!(end, End::SandboxDied);
+    let agent_limit = match &end {
+        End::Exited(exit) => exit.limit,
+        _ => None,
+    };
     // gVisor's memory is the Sentry's: when the cgroup's limit is hit the host may kill the whole sandbox rather
     // than one process, which shows as the sandbox dying with the limit's failures counted.
     result.oom_killed =
@@ -237,7 +321,7 @@ fn result(id: String, end: End, observed: Observed, usage: Usage, memory_limit: 
         Some(LimitKind::Output)
     } else if result.oom_killed {
         Some(LimitKind::Memory)
-    } else if file_too_large {
+    } else if file_too_large || agent_limit == Some(LimitKind::Disk) {
         Some(LimitKind::Disk)
     } else if usage.pids_limit_hits > 0 {
         Some(LimitKind::Pids)

@@ -25,7 +25,7 @@ pub struct AgentFailure {
 }
 
 impl AgentFailure {
-    pub(super) fn gone() -> Self {
+    pub(crate) fn gone() -> Self {
         AgentFailure { code: None, message: "the sandbox is gone".to_owned() }
     }
 }

@@ -7,7 +7,7 @@ mod agent_client;
 mod background;
 pub mod commands;
 pub mod contexts;
-mod netns_listener;
+mod limits;
 mod runtime;
 
 pub use agent_client::{AgentClient, AgentFailure};

@@ -8,17 +8,20 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use sandkasten_types::{
-    CellOutcome, CodeLanguage, CodeRun, CommandSpec, ContextInfo, Entrance, ResourceUsage, SandboxSpec, Tier,
+    CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, Entrance, ResourceUsage, SandboxSpec,
+    Tier,
 };
 use tokio::sync::mpsc;
 
-use super::agent_client::AgentClient;
+use super::agent_client::{AgentClient, AgentFailure};
 use super::commands::{BackgroundCommands, CommandError, CommandEvent, CommandStatus};
 use super::contexts::{CellOutput, ContextError, Contexts};
 use crate::backend::gvisor;
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
 use crate::spawner::{SpawnerClient, SpawnerEvent};
+use sandkasten_cgroups::{Cgroup, Hierarchy};
+use sandkasten_protocol::OutputStreamKind;
 
 /// A live sandbox as the owner sees it: its agent's channel and a pidfd of the agent (for joining its network
 /// namespace without a pid-reuse race).
@@ -26,6 +29,8 @@ struct Member {
     agent: Arc<AgentClient>,
     pidfd: Arc<OwnedFd>,
     tier: Tier,
+    /// The sandbox's cgroup, read (never written) for what its commands used.
+    cgroup: Option<Arc<Cgroup>>,
 }
 
 type Agents = Arc<Mutex<HashMap<String, Member>>>;
@@ -33,6 +38,7 @@ type Agents = Arc<Mutex<HashMap<String, Member>>>;
 /// Long-lived sandboxes of one owner.
 pub struct LiveRuntime {
     config: RuntimeConfig,
+    hierarchy: Option<Hierarchy>,
     runsc_found: bool,
     spawner: Arc<SpawnerClient>,
     agents: Agents,
@@ -69,7 +75,8 @@ impl LiveRuntime {
             }
         })?;
         let runsc_found = gvisor::runsc_installed(&config);
-        Ok(LiveRuntime { config, runsc_found, spawner: Arc::new(spawner), agents, contexts, commands })
+        let hierarchy = Hierarchy::detect().ok();
+        Ok(LiveRuntime { config, hierarchy, runsc_found, spawner: Arc::new(spawner), agents, contexts, commands })
     }
 
     /// Creates a sandbox under `id`; it is ready for commands when this returns.
@@ -86,7 +93,12 @@ impl LiveRuntime {
             .ok_or_else(|| RuntimeError::sys("agent pid", std::io::Error::other("pid 0")))?;
         let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
             .map_err(|e| RuntimeError::sys("pidfd_open of the agent", std::io::Error::from(e)))?;
-        let member = Member { agent: Arc::new(client), pidfd: Arc::new(pidfd), tier: spec.tier() };
+        let cgroup = self
+            .hierarchy
+            .as_ref()
+            .and_then(|hierarchy| hierarchy.open(&self.config.cgroup_parent, id).ok().flatten())
+            .map(Arc::new);
+        let member = Member { agent: Arc::new(client), pidfd: Arc::new(pidfd), tier: spec.tier(), cgroup };
         self.agents.lock().map_err(|_| lock_poisoned())?.insert(id.to_owned(), member);
         Ok(())
     }
@@ -101,6 +113,31 @@ impl LiveRuntime {
         tokio::task::spawn_blocking(move || spawner.destroy(&owned_id))
             .await
             .map_err(|e| RuntimeError::sys("spawner task", std::io::Error::other(e.to_string())))?
+    }
+
+    /// Runs a command to its end; output chunks go to `output` as they arrive. The exit says which limit fired
+    /// (the agent's timeout and disk checks, the cgroup's OOM kills and refused forks) and what the sandbox used
+    /// meanwhile.
+    pub async fn exec(
+        &self,
+        id: &str,
+        spec: CommandSpec,
+        output: mpsc::Sender<(OutputStreamKind, Vec<u8>)>,
+    ) -> Result<CommandExit, AgentFailure> {
+        let (agent, cgroup) = self
+            .agents
+            .lock()
+            .ok()
+            .and_then(|map| map.get(id).map(|member| (Arc::clone(&member.agent), member.cgroup.clone())))
+            .ok_or_else(AgentFailure::gone)?;
+        let before = cgroup.as_ref().and_then(|cgroup| cgroup.usage().ok());
+        let mut exit = agent.exec(spec, output).await?;
+        if let (Some(cgroup), Some(before)) = (cgroup, before)
+            && let Ok(after) = cgroup.usage()
+        {
+            super::limits::annotate(&mut exit, &before, &after);
+        }
+        Ok(exit)
     }
 
     /// The agent of a live sandbox.
@@ -119,7 +156,7 @@ impl LiveRuntime {
         Some(match tier {
             // The Sentry's network stack is its own: the agent bridges the port to this socket instead.
             Tier::Gvisor => listen_on_door_socket(&self.config, id),
-            _ => super::netns_listener::listen_in_netns(pidfd.as_fd(), port).map(Entrance::Tcp),
+            _ => crate::backend::process::netns_listener::listen_in_netns(pidfd.as_fd(), port).map(Entrance::Tcp),
         })
     }
 

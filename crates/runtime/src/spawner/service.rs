@@ -6,19 +6,20 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 
 use rustix::event::{PollFd, PollFlags, poll};
-use sandkasten_agent::AgentMode;
 use sandkasten_cgroups::Hierarchy;
-use sandkasten_jail::process::Stdio;
 use sandkasten_jail::seccomp::SandboxFilter;
-use sandkasten_types::{ResourceUsage, Tier};
+use sandkasten_protocol::AgentMode;
+use sandkasten_types::ResourceUsage;
 
 use super::messages::{SpawnerRequest, SpawnerResponse};
 use super::transport::{receive, send};
-use crate::backend::gvisor;
+use crate::backend::backend_for;
+use crate::backend::gvisor::GvisorTier;
+use crate::backend::process::ProcessTier;
+use crate::backend::process::launch::{self, AgentBinary, Launcher};
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
 use crate::guard::SandboxGuard;
-use crate::launch::Launcher;
 use crate::{gc, plan};
 
 /// Runs the spawner on `control` until the owner closes it; returns the process exit code.
@@ -35,10 +36,8 @@ pub fn run_spawner(control: OwnedFd, config: RuntimeConfig) -> i32 {
 struct Spawner {
     config: RuntimeConfig,
     hierarchy: Hierarchy,
-    filter: SandboxFilter,
     sandboxes: HashMap<String, SandboxGuard>,
-    devnull: OwnedFd,
-    agent_program: std::path::PathBuf,
+    agent: AgentBinary,
 }
 
 fn child_signals() -> Result<OwnedFd, RuntimeError> {
@@ -62,14 +61,14 @@ impl Spawner {
     fn new(config: RuntimeConfig) -> Result<Spawner, RuntimeError> {
         let hierarchy = Hierarchy::detect()
             .map_err(|e| RuntimeError::HostUnsupported(format!("no usable cgroup hierarchy: {e}")))?;
-        let filter = SandboxFilter::compile().map_err(sandkasten_jail::JailError::from)?;
+        // The agents compile the seccomp policy themselves; compiling it once here reports a broken policy at start.
+        SandboxFilter::compile().map_err(sandkasten_jail::JailError::from)?;
         if let Err(error) = gc::collect(&config, &hierarchy) {
             tracing::warn!(%error, "garbage collection at spawner start failed");
         }
-        let devnull = std::fs::File::open("/dev/null").map_err(|e| RuntimeError::sys("open /dev/null", e))?.into();
-        // gVisor sandboxes start this same binary as their agent.
-        let agent_program = std::env::current_exe().map_err(|e| RuntimeError::sys("finding the agent binary", e))?;
-        Ok(Spawner { config, hierarchy, filter, sandboxes: HashMap::new(), devnull, agent_program })
+        // Every sandbox's agent is this same binary (`sandkasten agent`) unless the config names another.
+        let agent = AgentBinary::open(&config)?;
+        Ok(Spawner { config, hierarchy, sandboxes: HashMap::new(), agent })
     }
 
     fn serve(&mut self, control: &OwnedFd) -> Result<(), RuntimeError> {
@@ -134,26 +133,15 @@ impl Spawner {
         if self.sandboxes.contains_key(id) || id.is_empty() || id.contains('/') {
             return Err(RuntimeError::InvalidInput(format!("sandbox id '{id}' is in use or not a valid name")));
         }
-        if let Some(reason) = spec.tier().unavailable_reason() {
-            return Err(RuntimeError::InvalidInput(reason.to_owned()));
-        }
-        let launcher = Launcher { config: &self.config, hierarchy: &self.hierarchy, filter: &self.filter };
-        let (guard, channel) = match spec.tier() {
-            Tier::Gvisor => {
-                let run_plan = plan::plan_live(spec)?;
-                let mut guard = launcher.allocate(id, spec)?;
-                let channel = gvisor::spawn(&self.config, &mut guard, spec, run_plan, &self.agent_program)?;
-                (guard, channel)
-            }
-            _ => {
-                let run_plan = plan::plan_live(spec)?;
-                let guard = launcher.allocate(id, spec)?;
-                let null = std::os::fd::AsRawFd::as_raw_fd(&self.devnull);
-                let stdio = Stdio { stdin: null, stdout: null, stderr: null };
-                let launched = launcher.launch(guard, spec, run_plan, AgentMode::Serve, stdio)?;
-                (launched.guard, launched.channel)
-            }
-        };
+        let launcher = Launcher { config: &self.config, hierarchy: &self.hierarchy, agent: &self.agent };
+        let run_plan = plan::plan_live(spec)?;
+        let files = run_plan.files.clone();
+        let agent_plan = plan::agent_plan(spec, run_plan, AgentMode::Serve, launch::own_oom_score_adj());
+        let process = ProcessTier { launcher };
+        let gvisor = GvisorTier::new(&self.config, &self.agent.path);
+        let backend = backend_for(spec.tier(), &process, &gvisor)?;
+        let mut guard = launcher.allocate(id, spec)?;
+        let channel = backend.spawn(&mut guard, spec, &files, &agent_plan)?;
         let pid = guard.init_pid.unwrap_or(0);
         self.sandboxes.insert(id.to_owned(), guard);
         Ok((pid, channel.into()))

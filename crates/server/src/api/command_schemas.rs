@@ -181,7 +181,11 @@ mod tests {
             pid: 7,
             started_ms: 0,
             ended_ms: Some(1000),
-            exit: Some(sandkasten_types::CommandExit { exit_code: None, signal: Some(15), timed_out: false }),
+            exit: Some(sandkasten_types::CommandExit {
+                exit_code: None,
+                signal: Some(15),
+                ..sandkasten_types::CommandExit::default()
+            }),
             stdout_truncated: false,
             stderr_truncated: true,
         };

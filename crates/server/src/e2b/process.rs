@@ -433,10 +433,10 @@ mod tests {
 
     #[test]
     fn end_events_carry_the_exit_code() {
-        let exit = CommandExit { exit_code: Some(3), signal: None, timed_out: false };
+        let exit = CommandExit { exit_code: Some(3), signal: None, timed_out: false, ..CommandExit::default() };
         let end = end_event(&ended(Some(exit))).ok();
         assert_eq!(end, Some(json!({"event": {"end": {"exitCode": 3, "exited": true, "status": "exit status 3"}}})));
-        let timed_out = CommandExit { exit_code: None, signal: Some(9), timed_out: true };
+        let timed_out = CommandExit { exit_code: None, signal: Some(9), timed_out: true, ..CommandExit::default() };
         assert_eq!(end_event(&ended(Some(timed_out))).err().map(|e| e.code), Some(Code::DeadlineExceeded));
         assert_eq!(end_event(&ended(None)).err().map(|e| e.code), Some(Code::Unavailable));
     }

@@ -160,7 +160,8 @@ impl SandboxRuntime for FakeRuntime {
         self.with(id, |_| Ok(()))?;
         *self.last_command.lock().unwrap() = Some(spec.clone());
         let argv = spec.resolved_argv().map_err(|e| failure(FailureKind::ExecFailed, e))?;
-        let exit = |code| Ok(CommandExit { exit_code: Some(code), signal: None, timed_out: false });
+        let exit =
+            |code| Ok(CommandExit { exit_code: Some(code), signal: None, timed_out: false, ..CommandExit::default() });
         let result = match argv[0].as_str() {
             "echo" => {
                 send(&events, Stream::Stdout, format!("{}\n", argv[1..].join(" ")).as_bytes()).await;
@@ -171,7 +172,9 @@ impl SandboxRuntime for FakeRuntime {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 exit(0)
             }
-            "timeout" => Ok(CommandExit { exit_code: None, signal: Some(9), timed_out: true }),
+            "timeout" => {
+                Ok(CommandExit { exit_code: None, signal: Some(9), timed_out: true, ..CommandExit::default() })
+            }
             "bytes" => {
                 let n: usize = argv.get(1).and_then(|a| a.parse().ok()).unwrap_or(0);
                 send(&events, Stream::Stdout, &vec![b'x'; n]).await;

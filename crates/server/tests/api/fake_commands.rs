@@ -69,11 +69,11 @@ impl Command {
 }
 
 fn code(n: i32) -> Option<CommandExit> {
-    Some(CommandExit { exit_code: Some(n), signal: None, timed_out: false })
+    Some(CommandExit { exit_code: Some(n), signal: None, timed_out: false, ..CommandExit::default() })
 }
 
 fn killed(signal: i32) -> Option<CommandExit> {
-    Some(CommandExit { exit_code: None, signal: Some(signal), timed_out: false })
+    Some(CommandExit { exit_code: None, signal: Some(signal), timed_out: false, ..CommandExit::default() })
 }
 
 /// Sleeps `ms` unless a signal comes first (then returns it).
@@ -119,7 +119,7 @@ async fn run(command: Arc<Command>, argv: Vec<String>, mut control: mpsc::Unboun
                 None => code(0),
             }
         }
-        "timeout" => Some(CommandExit { exit_code: None, signal: Some(9), timed_out: true }),
+        "timeout" => Some(CommandExit { exit_code: None, signal: Some(9), timed_out: true, ..CommandExit::default() }),
         "cat" => loop {
             match control.recv().await {
                 Some(Control::Stdin(data)) => command.push(Stream::Stdout, &data),

@@ -22,6 +22,8 @@ pub(crate) const AGENT_PATH: &str = "/.sandkasten/agent";
 pub(crate) const DOOR_DIR: &str = "/.sandkasten/door";
 /// The door socket's name in that directory.
 pub(crate) const DOOR_SOCKET: &str = "proxy.sock";
+/// `DOOR_DIR/DOOR_SOCKET`: where the agent connects.
+pub(crate) const DOOR_SOCKET_INSIDE: &str = "/.sandkasten/door/proxy.sock";
 
 /// What a bundle is made of.
 pub(crate) struct BundleSpec<'a> {
@@ -252,6 +254,7 @@ mod tests {
         assert!(find("/workspace")["options"].to_string().contains("size=1048576"));
         assert!(find("/tmp")["options"].to_string().contains("size=1048576"));
         assert!(find(DOOR_DIR).is_null(), "no door without a policy");
+        assert_eq!(DOOR_SOCKET_INSIDE, format!("{DOOR_DIR}/{DOOR_SOCKET}"));
         assert!(dir.path().join("rootfs/bin").is_symlink());
         assert_eq!(std::fs::read(dir.path().join("rootfs/etc/passwd")).unwrap_or_default(), b"x");
         assert!(json["linux"]["namespaces"].to_string().contains("network"));

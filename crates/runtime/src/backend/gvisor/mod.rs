@@ -21,17 +21,16 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use sandkasten_jail::rootfs::RealHostFs;
-use sandkasten_protocol::{AgentPlan, DoorPlan, Envelope, Message, SeccompPolicy, read_frame, write_frame};
-use sandkasten_types::{PROXY_PORT, SandboxSpec, Tier};
+use sandkasten_protocol::{AgentPlan, Envelope, Message, read_frame, write_frame};
+use sandkasten_types::{SandboxFile, SandboxSpec};
 
-pub(crate) use bundle::{DOOR_DIR, DOOR_SOCKET};
+pub(crate) use bundle::{DOOR_SOCKET, DOOR_SOCKET_INSIDE};
 pub(crate) use cleanup::GvisorFiles;
 pub use cleanup::remove_leftovers;
 
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
 use crate::guard::SandboxGuard;
-use crate::plan::{RunPlan, SANDBOX_GID, SANDBOX_UID, user_of};
 
 /// How long a sandbox may take from `runsc run` to the agent's first answer.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -72,16 +71,52 @@ pub fn door_socket(config: &RuntimeConfig, id: &str) -> PathBuf {
     bundles_dir(config).join(id).join("door").join(DOOR_SOCKET)
 }
 
-/// Starts the gVisor sandbox `id` for `spec` (its root files and environment from `run_plan`) into the allocated `guard` (record and cgroup exist) and returns the
+/// The gvisor tier, as one owner sees it.
+pub(crate) struct GvisorTier<'a> {
+    config: &'a RuntimeConfig,
+    agent: &'a Path,
+    missing: Option<String>,
+}
+
+impl<'a> GvisorTier<'a> {
+    /// The tier with `config`'s runsc, starting `agent` in every sandbox; finds out whether runsc is installed.
+    pub(crate) fn new(config: &'a RuntimeConfig, agent: &'a Path) -> GvisorTier<'a> {
+        let missing = (!runsc_installed(config)).then(|| runsc_missing(config));
+        GvisorTier { config, agent, missing }
+    }
+}
+
+impl super::TierBackend for GvisorTier<'_> {
+    fn tier(&self) -> sandkasten_types::Tier {
+        sandkasten_types::Tier::Gvisor
+    }
+
+    fn probe(&self) -> Option<String> {
+        self.missing.clone()
+    }
+
+    fn spawn(
+        &self,
+        guard: &mut SandboxGuard,
+        spec: &SandboxSpec,
+        files: &[SandboxFile],
+        plan: &AgentPlan,
+    ) -> Result<UnixStream, RuntimeError> {
+        spawn(self.config, guard, spec, files, plan, self.agent)
+    }
+}
+
+/// Starts the gVisor sandbox `id` for `spec` (its root `files`, the agent's `plan`) into the allocated `guard` (record and cgroup exist) and returns the
 /// host end of its agent channel once the agent serves. On error the guard (dropped by the caller) removes everything.
-pub(crate) fn spawn(
+fn spawn(
     config: &RuntimeConfig,
     guard: &mut SandboxGuard,
     spec: &SandboxSpec,
-    run_plan: RunPlan,
+    files: &[SandboxFile],
+    plan: &AgentPlan,
     agent: &Path,
 ) -> Result<UnixStream, RuntimeError> {
-    let home = user_of(spec.template).home;
+    let home = plan.home.as_str();
     let bundle_dir = bundles_dir(config).join(&guard.id);
     guard.gvisor = Some(GvisorFiles {
         runsc: config.gvisor.runsc.clone(),
@@ -93,9 +128,9 @@ pub(crate) fn spawn(
     let bundle_spec = bundle::BundleSpec {
         home,
         disk_bytes: spec.limits.disk_bytes,
-        files: &run_plan.files,
-        uid: SANDBOX_UID,
-        gid: SANDBOX_GID,
+        files,
+        uid: plan.uid,
+        gid: plan.gid,
         agent,
         door: true,
     };
@@ -122,6 +157,10 @@ pub(crate) fn spawn(
         .args(["run", "--bundle"])
         .arg(&bundle_dir)
         .arg(&guard.id)
+        // Nothing of the owner's environment (API keys, tokens) may reach runsc or the gofer, host processes in the
+        // sandbox's cgroup.
+        .env_clear()
+        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
         .stdin(Stdio::from(std::os::fd::OwnedFd::from(agent_end)))
         .stdout(Stdio::null())
         .stderr(Stdio::from(log))
@@ -141,19 +180,7 @@ pub(crate) fn spawn(
     // The child is reaped by whoever owns the guard (waitpid on `init_pid`), not through `Child`.
     drop(child);
 
-    let plan = AgentPlan {
-        tier: Tier::Gvisor,
-        home: home.to_owned(),
-        uid: SANDBOX_UID,
-        gid: SANDBOX_GID,
-        env: run_plan.env,
-        disk_bytes: spec.limits.disk_bytes,
-        writable_dirs: vec![home.to_owned(), "/tmp".to_owned(), "/dev/shm".to_owned()],
-        writable_files: ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"].map(str::to_owned).to_vec(),
-        seccomp: SeccompPolicy::Sandbox,
-        door: Some(DoorPlan { port: PROXY_PORT, socket: format!("{DOOR_DIR}/{DOOR_SOCKET}") }),
-    };
-    write_frame(&mut channel, &Envelope::new(0, Message::Plan { plan }))?;
+    write_frame(&mut channel, &Envelope::new(0, Message::Plan { plan: plan.clone() }))?;
     wait_until_ready(&mut channel, &log_path)?;
     Ok(channel)
 }

@@ -211,7 +211,8 @@ async fn forked(
         if timed_out {
             // Killed, but its end was not reported: the sandbox is destroyed right after anyway.
             state.metrics().limit_kill(LimitKind::Time);
-            let exit = CommandExit { exit_code: None, signal: Some(SIGKILL), timed_out: true };
+            let exit =
+                CommandExit { exit_code: None, signal: Some(SIGKILL), timed_out: true, ..CommandExit::default() };
             let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
             return Some(Ok(RunOutcome { exit, compile_failed: false, duration_ms, phases: RunPhases::default() }));
         }

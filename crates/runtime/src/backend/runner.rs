@@ -1,25 +1,26 @@
-//! The `process` tier: namespaces + pivot_root + seccomp + landlock + cgroups, set up by `sandkasten-jail` and run
-//! by the agent as PID 1. This file is the host side of one execution, as an ordered list of steps:
-//! plan → record → cgroup → pipes → clone → id maps + cgroup placement → start → wait → kill → reap → usage → remove.
+//! One-shot runs (`sandkasten run`) on any tier. On the process tier the host side of one execution is an ordered
+//! list of steps — plan → record → cgroup → pipes → clone → id maps + cgroup placement → start → wait → kill → reap →
+//! usage → remove — with the program's streams as pipes straight from the agent (the fast path); on the other tiers
+//! it is spawn → uploads → one exec → destroy over the agent protocol (`backend::oneshot`).
 
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
-use sandkasten_agent::AgentMode;
 use sandkasten_cgroups::Hierarchy;
-use sandkasten_jail::process::Stdio;
 use sandkasten_jail::seccomp::SandboxFilter;
-use sandkasten_protocol::monotonic_ns;
+use sandkasten_protocol::{AgentMode, monotonic_ns};
 use sandkasten_types::{ExecRequest, ExecResult, SandboxSpec, Tier};
 
-use crate::backend::{Backend, gvisor, oneshot};
+use super::gvisor::GvisorTier;
+use super::process::ProcessTier;
+use super::process::io_loop::{self, WaitEnd, Watched};
+use super::process::launch::{self, AgentBinary, Launcher};
+use super::process::result::{Outcome, build_result};
+use super::process::stdin_pump::StdinPump;
+use super::{backend_for, oneshot};
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
-use crate::io_loop::{self, WaitEnd, Watched};
-use crate::launch::{LaunchedAgent, Launcher};
 use crate::output::OutputSink;
 use crate::plan;
-use crate::result::{Outcome, build_result};
-use crate::stdin_pump::StdinPump;
 use crate::{gc, ids};
 
 /// Where the program's standard input comes from.
@@ -32,11 +33,11 @@ pub enum StdinSource<'a> {
     Inherit(BorrowedFd<'a>),
 }
 
-/// The process tier.
-pub struct ProcessBackend {
+/// Runs one-shot executions (the host's checks, cgroup hierarchy and agent binary prepared once).
+pub struct OneShotRunner {
     config: RuntimeConfig,
     hierarchy: Hierarchy,
-    filter: SandboxFilter,
+    agent: AgentBinary,
 }
 
 fn check_host() -> Result<(), RuntimeError> {
@@ -56,17 +57,20 @@ fn check_host() -> Result<(), RuntimeError> {
     Ok(())
 }
 
-impl ProcessBackend {
+impl OneShotRunner {
     /// Checks the host, detects its cgroup hierarchy and compiles the seccomp policy (once).
-    pub fn new(config: RuntimeConfig) -> Result<ProcessBackend, RuntimeError> {
+    pub fn new(config: RuntimeConfig) -> Result<OneShotRunner, RuntimeError> {
         check_host()?;
         let hierarchy = Hierarchy::detect().map_err(|e| {
             RuntimeError::HostUnsupported(format!(
                 "no usable cgroup hierarchy ({e}): mount cgroup v2 or the v1 controllers"
             ))
         })?;
-        let filter = SandboxFilter::compile().map_err(sandkasten_jail::JailError::from)?;
-        Ok(ProcessBackend { config, hierarchy, filter })
+        // The agent compiles the seccomp policy itself; compiling it here too finds a broken policy before any
+        // sandbox exists, with an error that says so.
+        SandboxFilter::compile().map_err(sandkasten_jail::JailError::from)?;
+        let agent = AgentBinary::open(&config)?;
+        Ok(OneShotRunner { config, hierarchy, agent })
     }
 
     /// The detected cgroup hierarchy.
@@ -91,17 +95,17 @@ impl ProcessBackend {
         if let Some(reason) = spec.tier().unavailable_reason() {
             return Err(RuntimeError::InvalidInput(reason.to_owned()));
         }
-        if spec.tier() == Tier::Gvisor {
-            return self.run_on_gvisor(spec, request, stdin, sink, started_ns);
+        if spec.tier() != Tier::Process {
+            return self.run_over_protocol(spec, request, stdin, sink, started_ns);
         }
-        let plan = plan::plan(spec, request)?;
+        let mut run_plan = plan::plan(spec, request)?;
         if gc::has_stale_records(&self.config)
             && let Err(error) = gc::collect(&self.config, &self.hierarchy)
         {
             tracing::warn!(%error, "garbage collection of stale sandboxes failed");
         }
         let id = ids::new_sandbox_id()?;
-        let launcher = Launcher { config: &self.config, hierarchy: &self.hierarchy, filter: &self.filter };
+        let launcher = Launcher { config: &self.config, hierarchy: &self.hierarchy, agent: &self.agent };
         let guard = launcher.allocate(&id, spec)?;
         let allocated_ns = monotonic_ns();
 
@@ -118,9 +122,16 @@ impl ProcessBackend {
         };
         let (signals, previous_mask) = io_loop::block_stop_signals()?;
         let _restore = RestoreMask(previous_mask);
-        let stdio =
-            Stdio { stdin: stdin_fd.as_raw_fd(), stdout: stdout_write.as_raw_fd(), stderr: stderr_write.as_raw_fd() };
-        let LaunchedAgent { mut guard, channel, .. } = launcher.launch(guard, spec, plan, AgentMode::OneShot, stdio)?;
+        let inherit = [stdin_fd.as_raw_fd(), stdout_write.as_raw_fd(), stderr_write.as_raw_fd()];
+        let uploads = std::mem::take(&mut run_plan.uploads);
+        let mode = AgentMode::OneShot {
+            compile: run_plan.compile.take(),
+            program: std::mem::take(&mut run_plan.program),
+            stdio: inherit,
+        };
+        let agent_plan = plan::agent_plan(spec, run_plan, mode, launch::own_oom_score_adj());
+        let mut guard = guard;
+        let channel = launcher.launch(&mut guard, &agent_plan, &uploads, &inherit)?;
         drop((stdout_write, stderr_write, stdin_fd));
         let limits = &spec.limits;
 
@@ -144,9 +155,10 @@ impl ProcessBackend {
     }
 }
 
-impl ProcessBackend {
-    /// A one-shot run on the gvisor tier: the same agent protocol as a long-lived sandbox (`backend::oneshot`).
-    fn run_on_gvisor(
+impl OneShotRunner {
+    /// A one-shot run on a tier other than the process tier: the same agent protocol as a long-lived sandbox
+    /// (`backend::oneshot`).
+    fn run_over_protocol(
         &self,
         spec: &SandboxSpec,
         request: &ExecRequest,
@@ -154,20 +166,20 @@ impl ProcessBackend {
         sink: &mut dyn OutputSink,
         started_ns: u64,
     ) -> Result<ExecResult, RuntimeError> {
+        let launcher = Launcher { config: &self.config, hierarchy: &self.hierarchy, agent: &self.agent };
+        let gvisor = GvisorTier::new(&self.config, &self.agent.path);
+        let process = ProcessTier { launcher: Launcher { ..launcher } };
+        let backend = backend_for(spec.tier(), &process, &gvisor)?;
         if gc::has_stale_records(&self.config)
             && let Err(error) = gc::collect(&self.config, &self.hierarchy)
         {
             tracing::warn!(%error, "garbage collection of stale sandboxes failed");
         }
-        if !gvisor::runsc_installed(&self.config) {
-            return Err(RuntimeError::HostUnsupported(gvisor::runsc_missing(&self.config)));
-        }
-        let agent = std::env::current_exe().map_err(|e| RuntimeError::sys("finding the agent binary", e))?;
-        let launcher = Launcher { config: &self.config, hierarchy: &self.hierarchy, filter: &self.filter };
         let result = oneshot::run(spec, request, stdin, sink, started_ns, |run_plan| {
             let id = ids::new_sandbox_id()?;
             let mut guard = launcher.allocate(&id, spec)?;
-            let channel = gvisor::spawn(&self.config, &mut guard, spec, run_plan.clone(), &agent)?;
+            let agent_plan = plan::agent_plan(spec, run_plan.clone(), AgentMode::Serve, launch::own_oom_score_adj());
+            let channel = backend.spawn(&mut guard, spec, &run_plan.files, &agent_plan)?;
             Ok((guard, channel))
         });
         let _ = self.hierarchy.remove_parent(&self.config.cgroup_parent);
@@ -184,21 +196,5 @@ struct RestoreMask(libc::sigset_t);
 impl Drop for RestoreMask {
     fn drop(&mut self) {
         io_loop::restore_signal_mask(&self.0);
-    }
-}
-
-impl Backend for ProcessBackend {
-    fn name(&self) -> &'static str {
-        "process"
-    }
-
-    fn run_once(
-        &self,
-        spec: &SandboxSpec,
-        request: &ExecRequest,
-        sink: &mut dyn OutputSink,
-        started_ns: u64,
-    ) -> Result<ExecResult, RuntimeError> {
-        self.run_with_stdin(spec, request, StdinSource::Empty, sink, started_ns)
     }
 }

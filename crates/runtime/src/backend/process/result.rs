@@ -5,7 +5,7 @@ use sandkasten_cgroups::Usage;
 use sandkasten_protocol::Message;
 use sandkasten_types::{ErrorCode, ErrorInfo, ExecResult, LimitKind, PhaseTimings, ResourceUsage};
 
-use crate::io_loop::{Observed, WaitEnd};
+use super::io_loop::{Observed, WaitEnd};
 
 /// Everything known when an execution is over.
 pub(crate) struct Outcome {

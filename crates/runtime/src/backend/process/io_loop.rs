@@ -10,9 +10,9 @@ use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use sandkasten_protocol::{FrameDecoder, Message, monotonic_ns};
 
+use super::stdin_pump::StdinPump;
 use crate::error::RuntimeError;
 use crate::output::{Capture, OutputSink, StreamKind};
-use crate::stdin_pump::StdinPump;
 
 /// Signals that make the owner destroy the sandbox and stop.
 pub(crate) const STOP_SIGNALS: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];

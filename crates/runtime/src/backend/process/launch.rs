@@ -1,0 +1,236 @@
+//! Launching a process-tier sandbox's agent: record → cgroup → socketpair → clone into new namespaces → id maps →
+//! `Start` + `Plan` → cgroup attach → `CgroupJoined` (→ uploads → `UploadsDone`, one-shot). The cloned child is a
+//! tiny starter: it waits for `Start` (the id maps exist then), becomes its user namespace's root, arms the
+//! parent-death signal and executes the agent binary (`sandkasten agent`, channel on descriptor 0), which reads its
+//! plan from the channel. Shared by the one-shot path (`process_backend`) and the spawner of long-lived sandboxes.
+//! Must run in a single-threaded process (the clone has fork semantics).
+
+#![allow(unsafe_code)]
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+
+use base64::Engine as _;
+use sandkasten_cgroups::{Cgroup, CgroupError, CgroupLimits, Hierarchy};
+use sandkasten_jail::namespaces::{self, CloneOutcome};
+use sandkasten_protocol::{AgentPlan, Envelope, MAX_FILE_CHUNK_BYTES, Message, read_frame, write_frame};
+use sandkasten_types::{SandboxFile, SandboxSpec};
+
+use crate::config::RuntimeConfig;
+use crate::error::RuntimeError;
+use crate::guard::SandboxGuard;
+
+/// What a launch needs from its owner, prepared once.
+#[derive(Clone, Copy)]
+pub(crate) struct Launcher<'a> {
+    pub(crate) config: &'a RuntimeConfig,
+    pub(crate) hierarchy: &'a Hierarchy,
+    /// The agent executable, opened once (`O_PATH`): the starter executes it through this descriptor.
+    pub(crate) agent: &'a AgentBinary,
+}
+
+/// The agent executable: its path (bound into gVisor sandboxes) and a descriptor of it (executed by the process
+/// tier's starter, so the path need not be reachable from inside the new namespaces).
+#[derive(Debug)]
+pub(crate) struct AgentBinary {
+    pub(crate) path: PathBuf,
+    fd: std::os::fd::OwnedFd,
+}
+
+impl AgentBinary {
+    /// Opens the configured agent binary, or this process's own executable (the `sandkasten` binary).
+    pub(crate) fn open(config: &RuntimeConfig) -> Result<AgentBinary, RuntimeError> {
+        let path = match &config.agent_program {
+            Some(path) => path.clone(),
+            None => std::env::current_exe().map_err(|e| RuntimeError::sys("finding the agent binary", e))?,
+        };
+        let fd =
+            rustix::fs::open(&path, rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
+                .map_err(|e| {
+                    RuntimeError::sys_owned(format!("opening the agent binary {}", path.display()), e.into())
+                })?;
+        Ok(AgentBinary { path, fd })
+    }
+}
+
+/// Host tasks a gVisor sandbox may use beyond its process limit: the Sentry's and the gofer's threads and the
+/// platform's stub processes are host tasks of the sandbox's cgroup, while its own processes are counted inside
+/// (`RLIMIT_NPROC`).
+const GVISOR_PIDS_HEADROOM: u64 = 256;
+
+fn cgroup_limits(spec: &SandboxSpec) -> CgroupLimits {
+    const PERIOD_US: u64 = 100_000;
+    let host_pids = match spec.tier() {
+        sandkasten_types::Tier::Gvisor => spec.limits.pids.saturating_add(GVISOR_PIDS_HEADROOM),
+        _ => spec.limits.pids,
+    };
+    CgroupLimits {
+        memory_bytes: Some(spec.limits.memory_bytes),
+        pids_max: Some(host_pids),
+        cpu_quota_us: Some(((spec.limits.cpus * PERIOD_US as f64).round() as u64).max(1_000)),
+        cpu_period_us: PERIOD_US,
+    }
+}
+
+/// This process's OOM score adjustment (0 when unreadable).
+pub(crate) fn own_oom_score_adj() -> i32 {
+    std::fs::read_to_string("/proc/self/oom_score_adj").ok().and_then(|text| text.trim().parse().ok()).unwrap_or(0)
+}
+
+/// Closes every descriptor from 3 up except those in `keep`, and points 0–2 at `/dev/null` unless kept.
+fn close_all_except(keep: &[RawFd]) {
+    let mut kept: Vec<RawFd> = keep.iter().copied().filter(|fd| *fd > 2).collect();
+    kept.sort_unstable();
+    kept.dedup();
+    let mut next: RawFd = 3;
+    for fd in kept.iter().copied().chain(std::iter::once(RawFd::MAX)) {
+        if fd > next {
+            // SAFETY: close_range(2) on descriptors this forked child does not use; plain integers.
+            unsafe { libc::syscall(libc::SYS_close_range, next as libc::c_uint, (fd - 1) as libc::c_uint, 0) };
+        }
+        next = fd.saturating_add(1);
+    }
+    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+        for fd in 0..=2 {
+            if !keep.contains(&fd) {
+                // SAFETY: dup2 onto a standard descriptor of this process.
+                unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), fd) };
+            }
+        }
+    }
+}
+
+impl Launcher<'_> {
+    /// Creates the sandbox's cgroup. A concurrent run may remove the shared (empty) parent between our creating it
+    /// and creating the child: that shows as ENOENT and is retried.
+    fn create_cgroup(&self, id: &str, limits: &CgroupLimits) -> Result<Cgroup, RuntimeError> {
+        let mut attempts = 0;
+        loop {
+            match self.hierarchy.create(&self.config.cgroup_parent, id, limits) {
+                Err(CgroupError::CreateDir { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound && attempts < 5 =>
+                {
+                    attempts += 1;
+                }
+                other => return Ok(other?),
+            }
+        }
+    }
+
+    /// Writes the record and creates the cgroup: the sandbox's host resources exist from here on, owned by the
+    /// returned guard.
+    pub(crate) fn allocate(&self, id: &str, spec: &SandboxSpec) -> Result<SandboxGuard, RuntimeError> {
+        let mut guard = SandboxGuard::record(self.config, id, spec.tier())?;
+        guard.cgroup = Some(self.create_cgroup(id, &cgroup_limits(spec))?);
+        Ok(guard)
+    }
+
+    /// Clones the starter into new namespaces, which executes the agent with `plan`, and brings it to the point where
+    /// it runs what it was given (having written `uploads`, one-shot). `inherit` are the descriptors the program
+    /// (one-shot) inherits, named in the plan; the caller closes its copies afterwards.
+    pub(crate) fn launch(
+        &self,
+        guard: &mut SandboxGuard,
+        plan: &AgentPlan,
+        uploads: &[SandboxFile],
+        inherit: &[RawFd],
+    ) -> Result<UnixStream, RuntimeError> {
+        let (host_channel, agent_channel) = UnixStream::pair().map_err(|e| RuntimeError::sys("socketpair", e))?;
+        let pid = match namespaces::clone_into_namespaces(self.config.host_id_base)? {
+            CloneOutcome::Child => {
+                drop(host_channel);
+                // The starter keeps only its channel, the agent binary and the program's streams: nothing else the
+                // owner had open (its terminal, other sandboxes' channels in a spawner) may live on in here.
+                let mut keep = vec![agent_channel.as_raw_fd(), self.agent.fd.as_raw_fd()];
+                keep.extend_from_slice(inherit);
+                close_all_except(&keep);
+                // A panic must never unwind into the owner's code in this copy of its memory (the guard's destructor
+                // would remove the sandbox from inside it): end the starter instead.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    start_agent(agent_channel, self.agent.fd.as_raw_fd(), inherit)
+                }));
+                // SAFETY: _exit ends the forked child without running the owner's destructors.
+                unsafe { libc::_exit(1) }
+            }
+            CloneOutcome::Parent(pid) => pid,
+        };
+        guard.init_pid = Some(pid);
+        drop(agent_channel);
+
+        namespaces::write_id_maps(pid, self.config.host_id_base)?;
+        // The agent must outlive its children so it can report; the OOM killer picks the program instead. Lowering
+        // needs CAP_SYS_RESOURCE, which some hosts' root lacks: then the result still reports the memory limit.
+        if let Err(error) = std::fs::write(format!("/proc/{pid}/oom_score_adj"), "-1000") {
+            tracing::debug!(%error, "could not protect the agent from the OOM killer");
+        }
+        let mut channel = host_channel;
+        write_frame(&mut channel, &Envelope::new(0, Message::Start))?;
+        write_frame(&mut channel, &Envelope::new(0, Message::Plan { plan: plan.clone() }))?;
+        // The agent builds its filesystem meanwhile; it runs nothing of the caller's before `CgroupJoined`.
+        guard.cgroup()?.add_process(pid)?;
+        write_frame(&mut channel, &Envelope::new(0, Message::CgroupJoined))?;
+        if matches!(plan.mode, sandkasten_protocol::AgentMode::OneShot { .. }) {
+            send_uploads(&mut channel, uploads)?;
+        }
+        Ok(channel)
+    }
+}
+
+/// Sends each upload as `FileWrite` frames of at most `MAX_FILE_CHUNK_BYTES`, then `UploadsDone`.
+fn send_uploads(channel: &mut UnixStream, uploads: &[SandboxFile]) -> Result<(), RuntimeError> {
+    for upload in uploads {
+        let path = upload.path.to_string_lossy().into_owned();
+        let mut chunks = upload.contents.chunks(MAX_FILE_CHUNK_BYTES as usize).peekable();
+        let mut append = false;
+        // An empty file is still one (empty) write.
+        let empty: &[u8] = &[];
+        let first = chunks.next().unwrap_or(empty);
+        for chunk in std::iter::once(first).chain(chunks) {
+            let data = base64::engine::general_purpose::STANDARD.encode(chunk);
+            let msg = Message::FileWrite { path: path.clone(), data, append, mode: Some(upload.mode) };
+            write_frame(channel, &Envelope::new(0, msg))?;
+            append = true;
+        }
+    }
+    write_frame(channel, &Envelope::new(0, Message::UploadsDone))?;
+    Ok(())
+}
+
+/// In the cloned child: waits for `Start` (the host has written the id maps then), becomes the user namespace's root,
+/// arms the parent-death signal, puts the channel on descriptor 0, lets the program's streams survive `execve`, and
+/// executes the agent. Returns only if that failed (after telling the host why).
+fn start_agent(channel: UnixStream, agent: RawFd, inherit: &[RawFd]) {
+    let mut channel = channel;
+    let failure = (|| -> Result<(), String> {
+        match read_frame(&mut channel) {
+            Ok(Some(Envelope { msg: Message::Start, .. })) => {}
+            Ok(_) | Err(_) => return Err("the host did not send start".to_owned()),
+        }
+        // Credentials change first: the kernel clears the parent-death signal on every change of ids, so it is armed
+        // after becoming the namespace's root (and survives execve: the agent is neither set-id nor file-capable).
+        namespaces::become_namespace_root().map_err(|e| e.to_string())?;
+        namespaces::die_with_parent(0).map_err(|e| e.to_string())?;
+        // SAFETY: dup2 onto descriptor 0 of this process (the copy loses close-on-exec); fcntl clears close-on-exec
+        // on descriptors this child keeps for the program. Integers only.
+        unsafe {
+            if libc::dup2(channel.as_raw_fd(), 0) < 0 {
+                return Err(format!("dup2 of the channel: {}", std::io::Error::last_os_error()));
+            }
+            for fd in inherit {
+                libc::fcntl(*fd, libc::F_SETFD, 0);
+            }
+        }
+        let argv: [*const libc::c_char; 3] = [c"sandkasten".as_ptr(), c"agent".as_ptr(), std::ptr::null()];
+        let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+        // SAFETY: argv and envp are null-terminated arrays of NUL-terminated static strings; the path is empty with
+        // AT_EMPTY_PATH, so the descriptor itself is executed. On success the call does not return.
+        unsafe {
+            libc::syscall(libc::SYS_execveat, agent, c"".as_ptr(), argv.as_ptr(), envp.as_ptr(), libc::AT_EMPTY_PATH)
+        };
+        Err(format!("executing the agent: {}", std::io::Error::last_os_error()))
+    })();
+    if let Err(message) = failure {
+        let _ = write_frame(&mut channel, &Envelope::new(0, Message::SetupFailed { message }));
+    }
+}
