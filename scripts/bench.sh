@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks: installs the cold-start contenders (bubblewrap, runsc) when missing, builds sandkasten in release mode,
+# Benchmarks: installs the cold-start contenders (bubblewrap, runsc: scripts/setup.sh) when missing, builds sandkasten in release mode,
 # then runs bench/cold_start.py (one-shot cold starts, ~1 min) and bench/warm.py (`sandkasten serve` over HTTP: warm
 # exec/code, throughput, creation rate, pool, idle memory, 1,000 sandboxes; ~1-2 min) and bench/runs.py (one-shot
 # POST /v1/run without pool, with a pool, with Python/Node zygotes; ~1 min), which write
@@ -51,7 +51,7 @@ case "$runs" in
 esac
 
 if [ -n "$cold$warm$oneshot" ]; then
-  scripts/setup.sh runsc
+  scripts/setup.sh   # installs runsc (bookworm-backports) and bubblewrap
   cargo build --release -p sandkasten-cli
 fi
 target_dir=${CARGO_TARGET_DIR:-target}
