@@ -840,3 +840,19 @@ pub fn gvisor_sandbox_with_code(marker: &str, limit: Duration) -> Option<String>
     }
     None
 }
+
+/// runsc's host processes of sandbox `id` (`runsc_processes`) once its Sentry (`runsc-sandbox`) and gofer are among
+/// them, polled for up to `limit`; what was last seen otherwise.
+pub fn wait_for_runsc_processes(id: &str, limit: Duration) -> Vec<(u32, String)> {
+    let start = Instant::now();
+    loop {
+        let found = runsc_processes(id);
+        let has = |name: &str| {
+            found.iter().any(|(_, line)| line.split_whitespace().next().is_some_and(|argv0| argv0.ends_with(name)))
+        };
+        if (has("runsc-sandbox") && has("runsc-gofer")) || start.elapsed() > limit {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
