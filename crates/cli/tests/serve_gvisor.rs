@@ -1,0 +1,117 @@
+//! The gvisor tier through the server, where it differs from the per-tier suites: warm pools of pre-started gVisor
+//! sandboxes (a member serves only requests of its tier), `POST /v1/run` on gVisor, and the server's default tier
+//! applying to creates that name none. Every check that the guest is gVisor looks at what the kernel says inside
+//! (gVisor's Sentry reports release 4.4.0; the host's is asserted different).
+
+#![allow(unsafe_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod common;
+mod serve;
+
+use std::time::{Duration, Instant};
+
+use sandkasten_types::Tier;
+use serde_json::json;
+use serve::{KEY_1, Server, assert_sandbox_gone_on};
+
+/// The release the Sentry reports (`uname -r` inside a gVisor sandbox).
+const GVISOR_RELEASE: &str = "4.4.0";
+
+fn host_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned()
+}
+
+fn metric(server: &Server, name: &str) -> f64 {
+    let mut reply = server.http().get(format!("{}/metrics", server.url)).call().expect("GET /metrics");
+    let text = reply.body_mut().read_to_string().unwrap_or_default();
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn wait_metric(server: &Server, name: &str, want: f64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let value = metric(server, name);
+        if value == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{name} is {value}, want {want}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn uname_in(server: &Server, id: &str) -> String {
+    let reply = server.exec(id, "uname -r");
+    assert_eq!(reply.status, 200, "{reply:?}");
+    reply.json["stdout"].as_str().unwrap_or_default().trim().to_owned()
+}
+
+#[test]
+fn a_gvisor_pool_member_serves_gvisor_creates_and_never_a_process_one() {
+    require_runsc!();
+    assert_ne!(host_release(), GVISOR_RELEASE, "the host must not look like gVisor for this test to mean anything");
+    let pools = "[[pools]]\nname = \"gv\"\nisolation = \"gvisor\"\nmin = 1\nmax = 1\n";
+    let server = Server::start_with(pools);
+    wait_metric(&server, "pool_size{class=\"gv\"}", 1.0);
+
+    // A process-tier create must not take the gVisor member.
+    let process = server.create(json!({ "isolation": "process" }));
+    assert_eq!(metric(&server, "pool_hits_total"), 0.0, "a process create was served by the gVisor pool");
+    assert_eq!(uname_in(&server, &process), host_release());
+
+    let hits_before = metric(&server, "pool_hits_total");
+    let reply = server.call("POST", "/v1/sandboxes", KEY_1, Some(json!({ "isolation": "gvisor" })));
+    assert_eq!(reply.status, 201, "{reply:?}");
+    assert_eq!(reply.json["isolation"], "gvisor", "{reply:?}");
+    let id = reply.json["id"].as_str().expect("id").to_owned();
+    assert_eq!(metric(&server, "pool_hits_total"), hits_before + 1.0, "the gVisor create missed its pool");
+    assert_eq!(uname_in(&server, &id), GVISOR_RELEASE, "the pooled member is not a gVisor sandbox");
+
+    for id in [&process, &id] {
+        assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
+    }
+    assert_sandbox_gone_on(Tier::Process, &process);
+    assert_sandbox_gone_on(Tier::Gvisor, &id);
+}
+
+#[test]
+fn v1_run_on_gvisor_runs_under_gvisor_and_says_so() {
+    require_runsc!();
+    let server = Server::start();
+    let body = json!({
+        "isolation": "gvisor",
+        "language": "python",
+        "code": "import os; print(os.uname().release, os.getuid())",
+    });
+    let reply = server.call("POST", "/v1/run", KEY_1, Some(body));
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert_eq!(reply.json["isolation"], "gvisor", "{reply:?}");
+    assert_eq!(reply.json["exit_code"], 0, "{reply:?}");
+    assert_eq!(reply.json["stdout"].as_str().unwrap_or_default().trim(), format!("{GVISOR_RELEASE} 1000"));
+    let id = reply.json["sandbox_id"].as_str().unwrap_or_default().to_owned();
+    if !id.is_empty() {
+        assert_sandbox_gone_on(Tier::Gvisor, &id);
+    }
+}
+
+#[test]
+fn the_servers_default_tier_applies_to_creates_that_name_none() {
+    require_runsc!();
+    let server = Server::start_with("[defaults]\nisolation = \"gvisor\"\n");
+    let id = server.create(json!({}));
+    let info = server.call("GET", &format!("/v1/sandboxes/{id}"), KEY_1, None);
+    assert_eq!(info.json["isolation"], "gvisor", "{info:?}");
+    assert_eq!(uname_in(&server, &id), GVISOR_RELEASE);
+    // Naming a tier still wins over the default.
+    let process = server.create(json!({ "isolation": "process" }));
+    assert_eq!(uname_in(&server, &process), host_release());
+    for id in [&id, &process] {
+        assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
+    }
+    assert_sandbox_gone_on(Tier::Gvisor, &id);
+    assert_sandbox_gone_on(Tier::Process, &process);
+}
