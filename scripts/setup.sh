@@ -39,7 +39,10 @@ if ! command -v runsc >/dev/null 2>&1; then
       "$mirror" "$codename" > "$backports"
   fi
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t "${codename}-backports" runsc
+  # --reinstall: the package may be installed with its binary gone (removed by hand).
+  reinstall=
+  dpkg -s runsc >/dev/null 2>&1 && reinstall=--reinstall
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $reinstall -t "${codename}-backports" runsc
 fi
 
 command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
