@@ -4,7 +4,7 @@
 
 use sandkasten_types::CommandExit;
 
-use crate::runtime::OutputChunk;
+use crate::output::OutputChunk;
 
 /// What is known about a background command.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,6 +15,7 @@ pub mod ids;
 pub mod lifecycle;
 mod metrics;
 mod migrations;
+mod output;
 pub mod pool;
 pub mod runtime;
 pub mod state;

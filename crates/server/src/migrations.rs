@@ -3,7 +3,21 @@
 
 use rusqlite::Connection;
 
-use crate::store::StoreError;
+/// Why the schema could not be brought up to date (the store reports it as a `StoreError`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum MigrationError {
+    /// SQLite failed.
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// The database was written by a newer sandkasten.
+    #[error("database schema version {found} is newer than this build's {known}: upgrade sandkasten")]
+    NewerSchema {
+        /// Version found in the file.
+        found: u32,
+        /// Newest version this build knows.
+        known: u32,
+    },
+}
 
 /// Each entry moves the schema from version `index` to `index + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -75,10 +89,10 @@ const MIGRATIONS: &[&str] = &[
 pub(crate) const CURRENT_VERSION: u32 = MIGRATIONS.len() as u32;
 
 /// Applies the missing migrations, each in its own transaction together with its version bump.
-pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+pub(crate) fn migrate(conn: &mut Connection) -> Result<(), MigrationError> {
     let found: u32 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
     if found > CURRENT_VERSION {
-        return Err(StoreError::NewerSchema { found, known: CURRENT_VERSION });
+        return Err(MigrationError::NewerSchema { found, known: CURRENT_VERSION });
     }
     for (index, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
         let version = index + 1;
@@ -96,19 +110,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn migrations_apply_once_and_refuse_a_newer_schema() -> Result<(), StoreError> {
+    fn migrations_apply_once_and_refuse_a_newer_schema() -> Result<(), MigrationError> {
         let mut conn = Connection::open_in_memory()?;
         migrate(&mut conn)?;
         migrate(&mut conn)?;
         let version: u32 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
         assert_eq!(version, CURRENT_VERSION);
         conn.pragma_update(None, "user_version", CURRENT_VERSION + 1)?;
-        assert!(matches!(migrate(&mut conn), Err(StoreError::NewerSchema { .. })));
+        assert!(matches!(migrate(&mut conn), Err(MigrationError::NewerSchema { .. })));
         Ok(())
     }
 
     #[test]
-    fn version_1_databases_keep_their_rows_and_gain_tenants_and_command_end_reasons() -> Result<(), StoreError> {
+    fn version_1_databases_keep_their_rows_and_gain_tenants_and_command_end_reasons() -> Result<(), MigrationError> {
         let mut conn = Connection::open_in_memory()?;
         conn.execute_batch(MIGRATIONS[0])?;
         conn.pragma_update(None, "user_version", 1)?;
@@ -126,7 +140,7 @@ mod tests {
     }
 
     #[test]
-    fn sandboxes_from_before_tiers_are_process_sandboxes() -> Result<(), StoreError> {
+    fn sandboxes_from_before_tiers_are_process_sandboxes() -> Result<(), MigrationError> {
         let mut conn = Connection::open_in_memory()?;
         for (index, sql) in MIGRATIONS[..4].iter().enumerate() {
             conn.execute_batch(sql)?;

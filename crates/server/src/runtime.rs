@@ -1,5 +1,6 @@
-//! The seam between the HTTP server and whatever runs sandboxes: the `SandboxRuntime` trait, its output chunks and
-//! failures. The server only ever talks to a runtime through this trait, so tests plug in an in-memory fake.
+//! The seam between the HTTP server and whatever runs sandboxes: the `SandboxRuntime` trait and its failures (its
+//! output chunks are `output`'s, re-exported here). The server only ever talks to a runtime through this trait, so
+//! tests plug in an in-memory fake.
 
 use std::future::Future;
 
@@ -12,24 +13,7 @@ use thiserror::Error;
 use tokio::sync::mpsc;
 
 use crate::background::{CommandEvent, CommandStatus};
-
-/// Which output stream a chunk came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stream {
-    /// Standard output.
-    Stdout,
-    /// Standard error.
-    Stderr,
-}
-
-/// A piece of a running command's output, in the order the runtime read it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutputChunk {
-    /// The stream it was read from.
-    pub stream: Stream,
-    /// The bytes, as read (not necessarily whole UTF-8 characters or lines).
-    pub data: Vec<u8>,
-}
+pub use crate::output::{OutputChunk, Stream};
 
 /// What kind of failure a runtime reports; the server maps each kind to one HTTP status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

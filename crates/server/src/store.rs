@@ -13,7 +13,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use sandkasten_types::{CommandExit, SandboxSpec, Tier};
 use thiserror::Error;
 
-use crate::migrations;
+use crate::migrations::{self, MigrationError};
 
 /// A database failure. Never caused by a client's input.
 #[derive(Debug, Error)]
@@ -47,6 +47,15 @@ pub enum StoreError {
     /// The blocking task did not complete.
     #[error("database task failed: {0}")]
     Join(#[from] tokio::task::JoinError),
+}
+
+impl From<MigrationError> for StoreError {
+    fn from(error: MigrationError) -> Self {
+        match error {
+            MigrationError::Sqlite(error) => StoreError::Sqlite(error),
+            MigrationError::NewerSchema { found, known } => StoreError::NewerSchema { found, known },
+        }
+    }
 }
 
 /// Where a sandbox is in its life.

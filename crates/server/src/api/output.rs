@@ -1,11 +1,21 @@
 //! Output of one command as the API hands it out: kept up to the sandbox's output limit per stream, and, for
-//! streams, cut into events that never split a UTF-8 character (a partial character waits for the next chunk);
-//! and the two helpers of every event-stream answer (`wants_stream`, `json_event`).
+//! streams, cut into events (`OutputEvent`) that never split a UTF-8 character (a partial character waits for the
+//! next chunk); and the two helpers of every event-stream answer (`wants_stream`, `json_event`).
 
 use base64::Engine as _;
 use sandkasten_types::OutputStream;
+use serde::Serialize;
+use utoipa::ToSchema;
 
-use crate::api::schemas::OutputEvent;
+/// Data of a `stdout` or `stderr` event of an exec stream.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct OutputEvent {
+    /// The chunk as UTF-8 text (a character split across chunks is sent whole with the next chunk).
+    pub data: String,
+    /// The exact bytes in base64, only when they are not valid UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base64: Option<String>,
+}
 
 /// One stream's output so far.
 #[derive(Debug, Default)]

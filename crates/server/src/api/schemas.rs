@@ -9,6 +9,8 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::api::egress_schemas::NetworkPolicyBody;
 use crate::api::isolation::IsolationName;
+use crate::api::output::Capture;
+pub use crate::api::output::OutputEvent;
 use crate::clock::rfc3339;
 use crate::store::{SandboxRecord, SandboxState};
 
@@ -287,8 +289,8 @@ impl ExecResponse {
     pub(crate) fn new(
         sandbox_id: String,
         exit: sandkasten_types::CommandExit,
-        stdout: super::output::Capture,
-        stderr: super::output::Capture,
+        stdout: Capture,
+        stderr: Capture,
         duration_ms: f64,
     ) -> ExecResponse {
         let (stdout, stderr) = (stdout.into_stream(), stderr.into_stream());
@@ -306,16 +308,6 @@ impl ExecResponse {
             duration_ms,
         }
     }
-}
-
-/// Data of a `stdout` or `stderr` event of an exec stream.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct OutputEvent {
-    /// The chunk as UTF-8 text (a character split across chunks is sent whole with the next chunk).
-    pub data: String,
-    /// The exact bytes in base64, only when they are not valid UTF-8.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub base64: Option<String>,
 }
 
 /// Data of the final `exit` event of an exec stream.
