@@ -5,6 +5,7 @@
 mod fake;
 mod fake_commands;
 mod harness;
+mod imports;
 
 mod archive;
 mod auth;
@@ -15,6 +16,7 @@ mod e2b;
 mod exec;
 mod files;
 mod isolation;
+mod layering;
 mod lifecycle;
 mod logs;
 mod metrics;
