@@ -189,7 +189,8 @@ pub fn agent_plan(spec: &SandboxSpec, run_plan: RunPlan, mode: AgentMode, oom_sc
         gid: SANDBOX_GID,
         env: run_plan.env,
         disk_bytes: spec.limits.disk_bytes,
-        processes: gvisor.then_some(spec.limits.pids),
+        // The agent counts as one of the sandbox's processes, as in the process tier's pids cgroup.
+        processes: gvisor.then_some(spec.limits.pids.saturating_sub(1).max(1)),
         writable_dirs: vec![home.to_owned(), "/tmp".to_owned(), "/dev/shm".to_owned()],
         writable_files: ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"].map(str::to_owned).to_vec(),
         seccomp: SeccompPolicy::Sandbox,
