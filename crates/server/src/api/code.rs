@@ -22,6 +22,7 @@ use crate::api::code_schemas::{CodeBody, CodeResponse};
 use crate::api::contexts::is_context_id;
 use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error};
+use crate::api::isolation::IsolationName;
 use crate::api::output::{self, json_event};
 use crate::api::running::{Started, pump};
 use crate::auth::Tenant;
@@ -128,20 +129,22 @@ pub(crate) async fn run_code(
     let sandbox = running_sandbox(&state, &tenant, &id).await?;
     let request = code_run(body, &sandbox)?;
     let wants_stream = output::wants_stream(&headers);
+    let isolation = IsolationName::from(sandbox.spec.tier());
     let started = start(&state, &id, request);
     if wants_stream {
-        return Ok(stream(state, id, started));
+        return Ok(stream(state, id, isolation, started));
     }
     let started_at = started.started;
     let outcome = match pump(started, |_| std::future::ready(())).await {
         Ok(outcome) => outcome,
         Err(failure) => return Err(runtime_error(&state, &id, failure).await),
     };
-    Ok(Json(CodeResponse::new(id, outcome, started_at.elapsed().as_secs_f64() * 1000.0)).into_response())
+    let duration_ms = started_at.elapsed().as_secs_f64() * 1000.0;
+    Ok(Json(CodeResponse::new(id, isolation, outcome, duration_ms)).into_response())
 }
 
 /// The SSE response: a task forwards events while the cell runs.
-fn stream(state: AppState, id: String, started: Started<CellOutcome>) -> Response {
+fn stream(state: AppState, id: String, isolation: IsolationName, started: Started<CellOutcome>) -> Response {
     let (sender, receiver) = mpsc::channel::<Result<Event, Infallible>>(64);
     tokio::spawn(async move {
         let started_at = started.started;
@@ -162,7 +165,8 @@ fn stream(state: AppState, id: String, started: Started<CellOutcome>) -> Respons
         .await;
         match result {
             Ok(outcome) => {
-                let response = CodeResponse::new(id, outcome, started_at.elapsed().as_secs_f64() * 1000.0);
+                let duration_ms = started_at.elapsed().as_secs_f64() * 1000.0;
+                let response = CodeResponse::new(id, isolation, outcome, duration_ms);
                 for result in &response.results {
                     sender.send(Ok(json_event("result", result))).await.ok();
                 }

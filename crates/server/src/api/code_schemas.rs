@@ -6,6 +6,8 @@ use sandkasten_types::{CellError, CellOutcome, CellResult, CodeLanguage, Context
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::api::isolation::IsolationName;
+
 /// A code context's language. Mirrors `sandkasten_types::CodeLanguage`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -108,6 +110,8 @@ impl From<CellError> for CellErrorBody {
 pub struct CodeResponse {
     /// The sandbox.
     pub sandbox_id: String,
+    /// The isolation tier of the sandbox.
+    pub isolation: IsolationName,
     /// The context the cell ran in.
     #[schema(example = "ctx-3f9a0c27e1d4b658")]
     pub context_id: String,
@@ -131,10 +135,11 @@ pub struct CodeResponse {
 }
 
 impl CodeResponse {
-    /// The response for `outcome` in sandbox `sandbox_id`.
-    pub fn new(sandbox_id: String, outcome: CellOutcome, duration_ms: f64) -> Self {
+    /// The response for `outcome` in sandbox `sandbox_id`, which runs on tier `isolation`.
+    pub fn new(sandbox_id: String, isolation: IsolationName, outcome: CellOutcome, duration_ms: f64) -> Self {
         CodeResponse {
             sandbox_id,
+            isolation,
             context_id: outcome.context_id,
             execution_count: outcome.execution_count,
             stdout: outcome.stdout,

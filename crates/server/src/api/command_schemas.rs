@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use crate::api::isolation::IsolationName;
 use crate::background::CommandStatus;
 use crate::clock::rfc3339;
 
@@ -34,6 +35,8 @@ pub enum CommandStateName {
 pub struct CommandBody {
     /// Id, `cmd-` + 16 hex digits.
     pub id: String,
+    /// The isolation tier of the sandbox it runs in.
+    pub isolation: IsolationName,
     /// What it runs.
     pub argv: Vec<String>,
     /// Its pid inside the sandbox.
@@ -59,11 +62,13 @@ pub struct CommandBody {
     pub ended_at: Option<String>,
 }
 
-impl From<CommandStatus> for CommandBody {
-    fn from(status: CommandStatus) -> Self {
+impl CommandBody {
+    /// The body of a command that runs (or ran) in a sandbox on tier `isolation`.
+    pub(crate) fn new(status: CommandStatus, isolation: IsolationName) -> Self {
         let exit = status.exit.unwrap_or_default();
         CommandBody {
             id: status.id,
+            isolation,
             argv: status.argv,
             pid: status.pid,
             state: if status.ended_ms.is_some() { CommandStateName::Exited } else { CommandStateName::Running },
@@ -189,7 +194,8 @@ mod tests {
             stdout_truncated: false,
             stderr_truncated: true,
         };
-        let body = serde_json::to_value(CommandBody::from(status))?;
+        let body = serde_json::to_value(CommandBody::new(status, IsolationName::Gvisor))?;
+        assert_eq!(body["isolation"], "gvisor");
         assert_eq!(body["state"], "exited");
         assert_eq!(body["signal"], 15);
         assert_eq!(body["exit_code"], serde_json::Value::Null);

@@ -16,6 +16,7 @@ use crate::api::command_schemas::StreamQuery;
 use crate::api::commands::{CommandPath, own_command};
 use crate::api::error::{ApiError, ErrorBody};
 use crate::api::extract::{QueryParams, runtime_error};
+use crate::api::isolation::IsolationName;
 use crate::api::output;
 use crate::api::output::json_event;
 use crate::api::schemas::ExitEvent;
@@ -36,7 +37,7 @@ fn start_offset(headers: &HeaderMap, query: &StreamQuery) -> Result<u64, ApiErro
     }
 }
 
-fn to_event(event: CommandEvent) -> Option<Event> {
+fn to_event(event: CommandEvent, isolation: IsolationName) -> Option<Event> {
     match event {
         CommandEvent::Output { chunk, offset } => {
             let name = match chunk.stream {
@@ -51,6 +52,7 @@ fn to_event(event: CommandEvent) -> Option<Event> {
             Some(json_event(
                 "exit",
                 &ExitEvent {
+                    isolation,
                     exit_code: exit.exit_code,
                     signal: exit.signal,
                     timed_out: exit.timed_out,
@@ -94,14 +96,15 @@ pub(crate) async fn stream(
     headers: HeaderMap,
     QueryParams(query): QueryParams<StreamQuery>,
 ) -> Result<Response, ApiError> {
-    own_command(&state, &tenant, &id, &command).await?;
+    let sandbox = own_command(&state, &tenant, &id, &command).await?;
+    let isolation = IsolationName::from(sandbox.spec.tier());
     let offset = start_offset(&headers, &query)?;
     let events = match state.runtime().stream_command(&id, &command, offset).await {
         Ok(events) => events,
         Err(failure) => return Err(runtime_error(&state, &id, failure).await),
     };
     // A client that leaves drops the stream, and with it the runtime's listener.
-    let sse =
-        ReceiverStream::new(events).filter_map(|event| std::future::ready(to_event(event).map(Ok::<_, Infallible>)));
+    let sse = ReceiverStream::new(events)
+        .filter_map(move |event| std::future::ready(to_event(event, isolation).map(Ok::<_, Infallible>)));
     Ok(Sse::new(sse).keep_alive(KeepAlive::default()).into_response())
 }

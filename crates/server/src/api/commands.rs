@@ -12,13 +12,14 @@ use sandkasten_types::{CommandExit, CommandSpec};
 use crate::api::command_schemas::{BackgroundStarted, CommandBody, CommandList, SignalBody, StdinBody, signal_number};
 use crate::api::error::{ApiError, ErrorBody};
 use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error, runtime_result};
+use crate::api::isolation::IsolationName;
 use crate::auth::Tenant;
 use crate::background::{CommandEvent, CommandStatus};
 use crate::clock::{now_ms, rfc3339};
 use crate::ids;
 use crate::metrics::LimitKind;
 use crate::state::AppState;
-use crate::store::CommandRecord;
+use crate::store::{CommandRecord, SandboxRecord};
 
 /// `{id}` and `{command_id}` path segments; segments that cannot be decoded are a 400.
 #[derive(Debug)]
@@ -33,13 +34,18 @@ impl<S: Send + Sync> FromRequestParts<S> for CommandPath {
     }
 }
 
-/// The caller's running sandbox and a well-formed command id (anything else cannot exist: 404).
-pub(crate) async fn own_command(state: &AppState, tenant: &Tenant, id: &str, command: &str) -> Result<(), ApiError> {
-    running_sandbox(state, tenant, id).await?;
+/// The caller's running sandbox, given a well-formed command id (anything else cannot exist: 404).
+pub(crate) async fn own_command(
+    state: &AppState,
+    tenant: &Tenant,
+    id: &str,
+    command: &str,
+) -> Result<SandboxRecord, ApiError> {
+    let sandbox = running_sandbox(state, tenant, id).await?;
     if !ids::is_command_id(command) {
         return Err(ApiError::not_found(format!("no command {command} in this sandbox")));
     }
-    Ok(())
+    Ok(sandbox)
 }
 
 /// Records a started command, starts it in the background and answers 202; a task records its end.
@@ -140,9 +146,10 @@ pub(crate) async fn list(
     tenant: Tenant,
     IdPath(id): IdPath,
 ) -> Result<Json<CommandList>, ApiError> {
-    running_sandbox(&state, &tenant, &id).await?;
+    let sandbox = running_sandbox(&state, &tenant, &id).await?;
+    let isolation = IsolationName::from(sandbox.spec.tier());
     let commands = runtime_result(&state, &id, state.runtime().list_commands(&id).await).await?;
-    Ok(Json(CommandList { commands: commands.into_iter().map(CommandBody::from).collect() }))
+    Ok(Json(CommandList { commands: commands.into_iter().map(|status| CommandBody::new(status, isolation)).collect() }))
 }
 
 /// Write to a background command's stdin.

@@ -20,6 +20,7 @@ use crate::api::command_schemas::BackgroundStarted;
 use crate::api::commands;
 use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error};
+use crate::api::isolation::IsolationName;
 use crate::api::output::{self, Capture, json_event};
 use crate::api::running::{Started, pump};
 use crate::api::schemas::{ExecBody, ExecResponse, ExitEvent};
@@ -144,13 +145,14 @@ pub(crate) async fn exec(
     let background = body.background;
     let spec = command_spec(body, &sandbox)?;
     let limit = sandbox.spec.limits.output_bytes;
+    let isolation = IsolationName::from(sandbox.spec.tier());
     if background {
         return commands::start(&state, &tenant, &id, spec, limit).await;
     }
     let wants_stream = output::wants_stream(&headers);
     let started = start(&state, &tenant, &id, spec).await?;
     if wants_stream {
-        return Ok(stream(state, id, started, limit));
+        return Ok(stream(state, id, isolation, started, limit));
     }
     let started_at = started.started;
     let (mut stdout, mut stderr) = (Capture::default(), Capture::default());
@@ -167,11 +169,17 @@ pub(crate) async fn exec(
         Err(failure) => return Err(runtime_error(&state, &id, failure).await),
     };
     let duration_ms = started_at.elapsed().as_secs_f64() * 1000.0;
-    Ok(Json(ExecResponse::new(id, exit, stdout, stderr, duration_ms)).into_response())
+    Ok(Json(ExecResponse::new(id, isolation, exit, stdout, stderr, duration_ms)).into_response())
 }
 
 /// The SSE response: a task forwards events while the command runs; a gone client does not stop the command.
-fn stream(state: AppState, id: String, started: Started<CommandExit>, limit: u64) -> Response {
+fn stream(
+    state: AppState,
+    id: String,
+    isolation: IsolationName,
+    started: Started<CommandExit>,
+    limit: u64,
+) -> Response {
     let (sender, receiver) = mpsc::channel::<Result<Event, Infallible>>(64);
     tokio::spawn(async move {
         let started_at = started.started;
@@ -200,6 +208,7 @@ fn stream(state: AppState, id: String, started: Started<CommandExit>, limit: u64
             Ok(exit) => json_event(
                 "exit",
                 &ExitEvent {
+                    isolation,
                     exit_code: exit.exit_code,
                     signal: exit.signal,
                     timed_out: exit.timed_out,

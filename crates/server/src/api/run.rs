@@ -80,8 +80,8 @@ pub(crate) async fn run(
 
 fn result(id: String, isolation: IsolationName, outcome: RunOutcome, stdout: Capture, stderr: Capture) -> RunResponse {
     let error = outcome.error();
-    let result = ExecResponse::new(id, outcome.exit, stdout, stderr, outcome.duration_ms);
-    RunResponse { result, isolation, error, phases: outcome.phases }
+    let result = ExecResponse::new(id, isolation, outcome.exit, stdout, stderr, outcome.duration_ms);
+    RunResponse { result, error, phases: outcome.phases }
 }
 
 /// The JSON answer: output kept up to the limit, then the result.

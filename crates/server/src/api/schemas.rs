@@ -258,6 +258,8 @@ pub struct ExecBody {
 pub struct ExecResponse {
     /// The sandbox that ran it.
     pub sandbox_id: String,
+    /// The isolation tier of the sandbox that ran it.
+    pub isolation: IsolationName,
     /// Exit code when it exited normally.
     #[schema(required = true)]
     pub exit_code: Option<i32>,
@@ -288,6 +290,7 @@ impl ExecResponse {
     /// The response for a finished command from its exit and the output kept of it.
     pub(crate) fn new(
         sandbox_id: String,
+        isolation: IsolationName,
         exit: sandkasten_types::CommandExit,
         stdout: Capture,
         stderr: Capture,
@@ -296,6 +299,7 @@ impl ExecResponse {
         let (stdout, stderr) = (stdout.into_stream(), stderr.into_stream());
         ExecResponse {
             sandbox_id,
+            isolation,
             exit_code: exit.exit_code,
             signal: exit.signal,
             timed_out: exit.timed_out,
@@ -310,9 +314,11 @@ impl ExecResponse {
     }
 }
 
-/// Data of the final `exit` event of an exec stream.
+/// Data of the final `exit` event of an exec stream (and of a background command's stream).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ExitEvent {
+    /// The isolation tier of the sandbox that ran it.
+    pub isolation: IsolationName,
     /// Exit code when it exited normally.
     #[schema(required = true)]
     pub exit_code: Option<i32>,

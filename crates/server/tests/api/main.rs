@@ -25,4 +25,5 @@ mod pools;
 mod quotas;
 mod run;
 mod tcp;
+mod tier_results;
 mod tiers;

@@ -40,12 +40,10 @@ impl RunError {
 /// The result of `POST /v1/run`: the command's result, as `/exec` answers it, and the run's own error.
 #[derive(Debug, Clone, Default, Serialize, ToSchema)]
 pub struct RunResponse {
-    /// The command's result (its `sandbox_id` is the sandbox the run used, destroyed by the time this is answered;
-    /// `duration_ms` covers the compile step too).
+    /// The command's result (its `sandbox_id` is the sandbox the run used, destroyed by the time this is answered,
+    /// `isolation` the tier it ran on; `duration_ms` covers the compile step too).
     #[serde(flatten)]
     pub result: ExecResponse,
-    /// The isolation tier the run's sandbox ran on.
-    pub isolation: IsolationName,
     /// Set when the run failed before its command (`compile_error`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
