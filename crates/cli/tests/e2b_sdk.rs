@@ -45,8 +45,13 @@ fn venv_python() -> PathBuf {
 
 /// A server with one more tenant, `e2b`, whose key is [`E2B_KEY`].
 fn start_server() -> Server {
+    start_server_with("")
+}
+
+/// `start_server` with more config before the tenant table (e.g. `[defaults] isolation = "gvisor"`).
+fn start_server_with(extra: &str) -> Server {
     Server::start_with(&format!(
-        "[[tenants]]\nname = \"e2b\"\napi_keys = [\"{E2B_KEY}\"]\nmax_sandboxes = 32\nmax_memory_bytes = {}\n",
+        "{extra}[[tenants]]\nname = \"e2b\"\napi_keys = [\"{E2B_KEY}\"]\nmax_sandboxes = 32\nmax_memory_bytes = {}\n",
         16u64 << 30
     ))
 }
@@ -183,12 +188,23 @@ fn e2b_python_sdks_pass_the_compatibility_suite() {
 #[test]
 fn e2b_quickstart_example_runs_unchanged() {
     require_root!();
-    let server = start_server();
+    quickstart_on(&start_server());
+}
+
+/// The same example, unchanged, on a server whose sandboxes are gVisor's (`[defaults] isolation = "gvisor"`: the E2B
+/// SDK names no tier, so the server's default applies).
+#[test]
+fn e2b_quickstart_example_runs_unchanged_on_gvisor() {
+    require_runsc!();
+    quickstart_on(&start_server_with("[defaults]\nisolation = \"gvisor\"\n"));
+}
+
+fn quickstart_on(server: &Server) {
     let scratch = tempfile::tempdir().expect("tempdir");
     let ids_file = scratch.path().join("sandbox-ids");
     let script = repo_root().join("examples/e2b_quickstart.py");
     let run =
-        run_client(&server, &venv_python(), &[script.to_str().expect("utf-8 path")], scratch.path(), &ids_file, &[]);
+        run_client(server, &venv_python(), &[script.to_str().expect("utf-8 path")], scratch.path(), &ids_file, &[]);
     assert!(run.success, "examples/e2b_quickstart.py failed (its output is above)");
     for expected in ["stdout: hello from user in /home/user", "stderr: done", "numbers.csv", "sum of y: 14", "killed"] {
         assert!(run.output.contains(expected), "the example's output lacks {expected:?}");
@@ -196,7 +212,7 @@ fn e2b_quickstart_example_runs_unchanged() {
     let png = std::fs::read(scratch.path().join("plot.png")).expect("the example saved plot.png");
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "plot.png is not a PNG");
     record_printed_id(&run, &ids_file);
-    assert_nothing_left(&server, &ids_file, 1);
+    assert_nothing_left(server, &ids_file, 1);
 }
 
 /// The `e2b` npm package, unmodified: create, streamed commands.run, an exit-code error, files write/read/list, a
