@@ -856,3 +856,73 @@ pub fn wait_for_runsc_processes(id: &str, limit: Duration) -> Vec<(u32, String)>
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Per-tier suites
+// ---------------------------------------------------------------------------------------------------------------------
+
+pub use sandkasten_types::Tier;
+
+/// Runs each listed test function (`fn name(tier: Tier)`, defined beside the invocation, without `#[test]`) once per
+/// isolation tier, as the tests `process::name` and `gvisor::name`. The process variant skips (saying why) without
+/// root, the gvisor variant without root or runsc (`require_runsc!`). Use it once per file: it defines the modules
+/// `process` and `gvisor`, each with a `TIER` constant. A listed function that does not exist fails to compile; one
+/// that is written but not listed is dead code, which clippy refuses.
+///
+/// One `@tier` line per tier: `tier_coverage.rs` fails while these differ from `Tier::AVAILABLE`, and counts every
+/// `#[test]` in a behaviour suite as a single-tier test that needs a reason in its allowlist.
+#[allow(unused_macros)] // files without per-tier tests include this module too
+macro_rules! per_tier {
+    (@tier $module:ident, $variant:ident, $guard:ident, $($name:ident),*) => {
+        mod $module {
+            /// The tier every test in this module runs on.
+            pub(crate) const TIER: $crate::common::Tier = $crate::common::Tier::$variant;
+            $(
+                #[test]
+                fn $name() {
+                    $guard!();
+                    super::$name(TIER);
+                }
+            )*
+        }
+    };
+    ($($name:ident),* $(,)?) => {
+        per_tier!(@tier process, Process, require_root, $($name),*);
+        per_tier!(@tier gvisor, Gvisor, require_runsc, $($name),*);
+    };
+}
+
+/// `sandkasten run --isolation <tier> <args...>`.
+pub fn run_on<I, S>(tier: Tier, args: I) -> Cli
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    let mut all: Vec<String> = vec!["--isolation".into(), tier.name().into()];
+    all.extend(args.into_iter().map(Into::into));
+    run(all)
+}
+
+/// `sandkasten run --isolation <tier> --lang <lang> --code <code> <extra...>`.
+pub fn code_on(tier: Tier, lang: &str, code: &str, extra: &[&str]) -> Cli {
+    let mut args: Vec<String> = vec!["--lang".into(), lang.into(), "--code".into(), code.into()];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    run_on(tier, args)
+}
+
+/// What is left of sandbox `id` of `tier` on the host (`leftovers`, plus `gvisor_leftovers` for gVisor).
+pub fn leftovers_on(tier: Tier, id: &str) -> Vec<String> {
+    match tier {
+        Tier::Gvisor => gvisor_leftovers(id),
+        _ => leftovers(id),
+    }
+}
+
+/// Asserts sandbox `id` of `tier` left nothing on the host: `assert_no_leaks`, for gVisor `assert_no_gvisor_leaks`
+/// (its bundle, runsc state, runsc/Sentry/gofer processes and mounts as well).
+pub fn assert_gone(tier: Tier, id: &str) {
+    match tier {
+        Tier::Gvisor => assert_no_gvisor_leaks(id),
+        _ => assert_no_leaks(id),
+    }
+}

@@ -180,3 +180,21 @@ impl World {
         self.ca_dir.path().join("ca.pem")
     }
 }
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Per-tier suites
+// ---------------------------------------------------------------------------------------------------------------------
+
+use crate::common::Tier;
+
+impl World {
+    /// As `start`, with `[defaults] isolation = "<tier>"` in the server's config (see `Server::start_on`).
+    pub fn start_on(tier: Tier, extra: &str) -> World {
+        World::start(&crate::serve::tier_defaults(tier, extra))
+    }
+
+    /// Creates a sandbox of `tier` as t1 with `network`.
+    pub fn sandbox_on(&self, tier: Tier, network: Value) -> String {
+        self.server.create_on(tier, json!({ "network": network }))
+    }
+}

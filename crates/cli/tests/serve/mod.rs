@@ -227,3 +227,57 @@ pub fn assert_sandbox_gone(id: &str) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Per-tier suites
+// ---------------------------------------------------------------------------------------------------------------------
+
+use crate::common::Tier;
+
+impl Server {
+    /// As `start`, with `[defaults] isolation = "<tier>"`: every sandbox this server creates without naming a tier
+    /// (the CLI's `sandbox create`, the E2B facade's, `/v1/run`'s) is of `tier` too.
+    pub fn start_on(tier: Tier) -> Server {
+        Server::start_with_on(tier, "")
+    }
+
+    /// As `start_exclusive`, with `[defaults] isolation = "<tier>"` (see `start_on`).
+    pub fn start_exclusive_on(tier: Tier) -> Server {
+        Server::start_locked(&tier_defaults(tier, ""), crate::common::exclusive_lock())
+    }
+
+    /// As `start_with`, with `[defaults] isolation = "<tier>"` (see `start_on`).
+    pub fn start_with_on(tier: Tier, extra: &str) -> Server {
+        Server::start_locked(&tier_defaults(tier, extra), crate::common::shared_lock())
+    }
+
+    /// Creates a sandbox of `tier` as t1 (`"isolation"` set in `body`) and returns its id; asserts the server
+    /// reports that tier.
+    pub fn create_on(&self, tier: Tier, body: Value) -> String {
+        let mut body = body;
+        body["isolation"] = Value::from(tier.name());
+        let reply = self.call("POST", "/v1/sandboxes", KEY_1, Some(body));
+        assert_eq!(reply.status, 201, "create on {tier} failed: {reply:?}");
+        assert_eq!(reply.json["isolation"], tier.name(), "the sandbox is not of the tier asked for: {reply:?}");
+        reply.json["id"].as_str().expect("id").to_owned()
+    }
+}
+
+/// `extra` config with a `[defaults]` table making `tier` the tier of creates that name none.
+pub fn tier_defaults(tier: Tier, extra: &str) -> String {
+    format!("[defaults]\nisolation = \"{tier}\"\n\n{extra}")
+}
+
+/// Waits (up to 10 s) until nothing of sandbox `id` of `tier` remains on the host (for gVisor also its bundle,
+/// runsc state, runsc/Sentry/gofer processes and mounts).
+pub fn assert_sandbox_gone_on(tier: Tier, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = crate::common::leftovers_on(tier, id);
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "sandbox {id} ({tier}) left: {left:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
