@@ -1,5 +1,7 @@
 //! Each limit of `sandkasten run` fires with the documented exit code and result flags, and the sandbox is gone
 //! afterwards: time, memory, output (stdout and stderr), pids, disk (/workspace and /tmp); plus timings and usage.
+//!
+//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,91 +12,94 @@ use std::time::Duration;
 
 use common::*;
 
-#[test]
-fn timeout_fires_and_kills_sleep() {
-    require_root!();
-    let r = run(["--timeout", "1s", "--", "sleep", "100"]).watchdog(Duration::from_secs(20)).json();
+per_tier!(
+    timeout_fires_and_kills_sleep,
+    memory_limit_fires_as_oom,
+    memory_limit_holds_for_c_malloc_touch,
+    output_limit_truncates_stdout_at_exactly_the_limit,
+    output_limit_truncates_stderr,
+    pids_limit_fires_on_fork_loop,
+    disk_limit_fires_on_workspace_fill,
+    disk_limit_fires_on_many_small_files,
+    disk_limit_applies_to_tmp,
+    normal_run_reports_no_limit,
+    phases_are_non_decreasing,
+    usage_reports_cpu_for_busy_loop,
+    cpus_limit_throttles_parallel_busy_loops,
+);
+
+fn timeout_fires_and_kills_sleep(tier: Tier) {
+    let r = run_on(tier, ["--timeout", "1s", "--", "sleep", "100"]).watchdog(Duration::from_secs(20)).json();
     assert_eq!(r.cli_code(), 124, "{}", r.describe());
     assert!(r.flag("timed_out"), "{}", r.describe());
     assert_eq!(r.limit().as_deref(), Some("time"), "{}", r.describe());
     assert!(r.output.elapsed < Duration::from_secs(10), "took {:?}", r.output.elapsed);
     let duration = r.json["duration_ms"].as_f64().unwrap_or(0.0);
     assert!((900.0..10_000.0).contains(&duration), "duration_ms {duration}\n{}", r.describe());
-    assert_no_leaks(&r.id());
-    let plain = run(["--timeout", "1s", "--", "sleep", "100"]).watchdog(Duration::from_secs(20)).output();
+    assert_gone(tier, &r.id());
+    let plain = run_on(tier, ["--timeout", "1s", "--", "sleep", "100"]).watchdog(Duration::from_secs(20)).output();
     assert_eq!(plain.code, 124, "{}", plain.describe());
 }
 
-#[test]
-fn memory_limit_fires_as_oom() {
-    require_root!();
+fn memory_limit_fires_as_oom(tier: Tier) {
     let code = "a = []\nwhile True:\n    a.append(b'x' * (4 << 20))\n";
-    let r = run_code("python", code, &["--memory", "64MiB", "--timeout", "20s"]).json();
+    let r = code_on(tier, "python", code, &["--memory", "64MiB", "--timeout", "20s"]).json();
     assert_eq!(r.cli_code(), 122, "{}", r.describe());
     assert!(r.flag("oom_killed"), "{}", r.describe());
     assert_eq!(r.limit().as_deref(), Some("memory"), "{}", r.describe());
     assert!(!r.flag("timed_out"), "{}", r.describe());
     let peak = r.json["usage"]["memory_peak_bytes"].as_u64().unwrap_or(0);
     assert!(peak > 32 << 20 && peak <= 80 << 20, "peak {peak} should be near the 64MiB limit\n{}", r.describe());
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn memory_limit_holds_for_c_malloc_touch() {
-    require_root!();
+fn memory_limit_holds_for_c_malloc_touch(tier: Tier) {
     let code = "#include <stdlib.h>\n#include <string.h>\n#include <stdio.h>\nint main(void){for(int i=0;i<1024;i++){char*p=malloc(1<<20);if(!p){puts(\"malloc failed\");return 1;}memset(p,1,1<<20);}puts(\"ALLOCATED 1GiB\");return 0;}\n";
-    let r = run_code("c", code, &["--memory", "64MiB", "--timeout", "20s"]).json();
+    let r = code_on(tier, "c", code, &["--memory", "64MiB", "--timeout", "20s"]).json();
     assert!(!r.stdout().contains("ALLOCATED 1GiB"), "touched 1GiB under a 64MiB limit\n{}", r.describe());
     assert_eq!(r.limit().as_deref(), Some("memory"), "{}", r.describe());
     assert!(r.flag("oom_killed"), "{}", r.describe());
     assert_eq!(r.cli_code(), 122, "{}", r.describe());
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn output_limit_truncates_stdout_at_exactly_the_limit() {
-    require_root!();
+fn output_limit_truncates_stdout_at_exactly_the_limit(tier: Tier) {
     let code = "import sys\nfor _ in range(64):\n    sys.stdout.write('a' * 16384)\n    sys.stdout.flush()\n";
-    let r = run_code("python", code, &["--output-limit", "64KiB", "--timeout", "10s"]).json();
+    let r = code_on(tier, "python", code, &["--output-limit", "64KiB", "--timeout", "10s"]).json();
     assert_eq!(r.cli_code(), 121, "{}", r.describe());
     assert_eq!(r.limit().as_deref(), Some("output"), "{}", r.describe());
     assert!(r.flag("stdout_truncated"), "{}", r.describe());
     assert!(!r.flag("stderr_truncated"), "{}", r.describe());
     assert_eq!(r.stdout().len(), 65536, "kept bytes == limit\n{}", r.describe());
-    assert_no_leaks(&r.id());
-    let plain = run_code("python", code, &["--output-limit", "64KiB", "--timeout", "10s"]).output();
+    assert_gone(tier, &r.id());
+    let plain = code_on(tier, "python", code, &["--output-limit", "64KiB", "--timeout", "10s"]).output();
     assert_eq!(plain.code, 121, "{}", plain.describe());
     assert!(plain.stdout.len() <= 65536, "plain mode streamed {} bytes past a 64KiB limit", plain.stdout.len());
 }
 
-#[test]
-fn output_limit_truncates_stderr() {
-    require_root!();
-    let r = run_code("bash", "yes err-line >&2", &["--output-limit", "64KiB", "--timeout", "10s"]).json();
+fn output_limit_truncates_stderr(tier: Tier) {
+    let r = code_on(tier, "bash", "yes err-line >&2", &["--output-limit", "64KiB", "--timeout", "10s"]).json();
     assert_eq!(r.cli_code(), 121, "{}", r.describe());
     assert_eq!(r.limit().as_deref(), Some("output"), "{}", r.describe());
     assert!(r.flag("stderr_truncated"), "{}", r.describe());
     assert_eq!(r.stderr().len(), 65536, "{}", r.describe());
     assert!(!r.flag("timed_out"), "the flood is stopped by the output limit, not the timeout\n{}", r.describe());
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn pids_limit_fires_on_fork_loop() {
-    require_root!();
+fn pids_limit_fires_on_fork_loop(tier: Tier) {
     let code = "import os, errno, signal, time\nkids = []\ntry:\n    for i in range(64):\n        pid = os.fork()\n        if pid == 0:\n            time.sleep(30)\n            os._exit(0)\n        kids.append(pid)\n    print('NO LIMIT', len(kids))\nexcept OSError as e:\n    print('fork failed', errno.errorcode.get(e.errno), len(kids))\nfor k in kids:\n    os.kill(k, signal.SIGKILL)\nfor k in kids:\n    os.waitpid(k, 0)\n";
-    let r = run_code("python", code, &["--pids", "16", "--timeout", "20s"]).json();
+    let r = code_on(tier, "python", code, &["--pids", "16", "--timeout", "20s"]).json();
     assert!(r.stdout().contains("fork failed EAGAIN"), "{}", r.describe());
     let forked: usize = r.stdout().split_whitespace().last().and_then(|n| n.parse().ok()).unwrap_or(999);
     assert!(forked < 16, "forked {forked} children under --pids 16\n{}", r.describe());
     assert_eq!(r.limit().as_deref(), Some("pids"), "{}", r.describe());
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn disk_limit_fires_on_workspace_fill() {
-    require_root!();
-    let r = run_code(
+fn disk_limit_fires_on_workspace_fill(tier: Tier) {
+    let r = code_on(
+        tier,
         "bash",
         "dd if=/dev/zero of=/workspace/fill bs=1M count=64; echo dd=$?",
         &["--disk", "8MiB", "--timeout", "10s"],
@@ -105,13 +110,11 @@ fn disk_limit_fires_on_workspace_fill() {
     let sigxfsz = r.signal() == Some(25) || r.stderr().contains("File size limit exceeded");
     assert!(enospc || sigxfsz, "dd must hit ENOSPC or SIGXFSZ\n{}", r.describe());
     assert!(!r.stdout().contains("dd=0"), "{}", r.describe());
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn disk_limit_fires_on_many_small_files() {
-    require_root!();
-    let r = run_code(
+fn disk_limit_fires_on_many_small_files(tier: Tier) {
+    let r = code_on(tier,
         "bash",
         "for i in $(seq 1 16); do dd if=/dev/zero of=/workspace/f$i bs=1M count=1 2>/dev/null || { echo full at $i; df -k /workspace >&2; exit 1; }; done; echo all-written",
         &["--disk", "8MiB", "--timeout", "10s"],
@@ -119,37 +122,31 @@ fn disk_limit_fires_on_many_small_files() {
     .json();
     assert!(r.stdout().contains("full at"), "16MiB fit in an 8MiB /workspace\n{}", r.describe());
     assert_eq!(r.limit().as_deref(), Some("disk"), "{}", r.describe());
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn disk_limit_applies_to_tmp() {
-    require_root!();
-    let r = run_code(
+fn disk_limit_applies_to_tmp(tier: Tier) {
+    let r = code_on(tier,
         "bash",
         "for i in $(seq 1 16); do dd if=/dev/zero of=/tmp/f$i bs=1M count=1 2>/dev/null || { echo full at $i; exit 1; }; done; echo all-written",
         &["--disk", "8MiB", "--timeout", "10s"],
     )
     .json();
     assert!(r.stdout().contains("full at"), "16MiB fit in an 8MiB /tmp\n{}", r.describe());
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn normal_run_reports_no_limit() {
-    require_root!();
-    let r = run_code("bash", "echo fine", &["--timeout", "10s", "--memory", "128MiB", "--pids", "32"]).json();
+fn normal_run_reports_no_limit(tier: Tier) {
+    let r = code_on(tier, "bash", "echo fine", &["--timeout", "10s", "--memory", "128MiB", "--pids", "32"]).json();
     r.assert_exit(0);
     assert_eq!(r.limit(), None, "{}", r.describe());
     assert!(!r.flag("timed_out") && !r.flag("oom_killed"), "{}", r.describe());
     assert!(!r.flag("stdout_truncated") && !r.flag("stderr_truncated"), "{}", r.describe());
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn phases_are_non_decreasing() {
-    require_root!();
-    let r = run_code("python", "print('x')", &[]).json();
+fn phases_are_non_decreasing(tier: Tier) {
+    let r = code_on(tier, "python", "print('x')", &[]).json();
     r.assert_exit(0);
     let phase = |k: &str| r.json["phases"][k].as_f64().unwrap_or(-1.0);
     let values = [phase("allocate"), phase("filesystem_ready"), phase("runtime_ready"), phase("first_command")];
@@ -159,31 +156,27 @@ fn phases_are_non_decreasing() {
     }
     let duration = r.json["duration_ms"].as_f64().unwrap_or(-1.0);
     assert!(values[3] <= duration, "first_command {} > duration_ms {duration}", values[3]);
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn usage_reports_cpu_for_busy_loop() {
-    require_root!();
-    let r = run_code("python", "import time\nt=time.time()\nwhile time.time()-t<0.7: pass\n", &[]).json();
+fn usage_reports_cpu_for_busy_loop(tier: Tier) {
+    let r = code_on(tier, "python", "import time\nt=time.time()\nwhile time.time()-t<0.7: pass\n", &[]).json();
     r.assert_exit(0);
     let user = r.json["usage"]["cpu_user_ms"].as_f64().unwrap_or(0.0);
     let system = r.json["usage"]["cpu_system_ms"].as_f64().unwrap_or(0.0);
     assert!(user > 0.0, "{}", r.describe());
     assert!(user + system >= 300.0, "0.7s busy loop reported {user}+{system} ms\n{}", r.describe());
     assert!(r.json["usage"]["memory_peak_bytes"].as_u64().unwrap_or(0) > 1 << 20, "{}", r.describe());
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn cpus_limit_throttles_parallel_busy_loops() {
-    require_root!();
+fn cpus_limit_throttles_parallel_busy_loops(tier: Tier) {
     let code = "import os, time\nfor _ in range(2):\n    if os.fork() == 0:\n        t = time.time()\n        while time.time() - t < 1.5: pass\n        os._exit(0)\nfor _ in range(2): os.wait()\n";
-    let r = run_code("python", code, &["--cpus", "0.5", "--timeout", "20s"]).json();
+    let r = code_on(tier, "python", code, &["--cpus", "0.5", "--timeout", "20s"]).json();
     r.assert_exit(0);
     let cpu = r.json["usage"]["cpu_user_ms"].as_f64().unwrap_or(0.0)
         + r.json["usage"]["cpu_system_ms"].as_f64().unwrap_or(0.0);
     // Two busy loops for 1.5s wall under half a CPU: ~750ms of CPU; without a quota ~3000ms.
     assert!(cpu > 0.0 && cpu < 1400.0, "cpu {cpu} ms under --cpus 0.5\n{}", r.describe());
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
