@@ -1,6 +1,8 @@
 //! The CLI client (`sandkasten sandbox …`) and `POST /v1/run` against a real `sandkasten serve`: create, exec with
 //! exit-code passthrough, code cells with persistent state, cp in and out (bytes identical), list and info per
 //! tenant, rm; a one-shot run of Python and a C compile error over HTTP. Afterwards the server is stopped with SIGTERM and nothing of the sandboxes remains.
+//!
+//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -11,7 +13,9 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Cli, Output};
+use common::{Cli, Output, Tier};
+
+per_tier!(the_client_drives_a_sandbox_from_create_to_rm, one_shot_runs_over_http_leave_nothing_behind);
 use serde_json::{Value, json};
 
 const KEY_1: &str = "client-test-key-tenant-one-0001";
@@ -25,14 +29,19 @@ struct Server {
 }
 
 impl Server {
-    fn start() -> Server {
+    /// A server whose creates that name no tier get `tier` (`[defaults] isolation`).
+    fn start_on(tier: Tier) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let port = {
             let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             listener.local_addr().unwrap().port()
         };
+        let config = dir.path().join("sandkasten.toml");
+        std::fs::write(&config, format!("[defaults]\nisolation = \"{tier}\"\n")).unwrap();
         let child = Command::new(common::bin())
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--database"])
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
+            .arg(&config)
+            .arg("--database")
             .arg(dir.path().join("sandkasten.db"))
             .env("SANDKASTEN_API_KEYS", format!("t1:{KEY_1},t2:{KEY_2}"))
             .stdin(Stdio::null())
@@ -106,11 +115,11 @@ fn sandbox_of(pid: u32) -> Option<String> {
 }
 
 /// After the server stopped: no sandbox process (uid ≥ 1 000 000 000) and nothing of `ids` on the host.
-fn assert_nothing_left(ids: &[String]) {
+fn assert_nothing_left(tier: Tier, ids: &[String]) {
     for id in ids {
         let cgroups: Vec<_> = common::cgroup_paths(id).into_iter().filter(|p| p.exists()).collect();
         assert!(cgroups.is_empty(), "cgroups of {id} left: {cgroups:?}");
-        common::assert_no_leaks(id);
+        common::assert_gone(tier, id);
     }
     // Other test binaries may run sandboxes right now: look while holding the suite lock exclusively, and give
     // processes of other servers' live sandboxes (in a cgroup of a sandbox that is not ours) time to end.
@@ -136,13 +145,12 @@ fn assert_nothing_left(ids: &[String]) {
     }
 }
 
-#[test]
-fn the_client_drives_a_sandbox_from_create_to_rm() {
-    require_root!();
+fn the_client_drives_a_sandbox_from_create_to_rm(tier: Tier) {
     let lock = common::shared_lock();
-    let mut server = Server::start();
+    let mut server = Server::start_on(tier);
 
-    let created = server.run(KEY_1, &["create", "--metadata", "purpose=client-test", "--env", "GREETING=hallo"]);
+    let create = ["create", "--isolation", tier.name(), "--metadata", "purpose=client-test", "--env", "GREETING=hallo"];
+    let created = server.run(KEY_1, &create);
     expect_code(&created, 0);
     let id = created.stdout_text().trim().to_owned();
     assert!(id.starts_with("sb-") && id.len() == 19, "create prints the id: {}", created.describe());
@@ -217,39 +225,41 @@ fn the_client_drives_a_sandbox_from_create_to_rm() {
     assert!(exec_after.stderr_text().contains("no longer be used"), "{}", exec_after.describe());
     let running = server.run(KEY_1, &["list", "--json"]);
     assert_eq!(serde_json::from_slice::<Value>(&running.stdout).unwrap()["sandboxes"], json!([]));
-    common::assert_no_leaks(&id);
+    common::assert_gone(tier, &id);
 
     assert_eq!(server.stop(), Some(0), "the server exits cleanly on SIGTERM");
     let down = Cli::new(["sandbox", "list"]).env("SANDKASTEN_URL", &server.url).output_unlocked();
     expect_code(&down, 125);
     assert!(down.stderr_text().contains(&server.url) && down.stderr_text().contains("running"), "{}", down.describe());
     drop(lock);
-    assert_nothing_left(&[id]);
+    assert_nothing_left(tier, &[id]);
 }
 
-#[test]
-fn one_shot_runs_over_http_leave_nothing_behind() {
-    require_root!();
+fn one_shot_runs_over_http_leave_nothing_behind(tier: Tier) {
     let lock = common::shared_lock();
-    let mut server = Server::start();
-    let run = |body: Value| -> Value {
+    let mut server = Server::start_on(tier);
+    let post_run = |body: Value| -> Value {
+        let mut body = body;
+        body["isolation"] = json!(tier.name());
         let mut response = http()
             .post(format!("{}/v1/run", server.url))
             .header("Authorization", format!("Bearer {KEY_1}"))
             .send_json(body)
             .unwrap();
         assert_eq!(response.status().as_u16(), 200);
-        response.body_mut().read_json().unwrap()
+        let result: Value = response.body_mut().read_json().unwrap();
+        assert_eq!(result["isolation"], tier.name(), "the run's sandbox is of the tier asked for: {result}");
+        result
     };
 
-    let python = run(json!({"language": "python", "code": "print(2 + 2)"}));
+    let python = post_run(json!({"language": "python", "code": "print(2 + 2)"}));
     assert_eq!(python["stdout"], "4\n", "{python}");
     assert_eq!(python["exit_code"], 0);
-    let broken = run(json!({"language": "c", "code": "int main( {"}));
+    let broken = post_run(json!({"language": "c", "code": "int main( {"}));
     assert_eq!(broken["error"]["code"], "compile_error", "{broken}");
     assert!(broken["stderr"].as_str().unwrap().contains("error"), "{broken}");
     let files = json!([{"path": "in.txt", "content": "from a file"}]);
-    let cmd = run(json!({"cmd": "cat in.txt; exit 7", "files": files}));
+    let cmd = post_run(json!({"cmd": "cat in.txt; exit 7", "files": files}));
     assert_eq!((cmd["stdout"].clone(), cmd["exit_code"].clone()), (json!("from a file"), json!(7)), "{cmd}");
 
     let ids: Vec<String> =
@@ -266,9 +276,9 @@ fn one_shot_runs_over_http_leave_nothing_behind() {
         assert_eq!(sandbox["state"], "destroyed", "a run's sandbox is gone when it answers: {sandbox}");
     }
     for id in &ids {
-        common::assert_no_leaks(id);
+        common::assert_gone(tier, id);
     }
     assert_eq!(server.stop(), Some(0));
     drop(lock);
-    assert_nothing_left(&ids);
+    assert_nothing_left(tier, &ids);
 }

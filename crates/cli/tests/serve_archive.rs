@@ -2,6 +2,8 @@
 //! (the program sees the files), tar-slip archives (absolute names, `..`, links) are refused and leave nothing on
 //! the host or in the sandbox, and the download is a tar that `/usr/bin/tar` lists and unpacks, with symlinks
 //! stored as links (a link to `/` is not followed).
+//!
+//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -13,8 +15,11 @@ mod serve;
 use std::path::Path;
 use std::process::Command;
 
+use common::Tier;
 use serde_json::json;
-use serve::{KEY_1, Server, assert_sandbox_gone};
+use serve::{KEY_1, Server, assert_sandbox_gone_on};
+
+per_tier!(host_tar_uploads_downloads_and_tar_slip_is_refused, sandbox_cp_copies_directories_both_ways,);
 
 fn tar(args: &[&str], dir: &Path) -> String {
     let output = Command::new("/usr/bin/tar").args(args).current_dir(dir).output().expect("run /usr/bin/tar");
@@ -26,11 +31,9 @@ fn blob() -> Vec<u8> {
     (0..=255u8).cycle().take(200_000).collect()
 }
 
-#[test]
-fn host_tar_uploads_downloads_and_tar_slip_is_refused() {
-    require_root!();
-    let server = Server::start();
-    let id = server.create(json!({}));
+fn host_tar_uploads_downloads_and_tar_slip_is_refused(tier: Tier) {
+    let server = Server::start_on(tier);
+    let id = server.create_on(tier, json!({}));
     let host = tempfile::tempdir().unwrap();
     let root = host.path();
     std::fs::create_dir_all(root.join("proj/sub/deep")).unwrap();
@@ -96,7 +99,7 @@ fn host_tar_uploads_downloads_and_tar_slip_is_refused() {
     assert_eq!(std::fs::read(root.join("out/sub/deep/data.bin")).unwrap(), blob());
 
     server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None);
-    assert_sandbox_gone(&id);
+    assert_sandbox_gone_on(tier, &id);
 }
 
 fn sandbox_cp(server: &Server, from: &str, to: &str) -> std::process::Output {
@@ -108,11 +111,9 @@ fn sandbox_cp(server: &Server, from: &str, to: &str) -> std::process::Output {
         .expect("run sandkasten sandbox cp")
 }
 
-#[test]
-fn sandbox_cp_copies_directories_both_ways() {
-    require_root!();
-    let server = Server::start();
-    let id = server.create(json!({}));
+fn sandbox_cp_copies_directories_both_ways(tier: Tier) {
+    let server = Server::start_on(tier);
+    let id = server.create_on(tier, json!({}));
     let host = tempfile::tempdir().unwrap();
     let src = host.path().join("src");
     std::fs::create_dir_all(src.join("a/b")).unwrap();
@@ -139,5 +140,5 @@ fn sandbox_cp_copies_directories_both_ways() {
     assert_eq!(server.exec(&id, "ls /workspace").json["stdout"], "src\n");
 
     server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None);
-    assert_sandbox_gone(&id);
+    assert_sandbox_gone_on(tier, &id);
 }

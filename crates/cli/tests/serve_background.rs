@@ -1,6 +1,8 @@
 //! Background commands end to end against a real `sandkasten serve`: the start returns at once, output streams
 //! live and replays after a reconnect (from the start, or after a `Last-Event-ID`), stdin reaches the program, signals
 //! and kills end it, the list shows states, another tenant gets 404, and deleting the sandbox kills what still runs.
+//!
+//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -12,8 +14,17 @@ mod serve;
 use std::io::Read;
 use std::time::{Duration, Instant};
 
+use common::Tier;
 use serde_json::{Value, json};
-use serve::{KEY_1, KEY_2, Server, assert_sandbox_gone};
+use serve::{KEY_1, KEY_2, Server, assert_sandbox_gone_on};
+
+per_tier!(
+    output_streams_live_and_replays_after_a_reconnect,
+    stdin_signals_and_kill_reach_the_command,
+    a_command_that_ends_before_its_given_stdin_is_closed_still_starts,
+    deleting_the_sandbox_kills_its_background_commands,
+    the_cli_starts_a_background_command_and_prints_its_id,
+);
 
 /// Starts `argv` in the background as t1 and returns the command id.
 fn start(server: &Server, id: &str, body: Value) -> String {
@@ -86,11 +97,9 @@ fn wait_exited(server: &Server, id: &str, command: &str) -> Value {
     }
 }
 
-#[test]
-fn output_streams_live_and_replays_after_a_reconnect() {
-    require_root!();
-    let server = Server::start();
-    let id = server.create(json!({}));
+fn output_streams_live_and_replays_after_a_reconnect(tier: Tier) {
+    let server = Server::start_on(tier);
+    let id = server.create_on(tier, json!({}));
     let started = Instant::now();
     let command = start(&server, &id, json!({"argv": ["sh", "-c", "for i in 1 2 3 4 5; do echo $i; sleep 0.3; done"]}));
     let took = started.elapsed();
@@ -125,14 +134,12 @@ fn output_streams_live_and_replays_after_a_reconnect() {
     assert_eq!(entry["exit_code"], 0);
 
     assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
-    assert_sandbox_gone(&id);
+    assert_sandbox_gone_on(tier, &id);
 }
 
-#[test]
-fn stdin_signals_and_kill_reach_the_command() {
-    require_root!();
-    let server = Server::start();
-    let id = server.create(json!({}));
+fn stdin_signals_and_kill_reach_the_command(tier: Tier) {
+    let server = Server::start_on(tier);
+    let id = server.create_on(tier, json!({}));
     let base = format!("/v1/sandboxes/{id}/commands");
 
     let cat = start(&server, &id, json!({"argv": ["cat"]}));
@@ -181,28 +188,24 @@ fn stdin_signals_and_kill_reach_the_command() {
     assert_eq!(states, ["exited"; 4], "{all:?}");
 
     assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
-    assert_sandbox_gone(&id);
+    assert_sandbox_gone_on(tier, &id);
 }
 
-#[test]
-fn a_command_that_ends_before_its_given_stdin_is_closed_still_starts() {
-    require_root!();
-    let server = Server::start();
-    let id = server.create(json!({}));
+fn a_command_that_ends_before_its_given_stdin_is_closed_still_starts(tier: Tier) {
+    let server = Server::start_on(tier);
+    let id = server.create_on(tier, json!({}));
     // `true` ignores its stdin and may be reaped before the runtime closes the stdin it was given.
     for _ in 0..40 {
         let command = start(&server, &id, json!({"argv": ["true"], "stdin": ""}));
         assert_eq!(wait_exited(&server, &id, &command)["exit_code"], 0);
     }
     assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
-    assert_sandbox_gone(&id);
+    assert_sandbox_gone_on(tier, &id);
 }
 
-#[test]
-fn deleting_the_sandbox_kills_its_background_commands() {
-    require_root!();
-    let server = Server::start();
-    let id = server.create(json!({}));
+fn deleting_the_sandbox_kills_its_background_commands(tier: Tier) {
+    let server = Server::start_on(tier);
+    let id = server.create_on(tier, json!({}));
     let sleeper = start(&server, &id, json!({"argv": ["sleep", "100"]}));
     start(&server, &id, json!({"cmd": "sh -c 'while :; do sleep 1; done' & sleep 100"}));
     assert_eq!(listed(&server, &id, &sleeper)["state"], "running");
@@ -212,14 +215,12 @@ fn deleting_the_sandbox_kills_its_background_commands() {
     let mut rest = String::new();
     reader.read_to_string(&mut rest).unwrap();
     assert!(rest.contains("event: exit"), "{rest}");
-    assert_sandbox_gone(&id);
+    assert_sandbox_gone_on(tier, &id);
 }
 
-#[test]
-fn the_cli_starts_a_background_command_and_prints_its_id() {
-    require_root!();
-    let server = Server::start();
-    let id = server.create(json!({}));
+fn the_cli_starts_a_background_command_and_prints_its_id(tier: Tier) {
+    let server = Server::start_on(tier);
+    let id = server.create_on(tier, json!({}));
     let output =
         common::Cli::new(["sandbox", "exec", "--background", &id, "--", "sh", "-c", "sleep 0.2; echo from-cli"])
             .env("SANDKASTEN_URL", &server.url)
@@ -232,5 +233,5 @@ fn the_cli_starts_a_background_command_and_prints_its_id() {
     assert_eq!(stdout_of(&replay), "from-cli\n");
     assert_eq!(exit_of(&replay)["exit_code"], 0);
     assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
-    assert_sandbox_gone(&id);
+    assert_sandbox_gone_on(tier, &id);
 }

@@ -3,6 +3,8 @@
 //! else — unlisted names, the metadata address however it is spelled or resolved, private ranges, raw sockets, DNS —
 //! is refused or goes nowhere, which the test hosts' own request logs confirm; policy changes apply live; every
 //! attempt is audited; a secret's value reaches only its host.
+//!
+//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -16,9 +18,26 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use common::accepted_within;
+use common::{Tier, accepted_within};
 use egress::World;
-use serve::{KEY_1, KEY_2, assert_sandbox_gone};
+use serve::{KEY_1, KEY_2, assert_sandbox_gone_on};
+
+per_tier!(
+    the_default_policy_reaches_nothing,
+    an_allowlisted_name_works_from_common_clients,
+    unlisted_names_special_addresses_and_odd_spellings_are_refused,
+    raw_sockets_and_dns_go_nowhere_even_with_an_allowlist,
+    policy_changes_apply_live_and_every_attempt_is_audited,
+    a_secret_reaches_only_its_host_and_never_the_sandbox,
+    bad_network_input_is_refused_with_the_reason,
+    the_proxy_door_closes_with_its_sandbox_or_policy,
+    a_one_shot_run_through_the_server_gets_its_policy_and_a_local_one_refuses_it,
+    a_process_squatting_the_proxy_port_gets_a_conflict_and_changes_nothing,
+    the_servers_own_addresses_are_refused_even_inside_an_allowed_range,
+    a_long_tunnel_is_in_the_audit_while_it_is_open,
+    a_sandbox_killed_from_the_host_releases_its_door,
+    a_pool_member_takes_the_policy_of_whoever_claims_it,
+);
 
 /// A host loopback listener the sandbox must never reach; checked to be reachable from the host itself.
 fn host_loopback_listener() -> (TcpListener, u16) {
@@ -40,17 +59,20 @@ fn curl(url: &str) -> String {
     format!("curl -sS -m 10 -w '\\nSTATUS %{{http_code}}\\n' '{url}'")
 }
 
-#[test]
-fn the_default_policy_reaches_nothing() {
-    require_root!();
-    let world = World::start("");
+fn the_default_policy_reaches_nothing(tier: Tier) {
+    let world = World::start_on(tier, "");
     let (listener, port) = host_loopback_listener();
-    let id = world.server.create(json!({}));
+    let id = world.server.create_on(tier, json!({}));
     assert_eq!(world.server.call("GET", &format!("/v1/sandboxes/{id}"), KEY_1, None).json["network"]["mode"], "none");
-    // Through the proxy variables: nothing listens on the proxy port.
+    // Through the proxy variables: nothing listens on the proxy port (gVisor: the agent's bridge to the door
+    // listens there from the start, and drops the connection while the host side of the door is shut).
     let (code, out, err) = world.sh(&id, &curl("http://allowed.test/whoami"));
     assert_ne!(code, 0, "{out}{err}");
-    assert!(err.contains("Failed to connect") || err.contains("Couldn't connect"), "{err}");
+    if tier == Tier::Gvisor {
+        assert!(err.contains("Connection reset by peer") || err.contains("Empty reply"), "{err}");
+    } else {
+        assert!(err.contains("Failed to connect") || err.contains("Couldn't connect"), "{err}");
+    }
     // Directly, by address: no route; the host's loopback is the sandbox's own.
     let direct = format!(
         "/usr/bin/python3 -c \"import socket\nfor target in [('10.201.0.2', 80), ('169.254.169.254', 80), ('127.0.0.1', {port})]:\n    \
@@ -66,14 +88,12 @@ fn the_default_policy_reaches_nothing() {
     assert!(world.audit(&id, 0).is_empty(), "no proxy, no audit events");
 }
 
-#[test]
-fn an_allowlisted_name_works_from_common_clients() {
-    require_root!();
-    let world = World::start("");
+fn an_allowlisted_name_works_from_common_clients(tier: Tier) {
+    let world = World::start_on(tier, "");
     // pip's index and a git repository on allowed.test.
     build_package_index(world.allowed.dir());
     build_git_repository(world.allowed.dir());
-    let id = world.sandbox(allowlist(&["allowed.test"]));
+    let id = world.sandbox_on(tier, allowlist(&["allowed.test"]));
     let (code, out, err) = world.sh(&id, &curl("http://allowed.test/whoami"));
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("hello from allowed.test") && out.contains("STATUS 200"), "{out}{err}");
@@ -201,13 +221,11 @@ fn raw_proxy_request(world: &World, id: &str, request: &str) -> String {
     out + &err
 }
 
-#[test]
-fn unlisted_names_special_addresses_and_odd_spellings_are_refused() {
-    require_root!();
-    let world = World::start("");
+fn unlisted_names_special_addresses_and_odd_spellings_are_refused(tier: Tier) {
+    let world = World::start_on(tier, "");
     let (listener, port) = host_loopback_listener();
     for policy in [allowlist(&["allowed.test", "metadata.test", "private.test"]), json!({"mode": "open"})] {
-        let id = world.sandbox(policy.clone());
+        let id = world.sandbox_on(tier, policy.clone());
         // A name not in the list (in `open` mode: reachable in principle, but other.test resolves into a range the
         // operator allowed, so it works there; the allowlist refuses it).
         let (_, out, _) = world.sh(&id, &curl("http://other.test/whoami"));
@@ -252,11 +270,9 @@ fn unlisted_names_special_addresses_and_odd_spellings_are_refused() {
     assert_eq!(accepted_within(&listener, Duration::from_millis(300)), 0, "the host's loopback listener was reached");
 }
 
-#[test]
-fn raw_sockets_and_dns_go_nowhere_even_with_an_allowlist() {
-    require_root!();
-    let world = World::start("");
-    let id = world.sandbox(allowlist(&["allowed.test"]));
+fn raw_sockets_and_dns_go_nowhere_even_with_an_allowlist(tier: Tier) {
+    let world = World::start_on(tier, "");
+    let id = world.sandbox_on(tier, allowlist(&["allowed.test"]));
     let code = "import socket\n\
         for target in [('10.201.0.2', 80), ('169.254.169.254', 80), ('10.201.0.1', 22)]:\n    \
             s = socket.socket(); s.settimeout(2)\n    \
@@ -276,11 +292,9 @@ fn raw_sockets_and_dns_go_nowhere_even_with_an_allowlist() {
     assert_eq!(world.allowed.requests(), "");
 }
 
-#[test]
-fn policy_changes_apply_live_and_every_attempt_is_audited() {
-    require_root!();
-    let world = World::start("");
-    let id = world.server.create(json!({}));
+fn policy_changes_apply_live_and_every_attempt_is_audited(tier: Tier) {
+    let world = World::start_on(tier, "");
+    let id = world.server.create_on(tier, json!({}));
     let network = format!("/v1/sandboxes/{id}/network");
     // none → allowlist: the door opens without a restart.
     let reply = world.server.call("PUT", &network, KEY_1, Some(allowlist(&["allowed.test"])));
@@ -330,10 +344,8 @@ fn policy_changes_apply_live_and_every_attempt_is_audited() {
     assert_eq!(world.server.call("GET", &format!("/v1/sandboxes/{id}/egress"), KEY_2, None).status, 404);
 }
 
-#[test]
-fn a_secret_reaches_only_its_host_and_never_the_sandbox() {
-    require_root!();
-    let world = World::start("");
+fn a_secret_reaches_only_its_host_and_never_the_sandbox(tier: Tier) {
+    let world = World::start_on(tier, "");
     let value = "s3cr3t-0123456789-value";
     let put = world.server.call(
         "PUT",
@@ -346,10 +358,13 @@ fn a_secret_reaches_only_its_host_and_never_the_sandbox() {
     let listed = world.server.call("GET", "/v1/secrets", KEY_1, None);
     assert!(!String::from_utf8_lossy(&listed.body).contains(value), "the list shows the value");
     assert_eq!(listed.json["secrets"][0]["name"], "API_TOKEN");
-    let id = world.server.create(json!({
-        "network": allowlist(&["allowed.test", "other.test", "secure.test"]),
-        "secrets": ["API_TOKEN"],
-    }));
+    let id = world.server.create_on(
+        tier,
+        json!({
+            "network": allowlist(&["allowed.test", "other.test", "secure.test"]),
+            "secrets": ["API_TOKEN"],
+        }),
+    );
     // Inside: a placeholder, and the value nowhere (environment of every process, files).
     let (_, placeholder, _) = world.sh(&id, "printf %s \"$API_TOKEN\"");
     assert!(placeholder.starts_with("sandkasten-secret-"), "{placeholder}");
@@ -417,10 +432,8 @@ fn a_secret_reaches_only_its_host_and_never_the_sandbox() {
     assert!(!after.contains(value), "substituted after the delete:\n{after}");
 }
 
-#[test]
-fn bad_network_input_is_refused_with_the_reason() {
-    require_root!();
-    let world = World::start("");
+fn bad_network_input_is_refused_with_the_reason(tier: Tier) {
+    let world = World::start_on(tier, "");
     let create = |network: serde_json::Value| {
         world.server.call("POST", "/v1/sandboxes", KEY_1, Some(json!({"network": network})))
     };
@@ -448,7 +461,7 @@ fn bad_network_input_is_refused_with_the_reason() {
         let reply = world.server.call("PUT", &format!("/v1/secrets/{name}"), KEY_1, Some(body.clone()));
         assert_eq!(reply.status, 400, "{name} {body}: {reply:?}");
     }
-    let id = world.server.create(json!({}));
+    let id = world.server.create_on(tier, json!({}));
     let network = format!("/v1/sandboxes/{id}/network");
     let reply = world.server.call("PUT", &network, KEY_1, Some(allowlist(&["bad..name"])));
     assert_eq!(reply.status, 400, "{reply:?}");
@@ -460,8 +473,19 @@ fn bad_network_input_is_refused_with_the_reason() {
     assert_eq!(world.server.call("PUT", missing, KEY_1, Some(allowlist(&["a.example"]))).status, 404);
 }
 
-/// The inode of the proxy listener inside sandbox `id` (from its own `/proc/net/tcp`: 127.0.0.1:3128, LISTEN).
-fn door_inode(world: &World, id: &str) -> Option<String> {
+/// The host inode of sandbox `id`'s egress door while the server listens at it: on the process tier the proxy's
+/// listener inside the sandbox's network namespace (from the sandbox's own `/proc/net/tcp`: 127.0.0.1:3128, LISTEN),
+/// on gVisor the host's listening unix socket in the sandbox's bundle (the agent bridges 127.0.0.1:3128 to it).
+fn door_inode(tier: Tier, world: &World, id: &str) -> Option<String> {
+    if tier == Tier::Gvisor {
+        let path = format!("{}/{id}/door/proxy.sock", common::GVISOR_BUNDLES);
+        let table = std::fs::read_to_string("/proc/net/unix").unwrap();
+        return table.lines().find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // Num RefCount Protocol Flags Type St Inode Path; flags 00010000: listening.
+            (fields.get(7) == Some(&path.as_str()) && fields[3] == "00010000").then(|| fields[6].to_owned())
+        });
+    }
     let (_, out, _) = world.sh(id, "cat /proc/net/tcp");
     out.lines()
         .find(|line| line.contains("0100007F:0C38") && line.split_whitespace().nth(3) == Some("0A"))
@@ -480,51 +504,47 @@ fn socket_held(inode: &str) -> bool {
     })
 }
 
-#[test]
-fn the_proxy_door_closes_with_its_sandbox_or_policy() {
-    require_root!();
-    let world = World::start("");
-    let id = world.sandbox(allowlist(&["allowed.test"]));
-    let inode = door_inode(&world, &id).expect("the proxy listens inside the sandbox");
+fn the_proxy_door_closes_with_its_sandbox_or_policy(tier: Tier) {
+    let world = World::start_on(tier, "");
+    let id = world.sandbox_on(tier, allowlist(&["allowed.test"]));
+    let inode = door_inode(tier, &world, &id).expect("the proxy listens inside the sandbox");
     assert!(socket_held(&inode), "positive control: the server holds the door");
     // Policy none closes it.
     world.server.call("PUT", &format!("/v1/sandboxes/{id}/network"), KEY_1, Some(json!({"mode": "none"})));
-    assert!(door_inode(&world, &id).is_none(), "still listening after the policy became none");
+    assert!(door_inode(tier, &world, &id).is_none(), "still listening after the policy became none");
     assert!(!socket_held(&inode), "the server still holds the door");
     // Deleting the sandbox closes a reopened one, and nothing of the sandbox is left.
     world.server.call("PUT", &format!("/v1/sandboxes/{id}/network"), KEY_1, Some(allowlist(&["allowed.test"])));
-    let inode = door_inode(&world, &id).expect("reopened");
+    let inode = door_inode(tier, &world, &id).expect("reopened");
     assert_eq!(world.server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
     assert!(!socket_held(&inode), "the door outlived its sandbox");
-    assert_sandbox_gone(&id);
+    assert_sandbox_gone_on(tier, &id);
 }
 
-#[test]
-fn a_one_shot_run_through_the_server_gets_its_policy_and_a_local_one_refuses_it() {
-    require_root!();
-    let world = World::start("");
-    let run = |extra: &[&str]| {
+fn a_one_shot_run_through_the_server_gets_its_policy_and_a_local_one_refuses_it(tier: Tier) {
+    let world = World::start_on(tier, "");
+    let run_remote = |extra: &[&str]| {
         std::process::Command::new(common::bin())
-            .args(["run", "--server", &world.server.url])
+            .args(["run", "--isolation", tier.name(), "--server", &world.server.url])
             .args(extra)
             .args(["--", "curl", "-sSf", "-m", "10", "http://allowed.test/whoami"])
             .env("SANDKASTEN_API_KEY", KEY_1)
             .output()
             .unwrap()
     };
-    let allowed = run(&["--allow", "allowed.test"]);
+    let allowed = run_remote(&["--allow", "allowed.test"]);
     let text = String::from_utf8_lossy(&allowed.stdout);
     assert_eq!(allowed.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&allowed.stderr));
     assert!(text.contains("hello from allowed.test"), "{text}");
-    let refused = run(&["--allow", "other.test"]);
+    let refused = run_remote(&["--allow", "other.test"]);
     assert_ne!(refused.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("403"), "{}", String::from_utf8_lossy(&refused.stderr));
-    let none = run(&[]);
+    let none = run_remote(&[]);
     assert_ne!(none.status.code(), Some(0), "no policy, no network");
     assert_eq!(world.allowed.requests().matches("GET /whoami").count(), 1, "{}", world.allowed.requests());
     // Locally there is no proxy: the flag is refused before anything is created.
     let local = std::process::Command::new(common::bin())
-        .args(["run", "--allow", "allowed.test", "--", "true"])
+        .args(["run", "--isolation", tier.name(), "--allow", "allowed.test", "--", "true"])
         .env_remove("SANDKASTEN_SERVER")
         .output()
         .unwrap();
@@ -532,11 +552,24 @@ fn a_one_shot_run_through_the_server_gets_its_policy_and_a_local_one_refuses_it(
     assert!(String::from_utf8_lossy(&local.stderr).contains("--server"), "{}", String::from_utf8_lossy(&local.stderr));
 }
 
-#[test]
-fn a_process_squatting_the_proxy_port_gets_a_conflict_and_changes_nothing() {
-    require_root!();
-    let world = World::start("");
-    let id = world.server.create(json!({}));
+fn a_process_squatting_the_proxy_port_gets_a_conflict_and_changes_nothing(tier: Tier) {
+    let world = World::start_on(tier, "");
+    let id = world.server.create_on(tier, json!({}));
+    if tier == Tier::Gvisor {
+        // gVisor: the agent's bridge to the door holds 127.0.0.1:3128 inside from the sandbox's start, whatever the
+        // policy: code cannot squat the port, and a policy change applies.
+        let bind = "/usr/bin/python3 -c \"import socket; socket.socket().bind(('127.0.0.1', 3128))\"";
+        let (code, out, err) = world.sh(&id, bind);
+        assert!(code != 0 && err.contains("Address already in use"), "the squatter bound the port: {out}{err}");
+        let network = format!("/v1/sandboxes/{id}/network");
+        let reply = world.server.call("PUT", &network, KEY_1, Some(allowlist(&["allowed.test"])));
+        assert_eq!(reply.status, 200, "{reply:?}");
+        let (_, out, _) = world.sh(&id, &curl("http://allowed.test/whoami"));
+        assert!(out.contains("STATUS 200"), "{out}");
+        assert_eq!(world.server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
+        assert_sandbox_gone_on(tier, &id);
+        return;
+    }
     // While the policy is none, code inside binds the proxy's port itself (it could then play proxy to its own
     // clients, which is harmless; the server must not report its own failure, nor half-apply the policy).
     let squat = "import socket, time\ns = socket.socket()\ns.bind(('127.0.0.1', 3128))\ns.listen()\ntime.sleep(60)\n";
@@ -550,7 +583,7 @@ fn a_process_squatting_the_proxy_port_gets_a_conflict_and_changes_nothing() {
     );
     assert!(started.status < 300, "{started:?}");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while door_inode(&world, &id).is_none() {
+    while door_inode(tier, &world, &id).is_none() {
         assert!(Instant::now() < deadline, "the squatter never listened");
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -561,13 +594,11 @@ fn a_process_squatting_the_proxy_port_gets_a_conflict_and_changes_nothing() {
     assert!(message.contains("3128") && message.contains("in use"), "{reply:?}");
     assert_eq!(world.server.call("GET", &format!("/v1/sandboxes/{id}"), KEY_1, None).json["network"]["mode"], "none");
     assert_eq!(world.server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
-    assert_sandbox_gone(&id);
+    assert_sandbox_gone_on(tier, &id);
 }
 
-#[test]
-fn the_servers_own_addresses_are_refused_even_inside_an_allowed_range() {
-    require_root!();
-    let world = World::start("");
+fn the_servers_own_addresses_are_refused_even_inside_an_allowed_range(tier: Tier) {
+    let world = World::start_on(tier, "");
     // 10.201.0.1 is the host's end of allowed.test's veth: an address of the server's own host, inside the range the
     // operator allowed for the test hosts. A service of the host listening there (or on 0.0.0.0, or on a public
     // address of the host) must stay out of reach: the operator allowed a network, not the host itself.
@@ -577,7 +608,7 @@ fn the_servers_own_addresses_are_refused_even_inside_an_allowed_range() {
     let probe = std::net::TcpStream::connect(("10.201.0.1", port)).unwrap();
     assert_eq!(accepted_within(&listener, Duration::from_millis(200)), 1, "positive control");
     drop(probe);
-    let id = world.sandbox(json!({"mode": "open"}));
+    let id = world.sandbox_on(tier, json!({"mode": "open"}));
     let (_, out, _) = world.sh(&id, &curl("http://allowed.test/whoami"));
     assert!(out.contains("STATUS 200"), "positive control: the allowed range works: {out}");
     let get = format!("GET http://10.201.0.1:{port}/ HTTP/1.1\r\nHost: 10.201.0.1\r\nConnection: close\r\n\r\n");
@@ -589,11 +620,9 @@ fn the_servers_own_addresses_are_refused_even_inside_an_allowed_range() {
     assert_eq!(accepted_within(&listener, Duration::from_millis(300)), 0, "the host's own service was reached");
 }
 
-#[test]
-fn a_long_tunnel_is_in_the_audit_while_it_is_open() {
-    require_root!();
-    let world = World::start("");
-    let id = world.sandbox(allowlist(&["allowed.test"]));
+fn a_long_tunnel_is_in_the_audit_while_it_is_open(tier: Tier) {
+    let world = World::start_on(tier, "");
+    let id = world.sandbox_on(tier, allowlist(&["allowed.test"]));
     // A tunnel that stays open for a while before it carries anything (as a slow exfiltration would).
     let script = "import socket, time\n\
         s = socket.create_connection(('127.0.0.1', 3128), timeout=30)\n\
@@ -632,12 +661,10 @@ fn a_long_tunnel_is_in_the_audit_while_it_is_open() {
     assert!(world.allowed.requests().contains("GET /whoami"));
 }
 
-#[test]
-fn a_sandbox_killed_from_the_host_releases_its_door() {
-    require_root!();
-    let world = World::start("");
-    let id = world.sandbox(allowlist(&["allowed.test"]));
-    let inode = door_inode(&world, &id).expect("the proxy listens inside the sandbox");
+fn a_sandbox_killed_from_the_host_releases_its_door(tier: Tier) {
+    let world = World::start_on(tier, "");
+    let id = world.sandbox_on(tier, allowlist(&["allowed.test"]));
+    let inode = door_inode(tier, &world, &id).expect("the proxy listens inside the sandbox");
     assert!(socket_held(&inode), "positive control: the server holds the door");
     let procs = common::cgroup_paths(&id)
         .into_iter()
@@ -647,7 +674,7 @@ fn a_sandbox_killed_from_the_host_releases_its_door() {
         // SAFETY: kill(2) of this test's sandbox's processes, found in its cgroup.
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
-    assert_sandbox_gone(&id);
+    assert_sandbox_gone_on(tier, &id);
     // The next call finds it gone: the sandbox is marked lost and the server lets go of its door (the socket
     // would otherwise keep the dead sandbox's network namespace alive).
     let reply = world.server.call("POST", &format!("/v1/sandboxes/{id}/exec"), KEY_1, Some(json!({"cmd": "true"})));
@@ -657,10 +684,8 @@ fn a_sandbox_killed_from_the_host_releases_its_door() {
     assert!(!socket_held(&inode), "the door of a lost sandbox is still held");
 }
 
-#[test]
-fn a_pool_member_takes_the_policy_of_whoever_claims_it() {
-    require_root!();
-    let world = World::start("[[pools]]\nname = \"std\"\nmin = 2\nmax = 2\n");
+fn a_pool_member_takes_the_policy_of_whoever_claims_it(tier: Tier) {
+    let world = World::start_on(tier, "[[pools]]\nname = \"std\"\nmin = 2\nmax = 2\n");
     let pool_hits = || -> f64 {
         world
             .metrics()
@@ -675,8 +700,8 @@ fn a_pool_member_takes_the_policy_of_whoever_claims_it() {
         std::thread::sleep(Duration::from_millis(50));
     }
     // Two members of one pool, one claimed with no network and one with an allowlist.
-    let closed = world.server.create(json!({}));
-    let open = world.sandbox(allowlist(&["allowed.test"]));
+    let closed = world.server.create_on(tier, json!({}));
+    let open = world.sandbox_on(tier, allowlist(&["allowed.test"]));
     assert_eq!(pool_hits(), 2.0, "both came from the pool");
     let (code, _, err) = world.sh(&closed, &curl("http://allowed.test/whoami"));
     assert_ne!(code, 0, "the member claimed without a policy reached out: {err}");
