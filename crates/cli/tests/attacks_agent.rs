@@ -1,20 +1,22 @@
 //! Attacks on the sandbox's agent (PID 1 inside): it is a forked copy of the CLI, so its memory starts with the CLI's
 //! argv and environment; none of that may be readable from inside, and the agent must not be killable or traceable.
+//!
+//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
 
 #[macro_use]
 mod common;
 
-use common::{assert_no_leaks, host_file, run, unique_token};
+use common::{Tier, assert_gone, host_file, run_on, unique_token};
 
-#[test]
-fn agent_cmdline_and_environ_do_not_reveal_the_owner() {
-    require_root!();
+per_tier!(agent_cmdline_and_environ_do_not_reveal_the_owner, agent_cannot_be_killed_or_traced_from_inside,);
+
+fn agent_cmdline_and_environ_do_not_reveal_the_owner(tier: Tier) {
     let token = unique_token("sk-owner-secret-");
     let (_dir, upload) = host_file(&format!("{token}.txt"), b"data");
     let upload_arg = format!("{}:in.txt", upload.display());
     let script = "tr '\\0' ' ' < /proc/1/cmdline; echo; tr '\\0' ' ' < /proc/1/environ 2>&1; echo; \
                   ls -l /proc/1/exe 2>&1; echo; cat in.txt";
-    let result = run(["--upload", upload_arg.as_str(), "--env", "VISIBLE=1", "--", "sh", "-c", script])
+    let result = run_on(tier, ["--upload", upload_arg.as_str(), "--env", "VISIBLE=1", "--", "sh", "-c", script])
         .env("SANDKASTEN_TEST_OWNER_SECRET", &token)
         .json();
     let stdout = result.stdout();
@@ -22,12 +24,10 @@ fn agent_cmdline_and_environ_do_not_reveal_the_owner() {
     assert!(stdout.ends_with("data"), "the upload must be readable inside: {stdout}");
     assert!(!stdout.contains(&token), "the owner's argv or environment leaked into the sandbox:\n{stdout}");
     assert!(!stdout.contains("sandkasten run"), "the agent's cmdline still shows the CLI's arguments:\n{stdout}");
-    assert_no_leaks(&result.id());
+    assert_gone(tier, &result.id());
 }
 
-#[test]
-fn agent_cannot_be_killed_or_traced_from_inside() {
-    require_root!();
+fn agent_cannot_be_killed_or_traced_from_inside(tier: Tier) {
     let code = [
         "import ctypes, os, signal",
         "libc = ctypes.CDLL(None, use_errno=True)",
@@ -41,11 +41,11 @@ fn agent_cannot_be_killed_or_traced_from_inside() {
         "print('alive')",
     ]
     .join("\n");
-    let result = run(["--lang", "python", "--code", code.as_str()]).json();
+    let result = run_on(tier, ["--lang", "python", "--code", code.as_str()]).json();
     let stdout = result.stdout();
     assert!(stdout.contains("alive"), "the program must run to the end: {stdout}");
     assert!(!stdout.contains(" ok"), "a signal reached the agent: {stdout}");
     assert!(stdout.contains("ptrace -1 1"), "PTRACE_ATTACH to the agent must fail with EPERM: {stdout}");
     assert_eq!(result.json["exit_code"], 0, "the agent reported the program's exit normally");
-    assert_no_leaks(&result.id());
+    assert_gone(tier, &result.id());
 }

@@ -1,5 +1,7 @@
 //! Filesystem and information-leak attacks, asserted on the host: reading host canary files, the host's environment,
 //! host mounts, writing outside /workspace and /tmp, sensitive /proc and /sys paths, filling the disk.
+//!
+//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,6 +12,19 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 
+per_tier!(
+    host_canary_files_are_not_readable,
+    host_env_is_not_visible,
+    mountinfo_shows_no_host_paths,
+    root_and_home_and_host_dirs_are_absent,
+    etc_shadow_is_not_readable_and_etc_is_synthesised,
+    writes_outside_workspace_and_tmp_fail,
+    sandbox_files_do_not_appear_on_host,
+    disk_fill_stays_off_host,
+    proc_and_sys_sensitive_paths_are_masked,
+    upload_path_traversal_is_refused,
+);
+
 /// Python that tries to read each path (directly and through a few indirections) and prints what happened.
 fn read_attempts(paths: &[&Path]) -> String {
     let list: Vec<String> = paths.iter().map(|p| format!("{:?}", p.to_str().unwrap())).collect();
@@ -19,9 +34,7 @@ fn read_attempts(paths: &[&Path]) -> String {
     )
 }
 
-#[test]
-fn host_canary_files_are_not_readable() {
-    require_root!();
+fn host_canary_files_are_not_readable(tier: Tier) {
     let name = unique_token("sandkasten-canary-");
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(".{name}"));
     let canaries = [
@@ -31,7 +44,7 @@ fn host_canary_files_are_not_readable() {
         Canary::create(repo),
     ];
     let paths: Vec<&Path> = canaries.iter().map(|c| c.path.as_path()).collect();
-    let r = run_code("python", &read_attempts(&paths), &[]).json();
+    let r = code_on(tier, "python", &read_attempts(&paths), &[]).json();
     r.assert_exit(0);
     for canary in &canaries {
         assert!(!r.stdout().contains(&canary.secret), "{} was read\n{}", canary.path.display(), r.describe());
@@ -39,20 +52,19 @@ fn host_canary_files_are_not_readable() {
     }
     assert!(!r.stdout().contains("READ"), "{}", r.describe());
     assert_eq!(r.stdout().matches("denied").count(), 4 * paths.len(), "{}", r.describe());
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
     // The same reads with cat and through a shell glob.
     let shell: Vec<String> = paths.iter().map(|p| format!("cat {} 2>&1", p.display())).collect();
     let r =
-        run_code("bash", &format!("{}; cat /tmp/sandkasten-canary-* /root/* 2>&1; true", shell.join("; ")), &[]).json();
+        code_on(tier, "bash", &format!("{}; cat /tmp/sandkasten-canary-* /root/* 2>&1; true", shell.join("; ")), &[])
+            .json();
     for canary in &canaries {
         assert!(!r.stdout().contains(&canary.secret), "{} was read by cat\n{}", canary.path.display(), r.describe());
     }
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn host_env_is_not_visible() {
-    require_root!();
+fn host_env_is_not_visible(tier: Tier) {
     let secret = unique_token("ENVCANARY");
     // Positive control: a host process started the same way does see it.
     let host = std::process::Command::new("/usr/bin/env").env("SANDKASTEN_TEST_CANARY", &secret).output().unwrap();
@@ -60,24 +72,22 @@ fn host_env_is_not_visible() {
     let code = "env; echo; cat /proc/1/environ; echo; cat /proc/self/environ; echo\n\
                 for f in /proc/[0-9]*/environ; do cat \"$f\" 2>/dev/null; echo; done\n\
                 cat /proc/$PPID/environ 2>&1; echo";
-    let r = run_code("bash", code, &[]).env("SANDKASTEN_TEST_CANARY", &secret).json();
+    let r = code_on(tier, "bash", code, &[]).env("SANDKASTEN_TEST_CANARY", &secret).json();
     r.assert_exit(0);
     assert!(!r.stdout().contains(&secret), "host env leaked\n{}", r.describe());
     assert!(!r.stdout().contains("SANDKASTEN_TEST_CANARY"), "{}", r.describe());
     assert!(!r.stdout().contains("CARGO"), "cargo's env leaked\n{}", r.describe());
     assert!(r.stdout().contains("HOME=/workspace"), "positive control: env is printed\n{}", r.describe());
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn mountinfo_shows_no_host_paths() {
-    require_root!();
+fn mountinfo_shows_no_host_paths(tier: Tier) {
     let host_mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     let host_root_source = host_mountinfo
         .lines()
         .find(|l| l.split_whitespace().nth(4) == Some("/"))
         .and_then(|l| l.split(" - ").nth(1)?.split_whitespace().nth(1).map(str::to_owned));
-    let r = run(["--", "cat", "/proc/self/mountinfo"]).json();
+    let r = run_on(tier, ["--", "cat", "/proc/self/mountinfo"]).json();
     r.assert_exit(0);
     assert!(!r.stdout().is_empty(), "{}", r.describe());
     for line in r.stdout().lines() {
@@ -102,27 +112,24 @@ fn mountinfo_shows_no_host_paths() {
             );
         }
     }
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn root_and_home_and_host_dirs_are_absent() {
-    require_root!();
+fn root_and_home_and_host_dirs_are_absent(tier: Tier) {
     let code = "import os\nfor p in ['/root', '/home', '/work', '/run/sandkasten', '/var/run/docker.sock', '/run/docker.sock', '/var/lib', '/boot', '/etc/shadow', '/etc/sudoers', '/etc/ssh']:\n    print(p, 'EXISTS' if os.path.lexists(p) else 'absent')\n";
-    let r = run_code("python", code, &[]).json();
+    let r = code_on(tier, "python", code, &[]).json();
     r.assert_exit(0);
     assert!(!r.stdout().contains("EXISTS"), "{}", r.describe());
     assert_eq!(r.stdout().matches("absent").count(), 11, "{}", r.describe());
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn etc_shadow_is_not_readable_and_etc_is_synthesised() {
-    require_root!();
+fn etc_shadow_is_not_readable_and_etc_is_synthesised(tier: Tier) {
     let host_shadow = std::fs::read_to_string("/etc/shadow").unwrap_or_default();
     let root_hash_line = host_shadow.lines().find(|l| l.starts_with("root:")).unwrap_or("").to_owned();
     let host_passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    let r = run_code("bash", "cat /etc/shadow 2>&1; echo; cat /etc/passwd; echo; cat /etc/hostname 2>&1", &[]).json();
+    let r =
+        code_on(tier, "bash", "cat /etc/shadow 2>&1; echo; cat /etc/passwd; echo; cat /etc/hostname 2>&1", &[]).json();
     if !root_hash_line.is_empty() {
         assert!(!r.stdout().contains(&root_hash_line), "host /etc/shadow read\n{}", r.describe());
     }
@@ -135,12 +142,10 @@ fn etc_shadow_is_not_readable_and_etc_is_synthesised() {
         }
         assert!(!r.stdout().contains(&format!("\n{user}:")), "host user {user} is visible\n{}", r.describe());
     }
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn writes_outside_workspace_and_tmp_fail() {
-    require_root!();
+fn writes_outside_workspace_and_tmp_fail(tier: Tier) {
     let token = unique_token("x");
     let targets: Vec<PathBuf> = ["/usr", "/etc", "", "/sandbox", "/bin", "/var", "/dev", "/lib"]
         .iter()
@@ -158,7 +163,7 @@ fn writes_outside_workspace_and_tmp_fail() {
         "for p in ['/proc/sys/kernel/hostname', '/proc/sys/vm/drop_caches', '/proc/sysrq-trigger', '/sys/kernel/mm/transparent_hugepage/enabled', '/usr/bin/python3']:\n    try:\n        f = open(p, 'w'); print('OPENED-W', p); f.close()\n    except OSError as e:\n        print('denied', p, type(e).__name__)\n\
          try:\n    os.mkdir('/workspace/ok'); open('/tmp/ok', 'w').write('ok'); print('workspace-and-tmp-writable')\nexcept OSError as e:\n    print('WORKSPACE-DENIED', e)\n",
     );
-    let r = run_code("python", &code, &[]).json();
+    let r = code_on(tier, "python", &code, &[]).json();
     r.assert_exit(0);
     assert!(!r.stdout().contains("WROTE"), "{}", r.describe());
     assert!(!r.stdout().contains("OPENED-W"), "{}", r.describe());
@@ -167,21 +172,19 @@ fn writes_outside_workspace_and_tmp_fail() {
         assert!(!t.exists(), "{} appeared on the host", t.display());
     }
     assert_eq!(std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap(), host_hostname);
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn sandbox_files_do_not_appear_on_host() {
-    require_root!();
+fn sandbox_files_do_not_appear_on_host(tier: Tier) {
     let token = unique_token("ondisk");
     let code = format!("echo data > /workspace/{token}; echo data > /tmp/{token}; ls /workspace /tmp");
-    let r = run_code("bash", &code, &[]).json();
+    let r = code_on(tier, "bash", &code, &[]).json();
     r.assert_exit(0);
     assert!(r.stdout().contains(&token), "positive control\n{}", r.describe());
     for dir in ["/tmp", "/var/tmp", "/dev/shm", "/run", "/workspace", "/root", "/work"] {
         assert!(!found_below(Path::new(dir), &token, 4), "{token} found on the host under {dir}");
     }
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
 fn found_below(dir: &Path, name: &str, depth: u32) -> bool {
@@ -200,17 +203,14 @@ fn found_below(dir: &Path, name: &str, depth: u32) -> bool {
     false
 }
 
-#[test]
-fn disk_fill_stays_off_host() {
-    require_root!();
+fn disk_fill_stays_off_host(tier: Tier) {
     let token = unique_token("fill");
     let before_root = free_bytes("/");
     let before_shm = free_bytes("/dev/shm");
     let code = format!(
         "dd if=/dev/zero of=/workspace/{token} bs=1M count=256; dd if=/dev/zero of=/tmp/{token} bs=1M count=256; true"
     );
-    let r = run_code("bash", &code, &["--disk", "8MiB", "--timeout", "10s"]).json();
-    assert_eq!(r.limit().as_deref(), Some("disk"), "{}", r.describe());
+    let r = code_on(tier, "bash", &code, &["--disk", "8MiB", "--timeout", "10s"]).json();
     let lost_root = before_root.saturating_sub(free_bytes("/"));
     let lost_shm = before_shm.saturating_sub(free_bytes("/dev/shm"));
     assert!(lost_root < 128 << 20, "host / lost {lost_root} bytes");
@@ -218,12 +218,11 @@ fn disk_fill_stays_off_host() {
     for dir in ["/tmp", "/var/tmp", "/dev/shm", "/run"] {
         assert!(!found_below(Path::new(dir), &token, 4), "{token} found on the host under {dir}");
     }
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
+    assert_eq!(r.limit().as_deref(), Some("disk"), "{}", r.describe());
 }
 
-#[test]
-fn proc_and_sys_sensitive_paths_are_masked() {
-    require_root!();
+fn proc_and_sys_sensitive_paths_are_masked(tier: Tier) {
     let code = "import os\n\
                 for p in ['/proc/kcore', '/proc/keys', '/proc/timer_list', '/proc/sched_debug', '/proc/latency_stats', '/sys/firmware/dmi/tables/DMI', '/proc/1/mem']:\n\
                 \x20   try:\n\
@@ -235,7 +234,7 @@ fn proc_and_sys_sensitive_paths_are_masked() {
                 cg = '/sys/fs/cgroup'\n\
                 found = [r for r, d, f in os.walk(cg) if 'sandkasten' in os.path.basename(r)] if os.path.isdir(cg) else []\n\
                 print('cgroup-sandkasten-dirs', found)\n";
-    let r = run_code("python", code, &[]).json();
+    let r = code_on(tier, "python", code, &[]).json();
     r.assert_exit(0);
     assert!(!r.stdout().contains("READ "), "sensitive kernel data readable\n{}", r.describe());
     assert!(r.stdout().contains("cgroup-sandkasten-dirs []"), "host cgroup tree visible\n{}", r.describe());
@@ -245,17 +244,16 @@ fn proc_and_sys_sensitive_paths_are_masked() {
         "/sys/class/net shows host interfaces: {net_line}\n{}",
         r.describe()
     );
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn upload_path_traversal_is_refused() {
-    require_root!();
+fn upload_path_traversal_is_refused(tier: Tier) {
     let (_dir, path) = host_file("f.txt", b"content");
     let token = unique_token("escape");
     for target in [format!("../../etc/{token}"), format!("/workspace/../etc/{token}"), format!("/etc/{token}")] {
         let out =
-            run(["--lang", "bash", "--code", "true", "--upload", &format!("{}:{target}", path.display())]).output();
+            run_on(tier, ["--lang", "bash", "--code", "true", "--upload", &format!("{}:{target}", path.display())])
+                .output();
         assert!(!Path::new(&format!("/etc/{token}")).exists(), "upload {target} escaped to the host /etc");
         assert_eq!(out.code, 2, "upload target {target} is outside /workspace and /tmp: bad input\n{}", out.describe());
     }

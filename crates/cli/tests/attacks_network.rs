@@ -1,5 +1,7 @@
 //! Network attacks with the default policy (no network): the host's loopback listeners, the host's external address,
 //! abstract unix sockets, DNS and the internet are all unreachable; only `lo` exists inside.
+//!
+//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,6 +15,15 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
+per_tier!(
+    host_loopback_listener_is_unreachable,
+    host_external_address_is_unreachable,
+    no_route_leaves_the_sandbox_and_no_name_resolves,
+    only_loopback_interface_exists,
+    sandbox_loopback_works_but_is_private,
+    host_abstract_unix_socket_is_unreachable,
+);
+
 /// Python that tries a TCP connect and prints `connected` or the error class.
 fn connect_code(host: &str, port: u16) -> String {
     format!(
@@ -20,9 +31,7 @@ fn connect_code(host: &str, port: u16) -> String {
     )
 }
 
-#[test]
-fn host_loopback_listener_is_unreachable() {
-    require_root!();
+fn host_loopback_listener_is_unreachable(tier: Tier) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -30,7 +39,7 @@ fn host_loopback_listener_is_unreachable() {
     let probe = std::net::TcpStream::connect(("127.0.0.1", port)).expect("host connects to its own listener");
     assert_eq!(accepted_within(&listener, Duration::from_millis(300)), 1, "positive control");
     drop(probe);
-    let r = run_code("python", &connect_code("127.0.0.1", port), &["--timeout", "10s"]).json();
+    let r = code_on(tier, "python", &connect_code("127.0.0.1", port), &["--timeout", "10s"]).json();
     r.assert_exit(0);
     assert!(!r.stdout().contains("CONNECTED"), "{}", r.describe());
     assert!(
@@ -41,7 +50,7 @@ fn host_loopback_listener_is_unreachable() {
         r.describe()
     );
     assert_eq!(accepted_within(&listener, Duration::from_millis(500)), 0, "the host listener got a connection");
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
 fn host_external_ipv4() -> Option<IpAddr> {
@@ -73,9 +82,7 @@ fn host_external_ipv4() -> Option<IpAddr> {
     found
 }
 
-#[test]
-fn host_external_address_is_unreachable() {
-    require_root!();
+fn host_external_address_is_unreachable(tier: Tier) {
     let Some(ip) = host_external_ipv4() else {
         eprintln!("skipped: the host has no non-loopback IPv4 address");
         return;
@@ -83,17 +90,15 @@ fn host_external_address_is_unreachable() {
     let listener = TcpListener::bind((ip, 0)).unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
-    let r = run_code("python", &connect_code(&ip.to_string(), port), &["--timeout", "10s"]).json();
+    let r = code_on(tier, "python", &connect_code(&ip.to_string(), port), &["--timeout", "10s"]).json();
     r.assert_exit(0);
     assert!(!r.stdout().contains("CONNECTED"), "{}", r.describe());
     assert!(r.stdout().contains("failed"), "{}", r.describe());
     assert_eq!(accepted_within(&listener, Duration::from_millis(500)), 0, "the host listener on {ip} got a connection");
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn no_route_leaves_the_sandbox_and_no_name_resolves() {
-    require_root!();
+fn no_route_leaves_the_sandbox_and_no_name_resolves(tier: Tier) {
     // Only the host's own address is named: the point is that nothing has a route out of the sandbox at all, which
     // the kernel answers at once (ENETUNREACH), so no packet is ever sent anywhere.
     let Some(ip) = host_external_ipv4() else {
@@ -120,20 +125,21 @@ fn no_route_leaves_the_sandbox_and_no_name_resolves() {
          except OSError as e:\n\
          \x20   print('dns failed', e)\n"
     );
-    let r = run_code("python", &code, &["--timeout", "15s"]).json();
+    let r = code_on(tier, "python", &code, &["--timeout", "15s"]).json();
     r.assert_exit(0);
     let stdout = r.stdout();
     assert!(stdout.contains("ipv4-routes 0"), "the sandbox must have no IPv4 route at all\n{}", r.describe());
     assert!(stdout.contains("nameservers []"), "{}", r.describe());
-    assert!(stdout.contains("tcp failed 101") && stdout.contains("udp failed 101"), "{}", r.describe());
+    // gVisor's network stack answers a destination without a route with EHOSTUNREACH (113), Linux with ENETUNREACH.
+    let errno = if tier == Tier::Gvisor { 113 } else { 101 };
+    let (tcp, udp) = (format!("tcp failed {errno}"), format!("udp failed {errno}"));
+    assert!(stdout.contains(&tcp) && stdout.contains(&udp), "{}", r.describe());
     assert!(!stdout.contains("CONNECTED") && !stdout.contains("SENT-UDP"), "{}", r.describe());
     assert!(!stdout.contains("RESOLVED"), "{}", r.describe());
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn only_loopback_interface_exists() {
-    require_root!();
+fn only_loopback_interface_exists(tier: Tier) {
     let code = "import socket\n\
                 names = [l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:]]\n\
                 print('proc-net-dev', sorted(names))\n\
@@ -141,7 +147,7 @@ fn only_loopback_interface_exists() {
                 \x20   print('if_nameindex', sorted(n for _, n in socket.if_nameindex()))\n\
                 except OSError as e:\n\
                 \x20   print('if_nameindex failed', e.errno)\n";
-    let r = run_code("python", code, &[]).json();
+    let r = code_on(tier, "python", code, &[]).json();
     r.assert_exit(0);
     assert!(r.stdout().contains("proc-net-dev ['lo']"), "{}", r.describe());
     assert!(
@@ -149,8 +155,8 @@ fn only_loopback_interface_exists() {
         "{}",
         r.describe()
     );
-    assert_no_leaks(&r.id());
-    let ip = run_code("bash", "ip -o link 2>&1 | awk -F': ' '{print $2}'", &[]).json();
+    assert_gone(tier, &r.id());
+    let ip = code_on(tier, "bash", "ip -o link 2>&1 | awk -F': ' '{print $2}'", &[]).json();
     let names: Vec<String> = ip.stdout().lines().map(|l| l.trim().to_owned()).filter(|l| !l.is_empty()).collect();
     assert!(
         names == ["lo"]
@@ -159,12 +165,10 @@ fn only_loopback_interface_exists() {
         "ip link shows {names:?}\n{}",
         ip.describe()
     );
-    assert_no_leaks(&ip.id());
+    assert_gone(tier, &ip.id());
 }
 
-#[test]
-fn sandbox_loopback_works_but_is_private() {
-    require_root!();
+fn sandbox_loopback_works_but_is_private(tier: Tier) {
     // Positive control inside: loopback works within the sandbox. A host listener on the same port is not reached.
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
@@ -172,16 +176,14 @@ fn sandbox_loopback_works_but_is_private() {
     let code = format!(
         "import socket\nsrv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\nsrv.bind(('127.0.0.1', {port})); srv.listen(1)\nc = socket.create_connection(('127.0.0.1', {port}), timeout=2)\nconn, _ = srv.accept(); c.sendall(b'ping'); print('inside', conn.recv(4).decode())\n"
     );
-    let r = run_code("python", &code, &["--timeout", "10s"]).json();
+    let r = code_on(tier, "python", &code, &["--timeout", "10s"]).json();
     r.assert_exit(0);
     assert_eq!(r.stdout(), "inside ping\n", "{}", r.describe());
     assert_eq!(accepted_within(&listener, Duration::from_millis(300)), 0);
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn host_abstract_unix_socket_is_unreachable() {
-    require_root!();
+fn host_abstract_unix_socket_is_unreachable(tier: Tier) {
     let name = unique_token("sandkasten-test-");
     let addr = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
     let listener = UnixListener::bind_addr(&addr).unwrap();
@@ -189,7 +191,7 @@ fn host_abstract_unix_socket_is_unreachable() {
     let code = format!(
         "import socket\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\ntry:\n    s.connect('\\0{name}'); print('CONNECTED')\nexcept OSError as e:\n    print('failed', type(e).__name__)\n"
     );
-    let r = run_code("python", &code, &["--timeout", "10s"]).json();
+    let r = code_on(tier, "python", &code, &["--timeout", "10s"]).json();
     r.assert_exit(0);
     assert!(!r.stdout().contains("CONNECTED"), "{}", r.describe());
     assert!(r.stdout().contains("failed"), "{}", r.describe());
@@ -202,5 +204,5 @@ fn host_abstract_unix_socket_is_unreachable() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(got, 0, "the host's abstract socket got a connection");
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }

@@ -1,5 +1,8 @@
-//! Process attacks against the process tier, asserted on the host: fork bombs, escapees that double-fork and setsid,
+//! Process attacks, asserted on the host: fork bombs, escapees that double-fork and setsid,
 //! background processes that outlive the program, `kill -9 -1` against host processes, and seeing host processes.
+//!
+//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`), except the host uid
+//! mapping, which only the process tier has.
 
 #![allow(unsafe_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,11 +14,22 @@ use std::time::Duration;
 
 use common::*;
 
-#[test]
-fn fork_bomb_is_contained() {
-    require_root!();
+per_tier!(
+    fork_bomb_is_contained,
+    classic_fork_bomb_one_liner_leaves_nothing,
+    fork_bomb_with_default_pids_is_contained,
+    double_fork_setsid_escapee_is_killed_when_program_exits,
+    escapee_holding_stdout_does_not_hang_the_run,
+    background_processes_die_with_the_sandbox_in_plain_mode,
+    timeout_kills_the_whole_tree,
+    kill_all_cannot_reach_host_processes,
+    host_processes_are_not_visible,
+    setuid_binaries_cannot_gain_root,
+);
+
+fn fork_bomb_is_contained(tier: Tier) {
     // The shell stays alive after starting the bomb, so the bomb runs until a limit stops the sandbox.
-    let r = run_code("bash", ":(){ :|:& };:; sleep 30", &["--timeout", "3s", "--pids", "64"])
+    let r = code_on(tier, "bash", ":(){ :|:& };:; sleep 30", &["--timeout", "3s", "--pids", "64"])
         .watchdog(Duration::from_secs(40))
         .json();
     assert!(
@@ -24,27 +38,24 @@ fn fork_bomb_is_contained() {
         r.describe()
     );
     assert!(r.output.elapsed < Duration::from_secs(30), "teardown took {:?}", r.output.elapsed);
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
     // The host can still start processes.
     let status = Command::new("/bin/true").status().expect("host can still fork");
     assert!(status.success());
 }
 
-#[test]
-fn classic_fork_bomb_one_liner_leaves_nothing() {
-    require_root!();
+fn classic_fork_bomb_one_liner_leaves_nothing(tier: Tier) {
     // The classic one-liner returns at once; the bomb's processes must die with the sandbox all the same.
-    let r = run_code("bash", ":(){ :|:& };:", &["--timeout", "3s", "--pids", "64"])
+    let r = code_on(tier, "bash", ":(){ :|:& };:", &["--timeout", "3s", "--pids", "64"])
         .watchdog(Duration::from_secs(40))
         .json();
     assert!(r.output.elapsed < Duration::from_secs(30), "teardown took {:?}", r.output.elapsed);
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn fork_bomb_with_default_pids_is_contained() {
-    require_root!();
-    let r = run_code(
+fn fork_bomb_with_default_pids_is_contained(tier: Tier) {
+    let r = code_on(
+        tier,
         "python",
         "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
         &["--timeout", "2s"],
@@ -52,12 +63,10 @@ fn fork_bomb_with_default_pids_is_contained() {
     .watchdog(Duration::from_secs(40))
     .json();
     assert!(matches!(r.limit().as_deref(), Some("time") | Some("pids")), "{}", r.describe());
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn double_fork_setsid_escapee_is_killed_when_program_exits() {
-    require_root!();
+fn double_fork_setsid_escapee_is_killed_when_program_exits(tier: Tier) {
     let token = unique_token("ESCAPEE");
     // The grandchild detaches (setsid, double fork, stdio to /dev/null) and sleeps with the token in its argv; the
     // program prints its pid once it is running, then exits 0 immediately.
@@ -77,59 +86,55 @@ fn double_fork_setsid_escapee_is_killed_when_program_exits() {
          time.sleep(0.3)\n\
          print('escapee', pid, '{token}' in open(f'/proc/{{pid}}/cmdline').read())\n"
     );
-    let r = run_code("python", &code, &["--timeout", "20s"]).watchdog(Duration::from_secs(30)).json();
+    let r = code_on(tier, "python", &code, &["--timeout", "20s"]).watchdog(Duration::from_secs(30)).json();
     assert!(r.stdout().contains("True"), "positive control: the escapee ran with the token\n{}", r.describe());
     r.assert_exit(0);
     assert!(r.output.elapsed < Duration::from_secs(15), "the run waited for the escapee ({:?})", r.output.elapsed);
     assert_no_token_processes(&token);
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn escapee_holding_stdout_does_not_hang_the_run() {
-    require_root!();
+fn escapee_holding_stdout_does_not_hang_the_run(tier: Tier) {
     let token = unique_token("HOLDER");
     let code = format!("setsid sh -c 'sleep 600; :' {token} &\nsleep 0.3\necho started");
-    let r = run_code("bash", &code, &["--timeout", "20s"]).watchdog(Duration::from_secs(30)).json();
+    let r = code_on(tier, "bash", &code, &["--timeout", "20s"]).watchdog(Duration::from_secs(30)).json();
     r.assert_exit(0);
     assert_eq!(r.stdout(), "started\n", "{}", r.describe());
     assert!(r.output.elapsed < Duration::from_secs(15), "the run waited for the holder ({:?})", r.output.elapsed);
     assert_no_token_processes(&token);
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn background_processes_die_with_the_sandbox_in_plain_mode() {
-    require_root!();
+fn background_processes_die_with_the_sandbox_in_plain_mode(tier: Tier) {
     let token = unique_token("BGPLAIN");
     let code = format!("nohup sh -c 'sleep 600; :' {token} >/dev/null 2>&1 &\ndisown\nsleep 0.3\necho bye");
-    let out = run_code("bash", &code, &["--timeout", "20s"]).watchdog(Duration::from_secs(30)).output();
+    let out = code_on(tier, "bash", &code, &["--timeout", "20s"]).watchdog(Duration::from_secs(30)).output();
     assert_eq!(out.code, 0, "{}", out.describe());
     assert_no_token_processes(&token);
 }
 
-#[test]
-fn timeout_kills_the_whole_tree() {
-    require_root!();
+fn timeout_kills_the_whole_tree(tier: Tier) {
     let token = unique_token("TREE");
     let code =
         format!("for i in 1 2 3; do setsid sh -c 'sleep 600; :' {token} </dev/null >/dev/null 2>&1 & done\nsleep 600");
-    let r = run_code("bash", &code, &["--timeout", "1s"]).watchdog(Duration::from_secs(20)).json();
+    let r = code_on(tier, "bash", &code, &["--timeout", "1s"]).watchdog(Duration::from_secs(20)).json();
     assert_eq!(r.limit().as_deref(), Some("time"), "{}", r.describe());
     assert_eq!(r.cli_code(), 124, "{}", r.describe());
     assert_no_token_processes(&token);
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
+/// Process tier only (tier_coverage.rs says why): gVisor's guest processes are not host processes at all.
 #[test]
 fn sandbox_processes_run_as_unprivileged_host_uid() {
     require_root!();
+    let tier = Tier::Process;
     let token = unique_token("UIDPROBE");
     // While the sandbox runs, look at it from the host: its processes must be mapped into the sandbox uid range.
     // The token is split in the CLI's argv so that only the sandboxed process carries it whole.
     let (head, tail) = token.split_at(4);
     let code = format!("exec -a \"{head}\"\"{tail}\" sleep 3");
-    let handle = std::thread::spawn(move || run_code("bash", &code, &["--timeout", "10s"]).json());
+    let handle = std::thread::spawn(move || code_on(tier, "bash", &code, &["--timeout", "10s"]).json());
     let mut seen = Vec::new();
     for _ in 0..100 {
         seen = token_processes(&token);
@@ -150,12 +155,10 @@ fn sandbox_processes_run_as_unprivileged_host_uid() {
         assert_eq!(uid, SANDBOX_UID_BASE + 1000, "inside uid 1000 maps to host {}", SANDBOX_UID_BASE + 1000);
     }
     assert_no_token_processes(&token);
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn kill_all_cannot_reach_host_processes() {
-    require_root!();
+fn kill_all_cannot_reach_host_processes(tier: Tier) {
     let mut victim = HostVictim::sleep();
     let pid = victim.pid();
     let test_pid = std::process::id();
@@ -165,48 +168,53 @@ fn kill_all_cannot_reach_host_processes() {
          kill -9 {test_pid}; echo kill-test=$?\n\
          python3 -c 'import os\nfor p in ({pid}, {test_pid}):\n  try:\n    os.kill(p, 9); print(\"KILLED\", p)\n  except OSError as e: print(\"failed\", p, type(e).__name__)'\n"
     );
-    let r = run_code("bash", &code, &["--timeout", "10s"]).json();
+    let r = code_on(tier, "bash", &code, &["--timeout", "10s"]).json();
     std::thread::sleep(Duration::from_millis(200));
     assert!(victim.alive(), "host process {pid} was killed from inside the sandbox\n{}", r.describe());
     assert!(!r.stdout().contains("KILLED"), "{}", r.describe());
     assert!(r.stdout().contains("kill-victim=1"), "{}", r.describe());
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn host_processes_are_not_visible() {
-    require_root!();
+fn host_processes_are_not_visible(tier: Tier) {
     let victim = HostVictim::sleep();
     let code = format!(
         "import os\npids = [p for p in os.listdir('/proc') if p.isdigit()]\nprint(len(pids))\nprint('VISIBLE' if os.path.exists('/proc/{}/cmdline') else 'hidden')\nprint(open('/proc/1/cmdline').read().replace('\\0', ' '))\n",
         victim.pid()
     );
-    let r = run_code("python", &code, &[]).json();
+    let r = code_on(tier, "python", &code, &[]).json();
     r.assert_exit(0);
     let count: usize = r.stdout().lines().next().and_then(|l| l.parse().ok()).unwrap_or(999);
     assert!(count < 10, "the sandbox sees {count} processes: not its own pid namespace\n{}", r.describe());
     assert!(r.stdout().contains("hidden"), "{}", r.describe());
     assert!(!r.stdout().contains("systemd") && !r.stdout().contains("/sbin/init"), "{}", r.describe());
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn setuid_binaries_cannot_gain_root() {
-    require_root!();
+fn setuid_binaries_cannot_gain_root(tier: Tier) {
     let code = "su -c 'id -u' root </dev/null; echo su=$?\n\
                 command -v sudo >/dev/null && { sudo -n id -u </dev/null; echo sudo=$?; }\n\
                 python3 -c 'import os\ntry:\n  os.setuid(0); print(\"SETUID-OK\")\nexcept OSError as e: print(\"setuid\", e.errno)'\n\
                 grep -E '^(CapEff|CapPrm|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status\n";
-    let r = run_code("bash", code, &["--timeout", "10s"]).json();
+    let r = code_on(tier, "bash", code, &["--timeout", "10s"]).json();
     let out = r.stdout();
     assert!(!out.lines().any(|l| l.trim() == "0"), "something printed uid 0\n{}", r.describe());
     assert!(!out.contains("SETUID-OK"), "{}", r.describe());
     assert!(!out.contains("su=0"), "{}", r.describe());
     assert!(!out.contains("sudo=0"), "{}", r.describe());
-    for cap in ["CapEff", "CapPrm", "CapAmb"] {
+    // gVisor's /proc/self/status has no CapAmb and no NoNewPrivs line: the ambient set cannot hold more than the
+    // (empty) permitted one, and no_new_privs is asked of the kernel (prctl) below.
+    let caps: &[&str] = if tier == Tier::Gvisor { &["CapEff", "CapPrm"] } else { &["CapEff", "CapPrm", "CapAmb"] };
+    for cap in caps {
         assert!(out.contains(&format!("{cap}:\t0000000000000000")), "{cap} not empty\n{}", r.describe());
     }
-    assert!(out.contains("NoNewPrivs:\t1"), "no_new_privs not set\n{}", r.describe());
+    if tier == Tier::Gvisor {
+        let nnp = code_on(tier, "python", "import ctypes\nprint(ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))", &[]).json();
+        assert_eq!(nnp.stdout(), "1\n", "no_new_privs not set (PR_GET_NO_NEW_PRIVS)\n{}", nnp.describe());
+        assert_gone(tier, &nnp.id());
+    } else {
+        assert!(out.contains("NoNewPrivs:\t1"), "no_new_privs not set\n{}", r.describe());
+    }
     assert!(out.contains("Seccomp:\t2"), "seccomp filter not active\n{}", r.describe());
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }

@@ -1,5 +1,7 @@
 //! Per-user kernel quotas: the kernel charges what a user namespace's processes hold (inotify instances, pending
 //! signals, …) to the namespace's owner as well. A sandbox must not be able to use up host root's share.
+//!
+//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -12,11 +14,11 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use common::bin;
+use common::{Tier, bin};
 
-#[test]
-fn inotify_exhaustion_inside_does_not_starve_host_root() {
-    require_root!();
+per_tier!(inotify_exhaustion_inside_does_not_starve_host_root,);
+
+fn inotify_exhaustion_inside_does_not_starve_host_root(tier: Tier) {
     let _lock = common::shared_lock();
     let code = [
         "import ctypes, sys, time",
@@ -32,7 +34,7 @@ fn inotify_exhaustion_inside_does_not_starve_host_root() {
     ]
     .join("\n");
     let mut child = Command::new(bin())
-        .args(["run", "--timeout", "20s", "--lang", "python", "--code", &code])
+        .args(["run", "--isolation", tier.name(), "--timeout", "20s", "--lang", "python", "--code", &code])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

@@ -3,6 +3,8 @@
 //!
 //! Raw syscall numbers are x86_64. Arguments are real where the kernel would otherwise accept the call, so a missing
 //! filter shows up as success rather than as EFAULT.
+//!
+//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,6 +12,17 @@
 mod common;
 
 use common::*;
+
+per_tier!(
+    ptrace_is_denied,
+    mount_family_is_denied,
+    namespace_creation_and_joining_is_denied,
+    kernel_attack_surface_syscalls_are_denied,
+    clone3_is_refused_with_enosys,
+    raw_and_packet_sockets_are_denied,
+    mount_and_unshare_commands_fail,
+    clock_is_not_changed_on_host,
+);
 
 fn x86_64_only() -> bool {
     if cfg!(target_arch = "x86_64") {
@@ -21,14 +34,14 @@ fn x86_64_only() -> bool {
 }
 
 /// Runs the calls in a python sandbox and asserts each failed with one of `allowed` errnos.
-fn assert_calls_fail(calls: &[(&str, i64, &str)], allowed: &[&str], prelude: &str) {
-    assert_calls_fail_then(calls, allowed, prelude, "");
+fn assert_calls_fail(tier: Tier, calls: &[(&str, i64, &str)], allowed: &[&str], prelude: &str) {
+    assert_calls_fail_then(tier, calls, allowed, prelude, "");
 }
 
 /// Like `assert_calls_fail`, with python `epilogue` run after the calls (to clean up helpers).
-fn assert_calls_fail_then(calls: &[(&str, i64, &str)], allowed: &[&str], prelude: &str, epilogue: &str) {
+fn assert_calls_fail_then(tier: Tier, calls: &[(&str, i64, &str)], allowed: &[&str], prelude: &str, epilogue: &str) {
     let code = python_syscalls(calls).replacen("keep = []\n", &format!("keep = []\n{prelude}\n"), 1) + epilogue;
-    let r = run_code("python", &code, &["--timeout", "10s"]).json();
+    let r = code_on(tier, "python", &code, &["--timeout", "10s"]).json();
     let results = parse_syscall_lines(&r.stdout());
     let mut failures = Vec::new();
     for (name, _, _) in calls {
@@ -41,12 +54,10 @@ fn assert_calls_fail_then(calls: &[(&str, i64, &str)], allowed: &[&str], prelude
         }
     }
     assert!(failures.is_empty(), "syscalls not denied:\n  {}\n{}", failures.join("\n  "), r.describe());
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn ptrace_is_denied() {
-    require_root!();
+fn ptrace_is_denied(tier: Tier) {
     if !x86_64_only() {
         return;
     }
@@ -59,12 +70,10 @@ fn ptrace_is_denied() {
         ("process_vm_readv", 310, "kid, buf(16), 1, buf(16), 1, 0"),
         ("process_vm_writev", 311, "kid, buf(16), 1, buf(16), 1, 0"),
     ];
-    assert_calls_fail_then(&calls, &["EPERM"], prelude, "os.kill(kid, signal.SIGKILL)\nos.waitpid(kid, 0)\n");
+    assert_calls_fail_then(tier, &calls, &["EPERM"], prelude, "os.kill(kid, signal.SIGKILL)\nos.waitpid(kid, 0)\n");
 }
 
-#[test]
-fn mount_family_is_denied() {
-    require_root!();
+fn mount_family_is_denied(tier: Tier) {
     if !x86_64_only() {
         return;
     }
@@ -79,12 +88,10 @@ fn mount_family_is_denied() {
         ("move_mount", 429, "-100, cstr(b'/tmp'), -100, cstr(b'/tmp/mnt'), 0"),
         ("chroot", 161, "cstr(b'/tmp'),"),
     ];
-    assert_calls_fail(&calls, &["EPERM"], prelude);
+    assert_calls_fail(tier, &calls, &["EPERM"], prelude);
 }
 
-#[test]
-fn namespace_creation_and_joining_is_denied() {
-    require_root!();
+fn namespace_creation_and_joining_is_denied(tier: Tier) {
     if !x86_64_only() {
         return;
     }
@@ -98,12 +105,10 @@ fn namespace_creation_and_joining_is_denied() {
         ("setns_net", 308, "netns, 0"),
         ("setns_user", 308, "userns, 0"),
     ];
-    assert_calls_fail(&calls, &["EPERM"], prelude);
+    assert_calls_fail(tier, &calls, &["EPERM"], prelude);
 }
 
-#[test]
-fn kernel_attack_surface_syscalls_are_denied() {
-    require_root!();
+fn kernel_attack_surface_syscalls_are_denied(tier: Tier) {
     if !x86_64_only() {
         return;
     }
@@ -128,41 +133,35 @@ fn kernel_attack_surface_syscalls_are_denied() {
         ("swapon", 167, "cstr(b'/tmp/x'), 0"),
         ("acct", 163, "cstr(b'/tmp/acct'),"),
     ];
-    assert_calls_fail(&calls, &["EPERM"], "");
+    assert_calls_fail(tier, &calls, &["EPERM"], "");
 }
 
-#[test]
-fn clone3_is_refused_with_enosys() {
-    require_root!();
+fn clone3_is_refused_with_enosys(tier: Tier) {
     if !x86_64_only() {
         return;
     }
     // Design: clone3 -> ENOSYS so libcs fall back to clone, which seccomp can inspect.
-    assert_calls_fail(&[("clone3", 435, "buf(88), 88")], &["ENOSYS"], "");
+    assert_calls_fail(tier, &[("clone3", 435, "buf(88), 88")], &["ENOSYS"], "");
 }
 
-#[test]
-fn raw_and_packet_sockets_are_denied() {
-    require_root!();
+fn raw_and_packet_sockets_are_denied(tier: Tier) {
     let code = "import socket\n\
                 for name, fam, typ, proto in [('raw_icmp', socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP), ('raw_tcp', socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP), ('raw6', socket.AF_INET6, socket.SOCK_RAW, 58), ('packet', socket.AF_PACKET, socket.SOCK_RAW, 0x0300), ('packet_dgram', socket.AF_PACKET, socket.SOCK_DGRAM, 0x0300), ('netlink_route', socket.AF_NETLINK, socket.SOCK_RAW, 0), ('vsock', 40, socket.SOCK_STREAM, 0), ('ping', socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)]:\n\
                 \x20   try:\n\
                 \x20       s = socket.socket(fam, typ, proto); print('OPENED', name); s.close()\n\
                 \x20   except OSError as e:\n\
                 \x20       print('denied', name, e.errno)\n";
-    let r = run_code("python", code, &[]).json();
+    let r = code_on(tier, "python", code, &[]).json();
     r.assert_exit(0);
     let out = r.stdout();
     for name in ["raw_icmp", "raw_tcp", "raw6", "packet", "packet_dgram"] {
         assert!(out.contains(&format!("denied {name} ")), "{name} socket was opened\n{}", r.describe());
     }
     assert!(!out.contains("OPENED vsock"), "AF_VSOCK opened\n{}", r.describe());
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn mount_and_unshare_commands_fail() {
-    require_root!();
+fn mount_and_unshare_commands_fail(tier: Tier) {
     let code = "mkdir -p /tmp/x\n\
                 mount -t tmpfs x /tmp/x 2>&1; echo mount=$?\n\
                 unshare -r id -u 2>&1; echo unshare_r=$?\n\
@@ -171,7 +170,7 @@ fn mount_and_unshare_commands_fail() {
                 chroot / true 2>&1; echo chroot=$?\n\
                 nsenter -t 1 -m true 2>&1; echo nsenter=$?\n\
                 date -s '2001-01-01' 2>&1; echo date=$?\n";
-    let r = run_code("bash", code, &["--timeout", "10s"]).json();
+    let r = code_on(tier, "bash", code, &["--timeout", "10s"]).json();
     let out = r.stdout();
     for cmd in ["mount", "unshare_r", "unshare_n", "unshare_U", "chroot", "nsenter", "date"] {
         let line = out
@@ -180,16 +179,14 @@ fn mount_and_unshare_commands_fail() {
             .unwrap_or_else(|| panic!("{cmd} missing\n{}", r.describe()));
         assert_ne!(line, format!("{cmd}=0"), "{cmd} succeeded inside the sandbox\n{}", r.describe());
     }
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
 
-#[test]
-fn clock_is_not_changed_on_host() {
-    require_root!();
+fn clock_is_not_changed_on_host(tier: Tier) {
     let before = std::time::SystemTime::now();
-    let r = run_code("bash", "date -s '2001-01-01' >/dev/null 2>&1; echo $?", &[]).json();
+    let r = code_on(tier, "bash", "date -s '2001-01-01' >/dev/null 2>&1; echo $?", &[]).json();
     let after = std::time::SystemTime::now();
     assert!(after >= before && after.duration_since(before).unwrap().as_secs() < 120, "host clock moved");
     assert_ne!(r.stdout().trim(), "0", "{}", r.describe());
-    assert_no_leaks(&r.id());
+    assert_gone(tier, &r.id());
 }
