@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fails when anything of a sandbox is still on the host: records, cgroups, processes running as sandbox ids, or mounts.
+# Fails when anything of a sandbox is still on the host: records, cgroups, processes running as sandbox ids, gVisor
+# bundles, runsc state and processes, or mounts.
 # Run after the test suite (nothing else may be running sandboxes at that moment).
 set -uo pipefail
 
@@ -28,6 +29,23 @@ for _ in $(seq 1 50); do
 done
 [ -n "$processes" ] && problems+=("sandbox processes still running: $processes")
 
+# The gvisor tier: bundles, runsc's state entries, and runsc's own processes (runsc, runsc-sandbox, runsc-gofer; the
+# doctor's probe uses a state directory of its own and removes it).
+bundles=$(find "$state_dir/gvisor" -mindepth 1 -maxdepth 1 2>/dev/null)
+[ -n "$bundles" ] && problems+=("gVisor bundles left: $bundles")
+runsc_state=$(find "$state_dir/runsc" -mindepth 1 -maxdepth 1 2>/dev/null)
+[ -n "$runsc_state" ] && problems+=("runsc state left: $runsc_state")
+runsc_processes() {
+  ps -e -o pid=,stat=,args= | awk '$2 !~ /^Z/ && ($3 ~ /(^|\/)runsc$/ || $3 ~ /^runsc-(sandbox|gofer)$/)'
+}
+runsc_left=$(runsc_processes)
+for _ in $(seq 1 25); do
+  [ -z "$runsc_left" ] && break
+  sleep 0.2
+  runsc_left=$(runsc_processes)
+done
+[ -n "$runsc_left" ] && problems+=("runsc processes still running: $runsc_left")
+
 mounts=$(grep -i sandkasten /proc/self/mountinfo)
 [ -n "$mounts" ] && problems+=("mounts left: $mounts")
 
@@ -42,4 +60,4 @@ if [ "${#problems[@]}" -gt 0 ]; then
   printf '  %s\n' "${problems[@]}" >&2
   exit 1
 fi
-echo "leak check: no records, cgroups, sandbox processes, mounts or test network namespaces left"
+echo "leak check: no records, cgroups, sandbox processes, gVisor bundles, runsc state or processes, mounts or test network namespaces left"
