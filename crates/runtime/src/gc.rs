@@ -26,6 +26,7 @@ pub fn collect(config: &RuntimeConfig, hierarchy: &Hierarchy) -> Result<GcReport
     // Cgroups are listed before records: a cgroup's record is written before the cgroup is created, so every cgroup
     // listed here that belongs to a live sandbox has its record in the listing below.
     let cgroups = hierarchy.list(&config.cgroup_parent)?;
+    let gvisor_candidates = crate::backend::gvisor::leftover_candidates(config);
     let mut report = GcReport::default();
     let mut described = BTreeSet::new();
     let mut live = BTreeSet::new();
@@ -58,7 +59,7 @@ pub fn collect(config: &RuntimeConfig, hierarchy: &Hierarchy) -> Result<GcReport
         }
     }
     // gVisor sandboxes also leave runsc state and a bundle; their processes died with their cgroups above.
-    for id in crate::backend::gvisor::remove_leftovers(config, &|id| live.contains(id)) {
+    for id in crate::backend::gvisor::remove_leftovers(config, gvisor_candidates, &|id| live.contains(id)) {
         if !report.removed.contains(&id) {
             report.removed.push(id);
         }

@@ -63,18 +63,15 @@ fn delete_container(runsc: &Path, root: &Path, id: &str) {
     }
 }
 
-/// Removes the bundles and runsc state of gVisor sandboxes that are not in `live` (ids whose owner is alive).
-/// Returns the ids removed.
-pub fn remove_leftovers(config: &RuntimeConfig, live: &dyn Fn(&str) -> bool) -> Vec<String> {
-    let mut removed = Vec::new();
-    let bundles = super::bundles_dir(config);
-    let runsc_root = super::runsc_root(config);
+/// The ids that have a bundle or runsc state entry now. Listed *before* the records (as the cgroups are): a sandbox's
+/// record is written before its bundle exists, so a sandbox being created that has a bundle here has its record in a
+/// later listing, and one created after this listing is not a candidate at all.
+pub fn leftover_candidates(config: &RuntimeConfig) -> Vec<String> {
     let mut ids: Vec<String> = Vec::new();
-    for dir in [&bundles, &runsc_root] {
+    for dir in [super::bundles_dir(config), super::runsc_root(config)] {
         if let Ok(entries) = std::fs::read_dir(dir) {
             for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if let Some(id) = sandbox_id_in(&name)
+                if let Some(id) = sandbox_id_in(&entry.file_name().to_string_lossy())
                     && !ids.contains(&id)
                 {
                     ids.push(id);
@@ -82,14 +79,21 @@ pub fn remove_leftovers(config: &RuntimeConfig, live: &dyn Fn(&str) -> bool) -> 
             }
         }
     }
-    for id in ids {
+    ids
+}
+
+/// Removes the bundles and runsc state of the `candidates` (from `leftover_candidates`) that are not `live`
+/// (recorded with a living owner). Returns the ids removed.
+pub fn remove_leftovers(config: &RuntimeConfig, candidates: Vec<String>, live: &dyn Fn(&str) -> bool) -> Vec<String> {
+    let mut removed = Vec::new();
+    for id in candidates {
         if live(&id) {
             continue;
         }
         let files = GvisorFiles {
             runsc: config.gvisor.runsc.clone(),
-            runsc_root: runsc_root.clone(),
-            bundle: bundles.join(&id),
+            runsc_root: super::runsc_root(config),
+            bundle: super::bundles_dir(config).join(&id),
         };
         match files.remove(&id) {
             Ok(()) => removed.push(id),

@@ -26,7 +26,7 @@ use sandkasten_types::{SandboxFile, SandboxSpec};
 
 pub(crate) use bundle::{DOOR_SOCKET, DOOR_SOCKET_INSIDE};
 pub(crate) use cleanup::GvisorFiles;
-pub use cleanup::remove_leftovers;
+pub use cleanup::{leftover_candidates, remove_leftovers};
 
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
@@ -45,16 +45,22 @@ pub(crate) fn runsc_root(config: &RuntimeConfig) -> PathBuf {
     config.state_dir.join("runsc")
 }
 
-/// Whether the configured runsc names an executable file (looked up on PATH when it has no slash).
-pub(crate) fn runsc_installed(config: &RuntimeConfig) -> bool {
+/// The runsc to run: the configured path, or the configured name found on this process's PATH (the one the
+/// availability check and the start both use, so they cannot disagree).
+pub(crate) fn resolve_runsc(config: &RuntimeConfig) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let program = &config.gvisor.runsc;
     let executable = |path: &Path| path.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
     if program.components().count() > 1 {
-        return executable(program);
+        return executable(program).then(|| program.clone());
     }
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| executable(&dir.join(program))))
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths).map(|dir| dir.join(program)).find(|candidate| executable(candidate))
+}
+
+/// Whether the configured runsc can be found (see `resolve_runsc`).
+pub(crate) fn runsc_installed(config: &RuntimeConfig) -> bool {
+    resolve_runsc(config).is_some()
 }
 
 /// What to tell a user whose host has no runsc.
@@ -146,7 +152,8 @@ fn spawn(
         .iter()
         .filter_map(|dir| CString::new(dir.join("cgroup.procs").into_os_string().into_encoded_bytes()).ok())
         .collect();
-    let mut command = Command::new(&config.gvisor.runsc);
+    let runsc = resolve_runsc(config).ok_or_else(|| RuntimeError::HostUnsupported(runsc_missing(config)))?;
+    let mut command = Command::new(&runsc);
     command
         .arg(format!("--root={}", runsc_root(config).display()))
         .arg("--network=none")
@@ -170,11 +177,12 @@ fn spawn(
     unsafe {
         command.pre_exec(move || join_cgroup_and_die_with_parent(&procs));
     }
-    let child = command.spawn().map_err(|e| {
-        RuntimeError::sys_owned(
-            format!("starting {} (install it with scripts/setup.sh)", config.gvisor.runsc.display()),
-            e,
-        )
+    let spawned = command.spawn();
+    // The command holds the container's end of the channel: drop it now, or a runsc that dies at once would leave
+    // the channel open and be noticed only at the ready timeout.
+    drop(command);
+    let child = spawned.map_err(|e| {
+        RuntimeError::sys_owned(format!("starting {} (install it with scripts/setup.sh)", runsc.display()), e)
     })?;
     guard.init_pid = Some(child.id());
     // The child is reaped by whoever owns the guard (waitpid on `init_pid`), not through `Child`.
