@@ -75,7 +75,8 @@ const SINGLE_TIER: &[(&str, &str, &str)] = &[(
 )];
 
 /// Calls that pick a tier without being told one, and what a per-tier suite calls instead. An entry starting with a
-/// letter matches only where no identifier character, `.`, `:` or `fn ` precedes it (`run(` is not `server.run(`).
+/// letter is a function of `common`: it matches bare or as `common::…`, not after another identifier character, `.`,
+/// path or `fn ` (`run(` is not `server.run(`, `fn run(` or `Self::run(`).
 const UNTIERED: &[(&str, &str)] = &[
     ("run(", "run_on(tier, …)"),
     ("run_code(", "code_on(tier, …)"),
@@ -125,9 +126,10 @@ fn calls_of(text: &str, call: &str) -> Vec<usize> {
         let code = line.split("//").next().unwrap_or_default();
         let hit = code.match_indices(call).any(|(at, _)| {
             let before = &code[..at];
-            !bare
-                || !(before.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == ':')
-                    || before.ends_with("fn "))
+            let other = before.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+                || before.ends_with("fn ")
+                || (before.ends_with(':') && !before.ends_with("common::"));
+            !bare || !other
         });
         if hit {
             found.push(index + 1);
