@@ -106,6 +106,10 @@ report('create_in_usr', libc.open(b'/usr/sandkasten-root-canary', os.O_WRONLY | 
 report('setuid_other', libc.setuid(1))
 report('open_agent_environ', libc.open(b'/proc/1/environ', os.O_RDONLY))
 report('open_agent_mem', libc.open(b'/proc/1/mem', os.O_RDONLY))
+try:
+    print('agent_env', ','.join(sorted(v.split('=')[0] for v in open('/proc/1/environ').read().split('\0') if v)))
+except OSError:
+    print('agent_env unreadable')
 print('prctl_nnp', libc.prctl(39, 0, 0, 0, 0))
 "#;
 
@@ -181,7 +185,9 @@ fn sandbox_root_cannot_mount_unshare_or_write_host_files(tier: Tier) {
         ("unshare_mount", &["EPERM"]),
         ("setns_own_mnt", &["EPERM"]),
         ("setns_pid1_mnt", &["EPERM", "EBADF", "EACCES"]),
-        ("open_write_python", &["EROFS", "EACCES", "EPERM"]),
+        // ETXTBSY: gVisor's Sentry refuses to open a file its guest is executing (the attack runs python3) before it
+        // looks at the read-only mount; the host-side checks below prove the host file was not opened for writing.
+        ("open_write_python", &["EROFS", "EACCES", "EPERM", "ETXTBSY"]),
         ("chmod_python", &["EROFS", "EPERM"]),
         ("chown_python", &["EROFS", "EPERM"]),
         ("unlink_python", &["EROFS", "EACCES", "EPERM"]),
@@ -191,6 +197,18 @@ fn sandbox_root_cannot_mount_unshare_or_write_host_files(tier: Tier) {
         ("open_agent_mem", &["EACCES", "EPERM"]),
     ];
     let mut failures = Vec::new();
+    // gVisor lets uid 0 read uid 0's /proc/1/environ whatever the agent's dumpable flag (docs/threat-model.md): what
+    // it may find there is runsc's PATH and HOME, nothing of the host's or the owner's.
+    let expectations: Vec<_> =
+        expectations.iter().filter(|(name, _)| !(tier == Tier::Gvisor && *name == "open_agent_environ")).collect();
+    if tier == Tier::Gvisor {
+        let agent_env = stdout.lines().find_map(|line| line.strip_prefix("agent_env ")).unwrap_or("missing");
+        if !matches!(agent_env, "unreadable" | "PATH" | "HOME,PATH") {
+            failures.push(format!("the agent's environment holds more than runsc's PATH and HOME: {agent_env}"));
+        }
+    } else if !stdout.contains("agent_env unreadable") {
+        failures.push("the agent's /proc/1/environ was readable".to_owned());
+    }
     for (name, allowed) in expectations {
         match calls.get(*name) {
             Some((-1, errno)) if allowed.contains(&errno.as_str()) => {}
@@ -199,11 +217,15 @@ fn sandbox_root_cannot_mount_unshare_or_write_host_files(tier: Tier) {
     }
     assert!(failures.is_empty(), "the sandbox's root got through:\n  {}\n{stdout}", failures.join("\n  "));
 
-    // Signals to the agent (PID 1) are refused or ignored: it still runs the next command.
-    let (kills, code) = run_as_root(&server, &sandbox, KILLS);
-    assert_eq!(code, 0, "{kills}");
-    let (after_signals, code) = run_as_root(&server, &sandbox, "print('agent alive')");
-    assert_eq!((after_signals.as_str(), code), ("agent alive\n", 0), "the agent died of: {kills}");
+    // Signals to the agent (PID 1) are refused or ignored: it still runs the next command. (gVisor does not shield
+    // its init from SIGKILL sent inside: the sandbox's root can end its own sandbox, a documented gap checked at the
+    // end of this test, after the host-side checks that need the sandbox.)
+    if tier == Tier::Process {
+        let (kills, code) = run_as_root(&server, &sandbox, KILLS);
+        assert_eq!(code, 0, "{kills}");
+        let (after_signals, code) = run_as_root(&server, &sandbox, "print('agent alive')");
+        assert_eq!((after_signals.as_str(), code), ("agent alive\n", 0), "the agent died of: {kills}");
+    }
 
     // Host side: the host file is untouched, and no canary appeared.
     let after = std::fs::metadata("/usr/bin/python3").expect("host python after");
@@ -267,13 +289,32 @@ fn sandbox_root_cannot_mount_unshare_or_write_host_files(tier: Tier) {
         }
     }
 
+    if tier == Tier::Gvisor {
+        // The documented gap: the root may end its own sandbox by signalling the agent. Whatever happens to this
+        // sandbox, the host is untouched, nothing of it remains, and the next sandbox works.
+        // The stream may end with "the sandbox ended before the command did": that is the gap, not a failure here.
+        let kills = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_as_root(&server, &sandbox, KILLS)));
+        println!("signals to the agent: {kills:?}");
+        let fresh = create(&server);
+        let (alive, code) = run_as_root(&server, &fresh, "print('next sandbox alive')");
+        assert_eq!((alive.as_str(), code), ("next sandbox alive\n", 0));
+        assert_eq!(std::fs::read("/usr/bin/python3").expect("host python bytes after"), python_bytes);
+        server
+            .http()
+            .delete(format!("{}/sandboxes/{}", server.url, fresh.id))
+            .header("X-API-KEY", KEY_1)
+            .call()
+            .expect("kill the fresh sandbox");
+        assert_sandbox_gone_on(tier, &fresh.id);
+    }
     let killed = server
         .http()
         .delete(format!("{}/sandboxes/{}", server.url, sandbox.id))
         .header("X-API-KEY", KEY_1)
         .call()
         .expect("kill through the facade");
-    assert_eq!(killed.status(), 204);
+    // 404 when the agent's death already ended the sandbox (gVisor, above).
+    assert!(killed.status() == 204 || (tier == Tier::Gvisor && killed.status() == 404), "{}", killed.status());
     background.join().expect("the background request").ok();
     assert_sandbox_gone_on(tier, &sandbox.id);
 }

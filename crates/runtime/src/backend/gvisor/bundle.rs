@@ -51,10 +51,14 @@ fn oci(what: &str, error: oci_spec::OciSpecError) -> RuntimeError {
     RuntimeError::sys_owned(format!("building the OCI {what}"), std::io::Error::other(error.to_string()))
 }
 
-/// Writes `bundle/rootfs`, `bundle/door` and `bundle/config.json`.
-pub(crate) fn write(bundle: &Path, spec: &BundleSpec<'_>, host: &dyn HostFs) -> Result<(), RuntimeError> {
+/// Writes `bundle/rootfs`, `bundle/door` and `bundle/config.json`; returns the host paths bound read-only into the
+/// sandbox, which the caller must make read-only on the host side too (runsc's gofer opens files with the access the
+/// guest asks for and enforces a bind's `ro` only in the Sentry: a guest `open(O_WRONLY)` of `/usr/bin/python3`
+/// otherwise left the gofer holding the host file writable, and every exec of it on the host failed with ETXTBSY).
+pub(crate) fn write(bundle: &Path, spec: &BundleSpec<'_>, host: &dyn HostFs) -> Result<Vec<PathBuf>, RuntimeError> {
     let rootfs = bundle.join("rootfs");
     let mut mounts = base_mounts(spec)?;
+    let mut read_only = vec![spec.agent.to_path_buf()];
     for dir in ["proc", "dev", "tmp", "etc", "sandbox", ".sandkasten/door"] {
         make_dir(&rootfs.join(dir))?;
     }
@@ -73,6 +77,7 @@ pub(crate) fn write(bundle: &Path, spec: &BundleSpec<'_>, host: &dyn HostFs) -> 
                     make_file(&inside)?
                 }
                 mounts.push(bind(path, Path::new(path), &["rbind", "ro"])?);
+                read_only.push(PathBuf::from(path));
             }
             None => {}
         }
@@ -86,7 +91,8 @@ pub(crate) fn write(bundle: &Path, spec: &BundleSpec<'_>, host: &dyn HostFs) -> 
         mounts.push(bind(DOOR_DIR, &door, &["rbind", "rw"])?);
     }
     let config = config(mounts)?;
-    config.save(bundle.join("config.json")).map_err(|e| oci("config.json", e))
+    config.save(bundle.join("config.json")).map_err(|e| oci("config.json", e))?;
+    Ok(read_only)
 }
 
 fn make_dir(path: &Path) -> Result<(), RuntimeError> {
@@ -243,7 +249,8 @@ mod tests {
             agent: Path::new("/usr/bin/true"),
             door: false,
         };
-        write(dir.path(), &spec, &host).unwrap_or_else(|e| panic!("{e}"));
+        let read_only = write(dir.path(), &spec, &host).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(read_only, [PathBuf::from("/usr/bin/true"), "/usr".into(), "/etc/ld.so.cache".into()]);
         let config = std::fs::read_to_string(dir.path().join("config.json")).unwrap_or_default();
         let json: serde_json::Value = serde_json::from_str(&config).unwrap_or_default();
         assert_eq!(json["root"]["readonly"], true);

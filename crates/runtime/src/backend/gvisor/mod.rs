@@ -140,7 +140,11 @@ fn spawn(
         agent,
         door: true,
     };
-    bundle::write(&bundle_dir, &bundle_spec, &RealHostFs)?;
+    let read_only = bundle::write(&bundle_dir, &bundle_spec, &RealHostFs)?;
+    let read_only: Vec<CString> = read_only
+        .into_iter()
+        .filter_map(|path| CString::new(path.into_os_string().into_encoded_bytes()).ok())
+        .collect();
 
     let (mut channel, agent_end) = UnixStream::pair().map_err(|e| RuntimeError::sys("socketpair", e))?;
     let log_path = bundle_dir.join("runsc.log");
@@ -173,9 +177,12 @@ fn spawn(
         .stderr(Stdio::from(log))
         .process_group(0);
     // SAFETY: the closure runs in the forked child before execve and only makes async-signal-safe calls (open,
-    // write, close, prctl) on data prepared before the fork.
+    // write, close, prctl, unshare, mount) on data prepared before the fork.
     unsafe {
-        command.pre_exec(move || join_cgroup_and_die_with_parent(&procs));
+        command.pre_exec(move || {
+            join_cgroup_and_die_with_parent(&procs)?;
+            read_only_sources(&read_only)
+        });
     }
     let spawned = command.spawn();
     // The command holds the container's end of the channel: drop it now, or a runsc that dies at once would leave
@@ -213,6 +220,36 @@ fn join_cgroup_and_die_with_parent(procs: &[CString]) -> std::io::Result<()> {
     // SAFETY: prctl with integer arguments.
     if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) } != 0 {
         return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// In the forked child, before runsc executes: a mount namespace of its own in which every host path the sandbox
+/// binds is read-only at the host kernel's level (a bind onto itself, remounted read-only), so neither the gofer nor
+/// a compromised Sentry can open one for writing. Nothing is mounted in the host's namespace: the namespace and
+/// its mounts end with runsc's processes.
+fn read_only_sources(paths: &[CString]) -> std::io::Result<()> {
+    let fail = || Err(std::io::Error::last_os_error());
+    // SAFETY: unshare and mount take NUL-terminated paths prepared before the fork (or null) and integer flags;
+    // they are async-signal-safe system calls.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWNS) != 0 {
+            return fail();
+        }
+        let root = c"/";
+        if libc::mount(std::ptr::null(), root.as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0 {
+            return fail();
+        }
+        for path in paths {
+            let bind = libc::MS_BIND | libc::MS_REC;
+            if libc::mount(path.as_ptr(), path.as_ptr(), std::ptr::null(), bind, std::ptr::null()) != 0 {
+                return fail();
+            }
+            let read_only = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
+            if libc::mount(std::ptr::null(), path.as_ptr(), std::ptr::null(), read_only, std::ptr::null()) != 0 {
+                return fail();
+            }
+        }
     }
     Ok(())
 }
