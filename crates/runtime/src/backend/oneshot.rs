@@ -28,6 +28,55 @@ enum End {
     ExecFailed(String),
     OutputLimit,
     SandboxDied,
+    /// The owner got a stop signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT).
+    Interrupted(i32),
+}
+
+/// The stop signals a one-shot run ends cleanly on.
+struct StopSignals(Vec<(i32, tokio::signal::unix::Signal)>);
+
+impl StopSignals {
+    fn new() -> Result<StopSignals, RuntimeError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let kinds = [
+            (libc::SIGINT, SignalKind::interrupt()),
+            (libc::SIGTERM, SignalKind::terminate()),
+            (libc::SIGHUP, SignalKind::hangup()),
+            (libc::SIGQUIT, SignalKind::quit()),
+        ];
+        kinds
+            .into_iter()
+            .map(|(number, kind)| signal(kind).map(|stream| (number, stream)))
+            .collect::<Result<_, _>>()
+            .map(StopSignals)
+            .map_err(|e| RuntimeError::sys("watching stop signals", e))
+    }
+
+    /// The next stop signal's number.
+    async fn recv(&mut self) -> i32 {
+        let waits = self.0.iter_mut().map(|(number, stream)| {
+            let number = *number;
+            Box::pin(async move {
+                stream.recv().await;
+                number
+            })
+        });
+        futures_select_all(waits).await
+    }
+}
+
+/// The first of `futures` to finish.
+async fn futures_select_all<F: std::future::Future<Output = i32> + Unpin>(futures: impl Iterator<Item = F>) -> i32 {
+    let mut futures: Vec<F> = futures.collect();
+    std::future::poll_fn(move |cx| {
+        for future in futures.iter_mut() {
+            if let std::task::Poll::Ready(number) = std::pin::Pin::new(future).poll(cx) {
+                return std::task::Poll::Ready(number);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 /// Runs `request` once in a fresh sandbox started by `spawn` (which allocates the guard and returns the agent's
@@ -42,16 +91,19 @@ pub(crate) fn run(
 ) -> Result<ExecResult, RuntimeError> {
     let run_plan = plan::plan(spec, request)?;
     let input = stdin_source(stdin)?;
-    let (mut guard, channel) = spawn(&run_plan)?;
-    let ready_ns = monotonic_ns();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| RuntimeError::sys("starting the I/O runtime", e))?;
+    // Stop signals from here on end the run cleanly (the sandbox is destroyed, exit 128 + signal), as on the
+    // process tier.
+    let mut stop = runtime.block_on(async { StopSignals::new() })?;
+    let (mut guard, channel) = spawn(&run_plan)?;
+    let ready_ns = monotonic_ns();
     let limits = &spec.limits;
     let deadline_ns = started_ns.saturating_add(limits.timeout_ms.saturating_mul(1_000_000));
     let mut observed = Observed::new(limits.output_bytes);
-    let end = runtime.block_on(async {
+    let flow = async {
         let agent = Arc::new(AgentClient::new(channel.into()).map_err(|e| RuntimeError::sys("agent channel", e))?);
         for upload in &run_plan.uploads {
             let path = upload.path.to_string_lossy();
@@ -74,6 +126,12 @@ pub(crate) fn run(
         }
         let spec = command(&run_plan.program, &run_plan.env, None, deadline_ns);
         Ok::<End, RuntimeError>(run_program(&agent, spec, input, &mut observed, sink, &guard).await)
+    };
+    let end = runtime.block_on(async {
+        tokio::select! {
+            end = flow => end,
+            signal = stop.recv() => Ok(End::Interrupted(signal)),
+        }
     })?;
     drop(runtime);
     let finished_ns = monotonic_ns();
@@ -81,6 +139,9 @@ pub(crate) fn run(
     guard.reap();
     let usage = guard.cgroup()?.usage()?;
     guard.release()?;
+    if let End::Interrupted(signal) = end {
+        return Err(RuntimeError::Interrupted(signal));
+    }
     let phases = Phases { started_ns, ready_ns, first_output_ns: observed.first_output_ns, finished_ns };
     Ok(result(guard.id.clone(), end, observed, usage, limits.memory_bytes, phases))
 }
@@ -309,7 +370,7 @@ fn result(id: String, end: End, observed: Observed, usage: Usage, memory_limit: 
             result.exit_code = Some(if message.contains("not found") { 127 } else { 126 });
             result.error = Some(ErrorInfo::new(ErrorCode::ExecFailed, message));
         }
-        End::OutputLimit | End::SandboxDied => result.signal = Some(libc::SIGKILL),
+        End::OutputLimit | End::SandboxDied | End::Interrupted(_) => result.signal = Some(libc::SIGKILL),
     }
     if died && !result.oom_killed {
         result.error = Some(ErrorInfo::new(ErrorCode::SandboxError, "the sandbox ended without a report"));

@@ -237,7 +237,14 @@ fn read_only_sources(paths: &[CString]) -> std::io::Result<()> {
             return fail();
         }
         let root = c"/";
-        if libc::mount(std::ptr::null(), root.as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0 {
+        if libc::mount(
+            std::ptr::null(),
+            root.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ) != 0
+        {
             return fail();
         }
         for path in paths {
