@@ -25,6 +25,8 @@ DOC = ROOT / "docs" / "benchmarks.md"
 SVG = ROOT / "docs" / "benchmarks-latency.svg"
 
 GOAL_RATIO = 1.10
+# Issue 10: the gvisor tier's cold one-shot against `runsc do` of the same program on the same platform.
+GOAL_GVISOR_RATIO = 1.05
 PHASES = ["allocate", "filesystem_ready", "runtime_ready", "first_command"]
 
 # Warm goals (issue 4).
@@ -161,6 +163,9 @@ def render_cold(results: dict) -> str:
             f"({rows['sandkasten']['stats']['median']:.1f} ms vs {bare.get('median', 0):.1f} ms): {verdict}."
         )
 
+    lines += gvisor_goal(rows)
+    lines += gvisor_cold(rows, bare.get("median"))
+
     phases = results.get("phases")
     lines += ["", "## Phase breakdown (sandkasten)", ""]
     if not phases or not phases.get("median_ms"):
@@ -191,6 +196,62 @@ def render_cold(results: dict) -> str:
             ),
         ]
     return "\n".join(lines) + "\n"
+
+def gvisor_pair(rows: dict) -> tuple[dict, dict] | None:
+    """The stats of `sandkasten-gvisor` and `runsc`, when both ran."""
+    gv = (rows.get("sandkasten-gvisor") or {}).get("stats")
+    rs = (rows.get("runsc") or {}).get("stats")
+    return (gv, rs) if gv and rs else None
+
+
+def gvisor_goal(rows: dict) -> list[str]:
+    if "sandkasten-gvisor" not in rows and "runsc" not in rows:
+        return []
+    goal = f"Goal: the gvisor tier's median ≤ {GOAL_GVISOR_RATIO:.2f}× `runsc do`'s (the same program, platform and network mode)."
+    pair = gvisor_pair(rows)
+    if pair is None:
+        return ["", f"{goal} Not measured (sandkasten-gvisor or runsc did not run)."]
+    gv, rs = pair
+    ratio = gv["median"] / rs["median"]
+    return ["", f"{goal} Measured {ratio:.2f}× ({gv['median']:.1f} ms vs {rs['median']:.1f} ms; p99 "
+            f"{gv['p99'] / rs['p99']:.2f}×): {verdict(ratio <= GOAL_GVISOR_RATIO)}."]
+
+
+def gvisor_cold(rows: dict, bare_median: float | None) -> list[str]:
+    """Section: the gvisor tier's cold one-shot against `runsc do`, from the same interleaved rounds as the table."""
+    pair = gvisor_pair(rows)
+    if pair is None:
+        return []
+    gv, rs = pair
+    lines = [
+        "",
+        "## gVisor tier: `sandkasten run --isolation gvisor` vs `runsc do`",
+        "",
+        "From the same interleaved rounds as the table above. `runsc do` is gVisor's own one-command runner with the "
+        "platform and network mode the tier uses (`systrap`, `--network=none`): the floor for any orchestration "
+        "around runsc. The ratio is what sandkasten's orchestration adds on top of it.",
+        "",
+        "| statistic | sandkasten-gvisor ms | runsc do ms | ratio | difference ms |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for key, label in (("median", "median"), ("p90", "p90"), ("p99", "p99"), ("min", "min"), ("mean", "mean")):
+        if key in gv and key in rs:
+            lines.append(f"| {label} | {gv[key]:.1f} | {rs[key]:.1f} | {gv[key] / rs[key]:.2f}× | "
+                         f"{gv[key] - rs[key]:+.1f} |")
+    diff = gv["median"] - rs["median"]
+    text = (f"Median for median, the tier spends {abs(diff):.1f} ms {'more' if diff >= 0 else 'less'} than `runsc do` "
+            f"({gv['median'] / rs['median']:.2f}×, goal ≤ {GOAL_GVISOR_RATIO:.2f}×). Both start a gVisor sandbox "
+            "(the Sentry, a gofer, the platform) and Python inside it; on top of that the tier writes a record and an "
+            "OCI bundle, creates the sandbox's cgroup with its limits and starts `runsc run` inside it, with its "
+            "agent as the container's init (its channel a socketpair on the container's standard input) that "
+            "receives the plan and runs the command, and removes runsc's state afterwards; `runsc do` runs the "
+            "command directly on an overlay of the host's root.")
+    if bare_median:
+        text += (f" Against bare Python ({bare_median:.1f} ms) gVisor itself costs "
+                 f"{rs['median'] - bare_median:.0f} ms per cold start here: what a pool (the warm section) takes "
+                 "off the request.")
+    return lines + ["", text]
+
 
 def load_sentence(method: dict, nproc: int) -> str:
     busy = method.get("cpu_busy_before_percent")
@@ -246,14 +307,19 @@ def render_warm(w: dict, cold: dict | None) -> list[str]:
         "",
         "**Method.** `bench/warm.py` starts `target/release/sandkasten serve` on a free loopback port with a temporary "
         "database and config (one tenant, `max_sandboxes = 2000`, `max_memory_bytes` 1 TiB), waits for `/healthz`, "
-        "measures, and stops it with SIGTERM. It does so twice: without a pool (sections 1–5) and with "
+        "measures, and stops it with SIGTERM. It does so "
+        + ("three times" if (w.get("gvisor") or {}).get("pool") else "twice")
+        + ": without a pool (sections 1–5) and with "
         f"`[[pools]]` for the default limits, `min = {w.get('pool', {}).get('min', 16)}`, "
-        f"`max = {w.get('pool', {}).get('max', 32)}` (pool figures). Clients are Python threads of the benchmark "
+        f"`max = {w.get('pool', {}).get('max', 32)}` (pool figures)"
+        + (", then with a gvisor pool (section 6)" if (w.get("gvisor") or {}).get("pool") else "")
+        + ". Clients are Python threads of the benchmark "
         "process, one keep-alive `http.client` connection each, on the same 2 CPUs as the server (so the client's "
         "own CPU time is part of every figure and competes with the server at concurrency 16). Latency is "
         "`time.perf_counter_ns()` around sending the request and reading the whole response; a request counts only "
         "if it answered 200 with the expected result (exit 0 / `2`). Each client thread sends 5 untimed requests "
-        "first. Percentiles interpolate linearly between ranks.",
+        "first, then the clients start their timed requests together (the rates count only those). Percentiles "
+        "interpolate linearly between ranks.",
         "",
     ]
     if p.get("quick"):
@@ -479,7 +545,109 @@ def render_warm(w: dict, cold: dict | None) -> list[str]:
             f"{name} server exited {v['exit_code']}, leaving {v['leftovers']['cgroup_dirs']} `sb-*` cgroup directories "
             f"and {v['leftovers']['processes']} sandbox processes" for name, v in shut) + "."]
 
+    lines += render_gvisor_warm(w)
     lines += ["", "### Where the time goes", ""] + where_warm(w, cold)
+    return lines
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def ratio_cell(a: float | None, b: float | None) -> str:
+    return "–" if not a or not b else f"{a / b:.2f}×"
+
+
+def render_gvisor_warm(w: dict) -> list[str]:
+    """Section 6: the gvisor tier's warm exec, pooled and unpooled create beside the process tier's."""
+    gv = w.get("gvisor")
+    if gv is None:
+        return []
+    p = w["params"]
+    lines = ["", "### 6. gVisor tier vs process tier", ""]
+    if gv.get("unavailable"):
+        return lines + [f"Not measured: a gvisor create failed with `{gv['unavailable']}`."]
+    warm, cr, pool, gpool = w.get("warm", {}), w.get("creates", {}), w.get("pool") or {}, gv.get("pool") or {}
+    lines += [
+        "`{\"isolation\": \"gvisor\"}` sandboxes with the default limits. *Warm exec*: on the first server (no "
+        "pool), right after the process tier's rows of section 1, the same `POST /exec {\"argv\": [\"/bin/true\"]}` "
+        f"at the same concurrency levels (one client per sandbox, {p.get('gv_warmup', 5)} untimed requests each "
+        f"first; up to {p.get('gv_n_c1')} requests or {p.get('gv_max_s_c1', '–')} s at concurrency 1, up to "
+        f"{p.get('gv_n_c16')} or {p.get('gv_max_s_c16', '–')} s at 16: fewer than for the process tier, as each "
+        "costs far more). *Create, no pool*: on the same server, after the "
+        "process tier's create+delete loops, one client creates a gvisor sandbox and deletes it, repeatedly (up to "
+        f"{p.get('gv_cycles')} cycles or {p.get('gv_loop_max_s')} s). *Create on a pool hit*: a third server whose "
+        f"only pool is `isolation = \"gvisor\"` for the default limits (`min = {gpool.get('min', '?')}`, "
+        f"`max = {gpool.get('max', '?')}`); {plural(len(gpool.get('rounds') or []), 'round')} of {gpool.get('min', '?')} "
+        "`POST /v1/sandboxes {\"isolation\": \"gvisor\"}` back to back on a full pool, as for the process pool "
+        f"(whose rounds are {pool.get('min', '?')} creates)."
+        + (f" Guest kernel reported by `uname -r` inside: `{gv['guest_kernel_release']}` (gVisor's), not the "
+           "host's." if gv.get("guest_kernel_release") else ""),
+        "",
+    ]
+    for err in gv.get("errors", []):
+        lines += [f"**Error in the gvisor measurements:** {err}", ""]
+    lines += [
+        "| measurement | process p50 ms | process p99 ms | gvisor p50 ms | gvisor p99 ms | gvisor / process (p50) "
+        "| gvisor / process (p99) | n (process / gvisor) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def row(label: str, a: dict | None, b: dict | None) -> None:
+        a, b = a or {}, b or {}
+        lines.append(f"| {label} | {fmt(a.get('p50'), 2)} | {fmt(a.get('p99'), 2)} | {fmt(b.get('p50'), 2)} | "
+                     f"{fmt(b.get('p99'), 2)} | {ratio_cell(b.get('p50'), a.get('p50'))} | "
+                     f"{ratio_cell(b.get('p99'), a.get('p99'))} | {a.get('n', 0)} / {b.get('n', 0)} |")
+
+    for conc in (1, 16):
+        pe, ge = warm.get(f"exec_c{conc}") or {}, gv.get(f"exec_c{conc}") or {}
+        if pe or ge:
+            row(f"warm exec `/bin/true`, concurrency {conc}", pe.get("latency_ms"), ge.get("latency_ms"))
+            row(f"… the server's `duration_ms` of it", pe.get("server_duration_ms"), ge.get("server_duration_ms"))
+    row("create on a pool hit", pool.get("hit_create_ms"), gpool.get("hit_create_ms"))
+    pu, gu = cr.get("unpooled_c1") or {}, gv.get("unpooled_c1") or {}
+    row("create, no pool (create+delete loop, concurrency 1)", pu.get("create_ms"), gu.get("create_ms"))
+    row("delete (same loop)", pu.get("delete_ms"), gu.get("delete_ms"))
+
+    notes = []
+    spawn = gv.get("spawn_inside") or {}
+    ge1 = (gv.get("exec_c1") or {}).get("server_duration_ms") or {}
+    if spawn.get("gvisor") and spawn.get("process"):
+        sg, sp = spawn["gvisor"], spawn["process"]
+        notes.append(
+            f"One fork+exec of `/bin/true` inside the sandbox, without the agent's per-command work (a shell loop "
+            f"running it {sg['n']} times against the same loop without it): {sg['per_spawn_ms']:.2f} ms under gVisor, "
+            f"{sp['per_spawn_ms']:.2f} ms on the process tier"
+            + (f"; the rest of the gvisor exec's server-side {ge1['p50']:.1f} ms (p50, concurrency 1) is spent "
+               "outside that fork+exec: in the agent's own work per command (set-up, pipes, wait, reply), which "
+               "also runs under gVisor, and the exchange with it."
+               if ge1.get("p50") else "."))
+    pe16, ge16 = warm.get("exec_c16") or {}, gv.get("exec_c16") or {}
+    if pe16.get("throughput_per_s") and ge16.get("throughput_per_s"):
+        notes.append(f"At concurrency 16 the machine completes {ge16['throughput_per_s']:,.0f} gvisor execs/s against "
+                     f"{pe16['throughput_per_s']:,.0f} process-tier execs/s "
+                     f"({ge16['throughput_per_s'] / pe16['throughput_per_s']:.2f}×).")
+    if gu.get("cycles_per_s"):
+        notes.append(f"The unpooled gvisor loop ran {gu['cycles']} create+delete cycles, {gu['cycles_per_s']:.1f}/s "
+                     f"({gu['errors']} errors; the server's `sandbox_create_seconds` mean "
+                     f"{fmt(gu.get('server_create_mean_ms'), 1)} ms).")
+    if gpool.get("hit_create_ms"):
+        notes.append(
+            f"gVisor pool: {gpool['hits']:.0f} hits, {gpool['misses']:.0f} misses; at start-up "
+            f"{gpool['ready_at_healthz']:.0f} of {gpool['min']} members were ready at the first `/healthz`, the rest "
+            f"followed {gpool['initial_fill_s']:.2f} s later ({fmt(gpool.get('initial_members_per_s'), 1)} members/s, "
+            f"`pool_refill_seconds` mean {fmt(gpool.get('initial_build_mean_ms'), 0)} ms per member; the process "
+            f"pool's: {fmt(pool.get('initial_members_per_s'), 0)} members/s, "
+            f"{fmt(pool.get('initial_build_mean_ms'), 1)} ms); after each round the pool was full again at a median "
+            f"{fmt(gpool.get('refill_members_per_s_median'), 1)} members/s. A hit hands over a sandbox that is "
+            "already running, so the tier's cost is paid by the refill, not by the request.")
+    elapsed = gv.get("elapsed_s") or {}
+    if elapsed:
+        total = sum(v for k, v in elapsed.items() if k != "pool")  # "pool_phase" contains "pool"
+        notes.append(f"The gvisor measurements took {total:.0f} s of this run (" + ", ".join(
+            f"{k.replace('_', ' ')} {v:.0f} s" for k, v in elapsed.items() if k != "pool") + ").")
+    if notes:
+        lines += ["", " ".join(notes)]
     return lines
 
 
@@ -688,7 +856,8 @@ def where_egress(e: dict) -> list[str]:
 # Chart
 
 
-COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"]
+COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
+          "#bcbd22", "#393b79", "#ad494a", "#637939"]
 
 
 def render_svg(cold: dict | None, warm: dict | None) -> str | None:
@@ -702,6 +871,11 @@ def render_svg(cold: dict | None, warm: dict | None) -> str | None:
         hits = (warm.get("pool") or {}).get("hit_samples_ms")
         if hits:
             series.append(("create on a pool hit", hits, False))
+        gv = warm.get("gvisor") or {}
+        if (gv.get("exec_c1") or {}).get("samples_ms"):
+            series.append(("warm /exec /bin/true, gvisor, c=1", gv["exec_c1"]["samples_ms"], False))
+        if (gv.get("pool") or {}).get("hit_samples_ms"):
+            series.append(("create on a gvisor pool hit", gv["pool"]["hit_samples_ms"], False))
     if cold:
         for name, row in cold.get("contenders", {}).items():
             if row.get("samples_ms"):

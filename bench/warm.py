@@ -2,9 +2,12 @@
 """Warm benchmark: `sandkasten serve` over HTTP — warm exec and code latency, execution throughput, creation rate,
 warm-pool hits and refill, idle memory per sandbox, and how many idle sandboxes run at once.
 
-Starts `sandkasten serve` twice on a free loopback port, each time with a temporary database and TOML config (one
-tenant with a large quota): first without a pool (exec, code, throughput, creation rate, memory, 1,000 sandboxes),
-then with a `[[pools]]` entry for the default limits (min 16, max 32) for pool hits and refill. Clients are Python
+Starts `sandkasten serve` three times on a free loopback port, each time with a temporary database and TOML config
+(one tenant with a large quota): first without a pool (exec, code, throughput, creation rate, memory, 1,000
+sandboxes; and the gvisor tier's warm exec, right after the process tier's, and its unpooled create+delete), then with
+a `[[pools]]` entry for the default limits (min 16, max 32) for pool hits and refill, then with a gvisor pool
+(`isolation = "gvisor"`, min 8, max 16) for gvisor pool hits and refill (results under `gvisor`; ~30 s in all,
+`--no-gvisor` skips them, and a host without runsc records the tier as unavailable). Clients are Python
 threads, one `http.client.HTTPConnection` (keep-alive) each; latency is `time.perf_counter_ns()` around request and
 response. The server is always stopped with SIGTERM. Writes bench/results/warm.json and re-renders
 docs/benchmarks.md (bench/render.py). Standard library only; run as root.
@@ -36,6 +39,11 @@ AGENT_UID = 1_000_000_000
 CGROUP_ROOTS = [Path("/sys/fs/cgroup/memory/sandkasten"), Path("/sys/fs/cgroup/sandkasten"),
                 Path("/sys/fs/cgroup/unified/sandkasten")]
 POOL_MIN, POOL_MAX = 16, 32
+# The gVisor tier (`{"isolation": "gvisor"}`): a member costs a runsc sandbox (~0.2 s of CPU), so its pool is smaller.
+GVISOR = {"isolation": "gvisor"}
+GV_POOL_MIN, GV_POOL_MAX = 8, 16
+GV_POOL_LINES = ["", "[[pools]]", 'name = "gvisor"', 'isolation = "gvisor"', f"min = {GV_POOL_MIN}",
+                 f"max = {GV_POOL_MAX}"]
 MiB = 1024 * 1024
 
 
@@ -183,9 +191,14 @@ class Client:
             return resp.status, parsed, elapsed
         raise AssertionError("unreachable")
 
-    def create(self) -> tuple[str | None, int, object]:
-        status, body, ns = self.request("POST", "/v1/sandboxes", {})
+    def create(self, spec: dict | None = None) -> tuple[str | None, int, object]:
+        """`POST /v1/sandboxes` with `spec` (default `{}`); a create answered with another tier than the one asked
+        for counts as a failure."""
+        status, body, ns = self.request("POST", "/v1/sandboxes", spec or {})
         if status in (200, 201) and isinstance(body, dict) and "id" in body:
+            want = (spec or {}).get("isolation")
+            if want and body.get("isolation") != want:
+                return None, ns, f"asked for isolation {want!r}, got {body.get('isolation')!r}"
             return body["id"], ns, None
         return None, ns, f"HTTP {status}: {str(body)[:300]}"
 
@@ -230,18 +243,34 @@ def run_threads(n: int, target) -> list:
     return results
 
 
-def request_load(port: int, sandboxes: list[str], path: str, body: dict, total: int, check, warmup: int = 5) -> dict:
-    """`total` requests spread over one thread per sandbox; client latency and server-reported duration_ms."""
+def request_load(port: int, sandboxes: list[str], path: str, body: dict, total: int, check, warmup: int = 5,
+                 max_s: float | None = None) -> dict:
+    """`total` requests spread over one thread per sandbox; client latency and server-reported duration_ms. The
+    threads wait for each other after their `warmup` untimed requests, so `wall_s` (and the throughput) covers the
+    timed requests only. With `max_s`, each thread stops sending `max_s` seconds after the warm-up even if its share
+    is not done."""
     conc = len(sandboxes)
     per_thread = max(1, total // conc)
+    capped = [False] * conc
+    warmed = threading.Barrier(conc)
 
     def worker(i: int) -> dict:
         c = Client(port)
         url = f"/v1/sandboxes/{sandboxes[i]}{path}"
-        for _ in range(warmup):
-            c.request("POST", url, body)
+        try:
+            for _ in range(warmup):
+                c.request("POST", url, body)
+        except BaseException:
+            warmed.abort()  # the others' wait raises instead of blocking
+            raise
+        warmed.wait(timeout=300)
+        t_start = time.perf_counter()
         lat, server, errors = [], [], []
+        deadline = None if max_s is None else t_start + max_s
         for _ in range(per_thread):
+            if deadline is not None and time.perf_counter() > deadline:
+                capped[i] = True
+                break
             status, resp, ns = c.request("POST", url, body)
             problem = check(status, resp)
             if problem:
@@ -250,11 +279,11 @@ def request_load(port: int, sandboxes: list[str], path: str, body: dict, total: 
                 lat.append(ns / 1e6)
                 if isinstance(resp, dict) and "duration_ms" in resp:
                     server.append(float(resp["duration_ms"]))
-        return {"lat": lat, "server": server, "errors": errors}
+        return {"lat": lat, "server": server, "errors": errors, "start": t_start, "end": time.perf_counter()}
 
-    wall0 = time.perf_counter()
     parts = run_threads(conc, worker)
-    wall = time.perf_counter() - wall0
+    spans = [p for p in parts if not isinstance(p, Exception)]
+    wall = max(p["end"] for p in spans) - min(p["start"] for p in spans) if spans else 0.0
     lat, server, errors = [], [], []
     for p in parts:
         if isinstance(p, Exception):
@@ -264,10 +293,13 @@ def request_load(port: int, sandboxes: list[str], path: str, body: dict, total: 
         server += p["server"]
         errors += p["errors"]
     s = stats_ms(lat) or {}
-    return {"concurrency": conc, "requests": per_thread * conc, "ok": len(lat), "errors": len(errors),
+    out = {"concurrency": conc, "requests": per_thread * conc, "ok": len(lat), "errors": len(errors),
             "error_examples": errors[:3], "wall_s": wall, "throughput_per_s": len(lat) / wall if wall else None,
             "latency_ms": s, "server_duration_ms": stats_ms(server),
             "samples_ms": [round(x, 4) for x in lat]}
+    if max_s is not None:
+        out.update(warmup_per_client=warmup, max_s=max_s, stopped_by_time_cap=any(capped))
+    return out
 
 
 def check_exec(expect_stdout: str | None = None):
@@ -291,8 +323,8 @@ def check_code(status: int, resp: object) -> str | None:
     return None if "2" in texts else f"results {texts!r}"
 
 
-def create_many(port: int, count: int, conc: int, stop_on_failure: bool = True) -> dict:
-    """Creates up to `count` sandboxes with `conc` threads; stops at the first failure."""
+def create_many(port: int, count: int, conc: int, stop_on_failure: bool = True, spec: dict | None = None) -> dict:
+    """Creates up to `count` sandboxes (`spec`, default `{}`) with `conc` threads; stops at the first failure."""
     lock = threading.Lock()
     state = {"issued": 0, "failed": None}
     ids: list[str] = []
@@ -306,7 +338,7 @@ def create_many(port: int, count: int, conc: int, stop_on_failure: bool = True) 
                     return
                 state["issued"] += 1
             try:
-                sid, ns, err = c.create()
+                sid, ns, err = c.create(spec)
             except Exception as e:  # noqa: BLE001
                 sid, ns, err = None, 0, repr(e)
             with lock:
@@ -347,8 +379,8 @@ def delete_many(port: int, ids: list[str], conc: int) -> dict:
             "elapsed_s": time.perf_counter() - t0, "latency_ms": stats_ms(lat)}
 
 
-def create_delete_loop(port: int, conc: int, cycles: int, max_s: float) -> dict:
-    """Each thread: create, delete, repeat; stops after `cycles` in all or `max_s` seconds."""
+def create_delete_loop(port: int, conc: int, cycles: int, max_s: float, spec: dict | None = None) -> dict:
+    """Each thread: create (`spec`, default `{}`), delete, repeat; stops after `cycles` in all or `max_s` seconds."""
     lock = threading.Lock()
     state = {"issued": 0}
     deadline = time.perf_counter() + max_s
@@ -363,7 +395,7 @@ def create_delete_loop(port: int, conc: int, cycles: int, max_s: float) -> dict:
                 if state["issued"] >= cycles:
                     return
                 state["issued"] += 1
-            sid, ns, err = c.create()
+            sid, ns, err = c.create(spec)
             if not sid:
                 errors.append(err)
                 continue
@@ -599,6 +631,8 @@ def unpooled_phase(server: Server, p: dict, results: dict) -> None:
     results["exec_metrics"] = {k: m1.get(k, 0) - m0.get(k, 0) for k in m1 if k.startswith("exec_phase_seconds_sum")
                                or k.startswith("exec_phase_seconds_count") or k.startswith("exec_duration_seconds_sum")
                                or k.startswith("exec_duration_seconds_count")}
+    if p["gvisor"]:
+        gvisor_part(results, "exec", lambda gv: gvisor_exec(port, p, gv, exec_body, sbs[0]))
 
     log(f"python throughput: {p['n_py']} x python3 -c 'print(1)' at concurrency 16")
     py = request_load(port, sbs, "/exec", {"argv": ["python3", "-c", "print(1)"]}, p["n_py"], check_exec("1\n"),
@@ -640,6 +674,8 @@ def unpooled_phase(server: Server, p: dict, results: dict) -> None:
         creates[f"unpooled_c{conc}"] = r
         log(f"  {r['cycles_per_s'] or 0:.1f} create+delete cycles/s, create p50 {r['create_ms']['p50']:.1f} ms, "
             f"delete p50 {r['delete_ms']['p50']:.1f} ms, errors {r['errors']}")
+    if p["gvisor"]:
+        gvisor_part(results, "unpooled_create", lambda gv: gvisor_unpooled_creates(port, p, gv))
     for conc in (1, 4):
         log(f"burst: {p['burst']} creates at concurrency {conc}, then delete")
         m0 = c.metrics()
@@ -688,41 +724,46 @@ def unpooled_phase(server: Server, p: dict, results: dict) -> None:
     log(f"  deleted {d['deleted']} in {d['elapsed_s']:.1f} s (errors {d['errors']}); leftovers {left}")
 
 
-def pooled_phase(server: Server, p: dict, results: dict) -> None:
+def wait_pool_full(c: "Client", name: str, size: int, t0: float, timeout_s: float = 60) -> float:
+    """Polls `pool_size{class=name}` every 5 ms until it reaches `size` (or `timeout_s` passed); seconds since t0."""
+    key = f'pool_size{{class="{name}"}}'
+    while True:
+        ready = c.metrics().get(key, 0)
+        now = time.perf_counter()
+        if ready >= size or now - t0 > timeout_s:
+            return now - t0
+        time.sleep(0.005)
+
+
+def measure_pool(server: Server, name: str, pool_min: int, pool_max: int, n_rounds: int,
+                 spec: dict | None = None) -> dict:
+    """The pool `name` of a server that has just answered `/healthz`: its initial fill from empty, then `n_rounds`
+    rounds of `pool_min` creates (`spec`) back to back on a full pool (the hit latency; a round with a miss is left
+    out) and the refill after each round."""
     port = server.port
     c = Client(port)
-    key = 'pool_size{class="default"}'
-
-    def wait_full(t0: float, timeout_s: float = 60) -> tuple[float, list[tuple[float, float]]]:
-        trace = []
-        while True:
-            size = c.metrics().get(key, 0)
-            now = time.perf_counter()
-            trace.append((now - t0, size))
-            if size >= POOL_MIN or now - t0 > timeout_s:
-                return now - t0, trace
-            time.sleep(0.005)
+    key = f'pool_size{{class="{name}"}}'
 
     # Initial fill from empty: from the first /healthz answer (server.start returns right after it).
     t_health = time.perf_counter()
     m_h = c.metrics()
     size_at_health = m_h.get(key, 0)
-    fill_s, _ = wait_full(t_health)
+    fill_s = wait_pool_full(c, name, pool_min, t_health)
     m_f = c.metrics()
     since_start_s = time.monotonic() - server.started_at
-    log(f"pool: {size_at_health:.0f} ready at /healthz, full ({POOL_MIN}) {fill_s * 1000:.1f} ms later, "
+    log(f"pool {name}: {size_at_health:.0f} ready at /healthz, full ({pool_min}) {fill_s * 1000:.1f} ms later, "
         f"{since_start_s:.2f} s after exec")
 
     hit_lat, rounds = [], []
     m0 = c.metrics()
-    for r in range(p["pool_rounds"]):
-        wait_full(time.perf_counter())
+    for r in range(n_rounds):
+        wait_pool_full(c, name, pool_min, time.perf_counter())
         time.sleep(0.2)
         claimed = []
         mb = c.metrics()
         lat = []
-        for _ in range(POOL_MIN):
-            sid, ns, err = c.create()
+        for _ in range(pool_min):
+            sid, ns, err = c.create(spec)
             if not sid:
                 raise RuntimeError(f"pooled create failed: {err}")
             claimed.append(sid)
@@ -732,33 +773,146 @@ def pooled_phase(server: Server, p: dict, results: dict) -> None:
             hit_lat += lat  # all hits (a round with a miss is left out of the hit latencies)
         t_empty = time.perf_counter()
         size_empty = m_empty.get(key, 0)
-        dur, trace = wait_full(t_empty)
+        dur = wait_pool_full(c, name, pool_min, t_empty)
         m_full = c.metrics()
         cnt = m_full.get("pool_refill_seconds_count", 0) - m_empty.get("pool_refill_seconds_count", 0)
         sm = m_full.get("pool_refill_seconds_sum", 0) - m_empty.get("pool_refill_seconds_sum", 0)
         rounds.append({"size_after_claims": size_empty, "refill_s": dur,
-                       "members_per_s": (POOL_MIN - size_empty) / dur if dur > 0 else None,
+                       "members_per_s": (pool_min - size_empty) / dur if dur > 0 else None,
                        "refill_build_mean_ms": sm / cnt * 1000 if cnt else None, "builds": cnt})
         delete_many(port, claimed, 4)
     m1 = c.metrics()
-    results["pool"] = {
-        "min": POOL_MIN, "max": POOL_MAX, "rounds": rounds, "ready_at_healthz": size_at_health,
-        "initial_fill_s": fill_s, "initial_members_per_s": (POOL_MIN - size_at_health) / fill_s if fill_s > 0 else None,
+    rates = [r["members_per_s"] for r in rounds if r["members_per_s"]]
+    builds = [r["refill_build_mean_ms"] for r in rounds if r["refill_build_mean_ms"]]
+    out = {
+        "min": pool_min, "max": pool_max, "rounds": rounds, "ready_at_healthz": size_at_health,
+        "initial_fill_s": fill_s, "initial_members_per_s": (pool_min - size_at_health) / fill_s if fill_s > 0 else None,
         "initial_build_mean_ms": (m_f.get("pool_refill_seconds_sum", 0) / m_f["pool_refill_seconds_count"] * 1000)
         if m_f.get("pool_refill_seconds_count") else None,
         "hit_create_ms": stats_ms(hit_lat), "hit_samples_ms": [round(x, 4) for x in hit_lat],
         "hits": m1.get("pool_hits_total", 0) - m0.get("pool_hits_total", 0),
         "misses": m1.get("pool_misses_total", 0) - m0.get("pool_misses_total", 0),
-        "refill_members_per_s_median": statistics.median([r["members_per_s"] for r in rounds if r["members_per_s"]])
-        if rounds else None,
-        "refill_build_mean_ms": statistics.fmean([r["refill_build_mean_ms"] for r in rounds
-                                                   if r["refill_build_mean_ms"]]) if rounds else None,
+        "refill_members_per_s_median": statistics.median(rates) if rates else None,
+        "refill_build_mean_ms": statistics.fmean(builds) if builds else None,
     }
-    pr = results["pool"]
-    log(f"  hit create p50 {pr['hit_create_ms']['p50']:.2f} ms p99 {pr['hit_create_ms']['p99']:.2f} ms; refill "
-        f"{pr['refill_members_per_s_median']:.1f} members/s; hits {pr['hits']:.0f} misses {pr['misses']:.0f}")
+    h = out["hit_create_ms"] or {}
+    log(f"  hit create p50 {h.get('p50', 0):.2f} ms p99 {h.get('p99', 0):.2f} ms; refill "
+        f"{out['refill_members_per_s_median'] or 0:.1f} members/s; hits {out['hits']:.0f} misses {out['misses']:.0f}")
+    return out
 
-    wait_full(time.perf_counter())
+
+def gvisor_part(results: dict, what: str, measure) -> None:
+    """Runs `measure(results["gvisor"])` unless the tier was found unavailable; a failure is recorded (in
+    `results["errors"]` and `gvisor["errors"]`) and does not stop the process-tier measurements. Adds the part's
+    wall time to `gvisor["elapsed_s"]`."""
+    gv = results.setdefault("gvisor", {"errors": [], "elapsed_s": {}})
+    if gv.get("unavailable"):
+        return
+    t0 = time.monotonic()
+    try:
+        measure(gv)
+    except Exception as e:  # noqa: BLE001 - recorded in the results and the doc
+        import traceback
+        traceback.print_exc()
+        gv["errors"].append(f"{what}: {e!r}")
+        results["errors"].append(f"gvisor {what}: {e!r}")
+    finally:
+        gv["elapsed_s"][what] = round(time.monotonic() - t0, 1)
+
+
+SPAWN_LOOP_N = 20
+SPAWN_LOOP = "i=0; while [ $i -lt %d ]; do %s i=$((i+1)); done"
+
+
+def spawn_inside(c: "Client", sid: str, reps: int = 3) -> dict:
+    """What one fork+exec of /bin/true costs inside the sandbox, without the agent's per-command work: the server's
+    `duration_ms` of a shell loop running it SPAWN_LOOP_N times minus that of the same loop without it, divided by
+    SPAWN_LOOP_N (medians of `reps` runs each)."""
+    def median_ms(script: str) -> float:
+        ds = []
+        for _ in range(reps):
+            status, resp, _ = c.request("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["/bin/sh", "-c", script]})
+            if check_exec("")(status, resp):
+                raise RuntimeError(f"spawn loop: {check_exec('')(status, resp)}")
+            ds.append(float(resp["duration_ms"]))
+        return statistics.median(ds)
+    with_true = median_ms(SPAWN_LOOP % (SPAWN_LOOP_N, "/bin/true;"))
+    without = median_ms(SPAWN_LOOP % (SPAWN_LOOP_N, ""))
+    return {"loop_with_ms": with_true, "loop_without_ms": without, "n": SPAWN_LOOP_N, "reps": reps,
+            "per_spawn_ms": (with_true - without) / SPAWN_LOOP_N}
+
+
+def gvisor_exec(port: int, p: dict, gv: dict, exec_body: dict, process_sid: str) -> None:
+    """Warm exec on gVisor sandboxes: the process tier's command and concurrency levels (one client per sandbox);
+    and, on one sandbox of each tier, what a fork+exec costs inside (`spawn_inside`)."""
+    c = Client(port)
+    sid, ns, err = c.create(GVISOR)
+    if not sid:
+        gv["unavailable"] = err
+        log(f"gvisor tier unavailable, its measurements are skipped: {err}")
+        return
+    status, resp, _ = c.request("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["uname", "-r"]})
+    release = resp.get("stdout", "").strip() if status == 200 and isinstance(resp, dict) else None
+    gv["guest_kernel_release"] = release
+    c.delete(sid)
+    if release is None or release == platform.release():
+        raise RuntimeError(f"the gvisor sandbox's kernel is {release!r}, the host's {platform.release()!r}: not gVisor")
+    conc_levels = (1, 16)
+    log(f"gvisor: creating {max(conc_levels)} sandboxes for warm exec (guest kernel {release})")
+    made = create_many(port, max(conc_levels), 2, spec=GVISOR)
+    try:
+        if len(made["ids"]) < max(conc_levels):
+            raise RuntimeError(f"could not create {max(conc_levels)} gvisor sandboxes: {made['failure']}")
+        gv["create_for_exec_ms"] = made["latency_ms"]
+        for conc in conc_levels:
+            total, cap = p[f"gv_n_c{conc}"], p[f"gv_max_s_c{conc}"]
+            log(f"gvisor exec_c{conc}: {total} requests at concurrency {conc} (at most {cap} s)")
+            w = gv[f"exec_c{conc}"] = request_load(port, made["ids"][:conc], "/exec", exec_body, total, check_exec(""),
+                                                   warmup=p["gv_warmup"], max_s=cap)
+            log(f"  p50 {w['latency_ms'].get('p50', 0):.2f} ms p99 {w['latency_ms'].get('p99', 0):.2f} ms "
+                f"{w['throughput_per_s'] or 0:.0f}/s, {w['ok']} ok, errors {w['errors']}")
+        c = Client(port)
+        gv["spawn_inside"] = {"gvisor": spawn_inside(c, made["ids"][0]), "process": spawn_inside(c, process_sid)}
+        log("  one fork+exec of /bin/true inside: " + ", ".join(
+            f"{tier} {r['per_spawn_ms']:.2f} ms" for tier, r in gv["spawn_inside"].items()))
+    finally:
+        # Not wait_clean(): the process tier's exec sandboxes still exist.
+        d = delete_many(port, made["ids"], 4)
+        gv["delete_for_exec"] = {k: d[k] for k in ("deleted", "errors", "error_examples", "latency_ms")}
+
+
+def gvisor_unpooled_creates(port: int, p: dict, gv: dict) -> None:
+    """`POST /v1/sandboxes {"isolation": "gvisor"}` with no pool: create+delete from one client."""
+    c = Client(port)
+    log(f"gvisor create+delete loop at concurrency 1 (no pool; up to {p['gv_cycles']} cycles or "
+        f"{p['gv_loop_max_s']} s)")
+    m0 = c.metrics()
+    r = create_delete_loop(port, 1, p["gv_cycles"], p["gv_loop_max_s"], spec=GVISOR)
+    m1 = c.metrics()
+    cnt = m1.get("sandbox_create_seconds_count", 0) - m0.get("sandbox_create_seconds_count", 0)
+    r["server_create_mean_ms"] = ((m1.get("sandbox_create_seconds_sum", 0) - m0.get("sandbox_create_seconds_sum", 0))
+                                  / cnt * 1000) if cnt else None
+    gv["unpooled_c1"] = r
+    cm, dm = r["create_ms"] or {}, r["delete_ms"] or {}
+    log(f"  {r['cycles_per_s'] or 0:.1f} cycles/s, create p50 {cm.get('p50', 0):.1f} ms, delete p50 "
+        f"{dm.get('p50', 0):.1f} ms, errors {r['errors']}")
+    wait_clean(15)
+
+
+def gvisor_pooled_phase(server: Server, p: dict, results: dict) -> None:
+    """A server whose only pool is a gVisor one for the default limits: hits of `POST /v1/sandboxes
+    {"isolation": "gvisor"}` and the pool's refill."""
+    def measure(gv: dict) -> None:
+        gv["pool"] = measure_pool(server, "gvisor", GV_POOL_MIN, GV_POOL_MAX, p["gv_pool_rounds"], GVISOR)
+    gvisor_part(results, "pool", measure)
+
+
+def pooled_phase(server: Server, p: dict, results: dict) -> None:
+    port = server.port
+    c = Client(port)
+    results["pool"] = measure_pool(server, "default", POOL_MIN, POOL_MAX, p["pool_rounds"])
+
+    wait_pool_full(c, "default", POOL_MIN, time.perf_counter())
     log("pooled create+delete loop at concurrency 1")
     m0 = c.metrics()
     r = create_delete_loop(port, 1, p["cycles"], p["loop_max_s"])
@@ -798,35 +952,50 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer requests (a smoke test; the doc says so)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     parser.add_argument("--no-render", action="store_true", help="do not re-render docs/benchmarks.md")
+    parser.add_argument("--no-gvisor", action="store_true", help="skip the gvisor tier's measurements")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("bench/warm.py must run as root (sandkasten serve needs it)", file=sys.stderr)
         return 1
     binary = str(Path(args.sandkasten).resolve())
     p = {"quick": args.quick, "n_c1": 500, "n_c16": 2000, "n_py": 480, "cycles": 300, "loop_max_s": 15,
-         "k_idle": 100, "concurrent": 1000, "pool_rounds": 10, "burst": 300}
+         "k_idle": 100, "concurrent": 1000, "pool_rounds": 10, "burst": 300,
+         # gvisor: counts and caps keep its parts near 30 s (an exec of /bin/true takes ~50-70 ms on that tier)
+         "gvisor": not args.no_gvisor, "gv_warmup": 2, "gv_n_c1": 200, "gv_max_s_c1": 6, "gv_n_c16": 480,
+         "gv_max_s_c16": 8, "gv_cycles": 15, "gv_loop_max_s": 5, "gv_pool_rounds": 2}
     if args.quick:
-        p.update(n_c1=100, n_c16=400, n_py=96, cycles=60, loop_max_s=5, pool_rounds=3, burst=100)
+        p.update(n_c1=100, n_c16=400, n_py=96, cycles=60, loop_max_s=5, pool_rounds=3, burst=100,
+                 gv_n_c1=60, gv_max_s_c1=3, gv_n_c16=96, gv_max_s_c16=4, gv_cycles=6, gv_loop_max_s=2,
+                 gv_pool_rounds=1)
     results: dict = {"machine": machine(binary), "params": p, "errors": []}
     results["loadavg_before"] = [round(x, 2) for x in os.getloadavg()]
     started = time.monotonic()
-    for pooled, phase in ((False, unpooled_phase), (True, pooled_phase)):
-        server = Server(binary, pooled)
+    phases = [("unpooled", False, [], unpooled_phase, "no pool"),
+              ("pooled", True, [], pooled_phase, f"pool min {POOL_MIN} max {POOL_MAX}"),
+              ("gvisor_pooled", False, GV_POOL_LINES, gvisor_pooled_phase,
+               f"gvisor pool min {GV_POOL_MIN} max {GV_POOL_MAX}")]
+    for label, pooled, extra, phase, what in phases:
+        if label.startswith("gvisor") and (not p["gvisor"] or results.get("gvisor", {}).get("unavailable")):
+            continue  # a server with a gvisor pool would not start without runsc
+        server = Server(binary, pooled, extra)
+        t0 = time.monotonic()
         try:
-            log(f"starting sandkasten serve on 127.0.0.1:{server.port} ({'pool min 16 max 32' if pooled else 'no pool'})")
+            log(f"starting sandkasten serve on 127.0.0.1:{server.port} ({what})")
             server.start()
             phase(server, p, results)
         except Exception as e:  # noqa: BLE001 - recorded in the results and the doc
             import traceback
             traceback.print_exc()
-            results["errors"].append(f"{'pooled' if pooled else 'unpooled'} phase: {e!r}; server log: {server.log_tail()}")
+            results["errors"].append(f"{label} phase: {e!r}; server log: {server.log_tail()}")
         finally:
             code = server.stop()
             left, waited = wait_clean(15)
-            results[f"shutdown_{'pooled' if pooled else 'unpooled'}"] = {"exit_code": code, "leftovers": left,
-                                                                      "wait_s": waited}
+            results[f"shutdown_{label}"] = {"exit_code": code, "leftovers": left, "wait_s": waited}
             log(f"server stopped (exit {code}); leftovers after shutdown: {left}")
             server.cleanup()
+            if label.startswith("gvisor") and "gvisor" in results:
+                # the whole phase, server start and stop included
+                results["gvisor"]["elapsed_s"]["pool_phase"] = round(time.monotonic() - t0, 1)
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     results["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     args.json.parent.mkdir(parents=True, exist_ok=True)

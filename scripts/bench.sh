@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Benchmarks: installs the cold-start contenders (bubblewrap, runsc: scripts/setup.sh) when missing, builds sandkasten in release mode,
-# then runs bench/cold_start.py (one-shot cold starts, ~1 min) and bench/warm.py (`sandkasten serve` over HTTP: warm
-# exec/code, throughput, creation rate, pool, idle memory, 1,000 sandboxes; ~1-2 min) and bench/runs.py (one-shot
-# POST /v1/run without pool, with a pool, with Python/Node zygotes; ~1 min), which write
-# bench/results/{cold_start,warm,runs}.json; bench/render.py then renders docs/benchmarks.md and docs/benchmarks-latency.svg.
+# then runs bench/cold_start.py (one-shot cold starts, the gvisor tier beside `runsc do` included; ~2-3 min) and
+# bench/warm.py (`sandkasten serve` over HTTP: warm exec/code, throughput, creation rate, pool, idle memory, 1,000
+# sandboxes, and the gvisor tier's warm exec, pooled and unpooled create beside the process tier's; ~2 min, of which
+# the gvisor parts ~30 s) and bench/runs.py (one-shot POST /v1/run without pool, with a pool, with Python/Node
+# zygotes; ~1 min), which write bench/results/{cold_start,warm,runs}.json; bench/render.py then renders docs/benchmarks.md and docs/benchmarks-latency.svg.
 #
 #   scripts/bench.sh            200 interleaved cold runs per contender, full warm run
 #   scripts/bench.sh --quick    30 cold runs, fewer warm requests (a smoke test; the doc says so)
@@ -36,7 +37,7 @@ while [ "$#" -gt 0 ]; do
       shift
       ;;
     -h | --help)
-      sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+      sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
