@@ -90,6 +90,42 @@ fn sigint_to_the_cli_destroys_the_sandbox() {
     stop_politely_destroys_the_sandbox(libc::SIGINT);
 }
 
+/// gVisor: the guest's processes are not host processes, so the sandbox is found by its code in its bundle; a stop
+/// signal to the CLI destroys it (runsc, the Sentry, the gofer, bundle, state, cgroup, record) and exits 128 + signal.
+fn stop_politely_destroys_the_gvisor_sandbox(sig: i32) {
+    require_runsc!();
+    let _lock = common::shared_lock();
+    let token = common::unique_token("sk-lifecycle-gv-");
+    let script = format!("echo started; sleep 600; : {token}");
+    let mut child = Command::new(bin())
+        .args(["run", "--isolation", "gvisor", "--timeout", "60s", "--lang", "bash", "--code", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sandkasten run");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).expect("read started line");
+    assert_eq!(line.trim(), "started", "the sandbox did not start");
+    let id = common::gvisor_sandbox_with_code(&token, Duration::from_secs(5)).expect("the sandbox's bundle");
+    assert!(!common::wait_for_runsc_processes(&id, Duration::from_secs(5)).is_empty(), "no runsc process of {id}");
+    signal(&child, sig);
+    let status = wait_with_deadline(&mut child, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(128 + sig), "the CLI must exit with 128+signal after cleaning up");
+    common::assert_no_gvisor_leaks(&id);
+}
+
+#[test]
+fn sigterm_to_the_cli_destroys_the_gvisor_sandbox() {
+    stop_politely_destroys_the_gvisor_sandbox(libc::SIGTERM);
+}
+
+#[test]
+fn sigint_to_the_cli_destroys_the_gvisor_sandbox() {
+    stop_politely_destroys_the_gvisor_sandbox(libc::SIGINT);
+}
+
 #[test]
 fn kill_9_of_the_cli_kills_the_sandbox_and_gc_removes_the_rest() {
     require_root!();
