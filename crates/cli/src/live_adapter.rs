@@ -2,14 +2,14 @@
 //! `SandboxRuntime` seam (sandboxes, commands, files, code contexts), translating agent failures into the server's
 //! failure kinds.
 
-use sandkasten_protocol::{FailureCode, OutputStreamKind};
+use sandkasten_protocol::FailureCode;
 use sandkasten_runtime::RuntimeError;
 use sandkasten_runtime::live::commands::{CommandEvent as LiveEvent, CommandStatus as LiveStatus};
 use sandkasten_runtime::live::{AgentFailure, CommandError, ContextError, LiveRuntime};
-use sandkasten_server::runtime::{Entrance, FailureKind, OutputChunk, RuntimeFailure, SandboxRuntime, Stream};
+use sandkasten_server::runtime::{Entrance, FailureKind, RuntimeFailure, SandboxRuntime};
 use sandkasten_server::{CommandEvent, CommandStatus};
 use sandkasten_types::{
-    CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo, SandboxSpec,
+    CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo, OutputChunk, SandboxSpec,
 };
 use tokio::sync::mpsc;
 
@@ -58,13 +58,6 @@ fn from_command(error: CommandError) -> RuntimeFailure {
         CommandError::Agent(failure) => return from_agent(failure.clone()),
     };
     RuntimeFailure::new(kind, error.to_string())
-}
-
-fn stream_of(kind: OutputStreamKind) -> Stream {
-    match kind {
-        OutputStreamKind::Stdout => Stream::Stdout,
-        OutputStreamKind::Stderr => Stream::Stderr,
-    }
 }
 
 fn from_status(status: LiveStatus) -> CommandStatus {
@@ -140,16 +133,7 @@ impl SandboxRuntime for LiveAdapter {
         spec: CommandSpec,
         events: mpsc::Sender<OutputChunk>,
     ) -> Result<CommandExit, RuntimeFailure> {
-        let (chunks, mut received) = mpsc::channel(64);
-        let forward = async move {
-            while let Some((stream, data)) = received.recv().await {
-                let stream = stream_of(stream);
-                // The server may stop listening (a client hung up): the command still runs to its end.
-                let _ = events.send(OutputChunk { stream, data }).await;
-            }
-        };
-        let (outcome, ()) = tokio::join!(self.0.exec(id, spec, chunks), forward);
-        outcome.map_err(from_agent)
+        self.0.exec(id, spec, events).await.map_err(from_agent)
     }
 
     async fn read_file(&self, id: &str, path: &str, max_bytes: u64) -> Result<Vec<u8>, RuntimeFailure> {
@@ -216,15 +200,7 @@ impl SandboxRuntime for LiveAdapter {
         request: CodeRun,
         events: mpsc::Sender<OutputChunk>,
     ) -> Result<CellOutcome, RuntimeFailure> {
-        let (texts, mut received) = mpsc::channel(64);
-        let forward = async move {
-            while let Some((stream, text)) = received.recv().await {
-                let stream = stream_of(stream);
-                let _ = events.send(OutputChunk { stream, data: String::into_bytes(text) }).await;
-            }
-        };
-        let (outcome, ()) = tokio::join!(self.0.run_code(id, request, texts), forward);
-        outcome.map_err(from_context)
+        self.0.run_code(id, request, events).await.map_err(from_context)
     }
 
     async fn start_command(
@@ -254,7 +230,7 @@ impl SandboxRuntime for LiveAdapter {
             while let Some(event) = received.recv().await {
                 let event = match event {
                     LiveEvent::Output(piece) => CommandEvent::Output {
-                        chunk: OutputChunk { stream: stream_of(piece.stream), data: piece.data },
+                        chunk: OutputChunk { stream: piece.stream, data: piece.data },
                         offset: piece.end,
                     },
                     LiveEvent::Ended(status) => CommandEvent::Ended(from_status(status)),

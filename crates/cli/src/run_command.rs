@@ -15,11 +15,11 @@ use crate::{exit_codes, run_remote};
 struct Terminal;
 
 impl OutputSink for Terminal {
-    fn chunk(&mut self, stream: sandkasten_runtime::StreamKind, bytes: &[u8]) {
+    fn chunk(&mut self, stream: sandkasten_types::StreamKind, bytes: &[u8]) {
         // A closed terminal (EPIPE) must not stop the run: the result is still reported by the exit code.
         let _ = match stream {
-            sandkasten_runtime::StreamKind::Stdout => std::io::stdout().write_all(bytes),
-            sandkasten_runtime::StreamKind::Stderr => std::io::stderr().write_all(bytes),
+            sandkasten_types::StreamKind::Stdout => std::io::stdout().write_all(bytes),
+            sandkasten_types::StreamKind::Stderr => std::io::stderr().write_all(bytes),
         };
     }
 }

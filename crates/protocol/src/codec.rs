@@ -182,10 +182,11 @@ mod tests {
     }
 
     fn serve_samples() -> Vec<Vec<u8>> {
-        use crate::serve_types::{FailureCode, OutputStreamKind};
+        use crate::serve_types::FailureCode;
+        use sandkasten_types::StreamKind;
         let messages = [
             Message::Exec { spec: sandkasten_types::CommandSpec::default(), background: true },
-            Message::Output { stream: OutputStreamKind::Stderr, data: "aGk=".into() },
+            Message::Output { stream: StreamKind::Stderr, data: "aGk=".into() },
             Message::FileRead { path: "/workspace/a".into(), offset: 3, len: 9 },
             Message::Failed { code: FailureCode::NotEmpty, message: "x".into() },
             Message::Shutdown,

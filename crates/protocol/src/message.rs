@@ -18,10 +18,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use sandkasten_types::{CommandExit, CommandSpec, FileInfo};
+use sandkasten_types::{CommandExit, CommandSpec, FileInfo, StreamKind};
 
 use crate::plan::AgentPlan;
-use crate::serve_types::{FailureCode, OutputStreamKind, RunningCommand};
+use crate::serve_types::{FailureCode, RunningCommand};
 
 /// The protocol version this build speaks. A peer with another version is refused with a clear error.
 pub const PROTOCOL_VERSION: u16 = 1;
@@ -186,7 +186,7 @@ pub enum Message {
     /// agent → host: output of a command, in order per stream.
     Output {
         /// Which stream.
-        stream: OutputStreamKind,
+        stream: StreamKind,
         /// Base64 of at most `MAX_OUTPUT_CHUNK_BYTES` raw bytes.
         data: String,
     },

@@ -1,5 +1,5 @@
-//! Small types carried by the serve-mode messages: output stream names, running commands, failure codes, and the
-//! size limits both sides rely on.
+//! Small types carried by the serve-mode messages: running commands, failure codes, and the size limits both sides
+//! rely on (output streams are `sandkasten_types::StreamKind`).
 
 use serde::{Deserialize, Serialize};
 
@@ -8,16 +8,6 @@ pub const MAX_OUTPUT_CHUNK_BYTES: usize = 64 << 10;
 
 /// Most raw bytes of file content carried by one `FileData` frame.
 pub const MAX_FILE_CHUNK_BYTES: u64 = 1 << 20;
-
-/// Which output stream of a command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OutputStreamKind {
-    /// Standard output.
-    Stdout,
-    /// Standard error.
-    Stderr,
-}
 
 /// A command the agent has started and not yet reported as exited.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

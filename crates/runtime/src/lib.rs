@@ -16,6 +16,6 @@ pub mod spawner;
 pub use backend::runner::{OneShotRunner, StdinSource};
 pub use config::RuntimeConfig;
 pub use error::RuntimeError;
-pub use output::{DiscardOutput, OutputSink, StreamKind};
+pub use output::{DiscardOutput, OutputSink};
 pub use sandkasten_agent::run_agent;
 pub use sandkasten_protocol::monotonic_ns;

@@ -1,15 +1,6 @@
 //! Output capture: each stream is kept up to the output limit; live chunks also go to a sink (the CLI's terminal).
 
-use sandkasten_types::OutputStream;
-
-/// Which stream a chunk belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamKind {
-    /// Standard output.
-    Stdout,
-    /// Standard error.
-    Stderr,
-}
+use sandkasten_types::{OutputStream, StreamKind};
 
 /// Receives output as it is produced (only the bytes within the limit).
 pub trait OutputSink {

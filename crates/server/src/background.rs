@@ -2,9 +2,7 @@
 //! `list_commands`, `stream_command`, `command_stdin`, `signal_command`): a command's status, and the events of a
 //! stream — retained output with its byte offset, then the end.
 
-use sandkasten_types::CommandExit;
-
-use crate::output::OutputChunk;
+use sandkasten_types::{CommandExit, OutputChunk};
 
 /// What is known about a background command.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,7 +15,6 @@ pub mod ids;
 pub mod lifecycle;
 mod metrics;
 mod migrations;
-mod output;
 pub mod pool;
 pub mod runtime;
 pub mod state;
@@ -29,7 +28,7 @@ pub use api::{ApiDoc, openapi_json, router};
 pub use background::{CommandEvent, CommandStatus};
 pub use config::{ConfigError, PoolConfig, ServerConfig};
 pub use metrics::{ExecPhase, ExitReason, LimitKind, Metrics};
-pub use runtime::{FailureKind, OutputChunk, RuntimeFailure, SandboxRuntime, Stream};
+pub use runtime::{FailureKind, RuntimeFailure, SandboxRuntime};
 pub use state::AppState;
 pub use store::{Store, StoreError};
 

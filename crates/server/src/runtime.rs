@@ -1,5 +1,5 @@
-//! The seam between the HTTP server and whatever runs sandboxes: the `SandboxRuntime` trait and its failures (its
-//! output chunks are `output`'s, re-exported here). The server only ever talks to a runtime through this trait, so
+//! The seam between the HTTP server and whatever runs sandboxes: the `SandboxRuntime` trait and its failures (output
+//! arrives as `sandkasten_types::OutputChunk`s). The server only ever talks to a runtime through this trait, so
 //! tests plug in an in-memory fake.
 
 use std::future::Future;
@@ -7,13 +7,12 @@ use std::future::Future;
 use futures::future::BoxFuture;
 pub use sandkasten_egress::Entrance;
 use sandkasten_types::{
-    CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo, SandboxSpec, Tier,
+    CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo, OutputChunk, SandboxSpec, Tier,
 };
 use thiserror::Error;
 use tokio::sync::mpsc;
 
 use crate::background::{CommandEvent, CommandStatus};
-pub use crate::output::{OutputChunk, Stream};
 
 /// What kind of failure a runtime reports; the server maps each kind to one HTTP status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use rustix::io::Errno;
-use sandkasten_protocol::{Envelope, FailureCode, Message, OutputStreamKind, ProtocolError, monotonic_ns};
+use sandkasten_protocol::{Envelope, FailureCode, Message, ProtocolError, monotonic_ns};
+use sandkasten_types::StreamKind;
 
 use super::channel::{Channel, Received};
 use super::commands::{CommandContext, Commands};
@@ -25,7 +26,7 @@ use super::{files, output};
 enum Watch {
     Channel,
     Children,
-    Output(u64, OutputStreamKind),
+    Output(u64, StreamKind),
     Stdin(u64),
 }
 
@@ -75,7 +76,7 @@ fn serve_requests(
             PollFd::from_borrowed_fd(signals.fd(), PollFlags::IN),
         ];
         for (&id, command) in &commands.table {
-            let outputs = [(OutputStreamKind::Stdout, &command.stdout), (OutputStreamKind::Stderr, &command.stderr)];
+            let outputs = [(StreamKind::Stdout, &command.stdout), (StreamKind::Stderr, &command.stderr)];
             for (stream, fd) in outputs.into_iter().filter(|_| !paused) {
                 if let Some(fd) = fd {
                     watches.push(Watch::Output(id, stream));

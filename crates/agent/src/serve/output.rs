@@ -8,7 +8,8 @@ use std::os::fd::OwnedFd;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use rustix::io::Errno;
-use sandkasten_protocol::{MAX_OUTPUT_CHUNK_BYTES, Message, OutputStreamKind};
+use sandkasten_protocol::{MAX_OUTPUT_CHUNK_BYTES, Message};
+use sandkasten_types::StreamKind;
 
 use super::channel::Channel;
 use super::commands::{Command, Commands};
@@ -36,15 +37,15 @@ fn read_chunk(fd: &OwnedFd, buffer: &mut [u8]) -> Chunk {
     }
 }
 
-fn slot(command: &mut Command, stream: OutputStreamKind) -> &mut Option<OwnedFd> {
+fn slot(command: &mut Command, stream: StreamKind) -> &mut Option<OwnedFd> {
     match stream {
-        OutputStreamKind::Stdout => &mut command.stdout,
-        OutputStreamKind::Stderr => &mut command.stderr,
+        StreamKind::Stdout => &mut command.stdout,
+        StreamKind::Stderr => &mut command.stderr,
     }
 }
 
 /// Reads up to `budget` bytes from one stream into `Output` frames; returns the bytes read.
-fn pump(channel: &mut Channel, id: u64, command: &mut Command, stream: OutputStreamKind, budget: usize) -> usize {
+fn pump(channel: &mut Channel, id: u64, command: &mut Command, stream: StreamKind, budget: usize) -> usize {
     let mut buffer = vec![0u8; MAX_OUTPUT_CHUNK_BYTES];
     let mut total = 0;
     while total < budget {
@@ -62,7 +63,7 @@ fn pump(channel: &mut Channel, id: u64, command: &mut Command, stream: OutputStr
 }
 
 /// The pipe is readable: one chunk goes to the channel.
-pub fn read_output(commands: &mut Commands, channel: &mut Channel, id: u64, stream: OutputStreamKind) {
+pub fn read_output(commands: &mut Commands, channel: &mut Channel, id: u64, stream: StreamKind) {
     if let Some(command) = commands.table.get_mut(&id) {
         pump(channel, id, command, stream, 1);
     }
@@ -106,7 +107,7 @@ pub fn report_finished(commands: &mut Commands, channel: &mut Channel, now_ns: u
         .collect();
     for id in ids {
         let Some(mut command) = commands.table.remove(&id) else { continue };
-        for stream in [OutputStreamKind::Stdout, OutputStreamKind::Stderr] {
+        for stream in [StreamKind::Stdout, StreamKind::Stderr] {
             pump(channel, id, &mut command, stream, FINAL_DRAIN_BYTES);
         }
         let disk_full = [home, "/tmp", "/dev/shm"].iter().any(|mount| is_full(mount));

@@ -7,10 +7,10 @@ use std::io::Read;
 use std::sync::Arc;
 
 use sandkasten_cgroups::Usage;
-use sandkasten_protocol::{OutputStreamKind, monotonic_ns};
+use sandkasten_protocol::monotonic_ns;
 use sandkasten_types::{
-    CommandExit, CommandSpec, ErrorCode, ErrorInfo, ExecRequest, ExecResult, LimitKind, OutputStream, PhaseTimings,
-    ResourceUsage, SandboxSpec,
+    CommandExit, CommandSpec, ErrorCode, ErrorInfo, ExecRequest, ExecResult, LimitKind, OutputChunk, OutputStream,
+    PhaseTimings, ResourceUsage, SandboxSpec, StreamKind,
 };
 use tokio::sync::mpsc;
 
@@ -18,7 +18,7 @@ use super::runner::StdinSource;
 use crate::error::RuntimeError;
 use crate::guard::SandboxGuard;
 use crate::live::{AgentClient, BackgroundCommand, BackgroundEvent};
-use crate::output::{OutputSink, StreamKind};
+use crate::output::OutputSink;
 use crate::plan::{self, RunPlan};
 
 /// How the program ended, as the host saw it.
@@ -257,11 +257,11 @@ impl Observed {
     }
 
     /// Keeps `bytes` (up to the limit) and says whether the stream went past it.
-    fn keep(&mut self, stream: OutputStreamKind, bytes: &[u8]) -> bool {
+    fn keep(&mut self, stream: StreamKind, bytes: &[u8]) -> bool {
         self.first_output_ns.get_or_insert_with(monotonic_ns);
         let kept = match stream {
-            OutputStreamKind::Stdout => &mut self.stdout,
-            OutputStreamKind::Stderr => &mut self.stderr,
+            StreamKind::Stdout => &mut self.stdout,
+            StreamKind::Stderr => &mut self.stderr,
         };
         let room = (self.limit as usize).saturating_sub(kept.bytes.len());
         kept.bytes.extend_from_slice(&bytes[..bytes.len().min(room)]);
@@ -286,8 +286,8 @@ async fn exec(
     loop {
         tokio::select! {
             outcome = &mut running => {
-                while let Ok((stream, bytes)) = received.try_recv() {
-                    over_limit |= forward(observed, sink, stream, &bytes);
+                while let Ok(OutputChunk { stream, data }) = received.try_recv() {
+                    over_limit |= forward(observed, sink, stream, &data);
                 }
                 return match outcome {
                     _ if over_limit => End::OutputLimit,
@@ -298,8 +298,8 @@ async fn exec(
                     Err(_) => End::SandboxDied,
                 };
             }
-            Some((stream, bytes)) = received.recv() => {
-                if forward(observed, sink, stream, &bytes) && !over_limit {
+            Some(OutputChunk { stream, data }) = received.recv() => {
+                if forward(observed, sink, stream, &data) && !over_limit {
                     // Past the cap: the sandbox is stopped (as on the process tier) and its exec then ends.
                     over_limit = true;
                     guard.kill();
@@ -309,22 +309,18 @@ async fn exec(
     }
 }
 
-fn forward(observed: &mut Observed, sink: &mut dyn OutputSink, stream: OutputStreamKind, bytes: &[u8]) -> bool {
+fn forward(observed: &mut Observed, sink: &mut dyn OutputSink, stream: StreamKind, bytes: &[u8]) -> bool {
     let before = match stream {
-        OutputStreamKind::Stdout => observed.stdout.bytes.len(),
-        OutputStreamKind::Stderr => observed.stderr.bytes.len(),
+        StreamKind::Stdout => observed.stdout.bytes.len(),
+        StreamKind::Stderr => observed.stderr.bytes.len(),
     };
     let over = observed.keep(stream, bytes);
     let after = match stream {
-        OutputStreamKind::Stdout => observed.stdout.bytes.len(),
-        OutputStreamKind::Stderr => observed.stderr.bytes.len(),
-    };
-    let kind = match stream {
-        OutputStreamKind::Stdout => StreamKind::Stdout,
-        OutputStreamKind::Stderr => StreamKind::Stderr,
+        StreamKind::Stdout => observed.stdout.bytes.len(),
+        StreamKind::Stderr => observed.stderr.bytes.len(),
     };
     if after > before {
-        sink.chunk(kind, &bytes[..after - before]);
+        sink.chunk(stream, &bytes[..after - before]);
     }
     over
 }

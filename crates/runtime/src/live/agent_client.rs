@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use sandkasten_protocol::{Envelope, FailureCode, FrameDecoder, Message, OutputStreamKind, encode};
-use sandkasten_types::{CommandExit, CommandSpec, FileInfo};
+use sandkasten_protocol::{Envelope, FailureCode, FrameDecoder, Message, encode};
+use sandkasten_types::{CommandExit, CommandSpec, FileInfo, OutputChunk};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::net::unix::OwnedWriteHalf;
@@ -110,14 +110,14 @@ impl AgentClient {
     pub async fn exec(
         &self,
         spec: CommandSpec,
-        output: mpsc::Sender<(OutputStreamKind, Vec<u8>)>,
+        output: mpsc::Sender<OutputChunk>,
     ) -> Result<CommandExit, AgentFailure> {
         let (id, mut replies) = self.start(Message::Exec { spec, background: false }).await?;
         let outcome = loop {
             match replies.recv().await {
                 Some(Message::Output { stream, data }) => {
-                    if let Ok(bytes) = BASE64.decode(data) {
-                        let _ = output.send((stream, bytes)).await;
+                    if let Ok(data) = BASE64.decode(data) {
+                        let _ = output.send(OutputChunk { stream, data }).await;
                     }
                 }
                 Some(Message::ExecExited { exit }) => break Ok(exit),

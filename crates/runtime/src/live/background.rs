@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use sandkasten_protocol::{FailureCode, Message, OutputStreamKind};
-use sandkasten_types::{CommandExit, CommandSpec};
+use sandkasten_protocol::{FailureCode, Message};
+use sandkasten_types::{CommandExit, CommandSpec, StreamKind};
 use tokio::sync::{mpsc, oneshot};
 
 use super::agent_client::{AgentClient, AgentFailure};
@@ -25,7 +25,7 @@ const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BackgroundEvent {
     /// Output, in order per stream.
-    Output(OutputStreamKind, Vec<u8>),
+    Output(StreamKind, Vec<u8>),
     /// The command ended; nothing follows.
     Exited(CommandExit),
 }

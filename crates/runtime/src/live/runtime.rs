@@ -8,8 +8,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use sandkasten_types::{
-    CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, Entrance, ResourceUsage, SandboxSpec,
-    Tier,
+    CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, Entrance, OutputChunk, ResourceUsage,
+    SandboxSpec, Tier,
 };
 use tokio::sync::mpsc;
 
@@ -21,7 +21,6 @@ use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
 use crate::spawner::{SpawnerClient, SpawnerEvent};
 use sandkasten_cgroups::{Cgroup, Hierarchy};
-use sandkasten_protocol::OutputStreamKind;
 
 /// A live sandbox as the owner sees it: its agent's channel and a pidfd of the agent (for joining its network
 /// namespace without a pid-reuse race).
@@ -122,7 +121,7 @@ impl LiveRuntime {
         &self,
         id: &str,
         spec: CommandSpec,
-        output: mpsc::Sender<(OutputStreamKind, Vec<u8>)>,
+        output: mpsc::Sender<OutputChunk>,
     ) -> Result<CommandExit, AgentFailure> {
         let (agent, cgroup) = self
             .agents

@@ -27,7 +27,6 @@ use crate::api::output::{self, json_event};
 use crate::api::running::{Started, pump};
 use crate::auth::Tenant;
 use crate::metrics::LimitKind;
-use crate::runtime::Stream;
 use crate::state::AppState;
 use crate::store::SandboxRecord;
 
@@ -149,10 +148,7 @@ fn stream(state: AppState, id: String, isolation: IsolationName, started: Starte
     tokio::spawn(async move {
         let started_at = started.started;
         let result = pump(started, |chunk| {
-            let name = match chunk.stream {
-                Stream::Stdout => "stdout",
-                Stream::Stderr => "stderr",
-            };
+            let name = chunk.stream.as_str();
             let data = output::event(&chunk.data);
             let sender = sender.clone();
             // A closed channel means the client left: the cell goes on regardless.

@@ -22,7 +22,6 @@ use crate::api::output::json_event;
 use crate::api::schemas::ExitEvent;
 use crate::auth::Tenant;
 use crate::background::CommandEvent;
-use crate::runtime::Stream;
 use crate::state::AppState;
 
 /// The offset to start from: `Last-Event-ID` when sent, else `?since=`, else 0.
@@ -40,10 +39,7 @@ fn start_offset(headers: &HeaderMap, query: &StreamQuery) -> Result<u64, ApiErro
 fn to_event(event: CommandEvent, isolation: IsolationName) -> Option<Event> {
     match event {
         CommandEvent::Output { chunk, offset } => {
-            let name = match chunk.stream {
-                Stream::Stdout => "stdout",
-                Stream::Stderr => "stderr",
-            };
+            let name = chunk.stream.as_str();
             output::event(&chunk.data).map(|data| json_event(name, &data).id(offset.to_string()))
         }
         CommandEvent::Ended(status) => {

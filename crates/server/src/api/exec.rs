@@ -12,7 +12,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use sandkasten_types::{CommandExit, CommandSpec};
+use sandkasten_types::{CommandExit, CommandSpec, OutputChunk, StreamKind};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -27,7 +27,6 @@ use crate::api::schemas::{ExecBody, ExecResponse, ExitEvent};
 use crate::auth::Tenant;
 use crate::clock::now_ms;
 use crate::metrics::{ExecPhase, LimitKind};
-use crate::runtime::{OutputChunk, Stream};
 use crate::state::AppState;
 use crate::store::SandboxRecord;
 use crate::validate;
@@ -158,8 +157,8 @@ pub(crate) async fn exec(
     let (mut stdout, mut stderr) = (Capture::default(), Capture::default());
     let result = pump(started, |chunk| {
         match chunk.stream {
-            Stream::Stdout => stdout.keep(&chunk.data, limit),
-            Stream::Stderr => stderr.keep(&chunk.data, limit),
+            StreamKind::Stdout => stdout.keep(&chunk.data, limit),
+            StreamKind::Stderr => stderr.keep(&chunk.data, limit),
         }
         std::future::ready(())
     })
@@ -186,8 +185,8 @@ fn stream(
         let (mut stdout, mut stderr) = (Capture::default(), Capture::default());
         let result = pump(started, |chunk| {
             let (name, capture) = match chunk.stream {
-                Stream::Stdout => ("stdout", &mut stdout),
-                Stream::Stderr => ("stderr", &mut stderr),
+                StreamKind::Stdout => ("stdout", &mut stdout),
+                StreamKind::Stderr => ("stderr", &mut stderr),
             };
             let event = capture.forward(&chunk.data, limit).map(|data| json_event(name, &data));
             let sender = sender.clone();

@@ -17,6 +17,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use sandkasten_types::StreamKind;
 use tokio::sync::mpsc;
 
 use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
@@ -25,7 +26,6 @@ use crate::api::isolation::IsolationName;
 use crate::api::output::{self, Capture, json_event};
 use crate::auth::Tenant;
 use crate::lifecycle::resolve_tier;
-use crate::runtime::Stream;
 use crate::state::AppState;
 
 pub(crate) use phases::RunPhases;
@@ -95,8 +95,8 @@ async fn collect(
     while let Some(event) = events.recv().await {
         match event {
             RunEvent::Output(chunk) => match chunk.stream {
-                Stream::Stdout => stdout.keep(&chunk.data, limit),
-                Stream::Stderr => stderr.keep(&chunk.data, limit),
+                StreamKind::Stdout => stdout.keep(&chunk.data, limit),
+                StreamKind::Stderr => stderr.keep(&chunk.data, limit),
             },
             RunEvent::Done(outcome) => {
                 return Ok(Json(result(id, isolation, outcome?, stdout, stderr)).into_response());
@@ -125,8 +125,8 @@ impl StreamState {
         let outcome = match event {
             Some(RunEvent::Output(chunk)) => {
                 let (name, capture) = match chunk.stream {
-                    Stream::Stdout => ("stdout", &mut self.stdout),
-                    Stream::Stderr => ("stderr", &mut self.stderr),
+                    StreamKind::Stdout => ("stdout", &mut self.stdout),
+                    StreamKind::Stderr => ("stderr", &mut self.stderr),
                 };
                 if let Some(data) = capture.forward(&chunk.data, self.limit) {
                     self.pending.push_back(json_event(name, &data));

@@ -4,9 +4,10 @@
 
 use std::time::Instant;
 
+use sandkasten_types::OutputChunk;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::runtime::{FailureKind, OutputChunk, RuntimeFailure};
+use crate::runtime::{FailureKind, RuntimeFailure};
 
 /// A running command (`T` = `CommandExit`) or cell (`T` = `CellOutcome`).
 pub(crate) struct Started<T> {

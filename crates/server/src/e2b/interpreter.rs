@@ -24,7 +24,6 @@ use crate::api::running::pump;
 use crate::e2b::auth::{runtime_failure, sandbox_access};
 use crate::e2b::error::{Code, E2bError};
 use crate::e2b::paths::E2B_HOME;
-use crate::runtime::Stream;
 use crate::state::AppState;
 
 #[derive(Debug, Default, Deserialize)]
@@ -142,10 +141,7 @@ pub(crate) async fn execute(
     let (sender, receiver) = mpsc::channel::<Result<Bytes, Infallible>>(64);
     tokio::spawn(async move {
         let result = pump(started, |chunk| {
-            let kind = match chunk.stream {
-                Stream::Stdout => "stdout",
-                Stream::Stderr => "stderr",
-            };
+            let kind = chunk.stream.as_str();
             let text = String::from_utf8_lossy(&chunk.data).into_owned();
             let sender = sender.clone();
             async move {

@@ -26,7 +26,6 @@ use crate::e2b::connect::{self, StreamWriter};
 use crate::e2b::error::{Code, E2bError};
 use crate::e2b::paths;
 use crate::e2b::sessions::ProcessMeta;
-use crate::runtime::Stream;
 use crate::state::AppState;
 
 /// How often an idle stream carries a keepalive event.
@@ -281,10 +280,7 @@ async fn forward(writer: StreamWriter, pid: u32, mut events: mpsc::Receiver<Comm
         tokio::select! {
             received = events.recv() => match received {
                 Some(CommandEvent::Output { chunk, .. }) => {
-                    let stream = match chunk.stream {
-                        Stream::Stdout => "stdout",
-                        Stream::Stderr => "stderr",
-                    };
+                    let stream = chunk.stream.as_str();
                     let data = event(json!({ "data": { stream: STANDARD.encode(&chunk.data) } }));
                     if !writer.send(&data).await {
                         return;

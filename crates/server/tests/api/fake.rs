@@ -9,12 +9,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use sandkasten_server::{
-    CommandEvent, CommandStatus, FailureKind, OutputChunk, RuntimeFailure, SandboxRuntime, Stream,
-};
+use sandkasten_server::{CommandEvent, CommandStatus, FailureKind, RuntimeFailure, SandboxRuntime};
 use sandkasten_types::{
     CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo,
-    FileKind, SandboxSpec, Tier,
+    FileKind, OutputChunk, SandboxSpec, StreamKind, Tier,
 };
 use tokio::sync::mpsc;
 
@@ -108,7 +106,7 @@ impl FakeRuntime {
     }
 }
 
-async fn send(events: &mpsc::Sender<OutputChunk>, stream: Stream, text: &[u8]) {
+async fn send(events: &mpsc::Sender<OutputChunk>, stream: StreamKind, text: &[u8]) {
     events.send(OutputChunk { stream, data: text.to_vec() }).await.ok();
 }
 
@@ -164,7 +162,7 @@ impl SandboxRuntime for FakeRuntime {
             |code| Ok(CommandExit { exit_code: Some(code), signal: None, timed_out: false, ..CommandExit::default() });
         let result = match argv[0].as_str() {
             "echo" => {
-                send(&events, Stream::Stdout, format!("{}\n", argv[1..].join(" ")).as_bytes()).await;
+                send(&events, StreamKind::Stdout, format!("{}\n", argv[1..].join(" ")).as_bytes()).await;
                 exit(0)
             }
             "sleep-ms" => {
@@ -177,7 +175,7 @@ impl SandboxRuntime for FakeRuntime {
             }
             "bytes" => {
                 let n: usize = argv.get(1).and_then(|a| a.parse().ok()).unwrap_or(0);
-                send(&events, Stream::Stdout, &vec![b'x'; n]).await;
+                send(&events, StreamKind::Stdout, &vec![b'x'; n]).await;
                 exit(0)
             }
             "steps" => {
@@ -185,9 +183,9 @@ impl SandboxRuntime for FakeRuntime {
                 for step in &argv[1..] {
                     let (op, arg) = step.split_once(':').unwrap_or((step, ""));
                     match op {
-                        "out" => send(&events, Stream::Stdout, arg.as_bytes()).await,
-                        "err" => send(&events, Stream::Stderr, arg.as_bytes()).await,
-                        "raw" => send(&events, Stream::Stdout, &[0xff, 0xfe]).await,
+                        "out" => send(&events, StreamKind::Stdout, arg.as_bytes()).await,
+                        "err" => send(&events, StreamKind::Stderr, arg.as_bytes()).await,
+                        "raw" => send(&events, StreamKind::Stdout, &[0xff, 0xfe]).await,
                         "sleep" => tokio::time::sleep(Duration::from_millis(arg.parse().unwrap_or(0))).await,
                         "exit" => code = arg.parse().unwrap_or(1),
                         "gone" => {
@@ -200,7 +198,7 @@ impl SandboxRuntime for FakeRuntime {
                 exit(code)
             }
             other => {
-                send(&events, Stream::Stderr, format!("{other}: command not found\n").as_bytes()).await;
+                send(&events, StreamKind::Stderr, format!("{other}: command not found\n").as_bytes()).await;
                 exit(127)
             }
         };
@@ -397,7 +395,7 @@ impl SandboxRuntime for FakeRuntime {
         let mut outcome =
             CellOutcome { context_id: info.id, execution_count: info.execution_count, ..CellOutcome::default() };
         if let Some(text) = request.code.strip_prefix("print:") {
-            send(&events, Stream::Stdout, text.as_bytes()).await;
+            send(&events, StreamKind::Stdout, text.as_bytes()).await;
             outcome.stdout = text.to_owned();
         } else if request.code == "hang" {
             tokio::time::sleep(Duration::from_millis(request.timeout_ms)).await;

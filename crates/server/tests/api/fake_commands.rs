@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sandkasten_server::{CommandEvent, CommandStatus, FailureKind, OutputChunk, RuntimeFailure, Stream};
-use sandkasten_types::{CommandExit, CommandSpec};
+use sandkasten_server::{CommandEvent, CommandStatus, FailureKind, RuntimeFailure};
+use sandkasten_types::{CommandExit, CommandSpec, OutputChunk, StreamKind};
 use tokio::sync::{mpsc, watch};
 
 enum Control {
@@ -20,7 +20,7 @@ enum Control {
 
 #[derive(Default)]
 struct Log {
-    pieces: Vec<(Stream, Vec<u8>, u64)>,
+    pieces: Vec<(StreamKind, Vec<u8>, u64)>,
     total: u64,
     accepted: [u64; 2],
     truncated: [bool; 2],
@@ -36,9 +36,9 @@ struct Command {
 }
 
 impl Command {
-    fn push(&self, stream: Stream, data: &[u8]) {
+    fn push(&self, stream: StreamKind, data: &[u8]) {
         let mut log = self.log.lock().unwrap();
-        let index = usize::from(stream == Stream::Stderr);
+        let index = usize::from(stream == StreamKind::Stderr);
         let take = data.len().min((self.limit - log.accepted[index]) as usize);
         log.truncated[index] |= take < data.len();
         log.accepted[index] += take as u64;
@@ -99,8 +99,8 @@ async fn run(command: Arc<Command>, argv: Vec<String>, mut control: mpsc::Unboun
             for step in &argv[1..] {
                 let (op, arg) = step.split_once(':').unwrap_or((step, ""));
                 match op {
-                    "out" => command.push(Stream::Stdout, arg.as_bytes()),
-                    "err" => command.push(Stream::Stderr, arg.as_bytes()),
+                    "out" => command.push(StreamKind::Stdout, arg.as_bytes()),
+                    "err" => command.push(StreamKind::Stderr, arg.as_bytes()),
                     "exit" => exit = code(arg.parse().unwrap_or(1)),
                     "sleep" => {
                         if let Some(signal) = sleep_or_signal(arg.parse().unwrap_or(0), &mut control).await {
@@ -122,14 +122,14 @@ async fn run(command: Arc<Command>, argv: Vec<String>, mut control: mpsc::Unboun
         "timeout" => Some(CommandExit { exit_code: None, signal: Some(9), timed_out: true, ..CommandExit::default() }),
         "cat" => loop {
             match control.recv().await {
-                Some(Control::Stdin(data)) => command.push(Stream::Stdout, &data),
+                Some(Control::Stdin(data)) => command.push(StreamKind::Stdout, &data),
                 Some(Control::Eof) => break code(0),
                 Some(Control::Signal(signal)) => break killed(signal),
                 None => break None,
             }
         },
         other => {
-            command.push(Stream::Stderr, format!("{other}: command not found\n").as_bytes());
+            command.push(StreamKind::Stderr, format!("{other}: command not found\n").as_bytes());
             code(127)
         }
     };

@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use sandkasten_protocol::{Envelope, FrameDecoder, Message, OutputStreamKind, write_frame};
+use sandkasten_protocol::{Envelope, FrameDecoder, Message, write_frame};
 use sandkasten_types::CommandExit;
+use sandkasten_types::StreamKind;
 
 use super::{FsIdentity, LaunchRequest, Launcher, SandboxRoot, ServeContext, serve};
 
@@ -197,8 +198,8 @@ impl TestAgent {
                 Message::Output { stream, data } => {
                     let bytes = STANDARD.decode(data).unwrap();
                     match stream {
-                        OutputStreamKind::Stdout => finished.stdout.extend(bytes),
-                        OutputStreamKind::Stderr => finished.stderr.extend(bytes),
+                        StreamKind::Stdout => finished.stdout.extend(bytes),
+                        StreamKind::Stderr => finished.stderr.extend(bytes),
                     }
                 }
                 Message::ExecExited { exit } => {

@@ -12,7 +12,8 @@ use sandkasten_protocol::{FrameDecoder, Message, monotonic_ns};
 
 use super::stdin_pump::StdinPump;
 use crate::error::RuntimeError;
-use crate::output::{Capture, OutputSink, StreamKind};
+use crate::output::{Capture, OutputSink};
+use sandkasten_types::StreamKind;
 
 /// Signals that make the owner destroy the sandbox and stop.
 pub(crate) const STOP_SIGNALS: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];

@@ -5,8 +5,7 @@
 
 use std::sync::Mutex;
 
-use sandkasten_protocol::OutputStreamKind;
-use sandkasten_types::CommandExit;
+use sandkasten_types::{CommandExit, StreamKind};
 use tokio::sync::watch;
 
 /// Largest piece stored: consecutive output of one stream is merged up to this size.
@@ -16,7 +15,7 @@ const PIECE_BYTES: usize = 64 << 10;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Piece {
     /// The stream it came from.
-    pub stream: OutputStreamKind,
+    pub stream: StreamKind,
     /// The bytes.
     pub data: Vec<u8>,
     /// Offset just after these bytes (what a listener passes to continue after them).
@@ -41,7 +40,7 @@ struct StreamState {
 
 #[derive(Debug, Default)]
 struct State {
-    pieces: Vec<(OutputStreamKind, u64, Vec<u8>)>,
+    pieces: Vec<(StreamKind, u64, Vec<u8>)>,
     total: u64,
     streams: [StreamState; 2],
     ending: Option<Ending>,
@@ -66,15 +65,15 @@ pub struct OutputLog {
     changed: watch::Sender<u64>,
 }
 
-fn index(stream: OutputStreamKind) -> usize {
+fn index(stream: StreamKind) -> usize {
     match stream {
-        OutputStreamKind::Stdout => 0,
-        OutputStreamKind::Stderr => 1,
+        StreamKind::Stdout => 0,
+        StreamKind::Stderr => 1,
     }
 }
 
 impl State {
-    fn store(&mut self, stream: OutputStreamKind, data: &[u8]) {
+    fn store(&mut self, stream: StreamKind, data: &[u8]) {
         if data.is_empty() {
             return;
         }
@@ -103,7 +102,7 @@ impl OutputLog {
     }
 
     /// Adds output of `stream` (what fits under the limit; a trailing partial character waits for the next chunk).
-    pub fn push(&self, stream: OutputStreamKind, data: &[u8]) {
+    pub fn push(&self, stream: StreamKind, data: &[u8]) {
         let limit = self.limit;
         self.with(|state| {
             let own = &mut state.streams[index(stream)];
@@ -128,7 +127,7 @@ impl OutputLog {
             if state.ending.is_some() {
                 return;
             }
-            for stream in [OutputStreamKind::Stdout, OutputStreamKind::Stderr] {
+            for stream in [StreamKind::Stdout, StreamKind::Stderr] {
                 let carry = std::mem::take(&mut state.streams[index(stream)].carry);
                 state.store(stream, &carry);
             }
@@ -173,10 +172,10 @@ impl OutputLog {
 mod tests {
     use super::*;
 
-    const OUT: OutputStreamKind = OutputStreamKind::Stdout;
-    const ERR: OutputStreamKind = OutputStreamKind::Stderr;
+    const OUT: StreamKind = StreamKind::Stdout;
+    const ERR: StreamKind = StreamKind::Stderr;
 
-    fn texts(read: &Read) -> Vec<(OutputStreamKind, String, u64)> {
+    fn texts(read: &Read) -> Vec<(StreamKind, String, u64)> {
         read.pieces.iter().map(|p| (p.stream, String::from_utf8_lossy(&p.data).into_owned(), p.end)).collect()
     }
 

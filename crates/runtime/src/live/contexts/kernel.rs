@@ -6,8 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sandkasten_protocol::OutputStreamKind;
-use sandkasten_types::{CellError, CodeLanguage, CommandExit, CommandSpec};
+use sandkasten_types::{CellError, CodeLanguage, CommandExit, CommandSpec, OutputChunk, StreamKind};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -28,8 +27,8 @@ const INTERRUPT_GRACE: Duration = Duration::from_secs(3);
 /// Most bytes of a failed start's stderr kept for the error message.
 const START_STDERR_BYTES: usize = 4096;
 
-/// What to send a cell's output to: the stream and its text, as it arrives.
-pub type CellOutput = mpsc::Sender<(OutputStreamKind, String)>;
+/// What to send a cell's output to, as it arrives (each chunk's bytes are whole UTF-8 characters).
+pub type CellOutput = mpsc::Sender<OutputChunk>;
 
 /// The command that runs a kernel of `language`, importing (Python) or requiring (Node) the `preload` modules before
 /// it reports ready.
@@ -64,10 +63,10 @@ pub struct CellRun {
 }
 
 impl CellRun {
-    fn keep(&mut self, stream: OutputStreamKind, text: &str, limit: usize) -> Option<String> {
+    fn keep(&mut self, stream: StreamKind, text: &str, limit: usize) -> Option<String> {
         let target = match stream {
-            OutputStreamKind::Stdout => &mut self.stdout,
-            OutputStreamKind::Stderr => &mut self.stderr,
+            StreamKind::Stdout => &mut self.stdout,
+            StreamKind::Stderr => &mut self.stderr,
         };
         let room = limit.saturating_sub(target.len());
         if room == 0 {
@@ -122,7 +121,7 @@ impl Kernel {
         loop {
             let event = tokio::time::timeout_at(deadline, kernel.events.recv()).await;
             match event {
-                Ok(Some(BackgroundEvent::Output(OutputStreamKind::Stdout, bytes))) => {
+                Ok(Some(BackgroundEvent::Output(StreamKind::Stdout, bytes))) => {
                     let ready = kernel
                         .lines
                         .push(&bytes)
@@ -132,7 +131,7 @@ impl Kernel {
                         return Ok(kernel);
                     }
                 }
-                Ok(Some(BackgroundEvent::Output(OutputStreamKind::Stderr, bytes))) => {
+                Ok(Some(BackgroundEvent::Output(StreamKind::Stderr, bytes))) => {
                     let room = START_STDERR_BYTES.saturating_sub(stderr.len());
                     stderr.extend_from_slice(&bytes[..bytes.len().min(room)]);
                 }
@@ -232,7 +231,7 @@ impl Kernel {
                 }
             };
             match event {
-                Some(BackgroundEvent::Output(OutputStreamKind::Stdout, bytes)) => {
+                Some(BackgroundEvent::Output(StreamKind::Stdout, bytes)) => {
                     for line in self.lines.push(&bytes) {
                         match line {
                             Line::Message(KernelMessage::Reply(reply)) if reply.id == Some(id) => {
@@ -240,12 +239,11 @@ impl Kernel {
                                 return run;
                             }
                             Line::Message(KernelMessage::Stream { name, text }) => {
-                                let stream =
-                                    if name == "stderr" { OutputStreamKind::Stderr } else { OutputStreamKind::Stdout };
+                                let stream = if name == "stderr" { StreamKind::Stderr } else { StreamKind::Stdout };
                                 forward(&mut run, output, stream, &text, limit).await;
                             }
                             Line::Message(_) => {}
-                            Line::Raw(text) => forward(&mut run, output, OutputStreamKind::Stdout, &text, limit).await,
+                            Line::Raw(text) => forward(&mut run, output, StreamKind::Stdout, &text, limit).await,
                             Line::Oversized => {
                                 run.host_error = Some(CellError {
                                     name: "ResultTooLarge".to_owned(),
@@ -260,9 +258,9 @@ impl Kernel {
                         }
                     }
                 }
-                Some(BackgroundEvent::Output(OutputStreamKind::Stderr, bytes)) => {
+                Some(BackgroundEvent::Output(StreamKind::Stderr, bytes)) => {
                     let text = String::from_utf8_lossy(&bytes).into_owned();
-                    forward(&mut run, output, OutputStreamKind::Stderr, &text, limit).await;
+                    forward(&mut run, output, StreamKind::Stderr, &text, limit).await;
                 }
                 Some(BackgroundEvent::Exited(exit)) => {
                     self.exited = Some(exit);
@@ -287,10 +285,10 @@ impl Kernel {
     }
 }
 
-async fn forward(run: &mut CellRun, output: &CellOutput, stream: OutputStreamKind, text: &str, limit: usize) {
+async fn forward(run: &mut CellRun, output: &CellOutput, stream: StreamKind, text: &str, limit: usize) {
     if let Some(kept) = run.keep(stream, text, limit) {
         // The caller may have stopped listening (a client hung up): the cell goes on.
-        let _ = output.send((stream, kept)).await;
+        let _ = output.send(OutputChunk { stream, data: kept.into_bytes() }).await;
     }
 }
 

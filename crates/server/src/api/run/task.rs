@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use sandkasten_types::{CommandExit, CommandSpec};
+use sandkasten_types::{CommandExit, CommandSpec, OutputChunk};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::api::error::ApiError;
@@ -26,7 +26,7 @@ use crate::clock::now_ms;
 use crate::config::ZygoteKind;
 use crate::lifecycle::{SIGKILL, finish_run, start_sandbox_with_zygote};
 use crate::metrics::LimitKind;
-use crate::runtime::{FailureKind, OutputChunk, RuntimeFailure};
+use crate::runtime::{FailureKind, RuntimeFailure};
 use crate::state::AppState;
 
 /// How a run ended, when it got to run.
