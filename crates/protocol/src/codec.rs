@@ -182,13 +182,12 @@ mod tests {
     }
 
     fn serve_samples() -> Vec<Vec<u8>> {
-        use crate::serve_types::FailureCode;
-        use sandkasten_types::StreamKind;
+        use sandkasten_types::{Failure, FailureKind, StreamKind};
         let messages = [
             Message::Exec { spec: sandkasten_types::CommandSpec::default(), background: true },
             Message::Output { stream: StreamKind::Stderr, data: "aGk=".into() },
             Message::FileRead { path: "/workspace/a".into(), offset: 3, len: 9 },
-            Message::Failed { code: FailureCode::NotEmpty, message: "x".into() },
+            Message::Failed(Failure::new(FailureKind::NotEmpty, "x")),
             Message::Shutdown,
         ];
         messages.into_iter().map(|msg| encode(&Envelope::new(5, msg)).unwrap_or_default()).collect()
@@ -203,11 +202,12 @@ mod tests {
             assert_eq!(decoded.as_ref().map(|e| e.id), Some(5), "{}", String::from_utf8_lossy(&frame));
         }
         let failed = encode(&Envelope::new(1, serve_samples_failed())).unwrap_or_default();
-        assert!(String::from_utf8_lossy(&failed).contains(r#""code":"permission_denied""#));
+        let failed = String::from_utf8_lossy(&failed);
+        assert!(failed.contains(r#""type":"failed","kind":"permission_denied","message":"""#), "{failed}");
     }
 
     fn serve_samples_failed() -> Message {
-        Message::Failed { code: crate::serve_types::FailureCode::PermissionDenied, message: String::new() }
+        Message::Failed(sandkasten_types::Failure::new(sandkasten_types::FailureKind::PermissionDenied, ""))
     }
 
     const JSON_ALPHABET: &[u8] = br#"{}[]":,0123456789.eEtrufalsn\ vidmsgtype"#;

@@ -18,10 +18,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use sandkasten_types::{CommandExit, CommandSpec, FileInfo, StreamKind};
+use sandkasten_types::{CommandExit, CommandSpec, Failure, FileInfo, StreamKind};
 
 use crate::plan::AgentPlan;
-use crate::serve_types::{FailureCode, RunningCommand};
+use crate::serve_types::RunningCommand;
 
 /// The protocol version this build speaks. A peer with another version is refused with a clear error.
 pub const PROTOCOL_VERSION: u16 = 1;
@@ -219,11 +219,6 @@ pub enum Message {
     },
     /// agent → host: the request succeeded (requests without a payload in their answer).
     Done,
-    /// agent → host: the request failed.
-    Failed {
-        /// Machine-readable reason.
-        code: FailureCode,
-        /// For humans.
-        message: String,
-    },
+    /// agent → host: the request failed (`{"type": "failed", "kind": "not_found", "message": "…"}`).
+    Failed(Failure),
 }

@@ -1,5 +1,5 @@
-//! Small types carried by the serve-mode messages: running commands, failure codes, and the size limits both sides
-//! rely on (output streams are `sandkasten_types::StreamKind`).
+//! Small types carried by the serve-mode messages: running commands and the size limits both sides rely on (output
+//! streams are `sandkasten_types::StreamKind`, failures `sandkasten_types::Failure`).
 
 use serde::{Deserialize, Serialize};
 
@@ -18,32 +18,4 @@ pub struct RunningCommand {
     pub pid: u32,
     /// What it runs.
     pub argv: Vec<String>,
-}
-
-/// Why a request failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FailureCode {
-    /// The path, command or stream does not exist (or is closed).
-    NotFound,
-    /// The sandbox user may not do this.
-    PermissionDenied,
-    /// The path is not absolute, contains NUL, crosses a magic link, loops, or names something that cannot be used.
-    InvalidPath,
-    /// The target exists already.
-    AlreadyExists,
-    /// A directory was expected.
-    NotADirectory,
-    /// A directory was not expected.
-    IsADirectory,
-    /// The directory is not empty.
-    NotEmpty,
-    /// Too big: the disk is full, or the answer would exceed the frame limit.
-    TooLarge,
-    /// The command could not be started.
-    ExecFailed,
-    /// The agent cannot take this now (too many commands, stdin buffer full, a mount point).
-    Busy,
-    /// Anything else, including malformed requests.
-    Internal,
 }

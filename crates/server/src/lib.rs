@@ -28,7 +28,7 @@ pub use api::{ApiDoc, openapi_json, router};
 pub use background::{CommandEvent, CommandStatus};
 pub use config::{ConfigError, PoolConfig, ServerConfig};
 pub use metrics::{ExecPhase, ExitReason, LimitKind, Metrics};
-pub use runtime::{FailureKind, RuntimeFailure, SandboxRuntime};
+pub use runtime::SandboxRuntime;
 pub use state::AppState;
 pub use store::{Store, StoreError};
 

@@ -1,65 +1,18 @@
-//! The seam between the HTTP server and whatever runs sandboxes: the `SandboxRuntime` trait and its failures (output
-//! arrives as `sandkasten_types::OutputChunk`s). The server only ever talks to a runtime through this trait, so
-//! tests plug in an in-memory fake.
+//! The seam between the HTTP server and whatever runs sandboxes: the `SandboxRuntime` trait (output arrives as
+//! `sandkasten_types::OutputChunk`s, failures are `sandkasten_types::Failure`s). The server only ever talks to a
+//! runtime through this trait, so tests plug in an in-memory fake.
 
 use std::future::Future;
 
 use futures::future::BoxFuture;
 pub use sandkasten_egress::Entrance;
 use sandkasten_types::{
-    CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo, OutputChunk, SandboxSpec, Tier,
+    CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, Failure, FailureKind, FileInfo,
+    OutputChunk, SandboxSpec, Tier,
 };
-use thiserror::Error;
 use tokio::sync::mpsc;
 
 use crate::background::{CommandEvent, CommandStatus};
-
-/// What kind of failure a runtime reports; the server maps each kind to one HTTP status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailureKind {
-    /// The sandbox or the path does not exist.
-    NotFound,
-    /// The sandbox user may not do this (file permissions inside the sandbox).
-    PermissionDenied,
-    /// The path is not acceptable (escapes the sandbox, malformed).
-    InvalidPath,
-    /// The target path exists already.
-    AlreadyExists,
-    /// A path component, or the target, is not a directory.
-    NotADirectory,
-    /// The target is a directory where a file was expected.
-    IsADirectory,
-    /// The directory is not empty (remove without `recursive`).
-    NotEmpty,
-    /// The file or write is larger than allowed (the caller's maximum or the sandbox's disk).
-    TooLarge,
-    /// The command could not be started.
-    ExecFailed,
-    /// The sandbox died or was removed underneath the request.
-    SandboxGone,
-    /// The runtime itself failed; never the client's fault.
-    Internal,
-    /// The request conflicts with the target's state (a background command that has ended, its stdin closed, too
-    /// many running).
-    Conflict,
-}
-
-/// A failed runtime operation: its kind and a human message (lowercase, no full stop, safe to show the client).
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("{message}")]
-pub struct RuntimeFailure {
-    /// What kind of failure it is.
-    pub kind: FailureKind,
-    /// What went wrong, for the client.
-    pub message: String,
-}
-
-impl RuntimeFailure {
-    /// Builds a failure from its kind and message.
-    pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
-        RuntimeFailure { kind, message: message.into() }
-    }
-}
 
 /// Runs long-lived sandboxes. Implemented by the real runtime (`crates/runtime`) and by test fakes.
 ///
@@ -76,9 +29,9 @@ pub trait SandboxRuntime: Send + Sync + 'static {
     }
     /// Creates and starts the sandbox `id` on the tier `spec.isolation` (always set by the server); on failure
     /// nothing of it may remain.
-    fn create(&self, id: &str, spec: &SandboxSpec) -> impl Future<Output = Result<(), RuntimeFailure>> + Send;
+    fn create(&self, id: &str, spec: &SandboxSpec) -> impl Future<Output = Result<(), Failure>> + Send;
     /// Stops the sandbox and removes everything it holds. Destroying an unknown sandbox is `NotFound`.
-    fn destroy(&self, id: &str) -> impl Future<Output = Result<(), RuntimeFailure>> + Send;
+    fn destroy(&self, id: &str) -> impl Future<Output = Result<(), Failure>> + Send;
     /// True while the sandbox's processes are alive (used by the startup reconcile).
     fn is_alive(&self, id: &str) -> bool;
     /// Runs a command to its end; output chunks are sent to `events` as they arrive (the receiver may be dropped:
@@ -88,31 +41,21 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         id: &str,
         spec: CommandSpec,
         events: mpsc::Sender<OutputChunk>,
-    ) -> impl Future<Output = Result<CommandExit, RuntimeFailure>> + Send;
+    ) -> impl Future<Output = Result<CommandExit, Failure>> + Send;
     /// Reads a whole regular file; `TooLarge` when it is bigger than `max_bytes`.
-    fn read_file(
-        &self,
-        id: &str,
-        path: &str,
-        max_bytes: u64,
-    ) -> impl Future<Output = Result<Vec<u8>, RuntimeFailure>> + Send;
+    fn read_file(&self, id: &str, path: &str, max_bytes: u64) -> impl Future<Output = Result<Vec<u8>, Failure>> + Send;
     /// Creates or replaces a regular file with `data`.
-    fn write_file(
-        &self,
-        id: &str,
-        path: &str,
-        data: Vec<u8>,
-    ) -> impl Future<Output = Result<(), RuntimeFailure>> + Send;
+    fn write_file(&self, id: &str, path: &str, data: Vec<u8>) -> impl Future<Output = Result<(), Failure>> + Send;
     /// Lists a directory (not recursive).
-    fn list_dir(&self, id: &str, path: &str) -> impl Future<Output = Result<Vec<FileInfo>, RuntimeFailure>> + Send;
+    fn list_dir(&self, id: &str, path: &str) -> impl Future<Output = Result<Vec<FileInfo>, Failure>> + Send;
     /// Describes one path without following a final symlink.
-    fn stat(&self, id: &str, path: &str) -> impl Future<Output = Result<FileInfo, RuntimeFailure>> + Send;
+    fn stat(&self, id: &str, path: &str) -> impl Future<Output = Result<FileInfo, Failure>> + Send;
     /// Creates a directory, and its missing parents when `parents` is set.
-    fn mkdir(&self, id: &str, path: &str, parents: bool) -> impl Future<Output = Result<(), RuntimeFailure>> + Send;
+    fn mkdir(&self, id: &str, path: &str, parents: bool) -> impl Future<Output = Result<(), Failure>> + Send;
     /// Renames a path inside the sandbox.
-    fn rename(&self, id: &str, from: &str, to: &str) -> impl Future<Output = Result<(), RuntimeFailure>> + Send;
+    fn rename(&self, id: &str, from: &str, to: &str) -> impl Future<Output = Result<(), Failure>> + Send;
     /// Removes a file, or a directory (with its contents when `recursive` is set).
-    fn remove(&self, id: &str, path: &str, recursive: bool) -> impl Future<Output = Result<(), RuntimeFailure>> + Send;
+    fn remove(&self, id: &str, path: &str, recursive: bool) -> impl Future<Output = Result<(), Failure>> + Send;
 
     /// Creates a code context (an interpreter whose state persists across cells) and starts it. Runtimes without a
     /// code interpreter keep this default, which refuses.
@@ -120,7 +63,7 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         &self,
         id: &str,
         language: CodeLanguage,
-    ) -> impl Future<Output = Result<ContextInfo, RuntimeFailure>> + Send {
+    ) -> impl Future<Output = Result<ContextInfo, Failure>> + Send {
         let _ = (id, language);
         async { Err(no_code_interpreter()) }
     }
@@ -132,32 +75,28 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         id: &str,
         language: CodeLanguage,
         preload: Vec<String>,
-    ) -> impl Future<Output = Result<(), RuntimeFailure>> + Send {
+    ) -> impl Future<Output = Result<(), Failure>> + Send {
         let _ = (id, language, preload);
         async { Err(no_code_interpreter()) }
     }
     /// Kills the sandbox's spare interpreters, if any (the sandbox will run no code context: their memory and pids
     /// are the caller's).
-    fn discard_prepared_contexts(&self, id: &str) -> impl Future<Output = Result<(), RuntimeFailure>> + Send {
+    fn discard_prepared_contexts(&self, id: &str) -> impl Future<Output = Result<(), Failure>> + Send {
         let _ = id;
         async { Ok(()) }
     }
     /// The code contexts of a sandbox.
-    fn list_contexts(&self, id: &str) -> impl Future<Output = Result<Vec<ContextInfo>, RuntimeFailure>> + Send {
+    fn list_contexts(&self, id: &str) -> impl Future<Output = Result<Vec<ContextInfo>, Failure>> + Send {
         let _ = id;
         async { Err(no_code_interpreter()) }
     }
     /// Removes a code context; an unknown context is `NotFound`.
-    fn remove_context(&self, id: &str, context: &str) -> impl Future<Output = Result<(), RuntimeFailure>> + Send {
+    fn remove_context(&self, id: &str, context: &str) -> impl Future<Output = Result<(), Failure>> + Send {
         let _ = (id, context);
         async { Err(no_code_interpreter()) }
     }
     /// Restarts a code context's interpreter (its state is lost); an unknown context is `NotFound`.
-    fn restart_context(
-        &self,
-        id: &str,
-        context: &str,
-    ) -> impl Future<Output = Result<ContextInfo, RuntimeFailure>> + Send {
+    fn restart_context(&self, id: &str, context: &str) -> impl Future<Output = Result<ContextInfo, Failure>> + Send {
         let _ = (id, context);
         async { Err(no_code_interpreter()) }
     }
@@ -168,7 +107,7 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         id: &str,
         request: CodeRun,
         events: mpsc::Sender<OutputChunk>,
-    ) -> impl Future<Output = Result<CellOutcome, RuntimeFailure>> + Send {
+    ) -> impl Future<Output = Result<CellOutcome, Failure>> + Send {
         let _ = (id, request, events);
         async { Err(no_code_interpreter()) }
     }
@@ -182,12 +121,12 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         command_id: &str,
         spec: CommandSpec,
         output_limit: u64,
-    ) -> impl Future<Output = Result<CommandStatus, RuntimeFailure>> + Send {
+    ) -> impl Future<Output = Result<CommandStatus, Failure>> + Send {
         let _ = (id, command_id, spec, output_limit);
         async { Err(no_background_commands()) }
     }
     /// The running and recently ended background commands of a sandbox (a bounded list), oldest first.
-    fn list_commands(&self, id: &str) -> impl Future<Output = Result<Vec<CommandStatus>, RuntimeFailure>> + Send {
+    fn list_commands(&self, id: &str) -> impl Future<Output = Result<Vec<CommandStatus>, Failure>> + Send {
         let _ = id;
         async { Err(no_background_commands()) }
     }
@@ -198,7 +137,7 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         id: &str,
         command_id: &str,
         offset: u64,
-    ) -> impl Future<Output = Result<mpsc::Receiver<CommandEvent>, RuntimeFailure>> + Send {
+    ) -> impl Future<Output = Result<mpsc::Receiver<CommandEvent>, Failure>> + Send {
         let _ = (id, command_id, offset);
         async { Err(no_background_commands()) }
     }
@@ -210,7 +149,7 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         command_id: &str,
         data: Vec<u8>,
         eof: bool,
-    ) -> impl Future<Output = Result<(), RuntimeFailure>> + Send {
+    ) -> impl Future<Output = Result<(), Failure>> + Send {
         let _ = (id, command_id, data, eof);
         async { Err(no_background_commands()) }
     }
@@ -221,29 +160,29 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         id: &str,
         command_id: &str,
         signal: i32,
-    ) -> impl Future<Output = Result<(), RuntimeFailure>> + Send {
+    ) -> impl Future<Output = Result<(), Failure>> + Send {
         let _ = (id, command_id, signal);
         async { Err(no_background_commands()) }
     }
     /// The sandbox's entrance to the egress proxy for `127.0.0.1:port` inside: a non-blocking TCP listener in the
     /// sandbox's own network namespace (process tier) or a unix socket its agent bridges that port to (gVisor), held
     /// by the server: the egress proxy accepts the sandbox's connections on it.
-    fn listen_in_sandbox(&self, id: &str, port: u16) -> Result<Entrance, RuntimeFailure> {
+    fn listen_in_sandbox(&self, id: &str, port: u16) -> Result<Entrance, Failure> {
         let _ = (id, port);
-        Err(RuntimeFailure::new(FailureKind::Internal, "this runtime has no network namespaces"))
+        Err(Failure::new(FailureKind::Internal, "this runtime has no network namespaces"))
     }
 }
 
-fn no_background_commands() -> RuntimeFailure {
-    RuntimeFailure::new(FailureKind::ExecFailed, "this runtime has no background commands")
+fn no_background_commands() -> Failure {
+    Failure::new(FailureKind::ExecFailed, "this runtime has no background commands")
 }
 
-fn no_code_interpreter() -> RuntimeFailure {
-    RuntimeFailure::new(FailureKind::ExecFailed, "this runtime has no code interpreter")
+fn no_code_interpreter() -> Failure {
+    Failure::new(FailureKind::ExecFailed, "this runtime has no code interpreter")
 }
 
 /// Result of a boxed runtime call.
-type Boxed<'a, T> = BoxFuture<'a, Result<T, RuntimeFailure>>;
+type Boxed<'a, T> = BoxFuture<'a, Result<T, Failure>>;
 
 /// `SandboxRuntime` behind a pointer: the server's state holds `Arc<dyn DynRuntime>` so that handlers, the router and
 /// the OpenAPI description are not generic over the runtime.
@@ -252,7 +191,7 @@ pub(crate) trait DynRuntime: Send + Sync + 'static {
     fn create<'a>(&'a self, id: &'a str, spec: &'a SandboxSpec) -> Boxed<'a, ()>;
     fn destroy<'a>(&'a self, id: &'a str) -> Boxed<'a, ()>;
     fn is_alive(&self, id: &str) -> bool;
-    fn listen_in_sandbox(&self, id: &str, port: u16) -> Result<Entrance, RuntimeFailure>;
+    fn listen_in_sandbox(&self, id: &str, port: u16) -> Result<Entrance, Failure>;
     fn exec<'a>(&'a self, id: &'a str, spec: CommandSpec, events: mpsc::Sender<OutputChunk>) -> Boxed<'a, CommandExit>;
     fn read_file<'a>(&'a self, id: &'a str, path: &'a str, max_bytes: u64) -> Boxed<'a, Vec<u8>>;
     fn write_file<'a>(&'a self, id: &'a str, path: &'a str, data: Vec<u8>) -> Boxed<'a, ()>;
@@ -304,7 +243,7 @@ impl<R: SandboxRuntime> DynRuntime for R {
     fn is_alive(&self, id: &str) -> bool {
         SandboxRuntime::is_alive(self, id)
     }
-    fn listen_in_sandbox(&self, id: &str, port: u16) -> Result<Entrance, RuntimeFailure> {
+    fn listen_in_sandbox(&self, id: &str, port: u16) -> Result<Entrance, Failure> {
         SandboxRuntime::listen_in_sandbox(self, id, port)
     }
     fn exec<'a>(&'a self, id: &'a str, spec: CommandSpec, events: mpsc::Sender<OutputChunk>) -> Boxed<'a, CommandExit> {

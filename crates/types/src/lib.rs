@@ -7,6 +7,7 @@ mod code;
 mod command;
 mod error;
 mod exec;
+mod failure;
 mod files;
 mod limits;
 mod result;
@@ -20,6 +21,7 @@ pub use code::{CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, Contex
 pub use command::{CommandExit, CommandSpec, CommandUser};
 pub use error::{ErrorCode, ErrorInfo};
 pub use exec::{Command, ExecRequest, Language, Upload};
+pub use failure::{Failure, FailureKind};
 pub use files::{FileInfo, FileKind, SandboxFile};
 pub use limits::{LimitKind, Limits, LimitsError};
 pub use result::{ExecResult, OutputStream, PhaseTimings, ResourceUsage};

@@ -8,7 +8,8 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
-use sandkasten_protocol::{Envelope, FailureCode, FrameDecoder, Message, ProtocolError, encode};
+use sandkasten_protocol::{Envelope, FrameDecoder, Message, ProtocolError, encode};
+use sandkasten_types::{Failure, FailureKind};
 
 use super::errors::ServeError;
 
@@ -62,16 +63,16 @@ impl Channel {
         self.broken
     }
 
-    /// Queues one message. A reply too large for a frame becomes a `Failed { too_large }` reply instead.
+    /// Queues one message. A reply too large for a frame becomes a `Failed` (`too_large`) reply instead.
     pub fn queue(&mut self, id: u64, msg: Message) {
         let frame = match encode(&Envelope::new(id, msg)) {
             Ok(frame) => frame,
             Err(error) => {
-                let code = match error {
-                    ProtocolError::FrameTooLarge(_) => FailureCode::TooLarge,
-                    _ => FailureCode::Internal,
+                let kind = match error {
+                    ProtocolError::FrameTooLarge(_) => FailureKind::TooLarge,
+                    _ => FailureKind::Internal,
                 };
-                let failed = Message::Failed { code, message: format!("the reply could not be sent: {error}") };
+                let failed = Message::Failed(Failure::new(kind, format!("the reply could not be sent: {error}")));
                 match encode(&Envelope::new(id, failed)) {
                     Ok(frame) => frame,
                     Err(_) => return,

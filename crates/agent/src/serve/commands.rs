@@ -10,10 +10,10 @@ use rustix::io::Errno;
 use rustix::pipe::PipeFlags;
 use rustix::process::{Pid, Signal};
 use sandkasten_jail::process::Stdio;
-use sandkasten_protocol::{FailureCode, RunningCommand};
-use sandkasten_types::{CommandExit, CommandSpec, CommandUser, LimitKind};
+use sandkasten_protocol::RunningCommand;
+use sandkasten_types::{CommandExit, CommandSpec, CommandUser, Failure, FailureKind, LimitKind};
 
-use super::errors::OpError;
+use super::errors::sys_failure;
 use super::launcher::{LaunchRequest, Launcher};
 use super::paths::SandboxRoot;
 use crate::reaper::ExitStatus;
@@ -94,18 +94,18 @@ pub struct Commands {
     pub(super) table: BTreeMap<u64, Command>,
 }
 
-fn nonblocking(fd: &OwnedFd) -> Result<(), OpError> {
-    let flags = rustix::fs::fcntl_getfl(fd).map_err(|e| OpError::sys("fcntl", "pipe", e))?;
-    rustix::fs::fcntl_setfl(fd, flags | OFlags::NONBLOCK).map_err(|e| OpError::sys("fcntl", "pipe", e))
+fn nonblocking(fd: &OwnedFd) -> Result<(), Failure> {
+    let flags = rustix::fs::fcntl_getfl(fd).map_err(|e| sys_failure("fcntl", "pipe", e))?;
+    rustix::fs::fcntl_setfl(fd, flags | OFlags::NONBLOCK).map_err(|e| sys_failure("fcntl", "pipe", e))
 }
 
-fn pipe() -> Result<(OwnedFd, OwnedFd), OpError> {
+fn pipe() -> Result<(OwnedFd, OwnedFd), Failure> {
     rustix::pipe::pipe_with(PipeFlags::CLOEXEC)
-        .map_err(|e| OpError::new(FailureCode::Busy, format!("creating a pipe failed: {e}")))
+        .map_err(|e| Failure::new(FailureKind::Conflict, format!("creating a pipe failed: {e}")))
 }
 
-fn exec_failed(message: impl Into<String>) -> OpError {
-    OpError::new(FailureCode::ExecFailed, message)
+fn exec_failed(message: impl Into<String>) -> Failure {
+    Failure::new(FailureKind::ExecFailed, message)
 }
 
 impl Commands {
@@ -117,12 +117,12 @@ impl Commands {
         spec: &CommandSpec,
         background: bool,
         now_ns: u64,
-    ) -> Result<libc::pid_t, OpError> {
+    ) -> Result<libc::pid_t, Failure> {
         if self.table.contains_key(&id) {
-            return Err(OpError::new(FailureCode::AlreadyExists, format!("command {id} is already running")));
+            return Err(Failure::new(FailureKind::AlreadyExists, format!("command {id} is already running")));
         }
         if self.table.len() >= MAX_COMMANDS {
-            return Err(OpError::new(FailureCode::Busy, format!("{MAX_COMMANDS} commands are running already")));
+            return Err(Failure::new(FailureKind::Conflict, format!("{MAX_COMMANDS} commands are running already")));
         }
         let argv = spec.resolved_argv().map_err(exec_failed)?;
         let mut env = context.base_env.clone();
@@ -131,9 +131,9 @@ impl Commands {
         let cwd = context
             .root
             .as_sandbox_user(|| context.root.open_in_root(cwd_path, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()))
-            .map_err(|e| match e.code {
-                FailureCode::NotFound => exec_failed(format!("working directory {cwd_path} does not exist")),
-                FailureCode::NotADirectory => exec_failed(format!("working directory {cwd_path} is not a directory")),
+            .map_err(|e| match e.kind {
+                FailureKind::NotFound => exec_failed(format!("working directory {cwd_path} does not exist")),
+                FailureKind::NotADirectory => exec_failed(format!("working directory {cwd_path} is not a directory")),
                 _ => exec_failed(format!("working directory {cwd_path}: {}", e.message)),
             })?;
 
@@ -173,31 +173,31 @@ impl Commands {
         Ok(pid)
     }
 
-    fn get_mut(&mut self, id: u64) -> Result<&mut Command, OpError> {
-        let missing = || OpError::new(FailureCode::NotFound, format!("no command {id} is running"));
+    fn get_mut(&mut self, id: u64) -> Result<&mut Command, Failure> {
+        let missing = || Failure::new(FailureKind::NotFound, format!("no command {id} is running"));
         self.table.get_mut(&id).ok_or_else(missing)
     }
 
-    fn open_stdin(&mut self, id: u64) -> Result<&mut StdinPipe, OpError> {
+    fn open_stdin(&mut self, id: u64) -> Result<&mut StdinPipe, Failure> {
         let command = self.get_mut(id)?;
         match &mut command.stdin {
             Some(stdin) if !stdin.close_when_drained => Ok(stdin),
-            _ => Err(OpError::new(FailureCode::NotFound, format!("command {id}'s stdin is closed"))),
+            _ => Err(Failure::new(FailureKind::NotFound, format!("command {id}'s stdin is closed"))),
         }
     }
 
     /// Queues bytes for a command's stdin.
-    pub fn stdin_data(&mut self, id: u64, bytes: &[u8]) -> Result<(), OpError> {
+    pub fn stdin_data(&mut self, id: u64, bytes: &[u8]) -> Result<(), Failure> {
         let stdin = self.open_stdin(id)?;
         if stdin.pending.len().saturating_add(bytes.len()) > MAX_STDIN_BUFFER {
-            return Err(OpError::new(FailureCode::Busy, format!("command {id}'s stdin buffer is full")));
+            return Err(Failure::new(FailureKind::Conflict, format!("command {id}'s stdin buffer is full")));
         }
         stdin.pending.extend_from_slice(bytes);
         Ok(())
     }
 
     /// Closes a command's stdin once its buffered bytes are written.
-    pub fn stdin_close(&mut self, id: u64) -> Result<(), OpError> {
+    pub fn stdin_close(&mut self, id: u64) -> Result<(), Failure> {
         let command = self.get_mut(id)?;
         match &mut command.stdin {
             Some(stdin) if stdin.pending.is_empty() => command.stdin = None,
@@ -208,14 +208,14 @@ impl Commands {
     }
 
     /// Sends `signal` to a command's process group.
-    pub fn signal(&mut self, id: u64, signal: i32) -> Result<(), OpError> {
+    pub fn signal(&mut self, id: u64, signal: i32) -> Result<(), Failure> {
         let command = self.get_mut(id)?;
         // Named (standard) signals only: the real-time range is glibc's and the sandboxed program's business.
         let signal = Signal::from_named_raw(signal)
-            .ok_or_else(|| OpError::new(FailureCode::Internal, format!("{signal} is not a standard signal number")))?;
+            .ok_or_else(|| Failure::new(FailureKind::Internal, format!("{signal} is not a standard signal number")))?;
         command.kill_group(signal).map_err(|e| match e {
-            Errno::SRCH => OpError::new(FailureCode::NotFound, format!("command {id} has no process left")),
-            other => OpError::sys("signal", &format!("command {id}"), other),
+            Errno::SRCH => Failure::new(FailureKind::NotFound, format!("command {id} has no process left")),
+            other => sys_failure("signal", &format!("command {id}"), other),
         })
     }
 

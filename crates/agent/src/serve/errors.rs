@@ -1,8 +1,9 @@
-//! Errors of the serve loop: `ServeError` ends the loop (the transport or the kernel failed), `OpError` fails one
-//! request and becomes a `Failed` reply.
+//! Errors of the serve loop: `ServeError` ends the loop (the transport or the kernel failed); a `Failure`
+//! (`sandkasten_types`) fails one request and is its `Failed` reply.
 
 use rustix::io::Errno;
-use sandkasten_protocol::{FailureCode, Message, ProtocolError};
+use sandkasten_protocol::ProtocolError;
+use sandkasten_types::{Failure, FailureKind};
 use thiserror::Error;
 
 /// What ends the serve loop with an error.
@@ -22,46 +23,25 @@ pub enum ServeError {
     Protocol(#[from] ProtocolError),
 }
 
-/// Why one request failed.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("{message}")]
-pub struct OpError {
-    /// Machine-readable reason.
-    pub code: FailureCode,
-    /// For humans.
-    pub message: String,
+/// A failed system call on `path`: its errno mapped to a failure kind (one request fails with it).
+pub fn sys_failure(what: &str, path: &str, errno: Errno) -> Failure {
+    Failure::new(failure_kind(errno), format!("{what} {path}: {}", std::io::Error::from(errno)))
 }
 
-impl OpError {
-    /// An error with an explicit code.
-    pub fn new(code: FailureCode, message: impl Into<String>) -> Self {
-        OpError { code, message: message.into() }
-    }
-
-    /// A failed system call on `path`, its errno mapped to a failure code.
-    pub fn sys(what: &str, path: &str, errno: Errno) -> Self {
-        OpError { code: failure_code(errno), message: format!("{what} {path}: {}", std::io::Error::from(errno)) }
-    }
-
-    /// The `Failed` reply.
-    pub fn into_message(self) -> Message {
-        Message::Failed { code: self.code, message: self.message }
-    }
-}
-
-/// Maps an errno to the protocol's failure code.
-pub fn failure_code(errno: Errno) -> FailureCode {
+/// Maps an errno to the kind of failure it is. Where the agent cannot do it in this state (busy, out of descriptors),
+/// the request conflicts with the sandbox's state: it is not the agent failing.
+pub fn failure_kind(errno: Errno) -> FailureKind {
     match errno {
-        Errno::NOENT | Errno::SRCH => FailureCode::NotFound,
-        Errno::ACCESS | Errno::PERM | Errno::ROFS | Errno::TXTBSY => FailureCode::PermissionDenied,
-        Errno::LOOP | Errno::INVAL | Errno::NAMETOOLONG | Errno::XDEV | Errno::NXIO => FailureCode::InvalidPath,
-        Errno::EXIST => FailureCode::AlreadyExists,
-        Errno::NOTDIR => FailureCode::NotADirectory,
-        Errno::ISDIR => FailureCode::IsADirectory,
-        Errno::NOTEMPTY => FailureCode::NotEmpty,
-        Errno::FBIG | Errno::NOSPC | Errno::DQUOT => FailureCode::TooLarge,
-        Errno::BUSY | Errno::AGAIN | Errno::MFILE | Errno::NFILE => FailureCode::Busy,
-        _ => FailureCode::Internal,
+        Errno::NOENT | Errno::SRCH => FailureKind::NotFound,
+        Errno::ACCESS | Errno::PERM | Errno::ROFS | Errno::TXTBSY => FailureKind::PermissionDenied,
+        Errno::LOOP | Errno::INVAL | Errno::NAMETOOLONG | Errno::XDEV | Errno::NXIO => FailureKind::InvalidPath,
+        Errno::EXIST => FailureKind::AlreadyExists,
+        Errno::NOTDIR => FailureKind::NotADirectory,
+        Errno::ISDIR => FailureKind::IsADirectory,
+        Errno::NOTEMPTY => FailureKind::NotEmpty,
+        Errno::FBIG | Errno::NOSPC | Errno::DQUOT => FailureKind::TooLarge,
+        Errno::BUSY | Errno::AGAIN | Errno::MFILE | Errno::NFILE => FailureKind::Conflict,
+        _ => FailureKind::Internal,
     }
 }
 
@@ -70,12 +50,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn errnos_map_to_the_documented_codes() {
-        assert_eq!(failure_code(Errno::NOENT), FailureCode::NotFound);
-        assert_eq!(failure_code(Errno::ACCESS), FailureCode::PermissionDenied);
-        assert_eq!(failure_code(Errno::LOOP), FailureCode::InvalidPath);
-        assert_eq!(failure_code(Errno::NOTEMPTY), FailureCode::NotEmpty);
-        assert_eq!(failure_code(Errno::NOSPC), FailureCode::TooLarge);
-        assert_eq!(failure_code(Errno::IO), FailureCode::Internal);
+    fn errnos_map_to_the_documented_kinds() {
+        assert_eq!(failure_kind(Errno::NOENT), FailureKind::NotFound);
+        assert_eq!(failure_kind(Errno::ACCESS), FailureKind::PermissionDenied);
+        assert_eq!(failure_kind(Errno::LOOP), FailureKind::InvalidPath);
+        assert_eq!(failure_kind(Errno::NOTEMPTY), FailureKind::NotEmpty);
+        assert_eq!(failure_kind(Errno::NOSPC), FailureKind::TooLarge);
+        assert_eq!(failure_kind(Errno::IO), FailureKind::Internal);
     }
 }

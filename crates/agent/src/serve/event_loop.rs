@@ -12,12 +12,12 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use rustix::io::Errno;
-use sandkasten_protocol::{Envelope, FailureCode, Message, ProtocolError, monotonic_ns};
-use sandkasten_types::StreamKind;
+use sandkasten_protocol::{Envelope, Message, ProtocolError, monotonic_ns};
+use sandkasten_types::{Failure, FailureKind, StreamKind};
 
 use super::channel::{Channel, Received};
 use super::commands::{CommandContext, Commands};
-use super::errors::{OpError, ServeError};
+use super::errors::ServeError;
 use super::signals::ChildSignals;
 use super::{files, output};
 
@@ -144,7 +144,7 @@ fn handle_requests(
             // The frame was consumed: answer and go on with the next one.
             Err(error @ (ProtocolError::Malformed(_) | ProtocolError::UnsupportedVersion(_))) => {
                 let message = format!("malformed request: {error}");
-                channel.queue(0, Message::Failed { code: FailureCode::Internal, message });
+                channel.queue(0, Message::Failed(Failure::new(FailureKind::Internal, message)));
                 continue;
             }
             Err(error) => return Err(error.into()),
@@ -155,7 +155,7 @@ fn handle_requests(
             channel.queue(id, Message::Done);
             return Ok(Some(LoopEnd::Shutdown));
         }
-        let reply = handle_request(context, commands, id, msg).unwrap_or_else(OpError::into_message);
+        let reply = handle_request(context, commands, id, msg).unwrap_or_else(Message::Failed);
         channel.queue(id, reply);
         if channel.congested() {
             // The rest waits until the host has read some replies.
@@ -164,8 +164,8 @@ fn handle_requests(
     }
 }
 
-fn decode(data: &str, what: &str) -> Result<Vec<u8>, OpError> {
-    STANDARD.decode(data).map_err(|e| OpError::new(FailureCode::Internal, format!("{what} is not valid base64: {e}")))
+fn decode(data: &str, what: &str) -> Result<Vec<u8>, Failure> {
+    STANDARD.decode(data).map_err(|e| Failure::new(FailureKind::Internal, format!("{what} is not valid base64: {e}")))
 }
 
 fn handle_request(
@@ -173,7 +173,7 @@ fn handle_request(
     commands: &mut Commands,
     id: u64,
     msg: Message,
-) -> Result<Message, OpError> {
+) -> Result<Message, Failure> {
     match msg {
         Message::Exec { spec, background } => {
             let pid = commands.start(context, id, &spec, background, monotonic_ns())?;
@@ -193,7 +193,7 @@ fn handle_request(
         other => {
             let mut name = format!("{other:?}");
             name.truncate(name.find([' ', '{']).unwrap_or(name.len()));
-            Err(OpError::new(FailureCode::Internal, format!("{name} is not a request the agent serves")))
+            Err(Failure::new(FailureKind::Internal, format!("{name} is not a request the agent serves")))
         }
     }
 }

@@ -8,10 +8,10 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
-use sandkasten_protocol::{FailureCode, MAX_FILE_CHUNK_BYTES, Message};
-use sandkasten_types::{FileInfo, FileKind};
+use sandkasten_protocol::{MAX_FILE_CHUNK_BYTES, Message};
+use sandkasten_types::{Failure, FailureKind, FileInfo, FileKind};
 
-use super::errors::OpError;
+use super::errors::sys_failure;
 use super::paths::{SandboxRoot, join, split_parent};
 use super::remove;
 
@@ -21,7 +21,7 @@ const DEFAULT_FILE_MODE: u32 = 0o644;
 const DIR_MODE: u32 = 0o755;
 
 /// Runs one file request (with the sandbox user's identity) and returns its reply.
-pub fn handle(root: &SandboxRoot, msg: &Message) -> Result<Message, OpError> {
+pub fn handle(root: &SandboxRoot, msg: &Message) -> Result<Message, Failure> {
     root.as_sandbox_user(|| match msg {
         Message::FileRead { path, offset, len } => read(root, path, *offset, *len),
         Message::FileWrite { path, data, append, mode } => write(root, path, data, *append, *mode),
@@ -30,20 +30,20 @@ pub fn handle(root: &SandboxRoot, msg: &Message) -> Result<Message, OpError> {
         Message::Mkdir { path, parents } => mkdir(root, path, *parents),
         Message::Rename { from, to } => rename(root, from, to),
         Message::Remove { path, recursive } => remove::remove(root, path, *recursive).map(|()| Message::Done),
-        _ => Err(OpError::new(FailureCode::Internal, "not a file request")),
+        _ => Err(Failure::new(FailureKind::Internal, "not a file request")),
     })
 }
 
-fn regular_file(fd: &OwnedFd, path: &str) -> Result<Stat, OpError> {
-    let stat = rustix::fs::fstat(fd).map_err(|e| OpError::sys("stat", path, e))?;
+fn regular_file(fd: &OwnedFd, path: &str) -> Result<Stat, Failure> {
+    let stat = rustix::fs::fstat(fd).map_err(|e| sys_failure("stat", path, e))?;
     match FileType::from_raw_mode(stat.st_mode) {
         FileType::RegularFile => Ok(stat),
-        FileType::Directory => Err(OpError::new(FailureCode::IsADirectory, format!("{path} is a directory"))),
-        _ => Err(OpError::new(FailureCode::InvalidPath, format!("{path} is not a regular file"))),
+        FileType::Directory => Err(Failure::new(FailureKind::IsADirectory, format!("{path} is a directory"))),
+        _ => Err(Failure::new(FailureKind::InvalidPath, format!("{path} is not a regular file"))),
     }
 }
 
-fn read(root: &SandboxRoot, path: &str, offset: u64, len: u64) -> Result<Message, OpError> {
+fn read(root: &SandboxRoot, path: &str, offset: u64, len: u64) -> Result<Message, Failure> {
     // O_NONBLOCK: opening a fifo must not wait for a writer (it is refused right after, as not a regular file).
     let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
     let fd = root.open_in_root(path, flags, Mode::empty())?;
@@ -56,7 +56,7 @@ fn read(root: &SandboxRoot, path: &str, offset: u64, len: u64) -> Result<Message
             Ok(0) => break,
             Ok(n) => filled += n,
             Err(Errno::INTR) => {}
-            Err(errno) => return Err(OpError::sys("read", path, errno)),
+            Err(errno) => return Err(sys_failure("read", path, errno)),
         }
     }
     data.truncate(filled);
@@ -64,33 +64,33 @@ fn read(root: &SandboxRoot, path: &str, offset: u64, len: u64) -> Result<Message
     Ok(Message::FileData { data: STANDARD.encode(&data), eof })
 }
 
-fn write(root: &SandboxRoot, path: &str, data: &str, append: bool, mode: Option<u32>) -> Result<Message, OpError> {
+fn write(root: &SandboxRoot, path: &str, data: &str, append: bool, mode: Option<u32>) -> Result<Message, Failure> {
     let bytes = STANDARD
         .decode(data)
-        .map_err(|e| OpError::new(FailureCode::Internal, format!("file data is not valid base64: {e}")))?;
+        .map_err(|e| Failure::new(FailureKind::Internal, format!("file data is not valid base64: {e}")))?;
     let append_flag = if append { OFlags::APPEND } else { OFlags::empty() };
     let base = OFlags::WRONLY | OFlags::NONBLOCK | OFlags::NOCTTY | append_flag;
     let create_mode = Mode::from_raw_mode(mode.unwrap_or(DEFAULT_FILE_MODE) & 0o777);
     let (fd, created) = match root.open_in_root(path, base | OFlags::CREATE | OFlags::EXCL, create_mode) {
         Ok(fd) => (fd, true),
-        Err(e) if e.code == FailureCode::AlreadyExists => (root.open_in_root(path, base, Mode::empty())?, false),
+        Err(e) if e.kind == FailureKind::AlreadyExists => (root.open_in_root(path, base, Mode::empty())?, false),
         Err(e) => return Err(e),
     };
     regular_file(&fd, path)?;
     if created && let Some(mode) = mode {
         // The umask applied at creation; the caller asked for exactly these bits.
-        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o777)).map_err(|e| OpError::sys("chmod", path, e))?;
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o777)).map_err(|e| sys_failure("chmod", path, e))?;
     }
     if !append && !created {
-        rustix::fs::ftruncate(&fd, 0).map_err(|e| OpError::sys("truncate", path, e))?;
+        rustix::fs::ftruncate(&fd, 0).map_err(|e| sys_failure("truncate", path, e))?;
     }
     let mut written = 0;
     while written < bytes.len() {
         match rustix::io::write(&fd, &bytes[written..]) {
-            Ok(0) => return Err(OpError::new(FailureCode::TooLarge, format!("writing {path}: no space left"))),
+            Ok(0) => return Err(Failure::new(FailureKind::TooLarge, format!("writing {path}: no space left"))),
             Ok(n) => written += n,
             Err(Errno::INTR) => {}
-            Err(errno) => return Err(OpError::sys("write", path, errno)),
+            Err(errno) => return Err(sys_failure("write", path, errno)),
         }
     }
     Ok(Message::Done)
@@ -106,9 +106,9 @@ fn kind_of(stat: &Stat) -> FileKind {
 }
 
 /// Builds the `FileInfo` of `name` inside `dir` without following a symlink.
-fn info_at(dir: impl AsFd, name: &str, display_path: String) -> Result<FileInfo, OpError> {
-    let stat = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)
-        .map_err(|e| OpError::sys("stat", &display_path, e))?;
+fn info_at(dir: impl AsFd, name: &str, display_path: String) -> Result<FileInfo, Failure> {
+    let stat =
+        rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| sys_failure("stat", &display_path, e))?;
     Ok(info_from_stat(&dir, name, display_path, &stat))
 }
 
@@ -131,22 +131,22 @@ fn info_from_stat(dir: impl AsFd, name: &str, path: String, stat: &Stat) -> File
     }
 }
 
-fn stat(root: &SandboxRoot, path: &str) -> Result<FileInfo, OpError> {
+fn stat(root: &SandboxRoot, path: &str) -> Result<FileInfo, Failure> {
     // O_PATH | O_NOFOLLOW opens a final symlink itself: lstat semantics, resolved inside the root.
     let fd = root.open_in_root(path, OFlags::PATH | OFlags::NOFOLLOW, Mode::empty())?;
-    let stat = rustix::fs::fstat(&fd).map_err(|e| OpError::sys("stat", path, e))?;
+    let stat = rustix::fs::fstat(&fd).map_err(|e| sys_failure("stat", path, e))?;
     let name = split_parent(path).map(|(_, name)| name.to_owned()).unwrap_or_default();
     // readlinkat(fd, "") reads the link the O_PATH descriptor refers to.
     let info = info_from_stat(&fd, "", path.to_owned(), &stat);
     Ok(FileInfo { name: if name.is_empty() { "/".to_owned() } else { name }, ..info })
 }
 
-fn list(root: &SandboxRoot, path: &str) -> Result<Message, OpError> {
+fn list(root: &SandboxRoot, path: &str) -> Result<Message, Failure> {
     let fd = root.open_in_root(path, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())?;
-    let mut dir = rustix::fs::Dir::read_from(&fd).map_err(|e| OpError::sys("list", path, e))?;
+    let mut dir = rustix::fs::Dir::read_from(&fd).map_err(|e| sys_failure("list", path, e))?;
     let mut entries = Vec::new();
     while let Some(entry) = dir.read() {
-        let entry = entry.map_err(|e| OpError::sys("list", path, e))?;
+        let entry = entry.map_err(|e| sys_failure("list", path, e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
         if name == "." || name == ".." {
             continue;
@@ -154,7 +154,7 @@ fn list(root: &SandboxRoot, path: &str) -> Result<Message, OpError> {
         match info_at(&fd, &name, join(path, &name)) {
             Ok(info) => entries.push(info),
             // Removed between readdir and stat: not an entry any more.
-            Err(e) if e.code == FailureCode::NotFound => {}
+            Err(e) if e.kind == FailureKind::NotFound => {}
             Err(e) => return Err(e),
         }
     }
@@ -162,7 +162,7 @@ fn list(root: &SandboxRoot, path: &str) -> Result<Message, OpError> {
     Ok(Message::FileEntries { entries })
 }
 
-fn mkdir(root: &SandboxRoot, path: &str, parents: bool) -> Result<Message, OpError> {
+fn mkdir(root: &SandboxRoot, path: &str, parents: bool) -> Result<Message, Failure> {
     split_parent(path)?;
     if parents {
         let mut prefix = String::new();
@@ -179,27 +179,27 @@ fn mkdir(root: &SandboxRoot, path: &str, parents: bool) -> Result<Message, OpErr
     }
 }
 
-fn make_one_dir(root: &SandboxRoot, path: &str, existing_is_fine: bool) -> Result<(), OpError> {
+fn make_one_dir(root: &SandboxRoot, path: &str, existing_is_fine: bool) -> Result<(), Failure> {
     let (dir, name) = root.parent_of(path)?;
     match rustix::fs::mkdirat(&dir, name.as_str(), Mode::from_raw_mode(DIR_MODE)) {
         Ok(()) => Ok(()),
         Err(Errno::EXIST) if existing_is_fine => {
             root.open_in_root(path, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).map(drop).map_err(|e| {
-                if e.code == FailureCode::NotADirectory {
-                    OpError::new(FailureCode::NotADirectory, format!("{path} exists and is not a directory"))
+                if e.kind == FailureKind::NotADirectory {
+                    Failure::new(FailureKind::NotADirectory, format!("{path} exists and is not a directory"))
                 } else {
                     e
                 }
             })
         }
-        Err(errno) => Err(OpError::sys("mkdir", path, errno)),
+        Err(errno) => Err(sys_failure("mkdir", path, errno)),
     }
 }
 
-fn rename(root: &SandboxRoot, from: &str, to: &str) -> Result<Message, OpError> {
+fn rename(root: &SandboxRoot, from: &str, to: &str) -> Result<Message, Failure> {
     let (from_dir, from_name) = root.parent_of(from)?;
     let (to_dir, to_name) = root.parent_of(to)?;
     rustix::fs::renameat(&from_dir, from_name.as_str(), &to_dir, to_name.as_str())
-        .map_err(|e| OpError::sys("rename", &format!("{from} to {to}"), e))?;
+        .map_err(|e| sys_failure("rename", &format!("{from} to {to}"), e))?;
     Ok(Message::Done)
 }

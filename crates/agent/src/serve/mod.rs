@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use std::os::unix::net::UnixStream;
 
 pub use commands::{DEFAULT_CWD, DRAIN_NS, MAX_COMMANDS, MAX_STDIN_BUFFER};
-pub use errors::{OpError, ServeError};
+pub use errors::ServeError;
 pub use event_loop::LoopEnd;
 pub use launcher::{JailLauncher, LaunchRequest, Launcher};
 pub use paths::{FsIdentity, SandboxRoot};

@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
-use sandkasten_protocol::FailureCode;
+use sandkasten_types::{Failure, FailureKind};
 
-use super::errors::OpError;
+use super::errors::sys_failure;
 
 /// Longest path accepted, in bytes (PATH_MAX).
 const MAX_PATH_BYTES: usize = 4096;
@@ -46,19 +46,19 @@ impl SandboxRoot {
     }
 
     /// Runs `op` with the sandbox user's filesystem identity, restoring the agent's afterwards.
-    pub fn as_sandbox_user<T>(&self, op: impl FnOnce() -> Result<T, OpError>) -> Result<T, OpError> {
+    pub fn as_sandbox_user<T>(&self, op: impl FnOnce() -> Result<T, Failure>) -> Result<T, Failure> {
         let Some(identity) = self.identity else { return op() };
         let _restore = FsIdentityGuard::switch(identity)?;
         op()
     }
 
     /// Resolves `path` inside the root and opens it with `flags` (`O_CLOEXEC` is added).
-    pub fn open_in_root(&self, path: &str, flags: OFlags, mode: Mode) -> Result<OwnedFd, OpError> {
+    pub fn open_in_root(&self, path: &str, flags: OFlags, mode: Mode) -> Result<OwnedFd, Failure> {
         check_path(path)?;
         let resolve = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
         if OPENAT2_MISSING.load(Ordering::Relaxed) {
             return super::resolve::open_beneath(self.fd.as_fd(), path, flags, mode)
-                .map_err(|errno| OpError::sys("open", path, errno));
+                .map_err(|errno| sys_failure("open", path, errno));
         }
         // openat2 fails with EAGAIN when a concurrent rename or mount could have fooled the resolution: retry.
         let mut attempts = 0;
@@ -69,7 +69,7 @@ impl SandboxRoot {
                     OPENAT2_MISSING.store(true, Ordering::Relaxed);
                     return self.open_in_root(path, flags, mode);
                 }
-                Err(errno) => return Err(OpError::sys("open", path, errno)),
+                Err(errno) => return Err(sys_failure("open", path, errno)),
                 Ok(fd) => return Ok(fd),
             }
         }
@@ -77,7 +77,7 @@ impl SandboxRoot {
 
     /// The directory holding `path` (resolved inside the root, `O_PATH`) and the last component's name. The name is
     /// never empty, `.` or `..`.
-    pub fn parent_of(&self, path: &str) -> Result<(OwnedFd, String), OpError> {
+    pub fn parent_of(&self, path: &str) -> Result<(OwnedFd, String), Failure> {
         let (parent, name) = split_parent(path)?;
         let dir = self.open_in_root(parent, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())?;
         Ok((dir, name.to_owned()))
@@ -90,23 +90,23 @@ impl SandboxRoot {
 }
 
 /// Refuses relative paths, NUL bytes and overlong paths before the kernel sees them.
-pub fn check_path(path: &str) -> Result<(), OpError> {
+pub fn check_path(path: &str) -> Result<(), Failure> {
     if !path.starts_with('/') {
-        return Err(OpError::new(FailureCode::InvalidPath, format!("{path:?} is not an absolute path")));
+        return Err(Failure::new(FailureKind::InvalidPath, format!("{path:?} is not an absolute path")));
     }
     if path.contains('\0') || path.len() > MAX_PATH_BYTES {
-        return Err(OpError::new(FailureCode::InvalidPath, "the path contains NUL or is too long"));
+        return Err(Failure::new(FailureKind::InvalidPath, "the path contains NUL or is too long"));
     }
     Ok(())
 }
 
 /// Splits an absolute path into its parent and last component (trailing slashes ignored).
-pub fn split_parent(path: &str) -> Result<(&str, &str), OpError> {
+pub fn split_parent(path: &str) -> Result<(&str, &str), Failure> {
     check_path(path)?;
     let trimmed = path.trim_end_matches('/');
     let (parent, name) = trimmed.rsplit_once('/').unwrap_or(("", trimmed));
     if name.is_empty() || name == "." || name == ".." {
-        return Err(OpError::new(FailureCode::InvalidPath, format!("{path:?} does not name an entry of a directory")));
+        return Err(Failure::new(FailureKind::InvalidPath, format!("{path:?} does not name an entry of a directory")));
     }
     Ok((if parent.is_empty() { "/" } else { parent }, name))
 }
@@ -129,7 +129,7 @@ enum FsIdentityGuard {
 static SETFSUID_IGNORED: AtomicBool = AtomicBool::new(false);
 
 impl FsIdentityGuard {
-    fn switch(identity: FsIdentity) -> Result<FsIdentityGuard, OpError> {
+    fn switch(identity: FsIdentity) -> Result<FsIdentityGuard, Failure> {
         if SETFSUID_IGNORED.load(Ordering::Relaxed) {
             return Self::switch_effective(identity);
         }
@@ -149,8 +149,8 @@ impl FsIdentityGuard {
         Ok(guard)
     }
 
-    fn switch_effective(identity: FsIdentity) -> Result<FsIdentityGuard, OpError> {
-        let failed = || OpError::new(FailureCode::Internal, "could not take the sandbox user's identity");
+    fn switch_effective(identity: FsIdentity) -> Result<FsIdentityGuard, Failure> {
+        let failed = || Failure::new(FailureKind::Internal, "could not take the sandbox user's identity");
         let (previous_uid, previous_gid) = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
         // SAFETY: raw setresgid/setresuid (-1 = unchanged) on this single-threaded process; glibc's wrappers would
         // also be fine here, the raw calls make explicit that only this thread's ids change.
@@ -202,7 +202,7 @@ mod tests {
         let Ok(root) = SandboxRoot::open(Path::new("/"), None) else { return };
         for path in ["/proc/self/root/etc", "/proc/self/cwd", "/proc/self/fd/0", "/proc/thread-self/root"] {
             let result = root.open_in_root(path, OFlags::PATH, Mode::empty());
-            assert_eq!(result.err().map(|e| e.code), Some(FailureCode::InvalidPath), "{path}");
+            assert_eq!(result.err().map(|e| e.kind), Some(FailureKind::InvalidPath), "{path}");
         }
         assert!(root.open_in_root("/proc/self/status", OFlags::RDONLY, Mode::empty()).is_ok());
     }

@@ -6,45 +6,48 @@ use std::os::fd::OwnedFd;
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
-use sandkasten_protocol::FailureCode;
+use sandkasten_types::{Failure, FailureKind};
 
-use super::errors::OpError;
+use super::errors::sys_failure;
 use super::paths::{SandboxRoot, join};
 
 /// Deepest directory tree removed recursively (each level holds a descriptor).
 const MAX_DEPTH: usize = 256;
 
 /// Removes `path`; a non-empty directory only when `recursive`.
-pub fn remove(root: &SandboxRoot, path: &str, recursive: bool) -> Result<(), OpError> {
+pub fn remove(root: &SandboxRoot, path: &str, recursive: bool) -> Result<(), Failure> {
     let (parent, name) = root.parent_of(path)?;
     let stat = rustix::fs::statat(&parent, name.as_str(), AtFlags::SYMLINK_NOFOLLOW)
-        .map_err(|e| OpError::sys("stat", path, e))?;
+        .map_err(|e| sys_failure("stat", path, e))?;
     if FileType::from_raw_mode(stat.st_mode) != FileType::Directory {
         return rustix::fs::unlinkat(&parent, name.as_str(), AtFlags::empty())
-            .map_err(|e| OpError::sys("remove", path, e));
+            .map_err(|e| sys_failure("remove", path, e));
     }
     if recursive {
         let dir = open_subdir(&parent, &name, path)?;
         empty_directory(&dir, path, stat.st_dev, 1)?;
     }
-    rustix::fs::unlinkat(&parent, name.as_str(), AtFlags::REMOVEDIR).map_err(|e| OpError::sys("remove", path, e))
+    rustix::fs::unlinkat(&parent, name.as_str(), AtFlags::REMOVEDIR).map_err(|e| sys_failure("remove", path, e))
 }
 
-fn open_subdir(parent: &OwnedFd, name: &str, path: &str) -> Result<OwnedFd, OpError> {
+fn open_subdir(parent: &OwnedFd, name: &str, path: &str) -> Result<OwnedFd, Failure> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    rustix::fs::openat(parent, name, flags, Mode::empty()).map_err(|e| OpError::sys("open", path, e))
+    rustix::fs::openat(parent, name, flags, Mode::empty()).map_err(|e| sys_failure("open", path, e))
 }
 
 /// Removes everything inside `dir` (whose path, for messages, is `path`).
-fn empty_directory(dir: &OwnedFd, path: &str, device: u64, depth: usize) -> Result<(), OpError> {
+fn empty_directory(dir: &OwnedFd, path: &str, device: u64, depth: usize) -> Result<(), Failure> {
     if depth > MAX_DEPTH {
-        return Err(OpError::new(FailureCode::Busy, format!("{path}: directory tree deeper than {MAX_DEPTH} levels")));
+        return Err(Failure::new(
+            FailureKind::Conflict,
+            format!("{path}: directory tree deeper than {MAX_DEPTH} levels"),
+        ));
     }
     // Entries are collected first: removing while reading the same directory stream may skip entries.
     let mut names = Vec::new();
-    let mut reader = rustix::fs::Dir::read_from(dir).map_err(|e| OpError::sys("list", path, e))?;
+    let mut reader = rustix::fs::Dir::read_from(dir).map_err(|e| sys_failure("list", path, e))?;
     while let Some(entry) = reader.read() {
-        let entry = entry.map_err(|e| OpError::sys("list", path, e))?;
+        let entry = entry.map_err(|e| sys_failure("list", path, e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
         if name != "." && name != ".." {
             names.push((name, entry.file_name().to_owned()));
@@ -55,15 +58,15 @@ fn empty_directory(dir: &OwnedFd, path: &str, device: u64, depth: usize) -> Resu
         let stat = match rustix::fs::statat(dir, raw.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
             Ok(stat) => stat,
             Err(Errno::NOENT) => continue,
-            Err(errno) => return Err(OpError::sys("stat", &child_path, errno)),
+            Err(errno) => return Err(sys_failure("stat", &child_path, errno)),
         };
         if FileType::from_raw_mode(stat.st_mode) == FileType::Directory {
             if stat.st_dev != device {
-                return Err(OpError::new(FailureCode::Busy, format!("{child_path} is a mount point")));
+                return Err(Failure::new(FailureKind::Conflict, format!("{child_path} is a mount point")));
             }
             let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
             let child = rustix::fs::openat(dir, raw.as_c_str(), flags, Mode::empty())
-                .map_err(|e| OpError::sys("open", &child_path, e))?;
+                .map_err(|e| sys_failure("open", &child_path, e))?;
             empty_directory(&child, &child_path, device, depth + 1)?;
             drop(child);
             unlink(dir, &raw, AtFlags::REMOVEDIR, &child_path)?;
@@ -74,9 +77,9 @@ fn empty_directory(dir: &OwnedFd, path: &str, device: u64, depth: usize) -> Resu
     Ok(())
 }
 
-fn unlink(dir: &OwnedFd, name: &std::ffi::CStr, flags: AtFlags, path: &str) -> Result<(), OpError> {
+fn unlink(dir: &OwnedFd, name: &std::ffi::CStr, flags: AtFlags, path: &str) -> Result<(), Failure> {
     match rustix::fs::unlinkat(dir, name, flags) {
         Ok(()) | Err(Errno::NOENT) => Ok(()),
-        Err(errno) => Err(OpError::sys("remove", path, errno)),
+        Err(errno) => Err(sys_failure("remove", path, errno)),
     }
 }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use sandkasten_cgroups::Usage;
 use sandkasten_protocol::monotonic_ns;
 use sandkasten_types::{
-    CommandExit, CommandSpec, ErrorCode, ErrorInfo, ExecRequest, ExecResult, LimitKind, OutputChunk, OutputStream,
-    PhaseTimings, ResourceUsage, SandboxSpec, StreamKind,
+    CommandExit, CommandSpec, ErrorCode, ErrorInfo, ExecRequest, ExecResult, FailureKind, LimitKind, OutputChunk,
+    OutputStream, PhaseTimings, ResourceUsage, SandboxSpec, StreamKind,
 };
 use tokio::sync::mpsc;
 
@@ -168,7 +168,7 @@ async fn run_program(
 ) -> End {
     let (handle, mut events) = match agent.spawn_background(spec).await {
         Ok(started) => started,
-        Err(failure) if failure.code == Some(sandkasten_protocol::FailureCode::ExecFailed) => {
+        Err(failure) if failure.kind == FailureKind::ExecFailed => {
             return End::ExecFailed(failure.message);
         }
         Err(_) => return End::SandboxDied,
@@ -219,7 +219,7 @@ async fn feed_stdin(handle: &BackgroundCommand, input: Option<std::fs::File>) {
                 match handle.send_stdin(&chunk).await {
                     Ok(()) => break,
                     // The program is not reading yet and the agent's buffer is full: wait, as a pipe would.
-                    Err(failure) if failure.code == Some(sandkasten_protocol::FailureCode::Busy) => {
+                    Err(failure) if failure.kind == FailureKind::Conflict => {
                         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
                     }
                     // The command ended (or closed its stdin): the rest of the input has no reader.
@@ -292,7 +292,7 @@ async fn exec(
                 return match outcome {
                     _ if over_limit => End::OutputLimit,
                     Ok(exit) => End::Exited(exit),
-                    Err(failure) if failure.code == Some(sandkasten_protocol::FailureCode::ExecFailed) => {
+                    Err(failure) if failure.kind == FailureKind::ExecFailed => {
                         End::ExecFailed(failure.message)
                     }
                     Err(_) => End::SandboxDied,

@@ -8,26 +8,21 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use sandkasten_protocol::{Envelope, FailureCode, FrameDecoder, Message, encode};
-use sandkasten_types::{CommandExit, CommandSpec, FileInfo, OutputChunk};
+use sandkasten_protocol::{Envelope, FrameDecoder, Message, encode};
+use sandkasten_types::{CommandExit, CommandSpec, Failure, FailureKind, FileInfo, OutputChunk};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::mpsc;
 
-/// Why an agent request failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AgentFailure {
-    /// The agent's failure code (`None` when the channel itself failed: the sandbox is gone).
-    pub code: Option<FailureCode>,
-    /// What went wrong.
-    pub message: String,
+/// The failure of a request whose agent's channel is gone (the sandbox died or was destroyed).
+pub(crate) fn sandbox_gone() -> Failure {
+    Failure::new(FailureKind::SandboxGone, "the sandbox is gone")
 }
 
-impl AgentFailure {
-    pub(crate) fn gone() -> Self {
-        AgentFailure { code: None, message: "the sandbox is gone".to_owned() }
-    }
+/// A reply that makes no sense for the request: the channel works, so the sandbox is not gone.
+pub(crate) fn unexpected(msg: &Message) -> Failure {
+    Failure::new(FailureKind::Internal, format!("unexpected reply from the agent: {msg:?}"))
 }
 
 type Pending = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<Message>>>>;
@@ -71,16 +66,17 @@ impl AgentClient {
         Ok(AgentClient { writer: tokio::sync::Mutex::new(writer), pending, next_id: AtomicU64::new(1) })
     }
 
-    pub(super) async fn send(&self, id: u64, msg: Message) -> Result<(), AgentFailure> {
-        let frame = encode(&Envelope::new(id, msg)).map_err(|e| AgentFailure { code: None, message: e.to_string() })?;
-        self.writer.lock().await.write_all(&frame).await.map_err(|_| AgentFailure::gone())
+    pub(super) async fn send(&self, id: u64, msg: Message) -> Result<(), Failure> {
+        let frame =
+            encode(&Envelope::new(id, msg)).map_err(|e| Failure::new(FailureKind::SandboxGone, e.to_string()))?;
+        self.writer.lock().await.write_all(&frame).await.map_err(|_| sandbox_gone())
     }
 
     /// Sends a request and returns its id and the stream of replies to it.
-    pub(super) async fn start(&self, msg: Message) -> Result<(u64, mpsc::UnboundedReceiver<Message>), AgentFailure> {
+    pub(super) async fn start(&self, msg: Message) -> Result<(u64, mpsc::UnboundedReceiver<Message>), Failure> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
-        self.pending.lock().map_err(|_| AgentFailure::gone())?.insert(id, tx);
+        self.pending.lock().map_err(|_| sandbox_gone())?.insert(id, tx);
         if let Err(failure) = self.send(id, msg).await {
             self.finish(id);
             return Err(failure);
@@ -95,23 +91,19 @@ impl AgentClient {
     }
 
     /// A request with exactly one reply.
-    async fn call(&self, msg: Message) -> Result<Message, AgentFailure> {
+    async fn call(&self, msg: Message) -> Result<Message, Failure> {
         let (id, mut replies) = self.start(msg).await?;
         let reply = replies.recv().await;
         self.finish(id);
         match reply {
-            Some(Message::Failed { code, message }) => Err(AgentFailure { code: Some(code), message }),
+            Some(Message::Failed(failure)) => Err(failure),
             Some(other) => Ok(other),
-            None => Err(AgentFailure::gone()),
+            None => Err(sandbox_gone()),
         }
     }
 
     /// Runs a command; output chunks go to `output` as they arrive (in order; a dropped receiver is fine).
-    pub async fn exec(
-        &self,
-        spec: CommandSpec,
-        output: mpsc::Sender<OutputChunk>,
-    ) -> Result<CommandExit, AgentFailure> {
+    pub async fn exec(&self, spec: CommandSpec, output: mpsc::Sender<OutputChunk>) -> Result<CommandExit, Failure> {
         let (id, mut replies) = self.start(Message::Exec { spec, background: false }).await?;
         let outcome = loop {
             match replies.recv().await {
@@ -121,9 +113,9 @@ impl AgentClient {
                     }
                 }
                 Some(Message::ExecExited { exit }) => break Ok(exit),
-                Some(Message::Failed { code, message }) => break Err(AgentFailure { code: Some(code), message }),
+                Some(Message::Failed(failure)) => break Err(failure),
                 Some(_) => {}
-                None => break Err(AgentFailure::gone()),
+                None => break Err(sandbox_gone()),
             }
         };
         self.finish(id);
@@ -131,7 +123,7 @@ impl AgentClient {
     }
 
     /// Reads up to `max_bytes` of a file.
-    pub async fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, AgentFailure> {
+    pub async fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, Failure> {
         const CHUNK: u64 = 1 << 20;
         let mut contents = Vec::new();
         loop {
@@ -139,13 +131,14 @@ impl AgentClient {
             let len = CHUNK.min(max_bytes.saturating_sub(offset).saturating_add(1));
             match self.call(Message::FileRead { path: path.to_owned(), offset, len }).await? {
                 Message::FileData { data, eof } => {
-                    let bytes = BASE64.decode(data).map_err(|e| AgentFailure { code: None, message: e.to_string() })?;
+                    let bytes =
+                        BASE64.decode(data).map_err(|e| Failure::new(FailureKind::SandboxGone, e.to_string()))?;
                     contents.extend_from_slice(&bytes);
                     if contents.len() as u64 > max_bytes {
-                        return Err(AgentFailure {
-                            code: Some(FailureCode::TooLarge),
-                            message: format!("{path} is larger than {max_bytes} bytes"),
-                        });
+                        return Err(Failure::new(
+                            FailureKind::TooLarge,
+                            format!("{path} is larger than {max_bytes} bytes"),
+                        ));
                     }
                     if eof || bytes.is_empty() {
                         return Ok(contents);
@@ -157,7 +150,7 @@ impl AgentClient {
     }
 
     /// Writes a whole file (in chunks), replacing it.
-    pub async fn write_file(&self, path: &str, data: &[u8]) -> Result<(), AgentFailure> {
+    pub async fn write_file(&self, path: &str, data: &[u8]) -> Result<(), Failure> {
         const CHUNK: usize = 1 << 20;
         let mut chunks = data.chunks(CHUNK).peekable();
         let mut append = false;
@@ -174,7 +167,7 @@ impl AgentClient {
         Ok(())
     }
 
-    async fn expect_done(&self, msg: Message) -> Result<(), AgentFailure> {
+    async fn expect_done(&self, msg: Message) -> Result<(), Failure> {
         match self.call(msg).await? {
             Message::Done => Ok(()),
             other => Err(unexpected(&other)),
@@ -182,7 +175,7 @@ impl AgentClient {
     }
 
     /// Lists a directory.
-    pub async fn list_dir(&self, path: &str) -> Result<Vec<FileInfo>, AgentFailure> {
+    pub async fn list_dir(&self, path: &str) -> Result<Vec<FileInfo>, Failure> {
         match self.call(Message::FileList { path: path.to_owned() }).await? {
             Message::FileEntries { entries } => Ok(entries),
             other => Err(unexpected(&other)),
@@ -190,7 +183,7 @@ impl AgentClient {
     }
 
     /// Describes one path.
-    pub async fn stat(&self, path: &str) -> Result<FileInfo, AgentFailure> {
+    pub async fn stat(&self, path: &str) -> Result<FileInfo, Failure> {
         match self.call(Message::FileStat { path: path.to_owned() }).await? {
             Message::FileStatReply { info } => Ok(info),
             other => Err(unexpected(&other)),
@@ -198,21 +191,17 @@ impl AgentClient {
     }
 
     /// Creates a directory.
-    pub async fn mkdir(&self, path: &str, parents: bool) -> Result<(), AgentFailure> {
+    pub async fn mkdir(&self, path: &str, parents: bool) -> Result<(), Failure> {
         self.expect_done(Message::Mkdir { path: path.to_owned(), parents }).await
     }
 
     /// Renames a path.
-    pub async fn rename(&self, from: &str, to: &str) -> Result<(), AgentFailure> {
+    pub async fn rename(&self, from: &str, to: &str) -> Result<(), Failure> {
         self.expect_done(Message::Rename { from: from.to_owned(), to: to.to_owned() }).await
     }
 
     /// Removes a path.
-    pub async fn remove(&self, path: &str, recursive: bool) -> Result<(), AgentFailure> {
+    pub async fn remove(&self, path: &str, recursive: bool) -> Result<(), Failure> {
         self.expect_done(Message::Remove { path: path.to_owned(), recursive }).await
     }
-}
-
-fn unexpected(msg: &Message) -> AgentFailure {
-    AgentFailure { code: Some(FailureCode::Internal), message: format!("unexpected reply from the agent: {msg:?}") }
 }

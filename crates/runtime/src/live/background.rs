@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use sandkasten_protocol::{FailureCode, Message};
-use sandkasten_types::{CommandExit, CommandSpec, StreamKind};
+use sandkasten_protocol::Message;
+use sandkasten_types::{CommandExit, CommandSpec, Failure, FailureKind, StreamKind};
 use tokio::sync::{mpsc, oneshot};
 
-use super::agent_client::{AgentClient, AgentFailure};
+use super::agent_client::{AgentClient, sandbox_gone, unexpected};
 
 /// How long a control request may wait for the agent's answer.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -30,7 +30,7 @@ pub enum BackgroundEvent {
     Exited(CommandExit),
 }
 
-type Waiters = Arc<Mutex<VecDeque<oneshot::Sender<Result<(), AgentFailure>>>>>;
+type Waiters = Arc<Mutex<VecDeque<oneshot::Sender<Result<(), Failure>>>>>;
 
 /// A running background command. Dropping the handle kills the command's process group.
 pub struct BackgroundCommand {
@@ -46,22 +46,19 @@ impl AgentClient {
     pub async fn spawn_background(
         self: &Arc<Self>,
         spec: CommandSpec,
-    ) -> Result<(BackgroundCommand, mpsc::UnboundedReceiver<BackgroundEvent>), AgentFailure> {
+    ) -> Result<(BackgroundCommand, mpsc::UnboundedReceiver<BackgroundEvent>), Failure> {
         let (id, mut replies) = self.start(Message::Exec { spec, background: true }).await?;
         let pid = match replies.recv().await {
             Some(Message::ExecStarted { pid }) => pid,
-            Some(Message::Failed { code, message }) => {
+            Some(Message::Failed(failure)) => {
                 self.finish(id);
-                return Err(AgentFailure { code: Some(code), message });
+                return Err(failure);
             }
             Some(other) => {
                 self.finish(id);
-                return Err(AgentFailure {
-                    code: Some(FailureCode::Internal),
-                    message: format!("unexpected reply from the agent: {other:?}"),
-                });
+                return Err(unexpected(&other));
             }
-            None => return Err(AgentFailure::gone()),
+            None => return Err(sandbox_gone()),
         };
         let (events, received) = mpsc::unbounded_channel();
         let waiters: Waiters = Arc::default();
@@ -78,7 +75,7 @@ async fn route(
     events: mpsc::UnboundedSender<BackgroundEvent>,
     waiters: Waiters,
 ) {
-    let answer = |result: Result<(), AgentFailure>| {
+    let answer = |result: Result<(), Failure>| {
         if let Some(waiter) = waiters.lock().ok().and_then(|mut queue| queue.pop_front()) {
             let _ = waiter.send(result);
         }
@@ -94,7 +91,7 @@ async fn route(
                 let _ = events.send(BackgroundEvent::Exited(exit));
             }
             Message::Done => answer(Ok(())),
-            Message::Failed { code, message } => answer(Err(AgentFailure { code: Some(code), message })),
+            Message::Failed(failure) => answer(Err(failure)),
             _ => {}
         }
     }
@@ -110,40 +107,37 @@ impl BackgroundCommand {
         self.pid
     }
 
-    async fn control(&self, msg: Message) -> Result<(), AgentFailure> {
+    async fn control(&self, msg: Message) -> Result<(), Failure> {
         let (answer, answered) = oneshot::channel();
         {
             let _order = self.control.lock().await;
-            self.waiters.lock().map_err(|_| AgentFailure::gone())?.push_back(answer);
+            self.waiters.lock().map_err(|_| sandbox_gone())?.push_back(answer);
             self.agent.send(self.id, msg).await?;
         }
         match tokio::time::timeout(CONTROL_TIMEOUT, answered).await {
             Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(AgentFailure::gone()),
-            Err(_) => Err(AgentFailure {
-                code: Some(FailureCode::Internal),
-                message: "the agent did not answer in time".to_owned(),
-            }),
+            Ok(Err(_)) => Err(sandbox_gone()),
+            Err(_) => Err(Failure::new(FailureKind::Internal, "the agent did not answer in time")),
         }
     }
 
     /// Writes bytes to the command's stdin.
-    pub async fn send_stdin(&self, data: &[u8]) -> Result<(), AgentFailure> {
+    pub async fn send_stdin(&self, data: &[u8]) -> Result<(), Failure> {
         self.control(Message::StdinData { data: BASE64.encode(data) }).await
     }
 
     /// Closes the command's stdin.
-    pub async fn close_stdin(&self) -> Result<(), AgentFailure> {
+    pub async fn close_stdin(&self) -> Result<(), Failure> {
         self.control(Message::StdinClose).await
     }
 
     /// Sends a signal to the command's process group.
-    pub async fn signal(&self, signal: i32) -> Result<(), AgentFailure> {
+    pub async fn signal(&self, signal: i32) -> Result<(), Failure> {
         self.control(Message::Signal { signal }).await
     }
 
     /// SIGKILLs the command's process group.
-    pub async fn kill(&self) -> Result<(), AgentFailure> {
+    pub async fn kill(&self) -> Result<(), Failure> {
         self.signal(libc::SIGKILL).await
     }
 }

@@ -10,8 +10,8 @@ pub mod contexts;
 mod limits;
 mod runtime;
 
-pub use agent_client::{AgentClient, AgentFailure};
+pub use agent_client::AgentClient;
 pub use background::{BackgroundCommand, BackgroundEvent};
-pub use commands::{BackgroundCommands, CommandError, CommandEvent, CommandStatus};
-pub use contexts::{ContextError, Contexts};
+pub use commands::{BackgroundCommands, CommandEvent, CommandStatus};
+pub use contexts::Contexts;
 pub use runtime::LiveRuntime;

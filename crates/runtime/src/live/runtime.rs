@@ -8,14 +8,14 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use sandkasten_types::{
-    CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, Entrance, OutputChunk, ResourceUsage,
-    SandboxSpec, Tier,
+    CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, Entrance, Failure, FailureKind,
+    OutputChunk, ResourceUsage, SandboxSpec, Tier,
 };
 use tokio::sync::mpsc;
 
-use super::agent_client::{AgentClient, AgentFailure};
-use super::commands::{BackgroundCommands, CommandError, CommandEvent, CommandStatus};
-use super::contexts::{CellOutput, ContextError, Contexts};
+use super::agent_client::{AgentClient, sandbox_gone};
+use super::commands::{BackgroundCommands, CommandEvent, CommandStatus};
+use super::contexts::{CellOutput, Contexts};
 use crate::backend::gvisor;
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
@@ -78,8 +78,16 @@ impl LiveRuntime {
         Ok(LiveRuntime { config, hierarchy, runsc_found, spawner: Arc::new(spawner), agents, contexts, commands })
     }
 
-    /// Creates a sandbox under `id`; it is ready for commands when this returns.
-    pub async fn create(&self, id: &str, spec: &SandboxSpec) -> Result<(), RuntimeError> {
+    /// Creates a sandbox under `id`; it is ready for commands when this returns. A spec the spawner refuses is
+    /// `InvalidPath` (the request's fault), anything else `Internal`.
+    pub async fn create(&self, id: &str, spec: &SandboxSpec) -> Result<(), Failure> {
+        self.spawn(id, spec).await.map_err(|error| match error {
+            RuntimeError::InvalidInput(message) => Failure::new(FailureKind::InvalidPath, message),
+            other => Failure::new(FailureKind::Internal, other.to_string()),
+        })
+    }
+
+    async fn spawn(&self, id: &str, spec: &SandboxSpec) -> Result<(), RuntimeError> {
         let spawner = Arc::clone(&self.spawner);
         let (owned_id, owned_spec) = (id.to_owned(), spec.clone());
         let spawned = tokio::task::spawn_blocking(move || spawner.spawn(&owned_id, &owned_spec))
@@ -102,8 +110,15 @@ impl LiveRuntime {
         Ok(())
     }
 
-    /// Kills and removes a sandbox; returns what it used.
-    pub async fn destroy(&self, id: &str) -> Result<ResourceUsage, RuntimeError> {
+    /// Kills and removes a sandbox; returns what it used. A sandbox the spawner does not know is `NotFound`.
+    pub async fn destroy(&self, id: &str) -> Result<ResourceUsage, Failure> {
+        self.remove(id).await.map_err(|error| match error {
+            RuntimeError::InvalidInput(message) => Failure::new(FailureKind::NotFound, message),
+            other => Failure::new(FailureKind::Internal, other.to_string()),
+        })
+    }
+
+    async fn remove(&self, id: &str) -> Result<ResourceUsage, RuntimeError> {
         self.agents.lock().map_err(|_| lock_poisoned())?.remove(id);
         self.contexts.forget(id);
         self.commands.forget(id);
@@ -122,13 +137,13 @@ impl LiveRuntime {
         id: &str,
         spec: CommandSpec,
         output: mpsc::Sender<OutputChunk>,
-    ) -> Result<CommandExit, AgentFailure> {
+    ) -> Result<CommandExit, Failure> {
         let (agent, cgroup) = self
             .agents
             .lock()
             .ok()
             .and_then(|map| map.get(id).map(|member| (Arc::clone(&member.agent), member.cgroup.clone())))
-            .ok_or_else(AgentFailure::gone)?;
+            .ok_or_else(sandbox_gone)?;
         let before = cgroup.as_ref().and_then(|cgroup| cgroup.usage().ok());
         let mut exit = agent.exec(spec, output).await?;
         if let (Some(cgroup), Some(before)) = (cgroup, before)
@@ -175,24 +190,19 @@ impl LiveRuntime {
         self.agent(id).is_some()
     }
 
-    fn running_agent(&self, id: &str) -> Result<Arc<AgentClient>, ContextError> {
-        self.agent(id).ok_or(ContextError::SandboxGone)
+    fn running_agent(&self, id: &str) -> Result<Arc<AgentClient>, Failure> {
+        self.agent(id).ok_or_else(sandbox_gone)
     }
 
     /// Creates a code context in a sandbox and starts its interpreter.
-    pub async fn create_context(&self, id: &str, language: CodeLanguage) -> Result<ContextInfo, ContextError> {
+    pub async fn create_context(&self, id: &str, language: CodeLanguage) -> Result<ContextInfo, Failure> {
         let agent = self.running_agent(id)?;
         self.contexts.create(&agent, id, language).await
     }
 
     /// Starts a spare interpreter of `language` in a sandbox with the `preload` modules loaded; the sandbox's first
     /// context of that language adopts it instead of starting cold.
-    pub async fn prepare_context(
-        &self,
-        id: &str,
-        language: CodeLanguage,
-        preload: &[String],
-    ) -> Result<(), ContextError> {
+    pub async fn prepare_context(&self, id: &str, language: CodeLanguage, preload: &[String]) -> Result<(), Failure> {
         let agent = self.running_agent(id)?;
         self.contexts.prepare(&agent, id, language, preload).await
     }
@@ -203,31 +213,27 @@ impl LiveRuntime {
     }
 
     /// The code contexts of a sandbox.
-    pub fn list_contexts(&self, id: &str) -> Result<Vec<ContextInfo>, ContextError> {
+    pub fn list_contexts(&self, id: &str) -> Result<Vec<ContextInfo>, Failure> {
         self.running_agent(id)?;
         Ok(self.contexts.list(id))
     }
 
     /// Removes a code context (its interpreter is killed).
-    pub async fn remove_context(&self, id: &str, context: &str) -> Result<(), ContextError> {
+    pub async fn remove_context(&self, id: &str, context: &str) -> Result<(), Failure> {
         self.running_agent(id)?;
         self.contexts.remove(id, context).await
     }
 
     /// Restarts a code context's interpreter (its state is lost).
-    pub async fn restart_context(&self, id: &str, context: &str) -> Result<ContextInfo, ContextError> {
+    pub async fn restart_context(&self, id: &str, context: &str) -> Result<ContextInfo, Failure> {
         let agent = self.running_agent(id)?;
         self.contexts.restart(&agent, id, context).await
     }
 
     /// Runs one cell; its output goes to `output` as it arrives.
-    pub async fn run_code(&self, id: &str, request: CodeRun, output: CellOutput) -> Result<CellOutcome, ContextError> {
+    pub async fn run_code(&self, id: &str, request: CodeRun, output: CellOutput) -> Result<CellOutcome, Failure> {
         let agent = self.running_agent(id)?;
         self.contexts.run(&agent, id, request, output).await
-    }
-
-    fn command_agent(&self, id: &str) -> Result<Arc<AgentClient>, CommandError> {
-        self.agent(id).ok_or(CommandError::SandboxGone)
     }
 
     /// Starts a background command under `command_id`, keeping up to `output_limit` bytes of each output stream.
@@ -237,20 +243,20 @@ impl LiveRuntime {
         command_id: &str,
         spec: CommandSpec,
         output_limit: u64,
-    ) -> Result<CommandStatus, CommandError> {
-        let agent = self.command_agent(id)?;
+    ) -> Result<CommandStatus, Failure> {
+        let agent = self.running_agent(id)?;
         let status = self.commands.start(&agent, id, command_id, spec, output_limit).await?;
         if !self.is_alive(id) {
             // Destroyed while the command started: do not keep it.
             self.commands.forget(id);
-            return Err(CommandError::SandboxGone);
+            return Err(sandbox_gone());
         }
         Ok(status)
     }
 
     /// The running and recently ended background commands of a sandbox.
-    pub fn list_commands(&self, id: &str) -> Result<Vec<CommandStatus>, CommandError> {
-        self.command_agent(id)?;
+    pub fn list_commands(&self, id: &str) -> Result<Vec<CommandStatus>, Failure> {
+        self.running_agent(id)?;
         Ok(self.commands.list(id))
     }
 
@@ -260,20 +266,20 @@ impl LiveRuntime {
         id: &str,
         command_id: &str,
         offset: u64,
-    ) -> Result<mpsc::Receiver<CommandEvent>, CommandError> {
-        self.command_agent(id)?;
+    ) -> Result<mpsc::Receiver<CommandEvent>, Failure> {
+        self.running_agent(id)?;
         self.commands.stream(id, command_id, offset)
     }
 
     /// Writes to a background command's stdin; closes it when `eof` is set.
-    pub async fn command_stdin(&self, id: &str, command_id: &str, data: &[u8], eof: bool) -> Result<(), CommandError> {
-        self.command_agent(id)?;
+    pub async fn command_stdin(&self, id: &str, command_id: &str, data: &[u8], eof: bool) -> Result<(), Failure> {
+        self.running_agent(id)?;
         self.commands.stdin(id, command_id, data, eof).await
     }
 
     /// Signals a background command's process group (SIGKILL on an ended command is a no-op).
-    pub async fn signal_command(&self, id: &str, command_id: &str, signal: i32) -> Result<(), CommandError> {
-        self.command_agent(id)?;
+    pub async fn signal_command(&self, id: &str, command_id: &str, signal: i32) -> Result<(), Failure> {
+        self.running_agent(id)?;
         if signal == libc::SIGKILL {
             return self.commands.kill(id, command_id).await;
         }

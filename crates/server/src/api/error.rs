@@ -5,12 +5,12 @@ use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use sandkasten_types::{Failure, FailureKind};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::egress::PrepareError;
 use crate::lifecycle::LifecycleError;
-use crate::runtime::{FailureKind, RuntimeFailure};
 use crate::store::{QuotaExceeded, StoreError};
 
 /// Stable machine-readable error codes.
@@ -181,8 +181,8 @@ impl From<QuotaExceeded> for ApiError {
     }
 }
 
-impl From<RuntimeFailure> for ApiError {
-    fn from(failure: RuntimeFailure) -> Self {
+impl From<Failure> for ApiError {
+    fn from(failure: Failure) -> Self {
         let code = match failure.kind {
             FailureKind::NotFound => ErrorCode::NotFound,
             FailureKind::InvalidPath => ErrorCode::BadRequest,

@@ -113,7 +113,7 @@ pub(crate) async fn running_sandbox(state: &AppState, tenant: &Tenant, id: &str)
 pub(crate) async fn runtime_result<T>(
     state: &AppState,
     id: &str,
-    result: Result<T, crate::runtime::RuntimeFailure>,
+    result: Result<T, sandkasten_types::Failure>,
 ) -> Result<T, ApiError> {
     match result {
         Ok(value) => Ok(value),
@@ -122,7 +122,7 @@ pub(crate) async fn runtime_result<T>(
 }
 
 /// Turns a runtime failure into an API error; `SandboxGone` also ends the sandbox (`lifecycle::note_lost`).
-pub(crate) async fn runtime_error(state: &AppState, id: &str, failure: crate::runtime::RuntimeFailure) -> ApiError {
+pub(crate) async fn runtime_error(state: &AppState, id: &str, failure: sandkasten_types::Failure) -> ApiError {
     if let Err(error) = note_lost(state, id, &failure).await {
         return ApiError::from(error);
     }

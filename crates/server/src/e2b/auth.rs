@@ -101,7 +101,7 @@ pub(crate) fn request_user(headers: &HeaderMap) -> Result<String, E2bError> {
 }
 
 /// The error of a failed runtime call on sandbox `id` (a vanished sandbox is also marked lost, as everywhere).
-pub(crate) async fn runtime_failure(state: &AppState, id: &str, failure: crate::runtime::RuntimeFailure) -> E2bError {
+pub(crate) async fn runtime_failure(state: &AppState, id: &str, failure: sandkasten_types::Failure) -> E2bError {
     if let Err(error) = crate::lifecycle::note_lost(state, id, &failure).await {
         return E2bError::from(crate::api::error::ApiError::from(error));
     }

@@ -5,11 +5,11 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use sandkasten_types::{Failure, FailureKind};
 use serde::Serialize;
 
 use crate::api::error::{ApiError, ErrorCode, ErrorTag};
 use crate::lifecycle::LifecycleError;
-use crate::runtime::{FailureKind, RuntimeFailure};
 
 /// The Connect error codes the facade answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,8 +155,8 @@ impl From<ApiError> for E2bError {
     }
 }
 
-impl From<RuntimeFailure> for E2bError {
-    fn from(failure: RuntimeFailure) -> Self {
+impl From<Failure> for E2bError {
+    fn from(failure: Failure) -> Self {
         let code = match failure.kind {
             FailureKind::NotFound => Code::NotFound,
             FailureKind::InvalidPath => Code::InvalidArgument,
@@ -190,9 +190,9 @@ mod tests {
 
     #[test]
     fn runtime_failures_keep_their_kind() {
-        let failure = RuntimeFailure::new(FailureKind::AlreadyExists, "exists");
+        let failure = Failure::new(FailureKind::AlreadyExists, "exists");
         assert_eq!(E2bError::from(failure).code, Code::AlreadyExists);
-        let failure = RuntimeFailure::new(FailureKind::NotFound, "missing");
+        let failure = Failure::new(FailureKind::NotFound, "missing");
         assert_eq!(E2bError::from(failure).code, Code::NotFound);
     }
 }

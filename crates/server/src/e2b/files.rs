@@ -10,12 +10,12 @@ use axum::extract::{FromRequest, Multipart, Query, Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use sandkasten_types::FailureKind;
 use serde::{Deserialize, Serialize};
 
 use crate::e2b::auth::{SandboxAccess, request_user, require_default_user, runtime_failure, sandbox_access};
 use crate::e2b::error::{Code, E2bError};
 use crate::e2b::paths;
-use crate::runtime::FailureKind;
 use crate::state::AppState;
 
 /// The query of `/files`.

@@ -6,7 +6,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use sandkasten_types::{FileInfo, FileKind};
+use sandkasten_types::{Failure, FailureKind, FileInfo, FileKind};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -15,7 +15,6 @@ use crate::e2b::auth::{SandboxAccess, request_user, require_default_user, runtim
 use crate::e2b::connect;
 use crate::e2b::error::{Code, E2bError};
 use crate::e2b::paths;
-use crate::runtime::{FailureKind, RuntimeFailure};
 use crate::state::AppState;
 
 /// Deepest `ListDir` recursion.
@@ -120,7 +119,7 @@ fn entry(info: &FileInfo) -> Value {
     entry
 }
 
-async fn checked<T>(state: &AppState, id: &str, result: Result<T, RuntimeFailure>) -> Result<T, E2bError> {
+async fn checked<T>(state: &AppState, id: &str, result: Result<T, Failure>) -> Result<T, E2bError> {
     match result {
         Ok(value) => Ok(value),
         Err(failure) => Err(runtime_failure(state, id, failure).await),

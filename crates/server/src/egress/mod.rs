@@ -14,10 +14,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use sandkasten_egress::{Mode, Policy, Proxy, ProxyHandle, SandboxCa, SandboxEgress, Secret};
-use sandkasten_types::{NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec};
+use sandkasten_types::{Failure, FailureKind, NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec};
 
 use crate::ids::IdError;
-use crate::runtime::{DynRuntime, FailureKind, RuntimeFailure};
+use crate::runtime::DynRuntime;
 use crate::store::{Store, StoreError};
 
 /// Where a sandbox that holds secrets finds the CA bundle trusting its interception CA (the system's roots plus it).
@@ -156,8 +156,8 @@ impl std::fmt::Debug for Egress {
     }
 }
 
-fn poisoned() -> RuntimeFailure {
-    RuntimeFailure::new(FailureKind::Internal, "egress table lock poisoned")
+fn poisoned() -> Failure {
+    Failure::new(FailureKind::Internal, "egress table lock poisoned")
 }
 
 impl Egress {
@@ -181,12 +181,12 @@ impl Egress {
         id: &str,
         tenant: &str,
         prepared: Prepared,
-    ) -> Result<(), RuntimeFailure> {
+    ) -> Result<(), Failure> {
         if let Some(ca) = &prepared.ca {
             // Without the system's roots the bundle would trust only the sandbox CA, and every HTTPS client inside
             // (pointed at it by SSL_CERT_FILE and friends) would fail against any host but the secrets' ones.
             let mut bundle = self.system_bundle.clone().ok_or_else(|| {
-                RuntimeFailure::new(
+                Failure::new(
                     FailureKind::Internal,
                     format!(
                         "the host has no system CA bundle (looked at {}); secrets need one",
@@ -202,14 +202,14 @@ impl Egress {
         let sandbox = Arc::new(SandboxEgress::new(id, tenant, prepared.policy, prepared.ca));
         sandbox
             .set_secrets(prepared.secrets.clone())
-            .map_err(|e| RuntimeFailure::new(FailureKind::Internal, format!("egress secrets: {e}")))?;
+            .map_err(|e| Failure::new(FailureKind::Internal, format!("egress secrets: {e}")))?;
         let door = if opens { Some(self.open_door(runtime, id, &sandbox)?) } else { None };
         let entry = Attached { tenant: tenant.to_owned(), sandbox, secrets: prepared.secrets, door };
         self.attached.lock().map_err(|_| poisoned())?.insert(id.to_owned(), entry);
         // A destroy that ran while the door was being opened found nothing to detach: the door must not outlive it.
         if !runtime.is_alive(id) {
             self.detach(id);
-            return Err(RuntimeFailure::new(FailureKind::SandboxGone, format!("sandbox {id} ended while starting")));
+            return Err(Failure::new(FailureKind::SandboxGone, format!("sandbox {id} ended while starting")));
         }
         Ok(())
     }
@@ -219,20 +219,20 @@ impl Egress {
         runtime: &dyn DynRuntime,
         id: &str,
         sandbox: &Arc<SandboxEgress>,
-    ) -> Result<ProxyHandle, RuntimeFailure> {
+    ) -> Result<ProxyHandle, Failure> {
         let entrance = runtime.listen_in_sandbox(id, PROXY_PORT)?;
         self.proxy
             .serve_at(entrance, Arc::clone(sandbox))
-            .map_err(|e| RuntimeFailure::new(FailureKind::Internal, format!("egress listener: {e}")))
+            .map_err(|e| Failure::new(FailureKind::Internal, format!("egress listener: {e}")))
     }
 
     /// Changes a live sandbox's policy: takes effect for new connections at once; a policy of `none` closes the door
     /// and every open tunnel. `NotFound` when the sandbox is not attached.
-    pub(crate) fn set_policy(&self, runtime: &dyn DynRuntime, id: &str, policy: Policy) -> Result<(), RuntimeFailure> {
+    pub(crate) fn set_policy(&self, runtime: &dyn DynRuntime, id: &str, policy: Policy) -> Result<(), Failure> {
         let mut attached = self.attached.lock().map_err(|_| poisoned())?;
         let entry = attached
             .get_mut(id)
-            .ok_or_else(|| RuntimeFailure::new(FailureKind::NotFound, format!("sandbox {id} has no egress state")))?;
+            .ok_or_else(|| Failure::new(FailureKind::NotFound, format!("sandbox {id} has no egress state")))?;
         let opens = reaches_out(&policy);
         let previous = entry.sandbox.policy();
         entry.sandbox.set_policy(policy);

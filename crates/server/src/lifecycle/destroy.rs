@@ -2,11 +2,12 @@
 //! (its egress door and secrets, its E2B session), and recording why it ended: deleted, its run finished, or lost
 //! (its processes vanished under a call, as the startup reconcile finds at start).
 
+use sandkasten_types::{Failure, FailureKind};
+
 use crate::auth::Tenant;
 use crate::clock::now_ms;
 use crate::lifecycle::error::LifecycleError;
 use crate::metrics::ExitReason;
-use crate::runtime::{FailureKind, RuntimeFailure};
 use crate::state::AppState;
 use crate::store::{SandboxState, StoreError};
 
@@ -64,7 +65,7 @@ pub(crate) async fn finish_run(state: &AppState, id: &str) {
 
 /// When `failure` says the sandbox vanished: releases what the server still holds for it (its egress door and
 /// secrets, its E2B session, whatever the runtime kept) and marks it lost, as the startup reconcile does.
-pub(crate) async fn note_lost(state: &AppState, id: &str, failure: &RuntimeFailure) -> Result<(), StoreError> {
+pub(crate) async fn note_lost(state: &AppState, id: &str, failure: &Failure) -> Result<(), StoreError> {
     if failure.kind != FailureKind::SandboxGone {
         return Ok(());
     }

@@ -3,8 +3,8 @@
 
 use crate::egress::PrepareError;
 use crate::ids::IdError;
-use crate::runtime::RuntimeFailure;
 use crate::store::{QuotaExceeded, StoreError};
+use sandkasten_types::Failure;
 
 /// A failed start, destroy or timeout change.
 #[derive(Debug, thiserror::Error)]
@@ -35,7 +35,7 @@ pub enum LifecycleError {
     Quota(#[from] QuotaExceeded),
     /// The runtime failed to create the sandbox or open its egress door.
     #[error(transparent)]
-    Runtime(#[from] RuntimeFailure),
+    Runtime(#[from] Failure),
     /// The admission neither admitted nor refused (cannot happen; kept so that no path is silent).
     #[error("sandbox admission failed")]
     AdmissionFailed,

@@ -4,12 +4,11 @@
 
 use std::time::{Duration, Instant};
 
-use sandkasten_types::{CodeLanguage, CommandSpec};
+use sandkasten_types::{CodeLanguage, CommandSpec, Failure, FailureKind};
 
 use crate::ids;
 use crate::lifecycle::destroy::destroy_quietly;
 use crate::pool::{Fill, Member, PoolStatus};
-use crate::runtime::{FailureKind, RuntimeFailure};
 use crate::state::AppState;
 
 /// Time limit of a zygote command: it waits in an idle member for as long as the member is not claimed; a run
@@ -72,7 +71,7 @@ async fn start_zygote(state: &AppState, id: &str, argv: Vec<String>, output_limi
     let spec = CommandSpec { argv: Some(argv), timeout_ms: Some(ZYGOTE_TIMEOUT_MS), ..CommandSpec::default() };
     let started = match ids::command_id() {
         Ok(command) => state.runtime().start_command(id, &command, spec, output_limit).await.map(|_| command),
-        Err(error) => Err(RuntimeFailure::new(FailureKind::Internal, error.to_string())),
+        Err(error) => Err(Failure::new(FailureKind::Internal, error.to_string())),
     };
     match started {
         Ok(command) => Ok(Member { id: id.to_owned(), zygote: Some(command) }),

@@ -9,10 +9,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use sandkasten_server::{CommandEvent, CommandStatus, FailureKind, RuntimeFailure, SandboxRuntime};
+use sandkasten_server::{CommandEvent, CommandStatus, SandboxRuntime};
 use sandkasten_types::{
-    CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, FileInfo,
-    FileKind, OutputChunk, SandboxSpec, StreamKind, Tier,
+    CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, Failure,
+    FailureKind, FileInfo, FileKind, OutputChunk, SandboxSpec, StreamKind, Tier,
 };
 use tokio::sync::mpsc;
 
@@ -45,8 +45,8 @@ pub(crate) struct FakeRuntime {
     pub(crate) discarded: Mutex<Vec<String>>,
 }
 
-fn failure(kind: FailureKind, message: impl Into<String>) -> RuntimeFailure {
-    RuntimeFailure::new(kind, message)
+fn failure(kind: FailureKind, message: impl Into<String>) -> Failure {
+    Failure::new(kind, message)
 }
 
 fn parent(path: &str) -> String {
@@ -94,11 +94,7 @@ impl FakeRuntime {
         self.commands.forget(id);
     }
 
-    fn with<T>(
-        &self,
-        id: &str,
-        f: impl FnOnce(&mut FakeSandbox) -> Result<T, RuntimeFailure>,
-    ) -> Result<T, RuntimeFailure> {
+    fn with<T>(&self, id: &str, f: impl FnOnce(&mut FakeSandbox) -> Result<T, Failure>) -> Result<T, Failure> {
         let mut sandboxes = self.sandboxes.lock().unwrap();
         let sandbox =
             sandboxes.get_mut(id).ok_or_else(|| failure(FailureKind::SandboxGone, format!("{id} is gone")))?;
@@ -116,7 +112,7 @@ impl SandboxRuntime for FakeRuntime {
         own.or_else(|| tier.unavailable_reason().map(str::to_owned))
     }
 
-    async fn create(&self, id: &str, spec: &SandboxSpec) -> Result<(), RuntimeFailure> {
+    async fn create(&self, id: &str, spec: &SandboxSpec) -> Result<(), Failure> {
         self.created.lock().unwrap().push((id.to_owned(), spec.clone()));
         if self.fail_create.load(Ordering::SeqCst) {
             return Err(failure(FailureKind::Internal, "fake create failure"));
@@ -129,7 +125,7 @@ impl SandboxRuntime for FakeRuntime {
         Ok(())
     }
 
-    async fn destroy(&self, id: &str) -> Result<(), RuntimeFailure> {
+    async fn destroy(&self, id: &str) -> Result<(), Failure> {
         self.commands.forget(id);
         match self.sandboxes.lock().unwrap().remove(id) {
             Some(_) => Ok(()),
@@ -142,7 +138,7 @@ impl SandboxRuntime for FakeRuntime {
     }
 
     /// No namespaces here: the "inside" port is an ephemeral one on the host's loopback.
-    fn listen_in_sandbox(&self, id: &str, _port: u16) -> Result<sandkasten_types::Entrance, RuntimeFailure> {
+    fn listen_in_sandbox(&self, id: &str, _port: u16) -> Result<sandkasten_types::Entrance, Failure> {
         self.with(id, |_| Ok(()))?;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
@@ -154,7 +150,7 @@ impl SandboxRuntime for FakeRuntime {
         id: &str,
         spec: CommandSpec,
         events: mpsc::Sender<OutputChunk>,
-    ) -> Result<CommandExit, RuntimeFailure> {
+    ) -> Result<CommandExit, Failure> {
         self.with(id, |_| Ok(()))?;
         *self.last_command.lock().unwrap() = Some(spec.clone());
         let argv = spec.resolved_argv().map_err(|e| failure(FailureKind::ExecFailed, e))?;
@@ -206,7 +202,7 @@ impl SandboxRuntime for FakeRuntime {
         result
     }
 
-    async fn read_file(&self, id: &str, path: &str, max_bytes: u64) -> Result<Vec<u8>, RuntimeFailure> {
+    async fn read_file(&self, id: &str, path: &str, max_bytes: u64) -> Result<Vec<u8>, Failure> {
         self.with(id, |sb| {
             if sb.dirs.contains(path) {
                 return Err(failure(FailureKind::IsADirectory, format!("{path} is a directory")));
@@ -219,7 +215,7 @@ impl SandboxRuntime for FakeRuntime {
         })
     }
 
-    async fn write_file(&self, id: &str, path: &str, data: Vec<u8>) -> Result<(), RuntimeFailure> {
+    async fn write_file(&self, id: &str, path: &str, data: Vec<u8>) -> Result<(), Failure> {
         self.with(id, |sb| {
             if sb.dirs.contains(path) {
                 return Err(failure(FailureKind::IsADirectory, format!("{path} is a directory")));
@@ -232,7 +228,7 @@ impl SandboxRuntime for FakeRuntime {
         })
     }
 
-    async fn list_dir(&self, id: &str, path: &str) -> Result<Vec<FileInfo>, RuntimeFailure> {
+    async fn list_dir(&self, id: &str, path: &str) -> Result<Vec<FileInfo>, Failure> {
         self.with(id, |sb| {
             if sb.files.contains_key(path) {
                 return Err(failure(FailureKind::NotADirectory, format!("{path} is not a directory")));
@@ -250,7 +246,7 @@ impl SandboxRuntime for FakeRuntime {
         })
     }
 
-    async fn stat(&self, id: &str, path: &str) -> Result<FileInfo, RuntimeFailure> {
+    async fn stat(&self, id: &str, path: &str) -> Result<FileInfo, Failure> {
         self.with(id, |sb| {
             if sb.dirs.contains(path) {
                 return Ok(info(path, FileKind::Dir, 0));
@@ -260,7 +256,7 @@ impl SandboxRuntime for FakeRuntime {
         })
     }
 
-    async fn mkdir(&self, id: &str, path: &str, parents: bool) -> Result<(), RuntimeFailure> {
+    async fn mkdir(&self, id: &str, path: &str, parents: bool) -> Result<(), Failure> {
         self.with(id, |sb| {
             if sb.files.contains_key(path) || (sb.dirs.contains(path) && !parents) {
                 return Err(failure(FailureKind::AlreadyExists, format!("{path} exists")));
@@ -277,7 +273,7 @@ impl SandboxRuntime for FakeRuntime {
         })
     }
 
-    async fn rename(&self, id: &str, from: &str, to: &str) -> Result<(), RuntimeFailure> {
+    async fn rename(&self, id: &str, from: &str, to: &str) -> Result<(), Failure> {
         self.with(id, |sb| {
             if let Some(data) = sb.files.remove(from) {
                 sb.files.insert(to.into(), data);
@@ -291,7 +287,7 @@ impl SandboxRuntime for FakeRuntime {
         })
     }
 
-    async fn remove(&self, id: &str, path: &str, recursive: bool) -> Result<(), RuntimeFailure> {
+    async fn remove(&self, id: &str, path: &str, recursive: bool) -> Result<(), Failure> {
         self.with(id, |sb| {
             if sb.files.remove(path).is_some() {
                 return Ok(());
@@ -311,7 +307,7 @@ impl SandboxRuntime for FakeRuntime {
         })
     }
 
-    async fn create_context(&self, id: &str, language: CodeLanguage) -> Result<ContextInfo, RuntimeFailure> {
+    async fn create_context(&self, id: &str, language: CodeLanguage) -> Result<ContextInfo, Failure> {
         self.with(id, |sb| {
             let context_id = format!("ctx-{:016x}", sb.contexts.len() + 1);
             let info = ContextInfo { id: context_id.clone(), language, default: false, execution_count: 0 };
@@ -320,36 +316,31 @@ impl SandboxRuntime for FakeRuntime {
         })
     }
 
-    async fn prepare_context(
-        &self,
-        id: &str,
-        language: CodeLanguage,
-        preload: Vec<String>,
-    ) -> Result<(), RuntimeFailure> {
+    async fn prepare_context(&self, id: &str, language: CodeLanguage, preload: Vec<String>) -> Result<(), Failure> {
         self.with(id, |_| Ok(()))?;
         self.spares.lock().unwrap().insert(id.to_owned(), (language, preload));
         Ok(())
     }
 
-    async fn discard_prepared_contexts(&self, id: &str) -> Result<(), RuntimeFailure> {
+    async fn discard_prepared_contexts(&self, id: &str) -> Result<(), Failure> {
         if self.spares.lock().unwrap().remove(id).is_some() {
             self.discarded.lock().unwrap().push(id.to_owned());
         }
         Ok(())
     }
 
-    async fn list_contexts(&self, id: &str) -> Result<Vec<ContextInfo>, RuntimeFailure> {
+    async fn list_contexts(&self, id: &str) -> Result<Vec<ContextInfo>, Failure> {
         self.with(id, |sb| Ok(sb.contexts.values().cloned().collect()))
     }
 
-    async fn remove_context(&self, id: &str, context: &str) -> Result<(), RuntimeFailure> {
+    async fn remove_context(&self, id: &str, context: &str) -> Result<(), Failure> {
         self.with(id, |sb| match sb.contexts.remove(context) {
             Some(_) => Ok(()),
             None => Err(failure(FailureKind::NotFound, format!("no code context {context}"))),
         })
     }
 
-    async fn restart_context(&self, id: &str, context: &str) -> Result<ContextInfo, RuntimeFailure> {
+    async fn restart_context(&self, id: &str, context: &str) -> Result<ContextInfo, Failure> {
         self.with(id, |sb| match sb.contexts.get_mut(context) {
             Some(info) => {
                 info.execution_count = 0;
@@ -364,7 +355,7 @@ impl SandboxRuntime for FakeRuntime {
         id: &str,
         request: CodeRun,
         events: mpsc::Sender<OutputChunk>,
-    ) -> Result<CellOutcome, RuntimeFailure> {
+    ) -> Result<CellOutcome, Failure> {
         let info = self.with(id, |sb| {
             let key = match (&request.context_id, request.language) {
                 (Some(context), _) => context.clone(),
@@ -417,13 +408,13 @@ impl SandboxRuntime for FakeRuntime {
         command_id: &str,
         spec: CommandSpec,
         output_limit: u64,
-    ) -> Result<CommandStatus, RuntimeFailure> {
+    ) -> Result<CommandStatus, Failure> {
         self.with(id, |_| Ok(()))?;
         *self.last_command.lock().unwrap() = Some(spec.clone());
         self.commands.start(id, command_id, spec, output_limit)
     }
 
-    async fn list_commands(&self, id: &str) -> Result<Vec<CommandStatus>, RuntimeFailure> {
+    async fn list_commands(&self, id: &str) -> Result<Vec<CommandStatus>, Failure> {
         self.with(id, |_| Ok(()))?;
         Ok(self.commands.list(id))
     }
@@ -433,17 +424,17 @@ impl SandboxRuntime for FakeRuntime {
         id: &str,
         command_id: &str,
         offset: u64,
-    ) -> Result<mpsc::Receiver<CommandEvent>, RuntimeFailure> {
+    ) -> Result<mpsc::Receiver<CommandEvent>, Failure> {
         self.with(id, |_| Ok(()))?;
         self.commands.stream(id, command_id, offset)
     }
 
-    async fn command_stdin(&self, id: &str, command_id: &str, data: Vec<u8>, eof: bool) -> Result<(), RuntimeFailure> {
+    async fn command_stdin(&self, id: &str, command_id: &str, data: Vec<u8>, eof: bool) -> Result<(), Failure> {
         self.with(id, |_| Ok(()))?;
         self.commands.stdin(id, command_id, data, eof)
     }
 
-    async fn signal_command(&self, id: &str, command_id: &str, signal: i32) -> Result<(), RuntimeFailure> {
+    async fn signal_command(&self, id: &str, command_id: &str, signal: i32) -> Result<(), Failure> {
         self.with(id, |_| Ok(()))?;
         self.commands.signal(id, command_id, signal)
     }

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sandkasten_server::{CommandEvent, CommandStatus, FailureKind, RuntimeFailure};
-use sandkasten_types::{CommandExit, CommandSpec, OutputChunk, StreamKind};
+use sandkasten_server::{CommandEvent, CommandStatus};
+use sandkasten_types::{CommandExit, CommandSpec, Failure, FailureKind, OutputChunk, StreamKind};
 use tokio::sync::{mpsc, watch};
 
 enum Control {
@@ -162,8 +162,8 @@ async fn listen(command: Arc<Command>, mut offset: u64, events: mpsc::Sender<Com
     }
 }
 
-fn failure(kind: FailureKind, message: impl Into<String>) -> RuntimeFailure {
-    RuntimeFailure::new(kind, message)
+fn failure(kind: FailureKind, message: impl Into<String>) -> Failure {
+    Failure::new(kind, message)
 }
 
 /// The background commands of every fake sandbox.
@@ -173,7 +173,7 @@ pub(crate) struct FakeCommands {
 }
 
 impl FakeCommands {
-    fn find(&self, id: &str, command_id: &str) -> Result<Arc<Command>, RuntimeFailure> {
+    fn find(&self, id: &str, command_id: &str) -> Result<Arc<Command>, Failure> {
         let map = self.sandboxes.lock().unwrap();
         let found = map.get(id).into_iter().flatten().find(|c| c.status.lock().unwrap().id == command_id).cloned();
         found.ok_or_else(|| failure(FailureKind::NotFound, format!("no command {command_id} in this sandbox")))
@@ -185,7 +185,7 @@ impl FakeCommands {
         command_id: &str,
         spec: CommandSpec,
         limit: u64,
-    ) -> Result<CommandStatus, RuntimeFailure> {
+    ) -> Result<CommandStatus, Failure> {
         let argv = spec.resolved_argv().map_err(|e| failure(FailureKind::ExecFailed, e))?;
         let (control, received) = mpsc::unbounded_channel();
         let status = CommandStatus {
@@ -226,14 +226,14 @@ impl FakeCommands {
         id: &str,
         command_id: &str,
         offset: u64,
-    ) -> Result<mpsc::Receiver<CommandEvent>, RuntimeFailure> {
+    ) -> Result<mpsc::Receiver<CommandEvent>, Failure> {
         let command = self.find(id, command_id)?;
         let (events, received) = mpsc::channel(16);
         tokio::spawn(listen(command, offset, events));
         Ok(received)
     }
 
-    pub(crate) fn stdin(&self, id: &str, command_id: &str, data: Vec<u8>, eof: bool) -> Result<(), RuntimeFailure> {
+    pub(crate) fn stdin(&self, id: &str, command_id: &str, data: Vec<u8>, eof: bool) -> Result<(), Failure> {
         let command = self.find(id, command_id)?;
         if !command.running() {
             return Err(failure(FailureKind::Conflict, format!("command {command_id} has ended")));
@@ -249,7 +249,7 @@ impl FakeCommands {
         Ok(())
     }
 
-    pub(crate) fn signal(&self, id: &str, command_id: &str, signal: i32) -> Result<(), RuntimeFailure> {
+    pub(crate) fn signal(&self, id: &str, command_id: &str, signal: i32) -> Result<(), Failure> {
         let command = self.find(id, command_id)?;
         if !command.running() {
             return if signal == 9 {

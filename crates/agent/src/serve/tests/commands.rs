@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use sandkasten_protocol::{FailureCode, Message};
-use sandkasten_types::CommandSpec;
+use sandkasten_protocol::Message;
+use sandkasten_types::{CommandSpec, FailureKind};
 
 use super::{TestAgent, eventually, process_gone, shell};
 
@@ -15,9 +15,9 @@ fn exec(spec: CommandSpec, background: bool) -> Message {
     Message::Exec { spec, background }
 }
 
-fn failure_code(msg: &Message) -> Option<FailureCode> {
+fn failure_kind(msg: &Message) -> Option<FailureKind> {
     match msg {
-        Message::Failed { code, .. } => Some(*code),
+        Message::Failed(failure) => Some(failure.kind),
         _ => None,
     }
 }
@@ -56,12 +56,12 @@ fn missing_cwd_and_missing_program_are_exec_failed() {
     let mut spec = shell("true");
     spec.cwd = Some("/nowhere".into());
     let reply = agent.request(1, exec(spec, false));
-    assert_eq!(failure_code(&reply), Some(FailureCode::ExecFailed));
-    assert!(matches!(&reply, Message::Failed { message, .. } if message.contains("/nowhere does not exist")));
+    assert_eq!(failure_kind(&reply), Some(FailureKind::ExecFailed));
+    assert!(matches!(&reply, Message::Failed(failure) if failure.message.contains("/nowhere does not exist")));
     let spec = CommandSpec { argv: Some(vec!["no-such-program-here".into()]), ..Default::default() };
-    assert_eq!(failure_code(&agent.request(2, exec(spec, false))), Some(FailureCode::ExecFailed));
+    assert_eq!(failure_kind(&agent.request(2, exec(spec, false))), Some(FailureKind::ExecFailed));
     let both = CommandSpec { argv: Some(vec!["ls".into()]), cmd: Some("ls".into()), ..Default::default() };
-    assert_eq!(failure_code(&agent.request(3, exec(both, false))), Some(FailureCode::ExecFailed));
+    assert_eq!(failure_kind(&agent.request(3, exec(both, false))), Some(FailureKind::ExecFailed));
     // The agent is still serving.
     agent.request(4, exec(shell("echo alive"), false));
     assert_eq!(agent.collect(4).stdout_text(), "alive\n");
@@ -92,7 +92,7 @@ fn background_stdin_streams_until_closed() {
     let finished = agent.collect(5);
     assert_eq!((finished.stdout_text().as_str(), finished.exit.exit_code), ("first second", Some(0)));
     let reply = agent.request(5, Message::StdinData { data: STANDARD.encode("late") });
-    assert_eq!(failure_code(&reply), Some(FailureCode::NotFound));
+    assert_eq!(failure_kind(&reply), Some(FailureKind::NotFound));
     agent.shutdown();
 }
 
@@ -112,7 +112,7 @@ fn signal_reaches_the_command_and_list_shows_it_running() {
     let finished = agent.collect(7);
     assert_eq!((finished.exit.signal, finished.exit.timed_out), (Some(libc::SIGTERM), false));
     assert!(started.elapsed() < Duration::from_secs(5));
-    assert_eq!(failure_code(&agent.request(7, Message::Signal { signal: 15 })), Some(FailureCode::NotFound));
+    assert_eq!(failure_kind(&agent.request(7, Message::Signal { signal: 15 })), Some(FailureKind::NotFound));
     assert_eq!(agent.request(9, Message::ListCommands), Message::Commands { running: vec![] });
     agent.shutdown();
 }
@@ -189,18 +189,18 @@ fn bad_requests_fail_and_the_agent_goes_on() {
     let mut agent = TestAgent::start();
     agent.request(1, exec(CommandSpec { argv: Some(vec!["sleep".into(), "30".into()]), ..Default::default() }, true));
     let again = agent.request(1, exec(shell("true"), false));
-    assert_eq!(failure_code(&again), Some(FailureCode::AlreadyExists));
-    assert_eq!(failure_code(&agent.request(2, Message::StdinClose)), Some(FailureCode::NotFound));
-    assert_eq!(failure_code(&agent.request(3, Message::Start)), Some(FailureCode::Internal));
+    assert_eq!(failure_kind(&again), Some(FailureKind::AlreadyExists));
+    assert_eq!(failure_kind(&agent.request(2, Message::StdinClose)), Some(FailureKind::NotFound));
+    assert_eq!(failure_kind(&agent.request(3, Message::Start)), Some(FailureKind::Internal));
     let bad = agent.request(1, Message::StdinData { data: "***".into() });
-    assert_eq!(failure_code(&bad), Some(FailureCode::Internal));
+    assert_eq!(failure_kind(&bad), Some(FailureKind::Internal));
     // A malformed frame is answered with id 0 and skipped.
     use std::io::Write as _;
     let payload = br#"{"v":1,"id":4,"msg":{"type":"no_such_message"}}"#;
     let mut frame = (payload.len() as u32).to_le_bytes().to_vec();
     frame.extend_from_slice(payload);
     agent.channel_mut().write_all(&frame).unwrap();
-    assert_eq!(failure_code(&agent.recv_for(0)), Some(FailureCode::Internal));
+    assert_eq!(failure_kind(&agent.recv_for(0)), Some(FailureKind::Internal));
     assert!(matches!(agent.request(5, Message::ListCommands), Message::Commands { running } if running.len() == 1));
     agent.shutdown();
 }

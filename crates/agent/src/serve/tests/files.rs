@@ -7,8 +7,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use sandkasten_protocol::{FailureCode, Message};
-use sandkasten_types::FileKind;
+use sandkasten_protocol::Message;
+use sandkasten_types::{FailureKind, FileKind};
 
 use super::{TestAgent, test_identity};
 
@@ -16,18 +16,18 @@ fn write(path: &str, data: &[u8], append: bool, mode: Option<u32>) -> Message {
     Message::FileWrite { path: path.into(), data: STANDARD.encode(data), append, mode }
 }
 
-fn read(agent: &mut TestAgent, path: &str, offset: u64, len: u64) -> Result<(Vec<u8>, bool), FailureCode> {
+fn read(agent: &mut TestAgent, path: &str, offset: u64, len: u64) -> Result<(Vec<u8>, bool), FailureKind> {
     match agent.request(1, Message::FileRead { path: path.into(), offset, len }) {
         Message::FileData { data, eof } => Ok((STANDARD.decode(data).unwrap(), eof)),
-        Message::Failed { code, .. } => Err(code),
+        Message::Failed(failure) => Err(failure.kind),
         other => panic!("{other:?}"),
     }
 }
 
-fn code(msg: Message) -> Option<FailureCode> {
+fn code(msg: Message) -> Option<FailureKind> {
     match msg {
         Message::Done => None,
-        Message::Failed { code, .. } => Some(code),
+        Message::Failed(failure) => Some(failure.kind),
         other => panic!("{other:?}"),
     }
 }
@@ -90,10 +90,10 @@ fn list_and_stat_describe_entries_without_following_symlinks() {
     let described = (info.kind, info.name.as_str(), info.symlink_target.as_deref());
     assert_eq!(described, (FileKind::Symlink, "link", Some("/etc/passwd")));
     let list_file = agent.request(1, Message::FileList { path: "/workspace/file".into() });
-    assert_eq!(code(list_file), Some(FailureCode::NotADirectory));
+    assert_eq!(code(list_file), Some(FailureKind::NotADirectory));
     let stat_none = agent.request(1, Message::FileStat { path: "/workspace/none".into() });
-    assert_eq!(code(stat_none), Some(FailureCode::NotFound));
-    assert_eq!(code(agent.request(1, Message::FileStat { path: "workspace".into() })), Some(FailureCode::InvalidPath));
+    assert_eq!(code(stat_none), Some(FailureKind::NotFound));
+    assert_eq!(code(agent.request(1, Message::FileStat { path: "workspace".into() })), Some(FailureKind::InvalidPath));
     agent.shutdown();
 }
 
@@ -101,21 +101,21 @@ fn list_and_stat_describe_entries_without_following_symlinks() {
 fn mkdir_rename_and_remove() {
     let mut agent = TestAgent::start();
     let mkdir = |path: &str, parents| Message::Mkdir { path: path.into(), parents };
-    assert_eq!(code(agent.request(1, mkdir("/workspace/a/b/c", false))), Some(FailureCode::NotFound));
+    assert_eq!(code(agent.request(1, mkdir("/workspace/a/b/c", false))), Some(FailureKind::NotFound));
     assert_eq!(code(agent.request(1, mkdir("/workspace/a/b/c", true))), None);
     assert_eq!(code(agent.request(1, mkdir("/workspace/a/b/c", true))), None);
-    assert_eq!(code(agent.request(1, mkdir("/workspace/a", false))), Some(FailureCode::AlreadyExists));
+    assert_eq!(code(agent.request(1, mkdir("/workspace/a", false))), Some(FailureKind::AlreadyExists));
     agent.request(1, write("/workspace/a/b/c/f", b"x", false, None));
-    assert_eq!(code(agent.request(1, mkdir("/workspace/a/b/c/f/g", true))), Some(FailureCode::NotADirectory));
+    assert_eq!(code(agent.request(1, mkdir("/workspace/a/b/c/f/g", true))), Some(FailureKind::NotADirectory));
     let rename = Message::Rename { from: "/workspace/a/b/c/f".into(), to: "/workspace/g".into() };
     assert_eq!(code(agent.request(1, rename)), None);
     assert!(agent.host_path("/workspace/g").is_file());
     let remove = |path: &str, recursive| Message::Remove { path: path.into(), recursive };
-    assert_eq!(code(agent.request(1, remove("/workspace/a", false))), Some(FailureCode::NotEmpty));
+    assert_eq!(code(agent.request(1, remove("/workspace/a", false))), Some(FailureKind::NotEmpty));
     assert_eq!(code(agent.request(1, remove("/workspace/a", true))), None);
     assert_eq!(code(agent.request(1, remove("/workspace/g", false))), None);
-    assert_eq!(code(agent.request(1, remove("/workspace/g", false))), Some(FailureCode::NotFound));
-    assert_eq!(code(agent.request(1, remove("/", true))), Some(FailureCode::InvalidPath));
+    assert_eq!(code(agent.request(1, remove("/workspace/g", false))), Some(FailureKind::NotFound));
+    assert_eq!(code(agent.request(1, remove("/", true))), Some(FailureKind::InvalidPath));
     assert!(std::fs::read_dir(agent.host_path("/workspace")).unwrap().next().is_none());
     agent.shutdown();
 }
@@ -185,12 +185,12 @@ fn file_operations_have_the_sandbox_users_permissions_not_the_agents() {
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
     std::fs::create_dir(agent.host_path("/etc")).unwrap();
     std::fs::write(agent.host_path("/etc/hostname"), b"sandbox\n").unwrap();
-    assert_eq!(read(&mut agent, "/workspace/secret", 0, 100), Err(FailureCode::PermissionDenied));
+    assert_eq!(read(&mut agent, "/workspace/secret", 0, 100), Err(FailureKind::PermissionDenied));
     let overwrite = agent.request(1, write("/workspace/secret", b"x", false, None));
-    assert_eq!(code(overwrite), Some(FailureCode::PermissionDenied));
-    assert_eq!(code(agent.request(1, write("/etc/new", b"x", false, None))), Some(FailureCode::PermissionDenied));
+    assert_eq!(code(overwrite), Some(FailureKind::PermissionDenied));
+    assert_eq!(code(agent.request(1, write("/etc/new", b"x", false, None))), Some(FailureKind::PermissionDenied));
     let remove_etc = agent.request(1, Message::Remove { path: "/etc".into(), recursive: true });
-    assert_eq!(code(remove_etc), Some(FailureCode::PermissionDenied));
+    assert_eq!(code(remove_etc), Some(FailureKind::PermissionDenied));
     assert_eq!(std::fs::read(&secret).unwrap(), b"root only");
     assert!(agent.host_path("/etc/hostname").exists());
     // The agent's own identity is back after each operation: it still reads what it needs.
@@ -206,9 +206,9 @@ fn fifos_and_devices_are_refused_without_blocking() {
     // SAFETY: mkfifo with a valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o666) }, 0);
     std::fs::set_permissions(agent.host_path("/workspace/fifo"), std::fs::Permissions::from_mode(0o666)).unwrap();
-    assert_eq!(read(&mut agent, "/workspace/fifo", 0, 10), Err(FailureCode::InvalidPath));
-    assert_eq!(code(agent.request(1, write("/workspace/fifo", b"x", false, None))), Some(FailureCode::InvalidPath));
-    assert_eq!(read(&mut agent, "/workspace", 0, 10), Err(FailureCode::IsADirectory));
+    assert_eq!(read(&mut agent, "/workspace/fifo", 0, 10), Err(FailureKind::InvalidPath));
+    assert_eq!(code(agent.request(1, write("/workspace/fifo", b"x", false, None))), Some(FailureKind::InvalidPath));
+    assert_eq!(read(&mut agent, "/workspace", 0, 10), Err(FailureKind::IsADirectory));
     agent.shutdown();
 }
 

@@ -1,40 +1,31 @@
-//! Why a background-command operation failed.
+//! The failures of background-command operations, each a `Failure` of the kind the API answers with.
 
-use thiserror::Error;
+use sandkasten_types::{Failure, FailureKind};
 
-use crate::live::agent_client::AgentFailure;
-
-/// A failed background-command operation.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum CommandError {
-    /// No such command in this sandbox (never started, or forgotten).
-    #[error("no command {0} in this sandbox")]
-    NotFound(String),
-    /// The sandbox is not running (or died underneath the request).
-    #[error("the sandbox is gone")]
-    SandboxGone,
-    /// The command has ended: it takes no more stdin or signals.
-    #[error("command {0} has ended")]
-    Ended(String),
-    /// The command's stdin was closed before.
-    #[error("the stdin of command {0} is closed")]
-    StdinClosed(String),
-    /// The sandbox runs as many background commands as it may.
-    #[error("a sandbox runs at most {0} background commands at once; wait for one to end or kill one")]
-    TooMany(usize),
-    /// The command id is taken.
-    #[error("command {0} exists already")]
-    Duplicate(String),
-    /// The agent refused a request.
-    #[error("{}", .0.message)]
-    Agent(AgentFailure),
+/// No such command in this sandbox (never started, or forgotten).
+pub(super) fn not_found(id: &str) -> Failure {
+    Failure::new(FailureKind::NotFound, format!("no command {id} in this sandbox"))
 }
 
-impl From<AgentFailure> for CommandError {
-    fn from(failure: AgentFailure) -> Self {
-        match failure.code {
-            None => CommandError::SandboxGone,
-            Some(_) => CommandError::Agent(failure),
-        }
-    }
+/// The command has ended: it takes no more stdin or signals.
+pub(super) fn ended(id: &str) -> Failure {
+    Failure::new(FailureKind::Conflict, format!("command {id} has ended"))
+}
+
+/// The command's stdin was closed before.
+pub(super) fn stdin_closed(id: &str) -> Failure {
+    Failure::new(FailureKind::Conflict, format!("the stdin of command {id} is closed"))
+}
+
+/// The sandbox runs as many background commands as it may.
+pub(super) fn too_many(most: usize) -> Failure {
+    Failure::new(
+        FailureKind::Conflict,
+        format!("a sandbox runs at most {most} background commands at once; wait for one to end or kill one"),
+    )
+}
+
+/// The command id is taken (the server chooses fresh ids: this is its fault, not the client's).
+pub(super) fn duplicate(id: &str) -> Failure {
+    Failure::new(FailureKind::Internal, format!("command {id} exists already"))
 }

@@ -15,14 +15,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use sandkasten_protocol::FailureCode;
-use sandkasten_types::{CommandExit, CommandSpec};
+use sandkasten_types::{CommandExit, CommandSpec, Failure, FailureKind};
 use tokio::sync::mpsc;
 
-pub use error::CommandError;
 pub use log::{Ending, OutputLog, Piece};
 
-use super::agent_client::{AgentClient, AgentFailure};
+use super::agent_client::{AgentClient, sandbox_gone};
 use super::background::{BackgroundCommand, BackgroundEvent};
 
 /// Most background commands one sandbox runs at once.
@@ -103,10 +101,10 @@ struct Entry {
 
 impl Entry {
     /// Agent failures of a control request: `NotFound` means the process is gone (it ended).
-    fn control_error(&self, failure: AgentFailure) -> CommandError {
-        match failure.code {
-            Some(FailureCode::NotFound) => CommandError::Ended(self.shared.id.clone()),
-            _ => CommandError::from(failure),
+    fn control_error(&self, failure: Failure) -> Failure {
+        match failure.kind {
+            FailureKind::NotFound => error::ended(&self.shared.id),
+            _ => failure,
         }
     }
 }
@@ -133,15 +131,15 @@ pub struct BackgroundCommands {
 }
 
 impl BackgroundCommands {
-    fn with<T>(&self, sandbox: &str, f: impl FnOnce(&mut Vec<Arc<Entry>>) -> T) -> Result<T, CommandError> {
-        let mut map = self.sandboxes.lock().map_err(|_| CommandError::SandboxGone)?;
+    fn with<T>(&self, sandbox: &str, f: impl FnOnce(&mut Vec<Arc<Entry>>) -> T) -> Result<T, Failure> {
+        let mut map = self.sandboxes.lock().map_err(|_| sandbox_gone())?;
         Ok(f(map.entry(sandbox.to_owned()).or_default()))
     }
 
-    fn find(&self, sandbox: &str, id: &str) -> Result<Arc<Entry>, CommandError> {
-        let map = self.sandboxes.lock().map_err(|_| CommandError::SandboxGone)?;
+    fn find(&self, sandbox: &str, id: &str) -> Result<Arc<Entry>, Failure> {
+        let map = self.sandboxes.lock().map_err(|_| sandbox_gone())?;
         let entries = map.get(sandbox).map(Vec::as_slice).unwrap_or_default();
-        entries.iter().find(|e| e.shared.id == id).cloned().ok_or_else(|| CommandError::NotFound(id.to_owned()))
+        entries.iter().find(|e| e.shared.id == id).cloned().ok_or_else(|| error::not_found(id))
     }
 
     /// Starts `spec` in the background under `id`, keeping up to `output_limit` bytes of each output stream.
@@ -152,26 +150,24 @@ impl BackgroundCommands {
         id: &str,
         spec: CommandSpec,
         output_limit: u64,
-    ) -> Result<CommandStatus, CommandError> {
+    ) -> Result<CommandStatus, Failure> {
         self.with(sandbox, |entries| {
             if entries.iter().any(|e| e.shared.id == id) {
-                return Err(CommandError::Duplicate(id.to_owned()));
+                return Err(error::duplicate(id));
             }
             if entries.iter().filter(|e| e.shared.running()).count() >= MAX_RUNNING {
-                return Err(CommandError::TooMany(MAX_RUNNING));
+                return Err(error::too_many(MAX_RUNNING));
             }
             Ok(())
         })??;
-        let argv = spec
-            .resolved_argv()
-            .map_err(|message| CommandError::Agent(AgentFailure { code: Some(FailureCode::ExecFailed), message }))?;
+        let argv = spec.resolved_argv().map_err(|message| Failure::new(FailureKind::ExecFailed, message))?;
         let given_stdin = spec.stdin.is_some();
         let (handle, events) = agent.spawn_background(spec).await?;
         if given_stdin {
             // The bytes are queued in the agent; closing takes effect once they are written. A command that has
             // already ended (and been reaped) has no stdin left to close: that is not a failure to start.
             match handle.close_stdin().await {
-                Err(failure) if failure.code == Some(FailureCode::NotFound) => {}
+                Err(failure) if failure.kind == FailureKind::NotFound => {}
                 closed => closed?,
             }
         }
@@ -205,7 +201,7 @@ impl BackgroundCommands {
     }
 
     /// The command's retained output from byte `offset` on, then its live output, then its end.
-    pub fn stream(&self, sandbox: &str, id: &str, offset: u64) -> Result<mpsc::Receiver<CommandEvent>, CommandError> {
+    pub fn stream(&self, sandbox: &str, id: &str, offset: u64) -> Result<mpsc::Receiver<CommandEvent>, Failure> {
         let shared = Arc::clone(&self.find(sandbox, id)?.shared);
         let (events, received) = mpsc::channel(16);
         tokio::spawn(listen::listen(shared, offset, events));
@@ -213,13 +209,13 @@ impl BackgroundCommands {
     }
 
     /// Writes `data` to the command's stdin, then closes it when `eof` is set.
-    pub async fn stdin(&self, sandbox: &str, id: &str, data: &[u8], eof: bool) -> Result<(), CommandError> {
+    pub async fn stdin(&self, sandbox: &str, id: &str, data: &[u8], eof: bool) -> Result<(), Failure> {
         let entry = self.find(sandbox, id)?;
         if !entry.shared.running() {
-            return Err(CommandError::Ended(id.to_owned()));
+            return Err(error::ended(id));
         }
         if !entry.stdin_open.load(Ordering::Acquire) {
-            return Err(CommandError::StdinClosed(id.to_owned()));
+            return Err(error::stdin_closed(id));
         }
         if !data.is_empty() {
             entry.handle.send_stdin(data).await.map_err(|f| entry.control_error(f))?;
@@ -232,18 +228,23 @@ impl BackgroundCommands {
     }
 
     /// Sends `signal` to the command's process group.
-    pub async fn signal(&self, sandbox: &str, id: &str, signal: i32) -> Result<(), CommandError> {
+    pub async fn signal(&self, sandbox: &str, id: &str, signal: i32) -> Result<(), Failure> {
         let entry = self.find(sandbox, id)?;
         if !entry.shared.running() {
-            return Err(CommandError::Ended(id.to_owned()));
+            return Err(error::ended(id));
         }
         entry.handle.signal(signal).await.map_err(|f| entry.control_error(f))
     }
 
     /// SIGKILLs the command's process group; a command that has ended already is left as it is.
-    pub async fn kill(&self, sandbox: &str, id: &str) -> Result<(), CommandError> {
-        match self.signal(sandbox, id, libc::SIGKILL).await {
-            Err(CommandError::Ended(_)) => Ok(()),
+    pub async fn kill(&self, sandbox: &str, id: &str) -> Result<(), Failure> {
+        let entry = self.find(sandbox, id)?;
+        if !entry.shared.running() {
+            return Ok(());
+        }
+        match entry.handle.signal(libc::SIGKILL).await {
+            // The process is gone: it ended meanwhile.
+            Err(failure) if failure.kind == FailureKind::NotFound => Ok(()),
             other => other,
         }
     }

@@ -1,47 +1,29 @@
-//! Why a code-context operation failed.
+//! The failures of code-context operations, each a `Failure` of the kind the API answers with: a context that
+//! cannot be made or used is `ExecFailed` (like a command that cannot start).
 
-use thiserror::Error;
+use sandkasten_types::{Failure, FailureKind};
 
-use crate::live::agent_client::AgentFailure;
-
-/// A failed code-context operation.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum ContextError {
-    /// No such context in this sandbox.
-    #[error("no code context {0} in this sandbox")]
-    NotFound(String),
-    /// The sandbox is not running (or died underneath the request).
-    #[error("the sandbox is gone")]
-    SandboxGone,
-    /// The sandbox has as many contexts as it may.
-    #[error("a sandbox may have at most {0} code contexts; remove one first")]
-    TooMany(usize),
-    /// The cell's language is not the context's.
-    #[error("context {id} runs {actual}, not {requested}")]
-    LanguageMismatch {
-        /// The context.
-        id: String,
-        /// Its language.
-        actual: &'static str,
-        /// The request's.
-        requested: &'static str,
-    },
-    /// The interpreter could not be started.
-    #[error("{0}")]
-    StartFailed(String),
-    /// The agent refused a request.
-    #[error("{}", .0.message)]
-    Agent(AgentFailure),
-    /// No random bytes for an id.
-    #[error("cannot make a context id: {0}")]
-    Ids(String),
+/// No such context in this sandbox.
+pub(super) fn not_found(id: &str) -> Failure {
+    Failure::new(FailureKind::NotFound, format!("no code context {id} in this sandbox"))
 }
 
-impl From<AgentFailure> for ContextError {
-    fn from(failure: AgentFailure) -> Self {
-        match failure.code {
-            None => ContextError::SandboxGone,
-            Some(_) => ContextError::Agent(failure),
-        }
-    }
+/// The sandbox has as many contexts as it may.
+pub(super) fn too_many(most: usize) -> Failure {
+    Failure::new(FailureKind::ExecFailed, format!("a sandbox may have at most {most} code contexts; remove one first"))
+}
+
+/// The cell's language is not the context's.
+pub(super) fn language_mismatch(id: &str, actual: &str, requested: &str) -> Failure {
+    Failure::new(FailureKind::ExecFailed, format!("context {id} runs {actual}, not {requested}"))
+}
+
+/// The interpreter could not be started.
+pub(super) fn start_failed(message: String) -> Failure {
+    Failure::new(FailureKind::ExecFailed, message)
+}
+
+/// No random bytes for an id.
+pub(super) fn no_id(why: impl std::fmt::Display) -> Failure {
+    Failure::new(FailureKind::Internal, format!("cannot make a context id: {why}"))
 }

@@ -6,13 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sandkasten_types::{CellError, CodeLanguage, CommandExit, CommandSpec, OutputChunk, StreamKind};
+use sandkasten_types::{CellError, CodeLanguage, CommandExit, CommandSpec, Failure, OutputChunk, StreamKind};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::error::ContextError;
+use super::error;
 use super::wire::{KernelMessage, Line, LineSplitter, Reply};
-use crate::live::agent_client::AgentClient;
+use crate::live::agent_client::{AgentClient, sandbox_gone};
 use crate::live::background::{BackgroundCommand, BackgroundEvent};
 
 /// The Python kernel's source (run with `python3 -c`).
@@ -106,7 +106,7 @@ impl Kernel {
         agent: &Arc<AgentClient>,
         language: CodeLanguage,
         preload: &[String],
-    ) -> Result<Kernel, ContextError> {
+    ) -> Result<Kernel, Failure> {
         let (command, events) = agent.spawn_background(kernel_command(language, preload)).await?;
         let mut kernel = Kernel {
             command: Arc::new(command),
@@ -136,16 +136,16 @@ impl Kernel {
                     stderr.extend_from_slice(&bytes[..bytes.len().min(room)]);
                 }
                 Ok(Some(BackgroundEvent::Exited(exit))) => {
-                    return Err(ContextError::StartFailed(format!(
+                    return Err(error::start_failed(format!(
                         "the {program} kernel ended with {} before it was ready: {}",
                         describe_exit(&exit),
                         String::from_utf8_lossy(&stderr).trim()
                     )));
                 }
-                Ok(None) => return Err(ContextError::SandboxGone),
+                Ok(None) => return Err(sandbox_gone()),
                 Err(_) => {
                     let _ = kernel.command.kill().await;
-                    return Err(ContextError::StartFailed(format!(
+                    return Err(error::start_failed(format!(
                         "the {program} kernel was not ready after {} s",
                         START_TIMEOUT.as_secs()
                     )));

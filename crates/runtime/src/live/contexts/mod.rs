@@ -21,12 +21,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun, ContextInfo};
+use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun, ContextInfo, Failure};
 
-pub use error::ContextError;
 pub use kernel::{CellOutput, NODE_KERNEL, PYTHON_KERNEL, kernel_command};
 
-use super::agent_client::AgentClient;
+use super::agent_client::{AgentClient, sandbox_gone};
 use super::background::BackgroundCommand;
 use kernel::Kernel;
 use spare::Spares;
@@ -75,7 +74,7 @@ impl Context {
         agent: &Arc<AgentClient>,
         slot: &mut Option<Kernel>,
         spare: Option<Kernel>,
-    ) -> Result<(), ContextError> {
+    ) -> Result<(), Failure> {
         let kernel = match spare {
             Some(kernel) => kernel,
             None => Kernel::start(agent, self.language, &[]).await?,
@@ -100,30 +99,30 @@ pub struct Contexts {
     spares: Mutex<Spares<Kernel>>,
 }
 
-fn new_context_id() -> Result<String, ContextError> {
+fn new_context_id() -> Result<String, Failure> {
     let mut bytes = [0u8; 8];
     let mut filled = 0;
     while filled < bytes.len() {
         filled += rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty())
-            .map_err(|e| ContextError::Ids(e.to_string()))?;
+            .map_err(error::no_id)?;
     }
     Ok(format!("ctx-{}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()))
 }
 
 impl Contexts {
-    fn with<T>(&self, sandbox: &str, f: impl FnOnce(&mut SandboxContexts) -> T) -> Result<T, ContextError> {
-        let mut map = self.sandboxes.lock().map_err(|_| ContextError::SandboxGone)?;
+    fn with<T>(&self, sandbox: &str, f: impl FnOnce(&mut SandboxContexts) -> T) -> Result<T, Failure> {
+        let mut map = self.sandboxes.lock().map_err(|_| sandbox_gone())?;
         Ok(f(map.entry(sandbox.to_owned()).or_default()))
     }
 
-    fn register(&self, sandbox: &str, language: CodeLanguage, default: bool) -> Result<Arc<Context>, ContextError> {
+    fn register(&self, sandbox: &str, language: CodeLanguage, default: bool) -> Result<Arc<Context>, Failure> {
         let id = new_context_id()?;
         self.with(sandbox, |contexts| {
             if default && let Some(existing) = contexts.defaults.get(&language).and_then(|id| contexts.by_id.get(id)) {
                 return Ok(Arc::clone(existing));
             }
             if contexts.by_id.len() >= MAX_CONTEXTS {
-                return Err(ContextError::TooMany(MAX_CONTEXTS));
+                return Err(error::too_many(MAX_CONTEXTS));
             }
             let context = Arc::new(Context {
                 id: id.clone(),
@@ -151,9 +150,8 @@ impl Contexts {
         Some(context)
     }
 
-    fn get(&self, sandbox: &str, id: &str) -> Result<Arc<Context>, ContextError> {
-        self.with(sandbox, |contexts| contexts.by_id.get(id).cloned())?
-            .ok_or_else(|| ContextError::NotFound(id.to_owned()))
+    fn get(&self, sandbox: &str, id: &str) -> Result<Arc<Context>, Failure> {
+        self.with(sandbox, |contexts| contexts.by_id.get(id).cloned())?.ok_or_else(|| error::not_found(id))
     }
 
     /// Starts a spare kernel of `language` in `sandbox` with the `preload` modules loaded, for the sandbox's first
@@ -164,9 +162,9 @@ impl Contexts {
         sandbox: &str,
         language: CodeLanguage,
         preload: &[String],
-    ) -> Result<(), ContextError> {
+    ) -> Result<(), Failure> {
         let kernel = Kernel::start(agent, language, preload).await?;
-        let replaced = self.spares.lock().map_err(|_| ContextError::SandboxGone)?.put(sandbox, language, kernel);
+        let replaced = self.spares.lock().map_err(|_| sandbox_gone())?.put(sandbox, language, kernel);
         // Dropping a kernel kills it.
         drop(replaced);
         Ok(())
@@ -198,7 +196,7 @@ impl Contexts {
         agent: &Arc<AgentClient>,
         sandbox: &str,
         language: CodeLanguage,
-    ) -> Result<ContextInfo, ContextError> {
+    ) -> Result<ContextInfo, Failure> {
         let context = self.register(sandbox, language, false)?;
         let mut slot = context.kernel.lock().await;
         if let Err(error) = context.start(agent, &mut slot, self.adopt_spare(sandbox, language)).await {
@@ -217,8 +215,8 @@ impl Contexts {
     }
 
     /// Removes a context and kills its kernel (a running cell ends with an error).
-    pub async fn remove(&self, sandbox: &str, id: &str) -> Result<(), ContextError> {
-        let context = self.unregister(sandbox, id).ok_or_else(|| ContextError::NotFound(id.to_owned()))?;
+    pub async fn remove(&self, sandbox: &str, id: &str) -> Result<(), Failure> {
+        let context = self.unregister(sandbox, id).ok_or_else(|| error::not_found(id))?;
         context.kill_running().await;
         let mut slot = context.kernel.lock().await;
         if let Some(kernel) = slot.take() {
@@ -229,12 +227,7 @@ impl Contexts {
     }
 
     /// Restarts a context's kernel: its state is gone, its count starts again.
-    pub async fn restart(
-        &self,
-        agent: &Arc<AgentClient>,
-        sandbox: &str,
-        id: &str,
-    ) -> Result<ContextInfo, ContextError> {
+    pub async fn restart(&self, agent: &Arc<AgentClient>, sandbox: &str, id: &str) -> Result<ContextInfo, Failure> {
         let context = self.get(sandbox, id)?;
         context.kill_running().await;
         let mut slot = context.kernel.lock().await;
@@ -265,21 +258,19 @@ impl Contexts {
         }
     }
 
-    fn resolve(&self, sandbox: &str, request: &CodeRun) -> Result<Arc<Context>, ContextError> {
+    fn resolve(&self, sandbox: &str, request: &CodeRun) -> Result<Arc<Context>, Failure> {
         match (&request.context_id, request.language) {
             (Some(id), requested) => {
                 let context = self.get(sandbox, id)?;
                 match requested {
-                    Some(language) if language != context.language => Err(ContextError::LanguageMismatch {
-                        id: id.clone(),
-                        actual: context.language.as_str(),
-                        requested: language.as_str(),
-                    }),
+                    Some(language) if language != context.language => {
+                        Err(error::language_mismatch(id, context.language.as_str(), language.as_str()))
+                    }
                     _ => Ok(context),
                 }
             }
             (None, Some(language)) => self.register(sandbox, language, true),
-            (None, None) => Err(ContextError::NotFound("(none given and no language)".to_owned())),
+            (None, None) => Err(error::not_found("(none given and no language)")),
         }
     }
 
@@ -290,17 +281,17 @@ impl Contexts {
         sandbox: &str,
         request: CodeRun,
         output: CellOutput,
-    ) -> Result<CellOutcome, ContextError> {
+    ) -> Result<CellOutcome, Failure> {
         let context = self.resolve(sandbox, &request)?;
         let mut slot = context.kernel.lock().await;
         if context.removed.load(Ordering::Relaxed) {
-            return Err(ContextError::NotFound(context.id.clone()));
+            return Err(error::not_found(&context.id));
         }
         if slot.is_none() {
             context.start(agent, &mut slot, self.adopt_spare(sandbox, context.language)).await?;
         }
         let Some(kernel) = slot.as_mut() else {
-            return Err(ContextError::NotFound(context.id.clone()));
+            return Err(error::not_found(&context.id));
         };
         let limit = usize::try_from(request.max_output_bytes).unwrap_or(usize::MAX);
         let run = kernel.run(&request.code, Duration::from_millis(request.timeout_ms), limit, &output).await;

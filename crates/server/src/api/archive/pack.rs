@@ -3,13 +3,12 @@
 //! sockets, fifos and devices are skipped. File bytes together are bounded by `max_bytes` (413), entries by
 //! `MAX_ENTRIES`. Entry names are relative to the requested path (a single file is stored under its base name).
 
-use sandkasten_types::{FileInfo, FileKind};
+use sandkasten_types::{FailureKind, FileInfo, FileKind};
 use tar::{EntryType, Header};
 
 use crate::api::archive::plan::MAX_ENTRIES;
 use crate::api::error::ApiError;
 use crate::api::extract::runtime_error;
-use crate::runtime::FailureKind;
 use crate::state::AppState;
 
 struct Packer<'a> {

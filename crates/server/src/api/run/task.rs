@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use sandkasten_types::{CommandExit, CommandSpec, OutputChunk};
+use sandkasten_types::{CommandExit, CommandSpec, Failure, FailureKind, OutputChunk};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::api::error::ApiError;
@@ -26,7 +26,6 @@ use crate::clock::now_ms;
 use crate::config::ZygoteKind;
 use crate::lifecycle::{SIGKILL, finish_run, start_sandbox_with_zygote};
 use crate::metrics::LimitKind;
-use crate::runtime::{FailureKind, RuntimeFailure};
 use crate::state::AppState;
 
 /// How a run ended, when it got to run.
@@ -171,7 +170,7 @@ async fn forked(
 ) -> Option<Result<RunOutcome, ApiError>> {
     let started = Instant::now();
     let runtime = state.runtime();
-    let unusable = |failure: RuntimeFailure| {
+    let unusable = |failure: Failure| {
         tracing::warn!(sandbox = %id, command = %zygote, reason = %failure.message, "zygote unusable; running plainly");
     };
     let mut output = match runtime.stream_command(id, zygote, 0).await {
@@ -216,7 +215,7 @@ async fn forked(
             let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
             return Some(Ok(RunOutcome { exit, compile_failed: false, duration_ms, phases: RunPhases::default() }));
         }
-        let failure = RuntimeFailure::new(FailureKind::SandboxGone, "the sandbox ended during the run");
+        let failure = Failure::new(FailureKind::SandboxGone, "the sandbox ended during the run");
         return Some(Err(runtime_error(state, id, failure).await));
     };
     if timed_out {
