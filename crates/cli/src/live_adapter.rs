@@ -2,30 +2,15 @@
 //! `SandboxRuntime` seam (sandboxes, commands, files, code contexts).
 
 use sandkasten_runtime::live::LiveRuntime;
-use sandkasten_runtime::live::commands::{CommandEvent as LiveEvent, CommandStatus as LiveStatus};
 use sandkasten_server::runtime::{Entrance, SandboxRuntime};
-use sandkasten_server::{CommandEvent, CommandStatus};
 use sandkasten_types::{
-    CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, Failure, FailureKind, FileInfo,
-    OutputChunk, SandboxSpec,
+    CellOutcome, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus, ContextInfo, Failure,
+    FailureKind, FileInfo, OutputChunk, SandboxSpec,
 };
 use tokio::sync::mpsc;
 
 /// The live runtime behind the server.
 pub struct LiveAdapter(pub LiveRuntime);
-
-fn from_status(status: LiveStatus) -> CommandStatus {
-    CommandStatus {
-        id: status.id,
-        argv: status.argv,
-        pid: status.pid,
-        started_ms: status.started_ms,
-        ended_ms: status.ended_ms,
-        exit: status.exit,
-        stdout_truncated: status.stdout_truncated,
-        stderr_truncated: status.stderr_truncated,
-    }
-}
 
 impl LiveAdapter {
     fn agent(&self, id: &str) -> Result<std::sync::Arc<sandkasten_runtime::live::AgentClient>, Failure> {
@@ -147,12 +132,11 @@ impl SandboxRuntime for LiveAdapter {
         spec: CommandSpec,
         output_limit: u64,
     ) -> Result<CommandStatus, Failure> {
-        self.0.start_command(id, command_id, spec, output_limit).await.map(from_status)
+        self.0.start_command(id, command_id, spec, output_limit).await
     }
 
     async fn list_commands(&self, id: &str) -> Result<Vec<CommandStatus>, Failure> {
-        let statuses = self.0.list_commands(id)?;
-        Ok(statuses.into_iter().map(from_status).collect())
+        self.0.list_commands(id)
     }
 
     async fn stream_command(
@@ -161,24 +145,7 @@ impl SandboxRuntime for LiveAdapter {
         command_id: &str,
         offset: u64,
     ) -> Result<mpsc::Receiver<CommandEvent>, Failure> {
-        let mut received = self.0.stream_command(id, command_id, offset)?;
-        let (events, forwarded) = mpsc::channel(16);
-        tokio::spawn(async move {
-            while let Some(event) = received.recv().await {
-                let event = match event {
-                    LiveEvent::Output(piece) => CommandEvent::Output {
-                        chunk: OutputChunk { stream: piece.stream, data: piece.data },
-                        offset: piece.end,
-                    },
-                    LiveEvent::Ended(status) => CommandEvent::Ended(from_status(status)),
-                };
-                // A dropped receiver (the client left) ends the forwarding, and with it the runtime's listener.
-                if events.send(event).await.is_err() {
-                    return;
-                }
-            }
-        });
-        Ok(forwarded)
+        self.0.stream_command(id, command_id, offset)
     }
 
     async fn command_stdin(&self, id: &str, command_id: &str, data: Vec<u8>, eof: bool) -> Result<(), Failure> {

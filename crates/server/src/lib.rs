@@ -6,7 +6,6 @@
 
 pub mod api;
 pub mod auth;
-pub mod background;
 pub mod clock;
 pub mod config;
 mod e2b;
@@ -25,7 +24,6 @@ use std::future::Future;
 use std::sync::Arc;
 
 pub use api::{ApiDoc, openapi_json, router};
-pub use background::{CommandEvent, CommandStatus};
 pub use config::{ConfigError, PoolConfig, ServerConfig};
 pub use metrics::{ExecPhase, ExitReason, LimitKind, Metrics};
 pub use runtime::SandboxRuntime;

@@ -7,12 +7,10 @@ use std::future::Future;
 use futures::future::BoxFuture;
 pub use sandkasten_egress::Entrance;
 use sandkasten_types::{
-    CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, Failure, FailureKind, FileInfo,
-    OutputChunk, SandboxSpec, Tier,
+    CellOutcome, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus, ContextInfo, Failure,
+    FailureKind, FileInfo, OutputChunk, SandboxSpec, Tier,
 };
 use tokio::sync::mpsc;
-
-use crate::background::{CommandEvent, CommandStatus};
 
 /// Runs long-lived sandboxes. Implemented by the real runtime (`crates/runtime`) and by test fakes.
 ///

@@ -3,6 +3,7 @@
 //!
 //! This crate has no OS dependencies: the CLI, the runtime, the server and the SDK schemas all speak it.
 
+mod background;
 mod code;
 mod command;
 mod error;
@@ -17,6 +18,7 @@ mod tier;
 pub mod units;
 pub mod utf8;
 
+pub use background::{CommandEvent, CommandStatus};
 pub use code::{CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, ContextInfo};
 pub use command::{CommandExit, CommandSpec, CommandUser};
 pub use error::{ErrorCode, ErrorInfo};

@@ -12,6 +12,6 @@ mod runtime;
 
 pub use agent_client::AgentClient;
 pub use background::{BackgroundCommand, BackgroundEvent};
-pub use commands::{BackgroundCommands, CommandEvent, CommandStatus};
+pub use commands::BackgroundCommands;
 pub use contexts::Contexts;
 pub use runtime::LiveRuntime;

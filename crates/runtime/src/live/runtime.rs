@@ -8,13 +8,13 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use sandkasten_types::{
-    CellOutcome, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, Entrance, Failure, FailureKind,
-    OutputChunk, ResourceUsage, SandboxSpec, Tier,
+    CellOutcome, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus, ContextInfo, Entrance,
+    Failure, FailureKind, OutputChunk, ResourceUsage, SandboxSpec, Tier,
 };
 use tokio::sync::mpsc;
 
 use super::agent_client::{AgentClient, sandbox_gone};
-use super::commands::{BackgroundCommands, CommandEvent, CommandStatus};
+use super::commands::BackgroundCommands;
 use super::contexts::{CellOutput, Contexts};
 use crate::backend::gvisor;
 use crate::config::RuntimeConfig;

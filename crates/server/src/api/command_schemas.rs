@@ -1,11 +1,11 @@
 //! Request and response bodies of background commands (`POST …/exec` with `background: true` and
 //! `/v1/sandboxes/{id}/commands/…`), with their OpenAPI schemas.
 
+use sandkasten_types::CommandStatus;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::api::isolation::IsolationName;
-use crate::background::CommandStatus;
 use crate::clock::rfc3339;
 
 /// `POST /v1/sandboxes/{id}/exec` with `background: true` → 202.

@@ -10,6 +10,7 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
+use sandkasten_types::CommandEvent;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::api::command_schemas::StreamQuery;
@@ -21,7 +22,6 @@ use crate::api::output;
 use crate::api::output::json_event;
 use crate::api::schemas::ExitEvent;
 use crate::auth::Tenant;
-use crate::background::CommandEvent;
 use crate::state::AppState;
 
 /// The offset to start from: `Last-Event-ID` when sent, else `?since=`, else 0.

@@ -7,14 +7,13 @@ use axum::extract::{FromRequestParts, Path, State};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
-use sandkasten_types::{CommandExit, CommandSpec};
+use sandkasten_types::{CommandEvent, CommandExit, CommandSpec, CommandStatus};
 
 use crate::api::command_schemas::{BackgroundStarted, CommandBody, CommandList, SignalBody, StdinBody, signal_number};
 use crate::api::error::{ApiError, ErrorBody};
 use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error, runtime_result};
 use crate::api::isolation::IsolationName;
 use crate::auth::Tenant;
-use crate::background::{CommandEvent, CommandStatus};
 use crate::clock::{now_ms, rfc3339};
 use crate::ids;
 use crate::metrics::LimitKind;

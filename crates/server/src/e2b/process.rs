@@ -14,13 +14,12 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use sandkasten_types::{CommandSpec, CommandUser};
+use sandkasten_types::{CommandEvent, CommandSpec, CommandStatus, CommandUser};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::api::commands::start_background;
-use crate::background::{CommandEvent, CommandStatus};
 use crate::e2b::auth::{SandboxAccess, request_user, require_default_user, runtime_failure, sandbox_access};
 use crate::e2b::connect::{self, StreamWriter};
 use crate::e2b::error::{Code, E2bError};

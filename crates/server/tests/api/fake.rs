@@ -9,10 +9,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use sandkasten_server::{CommandEvent, CommandStatus, SandboxRuntime};
+use sandkasten_server::SandboxRuntime;
 use sandkasten_types::{
-    CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, CommandExit, CommandSpec, ContextInfo, Failure,
-    FailureKind, FileInfo, FileKind, OutputChunk, SandboxSpec, StreamKind, Tier,
+    CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus,
+    ContextInfo, Failure, FailureKind, FileInfo, FileKind, OutputChunk, SandboxSpec, StreamKind, Tier,
 };
 use tokio::sync::mpsc;
 

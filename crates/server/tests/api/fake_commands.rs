@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sandkasten_server::{CommandEvent, CommandStatus};
-use sandkasten_types::{CommandExit, CommandSpec, Failure, FailureKind, OutputChunk, StreamKind};
+use sandkasten_types::{
+    CommandEvent, CommandExit, CommandSpec, CommandStatus, Failure, FailureKind, OutputChunk, StreamKind,
+};
 use tokio::sync::{mpsc, watch};
 
 enum Control {

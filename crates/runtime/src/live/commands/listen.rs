@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
+use sandkasten_types::CommandEvent;
 use tokio::sync::mpsc;
 
-use super::{CommandEvent, Shared};
+use super::Shared;
 
 /// Runs until the command has ended and everything was sent, or the receiver is gone.
 pub(super) async fn listen(shared: Arc<Shared>, mut offset: u64, events: mpsc::Sender<CommandEvent>) {
@@ -14,8 +15,8 @@ pub(super) async fn listen(shared: Arc<Shared>, mut offset: u64, events: mpsc::S
         // Mark the current version seen before reading, so a change after the read wakes the wait below.
         changed.borrow_and_update();
         let read = shared.log.read_from(offset);
-        for piece in read.pieces {
-            if events.send(CommandEvent::Output(piece)).await.is_err() {
+        for (chunk, offset) in read.pieces {
+            if events.send(CommandEvent::Output { chunk, offset }).await.is_err() {
                 return;
             }
         }

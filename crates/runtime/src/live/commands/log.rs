@@ -5,22 +5,11 @@
 
 use std::sync::Mutex;
 
-use sandkasten_types::{CommandExit, StreamKind};
+use sandkasten_types::{CommandExit, OutputChunk, StreamKind};
 use tokio::sync::watch;
 
 /// Largest piece stored: consecutive output of one stream is merged up to this size.
 const PIECE_BYTES: usize = 64 << 10;
-
-/// A retained piece of output.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Piece {
-    /// The stream it came from.
-    pub stream: StreamKind,
-    /// The bytes.
-    pub data: Vec<u8>,
-    /// Offset just after these bytes (what a listener passes to continue after them).
-    pub end: u64,
-}
 
 /// How the command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,8 +38,9 @@ struct State {
 /// What a listener reads at once.
 #[derive(Debug, Default)]
 pub struct Read {
-    /// Output after the requested offset.
-    pub pieces: Vec<Piece>,
+    /// Output after the requested offset, each piece with the offset just after it (what a listener passes to
+    /// continue after it).
+    pub pieces: Vec<(OutputChunk, u64)>,
     /// Set once the command ended and all output has been read.
     pub ending: Option<Ending>,
     /// The offset after everything read.
@@ -154,7 +144,7 @@ impl OutputLog {
             for (stream, start, data) in &state.pieces[first..] {
                 let end = start + data.len() as u64;
                 let skip = usize::try_from(offset.saturating_sub(*start)).unwrap_or(usize::MAX).min(data.len());
-                read.pieces.push(Piece { stream: *stream, data: data[skip..].to_vec(), end });
+                read.pieces.push((OutputChunk { stream: *stream, data: data[skip..].to_vec() }, end));
             }
             read.ending = state.ending;
             read
@@ -176,7 +166,7 @@ mod tests {
     const ERR: StreamKind = StreamKind::Stderr;
 
     fn texts(read: &Read) -> Vec<(StreamKind, String, u64)> {
-        read.pieces.iter().map(|p| (p.stream, String::from_utf8_lossy(&p.data).into_owned(), p.end)).collect()
+        read.pieces.iter().map(|(c, end)| (c.stream, String::from_utf8_lossy(&c.data).into_owned(), *end)).collect()
     }
 
     #[test]
@@ -214,8 +204,8 @@ mod tests {
         log.finish(Ending { exit: None, ended_ms: 5 });
         log.finish(Ending { exit: Some(CommandExit::default()), ended_ms: 6 });
         let read = log.read_from(1);
-        assert_eq!(read.pieces[0].data, euro);
-        assert_eq!(read.pieces[1].data, [0xE2]);
+        assert_eq!(read.pieces[0].0.data, euro);
+        assert_eq!(read.pieces[1].0.data, [0xE2]);
         assert_eq!(read.ending, Some(Ending { exit: None, ended_ms: 5 }));
     }
 }

@@ -15,10 +15,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use sandkasten_types::{CommandExit, CommandSpec, Failure, FailureKind};
+use sandkasten_types::{CommandEvent, CommandSpec, CommandStatus, Failure, FailureKind};
 use tokio::sync::mpsc;
 
-pub use log::{Ending, OutputLog, Piece};
+pub use log::{Ending, OutputLog};
 
 use super::agent_client::{AgentClient, sandbox_gone};
 use super::background::{BackgroundCommand, BackgroundEvent};
@@ -27,36 +27,6 @@ use super::background::{BackgroundCommand, BackgroundEvent};
 pub const MAX_RUNNING: usize = 16;
 /// Most ended background commands one sandbox keeps (the oldest are forgotten first).
 pub const MAX_ENDED: usize = 16;
-
-/// What is known about a background command.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommandStatus {
-    /// Its id.
-    pub id: String,
-    /// What it runs.
-    pub argv: Vec<String>,
-    /// Its pid inside the sandbox.
-    pub pid: u32,
-    /// Start time, ms since the Unix epoch.
-    pub started_ms: i64,
-    /// End time, once it ended.
-    pub ended_ms: Option<i64>,
-    /// How it ended (`None` while running, or when the sandbox went away first).
-    pub exit: Option<CommandExit>,
-    /// Stdout went past the output limit.
-    pub stdout_truncated: bool,
-    /// Stderr went past the output limit.
-    pub stderr_truncated: bool,
-}
-
-/// What a listener receives: output from the requested offset on, then the end.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CommandEvent {
-    /// Retained output.
-    Output(Piece),
-    /// The command ended; nothing follows.
-    Ended(CommandStatus),
-}
 
 fn now_ms() -> i64 {
     let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();

@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use sandkasten_types::{CommandExit, CommandSpec, Failure, FailureKind, OutputChunk};
+use sandkasten_types::{CommandEvent, CommandExit, CommandSpec, Failure, FailureKind, OutputChunk};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::api::error::ApiError;
@@ -21,7 +21,6 @@ use crate::api::run::phases::{RunClock, RunPhases};
 use crate::api::run::request::RunPlan;
 use crate::api::run::response::RunError;
 use crate::auth::Tenant;
-use crate::background::CommandEvent;
 use crate::clock::now_ms;
 use crate::config::ZygoteKind;
 use crate::lifecycle::{SIGKILL, finish_run, start_sandbox_with_zygote};

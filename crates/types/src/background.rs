@@ -1,8 +1,8 @@
-//! What a runtime reports about background commands (the `SandboxRuntime` methods `start_command`,
-//! `list_commands`, `stream_command`, `command_stdin`, `signal_command`): a command's status, and the events of a
-//! stream — retained output with its byte offset, then the end.
+//! Background commands of a long-lived sandbox as a runtime reports them: a command's status, and the events of its
+//! output stream — retained output with its byte offset, then the end.
 
-use sandkasten_types::{CommandExit, OutputChunk};
+use crate::command::CommandExit;
+use crate::stream::OutputChunk;
 
 /// What is known about a background command.
 #[derive(Debug, Clone, PartialEq, Eq)]
