@@ -5,7 +5,6 @@ mod client;
 mod doctor;
 mod exit_codes;
 mod gc_command;
-mod live_adapter;
 mod run_command;
 mod run_input;
 mod run_remote;

@@ -6,13 +6,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use sandkasten_runtime::RuntimeConfig;
 use sandkasten_runtime::live::LiveRuntime;
+use sandkasten_runtime::{RuntimeConfig, SandboxRuntime};
 use sandkasten_server::ServerConfig;
 use sandkasten_types::GvisorSettings;
 
 use crate::exit_codes;
-use crate::live_adapter::LiveAdapter;
 
 /// Arguments of `sandkasten serve`.
 #[derive(Debug, Args)]
@@ -100,11 +99,11 @@ pub fn run(args: ServeArgs) -> i32 {
             return exit_codes::SANDBOX_ERROR;
         }
     };
-    let adapter = Arc::new(LiveAdapter(live));
-    let outcome = runtime.block_on(sandkasten_server::serve(config, Arc::clone(&adapter), shutdown_signal()));
+    let live: Arc<dyn SandboxRuntime> = Arc::new(live);
+    let outcome = runtime.block_on(sandkasten_server::serve(config, Arc::clone(&live), shutdown_signal()));
     // Dropping the live runtime closes the spawner's socket: it destroys every sandbox and exits.
     drop(runtime);
-    drop(adapter);
+    drop(live);
     match outcome {
         Ok(()) => 0,
         Err(error) => {

@@ -1,5 +1,6 @@
 //! The sandkasten runtime: turns a `SandboxSpec` and an `ExecRequest` into an `ExecResult` on one of the isolation
-//! backends, with every host resource recorded durably before it is created and removed on every path.
+//! backends, with every host resource recorded durably before it is created and removed on every path; and runs
+//! long-lived sandboxes behind the `SandboxRuntime` trait the HTTP server talks to (`live::LiveRuntime`).
 
 pub mod backend;
 pub mod config;
@@ -11,11 +12,13 @@ pub mod live;
 pub mod output;
 mod plan;
 pub mod records;
+mod sandbox_runtime;
 pub mod spawner;
 
 pub use backend::runner::{OneShotRunner, StdinSource};
 pub use config::RuntimeConfig;
 pub use error::RuntimeError;
 pub use output::{DiscardOutput, OutputSink};
+pub use sandbox_runtime::{RuntimeFuture, SandboxRuntime};
 pub use sandkasten_agent::run_agent;
 pub use sandkasten_protocol::monotonic_ns;

@@ -1,5 +1,6 @@
 //! `sandkasten serve`: long-lived sandboxes over HTTP. Tenants authenticate with API keys, sandboxes live in SQLite
-//! and in a `SandboxRuntime` (the real one, or a fake in tests), and the API is described by OpenAPI.
+//! and in a `sandkasten_runtime::SandboxRuntime` (the live runtime, or a fake in tests; held as
+//! `Arc<dyn SandboxRuntime>`), and the API is described by OpenAPI.
 //!
 //! - [`serve`] (or [`serve_on`] with a bound listener) runs the server until a shutdown signal;
 //! - [`router`] builds the API over an [`AppState`] (tests drive it with `tower::ServiceExt::oneshot`).
@@ -15,7 +16,6 @@ pub mod lifecycle;
 mod metrics;
 mod migrations;
 pub mod pool;
-pub mod runtime;
 pub mod state;
 pub mod store;
 pub mod validate;
@@ -23,10 +23,11 @@ pub mod validate;
 use std::future::Future;
 use std::sync::Arc;
 
+use sandkasten_runtime::SandboxRuntime;
+
 pub use api::{ApiDoc, openapi_json, router};
 pub use config::{ConfigError, PoolConfig, ServerConfig};
 pub use metrics::{ExecPhase, ExitReason, LimitKind, Metrics};
-pub use runtime::SandboxRuntime;
 pub use state::AppState;
 pub use store::{Store, StoreError};
 
@@ -61,9 +62,9 @@ pub enum ServerError {
 }
 
 /// Runs the server: binds `config.listen`, then as [`serve_on`].
-pub async fn serve<R: SandboxRuntime>(
+pub async fn serve(
     config: ServerConfig,
-    runtime: Arc<R>,
+    runtime: Arc<dyn SandboxRuntime>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     config.validate()?;
@@ -74,7 +75,7 @@ pub async fn serve<R: SandboxRuntime>(
 
 /// Refuses a config whose tiers (`[defaults] isolation`, each pool's) this host's runtime cannot run, saying what to
 /// install: otherwise every create naming no tier, or every refill of such a pool, would fail.
-fn check_tiers<R: SandboxRuntime>(config: &ServerConfig, runtime: &R) -> Result<(), ConfigError> {
+fn check_tiers(config: &ServerConfig, runtime: &dyn SandboxRuntime) -> Result<(), ConfigError> {
     let default = config.defaults.isolation;
     let pools = config
         .pools
@@ -93,10 +94,10 @@ fn check_tiers<R: SandboxRuntime>(config: &ServerConfig, runtime: &R) -> Result<
 /// with the runtime, starts the expiry sweeper and the warm pools' refill task, and serves until `shutdown`
 /// completes. Shutdown stops accepting connections and waits for the requests in flight; it destroys no sandbox (they
 /// belong to the runtime, and the next start reconciles).
-pub async fn serve_on<R: SandboxRuntime>(
+pub async fn serve_on(
     listener: tokio::net::TcpListener,
     config: ServerConfig,
-    runtime: Arc<R>,
+    runtime: Arc<dyn SandboxRuntime>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     config.validate()?;

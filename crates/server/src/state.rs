@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use sandkasten_egress::{AuditEvent, AuditSink, ConfigError as EgressError, Proxy};
+use sandkasten_runtime::SandboxRuntime;
 use sandkasten_types::Tier;
 use tokio::sync::mpsc;
 
@@ -14,7 +15,6 @@ use crate::egress::Egress;
 use crate::egress::audit::{self, AuditQueue};
 use crate::metrics::Metrics;
 use crate::pool::Pools;
-use crate::runtime::{DynRuntime, SandboxRuntime};
 use crate::store::Store;
 
 /// Limits and defaults taken from the config.
@@ -47,7 +47,7 @@ impl Settings {
 
 struct Inner {
     store: Store,
-    runtime: Arc<dyn DynRuntime>,
+    runtime: Arc<dyn SandboxRuntime>,
     keyring: Keyring,
     settings: Settings,
     metrics: Metrics,
@@ -74,12 +74,7 @@ impl std::fmt::Debug for AppState {
 
 impl AppState {
     /// State for a validated `config`, an opened `store` and a `runtime`.
-    pub fn new<R: SandboxRuntime>(
-        config: &ServerConfig,
-        store: Store,
-        runtime: Arc<R>,
-    ) -> Result<AppState, EgressError> {
-        let runtime: Arc<dyn DynRuntime> = runtime;
+    pub fn new(config: &ServerConfig, store: Store, runtime: Arc<dyn SandboxRuntime>) -> Result<AppState, EgressError> {
         let (queue, receiver) = audit::queue();
         let proxy = Proxy::new(config.egress.clone(), Arc::clone(&queue) as Arc<dyn AuditSink>)?;
         Ok(AppState {
@@ -102,7 +97,7 @@ impl AppState {
         &self.inner.store
     }
 
-    pub(crate) fn runtime(&self) -> &dyn DynRuntime {
+    pub(crate) fn runtime(&self) -> &dyn SandboxRuntime {
         self.inner.runtime.as_ref()
     }
 

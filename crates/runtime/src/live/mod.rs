@@ -1,7 +1,8 @@
 //! Long-lived sandboxes for an async owner (the server): the spawner creates them, and each agent is then driven over
 //! its protocol channel by an `AgentClient` — commands with streamed output, background commands, file operations —
 //! and code-interpreter contexts run as background kernels (`contexts`); background commands started through the API
-//! are kept per sandbox with their retained output (`commands`).
+//! are kept per sandbox with their retained output (`commands`). `LiveRuntime` implements the server's
+//! `SandboxRuntime` (`sandbox_runtime`).
 
 mod agent_client;
 mod background;
@@ -9,6 +10,7 @@ pub mod commands;
 pub mod contexts;
 mod limits;
 mod runtime;
+mod sandbox_runtime;
 
 pub use agent_client::AgentClient;
 pub use background::{BackgroundCommand, BackgroundEvent};

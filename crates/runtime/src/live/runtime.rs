@@ -1,6 +1,7 @@
 //! `LiveRuntime`: long-lived sandboxes for an async owner. Creation and destruction go through the spawner (a
 //! single-threaded helper process); everything else goes straight to each sandbox's agent. Code contexts live in
-//! `Contexts`, background commands in `BackgroundCommands`; both are forgotten with their sandbox.
+//! `Contexts`, background commands in `BackgroundCommands`; both are forgotten with their sandbox. What the server
+//! calls is its `SandboxRuntime` implementation (`sandbox_runtime.rs`); this file owns the sandbox table.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -8,14 +9,13 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use sandkasten_types::{
-    CellOutcome, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus, ContextInfo, Entrance,
-    Failure, FailureKind, OutputChunk, ResourceUsage, SandboxSpec, Tier,
+    CommandExit, CommandSpec, Entrance, Failure, FailureKind, OutputChunk, ResourceUsage, SandboxSpec, Tier,
 };
 use tokio::sync::mpsc;
 
 use super::agent_client::{AgentClient, sandbox_gone};
 use super::commands::BackgroundCommands;
-use super::contexts::{CellOutput, Contexts};
+use super::contexts::Contexts;
 use crate::backend::gvisor;
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
@@ -78,16 +78,8 @@ impl LiveRuntime {
         Ok(LiveRuntime { config, hierarchy, runsc_found, spawner: Arc::new(spawner), agents, contexts, commands })
     }
 
-    /// Creates a sandbox under `id`; it is ready for commands when this returns. A spec the spawner refuses is
-    /// `InvalidPath` (the request's fault), anything else `Internal`.
-    pub async fn create(&self, id: &str, spec: &SandboxSpec) -> Result<(), Failure> {
-        self.spawn(id, spec).await.map_err(|error| match error {
-            RuntimeError::InvalidInput(message) => Failure::new(FailureKind::InvalidPath, message),
-            other => Failure::new(FailureKind::Internal, other.to_string()),
-        })
-    }
-
-    async fn spawn(&self, id: &str, spec: &SandboxSpec) -> Result<(), RuntimeError> {
+    /// Spawns the sandbox `id` through the spawner and takes over its agent's channel.
+    pub(super) async fn spawn(&self, id: &str, spec: &SandboxSpec) -> Result<(), RuntimeError> {
         let spawner = Arc::clone(&self.spawner);
         let (owned_id, owned_spec) = (id.to_owned(), spec.clone());
         let spawned = tokio::task::spawn_blocking(move || spawner.spawn(&owned_id, &owned_spec))
@@ -110,15 +102,8 @@ impl LiveRuntime {
         Ok(())
     }
 
-    /// Kills and removes a sandbox; returns what it used. A sandbox the spawner does not know is `NotFound`.
-    pub async fn destroy(&self, id: &str) -> Result<ResourceUsage, Failure> {
-        self.remove(id).await.map_err(|error| match error {
-            RuntimeError::InvalidInput(message) => Failure::new(FailureKind::NotFound, message),
-            other => Failure::new(FailureKind::Internal, other.to_string()),
-        })
-    }
-
-    async fn remove(&self, id: &str) -> Result<ResourceUsage, RuntimeError> {
+    /// Forgets the sandbox `id` and has the spawner kill and remove it; returns what it used.
+    pub(super) async fn remove(&self, id: &str) -> Result<ResourceUsage, RuntimeError> {
         self.agents.lock().map_err(|_| lock_poisoned())?.remove(id);
         self.contexts.forget(id);
         self.commands.forget(id);
@@ -132,7 +117,7 @@ impl LiveRuntime {
     /// Runs a command to its end; output chunks go to `output` as they arrive. The exit says which limit fired
     /// (the agent's timeout and disk checks, the cgroup's OOM kills and refused forks) and what the sandbox used
     /// meanwhile.
-    pub async fn exec(
+    pub(super) async fn run_command(
         &self,
         id: &str,
         spec: CommandSpec,
@@ -155,13 +140,23 @@ impl LiveRuntime {
     }
 
     /// The agent of a live sandbox.
-    pub fn agent(&self, id: &str) -> Option<Arc<AgentClient>> {
+    fn agent(&self, id: &str) -> Option<Arc<AgentClient>> {
         self.agents.lock().ok().and_then(|map| map.get(id).map(|member| Arc::clone(&member.agent)))
     }
 
-    /// A non-blocking listener on `127.0.0.1:port` inside the sandbox's network namespace, held by the caller (the
-    /// egress proxy's entrance). `None` when the sandbox is not alive.
-    pub fn listen_in_sandbox(&self, id: &str, port: u16) -> Option<std::io::Result<Entrance>> {
+    /// The agent of a live sandbox, or `SandboxGone` saying "the sandbox is gone" (code contexts and commands).
+    pub(super) fn running_agent(&self, id: &str) -> Result<Arc<AgentClient>, Failure> {
+        self.agent(id).ok_or_else(sandbox_gone)
+    }
+
+    /// The agent of a live sandbox, or `SandboxGone` naming the sandbox (file operations).
+    pub(super) fn file_agent(&self, id: &str) -> Result<Arc<AgentClient>, Failure> {
+        self.agent(id).ok_or_else(|| Failure::new(FailureKind::SandboxGone, format!("sandbox {id} is not running")))
+    }
+
+    /// A non-blocking listener on `127.0.0.1:port` inside the sandbox's network namespace (the egress proxy's
+    /// entrance), or the gVisor sandbox's door socket. `None` when the sandbox is not alive.
+    pub(super) fn listen(&self, id: &str, port: u16) -> Option<std::io::Result<Entrance>> {
         let (pidfd, tier) = self
             .agents
             .lock()
@@ -174,116 +169,17 @@ impl LiveRuntime {
         })
     }
 
-    /// Why sandboxes of `tier` cannot be created on this host, if they cannot (a message saying how to fix it).
-    pub fn tier_unavailable(&self, tier: Tier) -> Option<String> {
-        if let Some(reason) = tier.unavailable_reason() {
-            return Some(reason.to_owned());
-        }
-        if tier == Tier::Gvisor && !self.runsc_found {
-            return Some(gvisor::runsc_missing(&self.config));
-        }
-        None
+    /// Whether `runsc` was found when the runtime started (gVisor sandboxes need it).
+    pub(super) fn runsc_missing(&self) -> Option<String> {
+        (!self.runsc_found).then(|| gvisor::runsc_missing(&self.config))
     }
 
-    /// Whether the sandbox is alive (its agent has not exited).
-    pub fn is_alive(&self, id: &str) -> bool {
-        self.agent(id).is_some()
+    pub(super) fn contexts(&self) -> &Contexts {
+        &self.contexts
     }
 
-    fn running_agent(&self, id: &str) -> Result<Arc<AgentClient>, Failure> {
-        self.agent(id).ok_or_else(sandbox_gone)
-    }
-
-    /// Creates a code context in a sandbox and starts its interpreter.
-    pub async fn create_context(&self, id: &str, language: CodeLanguage) -> Result<ContextInfo, Failure> {
-        let agent = self.running_agent(id)?;
-        self.contexts.create(&agent, id, language).await
-    }
-
-    /// Starts a spare interpreter of `language` in a sandbox with the `preload` modules loaded; the sandbox's first
-    /// context of that language adopts it instead of starting cold.
-    pub async fn prepare_context(&self, id: &str, language: CodeLanguage, preload: &[String]) -> Result<(), Failure> {
-        let agent = self.running_agent(id)?;
-        self.contexts.prepare(&agent, id, language, preload).await
-    }
-
-    /// Kills a sandbox's spare interpreters (none of its contexts will adopt them) and waits until they have exited.
-    pub async fn discard_prepared_contexts(&self, id: &str) {
-        self.contexts.discard_spares(id).await;
-    }
-
-    /// The code contexts of a sandbox.
-    pub fn list_contexts(&self, id: &str) -> Result<Vec<ContextInfo>, Failure> {
-        self.running_agent(id)?;
-        Ok(self.contexts.list(id))
-    }
-
-    /// Removes a code context (its interpreter is killed).
-    pub async fn remove_context(&self, id: &str, context: &str) -> Result<(), Failure> {
-        self.running_agent(id)?;
-        self.contexts.remove(id, context).await
-    }
-
-    /// Restarts a code context's interpreter (its state is lost).
-    pub async fn restart_context(&self, id: &str, context: &str) -> Result<ContextInfo, Failure> {
-        let agent = self.running_agent(id)?;
-        self.contexts.restart(&agent, id, context).await
-    }
-
-    /// Runs one cell; its output goes to `output` as it arrives.
-    pub async fn run_code(&self, id: &str, request: CodeRun, output: CellOutput) -> Result<CellOutcome, Failure> {
-        let agent = self.running_agent(id)?;
-        self.contexts.run(&agent, id, request, output).await
-    }
-
-    /// Starts a background command under `command_id`, keeping up to `output_limit` bytes of each output stream.
-    pub async fn start_command(
-        &self,
-        id: &str,
-        command_id: &str,
-        spec: CommandSpec,
-        output_limit: u64,
-    ) -> Result<CommandStatus, Failure> {
-        let agent = self.running_agent(id)?;
-        let status = self.commands.start(&agent, id, command_id, spec, output_limit).await?;
-        if !self.is_alive(id) {
-            // Destroyed while the command started: do not keep it.
-            self.commands.forget(id);
-            return Err(sandbox_gone());
-        }
-        Ok(status)
-    }
-
-    /// The running and recently ended background commands of a sandbox.
-    pub fn list_commands(&self, id: &str) -> Result<Vec<CommandStatus>, Failure> {
-        self.running_agent(id)?;
-        Ok(self.commands.list(id))
-    }
-
-    /// A background command's retained output from byte `offset` on, its live output, then its end.
-    pub fn stream_command(
-        &self,
-        id: &str,
-        command_id: &str,
-        offset: u64,
-    ) -> Result<mpsc::Receiver<CommandEvent>, Failure> {
-        self.running_agent(id)?;
-        self.commands.stream(id, command_id, offset)
-    }
-
-    /// Writes to a background command's stdin; closes it when `eof` is set.
-    pub async fn command_stdin(&self, id: &str, command_id: &str, data: &[u8], eof: bool) -> Result<(), Failure> {
-        self.running_agent(id)?;
-        self.commands.stdin(id, command_id, data, eof).await
-    }
-
-    /// Signals a background command's process group (SIGKILL on an ended command is a no-op).
-    pub async fn signal_command(&self, id: &str, command_id: &str, signal: i32) -> Result<(), Failure> {
-        self.running_agent(id)?;
-        if signal == libc::SIGKILL {
-            return self.commands.kill(id, command_id).await;
-        }
-        self.commands.signal(id, command_id, signal).await
+    pub(super) fn commands(&self) -> &BackgroundCommands {
+        &self.commands
     }
 }
 

@@ -17,8 +17,8 @@ use sandkasten_egress::{Mode, Policy, Proxy, ProxyHandle, SandboxCa, SandboxEgre
 use sandkasten_types::{Failure, FailureKind, NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec};
 
 use crate::ids::IdError;
-use crate::runtime::DynRuntime;
 use crate::store::{Store, StoreError};
+use sandkasten_runtime::SandboxRuntime;
 
 /// Where a sandbox that holds secrets finds the CA bundle trusting its interception CA (the system's roots plus it).
 pub const CA_BUNDLE_PATH: &str = "/tmp/.sandkasten-ca-bundle.pem";
@@ -177,7 +177,7 @@ impl Egress {
     /// lets anything out.
     pub(crate) async fn attach(
         &self,
-        runtime: &dyn DynRuntime,
+        runtime: &dyn SandboxRuntime,
         id: &str,
         tenant: &str,
         prepared: Prepared,
@@ -216,7 +216,7 @@ impl Egress {
 
     fn open_door(
         &self,
-        runtime: &dyn DynRuntime,
+        runtime: &dyn SandboxRuntime,
         id: &str,
         sandbox: &Arc<SandboxEgress>,
     ) -> Result<ProxyHandle, Failure> {
@@ -228,7 +228,7 @@ impl Egress {
 
     /// Changes a live sandbox's policy: takes effect for new connections at once; a policy of `none` closes the door
     /// and every open tunnel. `NotFound` when the sandbox is not attached.
-    pub(crate) fn set_policy(&self, runtime: &dyn DynRuntime, id: &str, policy: Policy) -> Result<(), Failure> {
+    pub(crate) fn set_policy(&self, runtime: &dyn SandboxRuntime, id: &str, policy: Policy) -> Result<(), Failure> {
         let mut attached = self.attached.lock().map_err(|_| poisoned())?;
         let entry = attached
             .get_mut(id)

@@ -36,9 +36,9 @@ use tokio::sync::Notify;
 
 use crate::config::{PoolConfig, ZygoteKind};
 use crate::metrics::Metrics;
-use crate::runtime::DynRuntime;
 use class::PoolClass;
 pub(crate) use class::{Member, PoolStatus};
+use sandkasten_runtime::SandboxRuntime;
 
 /// The Python zygote's program (`python3 -c`).
 const PYTHON_ZYGOTE: &str = include_str!("../../../../resources/zygotes/python_zygote.py");
@@ -162,7 +162,7 @@ impl Pools {
     /// Takes a live ready sandbox for `spec` (its tier resolved), if a pool serves it and has one. Nothing is counted yet: the caller
     /// [`settle`](Pools::settle)s the claim once the sandbox is admitted, or gives a member back when refused, so
     /// that refused requests neither count as hits or misses nor make a pool grow.
-    pub(crate) fn claim(&self, spec: &SandboxSpec, runtime: &dyn DynRuntime, metrics: &Metrics) -> Claim {
+    pub(crate) fn claim(&self, spec: &SandboxSpec, runtime: &dyn SandboxRuntime, metrics: &Metrics) -> Claim {
         let Ok(mut classes) = self.classes.lock() else { return Claim::NoPool };
         let Some(class) = classes.iter().position(|p| p.serves(spec)) else { return Claim::NoPool };
         let pool = &mut classes[class];
@@ -248,7 +248,7 @@ impl Pools {
     }
 
     /// Drops dead members everywhere and lets raised targets decay.
-    pub(crate) fn prune(&self, runtime: &dyn DynRuntime, metrics: &Metrics) {
+    pub(crate) fn prune(&self, runtime: &dyn SandboxRuntime, metrics: &Metrics) {
         if let Ok(mut classes) = self.classes.lock() {
             let now = Instant::now();
             for pool in classes.iter_mut() {

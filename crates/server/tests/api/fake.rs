@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use sandkasten_server::SandboxRuntime;
+use sandkasten_runtime::{RuntimeFuture, SandboxRuntime};
 use sandkasten_types::{
     CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus,
     ContextInfo, Failure, FailureKind, FileInfo, FileKind, OutputChunk, SandboxSpec, StreamKind, Tier,
@@ -112,25 +112,29 @@ impl SandboxRuntime for FakeRuntime {
         own.or_else(|| tier.unavailable_reason().map(str::to_owned))
     }
 
-    async fn create(&self, id: &str, spec: &SandboxSpec) -> Result<(), Failure> {
-        self.created.lock().unwrap().push((id.to_owned(), spec.clone()));
-        if self.fail_create.load(Ordering::SeqCst) {
-            return Err(failure(FailureKind::Internal, "fake create failure"));
-        }
-        let dirs = ["/", "/workspace", "/tmp"].into_iter().map(String::from).collect();
-        self.sandboxes
-            .lock()
-            .unwrap()
-            .insert(id.into(), FakeSandbox { files: BTreeMap::new(), dirs, contexts: BTreeMap::new() });
-        Ok(())
+    fn create<'a>(&'a self, id: &'a str, spec: &'a SandboxSpec) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            self.created.lock().unwrap().push((id.to_owned(), spec.clone()));
+            if self.fail_create.load(Ordering::SeqCst) {
+                return Err(failure(FailureKind::Internal, "fake create failure"));
+            }
+            let dirs = ["/", "/workspace", "/tmp"].into_iter().map(String::from).collect();
+            self.sandboxes
+                .lock()
+                .unwrap()
+                .insert(id.into(), FakeSandbox { files: BTreeMap::new(), dirs, contexts: BTreeMap::new() });
+            Ok(())
+        })
     }
 
-    async fn destroy(&self, id: &str) -> Result<(), Failure> {
-        self.commands.forget(id);
-        match self.sandboxes.lock().unwrap().remove(id) {
-            Some(_) => Ok(()),
-            None => Err(failure(FailureKind::NotFound, format!("{id} not found"))),
-        }
+    fn destroy<'a>(&'a self, id: &'a str) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            self.commands.forget(id);
+            match self.sandboxes.lock().unwrap().remove(id) {
+                Some(_) => Ok(()),
+                None => Err(failure(FailureKind::NotFound, format!("{id} not found"))),
+            }
+        })
     }
 
     fn is_alive(&self, id: &str) -> bool {
@@ -145,297 +149,350 @@ impl SandboxRuntime for FakeRuntime {
         Ok(sandkasten_types::Entrance::Tcp(listener))
     }
 
-    async fn exec(
-        &self,
-        id: &str,
+    fn exec<'a>(
+        &'a self,
+        id: &'a str,
         spec: CommandSpec,
         events: mpsc::Sender<OutputChunk>,
-    ) -> Result<CommandExit, Failure> {
-        self.with(id, |_| Ok(()))?;
-        *self.last_command.lock().unwrap() = Some(spec.clone());
-        let argv = spec.resolved_argv().map_err(|e| failure(FailureKind::ExecFailed, e))?;
-        let exit =
-            |code| Ok(CommandExit { exit_code: Some(code), signal: None, timed_out: false, ..CommandExit::default() });
-        let result = match argv[0].as_str() {
-            "echo" => {
-                send(&events, StreamKind::Stdout, format!("{}\n", argv[1..].join(" ")).as_bytes()).await;
-                exit(0)
-            }
-            "sleep-ms" => {
-                let ms: u64 = argv.get(1).and_then(|a| a.parse().ok()).unwrap_or(0);
-                tokio::time::sleep(Duration::from_millis(ms)).await;
-                exit(0)
-            }
-            "timeout" => {
-                Ok(CommandExit { exit_code: None, signal: Some(9), timed_out: true, ..CommandExit::default() })
-            }
-            "bytes" => {
-                let n: usize = argv.get(1).and_then(|a| a.parse().ok()).unwrap_or(0);
-                send(&events, StreamKind::Stdout, &vec![b'x'; n]).await;
-                exit(0)
-            }
-            "steps" => {
-                let mut code = 0;
-                for step in &argv[1..] {
-                    let (op, arg) = step.split_once(':').unwrap_or((step, ""));
-                    match op {
-                        "out" => send(&events, StreamKind::Stdout, arg.as_bytes()).await,
-                        "err" => send(&events, StreamKind::Stderr, arg.as_bytes()).await,
-                        "raw" => send(&events, StreamKind::Stdout, &[0xff, 0xfe]).await,
-                        "sleep" => tokio::time::sleep(Duration::from_millis(arg.parse().unwrap_or(0))).await,
-                        "exit" => code = arg.parse().unwrap_or(1),
-                        "gone" => {
-                            self.kill(id);
-                            return Err(failure(FailureKind::SandboxGone, "the sandbox died"));
-                        }
-                        _ => {}
-                    }
+    ) -> RuntimeFuture<'a, CommandExit> {
+        Box::pin(async move {
+            self.with(id, |_| Ok(()))?;
+            *self.last_command.lock().unwrap() = Some(spec.clone());
+            let argv = spec.resolved_argv().map_err(|e| failure(FailureKind::ExecFailed, e))?;
+            let exit = |code| {
+                Ok(CommandExit { exit_code: Some(code), signal: None, timed_out: false, ..CommandExit::default() })
+            };
+            let result = match argv[0].as_str() {
+                "echo" => {
+                    send(&events, StreamKind::Stdout, format!("{}\n", argv[1..].join(" ")).as_bytes()).await;
+                    exit(0)
                 }
-                exit(code)
-            }
-            other => {
-                send(&events, StreamKind::Stderr, format!("{other}: command not found\n").as_bytes()).await;
-                exit(127)
-            }
-        };
-        self.finished_commands.fetch_add(1, Ordering::SeqCst);
-        result
-    }
-
-    async fn read_file(&self, id: &str, path: &str, max_bytes: u64) -> Result<Vec<u8>, Failure> {
-        self.with(id, |sb| {
-            if sb.dirs.contains(path) {
-                return Err(failure(FailureKind::IsADirectory, format!("{path} is a directory")));
-            }
-            let data = sb.files.get(path).ok_or_else(|| failure(FailureKind::NotFound, format!("{path} not found")))?;
-            if data.len() as u64 > max_bytes {
-                return Err(failure(FailureKind::TooLarge, format!("{path} is larger than {max_bytes} bytes")));
-            }
-            Ok(data.clone())
+                "sleep-ms" => {
+                    let ms: u64 = argv.get(1).and_then(|a| a.parse().ok()).unwrap_or(0);
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    exit(0)
+                }
+                "timeout" => {
+                    Ok(CommandExit { exit_code: None, signal: Some(9), timed_out: true, ..CommandExit::default() })
+                }
+                "bytes" => {
+                    let n: usize = argv.get(1).and_then(|a| a.parse().ok()).unwrap_or(0);
+                    send(&events, StreamKind::Stdout, &vec![b'x'; n]).await;
+                    exit(0)
+                }
+                "steps" => {
+                    let mut code = 0;
+                    for step in &argv[1..] {
+                        let (op, arg) = step.split_once(':').unwrap_or((step, ""));
+                        match op {
+                            "out" => send(&events, StreamKind::Stdout, arg.as_bytes()).await,
+                            "err" => send(&events, StreamKind::Stderr, arg.as_bytes()).await,
+                            "raw" => send(&events, StreamKind::Stdout, &[0xff, 0xfe]).await,
+                            "sleep" => tokio::time::sleep(Duration::from_millis(arg.parse().unwrap_or(0))).await,
+                            "exit" => code = arg.parse().unwrap_or(1),
+                            "gone" => {
+                                self.kill(id);
+                                return Err(failure(FailureKind::SandboxGone, "the sandbox died"));
+                            }
+                            _ => {}
+                        }
+                    }
+                    exit(code)
+                }
+                other => {
+                    send(&events, StreamKind::Stderr, format!("{other}: command not found\n").as_bytes()).await;
+                    exit(127)
+                }
+            };
+            self.finished_commands.fetch_add(1, Ordering::SeqCst);
+            result
         })
     }
 
-    async fn write_file(&self, id: &str, path: &str, data: Vec<u8>) -> Result<(), Failure> {
-        self.with(id, |sb| {
-            if sb.dirs.contains(path) {
-                return Err(failure(FailureKind::IsADirectory, format!("{path} is a directory")));
-            }
-            if !sb.dirs.contains(&parent(path)) {
-                return Err(failure(FailureKind::NotFound, format!("the directory of {path} does not exist")));
-            }
-            sb.files.insert(path.into(), data);
+    fn read_file<'a>(&'a self, id: &'a str, path: &'a str, max_bytes: u64) -> RuntimeFuture<'a, Vec<u8>> {
+        Box::pin(async move {
+            self.with(id, |sb| {
+                if sb.dirs.contains(path) {
+                    return Err(failure(FailureKind::IsADirectory, format!("{path} is a directory")));
+                }
+                let data =
+                    sb.files.get(path).ok_or_else(|| failure(FailureKind::NotFound, format!("{path} not found")))?;
+                if data.len() as u64 > max_bytes {
+                    return Err(failure(FailureKind::TooLarge, format!("{path} is larger than {max_bytes} bytes")));
+                }
+                Ok(data.clone())
+            })
+        })
+    }
+
+    fn write_file<'a>(&'a self, id: &'a str, path: &'a str, data: Vec<u8>) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            self.with(id, |sb| {
+                if sb.dirs.contains(path) {
+                    return Err(failure(FailureKind::IsADirectory, format!("{path} is a directory")));
+                }
+                if !sb.dirs.contains(&parent(path)) {
+                    return Err(failure(FailureKind::NotFound, format!("the directory of {path} does not exist")));
+                }
+                sb.files.insert(path.into(), data);
+                Ok(())
+            })
+        })
+    }
+
+    fn list_dir<'a>(&'a self, id: &'a str, path: &'a str) -> RuntimeFuture<'a, Vec<FileInfo>> {
+        Box::pin(async move {
+            self.with(id, |sb| {
+                if sb.files.contains_key(path) {
+                    return Err(failure(FailureKind::NotADirectory, format!("{path} is not a directory")));
+                }
+                if !sb.dirs.contains(path) {
+                    return Err(failure(FailureKind::NotFound, format!("{path} not found")));
+                }
+                let dirs = sb.dirs.iter().filter(|d| *d != "/" && parent(d) == path).map(|d| info(d, FileKind::Dir, 0));
+                let files = sb
+                    .files
+                    .iter()
+                    .filter(|(f, _)| parent(f) == path)
+                    .map(|(f, d)| info(f, FileKind::File, d.len() as u64));
+                Ok(dirs.chain(files).collect())
+            })
+        })
+    }
+
+    fn stat<'a>(&'a self, id: &'a str, path: &'a str) -> RuntimeFuture<'a, FileInfo> {
+        Box::pin(async move {
+            self.with(id, |sb| {
+                if sb.dirs.contains(path) {
+                    return Ok(info(path, FileKind::Dir, 0));
+                }
+                let data =
+                    sb.files.get(path).ok_or_else(|| failure(FailureKind::NotFound, format!("{path} not found")))?;
+                Ok(info(path, FileKind::File, data.len() as u64))
+            })
+        })
+    }
+
+    fn mkdir<'a>(&'a self, id: &'a str, path: &'a str, parents: bool) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            self.with(id, |sb| {
+                if sb.files.contains_key(path) || (sb.dirs.contains(path) && !parents) {
+                    return Err(failure(FailureKind::AlreadyExists, format!("{path} exists")));
+                }
+                if !parents && !sb.dirs.contains(&parent(path)) {
+                    return Err(failure(FailureKind::NotFound, format!("the parent of {path} does not exist")));
+                }
+                let mut current = path.to_owned();
+                while current != "/" {
+                    sb.dirs.insert(current.clone());
+                    current = parent(&current);
+                }
+                Ok(())
+            })
+        })
+    }
+
+    fn rename<'a>(&'a self, id: &'a str, from: &'a str, to: &'a str) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            self.with(id, |sb| {
+                if let Some(data) = sb.files.remove(from) {
+                    sb.files.insert(to.into(), data);
+                    return Ok(());
+                }
+                if !sb.dirs.remove(from) {
+                    return Err(failure(FailureKind::NotFound, format!("{from} not found")));
+                }
+                sb.dirs.insert(to.into());
+                Ok(())
+            })
+        })
+    }
+
+    fn remove<'a>(&'a self, id: &'a str, path: &'a str, recursive: bool) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            self.with(id, |sb| {
+                if sb.files.remove(path).is_some() {
+                    return Ok(());
+                }
+                if !sb.dirs.contains(path) {
+                    return Err(failure(FailureKind::NotFound, format!("{path} not found")));
+                }
+                let prefix = format!("{path}/");
+                let has_children =
+                    sb.files.keys().any(|f| f.starts_with(&prefix)) || sb.dirs.iter().any(|d| d.starts_with(&prefix));
+                if has_children && !recursive {
+                    return Err(failure(FailureKind::NotEmpty, format!("{path} is not empty")));
+                }
+                sb.files.retain(|f, _| !f.starts_with(&prefix));
+                sb.dirs.retain(|d| d != path && !d.starts_with(&prefix));
+                Ok(())
+            })
+        })
+    }
+
+    fn create_context<'a>(&'a self, id: &'a str, language: CodeLanguage) -> RuntimeFuture<'a, ContextInfo> {
+        Box::pin(async move {
+            self.with(id, |sb| {
+                let context_id = format!("ctx-{:016x}", sb.contexts.len() + 1);
+                let info = ContextInfo { id: context_id.clone(), language, default: false, execution_count: 0 };
+                sb.contexts.insert(context_id, info.clone());
+                Ok(info)
+            })
+        })
+    }
+
+    fn prepare_context<'a>(
+        &'a self,
+        id: &'a str,
+        language: CodeLanguage,
+        preload: Vec<String>,
+    ) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            self.with(id, |_| Ok(()))?;
+            self.spares.lock().unwrap().insert(id.to_owned(), (language, preload));
             Ok(())
         })
     }
 
-    async fn list_dir(&self, id: &str, path: &str) -> Result<Vec<FileInfo>, Failure> {
-        self.with(id, |sb| {
-            if sb.files.contains_key(path) {
-                return Err(failure(FailureKind::NotADirectory, format!("{path} is not a directory")));
-            }
-            if !sb.dirs.contains(path) {
-                return Err(failure(FailureKind::NotFound, format!("{path} not found")));
-            }
-            let dirs = sb.dirs.iter().filter(|d| *d != "/" && parent(d) == path).map(|d| info(d, FileKind::Dir, 0));
-            let files = sb
-                .files
-                .iter()
-                .filter(|(f, _)| parent(f) == path)
-                .map(|(f, d)| info(f, FileKind::File, d.len() as u64));
-            Ok(dirs.chain(files).collect())
-        })
-    }
-
-    async fn stat(&self, id: &str, path: &str) -> Result<FileInfo, Failure> {
-        self.with(id, |sb| {
-            if sb.dirs.contains(path) {
-                return Ok(info(path, FileKind::Dir, 0));
-            }
-            let data = sb.files.get(path).ok_or_else(|| failure(FailureKind::NotFound, format!("{path} not found")))?;
-            Ok(info(path, FileKind::File, data.len() as u64))
-        })
-    }
-
-    async fn mkdir(&self, id: &str, path: &str, parents: bool) -> Result<(), Failure> {
-        self.with(id, |sb| {
-            if sb.files.contains_key(path) || (sb.dirs.contains(path) && !parents) {
-                return Err(failure(FailureKind::AlreadyExists, format!("{path} exists")));
-            }
-            if !parents && !sb.dirs.contains(&parent(path)) {
-                return Err(failure(FailureKind::NotFound, format!("the parent of {path} does not exist")));
-            }
-            let mut current = path.to_owned();
-            while current != "/" {
-                sb.dirs.insert(current.clone());
-                current = parent(&current);
+    fn discard_prepared_contexts<'a>(&'a self, id: &'a str) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            if self.spares.lock().unwrap().remove(id).is_some() {
+                self.discarded.lock().unwrap().push(id.to_owned());
             }
             Ok(())
         })
     }
 
-    async fn rename(&self, id: &str, from: &str, to: &str) -> Result<(), Failure> {
-        self.with(id, |sb| {
-            if let Some(data) = sb.files.remove(from) {
-                sb.files.insert(to.into(), data);
-                return Ok(());
-            }
-            if !sb.dirs.remove(from) {
-                return Err(failure(FailureKind::NotFound, format!("{from} not found")));
-            }
-            sb.dirs.insert(to.into());
-            Ok(())
+    fn list_contexts<'a>(&'a self, id: &'a str) -> RuntimeFuture<'a, Vec<ContextInfo>> {
+        Box::pin(async move { self.with(id, |sb| Ok(sb.contexts.values().cloned().collect())) })
+    }
+
+    fn remove_context<'a>(&'a self, id: &'a str, context: &'a str) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            self.with(id, |sb| match sb.contexts.remove(context) {
+                Some(_) => Ok(()),
+                None => Err(failure(FailureKind::NotFound, format!("no code context {context}"))),
+            })
         })
     }
 
-    async fn remove(&self, id: &str, path: &str, recursive: bool) -> Result<(), Failure> {
-        self.with(id, |sb| {
-            if sb.files.remove(path).is_some() {
-                return Ok(());
-            }
-            if !sb.dirs.contains(path) {
-                return Err(failure(FailureKind::NotFound, format!("{path} not found")));
-            }
-            let prefix = format!("{path}/");
-            let has_children =
-                sb.files.keys().any(|f| f.starts_with(&prefix)) || sb.dirs.iter().any(|d| d.starts_with(&prefix));
-            if has_children && !recursive {
-                return Err(failure(FailureKind::NotEmpty, format!("{path} is not empty")));
-            }
-            sb.files.retain(|f, _| !f.starts_with(&prefix));
-            sb.dirs.retain(|d| d != path && !d.starts_with(&prefix));
-            Ok(())
+    fn restart_context<'a>(&'a self, id: &'a str, context: &'a str) -> RuntimeFuture<'a, ContextInfo> {
+        Box::pin(async move {
+            self.with(id, |sb| match sb.contexts.get_mut(context) {
+                Some(info) => {
+                    info.execution_count = 0;
+                    Ok(info.clone())
+                }
+                None => Err(failure(FailureKind::NotFound, format!("no code context {context}"))),
+            })
         })
     }
 
-    async fn create_context(&self, id: &str, language: CodeLanguage) -> Result<ContextInfo, Failure> {
-        self.with(id, |sb| {
-            let context_id = format!("ctx-{:016x}", sb.contexts.len() + 1);
-            let info = ContextInfo { id: context_id.clone(), language, default: false, execution_count: 0 };
-            sb.contexts.insert(context_id, info.clone());
-            Ok(info)
-        })
-    }
-
-    async fn prepare_context(&self, id: &str, language: CodeLanguage, preload: Vec<String>) -> Result<(), Failure> {
-        self.with(id, |_| Ok(()))?;
-        self.spares.lock().unwrap().insert(id.to_owned(), (language, preload));
-        Ok(())
-    }
-
-    async fn discard_prepared_contexts(&self, id: &str) -> Result<(), Failure> {
-        if self.spares.lock().unwrap().remove(id).is_some() {
-            self.discarded.lock().unwrap().push(id.to_owned());
-        }
-        Ok(())
-    }
-
-    async fn list_contexts(&self, id: &str) -> Result<Vec<ContextInfo>, Failure> {
-        self.with(id, |sb| Ok(sb.contexts.values().cloned().collect()))
-    }
-
-    async fn remove_context(&self, id: &str, context: &str) -> Result<(), Failure> {
-        self.with(id, |sb| match sb.contexts.remove(context) {
-            Some(_) => Ok(()),
-            None => Err(failure(FailureKind::NotFound, format!("no code context {context}"))),
-        })
-    }
-
-    async fn restart_context(&self, id: &str, context: &str) -> Result<ContextInfo, Failure> {
-        self.with(id, |sb| match sb.contexts.get_mut(context) {
-            Some(info) => {
-                info.execution_count = 0;
-                Ok(info.clone())
-            }
-            None => Err(failure(FailureKind::NotFound, format!("no code context {context}"))),
-        })
-    }
-
-    async fn run_code(
-        &self,
-        id: &str,
+    fn run_code<'a>(
+        &'a self,
+        id: &'a str,
         request: CodeRun,
         events: mpsc::Sender<OutputChunk>,
-    ) -> Result<CellOutcome, Failure> {
-        let info = self.with(id, |sb| {
-            let key = match (&request.context_id, request.language) {
-                (Some(context), _) => context.clone(),
-                (None, Some(language)) => {
-                    let found = sb.contexts.values().find(|c| c.default && c.language == language);
-                    match found {
-                        Some(info) => info.id.clone(),
-                        None => {
-                            let key = format!("ctx-{:016x}", 0xd000 + sb.contexts.len());
-                            let info = ContextInfo { id: key.clone(), language, default: true, execution_count: 0 };
-                            sb.contexts.insert(key.clone(), info);
-                            key
+    ) -> RuntimeFuture<'a, CellOutcome> {
+        Box::pin(async move {
+            let info = self.with(id, |sb| {
+                let key = match (&request.context_id, request.language) {
+                    (Some(context), _) => context.clone(),
+                    (None, Some(language)) => {
+                        let found = sb.contexts.values().find(|c| c.default && c.language == language);
+                        match found {
+                            Some(info) => info.id.clone(),
+                            None => {
+                                let key = format!("ctx-{:016x}", 0xd000 + sb.contexts.len());
+                                let info = ContextInfo { id: key.clone(), language, default: true, execution_count: 0 };
+                                sb.contexts.insert(key.clone(), info);
+                                key
+                            }
                         }
                     }
+                    (None, None) => return Err(failure(FailureKind::Internal, "no language and no context")),
+                };
+                let info = sb
+                    .contexts
+                    .get_mut(&key)
+                    .ok_or_else(|| failure(FailureKind::NotFound, format!("no code context {key}")))?;
+                if request.language.is_some_and(|language| language != info.language) {
+                    return Err(failure(FailureKind::ExecFailed, format!("context {key} runs another language")));
                 }
-                (None, None) => return Err(failure(FailureKind::Internal, "no language and no context")),
-            };
-            let info = sb
-                .contexts
-                .get_mut(&key)
-                .ok_or_else(|| failure(FailureKind::NotFound, format!("no code context {key}")))?;
-            if request.language.is_some_and(|language| language != info.language) {
-                return Err(failure(FailureKind::ExecFailed, format!("context {key} runs another language")));
+                info.execution_count += 1;
+                Ok(info.clone())
+            })?;
+            let mut outcome =
+                CellOutcome { context_id: info.id, execution_count: info.execution_count, ..CellOutcome::default() };
+            if let Some(text) = request.code.strip_prefix("print:") {
+                send(&events, StreamKind::Stdout, text.as_bytes()).await;
+                outcome.stdout = text.to_owned();
+            } else if request.code == "hang" {
+                tokio::time::sleep(Duration::from_millis(request.timeout_ms)).await;
+                outcome.error =
+                    Some(CellError { name: "KeyboardInterrupt".into(), value: String::new(), traceback: Vec::new() });
+            } else if request.code == "raise" {
+                let traceback = vec!["Traceback (most recent call last):".into(), "ValueError: raised".into()];
+                outcome.error = Some(CellError { name: "ValueError".into(), value: "raised".into(), traceback });
+            } else {
+                let result =
+                    CellResult { text_plain: Some(request.code), is_main_result: true, ..CellResult::default() };
+                outcome.results.push(result);
             }
-            info.execution_count += 1;
-            Ok(info.clone())
-        })?;
-        let mut outcome =
-            CellOutcome { context_id: info.id, execution_count: info.execution_count, ..CellOutcome::default() };
-        if let Some(text) = request.code.strip_prefix("print:") {
-            send(&events, StreamKind::Stdout, text.as_bytes()).await;
-            outcome.stdout = text.to_owned();
-        } else if request.code == "hang" {
-            tokio::time::sleep(Duration::from_millis(request.timeout_ms)).await;
-            outcome.error =
-                Some(CellError { name: "KeyboardInterrupt".into(), value: String::new(), traceback: Vec::new() });
-        } else if request.code == "raise" {
-            let traceback = vec!["Traceback (most recent call last):".into(), "ValueError: raised".into()];
-            outcome.error = Some(CellError { name: "ValueError".into(), value: "raised".into(), traceback });
-        } else {
-            let result = CellResult { text_plain: Some(request.code), is_main_result: true, ..CellResult::default() };
-            outcome.results.push(result);
-        }
-        Ok(outcome)
+            Ok(outcome)
+        })
     }
 
-    async fn start_command(
-        &self,
-        id: &str,
-        command_id: &str,
+    fn start_command<'a>(
+        &'a self,
+        id: &'a str,
+        command_id: &'a str,
         spec: CommandSpec,
         output_limit: u64,
-    ) -> Result<CommandStatus, Failure> {
-        self.with(id, |_| Ok(()))?;
-        *self.last_command.lock().unwrap() = Some(spec.clone());
-        self.commands.start(id, command_id, spec, output_limit)
+    ) -> RuntimeFuture<'a, CommandStatus> {
+        Box::pin(async move {
+            self.with(id, |_| Ok(()))?;
+            *self.last_command.lock().unwrap() = Some(spec.clone());
+            self.commands.start(id, command_id, spec, output_limit)
+        })
     }
 
-    async fn list_commands(&self, id: &str) -> Result<Vec<CommandStatus>, Failure> {
-        self.with(id, |_| Ok(()))?;
-        Ok(self.commands.list(id))
+    fn list_commands<'a>(&'a self, id: &'a str) -> RuntimeFuture<'a, Vec<CommandStatus>> {
+        Box::pin(async move {
+            self.with(id, |_| Ok(()))?;
+            Ok(self.commands.list(id))
+        })
     }
 
-    async fn stream_command(
-        &self,
-        id: &str,
-        command_id: &str,
+    fn stream_command<'a>(
+        &'a self,
+        id: &'a str,
+        command_id: &'a str,
         offset: u64,
-    ) -> Result<mpsc::Receiver<CommandEvent>, Failure> {
-        self.with(id, |_| Ok(()))?;
-        self.commands.stream(id, command_id, offset)
+    ) -> RuntimeFuture<'a, mpsc::Receiver<CommandEvent>> {
+        Box::pin(async move {
+            self.with(id, |_| Ok(()))?;
+            self.commands.stream(id, command_id, offset)
+        })
     }
 
-    async fn command_stdin(&self, id: &str, command_id: &str, data: Vec<u8>, eof: bool) -> Result<(), Failure> {
-        self.with(id, |_| Ok(()))?;
-        self.commands.stdin(id, command_id, data, eof)
+    fn command_stdin<'a>(
+        &'a self,
+        id: &'a str,
+        command_id: &'a str,
+        data: Vec<u8>,
+        eof: bool,
+    ) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            self.with(id, |_| Ok(()))?;
+            self.commands.stdin(id, command_id, data, eof)
+        })
     }
 
-    async fn signal_command(&self, id: &str, command_id: &str, signal: i32) -> Result<(), Failure> {
-        self.with(id, |_| Ok(()))?;
-        self.commands.signal(id, command_id, signal)
+    fn signal_command<'a>(&'a self, id: &'a str, command_id: &'a str, signal: i32) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            self.with(id, |_| Ok(()))?;
+            self.commands.signal(id, command_id, signal)
+        })
     }
 }

@@ -76,7 +76,7 @@ impl Harness {
     pub(crate) fn with_config(config: ServerConfig) -> Harness {
         config.validate().unwrap();
         let runtime = Arc::new(FakeRuntime::default());
-        let state = AppState::new(&config, Store::open_in_memory().unwrap(), Arc::clone(&runtime)).unwrap();
+        let state = AppState::new(&config, Store::open_in_memory().unwrap(), runtime.clone()).unwrap();
         Harness { router: router(state.clone()), state, runtime }
     }
 

@@ -216,8 +216,7 @@ async fn the_server_does_not_start_on_a_tier_the_host_cannot_run() {
     for (config, setting) in [(with_default(Tier::Gvisor), "[defaults] isolation"), (pooled, "[[pools]] \"strong\"")] {
         let config = ServerConfig { database: dir.path().join("sandkasten.db"), ..config };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let ended =
-            sandkasten_server::serve_on(listener, config, Arc::clone(&runtime), std::future::pending::<()>()).await;
+        let ended = sandkasten_server::serve_on(listener, config, runtime.clone(), std::future::pending::<()>()).await;
         let message = match ended {
             Err(ServerError::Config(error)) => error.to_string(),
             other => panic!("expected a config error, got {other:?}"),

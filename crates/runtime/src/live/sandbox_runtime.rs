@@ -1,0 +1,224 @@
+//! `LiveRuntime` as the server sees it: the `SandboxRuntime` implementation. Sandboxes are created and destroyed
+//! through the spawner (its refusals become `InvalidPath` on create and `NotFound` on destroy, anything else
+//! `Internal`), commands and files go to the sandbox's agent, code contexts to `Contexts`, background commands to
+//! `BackgroundCommands`; a sandbox that is not running is `SandboxGone`.
+
+use sandkasten_types::{
+    CellOutcome, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus, ContextInfo, Entrance,
+    Failure, FailureKind, FileInfo, OutputChunk, SandboxSpec, Tier,
+};
+use tokio::sync::mpsc;
+
+use super::agent_client::sandbox_gone;
+use super::runtime::LiveRuntime;
+use crate::error::RuntimeError;
+use crate::sandbox_runtime::{RuntimeFuture, SandboxRuntime};
+
+/// A spawner failure as the server answers it: a refused request is `refused`, anything else `Internal`.
+fn spawner_failure(error: RuntimeError, refused: FailureKind) -> Failure {
+    match error {
+        RuntimeError::InvalidInput(message) => Failure::new(refused, message),
+        other => Failure::new(FailureKind::Internal, other.to_string()),
+    }
+}
+
+impl SandboxRuntime for LiveRuntime {
+    fn tier_unavailable(&self, tier: Tier) -> Option<String> {
+        if let Some(reason) = tier.unavailable_reason() {
+            return Some(reason.to_owned());
+        }
+        if tier == Tier::Gvisor {
+            return self.runsc_missing();
+        }
+        None
+    }
+
+    fn create<'a>(&'a self, id: &'a str, spec: &'a SandboxSpec) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move { self.spawn(id, spec).await.map_err(|e| spawner_failure(e, FailureKind::InvalidPath)) })
+    }
+
+    fn destroy<'a>(&'a self, id: &'a str) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move { self.remove(id).await.map(drop).map_err(|e| spawner_failure(e, FailureKind::NotFound)) })
+    }
+
+    fn is_alive(&self, id: &str) -> bool {
+        self.running_agent(id).is_ok()
+    }
+
+    fn exec<'a>(
+        &'a self,
+        id: &'a str,
+        spec: CommandSpec,
+        events: mpsc::Sender<OutputChunk>,
+    ) -> RuntimeFuture<'a, CommandExit> {
+        Box::pin(self.run_command(id, spec, events))
+    }
+
+    fn read_file<'a>(&'a self, id: &'a str, path: &'a str, max_bytes: u64) -> RuntimeFuture<'a, Vec<u8>> {
+        Box::pin(async move { self.file_agent(id)?.read_file(path, max_bytes).await })
+    }
+
+    fn write_file<'a>(&'a self, id: &'a str, path: &'a str, data: Vec<u8>) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move { self.file_agent(id)?.write_file(path, &data).await })
+    }
+
+    fn list_dir<'a>(&'a self, id: &'a str, path: &'a str) -> RuntimeFuture<'a, Vec<FileInfo>> {
+        Box::pin(async move { self.file_agent(id)?.list_dir(path).await })
+    }
+
+    fn stat<'a>(&'a self, id: &'a str, path: &'a str) -> RuntimeFuture<'a, FileInfo> {
+        Box::pin(async move { self.file_agent(id)?.stat(path).await })
+    }
+
+    fn mkdir<'a>(&'a self, id: &'a str, path: &'a str, parents: bool) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move { self.file_agent(id)?.mkdir(path, parents).await })
+    }
+
+    fn rename<'a>(&'a self, id: &'a str, from: &'a str, to: &'a str) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move { self.file_agent(id)?.rename(from, to).await })
+    }
+
+    fn remove<'a>(&'a self, id: &'a str, path: &'a str, recursive: bool) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move { self.file_agent(id)?.remove(path, recursive).await })
+    }
+
+    fn create_context<'a>(&'a self, id: &'a str, language: CodeLanguage) -> RuntimeFuture<'a, ContextInfo> {
+        Box::pin(async move {
+            let agent = self.running_agent(id)?;
+            self.contexts().create(&agent, id, language).await
+        })
+    }
+
+    fn prepare_context<'a>(
+        &'a self,
+        id: &'a str,
+        language: CodeLanguage,
+        preload: Vec<String>,
+    ) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            let agent = self.running_agent(id)?;
+            self.contexts().prepare(&agent, id, language, &preload).await
+        })
+    }
+
+    fn discard_prepared_contexts<'a>(&'a self, id: &'a str) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            self.contexts().discard_spares(id).await;
+            Ok(())
+        })
+    }
+
+    fn list_contexts<'a>(&'a self, id: &'a str) -> RuntimeFuture<'a, Vec<ContextInfo>> {
+        Box::pin(async move {
+            self.running_agent(id)?;
+            Ok(self.contexts().list(id))
+        })
+    }
+
+    fn remove_context<'a>(&'a self, id: &'a str, context: &'a str) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            self.running_agent(id)?;
+            self.contexts().remove(id, context).await
+        })
+    }
+
+    fn restart_context<'a>(&'a self, id: &'a str, context: &'a str) -> RuntimeFuture<'a, ContextInfo> {
+        Box::pin(async move {
+            let agent = self.running_agent(id)?;
+            self.contexts().restart(&agent, id, context).await
+        })
+    }
+
+    fn run_code<'a>(
+        &'a self,
+        id: &'a str,
+        request: CodeRun,
+        events: mpsc::Sender<OutputChunk>,
+    ) -> RuntimeFuture<'a, CellOutcome> {
+        Box::pin(async move {
+            let agent = self.running_agent(id)?;
+            self.contexts().run(&agent, id, request, events).await
+        })
+    }
+
+    fn start_command<'a>(
+        &'a self,
+        id: &'a str,
+        command_id: &'a str,
+        spec: CommandSpec,
+        output_limit: u64,
+    ) -> RuntimeFuture<'a, CommandStatus> {
+        Box::pin(async move {
+            let agent = self.running_agent(id)?;
+            let status = self.commands().start(&agent, id, command_id, spec, output_limit).await?;
+            if !self.is_alive(id) {
+                // Destroyed while the command started: do not keep it.
+                self.commands().forget(id);
+                return Err(sandbox_gone());
+            }
+            Ok(status)
+        })
+    }
+
+    fn list_commands<'a>(&'a self, id: &'a str) -> RuntimeFuture<'a, Vec<CommandStatus>> {
+        Box::pin(async move {
+            self.running_agent(id)?;
+            Ok(self.commands().list(id))
+        })
+    }
+
+    fn stream_command<'a>(
+        &'a self,
+        id: &'a str,
+        command_id: &'a str,
+        offset: u64,
+    ) -> RuntimeFuture<'a, mpsc::Receiver<CommandEvent>> {
+        Box::pin(async move {
+            self.running_agent(id)?;
+            self.commands().stream(id, command_id, offset)
+        })
+    }
+
+    fn command_stdin<'a>(
+        &'a self,
+        id: &'a str,
+        command_id: &'a str,
+        data: Vec<u8>,
+        eof: bool,
+    ) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            self.running_agent(id)?;
+            self.commands().stdin(id, command_id, &data, eof).await
+        })
+    }
+
+    fn signal_command<'a>(&'a self, id: &'a str, command_id: &'a str, signal: i32) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            self.running_agent(id)?;
+            if signal == libc::SIGKILL {
+                // SIGKILL on an ended command is a no-op.
+                return self.commands().kill(id, command_id).await;
+            }
+            self.commands().signal(id, command_id, signal).await
+        })
+    }
+
+    fn listen_in_sandbox(&self, id: &str, port: u16) -> Result<Entrance, Failure> {
+        match self.listen(id, port) {
+            Some(Ok(entrance)) => Ok(entrance),
+            // Code inside bound the port first (possible while the policy was none): the sandbox's doing, not ours.
+            Some(Err(error)) if error.kind() == std::io::ErrorKind::AddrInUse => Err(Failure::new(
+                FailureKind::Conflict,
+                format!(
+                    "port {port} inside sandbox {id} is in use by a process in the sandbox; the egress proxy listens \
+                     there: stop that process and retry"
+                ),
+            )),
+            Some(Err(error)) => Err(Failure::new(
+                FailureKind::Internal,
+                format!("cannot open the egress proxy's port {port} inside sandbox {id}: {error}"),
+            )),
+            None => Err(Failure::new(FailureKind::SandboxGone, format!("sandbox {id} is not running"))),
+        }
+    }
+}

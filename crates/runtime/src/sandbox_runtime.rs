@@ -1,0 +1,181 @@
+//! The seam between the HTTP server and whatever runs long-lived sandboxes: the `SandboxRuntime` trait. It is
+//! object-safe (every async method returns a boxed `RuntimeFuture`), so the server holds an `Arc<dyn SandboxRuntime>`;
+//! `live::LiveRuntime` implements it, and so does the server's in-memory test fake. Output arrives as
+//! `OutputChunk`s, failures are `Failure`s whose kind the server maps to an HTTP status.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use sandkasten_types::{
+    CellOutcome, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus, ContextInfo, Entrance,
+    Failure, FailureKind, FileInfo, OutputChunk, SandboxSpec, Tier,
+};
+use tokio::sync::mpsc;
+
+/// What an async `SandboxRuntime` method returns: a boxed future of its result (write the body as
+/// `Box::pin(async move { … })`).
+pub type RuntimeFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, Failure>> + Send + 'a>>;
+
+/// Runs long-lived sandboxes. Implemented by the real runtime (`live::LiveRuntime`) and by test fakes.
+///
+/// Ids and paths reaching a runtime are already validated by the server: ids are `sb-` + 16 hex digits, paths are
+/// absolute, free of NUL and `..`, at most 4096 bytes. The runtime still confines every path to the sandbox.
+pub trait SandboxRuntime: Send + Sync + 'static {
+    /// Why sandboxes of `tier` cannot be created on this host, if they cannot: a message for the client (lowercase,
+    /// no full stop) that says what to install or configure. The server asks before every create a request makes
+    /// (answering 422 `tier_unavailable` with this message) and for the configured tiers (`[defaults]`, each pool's)
+    /// when it starts, refusing to start on one answered `Some`. Cheap: it is called on the request path. The
+    /// default refuses only what this build cannot run at all (`Tier::unavailable_reason`).
+    fn tier_unavailable(&self, tier: Tier) -> Option<String> {
+        tier.unavailable_reason().map(str::to_owned)
+    }
+    /// Creates and starts the sandbox `id` on the tier `spec.isolation` (always set by the server); on failure
+    /// nothing of it may remain.
+    fn create<'a>(&'a self, id: &'a str, spec: &'a SandboxSpec) -> RuntimeFuture<'a, ()>;
+    /// Stops the sandbox and removes everything it holds. Destroying an unknown sandbox is `NotFound`.
+    fn destroy<'a>(&'a self, id: &'a str) -> RuntimeFuture<'a, ()>;
+    /// True while the sandbox's processes are alive (used by the startup reconcile).
+    fn is_alive(&self, id: &str) -> bool;
+    /// Runs a command to its end; output chunks are sent to `events` as they arrive (the receiver may be dropped:
+    /// keep going). `spec.timeout_ms` is always set by the server.
+    fn exec<'a>(
+        &'a self,
+        id: &'a str,
+        spec: CommandSpec,
+        events: mpsc::Sender<OutputChunk>,
+    ) -> RuntimeFuture<'a, CommandExit>;
+    /// Reads a whole regular file; `TooLarge` when it is bigger than `max_bytes`.
+    fn read_file<'a>(&'a self, id: &'a str, path: &'a str, max_bytes: u64) -> RuntimeFuture<'a, Vec<u8>>;
+    /// Creates or replaces a regular file with `data`.
+    fn write_file<'a>(&'a self, id: &'a str, path: &'a str, data: Vec<u8>) -> RuntimeFuture<'a, ()>;
+    /// Lists a directory (not recursive).
+    fn list_dir<'a>(&'a self, id: &'a str, path: &'a str) -> RuntimeFuture<'a, Vec<FileInfo>>;
+    /// Describes one path without following a final symlink.
+    fn stat<'a>(&'a self, id: &'a str, path: &'a str) -> RuntimeFuture<'a, FileInfo>;
+    /// Creates a directory, and its missing parents when `parents` is set.
+    fn mkdir<'a>(&'a self, id: &'a str, path: &'a str, parents: bool) -> RuntimeFuture<'a, ()>;
+    /// Renames a path inside the sandbox.
+    fn rename<'a>(&'a self, id: &'a str, from: &'a str, to: &'a str) -> RuntimeFuture<'a, ()>;
+    /// Removes a file, or a directory (with its contents when `recursive` is set).
+    fn remove<'a>(&'a self, id: &'a str, path: &'a str, recursive: bool) -> RuntimeFuture<'a, ()>;
+
+    /// Creates a code context (an interpreter whose state persists across cells) and starts it. Runtimes without a
+    /// code interpreter keep this default, which refuses.
+    fn create_context<'a>(&'a self, id: &'a str, language: CodeLanguage) -> RuntimeFuture<'a, ContextInfo> {
+        let _ = (id, language);
+        refuse(no_code_interpreter())
+    }
+    /// Starts a spare interpreter of `language` in the sandbox, with the `preload` modules loaded, which the sandbox's
+    /// first code context of that language adopts instead of starting cold (a warm pool member's, made before any
+    /// caller has the sandbox). Runtimes without a code interpreter keep this default, which refuses.
+    fn prepare_context<'a>(
+        &'a self,
+        id: &'a str,
+        language: CodeLanguage,
+        preload: Vec<String>,
+    ) -> RuntimeFuture<'a, ()> {
+        let _ = (id, language, preload);
+        refuse(no_code_interpreter())
+    }
+    /// Kills the sandbox's spare interpreters, if any (the sandbox will run no code context: their memory and pids
+    /// are the caller's).
+    fn discard_prepared_contexts<'a>(&'a self, id: &'a str) -> RuntimeFuture<'a, ()> {
+        let _ = id;
+        Box::pin(async { Ok(()) })
+    }
+    /// The code contexts of a sandbox.
+    fn list_contexts<'a>(&'a self, id: &'a str) -> RuntimeFuture<'a, Vec<ContextInfo>> {
+        let _ = id;
+        refuse(no_code_interpreter())
+    }
+    /// Removes a code context; an unknown context is `NotFound`.
+    fn remove_context<'a>(&'a self, id: &'a str, context: &'a str) -> RuntimeFuture<'a, ()> {
+        let _ = (id, context);
+        refuse(no_code_interpreter())
+    }
+    /// Restarts a code context's interpreter (its state is lost); an unknown context is `NotFound`.
+    fn restart_context<'a>(&'a self, id: &'a str, context: &'a str) -> RuntimeFuture<'a, ContextInfo> {
+        let _ = (id, context);
+        refuse(no_code_interpreter())
+    }
+    /// Runs one cell in a context (the language's default context when `request.context_id` is `None`); its output
+    /// is sent to `events` as it arrives. `request.timeout_ms` is always set by the server.
+    fn run_code<'a>(
+        &'a self,
+        id: &'a str,
+        request: CodeRun,
+        events: mpsc::Sender<OutputChunk>,
+    ) -> RuntimeFuture<'a, CellOutcome> {
+        let _ = (id, request, events);
+        refuse(no_code_interpreter())
+    }
+
+    /// Starts a command in the background under `command_id` (chosen by the server) and returns at once. When
+    /// `spec.stdin` is set it is written and stdin closed; otherwise stdin stays open for `command_stdin`. Up to
+    /// `output_limit` bytes of each output stream are retained for `stream_command`. `spec.timeout_ms` is always set.
+    fn start_command<'a>(
+        &'a self,
+        id: &'a str,
+        command_id: &'a str,
+        spec: CommandSpec,
+        output_limit: u64,
+    ) -> RuntimeFuture<'a, CommandStatus> {
+        let _ = (id, command_id, spec, output_limit);
+        refuse(no_background_commands())
+    }
+    /// The running and recently ended background commands of a sandbox (a bounded list), oldest first.
+    fn list_commands<'a>(&'a self, id: &'a str) -> RuntimeFuture<'a, Vec<CommandStatus>> {
+        let _ = id;
+        refuse(no_background_commands())
+    }
+    /// A background command's retained output from byte `offset` on, then its live output, then `Ended`; the
+    /// stream stops when the receiver is dropped. An unknown command is `NotFound`.
+    fn stream_command<'a>(
+        &'a self,
+        id: &'a str,
+        command_id: &'a str,
+        offset: u64,
+    ) -> RuntimeFuture<'a, mpsc::Receiver<CommandEvent>> {
+        let _ = (id, command_id, offset);
+        refuse(no_background_commands())
+    }
+    /// Writes `data` to a background command's stdin and closes it when `eof` is set (`Conflict` once it ended or
+    /// its stdin is closed).
+    fn command_stdin<'a>(
+        &'a self,
+        id: &'a str,
+        command_id: &'a str,
+        data: Vec<u8>,
+        eof: bool,
+    ) -> RuntimeFuture<'a, ()> {
+        let _ = (id, command_id, data, eof);
+        refuse(no_background_commands())
+    }
+    /// Sends `signal` to a background command's process group (`Conflict` once it ended, except SIGKILL, which is
+    /// then a no-op).
+    fn signal_command<'a>(&'a self, id: &'a str, command_id: &'a str, signal: i32) -> RuntimeFuture<'a, ()> {
+        let _ = (id, command_id, signal);
+        refuse(no_background_commands())
+    }
+    /// The sandbox's entrance to the egress proxy for `127.0.0.1:port` inside: a non-blocking TCP listener in the
+    /// sandbox's own network namespace (process tier) or a unix socket its agent bridges that port to (gVisor), held
+    /// by the server: the egress proxy accepts the sandbox's connections on it. A port that code inside holds already
+    /// is `Conflict`.
+    fn listen_in_sandbox(&self, id: &str, port: u16) -> Result<Entrance, Failure> {
+        let _ = (id, port);
+        Err(Failure::new(FailureKind::Internal, "this runtime has no network namespaces"))
+    }
+}
+
+/// A runtime call that fails at once.
+fn refuse<'a, T: Send + 'a>(failure: Failure) -> RuntimeFuture<'a, T> {
+    Box::pin(async move { Err(failure) })
+}
+
+fn no_background_commands() -> Failure {
+    Failure::new(FailureKind::ExecFailed, "this runtime has no background commands")
+}
+
+fn no_code_interpreter() -> Failure {
+    Failure::new(FailureKind::ExecFailed, "this runtime has no code interpreter")
+}
