@@ -33,6 +33,9 @@ pub enum FailureKind {
     Conflict,
     /// The sandbox died or was removed underneath the request (its agent's channel is gone).
     SandboxGone,
+    /// The isolation tier could not start the sandbox (runsc refused or died); the message says what it said.
+    /// Never the client's fault; nothing of the sandbox is left.
+    TierFailed,
     /// Anything else, including malformed requests between host and agent; never the client's fault.
     Internal,
 }

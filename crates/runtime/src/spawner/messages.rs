@@ -45,6 +45,9 @@ pub enum SpawnerResponse {
         id: String,
         /// True when the request itself was invalid (the caller's mistake), false for a host failure.
         invalid_input: bool,
+        /// True when the isolation tier failed to start the sandbox (runsc); `message` is then what it said.
+        #[serde(default)]
+        tier_failed: bool,
         /// What went wrong.
         message: String,
     },

@@ -107,11 +107,11 @@ impl Spawner {
                 }
                 Err(error) => {
                     let invalid_input = matches!(error, RuntimeError::InvalidInput(_));
-                    send(
-                        control.as_fd(),
-                        &SpawnerResponse::Failed { id, invalid_input, message: error.to_string() },
-                        None,
-                    )?;
+                    let (tier_failed, message) = match error {
+                        RuntimeError::Runsc(said) => (true, said),
+                        other => (false, other.to_string()),
+                    };
+                    send(control.as_fd(), &SpawnerResponse::Failed { id, invalid_input, tier_failed, message }, None)?;
                 }
             },
             SpawnerRequest::Destroy { id } => {
@@ -120,6 +120,7 @@ impl Spawner {
                     None => SpawnerResponse::Failed {
                         id: id.clone(),
                         invalid_input: true,
+                        tier_failed: false,
                         message: format!("no sandbox {id} (it may have exited already)"),
                     },
                 };
@@ -163,7 +164,9 @@ impl Spawner {
                     },
                 }
             }
-            Err(error) => SpawnerResponse::Failed { id, invalid_input: false, message: error.to_string() },
+            Err(error) => {
+                SpawnerResponse::Failed { id, invalid_input: false, tier_failed: false, message: error.to_string() }
+            }
         }
     }
 

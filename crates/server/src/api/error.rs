@@ -40,6 +40,9 @@ pub enum ErrorCode {
     TierUnavailable,
     /// 429: a tenant quota would be exceeded.
     QuotaExceeded,
+    /// 503: the isolation tier could not start the sandbox (runsc refused or died); the message says what it said.
+    /// Nothing was created; retrying may help, and the operator should look at the tier (`sandkasten doctor`).
+    TierFailed,
     /// 500: the server or runtime failed; never caused by input.
     Internal,
 }
@@ -58,6 +61,7 @@ impl ErrorCode {
             ErrorCode::Unprocessable => "unprocessable",
             ErrorCode::TierUnavailable => "tier_unavailable",
             ErrorCode::QuotaExceeded => "quota_exceeded",
+            ErrorCode::TierFailed => "tier_failed",
             ErrorCode::Internal => "internal",
         }
     }
@@ -74,6 +78,7 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::Unprocessable | ErrorCode::TierUnavailable => StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::TierFailed => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -194,6 +199,7 @@ impl From<Failure> for ApiError {
             | FailureKind::SandboxGone
             | FailureKind::Conflict => ErrorCode::Conflict,
             FailureKind::TooLarge => ErrorCode::PayloadTooLarge,
+            FailureKind::TierFailed => ErrorCode::TierFailed,
             FailureKind::Internal => return ApiError::internal(format!("runtime: {}", failure.message)),
         };
         ApiError::new(code, failure.message)

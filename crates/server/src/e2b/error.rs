@@ -149,6 +149,7 @@ impl From<ApiError> for E2bError {
             ErrorCode::MethodNotAllowed => Code::Unimplemented,
             ErrorCode::Conflict => Code::FailedPrecondition,
             ErrorCode::PayloadTooLarge | ErrorCode::QuotaExceeded => Code::ResourceExhausted,
+            ErrorCode::TierFailed => Code::Unavailable,
             ErrorCode::Internal => Code::Internal,
         };
         E2bError::new(code, error.message)
@@ -168,7 +169,7 @@ impl From<Failure> for E2bError {
             | FailureKind::ExecFailed
             | FailureKind::Conflict => Code::FailedPrecondition,
             FailureKind::TooLarge => Code::ResourceExhausted,
-            FailureKind::SandboxGone => Code::Unavailable,
+            FailureKind::SandboxGone | FailureKind::TierFailed => Code::Unavailable,
             FailureKind::Internal => return ApiError::internal(format!("runtime: {}", failure.message)).into(),
         };
         E2bError::new(code, failure.message)
