@@ -6,7 +6,7 @@
 #![allow(unsafe_code)]
 
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use sandkasten_jail::process::{ProcessJail, Stdio};
 use sandkasten_jail::rootfs::{RealHostFs, RootfsSpec, SandboxFile, plan_rootfs};
@@ -89,8 +89,7 @@ pub(crate) fn run(plan: &AgentPlan, jail: &ProcessJail<'_>, channel: &mut UnixSt
         }
     };
     let ExitStatus { exit_code, signal } = status;
-    let writable = [Path::new(&plan.home), Path::new("/tmp"), Path::new("/dev/shm")];
-    let disk_full = writable.iter().any(|mount| is_full(mount));
+    let disk_full = [plan.home.as_str(), "/tmp", "/dev/shm"].into_iter().any(crate::serve::output::is_full);
     send(channel, Message::Exited { exit_code, signal, disk_full });
     Ok(())
 }
@@ -152,17 +151,5 @@ fn close_stdio(stdio: Stdio) {
             // SAFETY: these descriptors were inherited for the program, which has its own copies now.
             unsafe { libc::close(fd) };
         }
-    }
-}
-
-/// A filesystem counts as full when less than 64 KiB or 1 % of it is left.
-fn is_full(mount: &Path) -> bool {
-    match rustix::fs::statvfs(mount) {
-        Ok(stat) => {
-            let available = stat.f_bavail.saturating_mul(stat.f_frsize);
-            let total = stat.f_blocks.saturating_mul(stat.f_frsize);
-            total > 0 && (available < 64 << 10 || available.saturating_mul(100) < total)
-        }
-        Err(_) => false,
     }
 }

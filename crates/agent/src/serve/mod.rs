@@ -14,7 +14,7 @@ mod errors;
 mod event_loop;
 mod files;
 mod launcher;
-mod output;
+pub(crate) mod output;
 mod paths;
 mod remove;
 mod resolve;

@@ -116,7 +116,7 @@ pub fn report_finished(commands: &mut Commands, channel: &mut Channel, now_ns: u
 }
 
 /// A writable filesystem counts as full when less than 64 KiB or 1 % of it is left (its size is the disk limit).
-fn is_full(mount: &str) -> bool {
+pub(crate) fn is_full(mount: &str) -> bool {
     match rustix::fs::statvfs(mount) {
         Ok(stat) => {
             let available = stat.f_bavail.saturating_mul(stat.f_frsize);

@@ -99,11 +99,7 @@ impl OneShotRunner {
             return self.run_over_protocol(spec, request, stdin, sink, started_ns);
         }
         let mut run_plan = plan::plan(spec, request)?;
-        if gc::has_stale_records(&self.config)
-            && let Err(error) = gc::collect(&self.config, &self.hierarchy)
-        {
-            tracing::warn!(%error, "garbage collection of stale sandboxes failed");
-        }
+        self.collect_stale();
         let id = ids::new_sandbox_id()?;
         let launcher = Launcher { config: &self.config, hierarchy: &self.hierarchy, agent: &self.agent };
         let guard = launcher.allocate(&id, spec)?;
@@ -156,6 +152,15 @@ impl OneShotRunner {
 }
 
 impl OneShotRunner {
+    /// Removes what crashed runs left behind, when records say there is something (cheap otherwise).
+    fn collect_stale(&self) {
+        if gc::has_stale_records(&self.config)
+            && let Err(error) = gc::collect(&self.config, &self.hierarchy)
+        {
+            tracing::warn!(%error, "garbage collection of stale sandboxes failed");
+        }
+    }
+
     /// A one-shot run on a tier other than the process tier: the same agent protocol as a long-lived sandbox
     /// (`backend::oneshot`).
     fn run_over_protocol(
@@ -170,11 +175,7 @@ impl OneShotRunner {
         let gvisor = GvisorTier::new(&self.config, &self.agent.path);
         let process = ProcessTier { launcher: Launcher { ..launcher } };
         let backend = backend_for(spec.tier(), &process, &gvisor)?;
-        if gc::has_stale_records(&self.config)
-            && let Err(error) = gc::collect(&self.config, &self.hierarchy)
-        {
-            tracing::warn!(%error, "garbage collection of stale sandboxes failed");
-        }
+        self.collect_stale();
         let result = oneshot::run(spec, request, stdin, sink, started_ns, |run_plan| {
             let id = ids::new_sandbox_id()?;
             let mut guard = launcher.allocate(&id, spec)?;
