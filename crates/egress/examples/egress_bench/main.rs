@@ -88,6 +88,10 @@ struct CountingAudit {
 
 impl AuditSink for CountingAudit {
     fn record(&self, event: AuditEvent) {
+        // An allowed connection is recorded twice (when it opens, and with its bytes when it ends): count the ends.
+        if event.open {
+            return;
+        }
         let counter = if event.decision == Decision::Allowed { &self.allowed } else { &self.other };
         counter.fetch_add(1, Ordering::Relaxed);
     }
