@@ -14,22 +14,13 @@ use std::time::{Duration, Instant};
 
 use sandkasten_types::Tier;
 use serde_json::json;
-use serve::{KEY_1, Server, assert_sandbox_gone_on};
+use serve::{KEY_1, Server, assert_sandbox_gone_on, metric};
 
 /// The release the Sentry reports (`uname -r` inside a gVisor sandbox).
 const GVISOR_RELEASE: &str = "4.4.0";
 
 fn host_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned()
-}
-
-fn metric(server: &Server, name: &str) -> f64 {
-    let mut reply = server.http().get(format!("{}/metrics", server.url)).call().expect("GET /metrics");
-    let text = reply.body_mut().read_to_string().unwrap_or_default();
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or(0.0)
 }
 
 fn wait_metric(server: &Server, name: &str, want: f64) {

@@ -15,21 +15,11 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use serve::{KEY_1, KEY_2, Server, assert_sandbox_gone};
+use serve::{KEY_1, KEY_2, Server, assert_sandbox_gone, metric};
 
 /// One pool of the default limits, `min` ready, at most `max`.
 fn pool(min: usize, max: usize) -> String {
     format!("[[pools]]\nname = \"std\"\nmin = {min}\nmax = {max}\n")
-}
-
-/// A metric's value from `/metrics` (0 when absent).
-fn metric(server: &Server, name: &str) -> f64 {
-    let mut reply = server.http().get(format!("{}/metrics", server.url)).call().expect("GET /metrics");
-    let text = reply.body_mut().read_to_string().unwrap_or_default();
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or(0.0)
 }
 
 fn pool_size(server: &Server) -> f64 {

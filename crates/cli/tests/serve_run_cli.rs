@@ -9,20 +9,10 @@ mod common;
 mod serve;
 
 use common::{Cli, Output};
-use serve::{KEY_1, Server};
+use serve::{KEY_1, Server, metric};
 
 /// A pool of the CLI's default limits with a Python zygote.
 const POOL: &str = "[[pools]]\nname = \"std\"\nmin = 2\nmax = 4\nzygote = \"python\"\n";
-
-/// A metric's value from `/metrics` (0 when absent).
-fn metric(server: &Server, name: &str) -> f64 {
-    let mut reply = server.http().get(format!("{}/metrics", server.url)).call().expect("GET /metrics");
-    let text = reply.body_mut().read_to_string().unwrap_or_default();
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
 
 fn cli(args: &[&str], stdin: Option<&str>) -> Cli {
     let mut all = vec!["run"];

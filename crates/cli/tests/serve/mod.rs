@@ -281,3 +281,13 @@ pub fn assert_sandbox_gone_on(tier: Tier, id: &str) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A metric's value from the server's `/metrics` (0 when absent).
+pub fn metric(server: &Server, name: &str) -> f64 {
+    let mut reply = server.http().get(format!("{}/metrics", server.url)).call().expect("GET /metrics");
+    let text = reply.body_mut().read_to_string().unwrap_or_default();
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
