@@ -7,7 +7,10 @@ use serde::{Deserialize, Serialize};
 /// The isolation a sandbox asks for.
 ///
 /// JSON: `"process"`, `"gvisor"`, `"microvm"` or `"auto"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize, JsonSchema)]
+///
+/// Parsed through `FromStr`, so that any wrong value — a misspelt name, a number, `null` inside a list — is answered
+/// with the allowed names (serde's own enum parsing calls a number a JSON syntax error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Tier {
     /// Linux namespaces, pivot_root, seccomp, landlock and cgroups around code that shares the host kernel. Fastest;
@@ -52,6 +55,26 @@ impl Tier {
             Tier::Microvm => Some("isolation \"microvm\" is not available yet: use \"process\" or \"gvisor\""),
             Tier::Auto => Some("isolation \"auto\" is not available yet: name a tier (\"process\" or \"gvisor\")"),
         }
+    }
+}
+
+/// What a tier is read from: any JSON or TOML value, checked by `Tier::from_str`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum TierName {
+    Name(String),
+    Other(serde_json::Value),
+}
+
+impl<'de> Deserialize<'de> for Tier {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Tier, D::Error> {
+        let parsed = match TierName::deserialize(deserializer)? {
+            TierName::Name(name) => name.parse(),
+            TierName::Other(value) => format!("{value}")
+                .parse::<Tier>()
+                .map_err(|error| error.replace("unknown isolation", "isolation must be a tier's name, not")),
+        };
+        parsed.map_err(serde::de::Error::custom)
     }
 }
 
@@ -120,6 +143,16 @@ mod tests {
             assert_eq!(json, format!("\"{}\"", tier.name()));
             assert_eq!(tier.name().parse::<Tier>(), Ok(tier));
         }
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_is_a_data_error_naming_the_allowed_values() {
+        let error = serde_json::from_str::<Tier>("7").err().map(|e| (e.classify(), e.to_string()));
+        let (category, message) = error.unwrap_or((serde_json::error::Category::Io, String::new()));
+        assert_eq!(category, serde_json::error::Category::Data, "{message}");
+        assert!(message.contains("process, gvisor, microvm, auto"), "{message}");
+        let misspelt = serde_json::from_str::<Tier>("\"gvsior\"").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(misspelt.contains("unknown isolation 'gvsior'") && misspelt.contains("gvisor"), "{misspelt}");
     }
 
     #[test]

@@ -22,13 +22,13 @@ use crate::api::code_schemas::{CodeBody, CodeResponse};
 use crate::api::contexts::is_context_id;
 use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error};
-use crate::api::isolation::IsolationName;
 use crate::api::output::{self, json_event};
 use crate::api::running::{Started, pump};
 use crate::auth::Tenant;
 use crate::metrics::LimitKind;
 use crate::state::AppState;
 use crate::store::SandboxRecord;
+use sandkasten_types::Tier;
 
 /// Checks the request against the sandbox and builds the runtime's request (timeout always set).
 fn code_run(body: CodeBody, sandbox: &SandboxRecord) -> Result<CodeRun, ApiError> {
@@ -128,7 +128,7 @@ pub(crate) async fn run_code(
     let sandbox = running_sandbox(&state, &tenant, &id).await?;
     let request = code_run(body, &sandbox)?;
     let wants_stream = output::wants_stream(&headers);
-    let isolation = IsolationName::from(sandbox.spec.tier());
+    let isolation = sandbox.spec.tier();
     let started = start(&state, &id, request);
     if wants_stream {
         return Ok(stream(state, id, isolation, started));
@@ -143,7 +143,7 @@ pub(crate) async fn run_code(
 }
 
 /// The SSE response: a task forwards events while the cell runs.
-fn stream(state: AppState, id: String, isolation: IsolationName, started: Started<CellOutcome>) -> Response {
+fn stream(state: AppState, id: String, isolation: Tier, started: Started<CellOutcome>) -> Response {
     let (sender, receiver) = mpsc::channel::<Result<Event, Infallible>>(64);
     tokio::spawn(async move {
         let started_at = started.started;

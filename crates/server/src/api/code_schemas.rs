@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::api::isolation::IsolationName;
+use sandkasten_types::Tier;
 
 /// A code context's language. Mirrors `sandkasten_types::CodeLanguage`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -111,7 +112,8 @@ pub struct CodeResponse {
     /// The sandbox.
     pub sandbox_id: String,
     /// The isolation tier of the sandbox.
-    pub isolation: IsolationName,
+    #[schema(value_type = IsolationName)]
+    pub isolation: Tier,
     /// The context the cell ran in.
     #[schema(example = "ctx-3f9a0c27e1d4b658")]
     pub context_id: String,
@@ -136,7 +138,7 @@ pub struct CodeResponse {
 
 impl CodeResponse {
     /// The response for `outcome` in sandbox `sandbox_id`, which runs on tier `isolation`.
-    pub fn new(sandbox_id: String, isolation: IsolationName, outcome: CellOutcome, duration_ms: f64) -> Self {
+    pub fn new(sandbox_id: String, isolation: Tier, outcome: CellOutcome, duration_ms: f64) -> Self {
         CodeResponse {
             sandbox_id,
             isolation,

@@ -7,6 +7,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::api::isolation::IsolationName;
 use crate::clock::rfc3339;
+use sandkasten_types::Tier;
 
 /// `POST /v1/sandboxes/{id}/exec` with `background: true` → 202.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -36,7 +37,8 @@ pub struct CommandBody {
     /// Id, `cmd-` + 16 hex digits.
     pub id: String,
     /// The isolation tier of the sandbox it runs in.
-    pub isolation: IsolationName,
+    #[schema(value_type = IsolationName)]
+    pub isolation: Tier,
     /// What it runs.
     pub argv: Vec<String>,
     /// Its pid inside the sandbox.
@@ -64,7 +66,7 @@ pub struct CommandBody {
 
 impl CommandBody {
     /// The body of a command that runs (or ran) in a sandbox on tier `isolation`.
-    pub(crate) fn new(status: CommandStatus, isolation: IsolationName) -> Self {
+    pub(crate) fn new(status: CommandStatus, isolation: Tier) -> Self {
         let exit = status.exit.unwrap_or_default();
         CommandBody {
             id: status.id,
@@ -194,7 +196,7 @@ mod tests {
             stdout_truncated: false,
             stderr_truncated: true,
         };
-        let body = serde_json::to_value(CommandBody::new(status, IsolationName::Gvisor))?;
+        let body = serde_json::to_value(CommandBody::new(status, Tier::Gvisor))?;
         assert_eq!(body["isolation"], "gvisor");
         assert_eq!(body["state"], "exited");
         assert_eq!(body["signal"], 15);

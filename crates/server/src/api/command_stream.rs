@@ -10,14 +10,13 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use sandkasten_types::CommandEvent;
+use sandkasten_types::{CommandEvent, Tier};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::api::command_schemas::StreamQuery;
 use crate::api::commands::{CommandPath, own_command};
 use crate::api::error::{ApiError, ErrorBody};
 use crate::api::extract::{QueryParams, runtime_error};
-use crate::api::isolation::IsolationName;
 use crate::api::output;
 use crate::api::output::json_event;
 use crate::api::schemas::ExitEvent;
@@ -36,7 +35,7 @@ fn start_offset(headers: &HeaderMap, query: &StreamQuery) -> Result<u64, ApiErro
     }
 }
 
-fn to_event(event: CommandEvent, isolation: IsolationName) -> Option<Event> {
+fn to_event(event: CommandEvent, isolation: Tier) -> Option<Event> {
     match event {
         CommandEvent::Output { chunk, offset } => {
             let name = chunk.stream.as_str();
@@ -93,7 +92,7 @@ pub(crate) async fn stream(
     QueryParams(query): QueryParams<StreamQuery>,
 ) -> Result<Response, ApiError> {
     let sandbox = own_command(&state, &tenant, &id, &command).await?;
-    let isolation = IsolationName::from(sandbox.spec.tier());
+    let isolation = sandbox.spec.tier();
     let offset = start_offset(&headers, &query)?;
     let events = match state.runtime().stream_command(&id, &command, offset).await {
         Ok(events) => events,

@@ -12,7 +12,6 @@ use sandkasten_types::{CommandEvent, CommandExit, CommandSpec, CommandStatus};
 use crate::api::command_schemas::{BackgroundStarted, CommandBody, CommandList, SignalBody, StdinBody, signal_number};
 use crate::api::error::{ApiError, ErrorBody};
 use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error, runtime_result};
-use crate::api::isolation::IsolationName;
 use crate::auth::Tenant;
 use crate::clock::{now_ms, rfc3339};
 use crate::ids;
@@ -146,7 +145,7 @@ pub(crate) async fn list(
     IdPath(id): IdPath,
 ) -> Result<Json<CommandList>, ApiError> {
     let sandbox = running_sandbox(&state, &tenant, &id).await?;
-    let isolation = IsolationName::from(sandbox.spec.tier());
+    let isolation = sandbox.spec.tier();
     let commands = runtime_result(&state, &id, state.runtime().list_commands(&id).await).await?;
     Ok(Json(CommandList { commands: commands.into_iter().map(|status| CommandBody::new(status, isolation)).collect() }))
 }

@@ -20,7 +20,6 @@ use crate::api::command_schemas::BackgroundStarted;
 use crate::api::commands;
 use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error};
-use crate::api::isolation::IsolationName;
 use crate::api::output::{self, Capture, json_event};
 use crate::api::running::{Started, pump};
 use crate::api::schemas::{ExecBody, ExecResponse, ExitEvent};
@@ -30,6 +29,7 @@ use crate::metrics::{ExecPhase, LimitKind};
 use crate::state::AppState;
 use crate::store::SandboxRecord;
 use crate::validate;
+use sandkasten_types::Tier;
 
 /// Checks the request against the sandbox and builds the command for the runtime (timeout always set).
 fn command_spec(body: ExecBody, sandbox: &SandboxRecord) -> Result<CommandSpec, ApiError> {
@@ -144,7 +144,7 @@ pub(crate) async fn exec(
     let background = body.background;
     let spec = command_spec(body, &sandbox)?;
     let limit = sandbox.spec.limits.output_bytes;
-    let isolation = IsolationName::from(sandbox.spec.tier());
+    let isolation = sandbox.spec.tier();
     if background {
         return commands::start(&state, &tenant, &id, spec, limit).await;
     }
@@ -172,13 +172,7 @@ pub(crate) async fn exec(
 }
 
 /// The SSE response: a task forwards events while the command runs; a gone client does not stop the command.
-fn stream(
-    state: AppState,
-    id: String,
-    isolation: IsolationName,
-    started: Started<CommandExit>,
-    limit: u64,
-) -> Response {
+fn stream(state: AppState, id: String, isolation: Tier, started: Started<CommandExit>, limit: u64) -> Response {
     let (sender, receiver) = mpsc::channel::<Result<Event, Infallible>>(64);
     tokio::spawn(async move {
         let started_at = started.started;

@@ -1,12 +1,12 @@
-//! The `isolation` of requests and answers: its OpenAPI mirror of `sandkasten_types::Tier` (what each tier isolates
-//! and costs). A create's tier is resolved (the request's, else the server's default) and refused when it cannot run
+//! The `isolation` of requests and answers is `sandkasten_types::Tier` itself; `IsolationName` is only its OpenAPI
+//! description (what each tier isolates and costs), named by `#[schema(value_type = IsolationName)]` on every
+//! `Tier` field: never constructed, never converted. A create's tier is resolved (the request's, else the server's default) and refused when it cannot run
 //! here by `lifecycle::resolve_tier`, before anything of the sandbox exists.
 
-use sandkasten_types::Tier;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-/// How strongly a sandbox is isolated from the host, and what that costs. Mirrors `sandkasten_types::Tier`.
+/// How strongly a sandbox is isolated from the host, and what that costs (the schema of `sandkasten_types::Tier`).
 ///
 /// - `process`: Linux namespaces (user, mount, pid, ipc, uts, network, cgroup), pivot_root onto a read-only root, a
 ///   seccomp allowlist, landlock, no capabilities, cgroup limits. The code shares the host kernel: one kernel bug
@@ -18,6 +18,7 @@ use utoipa::ToSchema;
 ///   0.15 s more), some memory per sandbox, and slower syscall-heavy code (file I/O, many small processes).
 /// - `microvm`: a guest kernel of its own in a jailed VMM. Not available yet (422 `tier_unavailable`).
 /// - `auto`: chosen per sandbox by the server. Not available yet (422 `tier_unavailable`).
+#[allow(dead_code)] // a schema only: fields are `Tier`s
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum IsolationName {
@@ -32,46 +33,27 @@ pub enum IsolationName {
     Auto,
 }
 
-impl From<Tier> for IsolationName {
-    fn from(tier: Tier) -> Self {
-        match tier {
-            Tier::Process => IsolationName::Process,
-            Tier::Gvisor => IsolationName::Gvisor,
-            Tier::Microvm => IsolationName::Microvm,
-            Tier::Auto => IsolationName::Auto,
-        }
-    }
-}
-
-impl From<IsolationName> for Tier {
-    fn from(name: IsolationName) -> Self {
-        match name {
-            IsolationName::Process => Tier::Process,
-            IsolationName::Gvisor => Tier::Gvisor,
-            IsolationName::Microvm => Tier::Microvm,
-            IsolationName::Auto => Tier::Auto,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use sandkasten_types::Tier;
+
     use super::*;
 
     #[test]
-    fn the_mirror_has_the_json_of_tier() -> Result<(), serde_json::Error> {
-        for tier in Tier::ALL {
-            let mirrored = IsolationName::from(tier);
-            assert_eq!(serde_json::to_value(mirrored)?, serde_json::to_value(tier)?);
-            assert_eq!(Tier::from(mirrored), tier);
+    fn the_schema_names_exactly_the_tiers() -> Result<(), serde_json::Error> {
+        let described = [IsolationName::Process, IsolationName::Gvisor, IsolationName::Microvm, IsolationName::Auto];
+        assert_eq!(described.len(), Tier::ALL.len());
+        for (name, tier) in described.iter().zip(Tier::ALL) {
+            assert_eq!(serde_json::to_value(name)?, serde_json::to_value(tier)?);
         }
         Ok(())
     }
 
     #[test]
-    fn a_misspelt_tier_is_refused_naming_the_allowed_values() {
-        let error = serde_json::from_str::<IsolationName>("\"gvsior\"").err().map(|e| e.to_string());
-        let message = error.unwrap_or_default();
-        assert!(message.contains("`process`, `gvisor`, `microvm`, `auto`"), "{message}");
+    fn a_misspelt_or_mistyped_tier_is_refused_naming_the_allowed_values() {
+        for bad in ["\"gvsior\"", "7", "null"] {
+            let message = serde_json::from_str::<Tier>(bad).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(message.contains("process, gvisor, microvm, auto"), "{bad}: {message}");
+        }
     }
 }

@@ -16,6 +16,7 @@ use crate::config::{MAX_POOL_SIZE, ZygoteKind};
 use crate::lifecycle::refill;
 use crate::pool::PoolStatus;
 use crate::state::AppState;
+use sandkasten_types::Tier;
 
 /// A warm pool: which sandboxes it holds and how full it is.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -23,7 +24,8 @@ pub struct PoolBody {
     /// Name (the `class` label of the `pool_*` metrics).
     pub name: String,
     /// Isolation tier of its sandboxes: only creates and runs that resolve to this tier take one of them.
-    pub isolation: IsolationName,
+    #[schema(value_type = IsolationName)]
+    pub isolation: Tier,
     /// Template of its sandboxes.
     pub template: TemplateName,
     /// Limits of its sandboxes: a create or run with exactly these limits (and no env) takes one of them.
@@ -80,7 +82,7 @@ impl From<PoolStatus> for PoolBody {
         let numbers = status.numbers;
         PoolBody {
             name: status.name,
-            isolation: status.spec.tier().into(),
+            isolation: status.spec.tier(),
             template: status.spec.template.into(),
             limits: status.spec.limits.into(),
             zygote: status.zygote.map(|kind| zygote_name(kind).to_owned()),

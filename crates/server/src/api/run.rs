@@ -22,11 +22,11 @@ use tokio::sync::mpsc;
 
 use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::api::extract::JsonBody;
-use crate::api::isolation::IsolationName;
 use crate::api::output::{self, Capture, json_event};
 use crate::auth::Tenant;
 use crate::lifecycle::resolve_tier;
 use crate::state::AppState;
+use sandkasten_types::Tier;
 
 pub(crate) use phases::RunPhases;
 use request::RunRequest;
@@ -67,7 +67,7 @@ pub(crate) async fn run(
     let mut plan = request::plan(body, state.settings())?;
     // Resolved here (as `start_sandbox` would) so that the answer can say which tier ran the code.
     plan.spec.isolation = Some(resolve_tier(&state, plan.spec.isolation)?);
-    let tier = IsolationName::from(plan.spec.tier());
+    let tier = plan.spec.tier();
     let limit = plan.spec.limits.output_bytes;
     let started = task::spawn(state.clone(), tenant, plan, requested);
     let id =
@@ -78,7 +78,7 @@ pub(crate) async fn run(
     collect(id, tier, started.events, limit).await
 }
 
-fn result(id: String, isolation: IsolationName, outcome: RunOutcome, stdout: Capture, stderr: Capture) -> RunResponse {
+fn result(id: String, isolation: Tier, outcome: RunOutcome, stdout: Capture, stderr: Capture) -> RunResponse {
     let error = outcome.error();
     let result = ExecResponse::new(id, isolation, outcome.exit, stdout, stderr, outcome.duration_ms);
     RunResponse { result, error, phases: outcome.phases }
@@ -87,7 +87,7 @@ fn result(id: String, isolation: IsolationName, outcome: RunOutcome, stdout: Cap
 /// The JSON answer: output kept up to the limit, then the result.
 async fn collect(
     id: String,
-    isolation: IsolationName,
+    isolation: Tier,
     mut events: mpsc::Receiver<RunEvent>,
     limit: u64,
 ) -> Result<Response, ApiError> {
@@ -110,7 +110,7 @@ async fn collect(
 struct StreamState {
     state: AppState,
     id: String,
-    isolation: IsolationName,
+    isolation: Tier,
     events: mpsc::Receiver<RunEvent>,
     limit: u64,
     stdout: Capture,
@@ -168,13 +168,7 @@ impl StreamState {
 }
 
 /// The SSE answer. The stream owns the run's receiver: a client that hangs up drops it, which ends the run.
-fn stream(
-    state: AppState,
-    id: String,
-    isolation: IsolationName,
-    events: mpsc::Receiver<RunEvent>,
-    limit: u64,
-) -> Response {
+fn stream(state: AppState, id: String, isolation: Tier, events: mpsc::Receiver<RunEvent>, limit: u64) -> Response {
     let initial = StreamState {
         state,
         id,

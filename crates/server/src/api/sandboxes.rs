@@ -45,7 +45,7 @@ pub(crate) async fn create(
     let settings = state.settings();
     let expires_ms = check_timeout(settings, body.timeout_s.unwrap_or(settings.default_timeout_s))?;
     let spec = SandboxSpec {
-        isolation: body.isolation.map(Into::into),
+        isolation: body.isolation,
         template: body.template.unwrap_or_default().into(),
         limits,
         env: body.env,

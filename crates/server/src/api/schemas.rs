@@ -13,6 +13,7 @@ use crate::api::output::Capture;
 pub use crate::api::output::OutputEvent;
 use crate::clock::rfc3339;
 use crate::store::{SandboxRecord, SandboxState};
+use sandkasten_types::Tier;
 
 /// Hard limits of a sandbox; omitted fields take their defaults. Mirrors `sandkasten_types::Limits`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -103,7 +104,8 @@ pub struct CreateSandboxRequest {
     /// isolation`, `process` unless configured). A misspelt tier is 422 `unprocessable` naming the allowed values; a
     /// tier that cannot run here (not available yet, or not installed on this host) is 422 `tier_unavailable`.
     #[serde(default)]
-    pub isolation: Option<IsolationName>,
+    #[schema(value_type = Option<IsolationName>)]
+    pub isolation: Option<Tier>,
     /// Root filesystem template. Default `host`.
     #[serde(default)]
     pub template: Option<TemplateName>,
@@ -163,7 +165,8 @@ pub struct SandboxBody {
     /// State.
     pub state: SandboxStateName,
     /// The isolation tier it runs on (the request's, or the server's default when it named none).
-    pub isolation: IsolationName,
+    #[schema(value_type = IsolationName)]
+    pub isolation: Tier,
     /// Template.
     pub template: TemplateName,
     /// Hard limits.
@@ -194,7 +197,7 @@ impl From<SandboxRecord> for SandboxBody {
             id: record.id,
             tenant: record.tenant,
             state: record.state.into(),
-            isolation: record.spec.tier().into(),
+            isolation: record.spec.tier(),
             template: record.spec.template.into(),
             limits: record.spec.limits.into(),
             metadata: record.metadata,
@@ -259,7 +262,8 @@ pub struct ExecResponse {
     /// The sandbox that ran it.
     pub sandbox_id: String,
     /// The isolation tier of the sandbox that ran it.
-    pub isolation: IsolationName,
+    #[schema(value_type = IsolationName)]
+    pub isolation: Tier,
     /// Exit code when it exited normally.
     #[schema(required = true)]
     pub exit_code: Option<i32>,
@@ -290,7 +294,7 @@ impl ExecResponse {
     /// The response for a finished command from its exit and the output kept of it.
     pub(crate) fn new(
         sandbox_id: String,
-        isolation: IsolationName,
+        isolation: Tier,
         exit: sandkasten_types::CommandExit,
         stdout: Capture,
         stderr: Capture,
@@ -318,7 +322,8 @@ impl ExecResponse {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ExitEvent {
     /// The isolation tier of the sandbox that ran it.
-    pub isolation: IsolationName,
+    #[schema(value_type = IsolationName)]
+    pub isolation: Tier,
     /// Exit code when it exited normally.
     #[schema(required = true)]
     pub exit_code: Option<i32>,

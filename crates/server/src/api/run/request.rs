@@ -17,6 +17,7 @@ use crate::api::schemas::LimitsBody;
 use crate::config::ZygoteKind;
 use crate::state::Settings;
 use crate::validate;
+use sandkasten_types::Tier;
 
 /// Most files one run may upload.
 pub const MAX_RUN_FILES: usize = 256;
@@ -69,7 +70,8 @@ pub struct RunRequest {
     /// How strongly the run's sandbox is isolated from the host; default from the server's config (`[defaults]
     /// isolation`, `process` unless configured). A tier that cannot run here is 422 `tier_unavailable`.
     #[serde(default)]
-    pub isolation: Option<IsolationName>,
+    #[schema(value_type = Option<IsolationName>)]
+    pub isolation: Option<Tier>,
     /// Language of `code`.
     #[serde(default)]
     pub language: Option<RunLanguage>,
@@ -214,7 +216,7 @@ pub(crate) fn plan(body: RunRequest, settings: Settings) -> Result<RunPlan, ApiE
     command.stdin = body.stdin;
     let lifetime_s = limit_s.saturating_mul(2).saturating_add(LIFETIME_MARGIN_S).clamp(1, settings.max_timeout_s);
     let network = body.network.unwrap_or_default().into();
-    let spec = SandboxSpec { isolation: body.isolation.map(Into::into), limits, network, ..SandboxSpec::default() };
+    let spec = SandboxSpec { isolation: body.isolation, limits, network, ..SandboxSpec::default() };
     Ok(RunPlan { spec, lifetime_s, files, compile, command, zygote_input })
 }
 

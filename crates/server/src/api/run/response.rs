@@ -6,6 +6,7 @@ use utoipa::ToSchema;
 
 use crate::api::isolation::IsolationName;
 use crate::api::run::phases::RunPhases;
+use sandkasten_types::Tier;
 
 use crate::api::schemas::ExecResponse;
 
@@ -58,7 +59,8 @@ pub struct RunExitEvent {
     /// The sandbox the run used (destroyed by now).
     pub sandbox_id: String,
     /// The isolation tier it ran on.
-    pub isolation: IsolationName,
+    #[schema(value_type = IsolationName)]
+    pub isolation: Tier,
     /// Exit code when it exited normally.
     #[schema(required = true)]
     pub exit_code: Option<i32>,
