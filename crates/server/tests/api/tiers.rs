@@ -46,9 +46,10 @@ async fn a_misspelt_tier_is_422_naming_the_allowed_values() {
     ] {
         let reply = h.post(uri, KEY_A, body).await;
         let message = reply.assert_error(422, "unprocessable");
-        assert!(message.contains("gvsior") && message.contains("`process`, `gvisor`, `microvm`, `auto`"), "{message}");
-        let message = h.post(uri, KEY_A, json!({"isolation": 2})).await.assert_error(400, "bad_request");
-        assert!(message.contains("invalid JSON body"), "{message}");
+        assert!(message.contains("gvsior") && message.contains("process, gvisor, microvm, auto"), "{message}");
+        // Well-formed JSON of the wrong type is a 422 that names the tiers too (not a "syntax error" 400).
+        let message = h.post(uri, KEY_A, json!({"isolation": 2})).await.assert_error(422, "unprocessable");
+        assert!(message.contains("process, gvisor, microvm, auto"), "{message}");
     }
     nothing_created(&h).await;
 }
