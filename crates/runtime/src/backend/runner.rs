@@ -92,9 +92,7 @@ impl OneShotRunner {
         sink: &mut dyn OutputSink,
         started_ns: u64,
     ) -> Result<ExecResult, RuntimeError> {
-        if let Some(reason) = spec.tier().unavailable_reason() {
-            return Err(RuntimeError::InvalidInput(reason.to_owned()));
-        }
+        // Every other tier (and the refusal of one this build cannot run: `backend_for`) goes over the protocol.
         if spec.tier() != Tier::Process {
             return self.run_over_protocol(spec, request, stdin, sink, started_ns);
         }
