@@ -131,7 +131,7 @@ mod tests {
     use crate::message::Message;
 
     fn sample() -> Envelope {
-        Envelope::new(7, Message::Exited { exit_code: Some(3), signal: None, disk_full: false })
+        Envelope::new(7, Message::FilesystemReady { at_ns: 3 })
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The messages exchanged between the host and the agent (PID 1 inside the sandbox).
 //!
-//! One-shot sandboxes use the lifecycle messages (`Start` … `Exited`). Long-lived sandboxes (the agent's serve mode)
-//! add requests from the host, each answered by exactly one terminal reply carrying the request's envelope id:
+//! A sandbox starts with the lifecycle messages (`Plan`, and on the process tier `Start` and `CgroupJoined`, answered
+//! by `FilesystemReady` or `SetupFailed`, all with id 0). Then the agent serves requests from the host — one-shot runs
+//! and long-lived sandboxes alike — each answered by exactly one terminal reply carrying the request's envelope id:
 //!
 //! | request | reply |
 //! |---|---|
@@ -55,46 +56,15 @@ pub enum Message {
         /// What to serve and how to confine commands.
         plan: AgentPlan,
     },
-    /// host → agent: ids are mapped and the agent is in its cgroup; build the sandbox and run.
+    /// host → process-tier starter: ids are mapped; become the namespace's root and execute the agent.
     Start,
-    /// host → agent: the agent is in the sandbox's cgroup; it may run the program. (Sent after `Start` so that the
-    /// host's cgroup attach, which costs an RCU grace period on cgroup v1, overlaps the agent's filesystem build.)
+    /// host → agent (process tier): the agent is in the sandbox's cgroup; it may serve. (Sent after `Plan` so that
+    /// the host's cgroup attach, which costs an RCU grace period on cgroup v1, overlaps the agent's filesystem build.)
     CgroupJoined,
-    /// host → agent (one-shot, after `CgroupJoined`): every upload has been sent (as `FileWrite` frames with id 0,
-    /// written by the agent as they arrive, so they are charged to the sandbox); run the program.
-    UploadsDone,
     /// agent → host: the root filesystem is mounted and pivoted into.
     FilesystemReady {
         /// CLOCK_MONOTONIC, ns.
         at_ns: u64,
-    },
-    /// agent → host: the program's execve succeeded.
-    ProgramStarted {
-        /// CLOCK_MONOTONIC, ns.
-        at_ns: u64,
-        /// The program's pid inside the sandbox.
-        pid: u32,
-    },
-    /// agent → host: the compile step (C) failed; its messages went to stderr.
-    CompileFailed {
-        /// The compiler's exit code.
-        exit_code: Option<i32>,
-        /// Or the signal that killed it.
-        signal: Option<i32>,
-    },
-    /// agent → host: the program ended.
-    Exited {
-        /// Exit code when it exited normally.
-        exit_code: Option<i32>,
-        /// Signal number when it was killed by a signal.
-        signal: Option<i32>,
-        /// A writable filesystem (`/workspace` or `/tmp`) was full when it ended.
-        disk_full: bool,
-    },
-    /// agent → host: the program could not be started (not found, not executable).
-    ExecFailed {
-        /// What failed, for the user.
-        message: String,
     },
     /// agent → host: a containment step failed; the sandbox is unusable.
     SetupFailed {

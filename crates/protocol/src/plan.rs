@@ -36,8 +36,6 @@ pub struct AgentPlan {
     /// Files of the root the agent builds itself (process tier: the synthesised `/etc`, the code), written before the
     /// root is sealed read-only. Empty where the root is given (gVisor: they are in the bundle).
     pub root_files: Vec<SandboxFile>,
-    /// Serve requests (a long-lived sandbox), or run one program.
-    pub mode: AgentMode,
     /// The OOM score adjustment every command gets: the owner's own (the agent itself may run at -1000 so that the
     /// OOM killer picks a program, never the reporter).
     pub oom_score_adj: i32,
@@ -45,23 +43,6 @@ pub struct AgentPlan {
     /// connection to the unix socket at `socket` (a host socket bind-mounted into the sandbox), behind which the
     /// host's egress proxy decides.
     pub door: Option<DoorPlan>,
-}
-
-/// What the agent does once the sandbox is ready.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum AgentMode {
-    /// Answer the host's requests (commands, files) until `Shutdown` or until the host goes away.
-    Serve,
-    /// Run `compile` (if any) and `program`, report `Exited` (or `CompileFailed`, `ExecFailed`), exit.
-    OneShot {
-        /// A compile step run first (C); its failure is reported as `CompileFailed`.
-        compile: Option<Vec<String>>,
-        /// The program and its arguments.
-        program: Vec<String>,
-        /// The program's standard streams: descriptors the agent inherited for it (stdin, stdout, stderr).
-        stdio: [i32; 3],
-    },
 }
 
 /// The seccomp policies the agent knows by name.

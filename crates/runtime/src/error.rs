@@ -53,6 +53,10 @@ pub enum RuntimeError {
     /// gVisor's `runsc` refused or failed; the message is what it said.
     #[error("runsc failed: {0}")]
     Runsc(String),
+    /// A tier could not start a sandbox (its agent could not build or confine it, or the tier's own runtime failed);
+    /// the message says which step and why.
+    #[error("{0}")]
+    TierFailed(String),
     /// The runtime was interrupted by a signal; the sandbox was destroyed.
     #[error("interrupted by signal {0}; the sandbox was destroyed")]
     Interrupted(i32),

@@ -10,7 +10,7 @@ use sandkasten_types::{
     Command, ExecRequest, Language, PROXY_PORT, SandboxSpec, Template, proxy_environment, units::format_bytes,
 };
 
-use sandkasten_protocol::{AgentMode, AgentPlan, DoorPlan, SeccompPolicy};
+use sandkasten_protocol::{AgentPlan, DoorPlan, SeccompPolicy};
 use sandkasten_types::Tier;
 
 use crate::error::RuntimeError;
@@ -175,10 +175,10 @@ pub fn plan(spec: &SandboxSpec, request: &ExecRequest) -> Result<RunPlan, Runtim
 }
 
 /// The plan of a long-lived sandbox: its own files and environment; what runs comes later, command by command.
-/// The agent's plan for a sandbox of `spec` running `run_plan` in `mode`: the user, the home, the environment, the
+/// The agent's plan for a sandbox of `spec` with `run_plan`'s files and environment: the user, the home, the environment, the
 /// limits, the seccomp policy, the root files (built by the agent on the process tier; in the bundle on gVisor, so
 /// empty there), and the egress door where the agent must open it.
-pub fn agent_plan(spec: &SandboxSpec, run_plan: RunPlan, mode: AgentMode, oom_score_adj: i32) -> AgentPlan {
+pub fn agent_plan(spec: &SandboxSpec, run_plan: RunPlan, oom_score_adj: i32) -> AgentPlan {
     let home = user_of(spec.template).home;
     let tier = spec.tier();
     let gvisor = tier == Tier::Gvisor;
@@ -195,7 +195,6 @@ pub fn agent_plan(spec: &SandboxSpec, run_plan: RunPlan, mode: AgentMode, oom_sc
         writable_files: ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"].map(str::to_owned).to_vec(),
         seccomp: SeccompPolicy::Sandbox,
         root_files: if gvisor { Vec::new() } else { run_plan.files },
-        mode,
         oom_score_adj,
         // Where the host cannot listen inside (gVisor's network stack is the Sentry's), the agent opens the door.
         door: gvisor

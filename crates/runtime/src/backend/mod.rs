@@ -5,9 +5,9 @@
 //! same for every tier (kill the cgroup, reap, read usage, release: `SandboxGuard`). Everything above the seam
 //! (commands, files, code contexts, pools, the server) speaks the agent protocol and is written once for all tiers.
 //!
-//! One folder per tier: `process/` (namespaces + pivot_root + seccomp + landlock + cgroups; its one-shot fast path
-//! too) and `gvisor/` (runsc). `runner` runs one-shot executions on either; `oneshot` is the one-shot run over the
-//! agent protocol (spawn → uploads → exec → destroy).
+//! One folder per tier: `process/` (namespaces + pivot_root + seccomp + landlock + cgroups) and `gvisor/` (runsc).
+//! `runner` runs one-shot executions on either; `oneshot` is that run over the agent protocol (spawn → uploads → exec
+//! → destroy), the same protocol long-lived sandboxes speak.
 
 pub mod gvisor;
 pub(crate) mod oneshot;
@@ -15,8 +15,9 @@ pub(crate) mod process;
 pub mod runner;
 
 use std::os::unix::net::UnixStream;
+use std::time::Duration;
 
-use sandkasten_protocol::AgentPlan;
+use sandkasten_protocol::{AgentPlan, Envelope, Message, read_frame};
 use sandkasten_types::{SandboxFile, SandboxSpec, Tier};
 
 use crate::error::RuntimeError;
@@ -71,6 +72,32 @@ pub(crate) trait TierBackend {
 #[allow(dead_code)]
 fn not_supported(tier: Tier, operation: &str) -> RuntimeError {
     RuntimeError::InvalidInput(format!("{operation} is not supported by the {tier} tier yet"))
+}
+
+/// How long a new sandbox's agent may take to answer that it serves.
+pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a new sandbox's agent did not start serving.
+pub(crate) enum NotServing {
+    /// It said why (`SetupFailed`).
+    SetupFailed(String),
+    /// It answered something other than `FilesystemReady` (this one, described).
+    Answered(String),
+    /// Its channel closed, or it said nothing within `READY_TIMEOUT`.
+    Silent,
+}
+
+/// Waits for the agent's first frame: `FilesystemReady` (its root is built and it serves), or why not.
+pub(crate) fn wait_until_serving(channel: &mut UnixStream) -> Result<(), NotServing> {
+    channel.set_read_timeout(Some(READY_TIMEOUT)).map_err(|_| NotServing::Silent)?;
+    let first = read_frame(channel);
+    channel.set_read_timeout(None).map_err(|_| NotServing::Silent)?;
+    match first {
+        Ok(Some(Envelope { msg: Message::FilesystemReady { .. }, .. })) => Ok(()),
+        Ok(Some(Envelope { msg: Message::SetupFailed { message }, .. })) => Err(NotServing::SetupFailed(message)),
+        Ok(Some(other)) => Err(NotServing::Answered(format!("{:?}", other.msg))),
+        Ok(None) | Err(_) => Err(NotServing::Silent),
+    }
 }
 
 /// The tier backend for `tier`, or why it cannot be used.

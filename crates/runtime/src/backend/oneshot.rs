@@ -1,25 +1,30 @@
-//! A one-shot run on a tier whose agent is its own executable (gVisor): spawn → write the uploads → (compile) → one
-//! exec → destroy, over the same agent protocol as long-lived sandboxes, so its result has the same fields as the
-//! process tier's (exit code or signal, `timed_out`, `oom_killed`, `limit`, usage, phases).
+//! A one-shot run on any tier: allocate → spawn (the tier's backend) → write the uploads → (compile) → one exec →
+//! destroy, over the same agent protocol as long-lived sandboxes, so its result has the same fields everywhere (exit
+//! code or signal, `timed_out`, `oom_killed`, `limit`, usage, phases). The host keeps its own deadline too: an agent
+//! that does not report the program's end in time is not waited for.
 
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::Arc;
+use std::time::Duration;
 
 use sandkasten_cgroups::Usage;
 use sandkasten_protocol::monotonic_ns;
 use sandkasten_types::{
     CommandExit, CommandSpec, ErrorCode, ErrorInfo, ExecRequest, ExecResult, FailureKind, LimitKind, OutputChunk,
-    OutputStream, PhaseTimings, ResourceUsage, SandboxSpec, StreamKind,
+    PhaseTimings, ResourceUsage, SandboxSpec, StreamKind,
 };
 use tokio::sync::mpsc;
 
+use super::TierBackend;
+use super::process::launch::{self, Launcher};
 use super::runner::StdinSource;
 use crate::error::RuntimeError;
 use crate::guard::SandboxGuard;
+use crate::ids;
 use crate::live::{AgentClient, BackgroundCommand, BackgroundEvent};
-use crate::output::OutputSink;
-use crate::plan::{self, RunPlan};
+use crate::output::{Capture, OutputSink};
+use crate::plan;
 
 /// How the program ended, as the host saw it.
 enum End {
@@ -28,6 +33,8 @@ enum End {
     ExecFailed(String),
     OutputLimit,
     SandboxDied,
+    /// The agent had not reported the program's end by the deadline (plus `AGENT_GRACE`).
+    Unanswered,
     /// The owner got a stop signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT).
     Interrupted(i32),
 }
@@ -79,15 +86,19 @@ async fn futures_select_all<F: std::future::Future<Output = i32> + Unpin>(future
     .await
 }
 
-/// Runs `request` once in a fresh sandbox started by `spawn` (which allocates the guard and returns the agent's
-/// channel) and destroys it.
+/// How long past the run's deadline the host waits for the agent to report the program's end before it destroys the
+/// sandbox itself (an agent that cannot answer — stopped, starved — must not hold the run open).
+const AGENT_GRACE: Duration = Duration::from_secs(2);
+
+/// Runs `request` once in a fresh sandbox that `launcher` allocates and `backend` spawns, and destroys it.
 pub(crate) fn run(
     spec: &SandboxSpec,
     request: &ExecRequest,
     stdin: StdinSource<'_>,
     sink: &mut dyn OutputSink,
     started_ns: u64,
-    spawn: impl FnOnce(&RunPlan) -> Result<(SandboxGuard, std::os::unix::net::UnixStream), RuntimeError>,
+    launcher: &Launcher<'_>,
+    backend: &dyn TierBackend,
 ) -> Result<ExecResult, RuntimeError> {
     let run_plan = plan::plan(spec, request)?;
     let input = stdin_source(stdin)?;
@@ -95,11 +106,13 @@ pub(crate) fn run(
         .enable_all()
         .build()
         .map_err(|e| RuntimeError::sys("starting the I/O runtime", e))?;
-    // Stop signals from here on end the run cleanly (the sandbox is destroyed, exit 128 + signal), as on the
-    // process tier.
+    // Stop signals from here on end the run cleanly (the sandbox is destroyed, exit 128 + signal).
     let mut stop = runtime.block_on(async { StopSignals::new() })?;
-    let (mut guard, channel) = spawn(&run_plan)?;
-    let ready_ns = monotonic_ns();
+    let id = ids::new_sandbox_id()?;
+    let mut guard = launcher.allocate(&id, spec)?;
+    let mut at = Phases { started_ns, allocated_ns: monotonic_ns(), ..Phases::default() };
+    let agent_plan = plan::agent_plan(spec, run_plan.clone(), launch::own_oom_score_adj());
+    let channel = backend.spawn(&mut guard, spec, &run_plan.files, &agent_plan)?;
     let limits = &spec.limits;
     let deadline_ns = started_ns.saturating_add(limits.timeout_ms.saturating_mul(1_000_000));
     let mut observed = Observed::new(limits.output_bytes);
@@ -116,6 +129,7 @@ pub(crate) fn run(
                 return Ok(End::ExecFailed(format!("writing {path}: {}", failure.message)));
             }
         }
+        at.files_ready_ns = monotonic_ns();
         if let Some(compile) = &run_plan.compile {
             let spec = command(compile, &run_plan.env, None, deadline_ns);
             match exec(&agent, spec, &mut observed, sink, &guard).await {
@@ -125,16 +139,20 @@ pub(crate) fn run(
             }
         }
         let spec = command(&run_plan.program, &run_plan.env, None, deadline_ns);
-        Ok::<End, RuntimeError>(run_program(&agent, spec, input, &mut observed, sink, &guard).await)
+        let program = Program { agent: &agent, guard: &guard, started_ns: &mut at.program_started_ns };
+        Ok::<End, RuntimeError>(program.run(spec, input, &mut observed, sink).await)
     };
+    let backstop = Duration::from_nanos(deadline_ns.saturating_sub(monotonic_ns())) + AGENT_GRACE;
     let end = runtime.block_on(async {
         tokio::select! {
             end = flow => end,
             signal = stop.recv() => Ok(End::Interrupted(signal)),
+            () = tokio::time::sleep(backstop) => Ok(End::Unanswered),
         }
     })?;
     drop(runtime);
-    let finished_ns = monotonic_ns();
+    at.finished_ns = monotonic_ns();
+    at.first_output_ns = observed.first_output_ns;
     guard.kill();
     guard.reap();
     let usage = guard.cgroup()?.usage()?;
@@ -142,8 +160,7 @@ pub(crate) fn run(
     if let End::Interrupted(signal) = end {
         return Err(RuntimeError::Interrupted(signal));
     }
-    let phases = Phases { started_ns, ready_ns, first_output_ns: observed.first_output_ns, finished_ns };
-    Ok(result(guard.id.clone(), end, observed, usage, limits.memory_bytes, phases))
+    Ok(result(guard.id.clone(), end, observed, usage, limits.memory_bytes, at))
 }
 
 /// The program's standard input: the owner's descriptor (a terminal is not forwarded), or none.
@@ -156,43 +173,52 @@ fn stdin_source(stdin: StdinSource<'_>) -> Result<Option<std::fs::File>, Runtime
     }
 }
 
-/// Runs the program as a command whose stdin stays open, streams `input` into it byte for byte as it is read (so an
-/// endless producer works, and binary data arrives unchanged), and closes it at end of input.
-async fn run_program(
-    agent: &Arc<AgentClient>,
-    spec: CommandSpec,
-    input: Option<std::fs::File>,
-    observed: &mut Observed,
-    sink: &mut dyn OutputSink,
-    guard: &SandboxGuard,
-) -> End {
-    let (handle, mut events) = match agent.spawn_background(spec).await {
-        Ok(started) => started,
-        Err(failure) if failure.kind == FailureKind::ExecFailed => {
-            return End::ExecFailed(failure.message);
-        }
-        Err(_) => return End::SandboxDied,
-    };
-    let feeding = feed_stdin(&handle, input);
-    tokio::pin!(feeding);
-    let mut fed = false;
-    let mut over_limit = false;
-    loop {
-        tokio::select! {
-            () = &mut feeding, if !fed => fed = true,
-            event = events.recv() => match event {
-                Some(BackgroundEvent::Output(stream, bytes)) => {
-                    if forward(observed, sink, stream, &bytes) && !over_limit {
-                        // Past the cap: the sandbox is stopped (as on the process tier) and its command then ends.
-                        over_limit = true;
-                        guard.kill();
+/// The program's command, and where its start is noted.
+struct Program<'a> {
+    agent: &'a Arc<AgentClient>,
+    guard: &'a SandboxGuard,
+    started_ns: &'a mut Option<u64>,
+}
+
+impl Program<'_> {
+    /// Runs the program as a command whose stdin stays open, streams `input` into it byte for byte as it is read (so
+    /// an endless producer works, and binary data arrives unchanged), and closes it at end of input.
+    async fn run(
+        self,
+        spec: CommandSpec,
+        input: Option<std::fs::File>,
+        observed: &mut Observed,
+        sink: &mut dyn OutputSink,
+    ) -> End {
+        let (handle, mut events) = match self.agent.spawn_background(spec).await {
+            Ok(started) => started,
+            Err(failure) if failure.kind == FailureKind::ExecFailed => {
+                return End::ExecFailed(failure.message);
+            }
+            Err(_) => return End::SandboxDied,
+        };
+        *self.started_ns = Some(monotonic_ns());
+        let feeding = feed_stdin(&handle, input);
+        tokio::pin!(feeding);
+        let mut fed = false;
+        let mut over_limit = false;
+        loop {
+            tokio::select! {
+                () = &mut feeding, if !fed => fed = true,
+                event = events.recv() => match event {
+                    Some(BackgroundEvent::Output(stream, bytes)) => {
+                        if forward(observed, sink, stream, &bytes) && !over_limit {
+                            // Past the cap: the sandbox is stopped and its command then ends.
+                            over_limit = true;
+                            self.guard.kill();
+                        }
                     }
-                }
-                Some(BackgroundEvent::Exited(exit)) if !over_limit => return End::Exited(exit),
-                Some(BackgroundEvent::Exited(_)) => return End::OutputLimit,
-                None if over_limit => return End::OutputLimit,
-                None => return End::SandboxDied,
-            },
+                    Some(BackgroundEvent::Exited(exit)) if !over_limit => return End::Exited(exit),
+                    Some(BackgroundEvent::Exited(_)) => return End::OutputLimit,
+                    None if over_limit => return End::OutputLimit,
+                    None => return End::SandboxDied,
+                },
+            }
         }
     }
 }
@@ -245,30 +271,14 @@ fn command(argv: &[String], env: &BTreeMap<String, String>, stdin: Option<String
 
 /// Output kept for the result, capped per stream at the output limit.
 struct Observed {
-    stdout: OutputStream,
-    stderr: OutputStream,
-    limit: u64,
+    stdout: Capture,
+    stderr: Capture,
     first_output_ns: Option<u64>,
 }
 
 impl Observed {
     fn new(limit: u64) -> Observed {
-        Observed { stdout: OutputStream::default(), stderr: OutputStream::default(), limit, first_output_ns: None }
-    }
-
-    /// Keeps `bytes` (up to the limit) and says whether the stream went past it.
-    fn keep(&mut self, stream: StreamKind, bytes: &[u8]) -> bool {
-        self.first_output_ns.get_or_insert_with(monotonic_ns);
-        let kept = match stream {
-            StreamKind::Stdout => &mut self.stdout,
-            StreamKind::Stderr => &mut self.stderr,
-        };
-        let room = (self.limit as usize).saturating_sub(kept.bytes.len());
-        kept.bytes.extend_from_slice(&bytes[..bytes.len().min(room)]);
-        if bytes.len() > room {
-            kept.truncated = true;
-        }
-        kept.truncated
+        Observed { stdout: Capture::new(limit), stderr: Capture::new(limit), first_output_ns: None }
     }
 }
 
@@ -309,25 +319,31 @@ async fn exec(
     }
 }
 
+/// Keeps `bytes` (up to the limit), passes what was kept to the sink, and says whether the stream went past it.
 fn forward(observed: &mut Observed, sink: &mut dyn OutputSink, stream: StreamKind, bytes: &[u8]) -> bool {
-    let before = match stream {
-        StreamKind::Stdout => observed.stdout.bytes.len(),
-        StreamKind::Stderr => observed.stderr.bytes.len(),
+    observed.first_output_ns.get_or_insert_with(monotonic_ns);
+    let capture = match stream {
+        StreamKind::Stdout => &mut observed.stdout,
+        StreamKind::Stderr => &mut observed.stderr,
     };
-    let over = observed.keep(stream, bytes);
-    let after = match stream {
-        StreamKind::Stdout => observed.stdout.bytes.len(),
-        StreamKind::Stderr => observed.stderr.bytes.len(),
-    };
-    if after > before {
-        sink.chunk(stream, &bytes[..after - before]);
+    let (kept, over) = capture.append(bytes);
+    if !kept.is_empty() {
+        sink.chunk(stream, kept);
     }
     over
 }
 
+/// When each step of the run ended (CLOCK_MONOTONIC, ns).
+#[derive(Default)]
 struct Phases {
+    /// The request.
     started_ns: u64,
-    ready_ns: u64,
+    /// Record and cgroup.
+    allocated_ns: u64,
+    /// The agent serves in its root and the uploads are written (0: the run ended before).
+    files_ready_ns: u64,
+    /// The program's execve succeeded.
+    program_started_ns: Option<u64>,
     first_output_ns: Option<u64>,
     finished_ns: u64,
 }
@@ -338,8 +354,9 @@ fn ms_since(start: u64, at: u64) -> f64 {
 
 fn result(id: String, end: End, observed: Observed, usage: Usage, memory_limit: u64, at: Phases) -> ExecResult {
     let mut result = ExecResult { sandbox_id: id, ..ExecResult::default() };
-    result.set_output(&observed.stdout, &observed.stderr);
+    result.set_output(&observed.stdout.stream, &observed.stderr.stream);
     let died = matches!(end, End::SandboxDied);
+    let unanswered = matches!(end, End::Unanswered);
     let agent_limit = match &end {
         End::Exited(exit) => exit.limit,
         _ => None,
@@ -357,24 +374,32 @@ fn result(id: String, end: End, observed: Observed, usage: Usage, memory_limit: 
         End::CompileFailed(exit) => {
             result.exit_code = exit.exit_code;
             result.signal = exit.signal;
+            let how = match (exit.exit_code, exit.signal) {
+                (_, Some(signal)) => format!("gcc was killed by signal {signal}"),
+                (code, None) => format!("gcc exited with {}", code.unwrap_or(-1)),
+            };
             result.error = Some(ErrorInfo::new(
                 ErrorCode::CompileError,
-                "the C source did not compile; the compiler's messages are in stderr",
+                format!("the C source did not compile ({how}); the compiler's messages are in stderr"),
             ));
         }
         End::ExecFailed(message) => {
             result.exit_code = Some(if message.contains("not found") { 127 } else { 126 });
             result.error = Some(ErrorInfo::new(ErrorCode::ExecFailed, message));
         }
-        End::OutputLimit | End::SandboxDied | End::Interrupted(_) => result.signal = Some(libc::SIGKILL),
+        End::OutputLimit | End::SandboxDied | End::Unanswered | End::Interrupted(_) => {
+            result.signal = Some(libc::SIGKILL)
+        }
     }
     if died && !result.oom_killed {
         result.error = Some(ErrorInfo::new(ErrorCode::SandboxError, "the sandbox ended without a report"));
     }
     let file_too_large = result.signal == Some(libc::SIGXFSZ);
+    // The agent did not report by the deadline (plus grace): the host destroyed the sandbox at its time limit.
+    result.timed_out |= unanswered;
     result.limit = if result.timed_out {
         Some(LimitKind::Time)
-    } else if observed.stdout.truncated || observed.stderr.truncated {
+    } else if observed.stdout.stream.truncated || observed.stderr.stream.truncated {
         Some(LimitKind::Output)
     } else if result.oom_killed {
         Some(LimitKind::Memory)
@@ -385,9 +410,12 @@ fn result(id: String, end: End, observed: Observed, usage: Usage, memory_limit: 
     } else {
         None
     };
-    let allocate = ms_since(at.started_ns, at.ready_ns);
-    let first_command = ms_since(at.started_ns, at.first_output_ns.unwrap_or(at.finished_ns)).max(allocate);
-    result.phases = PhaseTimings { allocate, filesystem_ready: allocate, runtime_ready: allocate, first_command };
+    let allocate = ms_since(at.started_ns, at.allocated_ns);
+    let filesystem_ready = ms_since(at.started_ns, at.files_ready_ns).max(allocate);
+    let runtime_ready = at.program_started_ns.map_or(filesystem_ready, |ns| ms_since(at.started_ns, ns));
+    let runtime_ready = runtime_ready.max(filesystem_ready);
+    let first_command = ms_since(at.started_ns, at.first_output_ns.unwrap_or(at.finished_ns)).max(runtime_ready);
+    result.phases = PhaseTimings { allocate, filesystem_ready, runtime_ready, first_command };
     result.duration_ms = ms_since(at.started_ns, at.finished_ns).max(first_command);
     result.usage = ResourceUsage {
         cpu_user_ms: usage.cpu_user_ns / 1_000_000,

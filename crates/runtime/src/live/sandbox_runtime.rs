@@ -18,7 +18,9 @@ use crate::sandbox_runtime::{RuntimeFuture, SandboxRuntime};
 fn spawner_failure(error: RuntimeError, refused: FailureKind) -> Failure {
     match error {
         RuntimeError::InvalidInput(message) => Failure::new(refused, message),
-        error @ RuntimeError::Runsc(_) => Failure::new(FailureKind::TierFailed, error.to_string()),
+        error @ (RuntimeError::Runsc(_) | RuntimeError::TierFailed(_)) => {
+            Failure::new(FailureKind::TierFailed, error.to_string())
+        }
         other => Failure::new(FailureKind::Internal, other.to_string()),
     }
 }

@@ -101,7 +101,7 @@ impl SpawnerClient {
             (SpawnerResponse::Failed { invalid_input: true, message, .. }, _) => {
                 Err(RuntimeError::InvalidInput(message))
             }
-            (SpawnerResponse::Failed { tier_failed: true, message, .. }, _) => Err(RuntimeError::Runsc(message)),
+            (SpawnerResponse::Failed { tier_failed: true, message, .. }, _) => Err(RuntimeError::TierFailed(message)),
             (SpawnerResponse::Failed { message, .. }, _) => {
                 Err(RuntimeError::sys("spawning a sandbox", std::io::Error::other(message)))
             }

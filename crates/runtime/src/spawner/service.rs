@@ -8,7 +8,6 @@ use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use rustix::event::{PollFd, PollFlags, poll};
 use sandkasten_cgroups::Hierarchy;
 use sandkasten_jail::seccomp::SandboxFilter;
-use sandkasten_protocol::AgentMode;
 use sandkasten_types::ResourceUsage;
 
 use super::messages::{SpawnerRequest, SpawnerResponse};
@@ -108,7 +107,7 @@ impl Spawner {
                 Err(error) => {
                     let invalid_input = matches!(error, RuntimeError::InvalidInput(_));
                     let (tier_failed, message) = match error {
-                        RuntimeError::Runsc(said) => (true, said),
+                        error @ (RuntimeError::Runsc(_) | RuntimeError::TierFailed(_)) => (true, error.to_string()),
                         other => (false, other.to_string()),
                     };
                     send(control.as_fd(), &SpawnerResponse::Failed { id, invalid_input, tier_failed, message }, None)?;
@@ -137,7 +136,7 @@ impl Spawner {
         let launcher = Launcher { config: &self.config, hierarchy: &self.hierarchy, agent: &self.agent };
         let run_plan = plan::plan_live(spec)?;
         let files = run_plan.files.clone();
-        let agent_plan = plan::agent_plan(spec, run_plan, AgentMode::Serve, launch::own_oom_score_adj());
+        let agent_plan = plan::agent_plan(spec, run_plan, launch::own_oom_score_adj());
         let process = ProcessTier { launcher };
         let gvisor = GvisorTier::new(&self.config, &self.agent.path);
         let backend = backend_for(spec.tier(), &process, &gvisor)?;

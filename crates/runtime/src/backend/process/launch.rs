@@ -1,9 +1,9 @@
 //! Launching a process-tier sandbox's agent: record → cgroup → socketpair → clone into new namespaces → id maps →
-//! `Start` + `Plan` → cgroup attach → `CgroupJoined` (→ uploads → `UploadsDone`, one-shot). The cloned child is a
-//! tiny starter: it waits for `Start` (the id maps exist then), becomes its user namespace's root, arms the
-//! parent-death signal and executes the agent binary (`sandkasten agent`, channel on descriptor 0), which reads its
-//! plan from the channel. Shared by the one-shot path (`process_backend`) and the spawner of long-lived sandboxes.
-//! Must run in a single-threaded process (the clone has fork semantics).
+//! `Start` + `Plan` → cgroup attach → `CgroupJoined`. The cloned child is a tiny starter: it waits for `Start` (the id
+//! maps exist then), becomes its user namespace's root, arms the parent-death signal and executes the agent binary
+//! (`sandkasten agent`, channel on descriptor 0), which reads its plan from the channel. Used by one-shot runs and by
+//! the spawner of long-lived sandboxes alike (through `ProcessTier`). Must run in a single-threaded process (the
+//! clone has fork semantics).
 
 #![allow(unsafe_code)]
 
@@ -11,11 +11,10 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
-use base64::Engine as _;
 use sandkasten_cgroups::{Cgroup, CgroupError, CgroupLimits, Hierarchy};
 use sandkasten_jail::namespaces::{self, CloneOutcome};
-use sandkasten_protocol::{AgentPlan, Envelope, MAX_FILE_CHUNK_BYTES, Message, read_frame, write_frame};
-use sandkasten_types::{SandboxFile, SandboxSpec};
+use sandkasten_protocol::{AgentPlan, Envelope, Message, read_frame, write_frame};
+use sandkasten_types::SandboxSpec;
 
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
@@ -127,28 +126,19 @@ impl Launcher<'_> {
     }
 
     /// Clones the starter into new namespaces, which executes the agent with `plan`, and brings it to the point where
-    /// it runs what it was given (having written `uploads`, one-shot). `inherit` are the descriptors the program
-    /// (one-shot) inherits, named in the plan; the caller closes its copies afterwards.
-    pub(crate) fn launch(
-        &self,
-        guard: &mut SandboxGuard,
-        plan: &AgentPlan,
-        uploads: &[SandboxFile],
-        inherit: &[RawFd],
-    ) -> Result<UnixStream, RuntimeError> {
+    /// it builds its root and serves (in the sandbox's cgroup).
+    pub(crate) fn launch(&self, guard: &mut SandboxGuard, plan: &AgentPlan) -> Result<UnixStream, RuntimeError> {
         let (host_channel, agent_channel) = UnixStream::pair().map_err(|e| RuntimeError::sys("socketpair", e))?;
         let pid = match namespaces::clone_into_namespaces(self.config.host_id_base)? {
             CloneOutcome::Child => {
                 drop(host_channel);
-                // The starter keeps only its channel, the agent binary and the program's streams: nothing else the
-                // owner had open (its terminal, other sandboxes' channels in a spawner) may live on in here.
-                let mut keep = vec![agent_channel.as_raw_fd(), self.agent.fd.as_raw_fd()];
-                keep.extend_from_slice(inherit);
-                close_all_except(&keep);
+                // The starter keeps only its channel and the agent binary: nothing else the owner had open (its
+                // terminal, other sandboxes' channels in a spawner) may live on in here.
+                close_all_except(&[agent_channel.as_raw_fd(), self.agent.fd.as_raw_fd()]);
                 // A panic must never unwind into the owner's code in this copy of its memory (the guard's destructor
                 // would remove the sandbox from inside it): end the starter instead.
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    start_agent(agent_channel, self.agent.fd.as_raw_fd(), inherit)
+                    start_agent(agent_channel, self.agent.fd.as_raw_fd())
                 }));
                 // SAFETY: _exit ends the forked child without running the owner's destructors.
                 unsafe { libc::_exit(1) }
@@ -170,37 +160,14 @@ impl Launcher<'_> {
         // The agent builds its filesystem meanwhile; it runs nothing of the caller's before `CgroupJoined`.
         guard.cgroup()?.add_process(pid)?;
         write_frame(&mut channel, &Envelope::new(0, Message::CgroupJoined))?;
-        if matches!(plan.mode, sandkasten_protocol::AgentMode::OneShot { .. }) {
-            send_uploads(&mut channel, uploads)?;
-        }
         Ok(channel)
     }
 }
 
-/// Sends each upload as `FileWrite` frames of at most `MAX_FILE_CHUNK_BYTES`, then `UploadsDone`.
-fn send_uploads(channel: &mut UnixStream, uploads: &[SandboxFile]) -> Result<(), RuntimeError> {
-    for upload in uploads {
-        let path = upload.path.to_string_lossy().into_owned();
-        let mut chunks = upload.contents.chunks(MAX_FILE_CHUNK_BYTES as usize).peekable();
-        let mut append = false;
-        // An empty file is still one (empty) write.
-        let empty: &[u8] = &[];
-        let first = chunks.next().unwrap_or(empty);
-        for chunk in std::iter::once(first).chain(chunks) {
-            let data = base64::engine::general_purpose::STANDARD.encode(chunk);
-            let msg = Message::FileWrite { path: path.clone(), data, append, mode: Some(upload.mode) };
-            write_frame(channel, &Envelope::new(0, msg))?;
-            append = true;
-        }
-    }
-    write_frame(channel, &Envelope::new(0, Message::UploadsDone))?;
-    Ok(())
-}
-
 /// In the cloned child: waits for `Start` (the host has written the id maps then), becomes the user namespace's root,
-/// arms the parent-death signal, puts the channel on descriptor 0, lets the program's streams survive `execve`, and
-/// executes the agent. Returns only if that failed (after telling the host why).
-fn start_agent(channel: UnixStream, agent: RawFd, inherit: &[RawFd]) {
+/// arms the parent-death signal, puts the channel on descriptor 0 and executes the agent. Returns only if that failed
+/// (after telling the host why).
+fn start_agent(channel: UnixStream, agent: RawFd) {
     let mut channel = channel;
     let failure = (|| -> Result<(), String> {
         match read_frame(&mut channel) {
@@ -211,15 +178,9 @@ fn start_agent(channel: UnixStream, agent: RawFd, inherit: &[RawFd]) {
         // after becoming the namespace's root (and survives execve: the agent is neither set-id nor file-capable).
         namespaces::become_namespace_root().map_err(|e| e.to_string())?;
         namespaces::die_with_parent(0).map_err(|e| e.to_string())?;
-        // SAFETY: dup2 onto descriptor 0 of this process (the copy loses close-on-exec); fcntl clears close-on-exec
-        // on descriptors this child keeps for the program. Integers only.
-        unsafe {
-            if libc::dup2(channel.as_raw_fd(), 0) < 0 {
-                return Err(format!("dup2 of the channel: {}", std::io::Error::last_os_error()));
-            }
-            for fd in inherit {
-                libc::fcntl(*fd, libc::F_SETFD, 0);
-            }
+        // SAFETY: dup2 onto descriptor 0 of this process (the copy loses close-on-exec). Integers only.
+        if unsafe { libc::dup2(channel.as_raw_fd(), 0) } < 0 {
+            return Err(format!("dup2 of the channel: {}", std::io::Error::last_os_error()));
         }
         let argv: [*const libc::c_char; 3] = [c"sandkasten".as_ptr(), c"agent".as_ptr(), std::ptr::null()];
         let envp: [*const libc::c_char; 1] = [std::ptr::null()];

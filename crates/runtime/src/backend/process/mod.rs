@@ -1,20 +1,16 @@
 //! The `process` tier: the agent runs in new user, mount, pid, ipc, uts, net and cgroup namespaces, builds the root
 //! itself (pivot_root), and starts every command through the jail (caps dropped, no_new_privs, landlock, seccomp).
-//! `launch` starts the agent; `netns_listener` opens the egress door inside the sandbox's network namespace; the
-//! one-shot fast path (the program's streams as pipes straight from the agent) is `io_loop`, `stdin_pump`, `result`.
+//! `launch` starts the agent; `netns_listener` opens the egress door inside the sandbox's network namespace.
 
-pub(crate) mod io_loop;
 pub(crate) mod launch;
 pub(crate) mod netns_listener;
-pub(crate) mod result;
-pub(crate) mod stdin_pump;
 
 use std::os::unix::net::UnixStream;
 
 use sandkasten_protocol::AgentPlan;
 use sandkasten_types::{SandboxFile, SandboxSpec, Tier};
 
-use super::TierBackend;
+use super::{NotServing, TierBackend, wait_until_serving};
 use crate::error::RuntimeError;
 use crate::guard::SandboxGuard;
 use launch::Launcher;
@@ -43,6 +39,16 @@ impl TierBackend for ProcessTier<'_> {
         plan: &AgentPlan,
     ) -> Result<UnixStream, RuntimeError> {
         // The root files travel in the plan: this tier's agent builds its root itself.
-        self.launcher.launch(guard, plan, &[], &[])
+        let mut channel = self.launcher.launch(guard, plan)?;
+        match wait_until_serving(&mut channel) {
+            Ok(()) => Ok(channel),
+            Err(NotServing::SetupFailed(message)) => setup_failed(message),
+            Err(NotServing::Answered(msg)) => setup_failed(format!("the agent answered {msg} before it was ready")),
+            Err(NotServing::Silent) => setup_failed("the sandbox's agent exited before it was ready".to_owned()),
+        }
     }
+}
+
+fn setup_failed(why: String) -> Result<UnixStream, RuntimeError> {
+    Err(RuntimeError::TierFailed(format!("sandbox setup failed: {why}")))
 }
