@@ -3,12 +3,13 @@
 //! The output and exit codes are the local path's: plain mode streams the output (server-sent events) and exits with
 //! the program's code or the reserved code of the limit that fired; `--json` prints the local path's result object.
 //!
-//! What the server cannot tell: a memory-limit kill (the program's SIGKILL, exit 137, instead of 122) and `usage`
-//! (zero in `--json`); `phases` are the server's, counted from its request. Uploads keep their bytes, not their modes. Standard input, when it is not a terminal,
-//! is read to its end first and must be UTF-8 text.
+//! The result's exit fields (`oom_killed`, `limit`, `usage`, `phases`) are the server's as they are (its `phases`
+//! count from its request). Uploads keep their bytes, not their modes. Standard input, when it is not a terminal, is
+//! read to its end first and must be UTF-8 text.
 
 use base64::Engine as _;
-use sandkasten_types::{Command, ErrorCode, ErrorInfo, ExecResult, LimitKind, PhaseTimings};
+use sandkasten_types::{Command, CommandExit, ErrorCode, ErrorInfo, ExecResult, LimitKind};
+use serde::Deserialize as _;
 use serde_json::{Map, Value, json};
 
 use crate::client::exec::{event_error, read_events, stdin_text, write_chunk};
@@ -89,53 +90,39 @@ fn request(input: &RunInput) -> Result<Value, ClientError> {
     Ok(Value::Object(body))
 }
 
-/// The local path's result object from the server's result (or `exit` event).
+/// The local path's result object from the server's result (or `exit` event), whose exit fields (exit code or
+/// signal, `timed_out`, `oom_killed`, `limit`, `usage`, `phases`) are a `CommandExit` as they are.
 fn to_result(answer: &Value) -> ExecResult {
     let text = |key: &str| answer[key].as_str().unwrap_or_default().to_owned();
-    let number = |key: &str| answer[key].as_i64().and_then(|n| i32::try_from(n).ok());
     let flag = |key: &str| answer[key].as_bool().unwrap_or(false);
-    let (timed_out, truncated) = (flag("timed_out"), flag("stdout_truncated") || flag("stderr_truncated"));
+    let exit = CommandExit::deserialize(answer).unwrap_or_default();
     let error = match answer["error"]["code"].as_str() {
         Some("compile_error") => Some(ErrorInfo::new(ErrorCode::CompileError, text_of(&answer["error"]["message"]))),
         _ => None,
     };
+    let (stdout_truncated, stderr_truncated) = (flag("stdout_truncated"), flag("stderr_truncated"));
+    let limit = match exit.limit {
+        None if exit.timed_out => Some(LimitKind::Time),
+        None if stdout_truncated || stderr_truncated => Some(LimitKind::Output),
+        other => other,
+    };
     ExecResult {
         sandbox_id: text("sandbox_id"),
-        exit_code: number("exit_code"),
-        signal: number("signal"),
+        exit_code: exit.exit_code,
+        signal: exit.signal,
         stdout: text("stdout"),
         stdout_base64: answer["stdout_base64"].as_str().map(str::to_owned),
         stderr: text("stderr"),
         stderr_base64: answer["stderr_base64"].as_str().map(str::to_owned),
-        stdout_truncated: flag("stdout_truncated"),
-        stderr_truncated: flag("stderr_truncated"),
-        timed_out,
-        limit: if timed_out {
-            Some(LimitKind::Time)
-        } else if truncated {
-            Some(LimitKind::Output)
-        } else {
-            None
-        },
+        stdout_truncated,
+        stderr_truncated,
+        timed_out: exit.timed_out,
+        oom_killed: exit.oom_killed,
+        limit,
         duration_ms: answer["duration_ms"].as_f64().unwrap_or_default(),
-        phases: phases(&answer["phases"]),
+        phases: exit.phases,
+        usage: exit.usage,
         error,
-        ..ExecResult::default()
-    }
-}
-
-/// The server's run phases in the local result's terms: the sandbox there (`allocate`; ≈ 0 from a warm pool), its
-/// files written (`filesystem_ready`; the server does not see the jail's own steps, so `runtime_ready` is the same
-/// moment), and the first output (or the end, without output).
-fn phases(server: &Value) -> PhaseTimings {
-    let at = |key: &str| server[key].as_f64();
-    let allocate = at("allocate").unwrap_or_default();
-    let files_ready = at("files_ready").unwrap_or(allocate);
-    PhaseTimings {
-        allocate,
-        filesystem_ready: files_ready,
-        runtime_ready: files_ready,
-        first_command: at("first_output").or(at("total")).unwrap_or(files_ready),
     }
 }
 

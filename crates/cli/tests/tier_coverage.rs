@@ -43,6 +43,7 @@ const PER_TIER_SUITES: &[&str] = &[
     "serve_api.rs",
     "serve_code.rs",
     "serve_background.rs",
+    "serve_results.rs",
     "serve_archive.rs",
     "serve_egress.rs",
     "client_cli.rs",

@@ -28,7 +28,7 @@ use crate::serve_types::RunningCommand;
 pub const PROTOCOL_VERSION: u16 = 1;
 
 /// A message with its version and request id.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Envelope {
     /// Protocol version of the sender.
     pub v: u16,
@@ -47,7 +47,7 @@ impl Envelope {
 }
 
 /// Everything the host and the agent say to each other.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Message {
     /// host → guest agent (an agent that is its own executable: gVisor, microVM): the whole plan; the agent answers

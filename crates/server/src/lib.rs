@@ -27,7 +27,7 @@ use sandkasten_runtime::SandboxRuntime;
 
 pub use api::{ApiDoc, openapi_json, router};
 pub use config::{ConfigError, PoolConfig, ServerConfig};
-pub use metrics::{ExecPhase, ExitReason, LimitKind, Metrics};
+pub use metrics::{ExecPhase, ExitReason, Metrics};
 pub use state::AppState;
 pub use store::{Store, StoreError};
 

@@ -30,6 +30,7 @@
 
 use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
+use sandkasten_types::LimitKind;
 
 const SANDBOXES_ACTIVE: &str = "sandboxes_active";
 const SANDBOX_CREATES: &str = "sandbox_creates_total";
@@ -75,22 +76,6 @@ impl ExecPhase {
         match self {
             ExecPhase::FirstOutput => "first_output",
             ExecPhase::Total => "total",
-        }
-    }
-}
-
-/// Which limit stopped an execution (`limit_kills_total{kind}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LimitKind {
-    /// Its timeout.
-    Time,
-}
-
-impl LimitKind {
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LimitKind::Time => "time",
         }
     }
 }
@@ -162,7 +147,7 @@ impl Metrics {
             describe_histogram!(
                 RUN_PHASE,
                 Unit::Seconds,
-                "Phases of POST /v1/run from its request: allocate, files_ready, first_output, total"
+                "Phases of POST /v1/run from its request: allocate, filesystem_ready, runtime_ready, first_command, total"
             );
             describe_counter!(LIMIT_KILLS, "Executions stopped by a limit, by kind (time: killed at their timeout)");
             counter!(LIMIT_KILLS, "kind" => LimitKind::Time.as_str()).absolute(0);

@@ -5,7 +5,7 @@ use crate::command::CommandExit;
 use crate::stream::OutputChunk;
 
 /// What is known about a background command.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CommandStatus {
     /// Its id (`cmd-` + 16 hex digits, chosen by the server).
     pub id: String,
@@ -26,7 +26,7 @@ pub struct CommandStatus {
 }
 
 /// An event of a background command's stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum CommandEvent {
     /// Retained output; `offset` is the byte offset just after it (both streams counted), from which a later stream
     /// continues.

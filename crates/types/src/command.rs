@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::limits::LimitKind;
-use crate::result::ResourceUsage;
+use crate::result::{PhaseTimings, ResourceUsage};
 
 /// One command for a long-lived sandbox. Exactly one of `argv` and `cmd` is set.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
@@ -69,26 +69,35 @@ impl CommandSpec {
     }
 }
 
-/// How a command ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+/// How a command ended: its exit code or signal, which limit fired, what the sandbox used and the phases. Every exec
+/// answer of the server carries these fields as they are (flattened).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CommandExit {
     /// Exit code when it exited normally.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub exit_code: Option<i32>,
     /// Signal number when a signal killed it.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub signal: Option<i32>,
     /// True when its timeout killed it.
+    #[serde(default)]
     pub timed_out: bool,
     /// True when the kernel's OOM killer killed a process of the sandbox while the command ran (its memory limit).
     #[serde(default)]
     pub oom_killed: bool,
-    /// Which limit ended or hampered the command (`time`, `memory`, `pids`, `disk`; `output` is decided by whoever
-    /// keeps the output), when one did.
+    /// Which limit ended or hampered the command (`time`, `memory`, `pids`, `disk`, `output`), when one did.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub limit: Option<LimitKind>,
     /// What the sandbox used while the command ran: CPU time of every process of the sandbox in that time, and the
     /// sandbox's memory peak so far.
     #[serde(default)]
     pub usage: ResourceUsage,
+    /// When its phases ended, in milliseconds from when the host got the request (set by the host; the agent sends
+    /// zeros). For a command in a sandbox that already existed `allocate` and `filesystem_ready` are 0.
+    #[serde(default)]
+    pub phases: PhaseTimings,
 }
 
 #[cfg(test)]

@@ -106,6 +106,7 @@ impl Limits {
 
 /// Which hard limit ended or constrained an execution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum LimitKind {
     /// The wall-clock timeout fired; the whole tree was killed.
@@ -118,6 +119,19 @@ pub enum LimitKind {
     Pids,
     /// A writable filesystem filled up, or a file reached the largest allowed size.
     Disk,
+}
+
+impl LimitKind {
+    /// The wire name (`time`, `memory`, `output`, `pids`, `disk`), also the metrics label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitKind::Time => "time",
+            LimitKind::Memory => "memory",
+            LimitKind::Output => "output",
+            LimitKind::Pids => "pids",
+            LimitKind::Disk => "disk",
+        }
+    }
 }
 
 #[cfg(test)]

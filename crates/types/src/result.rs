@@ -34,14 +34,17 @@ impl OutputStream {
     }
 }
 
-/// Milliseconds from the request's arrival to the end of each phase (cumulative, so each is ≥ the one before).
+/// Milliseconds from the request's arrival to the end of each phase (cumulative, so each is ≥ the one before). A
+/// command in a sandbox that already existed has `allocate` and `filesystem_ready` 0.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PhaseTimings {
-    /// Sandbox resources reserved (record written, cgroup created with its limits).
+    /// The sandbox is there: its resources reserved (record written, cgroup created with its limits), or claimed from
+    /// a warm pool (then about 0).
     pub allocate: f64,
-    /// Namespaces created and the root filesystem mounted and pivoted into.
+    /// Its root filesystem is built and its agent serves; the run's files (source, uploads) are written.
     pub filesystem_ready: f64,
-    /// Jail complete (ids, capabilities, landlock, seccomp) and the program's `execve` succeeded.
+    /// The command's jail is complete (ids, capabilities, landlock, seccomp) and its `execve` succeeded.
     pub runtime_ready: f64,
     /// The first byte of output arrived, or the program ended without output.
     pub first_command: f64,
@@ -49,6 +52,7 @@ pub struct PhaseTimings {
 
 /// Resources the sandbox consumed, read from its cgroup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ResourceUsage {
     /// CPU time in user mode, all processes, in milliseconds.
     pub cpu_user_ms: u64,

@@ -15,6 +15,8 @@ use tokio::net::UnixStream;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::mpsc;
 
+use super::phases::CommandClock;
+
 /// The failure of a request whose agent's channel is gone (the sandbox died or was destroyed).
 pub(crate) fn sandbox_gone() -> Failure {
     Failure::new(FailureKind::SandboxGone, "the sandbox is gone")
@@ -103,16 +105,23 @@ impl AgentClient {
     }
 
     /// Runs a command; output chunks go to `output` as they arrive (in order; a dropped receiver is fine).
+    /// The exit carries the command's phases from now.
     pub async fn exec(&self, spec: CommandSpec, output: mpsc::Sender<OutputChunk>) -> Result<CommandExit, Failure> {
+        let mut clock = CommandClock::start();
         let (id, mut replies) = self.start(Message::Exec { spec, background: false }).await?;
         let outcome = loop {
             match replies.recv().await {
+                Some(Message::ExecStarted { .. }) => clock.started(),
                 Some(Message::Output { stream, data }) => {
+                    clock.output();
                     if let Ok(data) = BASE64.decode(data) {
                         let _ = output.send(OutputChunk { stream, data }).await;
                     }
                 }
-                Some(Message::ExecExited { exit }) => break Ok(exit),
+                Some(Message::ExecExited { mut exit }) => {
+                    exit.phases = clock.finish();
+                    break Ok(exit);
+                }
                 Some(Message::Failed(failure)) => break Err(failure),
                 Some(_) => {}
                 None => break Err(sandbox_gone()),

@@ -17,12 +17,13 @@ use sandkasten_types::{CommandExit, CommandSpec, Failure, FailureKind, StreamKin
 use tokio::sync::{mpsc, oneshot};
 
 use super::agent_client::{AgentClient, sandbox_gone, unexpected};
+use super::phases::CommandClock;
 
 /// How long a control request may wait for the agent's answer.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a background command reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum BackgroundEvent {
     /// Output, in order per stream.
     Output(StreamKind, Vec<u8>),
@@ -47,9 +48,13 @@ impl AgentClient {
         self: &Arc<Self>,
         spec: CommandSpec,
     ) -> Result<(BackgroundCommand, mpsc::UnboundedReceiver<BackgroundEvent>), Failure> {
+        let mut clock = CommandClock::start();
         let (id, mut replies) = self.start(Message::Exec { spec, background: true }).await?;
         let pid = match replies.recv().await {
-            Some(Message::ExecStarted { pid }) => pid,
+            Some(Message::ExecStarted { pid }) => {
+                clock.started();
+                pid
+            }
             Some(Message::Failed(failure)) => {
                 self.finish(id);
                 return Err(failure);
@@ -62,18 +67,20 @@ impl AgentClient {
         };
         let (events, received) = mpsc::unbounded_channel();
         let waiters: Waiters = Arc::default();
-        tokio::spawn(route(replies, events, Arc::clone(&waiters)));
+        tokio::spawn(route(replies, events, Arc::clone(&waiters), clock));
         let handle =
             BackgroundCommand { agent: Arc::clone(self), id, pid, waiters, control: tokio::sync::Mutex::new(()) };
         Ok((handle, received))
     }
 }
 
-/// Splits the command's replies into events and control answers until the route closes.
+/// Splits the command's replies into events and control answers until the route closes; the exit gets the command's
+/// phases from `clock`.
 async fn route(
     mut replies: mpsc::UnboundedReceiver<Message>,
     events: mpsc::UnboundedSender<BackgroundEvent>,
     waiters: Waiters,
+    mut clock: CommandClock,
 ) {
     let answer = |result: Result<(), Failure>| {
         if let Some(waiter) = waiters.lock().ok().and_then(|mut queue| queue.pop_front()) {
@@ -83,11 +90,13 @@ async fn route(
     while let Some(message) = replies.recv().await {
         match message {
             Message::Output { stream, data } => {
+                clock.output();
                 if let Ok(bytes) = BASE64.decode(data) {
                     let _ = events.send(BackgroundEvent::Output(stream, bytes));
                 }
             }
-            Message::ExecExited { exit } => {
+            Message::ExecExited { mut exit } => {
+                exit.phases = clock.finish();
                 let _ = events.send(BackgroundEvent::Exited(exit));
             }
             Message::Done => answer(Ok(())),

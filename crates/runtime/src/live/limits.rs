@@ -2,8 +2,33 @@
 //! say whether the OOM killer struck, whether forks hit the pids limit, and how much CPU the sandbox spent meanwhile.
 //! The agent reports the rest (its exit, the timeout, a full disk).
 
-use sandkasten_cgroups::Usage;
+use std::sync::Arc;
+
+use sandkasten_cgroups::{Cgroup, Usage};
 use sandkasten_types::{CommandExit, LimitKind, ResourceUsage};
+
+/// A sandbox's cgroup and its counters when a command started.
+pub(crate) struct Counters {
+    cgroup: Option<Arc<Cgroup>>,
+    before: Option<Usage>,
+}
+
+impl Counters {
+    /// Reads the counters of `cgroup` (none: the exit stays as the agent reported it).
+    pub(crate) fn before(cgroup: Option<Arc<Cgroup>>) -> Counters {
+        let before = cgroup.as_ref().and_then(|cgroup| cgroup.usage().ok());
+        Counters { cgroup, before }
+    }
+
+    /// Completes `exit` from the counters now.
+    pub(crate) fn annotate(&self, exit: &mut CommandExit) {
+        if let (Some(cgroup), Some(before)) = (&self.cgroup, &self.before)
+            && let Ok(after) = cgroup.usage()
+        {
+            annotate(exit, before, &after);
+        }
+    }
+}
 
 /// Completes `exit` from the sandbox's cgroup counters taken when the command started (`before`) and ended.
 pub(crate) fn annotate(exit: &mut CommandExit, before: &Usage, after: &Usage) {

@@ -9,6 +9,7 @@ mod background;
 pub mod commands;
 pub mod contexts;
 mod limits;
+mod phases;
 mod runtime;
 mod sandbox_runtime;
 

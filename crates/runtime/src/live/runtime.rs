@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use super::agent_client::{AgentClient, sandbox_gone};
 use super::commands::BackgroundCommands;
 use super::contexts::Contexts;
+use super::limits::Counters;
 use crate::backend::gvisor;
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
@@ -123,20 +124,23 @@ impl LiveRuntime {
         spec: CommandSpec,
         output: mpsc::Sender<OutputChunk>,
     ) -> Result<CommandExit, Failure> {
-        let (agent, cgroup) = self
-            .agents
+        let (agent, cgroup) = self.running_agent_and_cgroup(id)?;
+        let counters = Counters::before(cgroup);
+        let mut exit = agent.exec(spec, output).await?;
+        counters.annotate(&mut exit);
+        Ok(exit)
+    }
+
+    /// The agent of a live sandbox and its cgroup (which says which limits fired), or `SandboxGone`.
+    pub(super) fn running_agent_and_cgroup(
+        &self,
+        id: &str,
+    ) -> Result<(Arc<AgentClient>, Option<Arc<Cgroup>>), Failure> {
+        self.agents
             .lock()
             .ok()
             .and_then(|map| map.get(id).map(|member| (Arc::clone(&member.agent), member.cgroup.clone())))
-            .ok_or_else(sandbox_gone)?;
-        let before = cgroup.as_ref().and_then(|cgroup| cgroup.usage().ok());
-        let mut exit = agent.exec(spec, output).await?;
-        if let (Some(cgroup), Some(before)) = (cgroup, before)
-            && let Ok(after) = cgroup.usage()
-        {
-            super::limits::annotate(&mut exit, &before, &after);
-        }
-        Ok(exit)
+            .ok_or_else(sandbox_gone)
     }
 
     /// The agent of a live sandbox.

@@ -152,8 +152,8 @@ impl SandboxRuntime for LiveRuntime {
         output_limit: u64,
     ) -> RuntimeFuture<'a, CommandStatus> {
         Box::pin(async move {
-            let agent = self.running_agent(id)?;
-            let status = self.commands().start(&agent, id, command_id, spec, output_limit).await?;
+            let (agent, cgroup) = self.running_agent_and_cgroup(id)?;
+            let status = self.commands().start(&agent, cgroup, id, command_id, spec, output_limit).await?;
             if !self.is_alive(id) {
                 // Destroyed while the command started: do not keep it.
                 self.commands().forget(id);

@@ -25,9 +25,9 @@ use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error};
 use crate::api::output::{self, json_event};
 use crate::api::running::{Started, pump};
 use crate::auth::Tenant;
-use crate::metrics::LimitKind;
 use crate::state::AppState;
 use crate::store::SandboxRecord;
+use sandkasten_types::LimitKind;
 use sandkasten_types::Tier;
 
 /// Checks the request against the sandbox and builds the runtime's request (timeout always set).

@@ -1,11 +1,12 @@
 //! Request and response bodies of background commands (`POST …/exec` with `background: true` and
 //! `/v1/sandboxes/{id}/commands/…`), with their OpenAPI schemas.
 
-use sandkasten_types::CommandStatus;
+use sandkasten_types::{CommandExit, CommandStatus};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::api::isolation::IsolationName;
+use crate::api::schemas::with_output_limit;
 use crate::clock::rfc3339;
 use sandkasten_types::Tier;
 
@@ -45,14 +46,10 @@ pub struct CommandBody {
     pub pid: u32,
     /// State.
     pub state: CommandStateName,
-    /// Exit code when it exited normally.
-    #[schema(required = true)]
-    pub exit_code: Option<i32>,
-    /// Signal number when a signal killed it.
-    #[schema(required = true)]
-    pub signal: Option<i32>,
-    /// True when its timeout killed it.
-    pub timed_out: bool,
+    /// How it ended (all empty while it runs): exit code or signal, `timed_out`, `oom_killed`, which `limit` fired,
+    /// `usage`, `phases`.
+    #[serde(flatten)]
+    pub exit: CommandExit,
     /// True when stdout went past the sandbox's output limit (only the first part is retained).
     pub stdout_truncated: bool,
     /// True when stderr went past the sandbox's output limit.
@@ -67,16 +64,15 @@ pub struct CommandBody {
 impl CommandBody {
     /// The body of a command that runs (or ran) in a sandbox on tier `isolation`.
     pub(crate) fn new(status: CommandStatus, isolation: Tier) -> Self {
-        let exit = status.exit.unwrap_or_default();
+        let truncated = status.stdout_truncated || status.stderr_truncated;
+        let exit = with_output_limit(status.exit.unwrap_or_default(), truncated);
         CommandBody {
             id: status.id,
             isolation,
             argv: status.argv,
             pid: status.pid,
             state: if status.ended_ms.is_some() { CommandStateName::Exited } else { CommandStateName::Running },
-            exit_code: exit.exit_code,
-            signal: exit.signal,
-            timed_out: exit.timed_out,
+            exit,
             stdout_truncated: status.stdout_truncated,
             stderr_truncated: status.stderr_truncated,
             started_at: rfc3339(status.started_ms),

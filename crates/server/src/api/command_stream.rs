@@ -44,18 +44,9 @@ fn to_event(event: CommandEvent, isolation: Tier) -> Option<Event> {
         CommandEvent::Ended(status) => {
             let exit = status.exit.unwrap_or_default();
             let ended = status.ended_ms.unwrap_or(status.started_ms);
-            Some(json_event(
-                "exit",
-                &ExitEvent {
-                    isolation,
-                    exit_code: exit.exit_code,
-                    signal: exit.signal,
-                    timed_out: exit.timed_out,
-                    stdout_truncated: status.stdout_truncated,
-                    stderr_truncated: status.stderr_truncated,
-                    duration_ms: ended.saturating_sub(status.started_ms) as f64,
-                },
-            ))
+            let truncated = [status.stdout_truncated, status.stderr_truncated];
+            let duration_ms = ended.saturating_sub(status.started_ms) as f64;
+            Some(json_event("exit", &ExitEvent::new(isolation, exit, truncated, duration_ms)))
         }
     }
 }

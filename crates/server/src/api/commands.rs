@@ -15,9 +15,9 @@ use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error, runt
 use crate::auth::Tenant;
 use crate::clock::{now_ms, rfc3339};
 use crate::ids;
-use crate::metrics::LimitKind;
 use crate::state::AppState;
 use crate::store::{CommandRecord, SandboxRecord};
+use sandkasten_types::LimitKind;
 
 /// `{id}` and `{command_id}` path segments; segments that cannot be decoded are a 400.
 #[derive(Debug)]

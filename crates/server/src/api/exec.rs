@@ -25,10 +25,11 @@ use crate::api::running::{Started, pump};
 use crate::api::schemas::{ExecBody, ExecResponse, ExitEvent};
 use crate::auth::Tenant;
 use crate::clock::now_ms;
-use crate::metrics::{ExecPhase, LimitKind};
+use crate::metrics::ExecPhase;
 use crate::state::AppState;
 use crate::store::SandboxRecord;
 use crate::validate;
+use sandkasten_types::LimitKind;
 use sandkasten_types::Tier;
 
 /// Checks the request against the sandbox and builds the command for the runtime (timeout always set).
@@ -198,18 +199,11 @@ fn stream(state: AppState, id: String, isolation: Tier, started: Started<Command
             }
         }
         let last = match result {
-            Ok(exit) => json_event(
-                "exit",
-                &ExitEvent {
-                    isolation,
-                    exit_code: exit.exit_code,
-                    signal: exit.signal,
-                    timed_out: exit.timed_out,
-                    stdout_truncated: stdout.truncated(),
-                    stderr_truncated: stderr.truncated(),
-                    duration_ms: started_at.elapsed().as_secs_f64() * 1000.0,
-                },
-            ),
+            Ok(exit) => {
+                let truncated = [stdout.truncated(), stderr.truncated()];
+                let duration_ms = started_at.elapsed().as_secs_f64() * 1000.0;
+                json_event("exit", &ExitEvent::new(isolation, exit, truncated, duration_ms))
+            }
             Err(failure) => {
                 let error = runtime_error(&state, &id, failure).await;
                 state.metrics().error(error.code.as_str());

@@ -39,7 +39,7 @@ use crate::api::{
         error::ErrorBody, error::ErrorDetail, error::ErrorCode, isolation::IsolationName,
         schemas::OutputEvent, schemas::ExitEvent,
         code_schemas::CellResultBody, code_schemas::CellErrorBody, code_schemas::CodeResponse,
-        run::RunExitEvent, run::RunPhases,
+        run::RunExitEvent,
         command_schemas::CommandStateName,
         egress_schemas::NetworkModeName, crate::egress::store::EgressEvent,
         pools::PoolBody, pools::PoolList, pools::PoolSizes,

@@ -28,12 +28,11 @@ use crate::lifecycle::resolve_tier;
 use crate::state::AppState;
 use sandkasten_types::Tier;
 
-pub(crate) use phases::RunPhases;
 use request::RunRequest;
 pub(crate) use response::RunExitEvent;
 use response::RunResponse;
 
-use super::schemas::ExecResponse;
+use super::schemas::{ExecResponse, with_output_limit};
 use task::{RunEvent, RunOutcome};
 
 /// Run code or a command once in a fresh sandbox, then destroy it.
@@ -81,7 +80,7 @@ pub(crate) async fn run(
 fn result(id: String, isolation: Tier, outcome: RunOutcome, stdout: Capture, stderr: Capture) -> RunResponse {
     let error = outcome.error();
     let result = ExecResponse::new(id, isolation, outcome.exit, stdout, stderr, outcome.duration_ms);
-    RunResponse { result, error, phases: outcome.phases }
+    RunResponse { result, error }
 }
 
 /// The JSON answer: output kept up to the limit, then the result.
@@ -148,13 +147,10 @@ impl StreamState {
                 &RunExitEvent {
                     sandbox_id: self.id.clone(),
                     isolation: self.isolation,
-                    exit_code: outcome.exit.exit_code,
-                    signal: outcome.exit.signal,
-                    timed_out: outcome.exit.timed_out,
+                    exit: with_output_limit(outcome.exit, self.stdout.truncated() || self.stderr.truncated()),
                     stdout_truncated: self.stdout.truncated(),
                     stderr_truncated: self.stderr.truncated(),
                     duration_ms: outcome.duration_ms,
-                    phases: outcome.phases,
                     error: outcome.error(),
                 },
             ),

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use sandkasten_types::{FileInfo, FileKind, Limits, Template};
+use sandkasten_types::{CommandExit, FileInfo, FileKind, LimitKind, Limits, Template};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -264,14 +264,9 @@ pub struct ExecResponse {
     /// The isolation tier of the sandbox that ran it.
     #[schema(value_type = IsolationName)]
     pub isolation: Tier,
-    /// Exit code when it exited normally.
-    #[schema(required = true)]
-    pub exit_code: Option<i32>,
-    /// Signal number when a signal killed it.
-    #[schema(required = true)]
-    pub signal: Option<i32>,
-    /// True when its timeout killed it.
-    pub timed_out: bool,
+    /// How it ended: exit code or signal, `timed_out`, `oom_killed`, which `limit` fired, `usage`, `phases`.
+    #[serde(flatten)]
+    pub exit: CommandExit,
     /// Standard output as UTF-8 (invalid bytes become U+FFFD; see `stdout_base64`).
     pub stdout: String,
     /// The exact stdout bytes in base64, only when they are not valid UTF-8.
@@ -286,8 +281,16 @@ pub struct ExecResponse {
     pub stdout_truncated: bool,
     /// True when stderr went past the sandbox's output limit and was cut.
     pub stderr_truncated: bool,
-    /// Wall-clock time of the command, in milliseconds.
+    /// Wall-clock time from the request to the result, in milliseconds.
     pub duration_ms: f64,
+}
+
+/// `exit` with the output limit named when a stream was cut (after the time limit, which ended the command).
+pub(crate) fn with_output_limit(mut exit: CommandExit, truncated: bool) -> CommandExit {
+    if truncated && exit.limit != Some(LimitKind::Time) {
+        exit.limit = Some(LimitKind::Output);
+    }
+    exit
 }
 
 impl ExecResponse {
@@ -295,7 +298,7 @@ impl ExecResponse {
     pub(crate) fn new(
         sandbox_id: String,
         isolation: Tier,
-        exit: sandkasten_types::CommandExit,
+        exit: CommandExit,
         stdout: Capture,
         stderr: Capture,
         duration_ms: f64,
@@ -304,9 +307,7 @@ impl ExecResponse {
         ExecResponse {
             sandbox_id,
             isolation,
-            exit_code: exit.exit_code,
-            signal: exit.signal,
-            timed_out: exit.timed_out,
+            exit: with_output_limit(exit, stdout.truncated || stderr.truncated),
             stdout: stdout.text(),
             stdout_base64: stdout.base64_if_binary(),
             stderr: stderr.text(),
@@ -324,20 +325,24 @@ pub struct ExitEvent {
     /// The isolation tier of the sandbox that ran it.
     #[schema(value_type = IsolationName)]
     pub isolation: Tier,
-    /// Exit code when it exited normally.
-    #[schema(required = true)]
-    pub exit_code: Option<i32>,
-    /// Signal number when a signal killed it.
-    #[schema(required = true)]
-    pub signal: Option<i32>,
-    /// True when its timeout killed it.
-    pub timed_out: bool,
+    /// How it ended: exit code or signal, `timed_out`, `oom_killed`, which `limit` fired, `usage`, `phases`.
+    #[serde(flatten)]
+    pub exit: CommandExit,
     /// True when stdout went past the output limit (later chunks were not sent).
     pub stdout_truncated: bool,
     /// True when stderr went past the output limit.
     pub stderr_truncated: bool,
-    /// Wall-clock time of the command, in milliseconds.
+    /// Wall-clock time from the request to the end of the command, in milliseconds.
     pub duration_ms: f64,
+}
+
+impl ExitEvent {
+    /// The event for a command that ended with `exit`, whose streams were cut as said.
+    pub(crate) fn new(isolation: Tier, exit: CommandExit, truncated: [bool; 2], duration_ms: f64) -> ExitEvent {
+        let [stdout_truncated, stderr_truncated] = truncated;
+        let exit = with_output_limit(exit, stdout_truncated || stderr_truncated);
+        ExitEvent { isolation, exit, stdout_truncated, stderr_truncated, duration_ms }
+    }
 }
 
 /// Kind of a directory entry. Mirrors `sandkasten_types::FileKind`.

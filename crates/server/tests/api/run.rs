@@ -69,20 +69,30 @@ async fn phases_from_the_request_come_in_order_in_the_answer_the_stream_and_the_
     let h = Harness::new();
     let body = run(&h, json!({"argv": ["steps", "sleep:20", "out:late\n"]})).await.json();
     let phase = |name: &str| body["phases"][name].as_f64().unwrap_or_else(|| panic!("no {name} in {body}"));
-    let (allocate, files, first, total) =
-        (phase("allocate"), phase("files_ready"), phase("first_output"), phase("total"));
-    assert!(0.0 <= allocate && allocate <= files && files <= first && first <= total, "{body}");
-    assert!(first - files >= 20.0, "the output came after the command's 20 ms sleep: {body}");
-    let silent = run(&h, json!({"argv": ["sleep-ms", "0"]})).await.json();
-    assert!(silent["phases"]["first_output"].is_null(), "{silent}");
+    let (allocate, files, started, first) =
+        (phase("allocate"), phase("filesystem_ready"), phase("runtime_ready"), phase("first_command"));
+    let total = body["duration_ms"].as_f64().unwrap_or(-1.0);
+    assert!(0.0 <= allocate && allocate <= files && files <= started && started <= first && first <= total, "{body}");
+    assert!(first - started >= 20.0, "the output came after the command's 20 ms sleep: {body}");
+    // The exit fields every exec result carries are there too.
+    for field in ["oom_killed", "limit", "usage", "timed_out"] {
+        assert!(body.get(field).is_some(), "no {field} in {body}");
+    }
+    let silent = run(&h, json!({"argv": ["sleep-ms", "30"]})).await.json();
+    let silent_first = silent["phases"]["first_command"].as_f64().unwrap_or(-1.0);
+    assert!(silent_first - silent["phases"]["runtime_ready"].as_f64().unwrap_or(0.0) >= 30.0, "{silent}");
     let response = h.send(run_request(&json!({"argv": ["echo", "x"]}), true)).await;
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
     let events = parse_events(&String::from_utf8_lossy(&bytes));
     let exit = &events.last().unwrap().1;
-    assert!(exit["phases"]["total"].as_f64().unwrap() >= exit["phases"]["allocate"].as_f64().unwrap(), "{exit}");
+    let end = exit["duration_ms"].as_f64().unwrap();
+    assert!(end >= exit["phases"]["first_command"].as_f64().unwrap(), "{exit}");
+    assert!(exit["phases"]["first_command"].as_f64().unwrap() >= exit["phases"]["allocate"].as_f64().unwrap());
     let metrics = h.call("GET", "/metrics", None, Body::empty()).await.text();
-    assert!(metrics.contains("run_phase_seconds_count{phase=\"total\"} 3"), "{metrics}");
-    assert!(metrics.contains("run_phase_seconds_count{phase=\"first_output\"} 2"), "{metrics}");
+    for name in ["allocate", "filesystem_ready", "runtime_ready", "first_command", "total"] {
+        let count = format!("run_phase_seconds_count{{phase=\"{name}\"}} 3");
+        assert!(metrics.contains(&count), "no {count} in {metrics}");
+    }
 }
 
 #[tokio::test]

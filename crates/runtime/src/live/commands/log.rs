@@ -12,7 +12,7 @@ use tokio::sync::watch;
 const PIECE_BYTES: usize = 64 << 10;
 
 /// How the command ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Ending {
     /// Its exit status; `None` when the sandbox went away before the exit was known.
     pub exit: Option<CommandExit>,

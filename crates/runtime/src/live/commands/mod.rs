@@ -22,6 +22,8 @@ pub use log::{Ending, OutputLog};
 
 use super::agent_client::{AgentClient, sandbox_gone};
 use super::background::{BackgroundCommand, BackgroundEvent};
+use super::limits::Counters;
+use sandkasten_cgroups::Cgroup;
 
 /// Most background commands one sandbox runs at once.
 pub const MAX_RUNNING: usize = 16;
@@ -79,12 +81,14 @@ impl Entry {
     }
 }
 
-/// Feeds a command's events into its log until it ends.
-async fn pump(mut events: mpsc::UnboundedReceiver<BackgroundEvent>, shared: Arc<Shared>) {
+/// Feeds a command's events into its log until it ends; the exit is completed from the sandbox's cgroup counters
+/// (taken as `before` when it started: the OOM killer, refused forks, CPU time), as a foreground command's is.
+async fn pump(mut events: mpsc::UnboundedReceiver<BackgroundEvent>, shared: Arc<Shared>, counters: Counters) {
     while let Some(event) = events.recv().await {
         match event {
             BackgroundEvent::Output(stream, data) => shared.log.push(stream, &data),
-            BackgroundEvent::Exited(exit) => {
+            BackgroundEvent::Exited(mut exit) => {
+                counters.annotate(&mut exit);
                 shared.log.finish(Ending { exit: Some(exit), ended_ms: now_ms() });
                 return;
             }
@@ -112,10 +116,12 @@ impl BackgroundCommands {
         entries.iter().find(|e| e.shared.id == id).cloned().ok_or_else(|| error::not_found(id))
     }
 
-    /// Starts `spec` in the background under `id`, keeping up to `output_limit` bytes of each output stream.
+    /// Starts `spec` in the background under `id`, keeping up to `output_limit` bytes of each output stream; `cgroup`
+    /// (the sandbox's) says at its end which limit fired and what it used.
     pub async fn start(
         &self,
         agent: &Arc<AgentClient>,
+        cgroup: Option<Arc<Cgroup>>,
         sandbox: &str,
         id: &str,
         spec: CommandSpec,
@@ -132,6 +138,7 @@ impl BackgroundCommands {
         })??;
         let argv = spec.resolved_argv().map_err(|message| Failure::new(FailureKind::ExecFailed, message))?;
         let given_stdin = spec.stdin.is_some();
+        let counters = Counters::before(cgroup);
         let (handle, events) = agent.spawn_background(spec).await?;
         if given_stdin {
             // The bytes are queued in the agent; closing takes effect once they are written. A command that has
@@ -148,7 +155,7 @@ impl BackgroundCommands {
             started_ms: now_ms(),
             log: OutputLog::new(output_limit),
         });
-        tokio::spawn(pump(events, Arc::clone(&shared)));
+        tokio::spawn(pump(events, Arc::clone(&shared), counters));
         let entry = Arc::new(Entry { shared: Arc::clone(&shared), handle, stdin_open: AtomicBool::new(!given_stdin) });
         self.with(sandbox, |entries| {
             entries.push(entry);

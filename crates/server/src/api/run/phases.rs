@@ -1,28 +1,14 @@
 //! The phases of one `POST /v1/run`, from the request to its end: when the sandbox was there (created, or claimed
-//! from a warm pool: ≈ 0 on a hit), when its files were written, when the first output byte came, and the end of the
-//! command. Reported in the answer (`phases`, cumulative milliseconds) and in `run_phase_seconds{phase}`.
+//! from a warm pool: ≈ 0 on a hit), when its files were written, when the program's `execve` succeeded, when the
+//! first output byte came, and the end. Reported in the answer (`phases`, the same `PhaseTimings` as every exec
+//! result, cumulative milliseconds; `duration_ms` is the end) and in `run_phase_seconds{phase}`.
 
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use serde::Serialize;
-use utoipa::ToSchema;
+use sandkasten_types::{CommandExit, PhaseTimings};
 
 use crate::metrics::Metrics;
-
-/// Cumulative milliseconds since the request started, per phase.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, ToSchema)]
-pub struct RunPhases {
-    /// The sandbox exists: created, or claimed from a warm pool (then about 0).
-    pub allocate: f64,
-    /// The run's files (source, uploads) are written in it.
-    pub files_ready: f64,
-    /// The first byte of output arrived (absent when the command printed nothing).
-    #[schema(required = true)]
-    pub first_output: Option<f64>,
-    /// The command (and its compile step) ended.
-    pub total: f64,
-}
 
 /// Marks the phases of one run as they pass; each mark counts once.
 #[derive(Debug)]
@@ -30,16 +16,24 @@ pub(crate) struct RunClock {
     started: Instant,
     allocated: OnceLock<f64>,
     files_ready: OnceLock<f64>,
+    program_started: OnceLock<f64>,
     first_output: OnceLock<f64>,
 }
 
 impl RunClock {
     /// A clock started at `started` (when the request arrived).
     pub(crate) fn new(started: Instant) -> RunClock {
-        RunClock { started, allocated: OnceLock::new(), files_ready: OnceLock::new(), first_output: OnceLock::new() }
+        RunClock {
+            started,
+            allocated: OnceLock::new(),
+            files_ready: OnceLock::new(),
+            program_started: OnceLock::new(),
+            first_output: OnceLock::new(),
+        }
     }
 
-    fn now_ms(&self) -> f64 {
+    /// Milliseconds since the request.
+    pub(crate) fn now_ms(&self) -> f64 {
         self.started.elapsed().as_secs_f64() * 1000.0
     }
 
@@ -53,29 +47,41 @@ impl RunClock {
         self.files_ready.get_or_init(|| self.now_ms());
     }
 
+    /// The program runs: its `execve` succeeded `at_ms` after the request (a zygote's: when it got the input).
+    pub(crate) fn program_started(&self, at_ms: f64) {
+        self.program_started.get_or_init(|| at_ms);
+    }
+
     /// Output arrived (only the first call counts).
     pub(crate) fn output(&self) {
         self.first_output.get_or_init(|| self.now_ms());
     }
 
-    /// The phases at the command's end, recorded in the metrics.
-    pub(crate) fn finish(&self, metrics: &Metrics) -> RunPhases {
+    /// The run's phases at its end and the end itself (ms since the request), recorded in the metrics.
+    pub(crate) fn finish(&self, metrics: &Metrics) -> (PhaseTimings, f64) {
         let total = self.now_ms();
         let allocate = self.allocated.get().copied().unwrap_or(total);
-        let phases = RunPhases {
-            allocate,
-            files_ready: self.files_ready.get().copied().unwrap_or(allocate),
-            first_output: self.first_output.get().copied(),
-            total,
-        };
-        metrics.run_phase("allocate", phases.allocate / 1000.0);
-        metrics.run_phase("files_ready", phases.files_ready / 1000.0);
-        if let Some(first) = phases.first_output {
-            metrics.run_phase("first_output", first / 1000.0);
+        let filesystem_ready = self.files_ready.get().copied().unwrap_or(allocate).max(allocate);
+        let runtime_ready = self.program_started.get().copied().unwrap_or(filesystem_ready).max(filesystem_ready);
+        let first_command = self.first_output.get().copied().unwrap_or(total).max(runtime_ready);
+        let phases = PhaseTimings { allocate, filesystem_ready, runtime_ready, first_command };
+        for (name, ms) in [
+            ("allocate", allocate),
+            ("filesystem_ready", filesystem_ready),
+            ("runtime_ready", runtime_ready),
+            ("first_command", first_command),
+            ("total", total),
+        ] {
+            metrics.run_phase(name, ms / 1000.0);
         }
-        metrics.run_phase("total", phases.total / 1000.0);
-        phases
+        (phases, total)
     }
+}
+
+/// Marks the program's start from its exit's phases, which count from `sent_ms` (when it was sent, ms since the
+/// request).
+pub(crate) fn mark_program(clock: &RunClock, sent_ms: f64, exit: &CommandExit) {
+    clock.program_started(sent_ms + exit.phases.runtime_ready);
 }
 
 #[cfg(test)]
@@ -87,20 +93,22 @@ mod tests {
         let clock = RunClock::new(Instant::now());
         clock.allocated();
         clock.files_ready();
+        clock.program_started(clock.now_ms());
         clock.output();
         std::thread::sleep(std::time::Duration::from_millis(2));
         clock.output();
-        let phases = clock.finish(&Metrics::new());
-        assert!(phases.allocate <= phases.files_ready);
-        let first = phases.first_output.unwrap_or(f64::MAX);
-        assert!(phases.files_ready <= first && first < phases.total, "{phases:?}");
-        assert!(phases.total - first >= 2.0, "the second output mark did not move the first: {phases:?}");
+        let (phases, total) = clock.finish(&Metrics::new());
+        assert!(phases.allocate <= phases.filesystem_ready, "{phases:?}");
+        assert!(phases.filesystem_ready <= phases.runtime_ready, "{phases:?}");
+        assert!(phases.runtime_ready <= phases.first_command && phases.first_command < total, "{phases:?}");
+        assert!(total - phases.first_command >= 2.0, "the second output mark moved the first: {phases:?}");
     }
 
     #[test]
-    fn a_silent_command_has_no_first_output() {
+    fn a_silent_command_has_its_first_command_phase_at_the_end() {
         let clock = RunClock::new(Instant::now());
         clock.allocated();
-        assert_eq!(clock.finish(&Metrics::new()).first_output, None);
+        let (phases, total) = clock.finish(&Metrics::new());
+        assert!(phases.first_command <= total && phases.first_command >= phases.runtime_ready, "{phases:?}");
     }
 }

@@ -5,8 +5,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::api::isolation::IsolationName;
-use crate::api::run::phases::RunPhases;
-use sandkasten_types::Tier;
+use sandkasten_types::{CommandExit, Tier};
 
 use crate::api::schemas::ExecResponse;
 
@@ -42,15 +41,13 @@ impl RunError {
 #[derive(Debug, Clone, Default, Serialize, ToSchema)]
 pub struct RunResponse {
     /// The command's result (its `sandbox_id` is the sandbox the run used, destroyed by the time this is answered,
-    /// `isolation` the tier it ran on; `duration_ms` covers the compile step too).
+    /// `isolation` the tier it ran on; `phases` count from the request: the sandbox there (≈ 0 from a warm pool),
+    /// files written, the program started, first output; `duration_ms` is the end, the compile step included).
     #[serde(flatten)]
     pub result: ExecResponse,
     /// Set when the run failed before its command (`compile_error`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
-    /// Cumulative milliseconds from the request: sandbox there (≈ 0 from a warm pool), files written, first output,
-    /// end of the command.
-    pub phases: RunPhases,
 }
 
 /// Data of the final `exit` event of a run's stream.
@@ -61,22 +58,16 @@ pub struct RunExitEvent {
     /// The isolation tier it ran on.
     #[schema(value_type = IsolationName)]
     pub isolation: Tier,
-    /// Exit code when it exited normally.
-    #[schema(required = true)]
-    pub exit_code: Option<i32>,
-    /// Signal number when a signal killed it.
-    #[schema(required = true)]
-    pub signal: Option<i32>,
-    /// True when the time limit killed it.
-    pub timed_out: bool,
+    /// How it ended: exit code or signal, `timed_out`, `oom_killed`, which `limit` fired, `usage`, and `phases` from
+    /// the request.
+    #[serde(flatten)]
+    pub exit: CommandExit,
     /// True when stdout went past the output limit (later chunks were not sent).
     pub stdout_truncated: bool,
     /// True when stderr went past the output limit.
     pub stderr_truncated: bool,
-    /// Wall-clock time of the compile step and the command, in milliseconds.
+    /// Wall-clock time from the request to the end of the command (the compile step included), in milliseconds.
     pub duration_ms: f64,
-    /// Cumulative milliseconds from the request, per phase.
-    pub phases: RunPhases,
     /// Set when the run failed before its command (`compile_error`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,

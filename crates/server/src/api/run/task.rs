@@ -17,30 +17,33 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::api::error::ApiError;
 use crate::api::extract::runtime_error;
-use crate::api::run::phases::{RunClock, RunPhases};
+use crate::api::run::phases::{RunClock, mark_program};
 use crate::api::run::request::RunPlan;
 use crate::api::run::response::RunError;
 use crate::auth::Tenant;
 use crate::clock::now_ms;
 use crate::config::ZygoteKind;
 use crate::lifecycle::{SIGKILL, finish_run, start_sandbox_with_zygote};
-use crate::metrics::LimitKind;
 use crate::state::AppState;
+use sandkasten_types::LimitKind;
 
 /// How a run ended, when it got to run.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RunOutcome {
-    /// How the command (or the failed compile) ended.
+    /// How the command (or the failed compile) ended; its `phases` count from the request (set at the run's end).
     pub(crate) exit: CommandExit,
     /// Compile error.
     pub(crate) compile_failed: bool,
-    /// Compile and run, in milliseconds.
+    /// From the request to the end of the command, in milliseconds (set at the run's end).
     pub(crate) duration_ms: f64,
-    /// The run's phases from its request (set when the command has ended).
-    pub(crate) phases: RunPhases,
 }
 
 impl RunOutcome {
+    /// The outcome of a run whose command (or compile step) ended with `exit`.
+    fn new(exit: CommandExit, compile_failed: bool) -> RunOutcome {
+        RunOutcome { exit, compile_failed, duration_ms: 0.0 }
+    }
+
     /// The run's own error, if any.
     pub(crate) fn error(&self) -> Option<RunError> {
         self.compile_failed.then(|| RunError::compile_error(self.exit.exit_code))
@@ -100,7 +103,7 @@ async fn run(
     };
     let outcome = outcome.map(|outcome| {
         outcome.map(|mut outcome| {
-            outcome.phases = clock.finish(state.metrics());
+            (outcome.exit.phases, outcome.duration_ms) = clock.finish(state.metrics());
             outcome
         })
     });
@@ -183,6 +186,7 @@ async fn forked(
         unusable(failure);
         return None;
     }
+    clock.program_started(clock.now_ms());
     state.metrics().zygote_run();
     let deadline = tokio::time::Instant::now() + Duration::from_millis(budget_ms);
     let mut timed_out = false;
@@ -211,8 +215,7 @@ async fn forked(
             state.metrics().limit_kill(LimitKind::Time);
             let exit =
                 CommandExit { exit_code: None, signal: Some(SIGKILL), timed_out: true, ..CommandExit::default() };
-            let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
-            return Some(Ok(RunOutcome { exit, compile_failed: false, duration_ms, phases: RunPhases::default() }));
+            return Some(Ok(RunOutcome::new(exit, false)));
         }
         let failure = Failure::new(FailureKind::SandboxGone, "the sandbox ended during the run");
         return Some(Err(runtime_error(state, id, failure).await));
@@ -222,8 +225,7 @@ async fn forked(
         state.metrics().limit_kill(LimitKind::Time);
     }
     state.metrics().exec_finished(started.elapsed().as_secs_f64());
-    let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
-    Some(Ok(RunOutcome { exit, compile_failed: false, duration_ms, phases: RunPhases::default() }))
+    Some(Ok(RunOutcome::new(exit, false)))
 }
 
 async fn write_file(state: &AppState, id: &str, path: &str, data: Vec<u8>) -> Result<(), ApiError> {
@@ -249,20 +251,21 @@ async fn execute(
     events: &mpsc::Sender<RunEvent>,
 ) -> Result<RunOutcome, ApiError> {
     let started = Instant::now();
-    let elapsed_ms = || started.elapsed().as_secs_f64() * 1000.0;
     if let Some(mut compile) = compile {
         compile.timeout_ms = Some(budget_ms);
         let exit = exec(state, id, compile, clock, events).await?;
         if exit.timed_out || exit.exit_code != Some(0) {
             let compile_failed = !exit.timed_out;
-            return Ok(RunOutcome { exit, compile_failed, duration_ms: elapsed_ms(), phases: RunPhases::default() });
+            return Ok(RunOutcome::new(exit, compile_failed));
         }
     }
     let spent = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     command.timeout_ms = Some(budget_ms.saturating_sub(spent).max(1));
+    let sent_ms = clock.now_ms();
     let exit = exec(state, id, command, clock, events).await?;
+    mark_program(clock, sent_ms, &exit);
     state.metrics().exec_finished(started.elapsed().as_secs_f64());
-    Ok(RunOutcome { exit, compile_failed: false, duration_ms: elapsed_ms(), phases: RunPhases::default() })
+    Ok(RunOutcome::new(exit, false))
 }
 
 /// Runs one command, forwarding its output as it arrives.
