@@ -3,7 +3,7 @@
 //! are not available yet (422 `tier_unavailable` / exit 2); `gvisor` on a host without runsc says how to install it
 //! (422 `tier_unavailable` / exit 2; a server whose default tier is gvisor does not start); an unknown gVisor platform
 //! is refused when the server starts; and a runsc that fails to start fails the create with what runsc said, leaving
-//! nothing on the host.
+//! nothing on the host; a runsc removed while the server runs is refused the same way (and works again once back).
 //!
 //! "Nothing created" is checked on the host. CLI refusals hold the suite lock exclusively and compare the sandbox ids
 //! with host state before and after (as `bad_input.rs` does, bundles and runsc state included). Server tests (and the
@@ -179,6 +179,29 @@ fn gvisor_without_runsc_is_422_tier_unavailable_saying_how_to_install_it() {
     assert_eq!(server.exec(&id, "echo ok").json["stdout"], "ok\n");
     let deleted = server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None);
     assert!(deleted.status < 300, "{deleted:?}");
+}
+
+#[test]
+fn a_runsc_removed_while_the_server_runs_is_422_tier_unavailable_and_coming_back_works_again() {
+    require_runsc!();
+    let dir = tempfile::tempdir().unwrap();
+    let runsc = dir.path().join("runsc");
+    let installed = Command::new("sh").args(["-c", "command -v runsc"]).output().unwrap();
+    let installed = String::from_utf8_lossy(&installed.stdout).trim().to_owned();
+    std::os::unix::fs::symlink(&installed, &runsc).unwrap();
+    let server = Server::start_with(&format!("[gvisor]\nrunsc = \"{}\"\n", runsc.display()));
+    let id = server.create(json!({"isolation": "gvisor"}));
+    assert_eq!(server.exec(&id, "echo ok").json["stdout"], "ok\n", "positive control: runsc is there");
+    assert!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status < 300);
+
+    std::fs::remove_file(&runsc).unwrap();
+    let runsc_name = runsc.display().to_string();
+    assert_server_refuses(&server, json!("gvisor"), "tier_unavailable", &[&runsc_name, "setup.sh"]);
+
+    std::os::unix::fs::symlink(&installed, &runsc).unwrap();
+    let id = server.create(json!({"isolation": "gvisor"}));
+    assert_eq!(server.exec(&id, "echo back").json["stdout"], "back\n", "runsc reinstalled: gVisor works again");
+    assert!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status < 300);
 }
 
 /// Runs `sandkasten serve` on a config of `[[tenants]]` and `extra` that must not start: returns its exit code and

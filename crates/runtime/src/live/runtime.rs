@@ -39,7 +39,6 @@ type Agents = Arc<Mutex<HashMap<String, Member>>>;
 pub struct LiveRuntime {
     config: RuntimeConfig,
     hierarchy: Option<Hierarchy>,
-    runsc_found: bool,
     spawner: Arc<SpawnerClient>,
     agents: Agents,
     contexts: Arc<Contexts>,
@@ -74,9 +73,8 @@ impl LiveRuntime {
                 }
             }
         })?;
-        let runsc_found = gvisor::runsc_installed(&config);
         let hierarchy = Hierarchy::detect().ok();
-        Ok(LiveRuntime { config, hierarchy, runsc_found, spawner: Arc::new(spawner), agents, contexts, commands })
+        Ok(LiveRuntime { config, hierarchy, spawner: Arc::new(spawner), agents, contexts, commands })
     }
 
     /// Spawns the sandbox `id` through the spawner and takes over its agent's channel.
@@ -173,9 +171,10 @@ impl LiveRuntime {
         })
     }
 
-    /// Whether `runsc` was found when the runtime started (gVisor sandboxes need it).
+    /// Why gVisor sandboxes cannot start, when `runsc` is not installed. Looked up on every request (a few `stat`s),
+    /// so a runsc removed or installed while the server runs is a 422 saying so, not a failed start.
     pub(super) fn runsc_missing(&self) -> Option<String> {
-        (!self.runsc_found).then(|| gvisor::runsc_missing(&self.config))
+        (!gvisor::runsc_installed(&self.config)).then(|| gvisor::runsc_missing(&self.config))
     }
 
     pub(super) fn contexts(&self) -> &Contexts {
