@@ -177,7 +177,10 @@ impl OneShotRunner {
         let result = oneshot::run(spec, request, stdin, sink, started_ns, |run_plan| {
             let id = ids::new_sandbox_id()?;
             let mut guard = launcher.allocate(&id, spec)?;
-            let agent_plan = plan::agent_plan(spec, run_plan.clone(), AgentMode::Serve, launch::own_oom_score_adj());
+            let mut agent_plan =
+                plan::agent_plan(spec, run_plan.clone(), AgentMode::Serve, launch::own_oom_score_adj());
+            // A local run has no network at all (no egress proxy listens on the host): no door to open.
+            agent_plan.door = None;
             let channel = backend.spawn(&mut guard, spec, &run_plan.files, &agent_plan)?;
             Ok((guard, channel))
         });
