@@ -111,7 +111,9 @@ pub(crate) fn run(
     let id = ids::new_sandbox_id()?;
     let mut guard = launcher.allocate(&id, spec)?;
     let mut at = Phases { started_ns, allocated_ns: monotonic_ns(), ..Phases::default() };
-    let agent_plan = plan::agent_plan(spec, run_plan.clone(), launch::own_oom_score_adj());
+    let mut agent_plan = plan::agent_plan(spec, run_plan.clone(), launch::own_oom_score_adj());
+    // A local run has no network at all (no egress proxy listens on the host): no door to open.
+    agent_plan.door = None;
     let channel = backend.spawn(&mut guard, spec, &run_plan.files, &agent_plan)?;
     let limits = &spec.limits;
     let deadline_ns = started_ns.saturating_add(limits.timeout_ms.saturating_mul(1_000_000));

@@ -1,7 +1,9 @@
 //! The `gvisor` tier: each sandbox is a gVisor container started by `runsc run` from an OCI bundle (`bundle`), with
 //! the agent binary as its init and the host end of a socketpair as the container's standard input (the agent's
-//! channel). gVisor's own network stack gives the sandbox a loopback only (`--network=none`); the egress door is a
-//! unix socket bound into the sandbox (`--host-uds=open`) that the agent bridges to `127.0.0.1:3128` inside.
+//! channel). gVisor's own network stack gives the sandbox a loopback only (`--network=none`); the egress door of a
+//! long-lived sandbox is a unix socket bound into the sandbox (`--host-uds=open`) that the agent bridges to
+//! `127.0.0.1:3128` inside. A plan without a door (a local one-shot run: no network at all) gets neither the bind
+//! nor `--host-uds`.
 //!
 //! Host-side limits: `runsc run` is placed in the sandbox's cgroup before it executes (`--ignore-cgroups`, so runsc
 //! itself touches no cgroup), so the Sentry, the gofer and everything they start are charged to and killed with it.
@@ -138,7 +140,7 @@ fn spawn(
         uid: plan.uid,
         gid: plan.gid,
         agent,
-        door: true,
+        door: plan.door.is_some(),
     };
     let read_only = bundle::write(&bundle_dir, &bundle_spec, &RealHostFs)?;
     let read_only: Vec<CString> = read_only
@@ -163,7 +165,8 @@ fn spawn(
         .arg("--network=none")
         .arg(format!("--platform={}", config.gvisor.platform.name()))
         .arg("--ignore-cgroups")
-        .arg("--host-uds=open")
+        // The Sentry may connect to host unix sockets bound into the sandbox only where there is one: the door.
+        .args(plan.door.is_some().then_some("--host-uds=open"))
         .arg("--overlay2=none")
         .args(["run", "--bundle"])
         .arg(&bundle_dir)
