@@ -103,6 +103,7 @@ class Server:
             f'api_keys = ["{API_KEY}"]',
             "max_sandboxes = 2000",
             f"max_memory_bytes = {1 << 40}",
+            "max_pids = 1000000000",
         ]
         if self.pooled:
             config += ["", "[[pools]]", 'name = "default"', f"min = {POOL_MIN}", f"max = {POOL_MAX}"]

@@ -137,3 +137,24 @@ fn not_root_is_refused_with_a_hint_and_nothing_created() {
     assert!(stderr.contains("root"), "the message must say to run as root: {stderr}");
     assert_eq!(global_state(), before, "nothing may be created");
 }
+
+/// The host's cap on one sandbox's processes (a quarter of `kernel.pid_max`, at most 65,536).
+fn host_pids_cap() -> u64 {
+    let pid_max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap().trim().parse().unwrap();
+    (pid_max / 4).min(65_536)
+}
+
+#[test]
+fn more_pids_than_one_sandbox_may_have_on_this_host_is_refused_naming_the_cap() {
+    require_root!();
+    let cap = host_pids_cap();
+    if cap >= 65_536 {
+        eprintln!("skipped: kernel.pid_max allows every pids value a spec may ask for");
+        return;
+    }
+    let over = (cap + 1).to_string();
+    assert_bad_input(&["--pids", &over, "--", "true"], None, "kernel.pid_max");
+    // Positive control: the cap itself is allowed.
+    let r = run(["--pids", &cap.to_string(), "--", "true"]).json();
+    r.assert_exit(0);
+}

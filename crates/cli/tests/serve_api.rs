@@ -19,6 +19,7 @@ use serde_json::json;
 use serve::{KEY_1, KEY_2, Server, assert_sandbox_gone_on};
 
 per_tier!(
+    more_pids_than_the_host_allows_one_sandbox_is_422_naming_the_cap,
     state_persists_across_calls_and_delete_frees_everything,
     another_tenant_gets_404_for_everything,
     streaming_delivers_output_before_the_command_ends,
@@ -246,5 +247,29 @@ fn an_idle_sandbox_costs_no_cpu(tier: Tier) {
     let bound = if tier == Tier::Gvisor { 300.0 } else { 2.0 };
     assert!(spent_ms < bound, "an idle sandbox used {spent_ms:.2} ms of CPU in 2 s");
     server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None);
+    assert_sandbox_gone_on(tier, &id);
+}
+
+/// A sandbox may not take a quarter of the host's PIDs or more: asking is refused before anything exists, on create and
+/// on run, naming the cap and `kernel.pid_max`; the cap itself is allowed.
+fn more_pids_than_the_host_allows_one_sandbox_is_422_naming_the_cap(tier: Tier) {
+    let pid_max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap().trim().parse().unwrap();
+    let cap = (pid_max / 4).min(65_536);
+    if cap >= 65_536 {
+        eprintln!("skipped: kernel.pid_max allows every pids value a spec may ask for");
+        return;
+    }
+    let server = Server::start_on(tier);
+    let body = json!({"isolation": tier.name(), "limits": {"pids": cap + 1}});
+    let refused = server.call("POST", "/v1/sandboxes", KEY_1, Some(body));
+    assert_eq!(refused.status, 422, "{refused:?}");
+    let message = refused.json["error"]["message"].as_str().unwrap_or_default().to_owned();
+    assert!(message.contains(&cap.to_string()) && message.contains("kernel.pid_max"), "{message}");
+    let run = json!({"isolation": tier.name(), "argv": ["true"], "limits": {"pids": cap + 1}});
+    assert_eq!(server.call("POST", "/v1/run", KEY_1, Some(run)).status, 422);
+    let list = server.call("GET", "/v1/sandboxes", KEY_1, None);
+    assert_eq!(list.json["sandboxes"].as_array().map(Vec::len), Some(0), "a refused sandbox was recorded: {list:?}");
+    let id = server.create_on(tier, json!({"limits": {"pids": cap}}));
+    assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
     assert_sandbox_gone_on(tier, &id);
 }

@@ -132,6 +132,7 @@ fn code_plan(language: Language, code: &str) -> Result<CodePlan, RuntimeError> {
 /// Builds the run plan, validating everything that can be checked before any resource exists.
 pub fn plan(spec: &SandboxSpec, request: &ExecRequest) -> Result<RunPlan, RuntimeError> {
     spec.limits.validate().map_err(|e| RuntimeError::InvalidInput(e.to_string()))?;
+    crate::host_pids::check_pids(spec.limits.pids)?;
     if spec.template != Template::Host {
         return Err(RuntimeError::InvalidInput("one-shot runs use the host template".to_owned()));
     }
@@ -204,6 +205,7 @@ pub fn agent_plan(spec: &SandboxSpec, run_plan: RunPlan, oom_score_adj: i32) -> 
 
 pub fn plan_live(spec: &SandboxSpec) -> Result<RunPlan, RuntimeError> {
     spec.limits.validate().map_err(|e| RuntimeError::InvalidInput(e.to_string()))?;
+    crate::host_pids::check_pids(spec.limits.pids)?;
     if let Some(bad) = spec.env.keys().find(|k| !environment::is_valid_name(k)) {
         return Err(RuntimeError::InvalidInput(format!("'{bad}' is not a valid environment variable name")));
     }

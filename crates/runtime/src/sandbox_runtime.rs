@@ -29,6 +29,11 @@ pub trait SandboxRuntime: Send + Sync + 'static {
     fn tier_unavailable(&self, tier: Tier) -> Option<String> {
         tier.unavailable_reason().map(str::to_owned)
     }
+    /// The most processes one sandbox may have on this host (`limits.pids` above it is refused before anything
+    /// exists). The default allows what any spec may ask for.
+    fn max_pids(&self) -> u64 {
+        sandkasten_types::MAX_PIDS
+    }
     /// Creates and starts the sandbox `id` on the tier `spec.isolation` (always set by the server); on failure
     /// nothing of it may remain.
     fn create<'a>(&'a self, id: &'a str, spec: &'a SandboxSpec) -> RuntimeFuture<'a, ()>;

@@ -68,11 +68,7 @@ impl Keyring {
         let mut entries = Vec::new();
         let mut tenants = Vec::new();
         for (index, tenant) in config.tenants.iter().enumerate() {
-            tenants.push(Tenant {
-                name: Arc::from(tenant.name.as_str()),
-                quota: Quota { max_sandboxes: tenant.max_sandboxes, max_memory_bytes: tenant.max_memory_bytes },
-                admin: tenant.admin,
-            });
+            tenants.push(Tenant { name: Arc::from(tenant.name.as_str()), quota: tenant.quota(), admin: tenant.admin });
             for key in &tenant.api_keys {
                 if let (Some(padded), Ok(tenant)) = (pad(key.as_bytes()), u32::try_from(index)) {
                     entries.push(KeyEntry { padded, len: key.as_bytes().len() as u64, tenant });
@@ -83,11 +79,7 @@ impl Keyring {
             let configured = config.tenants.iter().find(|t| t.name == UNAUTHENTICATED_TENANT);
             let default = crate::config::TenantConfig::new(UNAUTHENTICATED_TENANT);
             let tenant = configured.unwrap_or(&default);
-            Tenant {
-                name: Arc::from(UNAUTHENTICATED_TENANT),
-                quota: Quota { max_sandboxes: tenant.max_sandboxes, max_memory_bytes: tenant.max_memory_bytes },
-                admin: tenant.admin,
-            }
+            Tenant { name: Arc::from(UNAUTHENTICATED_TENANT), quota: tenant.quota(), admin: tenant.admin }
         });
         Keyring { entries, tenants, anonymous }
     }

@@ -6,6 +6,7 @@
 //! database = "/var/lib/sandkasten/sandkasten.db"  # SQLite file, created when missing
 //! default_timeout_s = 300                         # lifetime of a sandbox created without timeout_s
 //! max_timeout_s = 86400                           # largest timeout_s a client may ask for
+//! max_pids = 8192                                 # largest limits.pids of one sandbox; default kernel.pid_max / 4
 //!
 //! [defaults]                                      # what a request that does not say gets
 //! isolation = "gvisor"                            # tier of creates naming none: "process" (default) or "gvisor"
@@ -15,6 +16,7 @@
 //! api_keys = ["a-long-random-key-of-16-bytes-or-more"]
 //! max_sandboxes = 32                              # running at once
 //! max_memory_bytes = 8589934592                   # sum of the running sandboxes' memory limits
+//! max_pids = 8192                                 # sum of the running sandboxes' pids limits
 //! admin = false                                   # may resize the warm pools (PUT /v1/pools/{name})
 //!
 //! [[pools]]                                       # warm pool (none by default): sandboxes created ahead of time
@@ -47,6 +49,8 @@ use std::path::{Path, PathBuf};
 use sandkasten_types::{Limits, Template, Tier};
 use serde::Deserialize;
 use thiserror::Error;
+
+use crate::store::Quota;
 
 pub use defaults::Defaults;
 
@@ -188,6 +192,9 @@ pub struct TenantConfig {
     /// Sum of the memory limits of the running sandboxes, in bytes. Default 8 GiB.
     #[serde(default = "default_max_memory_bytes")]
     pub max_memory_bytes: u64,
+    /// Sum of the `pids` limits of the running sandboxes. Default 8192.
+    #[serde(default = "default_max_pids")]
+    pub max_pids: u64,
     /// May change operator-wide settings through the API (resize warm pools). Default false.
     #[serde(default)]
     pub admin: bool,
@@ -201,8 +208,14 @@ impl TenantConfig {
             api_keys: Vec::new(),
             max_sandboxes: default_max_sandboxes(),
             max_memory_bytes: default_max_memory_bytes(),
+            max_pids: default_max_pids(),
             admin: false,
         }
+    }
+
+    /// Its quota.
+    pub fn quota(&self) -> Quota {
+        Quota { max_sandboxes: self.max_sandboxes, max_memory_bytes: self.max_memory_bytes, max_pids: self.max_pids }
     }
 }
 
@@ -316,6 +329,10 @@ pub struct ServerConfig {
     /// Largest JSON request body, in bytes. Default 4 MiB.
     #[serde(default = "default_max_json_bytes")]
     pub max_json_bytes: u64,
+    /// Largest `limits.pids` one sandbox may ask for. Default (and at most) what the host allows one sandbox: a
+    /// quarter of `kernel.pid_max`.
+    #[serde(default)]
+    pub max_pids: Option<u64>,
     /// Serve without authentication, everything as tenant `default`. Only on a loopback address. Default false.
     #[serde(default)]
     pub insecure_no_auth: bool,
@@ -361,6 +378,10 @@ fn default_max_memory_bytes() -> u64 {
     8 << 30
 }
 
+fn default_max_pids() -> u64 {
+    8_192
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
@@ -370,6 +391,7 @@ impl Default for ServerConfig {
             max_timeout_s: default_max_timeout_s(),
             max_file_bytes: default_max_file_bytes(),
             max_json_bytes: default_max_json_bytes(),
+            max_pids: None,
             insecure_no_auth: false,
             defaults: Defaults::default(),
             tenants: Vec::new(),
@@ -454,6 +476,11 @@ impl ServerConfig {
             if !(1..=max).contains(&got) {
                 return Err(ConfigError::Size { name, max, got });
             }
+        }
+        if let Some(got) = self.max_pids
+            && !(1..=sandkasten_types::MAX_PIDS).contains(&got)
+        {
+            return Err(ConfigError::Size { name: "max_pids", max: sandkasten_types::MAX_PIDS, got });
         }
         let mut names = std::collections::BTreeSet::new();
         let mut keys = std::collections::BTreeSet::new();

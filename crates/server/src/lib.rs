@@ -74,7 +74,8 @@ pub async fn serve(
 }
 
 /// Refuses a config whose tiers (`[defaults] isolation`, each pool's) this host's runtime cannot run, saying what to
-/// install: otherwise every create naming no tier, or every refill of such a pool, would fail.
+/// install, or a pool whose sandboxes would ask for more pids than one sandbox may have here: otherwise every create
+/// naming no tier, or every refill of such a pool, would fail.
 fn check_tiers(config: &ServerConfig, runtime: &dyn SandboxRuntime) -> Result<(), ConfigError> {
     let default = config.defaults.isolation;
     let pools = config
@@ -85,6 +86,13 @@ fn check_tiers(config: &ServerConfig, runtime: &dyn SandboxRuntime) -> Result<()
     for (setting, tier) in std::iter::once(("[defaults] isolation".to_owned(), default)).chain(pools) {
         if let Some(reason) = runtime.tier_unavailable(tier) {
             return Err(ConfigError::Isolation(format!("{setting} = \"{tier}\": {reason}")));
+        }
+    }
+    let cap = lifecycle::pids_cap(config.max_pids, runtime);
+    for (index, pool) in config.pools.iter().enumerate() {
+        if pool.limits.pids > cap {
+            let problem = format!("limits.pids {} is more than one sandbox may have here ({cap})", pool.limits.pids);
+            return Err(ConfigError::Pool { name: pool.name_at(index), problem });
         }
     }
     Ok(())

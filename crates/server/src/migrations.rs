@@ -83,6 +83,10 @@ const MIGRATIONS: &[&str] = &[
         WHERE connection_id IS NOT NULL;",
     // 5: each sandbox's isolation tier ('process', 'gvisor', ...); every sandbox before tiers ran on 'process'.
     "ALTER TABLE sandboxes ADD COLUMN isolation TEXT NOT NULL DEFAULT 'process';",
+    // 6: the pids quota (each sandbox's pids limit, the tenants' sum).
+    "ALTER TABLE sandboxes ADD COLUMN pids INTEGER NOT NULL DEFAULT 0;
+    UPDATE sandboxes SET pids = COALESCE(json_extract(spec_json, '$.limits.pids'), 0);
+    ALTER TABLE tenants ADD COLUMN max_pids INTEGER NOT NULL DEFAULT 8192;",
 ];
 
 /// The schema version this build writes.

@@ -30,6 +30,8 @@ pub struct Settings {
     pub max_json_bytes: u64,
     /// Isolation tier of a create that names none (`[defaults] isolation`).
     pub isolation: Tier,
+    /// Largest `limits.pids` of one sandbox the config allows (the runtime's own cap applies too).
+    pub max_pids: Option<u64>,
 }
 
 impl Settings {
@@ -41,6 +43,7 @@ impl Settings {
             max_file_bytes: config.max_file_bytes,
             max_json_bytes: config.max_json_bytes,
             isolation: config.defaults.isolation,
+            max_pids: config.max_pids,
         }
     }
 }

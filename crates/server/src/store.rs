@@ -130,6 +130,8 @@ pub struct Quota {
     pub max_sandboxes: u64,
     /// Sum of the running sandboxes' memory limits, in bytes.
     pub max_memory_bytes: u64,
+    /// Sum of the running sandboxes' `pids` limits.
+    pub max_pids: u64,
 }
 
 /// Why a sandbox was not admitted.
@@ -149,6 +151,19 @@ pub enum QuotaExceeded {
          the limit is {limit}; delete a sandbox or ask for less memory"
     )]
     Memory {
+        /// Reserved by running sandboxes.
+        used: u64,
+        /// Asked for by the new sandbox.
+        asked: u64,
+        /// The quota.
+        limit: u64,
+    },
+    /// Too many processes reserved.
+    #[error(
+        "quota max_pids exceeded: running sandboxes may have {used} processes, this one asks for {asked} more and the \
+         limit is {limit}; delete a sandbox or ask for fewer pids"
+    )]
+    Pids {
         /// Reserved by running sandboxes.
         used: u64,
         /// Asked for by the new sandbox.
@@ -313,22 +328,27 @@ impl Store {
     ) -> Result<Result<(), QuotaExceeded>, StoreError> {
         self.call(move |conn| {
             let tx = conn.transaction()?;
-            let (running, used): (i64, i64) = tx.query_row(
-                "SELECT COUNT(*), COALESCE(SUM(memory_bytes), 0) FROM sandboxes WHERE tenant = ?1 AND state = 'running'",
+            let (running, used, used_pids): (i64, i64, i64) = tx.query_row(
+                "SELECT COUNT(*), COALESCE(SUM(memory_bytes), 0), COALESCE(SUM(pids), 0) FROM sandboxes \
+                 WHERE tenant = ?1 AND state = 'running'",
                 params![record.tenant],
-                |row| Ok((row.get(0)?, row.get(1)?)),
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
             )?;
-            let (running, used) = (running.max(0) as u64, used.max(0) as u64);
-            let asked = record.spec.limits.memory_bytes;
+            let (running, used, used_pids) = (running.max(0) as u64, used.max(0) as u64, used_pids.max(0) as u64);
+            let (asked, asked_pids) = (record.spec.limits.memory_bytes, record.spec.limits.pids);
             if running >= quota.max_sandboxes {
                 return Ok(Err(QuotaExceeded::Sandboxes { running, limit: quota.max_sandboxes }));
             }
             if used.saturating_add(asked) > quota.max_memory_bytes {
                 return Ok(Err(QuotaExceeded::Memory { used, asked, limit: quota.max_memory_bytes }));
             }
+            if used_pids.saturating_add(asked_pids) > quota.max_pids {
+                return Ok(Err(QuotaExceeded::Pids { used: used_pids, asked: asked_pids, limit: quota.max_pids }));
+            }
             tx.execute(
                 "INSERT INTO sandboxes (id, tenant, state, spec_json, metadata_json, memory_bytes, created_ms, \
-                 expires_ms, ended_ms, end_reason, isolation) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL, NULL, ?9)",
+                 expires_ms, ended_ms, end_reason, isolation, pids) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL, NULL, ?9, ?10)",
                 params![
                     record.id,
                     record.tenant,
@@ -339,6 +359,7 @@ impl Store {
                     record.created_ms,
                     record.expires_ms,
                     record.spec.tier().name(),
+                    to_i64(asked_pids),
                 ],
             )?;
             tx.commit()?;
@@ -520,17 +541,18 @@ impl Store {
             let tx = conn.transaction()?;
             {
                 let mut statement = tx.prepare_cached(
-                    "INSERT INTO tenants (name, created_ms, last_seen_ms, max_sandboxes, max_memory_bytes) \
-                     VALUES (?1, ?2, ?2, ?3, ?4) ON CONFLICT (name) DO UPDATE SET \
+                    "INSERT INTO tenants (name, created_ms, last_seen_ms, max_sandboxes, max_memory_bytes, max_pids) \
+                     VALUES (?1, ?2, ?2, ?3, ?4, ?5) ON CONFLICT (name) DO UPDATE SET \
                      last_seen_ms = excluded.last_seen_ms, max_sandboxes = excluded.max_sandboxes, \
-                     max_memory_bytes = excluded.max_memory_bytes",
+                     max_memory_bytes = excluded.max_memory_bytes, max_pids = excluded.max_pids",
                 )?;
                 for (name, quota) in &tenants {
                     statement.execute(params![
                         name,
                         now_ms,
                         to_i64(quota.max_sandboxes),
-                        to_i64(quota.max_memory_bytes)
+                        to_i64(quota.max_memory_bytes),
+                        to_i64(quota.max_pids)
                     ])?;
                 }
             }
@@ -544,10 +566,12 @@ impl Store {
     pub async fn tenants(&self) -> Result<Vec<TenantRecord>, StoreError> {
         self.call(|conn| {
             let mut statement = conn.prepare_cached(
-                "SELECT name, created_ms, last_seen_ms, max_sandboxes, max_memory_bytes FROM tenants ORDER BY name",
+                "SELECT name, created_ms, last_seen_ms, max_sandboxes, max_memory_bytes, max_pids FROM tenants \
+                 ORDER BY name",
             )?;
             let rows = statement.query_map([], |row| {
-                let (max_sandboxes, max_memory_bytes): (i64, i64) = (row.get(3)?, row.get(4)?);
+                let (max_sandboxes, max_memory_bytes, max_pids): (i64, i64, i64) =
+                    (row.get(3)?, row.get(4)?, row.get(5)?);
                 Ok(TenantRecord {
                     name: row.get(0)?,
                     created_ms: row.get(1)?,
@@ -555,6 +579,7 @@ impl Store {
                     quota: Quota {
                         max_sandboxes: max_sandboxes.max(0) as u64,
                         max_memory_bytes: max_memory_bytes.max(0) as u64,
+                        max_pids: max_pids.max(0) as u64,
                     },
                 })
             })?;
@@ -595,7 +620,7 @@ mod tests {
         }
     }
 
-    const QUOTA: Quota = Quota { max_sandboxes: 2, max_memory_bytes: 300 };
+    const QUOTA: Quota = Quota { max_sandboxes: 2, max_memory_bytes: 300, max_pids: 1000 };
 
     #[tokio::test]
     async fn quota_counts_only_the_tenants_running_sandboxes() -> Result<(), StoreError> {
@@ -611,6 +636,25 @@ mod tests {
         assert!(!store.end_sandbox("a", SandboxState::Destroyed, "deleted", 5).await?);
         assert!(matches!(store.admit_sandbox(record("e", "t1", 250), QUOTA).await?, Err(QuotaExceeded::Memory { .. })));
         assert_eq!(store.admit_sandbox(record("e", "t1", 200), QUOTA).await?, Ok(()));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn the_pids_quota_sums_the_running_sandboxes_pids_limits() -> Result<(), StoreError> {
+        let store = Store::open_in_memory()?;
+        let quota = Quota { max_sandboxes: 10, max_memory_bytes: u64::MAX, max_pids: 1000 };
+        let with_pids = |id: &str, tenant: &str, pids: u64| {
+            let mut record = record(id, tenant, 1);
+            record.spec.limits.pids = pids;
+            record
+        };
+        assert_eq!(store.admit_sandbox(with_pids("a", "t1", 600), quota).await?, Ok(()));
+        let refused = store.admit_sandbox(with_pids("b", "t1", 500), quota).await?;
+        assert_eq!(refused, Err(QuotaExceeded::Pids { used: 600, asked: 500, limit: 1000 }));
+        assert!(refused.err().map(|e| e.to_string()).unwrap_or_default().contains("max_pids"));
+        assert_eq!(store.admit_sandbox(with_pids("c", "t2", 900), quota).await?, Ok(()), "another tenant's share");
+        assert!(store.end_sandbox("a", SandboxState::Destroyed, "deleted", 5).await?);
+        assert_eq!(store.admit_sandbox(with_pids("b", "t1", 500), quota).await?, Ok(()), "freed by the end");
         Ok(())
     }
 
@@ -712,7 +756,7 @@ mod tests {
     async fn tenants_are_upserted_and_keep_their_creation_time() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("sandkasten.db");
-        let small = Quota { max_sandboxes: 1, max_memory_bytes: 10 };
+        let small = Quota { max_sandboxes: 1, max_memory_bytes: 10, max_pids: 5 };
         let store = Store::open(&path)?;
         store.upsert_tenants(vec![("t1".into(), QUOTA), ("t2".into(), QUOTA)], 10).await?;
         drop(store);

@@ -84,11 +84,11 @@ impl Limits {
         bytes("memory", self.memory_bytes, 8 << 20, 1 << 40)?;
         bytes("disk", self.disk_bytes, 1 << 20, 1 << 40)?;
         bytes("output limit", self.output_bytes, 1 << 10, 1 << 30)?;
-        if !(1..=65_536).contains(&self.pids) {
+        if !(1..=MAX_PIDS).contains(&self.pids) {
             return Err(LimitsError::OutOfRange {
                 name: "pids",
                 min: "1".into(),
-                max: "65536".into(),
+                max: MAX_PIDS.to_string(),
                 got: self.pids.to_string(),
             });
         }
@@ -103,6 +103,10 @@ impl Limits {
         Ok(())
     }
 }
+
+/// The most processes a spec may ask for (a host may allow fewer: the runtime caps `pids` at a quarter of its
+/// `kernel.pid_max`).
+pub const MAX_PIDS: u64 = 65_536;
 
 /// Which hard limit ended or constrained an execution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

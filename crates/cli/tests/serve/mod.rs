@@ -63,7 +63,7 @@ impl Server {
     fn start_locked(extra: &str, lock: crate::common::SuiteLock) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = format!(
-            "[[tenants]]\nname = \"t1\"\napi_keys = [\"{KEY_1}\"]\nmax_sandboxes = 64\nmax_memory_bytes = {}\n\n\
+            "[[tenants]]\nname = \"t1\"\napi_keys = [\"{KEY_1}\"]\nmax_sandboxes = 64\nmax_pids = 1048576\nmax_memory_bytes = {}\n\n\
              [[tenants]]\nname = \"t2\"\napi_keys = [\"{KEY_2}\"]\nmax_sandboxes = 8\nmax_memory_bytes = {}\n\n{extra}\n",
             32u64 << 30,
             4u64 << 30

@@ -36,6 +36,10 @@ impl SandboxRuntime for LiveRuntime {
         None
     }
 
+    fn max_pids(&self) -> u64 {
+        crate::host_pids::sandbox_pids_cap()
+    }
+
     fn create<'a>(&'a self, id: &'a str, spec: &'a SandboxSpec) -> RuntimeFuture<'a, ()> {
         Box::pin(async move { self.spawn(id, spec).await.map_err(|e| spawner_failure(e, FailureKind::InvalidPath)) })
     }

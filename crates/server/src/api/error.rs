@@ -222,7 +222,9 @@ impl From<LifecycleError> for ApiError {
     fn from(error: LifecycleError) -> Self {
         match error {
             LifecycleError::TierUnavailable(reason) => ApiError::new(ErrorCode::TierUnavailable, reason),
-            LifecycleError::TimeoutOutOfRange { .. } => ApiError::unprocessable(error.to_string()),
+            LifecycleError::TimeoutOutOfRange { .. } | LifecycleError::TooManyPids(_) => {
+                ApiError::unprocessable(error.to_string())
+            }
             LifecycleError::Egress(error) => error.into(),
             LifecycleError::Id(error) => error.into(),
             LifecycleError::Store(error) => error.into(),

@@ -21,6 +21,9 @@ pub enum LifecycleError {
         /// The timeout asked for, in seconds.
         got: u64,
     },
+    /// The spec asks for more processes than one sandbox may have here (the message names the cap).
+    #[error("{0}")]
+    TooManyPids(String),
     /// The spec's network policy or secrets were refused.
     #[error(transparent)]
     Egress(#[from] PrepareError),

@@ -32,6 +32,27 @@ pub(crate) fn resolve_tier(state: &AppState, requested: Option<Tier>) -> Result<
     }
 }
 
+/// The most processes one sandbox may have: the runtime's cap for this host, lowered by the config's `max_pids`.
+pub(crate) fn pids_cap(configured: Option<u64>, runtime: &dyn sandkasten_runtime::SandboxRuntime) -> u64 {
+    let host = runtime.max_pids();
+    configured.map_or(host, |configured| configured.min(host))
+}
+
+/// Refuses `pids` above the cap, naming it and where it comes from.
+fn check_pids(state: &AppState, pids: u64) -> Result<(), LifecycleError> {
+    let host = state.runtime().max_pids();
+    let cap = pids_cap(state.settings().max_pids, state.runtime());
+    if pids <= cap {
+        return Ok(());
+    }
+    let message = if cap < host {
+        format!("limits.pids is {pids}; this server allows at most {cap} per sandbox (max_pids); ask for fewer")
+    } else {
+        sandkasten_runtime::pids_refusal(pids, cap)
+    };
+    Err(LifecycleError::TooManyPids(message))
+}
+
 /// Resolves the sandbox's isolation tier (the spec's, else the server's default; refused when it cannot run here),
 /// admits the sandbox against the tenant's quota, records it and starts it in the runtime (or takes a ready one from
 /// a warm pool serving its spec, tier included); on any failure nothing of it remains. Returns the running sandbox's
@@ -64,6 +85,7 @@ pub(crate) async fn start_sandbox_with_zygote(
     // and secrets add environment variables (which rule out a pool member, whose environment was fixed when it was
     // made).
     spec.isolation = Some(resolve_tier(state, spec.isolation)?);
+    check_pids(state, spec.limits.pids)?;
     let egress = egress::prepare(state.store(), &tenant.name, &mut spec).await?;
     let claiming = Instant::now();
     let claim = state.pools().claim(&spec, state.runtime(), state.metrics());

@@ -56,7 +56,7 @@ impl Reply {
 }
 
 pub(crate) fn tenant(name: &str, key: &str, max_sandboxes: u64, max_memory_bytes: u64) -> TenantConfig {
-    TenantConfig { name: name.into(), api_keys: vec![ApiKey::new(key)], max_sandboxes, max_memory_bytes, admin: false }
+    TenantConfig { api_keys: vec![ApiKey::new(key)], max_sandboxes, max_memory_bytes, ..TenantConfig::new(name) }
 }
 
 pub(crate) fn test_config() -> ServerConfig {

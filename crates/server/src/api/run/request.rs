@@ -231,6 +231,7 @@ mod tests {
             max_file_bytes: 16,
             max_json_bytes: 1 << 20,
             isolation: sandkasten_types::Tier::Process,
+            max_pids: None,
         }
     }
 
