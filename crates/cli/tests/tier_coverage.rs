@@ -44,6 +44,7 @@ const PER_TIER_SUITES: &[&str] = &[
     "serve_code.rs",
     "serve_background.rs",
     "serve_results.rs",
+    "attacks_host_files.rs",
     "serve_archive.rs",
     "serve_egress.rs",
     "client_cli.rs",

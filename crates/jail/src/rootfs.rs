@@ -163,9 +163,10 @@ pub const HOST_ETC_PATHS: &[&str] = &[
 /// Device nodes bound from the host.
 pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
-/// procfs files hidden behind `/dev/null`: Docker's default masked paths, plus the kernel log and the host's kernel
-/// command line.
+/// procfs files hidden behind `/dev/null`: Docker's default masked paths, plus the kernel log, the host's kernel
+/// command line and its boot id (which would tell sandboxes apart from the host's and link them to one boot).
 pub const PROC_MASKED_FILES: &[&str] = &[
+    "sys/kernel/random/boot_id",
     "kcore",
     "kmsg",
     "cmdline",

@@ -1,0 +1,108 @@
+//! The host's read-only files a sandbox sees (`/usr`) are not a lever on the host: code inside cannot evict a host
+//! file from the page cache (`posix_fadvise(POSIX_FADV_DONTNEED)`), make the host flush its disk (`syncfs` on a
+//! `/usr` descriptor, 300 times) or read the host's boot id. Each attack runs for real inside; the host checks its
+//! own page cache (`mincore` of the file), its disk's flush counter (`/proc/diskstats`) and its boot id.
+//!
+//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+
+#![allow(unsafe_code, clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod common;
+
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+
+use common::*;
+
+per_tier!(
+    fadvise_dontneed_cannot_evict_a_host_file_from_the_page_cache,
+    syncfs_on_usr_cannot_make_the_host_flush_its_disk,
+    the_hosts_boot_id_is_not_visible,
+);
+
+/// A host file under `/usr` that the sandbox sees but nothing maps (mapped pages are never evicted, which would hide
+/// the attack).
+const VICTIM: &str = "/usr/lib/python3.11/pydoc_data/topics.py";
+
+/// Pages of `path` in the host's page cache, and the file's pages.
+fn resident_pages(path: &str) -> (usize, usize) {
+    let file = std::fs::File::open(path).unwrap();
+    let len = file.metadata().unwrap().len() as usize;
+    let page = 4096;
+    let pages = len.div_ceil(page);
+    // SAFETY: a private read-only mapping of an open file, unmapped below; mincore writes one byte per page into a
+    // vector of exactly that many bytes.
+    unsafe {
+        let map = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0);
+        assert_ne!(map, libc::MAP_FAILED);
+        let mut vec = vec![0u8; pages];
+        assert_eq!(libc::mincore(map, len, vec.as_mut_ptr()), 0);
+        libc::munmap(map, len);
+        (vec.iter().filter(|b| **b & 1 == 1).count(), pages)
+    }
+}
+
+fn fadvise_dontneed_cannot_evict_a_host_file_from_the_page_cache(tier: Tier) {
+    if !std::path::Path::new(VICTIM).exists() {
+        eprintln!("skipped: {VICTIM} is not installed");
+        return;
+    }
+    // Cache the whole file on the host.
+    std::fs::read(VICTIM).unwrap();
+    let (before, pages) = resident_pages(VICTIM);
+    assert!(before * 10 >= pages * 9, "positive control: the file is cached on the host ({before}/{pages})");
+    let code = format!(
+        "import os\nfd = os.open({VICTIM:?}, os.O_RDONLY)\nfor _ in range(3):\n    try:\n        \
+         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)\n        print('advised')\n    except OSError as e:\n        \
+         print('refused', e.errno)\n"
+    );
+    let r = code_on(tier, "python", &code, &[]).json();
+    r.assert_exit(0);
+    let (after, _) = resident_pages(VICTIM);
+    assert!(
+        after * 10 >= pages * 9,
+        "the sandbox evicted a host file from the page cache: {before} → {after} of {pages} pages\n{}",
+        r.describe()
+    );
+    if tier == Tier::Process {
+        assert!(r.stdout().contains("refused 1"), "fadvise(DONTNEED) must be refused (EPERM)\n{}", r.describe());
+    }
+}
+
+/// The flush requests completed by the block device holding `/usr` (`/proc/diskstats`), if the kernel counts them.
+fn disk_flushes() -> Option<u64> {
+    let dev = std::fs::metadata("/usr").unwrap().dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let stats = std::fs::read_to_string("/proc/diskstats").unwrap();
+    stats.lines().find_map(|line| {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        let matches = parts.first()?.parse::<u32>().ok()? == major && parts.get(1)?.parse::<u32>().ok()? == minor;
+        if matches { parts.get(18)?.parse().ok() } else { None }
+    })
+}
+
+fn syncfs_on_usr_cannot_make_the_host_flush_its_disk(tier: Tier) {
+    let Some(start) = disk_flushes() else {
+        eprintln!("skipped: the kernel does not count flush requests of the device holding /usr");
+        return;
+    };
+    let code = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nfd = os.open('/usr/bin', os.O_RDONLY)\n\
+                ok = sum(1 for _ in range(300) if libc.syncfs(fd) == 0)\nprint('syncfs ok', ok, 'errno', ctypes.get_errno())\n";
+    let r = code_on(tier, "python", code, &[]).json();
+    r.assert_exit(0);
+    let flushed = disk_flushes().unwrap() - start;
+    // Other host activity may flush a few times meanwhile; 300 answered calls would be 300 flushes.
+    assert!(flushed < 100, "300 syncfs calls inside made the host flush its disk {flushed} times\n{}", r.describe());
+    if tier == Tier::Process {
+        assert!(r.stdout().contains("syncfs ok 0 errno 1"), "syncfs must be refused (EPERM)\n{}", r.describe());
+    }
+}
+
+fn the_hosts_boot_id_is_not_visible(tier: Tier) {
+    let host = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let code = "try:\n    print(repr(open('/proc/sys/kernel/random/boot_id').read()))\nexcept OSError as e:\n    print('denied', e.errno)\n";
+    let r = code_on(tier, "python", code, &[]).json();
+    r.assert_exit(0);
+    assert!(!r.stdout().contains(host.trim()), "the host's boot id is visible inside\n{}", r.describe());
+}
