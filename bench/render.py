@@ -422,7 +422,7 @@ def render_warm(w: dict, cold: dict | None) -> list[str]:
         "",
         "`POST /v1/sandboxes {}` (default limits). *Burst*: N creates back to back from 1 or 4 clients, deleted "
         "afterwards (not timed). *Create+delete*: each client creates a sandbox and deletes it, repeatedly; the rate "
-        "counts complete cycles. `server create ms` is the mean of `sandbox_create_seconds` from `/metrics` over the "
+        "counts complete cycles. `server create ms` is the mean of `sandkasten_sandbox_create_seconds` from `/metrics` over the "
         "same creates.",
         "",
         "| measurement | concurrency | sandboxes | rate /s | create p50 ms | create p99 ms | delete p50 ms | delete p99 ms "
@@ -457,12 +457,12 @@ def render_warm(w: dict, cold: dict | None) -> list[str]:
             f"on a hit **p50 {h['p50']:.2f} ms, p99 {h['p99']:.2f} ms** ({h['n']} hits). *Refill from empty*: at "
             f"start-up {pool['ready_at_healthz']:.0f} of {pool['min']} members were already ready when `/healthz` "
             f"first answered, the rest followed {pool['initial_fill_s'] * 1000:.0f} ms later "
-            f"(**{fmt(pool['initial_members_per_s'], 0)} members/s**; `pool_refill_seconds` mean "
+            f"(**{fmt(pool['initial_members_per_s'], 0)} members/s**; `sandkasten_pool_refill_seconds` mean "
             f"{fmt(pool.get('initial_build_mean_ms'), 2)} ms per member). *After each burst* (the pool refills while "
             f"the burst runs, so it is not empty at its end): median "
             f"**{fmt(pool['refill_members_per_s_median'], 0)} members/s** from the burst's end until "
-            f"`pool_size` was back at {pool['min']} (polled from `/metrics` every 5 ms), "
-            f"`pool_refill_seconds` mean {fmt(pool['refill_build_mean_ms'], 2)} ms per member.",
+            f"`sandkasten_pool_size` was back at {pool['min']} (polled from `/metrics` every 5 ms), "
+            f"`sandkasten_pool_refill_seconds` mean {fmt(pool['refill_build_mean_ms'], 2)} ms per member.",
         ]
 
     # 4. memory
@@ -629,14 +629,14 @@ def render_gvisor_warm(w: dict) -> list[str]:
                      f"({ge16['throughput_per_s'] / pe16['throughput_per_s']:.2f}×).")
     if gu.get("cycles_per_s"):
         notes.append(f"The unpooled gvisor loop ran {gu['cycles']} create+delete cycles, {gu['cycles_per_s']:.1f}/s "
-                     f"({gu['errors']} errors; the server's `sandbox_create_seconds` mean "
+                     f"({gu['errors']} errors; the server's `sandkasten_sandbox_create_seconds` mean "
                      f"{fmt(gu.get('server_create_mean_ms'), 1)} ms).")
     if gpool.get("hit_create_ms"):
         notes.append(
             f"gVisor pool: {gpool['hits']:.0f} hits, {gpool['misses']:.0f} misses; at start-up "
             f"{gpool['ready_at_healthz']:.0f} of {gpool['min']} members were ready at the first `/healthz`, the rest "
             f"followed {gpool['initial_fill_s']:.2f} s later ({fmt(gpool.get('initial_members_per_s'), 1)} members/s, "
-            f"`pool_refill_seconds` mean {fmt(gpool.get('initial_build_mean_ms'), 0)} ms per member; the process "
+            f"`sandkasten_pool_refill_seconds` mean {fmt(gpool.get('initial_build_mean_ms'), 0)} ms per member; the process "
             f"pool's: {fmt(pool.get('initial_members_per_s'), 0)} members/s, "
             f"{fmt(pool.get('initial_build_mean_ms'), 1)} ms); after each round the pool was full again at a median "
             f"{fmt(gpool.get('refill_members_per_s_median'), 1)} members/s. A hit hands over a sandbox that is "
@@ -702,7 +702,7 @@ def where_warm(w: dict, cold: dict | None) -> list[str]:
         out += [
             f"**Creations per second.** A create alone is fast (burst: {fmt(b4 and b4['creates_per_s'], 0)}/s from 4 "
             f"clients; create p50 {c1['create_ms']['p50']:.1f} ms from one client, of which the server's "
-            f"`sandbox_create_seconds` is {fmt(c1.get('server_create_mean_ms'), 1)} ms)"
+            f"`sandkasten_sandbox_create_seconds` is {fmt(c1.get('server_create_mean_ms'), 1)} ms)"
             + (", so the goal is met for bursts. " if b4 and b4["creates_per_s"] >= GOAL_CREATES_PER_S else ". ") +
             f"The sustained create+delete rate ({c1['cycles_per_s']:.0f}/s from 1 client, {c4['cycles_per_s']:.0f}/s "
             f"from 4) is bounded by the **delete**: p50 {d1['p50']:.1f} ms, p99 {d1['p99']:.1f} ms from one client, "

@@ -93,10 +93,10 @@ def measure(server: warm.Server, runs: int) -> list[dict]:
         for i in order:
             language, _, pids, _ = ROWS[i]
             wait_full(client)
-            z0 = client.metrics().get("zygote_runs_total", 0)
+            z0 = client.metrics().get("sandkasten_zygote_runs_total", 0)
             body = {"language": language, "code": CODE[language], "limits": {"pids": pids}}
             status, resp, ns = client.request("POST", "/v1/run", body)
-            zygote_runs[i] += client.metrics().get("zygote_runs_total", 0) - z0
+            zygote_runs[i] += client.metrics().get("sandkasten_zygote_runs_total", 0) - z0
             if round_ < 3:
                 continue  # untimed warm-up
             ok = status == 200 and isinstance(resp, dict) and resp.get("stdout") == "4\n" and resp.get("exit_code") == 0

@@ -629,9 +629,9 @@ def unpooled_phase(server: Server, p: dict, results: dict) -> None:
     results["warm"] = warm
     results["spawn_floor_ms"] = spawn_floor(200)
     log(f"reference posix_spawn(/bin/true) p50 {results['spawn_floor_ms']['p50']:.2f} ms")
-    results["exec_metrics"] = {k: m1.get(k, 0) - m0.get(k, 0) for k in m1 if k.startswith("exec_phase_seconds_sum")
-                               or k.startswith("exec_phase_seconds_count") or k.startswith("exec_duration_seconds_sum")
-                               or k.startswith("exec_duration_seconds_count")}
+    results["exec_metrics"] = {k: m1.get(k, 0) - m0.get(k, 0) for k in m1 if k.startswith("sandkasten_exec_phase_seconds_sum")
+                               or k.startswith("sandkasten_exec_phase_seconds_count") or k.startswith("sandkasten_exec_duration_seconds_sum")
+                               or k.startswith("sandkasten_exec_duration_seconds_count")}
     if p["gvisor"]:
         gvisor_part(results, "exec", lambda gv: gvisor_exec(port, p, gv, exec_body, sbs[0]))
 
@@ -669,8 +669,8 @@ def unpooled_phase(server: Server, p: dict, results: dict) -> None:
         m0 = c.metrics()
         r = create_delete_loop(port, conc, p["cycles"], p["loop_max_s"])
         m1 = c.metrics()
-        cnt = m1.get("sandbox_create_seconds_count", 0) - m0.get("sandbox_create_seconds_count", 0)
-        r["server_create_mean_ms"] = ((m1.get("sandbox_create_seconds_sum", 0) - m0.get("sandbox_create_seconds_sum", 0))
+        cnt = m1.get("sandkasten_sandbox_create_seconds_count", 0) - m0.get("sandkasten_sandbox_create_seconds_count", 0)
+        r["server_create_mean_ms"] = ((m1.get("sandkasten_sandbox_create_seconds_sum", 0) - m0.get("sandkasten_sandbox_create_seconds_sum", 0))
                                       / cnt * 1000) if cnt else None
         creates[f"unpooled_c{conc}"] = r
         log(f"  {r['cycles_per_s'] or 0:.1f} create+delete cycles/s, create p50 {r['create_ms']['p50']:.1f} ms, "
@@ -682,12 +682,12 @@ def unpooled_phase(server: Server, p: dict, results: dict) -> None:
         m0 = c.metrics()
         made = create_many(port, p["burst"], conc)
         m1 = c.metrics()
-        cnt = m1.get("sandbox_create_seconds_count", 0) - m0.get("sandbox_create_seconds_count", 0)
+        cnt = m1.get("sandkasten_sandbox_create_seconds_count", 0) - m0.get("sandkasten_sandbox_create_seconds_count", 0)
         creates[f"burst_c{conc}"] = {
             "concurrency": conc, "created": len(made["ids"]), "wall_s": made["elapsed_s"],
             "creates_per_s": len(made["ids"]) / made["elapsed_s"], "create_ms": made["latency_ms"],
             "failure": made["failure"],
-            "server_create_mean_ms": ((m1.get("sandbox_create_seconds_sum", 0) - m0.get("sandbox_create_seconds_sum", 0))
+            "server_create_mean_ms": ((m1.get("sandkasten_sandbox_create_seconds_sum", 0) - m0.get("sandkasten_sandbox_create_seconds_sum", 0))
                                       / cnt * 1000) if cnt else None}
         log(f"  {creates[f'burst_c{conc}']['creates_per_s']:.0f} creates/s")
         delete_many(port, made["ids"], 4)
@@ -726,8 +726,8 @@ def unpooled_phase(server: Server, p: dict, results: dict) -> None:
 
 
 def wait_pool_full(c: "Client", name: str, size: int, t0: float, timeout_s: float = 60) -> float:
-    """Polls `pool_size{class=name}` every 5 ms until it reaches `size` (or `timeout_s` passed); seconds since t0."""
-    key = f'pool_size{{class="{name}"}}'
+    """Polls `sandkasten_pool_size{class=name}` every 5 ms until it reaches `size` (or `timeout_s` passed); seconds since t0."""
+    key = f'sandkasten_pool_size{{class="{name}"}}'
     while True:
         ready = c.metrics().get(key, 0)
         now = time.perf_counter()
@@ -743,7 +743,7 @@ def measure_pool(server: Server, name: str, pool_min: int, pool_max: int, n_roun
     out) and the refill after each round."""
     port = server.port
     c = Client(port)
-    key = f'pool_size{{class="{name}"}}'
+    key = f'sandkasten_pool_size{{class="{name}"}}'
 
     # Initial fill from empty: from the first /healthz answer (server.start returns right after it).
     t_health = time.perf_counter()
@@ -770,14 +770,14 @@ def measure_pool(server: Server, name: str, pool_min: int, pool_max: int, n_roun
             claimed.append(sid)
             lat.append(ns / 1e6)
         m_empty = c.metrics()
-        if m_empty.get("pool_misses_total", 0) == mb.get("pool_misses_total", 0):
+        if m_empty.get("sandkasten_pool_misses_total", 0) == mb.get("sandkasten_pool_misses_total", 0):
             hit_lat += lat  # all hits (a round with a miss is left out of the hit latencies)
         t_empty = time.perf_counter()
         size_empty = m_empty.get(key, 0)
         dur = wait_pool_full(c, name, pool_min, t_empty)
         m_full = c.metrics()
-        cnt = m_full.get("pool_refill_seconds_count", 0) - m_empty.get("pool_refill_seconds_count", 0)
-        sm = m_full.get("pool_refill_seconds_sum", 0) - m_empty.get("pool_refill_seconds_sum", 0)
+        cnt = m_full.get("sandkasten_pool_refill_seconds_count", 0) - m_empty.get("sandkasten_pool_refill_seconds_count", 0)
+        sm = m_full.get("sandkasten_pool_refill_seconds_sum", 0) - m_empty.get("sandkasten_pool_refill_seconds_sum", 0)
         rounds.append({"size_after_claims": size_empty, "refill_s": dur,
                        "members_per_s": (pool_min - size_empty) / dur if dur > 0 else None,
                        "refill_build_mean_ms": sm / cnt * 1000 if cnt else None, "builds": cnt})
@@ -788,11 +788,11 @@ def measure_pool(server: Server, name: str, pool_min: int, pool_max: int, n_roun
     out = {
         "min": pool_min, "max": pool_max, "rounds": rounds, "ready_at_healthz": size_at_health,
         "initial_fill_s": fill_s, "initial_members_per_s": (pool_min - size_at_health) / fill_s if fill_s > 0 else None,
-        "initial_build_mean_ms": (m_f.get("pool_refill_seconds_sum", 0) / m_f["pool_refill_seconds_count"] * 1000)
-        if m_f.get("pool_refill_seconds_count") else None,
+        "initial_build_mean_ms": (m_f.get("sandkasten_pool_refill_seconds_sum", 0) / m_f["sandkasten_pool_refill_seconds_count"] * 1000)
+        if m_f.get("sandkasten_pool_refill_seconds_count") else None,
         "hit_create_ms": stats_ms(hit_lat), "hit_samples_ms": [round(x, 4) for x in hit_lat],
-        "hits": m1.get("pool_hits_total", 0) - m0.get("pool_hits_total", 0),
-        "misses": m1.get("pool_misses_total", 0) - m0.get("pool_misses_total", 0),
+        "hits": m1.get("sandkasten_pool_hits_total", 0) - m0.get("sandkasten_pool_hits_total", 0),
+        "misses": m1.get("sandkasten_pool_misses_total", 0) - m0.get("sandkasten_pool_misses_total", 0),
         "refill_members_per_s_median": statistics.median(rates) if rates else None,
         "refill_build_mean_ms": statistics.fmean(builds) if builds else None,
     }
@@ -890,8 +890,8 @@ def gvisor_unpooled_creates(port: int, p: dict, gv: dict) -> None:
     m0 = c.metrics()
     r = create_delete_loop(port, 1, p["gv_cycles"], p["gv_loop_max_s"], spec=GVISOR)
     m1 = c.metrics()
-    cnt = m1.get("sandbox_create_seconds_count", 0) - m0.get("sandbox_create_seconds_count", 0)
-    r["server_create_mean_ms"] = ((m1.get("sandbox_create_seconds_sum", 0) - m0.get("sandbox_create_seconds_sum", 0))
+    cnt = m1.get("sandkasten_sandbox_create_seconds_count", 0) - m0.get("sandkasten_sandbox_create_seconds_count", 0)
+    r["server_create_mean_ms"] = ((m1.get("sandkasten_sandbox_create_seconds_sum", 0) - m0.get("sandkasten_sandbox_create_seconds_sum", 0))
                                   / cnt * 1000) if cnt else None
     gv["unpooled_c1"] = r
     cm, dm = r["create_ms"] or {}, r["delete_ms"] or {}
@@ -918,8 +918,8 @@ def pooled_phase(server: Server, p: dict, results: dict) -> None:
     m0 = c.metrics()
     r = create_delete_loop(port, 1, p["cycles"], p["loop_max_s"])
     m1 = c.metrics()
-    r["hits"] = m1.get("pool_hits_total", 0) - m0.get("pool_hits_total", 0)
-    r["misses"] = m1.get("pool_misses_total", 0) - m0.get("pool_misses_total", 0)
+    r["hits"] = m1.get("sandkasten_pool_hits_total", 0) - m0.get("sandkasten_pool_hits_total", 0)
+    r["misses"] = m1.get("sandkasten_pool_misses_total", 0) - m0.get("sandkasten_pool_misses_total", 0)
     results["creates"]["pooled_c1"] = r
     log(f"  {r['cycles_per_s'] or 0:.1f} cycles/s, hits {r['hits']:.0f} misses {r['misses']:.0f}")
 

@@ -338,8 +338,8 @@ fn policy_changes_apply_live_and_every_attempt_is_audited(tier: Tier) {
     assert!(text.contains("allowed.test:80") && text.contains("refused") && text.contains("10.201.0.2"), "{text}");
     // Metrics count the decisions.
     let metrics = world.metrics();
-    assert!(metrics.contains("egress_requests_total{decision=\"allowed\"} 1"), "{metrics}");
-    assert!(metrics.contains("egress_requests_total{decision=\"refused\"} 2"), "{metrics}");
+    assert!(metrics.contains("sandkasten_egress_requests_total{decision=\"allowed\"} 1"), "{metrics}");
+    assert!(metrics.contains("sandkasten_egress_requests_total{decision=\"refused\"} 2"), "{metrics}");
     // Another tenant sees nothing of it.
     assert_eq!(world.server.call("GET", &format!("/v1/sandboxes/{id}/egress"), KEY_2, None).status, 404);
 }
@@ -698,7 +698,7 @@ fn a_pool_member_takes_the_policy_of_whoever_claims_it(tier: Tier) {
         world
             .metrics()
             .lines()
-            .find_map(|l| l.strip_prefix("pool_hits_total "))
+            .find_map(|l| l.strip_prefix("sandkasten_pool_hits_total "))
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0)
     };

@@ -47,19 +47,19 @@ fn a_gvisor_pool_member_serves_gvisor_creates_and_never_a_process_one() {
     assert_ne!(host_release(), GVISOR_RELEASE, "the host must not look like gVisor for this test to mean anything");
     let pools = "[[pools]]\nname = \"gv\"\nisolation = \"gvisor\"\nmin = 1\nmax = 1\n";
     let server = Server::start_with(pools);
-    wait_metric(&server, "pool_size{class=\"gv\"}", 1.0);
+    wait_metric(&server, "sandkasten_pool_size{class=\"gv\"}", 1.0);
 
     // A process-tier create must not take the gVisor member.
     let process = server.create(json!({ "isolation": "process" }));
-    assert_eq!(metric(&server, "pool_hits_total"), 0.0, "a process create was served by the gVisor pool");
+    assert_eq!(metric(&server, "sandkasten_pool_hits_total"), 0.0, "a process create was served by the gVisor pool");
     assert_eq!(uname_in(&server, &process), host_release());
 
-    let hits_before = metric(&server, "pool_hits_total");
+    let hits_before = metric(&server, "sandkasten_pool_hits_total");
     let reply = server.call("POST", "/v1/sandboxes", KEY_1, Some(json!({ "isolation": "gvisor" })));
     assert_eq!(reply.status, 201, "{reply:?}");
     assert_eq!(reply.json["isolation"], "gvisor", "{reply:?}");
     let id = reply.json["id"].as_str().expect("id").to_owned();
-    assert_eq!(metric(&server, "pool_hits_total"), hits_before + 1.0, "the gVisor create missed its pool");
+    assert_eq!(metric(&server, "sandkasten_pool_hits_total"), hits_before + 1.0, "the gVisor create missed its pool");
     assert_eq!(uname_in(&server, &id), GVISOR_RELEASE, "the pooled member is not a gVisor sandbox");
 
     for id in [&process, &id] {

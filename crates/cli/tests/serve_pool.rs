@@ -23,7 +23,7 @@ fn pool(min: usize, max: usize) -> String {
 }
 
 fn pool_size(server: &Server) -> f64 {
-    metric(server, "pool_size{class=\"std\"}")
+    metric(server, "sandkasten_pool_size{class=\"std\"}")
 }
 
 /// Waits (up to 20 s) until the pool holds `want` ready sandboxes.
@@ -88,7 +88,7 @@ fn concurrent_callers_get_distinct_sandboxes_from_the_pool() {
         (first.join().unwrap(), second.join().unwrap())
     });
     assert_ne!(a, b);
-    assert!(metric(&server, "pool_hits_total") >= 2.0, "both creates were pool hits");
+    assert!(metric(&server, "sandkasten_pool_hits_total") >= 2.0, "both creates were pool hits");
     let wrote = server.exec(&a, "echo mine > /tmp/marker && cat /tmp/marker");
     assert_eq!(wrote.json["stdout"], "mine\n", "{wrote:?}");
     let other = server.exec(&b, "test -e /tmp/marker && echo visible || echo absent");
@@ -113,7 +113,7 @@ fn a_used_sandbox_never_returns_to_the_pool() {
         delete(&server, KEY_1, &id);
         assert_sandbox_gone(&id);
     }
-    assert!(metric(&server, "pool_hits_total") >= 3.0);
+    assert!(metric(&server, "sandkasten_pool_hits_total") >= 3.0);
 }
 
 #[test]
@@ -161,18 +161,19 @@ fn the_pool_refills_after_a_burst_and_runs_use_it() {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     assert_eq!(ids.iter().collect::<BTreeSet<_>>().len(), 5, "{ids:?}");
-    let (hits, misses) = (metric(&server, "pool_hits_total"), metric(&server, "pool_misses_total"));
+    let (hits, misses) =
+        (metric(&server, "sandkasten_pool_hits_total"), metric(&server, "sandkasten_pool_misses_total"));
     assert_eq!(hits + misses, 5.0, "hits {hits}, misses {misses}");
     assert!(hits >= 3.0, "hits {hits}");
     // Each miss raised the pool's target by one (up to max): it refills past min.
     let target = (3.0 + misses).min(6.0);
-    assert_eq!(metric(&server, "pool_target{class=\"std\"}"), target);
+    assert_eq!(metric(&server, "sandkasten_pool_target{class=\"std\"}"), target);
     wait_pool_size(&server, target);
-    assert!(metric(&server, "pool_refill_seconds_count") >= 3.0 + target);
+    assert!(metric(&server, "sandkasten_pool_refill_seconds_count") >= 3.0 + target);
     let run = server.call("POST", "/v1/run", KEY_1, Some(json!({"language": "bash", "code": "echo hi"})));
     assert_eq!(run.status, 200, "{run:?}");
     assert_eq!(run.json["stdout"], "hi\n", "{run:?}");
-    assert!(metric(&server, "pool_hits_total") > hits, "POST /v1/run took a pool sandbox");
+    assert!(metric(&server, "sandkasten_pool_hits_total") > hits, "POST /v1/run took a pool sandbox");
     for id in &ids {
         delete(&server, KEY_1, id);
     }
@@ -282,13 +283,14 @@ fn python_runs_fork_from_the_pool_zygote() {
     let _lock = common::shared_lock();
     let server = Server::start_with(&zygote_pool(2, 4));
     wait_pool_size(&server, 2.0);
-    let (hits, forks) = (metric(&server, "pool_hits_total"), metric(&server, "zygote_runs_total"));
+    let (hits, forks) =
+        (metric(&server, "sandkasten_pool_hits_total"), metric(&server, "sandkasten_zygote_runs_total"));
     let four = run_python(&server, "import json\nprint(2+2)", None);
     assert_eq!(four.json["stdout"], "4\n", "{four:?}");
     assert_eq!(four.json["exit_code"], 0, "{four:?}");
     assert_eq!(four.json["timed_out"], false, "{four:?}");
-    assert!(metric(&server, "pool_hits_total") > hits, "the run took a pool sandbox");
-    assert!(metric(&server, "zygote_runs_total") > forks, "the run forked from the zygote");
+    assert!(metric(&server, "sandkasten_pool_hits_total") > hits, "the run took a pool sandbox");
+    assert!(metric(&server, "sandkasten_zygote_runs_total") > forks, "the run forked from the zygote");
     assert_sandbox_gone(four.json["sandbox_id"].as_str().expect("sandbox_id"));
 
     wait_pool_size(&server, 2.0);
@@ -317,7 +319,7 @@ fn python_runs_fork_from_the_pool_zygote() {
     assert_eq!(killed.json["signal"], 9, "{killed:?}");
     assert_eq!(killed.json["exit_code"], serde_json::Value::Null, "{killed:?}");
     assert_eq!(killed.json["timed_out"], false, "{killed:?}");
-    assert!(metric(&server, "zygote_runs_total") >= forks + 6.0);
+    assert!(metric(&server, "sandkasten_zygote_runs_total") >= forks + 6.0);
 }
 
 #[test]
@@ -327,21 +329,21 @@ fn a_zygote_run_past_its_time_limit_is_killed_with_its_sandbox() {
     // Runs take a pool's sandboxes when their limits equal the pool's: this pool's runs have a 1 s time limit.
     let server = Server::start_with(&format!("{}limits = {{ timeout_ms = 1000 }}\n", zygote_pool(1, 2)));
     wait_pool_size(&server, 1.0);
-    let forks = metric(&server, "zygote_runs_total");
+    let forks = metric(&server, "sandkasten_zygote_runs_total");
     let started = Instant::now();
     let spin =
         run_python(&server, "print('spinning', flush=True)\nwhile True: pass", Some(json!({"timeout_ms": 1000})));
     assert_eq!(spin.json["timed_out"], true, "{spin:?}");
     assert_eq!(spin.json["stdout"], "spinning\n", "{spin:?}");
     assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
-    assert!(metric(&server, "zygote_runs_total") > forks);
+    assert!(metric(&server, "sandkasten_zygote_runs_total") > forks);
     assert_sandbox_gone(spin.json["sandbox_id"].as_str().expect("sandbox_id"));
     // A plain create from a zygote pool gets a sandbox without the zygote running in it.
     wait_pool_size(&server, 1.0);
-    let hits = metric(&server, "pool_hits_total");
+    let hits = metric(&server, "sandkasten_pool_hits_total");
     let created = server.call("POST", "/v1/sandboxes", KEY_1, Some(json!({"limits": {"timeout_ms": 1000}})));
     assert_eq!(created.status, 201, "{created:?}");
-    assert!(metric(&server, "pool_hits_total") > hits, "the create took a pool sandbox");
+    assert!(metric(&server, "sandkasten_pool_hits_total") > hits, "the create took a pool sandbox");
     let id = created.json["id"].as_str().expect("id").to_owned();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -374,11 +376,12 @@ fn node_runs_start_from_the_pool_zygote_and_share_nothing() {
     let _lock = common::shared_lock();
     let server = Server::start_with(&node_zygote_pool(2, 4));
     wait_pool_size(&server, 2.0);
-    let (hits, forks) = (metric(&server, "pool_hits_total"), metric(&server, "zygote_runs_total"));
+    let (hits, forks) =
+        (metric(&server, "sandkasten_pool_hits_total"), metric(&server, "sandkasten_zygote_runs_total"));
     let four = run_code(&server, "node", "console.log(2 + 2)");
     assert_eq!((four.json["stdout"].as_str(), four.json["exit_code"].as_i64()), (Some("4\n"), Some(0)), "{four:?}");
-    assert!(metric(&server, "pool_hits_total") > hits, "the run took a pool sandbox");
-    assert!(metric(&server, "zygote_runs_total") > forks, "the run went to the zygote");
+    assert!(metric(&server, "sandkasten_pool_hits_total") > hits, "the run took a pool sandbox");
+    assert!(metric(&server, "sandkasten_zygote_runs_total") > forks, "the run went to the zygote");
     assert_sandbox_gone(four.json["sandbox_id"].as_str().expect("sandbox_id"));
 
     // What `node /tmp/main.js` shows, and nothing of the zygote.
@@ -423,11 +426,11 @@ fn node_runs_start_from_the_pool_zygote_and_share_nothing() {
     wait_pool_size(&server, 2.0);
     let killed = run_code(&server, "node", "process.kill(process.pid, 'SIGKILL')");
     assert_eq!((killed.json["signal"].as_i64(), killed.json["timed_out"].as_bool()), (Some(9), Some(false)));
-    assert!(metric(&server, "zygote_runs_total") >= forks + 6.0);
+    assert!(metric(&server, "sandkasten_zygote_runs_total") >= forks + 6.0);
 
     // Python code on a Node pool member runs plainly, and the Node zygote is not left running beside it.
     wait_pool_size(&server, 2.0);
-    let forks = metric(&server, "zygote_runs_total");
+    let forks = metric(&server, "sandkasten_zygote_runs_total");
     let python = run_code(
         &server,
         "python",
@@ -437,7 +440,7 @@ fn node_runs_start_from_the_pool_zygote_and_share_nothing() {
     );
     let live = python.json["stdout"].as_str().unwrap_or_default();
     assert!(live.contains("python3") && !live.contains("node"), "{python:?}");
-    assert_eq!(metric(&server, "zygote_runs_total"), forks, "Python never goes to a Node zygote");
+    assert_eq!(metric(&server, "sandkasten_zygote_runs_total"), forks, "Python never goes to a Node zygote");
 }
 
 #[test]
@@ -457,7 +460,7 @@ fn an_e2b_pool_serves_the_facades_creates_with_the_e2b_layout() {
     assert_eq!(reply.status(), 201);
     let body: serde_json::Value = reply.body_mut().read_json().expect("the create answer");
     let id = body["sandboxID"].as_str().expect("sandboxID").to_owned();
-    assert_eq!(metric(&server, "pool_hits_total"), 1.0, "the facade's create was a pool hit");
+    assert_eq!(metric(&server, "sandkasten_pool_hits_total"), 1.0, "the facade's create was a pool hit");
     let layout = server.exec(&id, "whoami; pwd; echo $HOME; stat -c %U /home/user");
     assert_eq!(layout.json["stdout"], "user\n/home/user\n/home/user\nuser\n", "{layout:?}");
     delete(&server, KEY_1, &id);
@@ -511,9 +514,9 @@ fn a_context_on_a_zygote_member_adopts_its_spare_kernel_and_shares_nothing() {
     let _lock = common::shared_lock();
     let server = Server::start_with(&fractions_pool(2, 3));
     wait_pool_size(&server, 2.0);
-    let hits = metric(&server, "pool_hits_total");
+    let hits = metric(&server, "sandkasten_pool_hits_total");
     let first = create_as(&server, KEY_1);
-    assert!(metric(&server, "pool_hits_total") > hits, "the create took a pool sandbox");
+    assert!(metric(&server, "sandkasten_pool_hits_total") > hits, "the create took a pool sandbox");
     // The spare was started before the claim; the context's kernel is that very process.
     let spare = kernels_of(&first, "Python");
     assert_eq!(spare.len(), 1, "one spare kernel waits in the claimed member: {spare:?}");
@@ -582,9 +585,9 @@ fn a_run_discards_the_spare_kernel_and_a_node_context_adopts_its_own() {
     let probe = "import os\nkernels = 0\nfor p in filter(str.isdigit, os.listdir('/proc')):\n    try:\n        \
                  kernels += b'sandkasten Python kernel' in open(f'/proc/{p}/cmdline', 'rb').read()\n    \
                  except OSError:\n        pass\nprint(kernels)";
-    let forks = metric(&server, "zygote_runs_total");
+    let forks = metric(&server, "sandkasten_zygote_runs_total");
     let ran = run_python(&server, probe, None);
-    assert!(metric(&server, "zygote_runs_total") > forks, "the run used the zygote");
+    assert!(metric(&server, "sandkasten_zygote_runs_total") > forks, "the run used the zygote");
     assert_eq!(ran.json["stdout"], "0\n", "{ran:?}");
     assert_sandbox_gone(ran.json["sandbox_id"].as_str().expect("sandbox_id"));
     drop(server);

@@ -39,18 +39,19 @@ fn run_with_a_server_uses_its_pool_and_zygote() {
     let _lock = common::shared_lock();
     let server = Server::start_with(POOL);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while metric(&server, "pool_size{class=\"std\"}") < 2.0 {
+    while metric(&server, "sandkasten_pool_size{class=\"std\"}") < 2.0 {
         assert!(std::time::Instant::now() < deadline, "the pool did not fill");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let (hits, forks) = (metric(&server, "pool_hits_total"), metric(&server, "zygote_runs_total"));
+    let (hits, forks) =
+        (metric(&server, "sandkasten_pool_hits_total"), metric(&server, "sandkasten_zygote_runs_total"));
     let out = Cli::new(["run", "--lang", "python", "--code", "print(2+2)"])
         .env("SANDKASTEN_SERVER", &server.url)
         .env("SANDKASTEN_API_KEY", KEY_1)
         .output_unlocked();
     assert_eq!((out.code, out.stdout_text().as_str()), (0, "4\n"), "{}", out.describe());
-    assert!(metric(&server, "pool_hits_total") > hits, "the run took a pool sandbox");
-    assert!(metric(&server, "zygote_runs_total") > forks, "the run forked from the zygote");
+    assert!(metric(&server, "sandkasten_pool_hits_total") > hits, "the run took a pool sandbox");
+    assert!(metric(&server, "sandkasten_zygote_runs_total") > forks, "the run forked from the zygote");
 }
 
 #[test]
@@ -71,7 +72,7 @@ fn run_with_a_server_prints_and_exits_as_the_local_path() {
         (&["--", "sh", "-c", "echo $0; exit 7"], None, 7),
         (&["--env", "GREETING=hi", "--", "sh", "-c", "echo $GREETING"], None, 0),
     ];
-    let finished = "sandbox_exits_total{reason=\"run_finished\"}";
+    let finished = "sandkasten_sandbox_exits_total{reason=\"run_finished\"}";
     let runs_before = metric(&server, finished);
     for (args, stdin, code) in cases {
         let (local, remote) = both(&server, args, *stdin);

@@ -60,6 +60,7 @@ const PER_TIER_SUITES: &[&str] = &[
 
 /// Behaviour suites (by file name) that are not per tier, and why.
 const NOT_PER_TIER: &[(&str, &str)] = &[
+    ("serve_connections.rs", "the HTTP server's connection limits hold before any sandbox exists: no tier is involved"),
     (
         "serve_crash.rs",
         "not per tier yet: the server's crash and restart with gVisor sandboxes is the issue's own leak item",

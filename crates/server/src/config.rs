@@ -20,13 +20,21 @@
 //! admin = false                                   # may resize the warm pools (PUT /v1/pools/{name})
 //!
 //! [[pools]]                                       # warm pool (none by default): sandboxes created ahead of time
-//! name = "default"                                # label of the pool_size metric; default "pool-N"
+//! name = "default"                                # label of the sandkasten_pool_size metric; default "pool-N"
 //! isolation = "process"                           # tier of its members; default [defaults] isolation
 //! limits = { memory_bytes = 268435456 }           # omitted fields take their defaults, as in POST /v1/sandboxes
 //! min = 2                                         # ready sandboxes kept (refilled in the background)
 //! max = 8                                         # never more than this many, ready or being created
 //! zygote = "python"                               # optional: "python" or "node", an interpreter waiting in each member
 //! preload = ["json"]                              # modules the zygote imports ahead of time (needs zygote)
+//!
+//! [metrics]
+//! require_auth = false                            # true: GET /metrics needs an API key (any tenant's)
+//!
+//! [http]
+//! header_read_timeout_ms = 10000                  # a request head must arrive within this (else: closed)
+//! max_connections = 4096                          # open at once (beyond: they wait in the backlog)
+//! max_connections_per_client = 512                # open at once from one address (beyond: closed)
 //!
 //! [egress]                                        # the egress proxy (sandboxes with a network policy other than none)
 //! hosts = { "allowed.test" = ["10.200.1.2"] }     # static resolver entries (air-gapped setups, tests)
@@ -139,6 +147,9 @@ pub enum ConfigError {
     /// An isolation tier this build cannot run is configured (`microvm`, `auto`), or one this host cannot.
     #[error("{0}")]
     Isolation(String),
+    /// The `[http]` table is unusable, or the process may not open enough descriptors for it.
+    #[error("[http] {0}")]
+    Http(String),
     /// A `[[pools]]` entry is unusable.
     #[error("pool {name:?}: {problem}")]
     Pool {
@@ -226,7 +237,7 @@ pub const MAX_POOL_SIZE: usize = 1024;
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PoolConfig {
-    /// Name (the `class` label of `pool_size`). Default `pool-N` (N = position in the file, from 1).
+    /// Name (the `class` label of `sandkasten_pool_size`). Default `pool-N` (N = position in the file, from 1).
     #[serde(default)]
     pub name: Option<String>,
     /// Isolation tier of the pool's sandboxes. Default `[defaults] isolation`.
@@ -351,6 +362,61 @@ pub struct ServerConfig {
     /// How the gvisor tier runs runsc: `[gvisor] runsc = "/usr/bin/runsc"`, `platform = "systrap"` (or `"ptrace"`).
     #[serde(default)]
     pub gvisor: sandkasten_types::GvisorSettings,
+    /// The `/metrics` endpoint (`[metrics] require_auth = true`).
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+    /// Connections of the HTTP server (`[http]`): the header-read timeout and the connection caps.
+    #[serde(default)]
+    pub http: HttpConfig,
+}
+
+/// The HTTP server's connections (`[http]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// A connection whose request head (line and headers) has not arrived this many milliseconds after it opened,
+    /// or after its previous response, is closed. Default 10 000.
+    pub header_read_timeout_ms: u64,
+    /// Connections open at once; beyond it new ones wait in the kernel's backlog. Default 4096.
+    pub max_connections: usize,
+    /// Connections open at once from one client address; more are closed at once. Default 512.
+    pub max_connections_per_client: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig { header_read_timeout_ms: 10_000, max_connections: 4096, max_connections_per_client: 512 }
+    }
+}
+
+impl HttpConfig {
+    /// Why these values are unusable.
+    fn problem(&self) -> Option<String> {
+        let HttpConfig { header_read_timeout_ms, max_connections, max_connections_per_client } = *self;
+        if !(100..=600_000).contains(&header_read_timeout_ms) {
+            return Some(format!("header_read_timeout_ms must be 100 to 600000, got {header_read_timeout_ms}"));
+        }
+        if !(1..=1 << 20).contains(&max_connections) {
+            return Some(format!("max_connections must be 1 to 1048576, got {max_connections}"));
+        }
+        if !(1..=max_connections).contains(&max_connections_per_client) {
+            return Some(format!(
+                "max_connections_per_client must be 1 to max_connections ({max_connections}), got \
+                 {max_connections_per_client}"
+            ));
+        }
+        None
+    }
+}
+
+/// The Prometheus endpoint `GET /metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Require an API key (any tenant's, `Authorization: Bearer KEY`) to read `/metrics`. Default false: a scraper
+    /// on a trusted network reads it without one.
+    #[serde(default)]
+    pub require_auth: bool,
 }
 
 fn default_listen() -> String {
@@ -396,6 +462,8 @@ impl Default for ServerConfig {
             defaults: Defaults::default(),
             tenants: Vec::new(),
             pools: Vec::new(),
+            metrics: MetricsConfig::default(),
+            http: HttpConfig::default(),
             egress: sandkasten_egress::EgressConfig::default(),
             gvisor: sandkasten_types::GvisorSettings::default(),
         }
@@ -476,6 +544,9 @@ impl ServerConfig {
             if !(1..=max).contains(&got) {
                 return Err(ConfigError::Size { name, max, got });
             }
+        }
+        if let Some(problem) = self.http.problem() {
+            return Err(ConfigError::Http(problem));
         }
         if let Some(got) = self.max_pids
             && !(1..=sandkasten_types::MAX_PIDS).contains(&got)

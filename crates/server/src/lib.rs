@@ -11,6 +11,7 @@ pub mod clock;
 pub mod config;
 mod e2b;
 pub mod egress;
+mod http_serve;
 pub mod ids;
 pub mod lifecycle;
 mod metrics;
@@ -98,6 +99,33 @@ fn check_tiers(config: &ServerConfig, runtime: &dyn SandboxRuntime) -> Result<()
     Ok(())
 }
 
+/// Descriptors the server needs besides its connections (database, spawner, agents' channels, egress listeners).
+const OTHER_DESCRIPTORS: u64 = 4096;
+
+/// Raises this process's `RLIMIT_NOFILE` soft limit to its hard limit, and refuses to start when that is still too
+/// few for `max_connections` and everything else (so running out is a configuration error at start, not a silent
+/// failure under load).
+fn reserve_descriptors(max_connections: usize) -> Result<(), ConfigError> {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    let hard = limit.maximum.unwrap_or(u64::MAX);
+    if limit.current.is_some_and(|soft| soft < hard) {
+        limit.current = Some(hard);
+        if let Err(error) = setrlimit(Resource::Nofile, limit) {
+            tracing::warn!(%error, "could not raise RLIMIT_NOFILE to its hard limit");
+        }
+    }
+    let soft = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    let needed = (max_connections as u64).saturating_add(OTHER_DESCRIPTORS);
+    if soft < needed {
+        return Err(ConfigError::Http(format!(
+            "max_connections = {max_connections} needs {needed} file descriptors, but RLIMIT_NOFILE allows {soft}: \
+             lower max_connections or raise the limit (ulimit -n, LimitNOFILE= in systemd)"
+        )));
+    }
+    Ok(())
+}
+
 /// Runs the server on a bound listener: checks that the configured tiers run here, opens the store, reconciles it
 /// with the runtime, starts the expiry sweeper and the warm pools' refill task, and serves until `shutdown`
 /// completes. Shutdown stops accepting connections and waits for the requests in flight; it destroys no sandbox (they
@@ -110,6 +138,7 @@ pub async fn serve_on(
 ) -> Result<(), ServerError> {
     config.validate()?;
     check_tiers(&config, runtime.as_ref())?;
+    reserve_descriptors(config.http.max_connections)?;
     let store =
         Store::open(&config.database).map_err(|source| ServerError::Store { path: config.database.clone(), source })?;
     let state =
@@ -124,7 +153,7 @@ pub async fn serve_on(
     let sweeper = tokio::spawn(lifecycle::expiry::run(state.clone()));
     let refill = tokio::spawn(lifecycle::refill::run(state.clone()));
     let audit = state.audit_writer().map(tokio::spawn);
-    let result = axum::serve(listener, router(state.clone())).with_graceful_shutdown(shutdown).await;
+    let result = http_serve::serve(listener, router(state.clone()), config.http, shutdown).await;
     sweeper.abort();
     refill.abort();
     if let Some(audit) = audit {

@@ -1,67 +1,67 @@
 //! Prometheus metrics of one server: a private recorder (not the process-global one, so that several routers in one
 //! test process do not mix their numbers), rendered at `GET /metrics`.
 //!
-//! - `sandboxes_active` (gauge): running sandboxes, refreshed from the store at each scrape
-//! - `sandbox_creates_total` (counter): sandboxes created
-//! - `sandbox_create_seconds` (histogram): wall time of the runtime's create (`POST /v1/sandboxes`, `/v1/run`)
-//! - `sandbox_exits_total{reason}` (counter): sandboxes that ended: `deleted`, `expired`, `lost`, `run_finished`
-//! - `exec_duration_seconds` (histogram): wall time of commands (`/exec` and `/v1/run`)
-//! - `exec_phase_seconds{phase}` (histogram): `/exec` only: `first_output` = time to the first output chunk
+//! - `sandkasten_sandboxes_active` (gauge): running sandboxes, refreshed from the store at each scrape
+//! - `sandkasten_sandbox_creates_total` (counter): sandboxes created
+//! - `sandkasten_sandbox_create_seconds` (histogram): wall time of the runtime's create (`POST /v1/sandboxes`, `/v1/run`)
+//! - `sandkasten_sandbox_exits_total{reason}` (counter): sandboxes that ended: `deleted`, `expired`, `lost`, `run_finished`
+//! - `sandkasten_exec_duration_seconds` (histogram): wall time of commands (`/exec` and `/v1/run`)
+//! - `sandkasten_exec_phase_seconds{phase}` (histogram): `/exec` only: `first_output` = time to the first output chunk
 //!   (commands without output add nothing), `total` = the whole command
-//! - `run_phase_seconds{phase}` (histogram): `POST /v1/run`, cumulative from the request: `allocate` (sandbox created or
+//! - `sandkasten_run_phase_seconds{phase}` (histogram): `POST /v1/run`, cumulative from the request: `allocate` (sandbox created or
 //!   claimed from a pool), `files_ready`, `first_output` (runs with output only), `total` (the command's end)
-//! - `limit_kills_total{kind}` (counter): executions stopped by a limit; `time` = an exec, a background command or a
+//! - `sandkasten_limit_kills_total{kind}` (counter): executions stopped by a limit; `time` = an exec, a background command or a
 //!   code cell stopped at its timeout (output truncation is not a kill and is not counted)
-//! - `commands_running` (gauge): background commands running now
-//! - `errors_total{code}` (counter): error responses by API error code
-//! - `pool_hits_total` / `pool_misses_total` (counters): creates served by a warm pool / creates whose spec a pool
+//! - `sandkasten_commands_running` (gauge): background commands running now
+//! - `sandkasten_errors_total{code}` (counter): error responses by API error code
+//! - `sandkasten_pool_hits_total` / `sandkasten_pool_misses_total` (counters): creates served by a warm pool / creates whose spec a pool
 //!   serves but that found it empty (specs no pool serves count as neither)
-//! - `pool_size{class}` (gauge): ready members of each pool
-//! - `pool_target{class}` (gauge): ready members each pool refills to now (`min`, raised by recent misses up to `max`)
-//! - `pool_refill_seconds` (histogram): wall time of creating one pool member (and starting its zygote)
-//! - `zygote_runs_total` (counter): `POST /v1/run` executions handed to a pool member's zygote (forked from it)
+//! - `sandkasten_pool_size{class}` (gauge): ready members of each pool
+//! - `sandkasten_pool_target{class}` (gauge): ready members each pool refills to now (`min`, raised by recent misses up to `max`)
+//! - `sandkasten_pool_refill_seconds` (histogram): wall time of creating one pool member (and starting its zygote)
+//! - `sandkasten_zygote_runs_total` (counter): `POST /v1/run` executions handed to a pool member's zygote (forked from it)
 //!
-//! - `egress_requests_total{decision}` (counter): connection attempts through the egress proxy, `allowed`,
+//! - `sandkasten_egress_requests_total{decision}` (counter): connection attempts through the egress proxy, `allowed`,
 //!   `refused` (policy or address check) or `failed` (allowed, but the name did not resolve or the host did not answer)
-//! - `egress_bytes_total{direction}` (counter): bytes through the proxy, `up` (sandbox → host) or `down`
-//! - `egress_audit_dropped_total` (counter): audit events dropped because the audit writer fell behind
+//! - `sandkasten_egress_bytes_total{direction}` (counter): bytes through the proxy, `up` (sandbox → host) or `down`
+//! - `sandkasten_egress_audit_dropped_total` (counter): audit events dropped because the audit writer fell behind
 //!
-//! On a pool hit `sandbox_create_seconds` records the claim (taking a ready member), not the member's creation.
+//! On a pool hit `sandkasten_sandbox_create_seconds` records the claim (taking a ready member), not the member's creation.
 
 use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
 use sandkasten_types::LimitKind;
 
-const SANDBOXES_ACTIVE: &str = "sandboxes_active";
-const SANDBOX_CREATES: &str = "sandbox_creates_total";
-const EXEC_DURATION: &str = "exec_duration_seconds";
-const ERRORS: &str = "errors_total";
-const COMMANDS_RUNNING: &str = "commands_running";
-const SANDBOX_CREATE_SECONDS: &str = "sandbox_create_seconds";
-const SANDBOX_EXITS: &str = "sandbox_exits_total";
-const EXEC_PHASE: &str = "exec_phase_seconds";
-const LIMIT_KILLS: &str = "limit_kills_total";
-const POOL_HITS: &str = "pool_hits_total";
-const POOL_MISSES: &str = "pool_misses_total";
-const POOL_SIZE: &str = "pool_size";
-const POOL_TARGET: &str = "pool_target";
-const POOL_REFILL_SECONDS: &str = "pool_refill_seconds";
-const ZYGOTE_RUNS: &str = "zygote_runs_total";
-const RUN_PHASE: &str = "run_phase_seconds";
-const EGRESS_REQUESTS: &str = "egress_requests_total";
-const EGRESS_BYTES: &str = "egress_bytes_total";
-const EGRESS_AUDIT_DROPPED: &str = "egress_audit_dropped_total";
+const SANDBOXES_ACTIVE: &str = "sandkasten_sandboxes_active";
+const SANDBOX_CREATES: &str = "sandkasten_sandbox_creates_total";
+const EXEC_DURATION: &str = "sandkasten_exec_duration_seconds";
+const ERRORS: &str = "sandkasten_errors_total";
+const COMMANDS_RUNNING: &str = "sandkasten_commands_running";
+const SANDBOX_CREATE_SECONDS: &str = "sandkasten_sandbox_create_seconds";
+const SANDBOX_EXITS: &str = "sandkasten_sandbox_exits_total";
+const EXEC_PHASE: &str = "sandkasten_exec_phase_seconds";
+const LIMIT_KILLS: &str = "sandkasten_limit_kills_total";
+const POOL_HITS: &str = "sandkasten_pool_hits_total";
+const POOL_MISSES: &str = "sandkasten_pool_misses_total";
+const POOL_SIZE: &str = "sandkasten_pool_size";
+const POOL_TARGET: &str = "sandkasten_pool_target";
+const POOL_REFILL_SECONDS: &str = "sandkasten_pool_refill_seconds";
+const ZYGOTE_RUNS: &str = "sandkasten_zygote_runs_total";
+const RUN_PHASE: &str = "sandkasten_run_phase_seconds";
+const EGRESS_REQUESTS: &str = "sandkasten_egress_requests_total";
+const EGRESS_BYTES: &str = "sandkasten_egress_bytes_total";
+const EGRESS_AUDIT_DROPPED: &str = "sandkasten_egress_audit_dropped_total";
 
-/// Histogram buckets of `exec_duration_seconds` and `exec_phase_seconds`.
+/// Histogram buckets of `sandkasten_exec_duration_seconds` and `sandkasten_exec_phase_seconds`.
 const EXEC_BUCKETS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 300.0];
 
-/// Histogram buckets of `run_phase_seconds` (a pool hit's allocate is well under a millisecond).
+/// Histogram buckets of `sandkasten_run_phase_seconds` (a pool hit's allocate is well under a millisecond).
 const RUN_BUCKETS: [f64; 14] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0];
 
-/// Histogram buckets of `sandbox_create_seconds`.
+/// Histogram buckets of `sandkasten_sandbox_create_seconds`.
 const CREATE_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
-/// A phase of an `/exec` command (`exec_phase_seconds{phase}`).
+/// A phase of an `/exec` command (`sandkasten_exec_phase_seconds{phase}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExecPhase {
     /// From the start to the first output chunk.
@@ -80,7 +80,7 @@ impl ExecPhase {
     }
 }
 
-/// Why a sandbox ended (`sandbox_exits_total{reason}`).
+/// Why a sandbox ended (`sandkasten_sandbox_exits_total{reason}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitReason {
     /// `DELETE /v1/sandboxes/{id}`.
@@ -325,27 +325,27 @@ mod tests {
         metrics.egress_attempt("allowed", 10, 200);
         let text = metrics.render(3);
         for needle in [
-            "sandboxes_active 3",
-            "sandbox_creates_total 1",
-            "exec_duration_seconds_bucket{le=\"0.025\"} 1",
-            "errors_total{code=\"not_found\"} 1",
-            "commands_running 1",
-            "sandbox_create_seconds_bucket{le=\"0.05\"} 1",
-            "exec_phase_seconds_bucket{phase=\"first_output\",le=\"0.005\"} 1",
-            "exec_phase_seconds_count{phase=\"total\"} 1",
-            "limit_kills_total{kind=\"time\"} 1",
-            "sandbox_exits_total{reason=\"expired\"} 2",
-            "sandbox_exits_total{reason=\"deleted\"} 0",
-            "sandbox_exits_total{reason=\"run_finished\"} 0",
-            "pool_hits_total 1",
-            "pool_misses_total 2",
-            "pool_size{class=\"small\"} 2",
-            "pool_target{class=\"small\"} 3",
-            "pool_refill_seconds_bucket{le=\"0.025\"} 1",
-            "egress_requests_total{decision=\"refused\"} 1",
-            "egress_bytes_total{direction=\"down\"} 200",
-            "egress_audit_dropped_total 0",
-            "run_phase_seconds_bucket{phase=\"allocate\",le=\"0.0005\"} 1",
+            "sandkasten_sandboxes_active 3",
+            "sandkasten_sandbox_creates_total 1",
+            "sandkasten_exec_duration_seconds_bucket{le=\"0.025\"} 1",
+            "sandkasten_errors_total{code=\"not_found\"} 1",
+            "sandkasten_commands_running 1",
+            "sandkasten_sandbox_create_seconds_bucket{le=\"0.05\"} 1",
+            "sandkasten_exec_phase_seconds_bucket{phase=\"first_output\",le=\"0.005\"} 1",
+            "sandkasten_exec_phase_seconds_count{phase=\"total\"} 1",
+            "sandkasten_limit_kills_total{kind=\"time\"} 1",
+            "sandkasten_sandbox_exits_total{reason=\"expired\"} 2",
+            "sandkasten_sandbox_exits_total{reason=\"deleted\"} 0",
+            "sandkasten_sandbox_exits_total{reason=\"run_finished\"} 0",
+            "sandkasten_pool_hits_total 1",
+            "sandkasten_pool_misses_total 2",
+            "sandkasten_pool_size{class=\"small\"} 2",
+            "sandkasten_pool_target{class=\"small\"} 3",
+            "sandkasten_pool_refill_seconds_bucket{le=\"0.025\"} 1",
+            "sandkasten_egress_requests_total{decision=\"refused\"} 1",
+            "sandkasten_egress_bytes_total{direction=\"down\"} 200",
+            "sandkasten_egress_audit_dropped_total 0",
+            "sandkasten_run_phase_seconds_bucket{phase=\"allocate\",le=\"0.0005\"} 1",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }

@@ -32,6 +32,8 @@ pub struct Settings {
     pub isolation: Tier,
     /// Largest `limits.pids` of one sandbox the config allows (the runtime's own cap applies too).
     pub max_pids: Option<u64>,
+    /// `GET /metrics` needs an API key.
+    pub metrics_require_auth: bool,
 }
 
 impl Settings {
@@ -44,6 +46,7 @@ impl Settings {
             max_json_bytes: config.max_json_bytes,
             isolation: config.defaults.isolation,
             max_pids: config.max_pids,
+            metrics_require_auth: config.metrics.require_auth,
         }
     }
 }

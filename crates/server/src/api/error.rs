@@ -110,7 +110,7 @@ pub struct ApiError {
     pub message: String,
 }
 
-/// Marks an error response with its code's wire name, for the errors metric (`errors_total{code}`); the E2B
+/// Marks an error response with its code's wire name, for the errors metric (`sandkasten_errors_total{code}`); the E2B
 /// facade's answers carry their Connect code names.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ErrorTag(pub(crate) &'static str);

@@ -77,9 +77,14 @@ pub fn router(state: AppState) -> Router {
         .route("/pools", get(pools::list))
         .route("/pools/{name}", axum::routing::put(pools::resize))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate::require_tenant));
+    let metrics = match state.settings().metrics_require_auth {
+        true => get(service::metrics)
+            .route_layer(middleware::from_fn_with_state(state.clone(), authenticate::require_tenant)),
+        false => get(service::metrics),
+    };
     Router::new()
         .route("/healthz", get(service::healthz))
-        .route("/metrics", get(service::metrics))
+        .route("/metrics", metrics)
         .route("/openapi.json", get(openapi::openapi))
         .nest("/v1", v1)
         .merge(crate::e2b::routes(&state))

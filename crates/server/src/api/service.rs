@@ -1,4 +1,6 @@
-//! Routes outside `/v1` that need no API key: health and Prometheus metrics (the OpenAPI description is `openapi`'s).
+//! Routes outside `/v1` that need no API key: health and Prometheus metrics (unless `[metrics] require_auth`; the
+//! OpenAPI description is `openapi`'s). Every metric is named `sandkasten_*`, so it cannot collide with another
+//! exporter's on a shared Prometheus.
 
 use axum::Json;
 use axum::extract::State;

@@ -68,7 +68,7 @@ pub(crate) struct Snapshot {
 /// One pool: ready sandboxes of one spec.
 #[derive(Debug)]
 pub(crate) struct PoolClass {
-    /// Name (the `class` label of `pool_size`).
+    /// Name (the `class` label of `sandkasten_pool_size`).
     pub(crate) name: String,
     /// What every sandbox of the pool is created with (its `env` is empty).
     pub(crate) spec: SandboxSpec,

@@ -250,7 +250,7 @@ async fn deleting_the_sandbox_ends_its_commands_and_records_them() {
     let id = h.create(KEY_A, json!({})).await;
     let command = start(&h, &id, json!({"argv": ["cat"]})).await;
     let metrics = h.call("GET", "/metrics", None, Body::empty()).await.text();
-    assert!(metrics.contains("commands_running 1"), "{metrics}");
+    assert!(metrics.contains("sandkasten_commands_running 1"), "{metrics}");
     let request = Request::get(format!("/v1/sandboxes/{id}/commands/{command}/stream"))
         .header("authorization", format!("Bearer {KEY_A}"))
         .body(Body::empty())
@@ -268,7 +268,7 @@ async fn deleting_the_sandbox_ends_its_commands_and_records_them() {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let metrics = h.call("GET", "/metrics", None, Body::empty()).await.text();
-        if metrics.contains("commands_running 0") {
+        if metrics.contains("sandkasten_commands_running 0") {
             break;
         }
         assert!(Instant::now() < deadline, "{metrics}");

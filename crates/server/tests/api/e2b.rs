@@ -166,8 +166,8 @@ async fn per_sandbox_requests_need_the_token_and_a_running_sandbox() {
     assert_eq!(sandbox_call(&h, &sb, "GET", "/health", "text/plain", Vec::new()).await.status, StatusCode::BAD_GATEWAY);
     // The facade's errors are counted like the native API's, under their Connect code names.
     let metrics = h.call("GET", "/metrics", None, Body::empty()).await.text();
-    assert!(metrics.contains("errors_total{code=\"unauthenticated\"} 1"), "{metrics}");
-    assert!(metrics.contains("errors_total{code=\"unavailable\"} 2"), "{metrics}");
+    assert!(metrics.contains("sandkasten_errors_total{code=\"unauthenticated\"} 1"), "{metrics}");
+    assert!(metrics.contains("sandkasten_errors_total{code=\"unavailable\"} 2"), "{metrics}");
 }
 
 #[tokio::test]

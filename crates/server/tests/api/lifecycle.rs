@@ -122,7 +122,7 @@ async fn reconcile_marks_dead_sandboxes_lost() {
     assert_eq!(h.get(&format!("/v1/sandboxes/{dead}"), KEY_A).await.json()["state"], "lost");
     assert_eq!(h.get(&format!("/v1/sandboxes/{alive}"), KEY_A).await.json()["state"], "running");
     let metrics = h.call("GET", "/metrics", None, axum::body::Body::empty()).await.text();
-    assert!(metrics.contains("sandbox_exits_total{reason=\"lost\"} 1"), "{metrics}");
+    assert!(metrics.contains("sandkasten_sandbox_exits_total{reason=\"lost\"} 1"), "{metrics}");
 }
 
 #[tokio::test]

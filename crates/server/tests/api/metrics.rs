@@ -31,13 +31,13 @@ async fn metrics_count_creates_execs_errors_and_active_sandboxes() {
     assert_lists(
         &fresh,
         &[
-            "# TYPE limit_kills_total counter",
-            "limit_kills_total{kind=\"time\"} 0",
-            "# TYPE sandbox_exits_total counter",
-            "sandbox_exits_total{reason=\"deleted\"} 0",
-            "sandbox_exits_total{reason=\"expired\"} 0",
-            "sandbox_exits_total{reason=\"lost\"} 0",
-            "sandbox_exits_total{reason=\"run_finished\"} 0",
+            "# TYPE sandkasten_limit_kills_total counter",
+            "sandkasten_limit_kills_total{kind=\"time\"} 0",
+            "# TYPE sandkasten_sandbox_exits_total counter",
+            "sandkasten_sandbox_exits_total{reason=\"deleted\"} 0",
+            "sandkasten_sandbox_exits_total{reason=\"expired\"} 0",
+            "sandkasten_sandbox_exits_total{reason=\"lost\"} 0",
+            "sandkasten_sandbox_exits_total{reason=\"run_finished\"} 0",
         ],
     );
     let id = h.create(KEY_A, json!({})).await;
@@ -50,21 +50,21 @@ async fn metrics_count_creates_execs_errors_and_active_sandboxes() {
     assert_lists(
         &text,
         &[
-            "# TYPE sandboxes_active gauge",
-            "sandboxes_active 1",
-            "# TYPE sandbox_creates_total counter",
-            "sandbox_creates_total 2",
-            "# TYPE sandbox_create_seconds histogram",
-            "sandbox_create_seconds_count 2",
-            "# TYPE exec_duration_seconds histogram",
-            "exec_duration_seconds_count 1",
-            "# TYPE exec_phase_seconds histogram",
-            "exec_phase_seconds_count{phase=\"first_output\"} 1",
-            "exec_phase_seconds_count{phase=\"total\"} 1",
-            "sandbox_exits_total{reason=\"deleted\"} 1",
-            "limit_kills_total{kind=\"time\"} 0",
-            "errors_total{code=\"not_found\"} 1",
-            "errors_total{code=\"unauthorized\"} 1",
+            "# TYPE sandkasten_sandboxes_active gauge",
+            "sandkasten_sandboxes_active 1",
+            "# TYPE sandkasten_sandbox_creates_total counter",
+            "sandkasten_sandbox_creates_total 2",
+            "# TYPE sandkasten_sandbox_create_seconds histogram",
+            "sandkasten_sandbox_create_seconds_count 2",
+            "# TYPE sandkasten_exec_duration_seconds histogram",
+            "sandkasten_exec_duration_seconds_count 1",
+            "# TYPE sandkasten_exec_phase_seconds histogram",
+            "sandkasten_exec_phase_seconds_count{phase=\"first_output\"} 1",
+            "sandkasten_exec_phase_seconds_count{phase=\"total\"} 1",
+            "sandkasten_sandbox_exits_total{reason=\"deleted\"} 1",
+            "sandkasten_limit_kills_total{kind=\"time\"} 0",
+            "sandkasten_errors_total{code=\"not_found\"} 1",
+            "sandkasten_errors_total{code=\"unauthorized\"} 1",
         ],
     );
 }
@@ -75,8 +75,8 @@ async fn a_command_without_output_has_a_total_but_no_first_output() {
     let id = h.create(KEY_A, json!({})).await;
     h.exec(&id, KEY_A, &["sleep-ms", "1"]).await;
     let text = scrape(&h).await;
-    assert_lists(&text, &["exec_phase_seconds_count{phase=\"total\"} 1"]);
-    assert!(!text.contains("exec_phase_seconds_count{phase=\"first_output\"}"), "{text}");
+    assert_lists(&text, &["sandkasten_exec_phase_seconds_count{phase=\"total\"} 1"]);
+    assert!(!text.contains("sandkasten_exec_phase_seconds_count{phase=\"first_output\"}"), "{text}");
 }
 
 #[tokio::test]
@@ -103,12 +103,15 @@ async fn timeouts_of_execs_background_commands_and_cells_count_as_time_kills() {
     h.post("/v1/run", KEY_A, json!({"argv": ["timeout"]})).await;
     // The background command's end is recorded by a task.
     for _ in 0..200 {
-        if scrape(&h).await.contains("commands_running 0") {
+        if scrape(&h).await.contains("sandkasten_commands_running 0") {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_lists(&scrape(&h).await, &["limit_kills_total{kind=\"time\"} 4", "commands_running 0"]);
+    assert_lists(
+        &scrape(&h).await,
+        &["sandkasten_limit_kills_total{kind=\"time\"} 4", "sandkasten_commands_running 0"],
+    );
 }
 
 #[tokio::test]
@@ -125,12 +128,36 @@ async fn sandbox_exits_are_counted_by_reason() {
     assert_lists(
         &text,
         &[
-            "sandbox_exits_total{reason=\"deleted\"} 1",
-            "sandbox_exits_total{reason=\"expired\"} 1",
-            "sandbox_exits_total{reason=\"lost\"} 1",
-            "sandbox_exits_total{reason=\"run_finished\"} 1",
-            "sandbox_create_seconds_count 4",
-            "sandboxes_active 0",
+            "sandkasten_sandbox_exits_total{reason=\"deleted\"} 1",
+            "sandkasten_sandbox_exits_total{reason=\"expired\"} 1",
+            "sandkasten_sandbox_exits_total{reason=\"lost\"} 1",
+            "sandkasten_sandbox_exits_total{reason=\"run_finished\"} 1",
+            "sandkasten_sandbox_create_seconds_count 4",
+            "sandkasten_sandboxes_active 0",
         ],
     );
+}
+
+#[tokio::test]
+async fn every_metric_is_named_sandkasten_and_require_auth_asks_for_a_key() {
+    let h = Harness::new();
+    let text = scrape(&h).await;
+    let names: Vec<&str> = text
+        .lines()
+        .filter(|line| !line.is_empty())
+        .map(|line| line.trim_start_matches("# TYPE ").trim_start_matches("# HELP "))
+        .collect();
+    assert!(names.len() > 20, "{text}");
+    for line in names {
+        assert!(line.starts_with("sandkasten_"), "a metric without the sandkasten_ prefix: {line}");
+    }
+
+    let mut config = crate::harness::test_config();
+    config.metrics.require_auth = true;
+    let h = Harness::with_config(config);
+    let refused = h.call("GET", "/metrics", None, Body::empty()).await;
+    refused.assert_error(401, "unauthorized");
+    let reply = h.call("GET", "/metrics", Some(KEY_B), Body::empty()).await;
+    assert_eq!(reply.status, 200);
+    assert!(reply.text().contains("sandkasten_sandboxes_active"));
 }

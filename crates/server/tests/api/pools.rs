@@ -157,8 +157,8 @@ async fn a_miss_raises_the_target_and_the_pool_grows_past_min() {
     let std = wait_pool(&h, "std", |p| p["ready"] == 1).await;
     assert_eq!((std["hits"].as_u64(), std["misses"].as_u64(), std["target"].as_u64()), (Some(1), Some(1), Some(1)));
     let metrics = h.get("/metrics", KEY_A).await.text();
-    assert!(metrics.contains("pool_target{class=\"std\"} 1"), "{metrics}");
-    assert!(metrics.contains("pool_size{class=\"std\"} 1"), "{metrics}");
+    assert!(metrics.contains("sandkasten_pool_target{class=\"std\"} 1"), "{metrics}");
+    assert!(metrics.contains("sandkasten_pool_size{class=\"std\"} 1"), "{metrics}");
 }
 
 #[tokio::test]

@@ -90,7 +90,7 @@ async fn phases_from_the_request_come_in_order_in_the_answer_the_stream_and_the_
     assert!(exit["phases"]["first_command"].as_f64().unwrap() >= exit["phases"]["allocate"].as_f64().unwrap());
     let metrics = h.call("GET", "/metrics", None, Body::empty()).await.text();
     for name in ["allocate", "filesystem_ready", "runtime_ready", "first_command", "total"] {
-        let count = format!("run_phase_seconds_count{{phase=\"{name}\"}} 3");
+        let count = format!("sandkasten_run_phase_seconds_count{{phase=\"{name}\"}} 3");
         assert!(metrics.contains(&count), "no {count} in {metrics}");
     }
 }

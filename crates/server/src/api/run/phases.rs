@@ -1,7 +1,7 @@
 //! The phases of one `POST /v1/run`, from the request to its end: when the sandbox was there (created, or claimed
 //! from a warm pool: ≈ 0 on a hit), when its files were written, when the program's `execve` succeeded, when the
 //! first output byte came, and the end. Reported in the answer (`phases`, the same `PhaseTimings` as every exec
-//! result, cumulative milliseconds; `duration_ms` is the end) and in `run_phase_seconds{phase}`.
+//! result, cumulative milliseconds; `duration_ms` is the end) and in `sandkasten_run_phase_seconds{phase}`.
 
 use std::sync::OnceLock;
 use std::time::Instant;

@@ -232,6 +232,7 @@ mod tests {
             max_json_bytes: 1 << 20,
             isolation: sandkasten_types::Tier::Process,
             max_pids: None,
+            metrics_require_auth: false,
         }
     }
 

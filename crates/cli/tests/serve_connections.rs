@@ -1,0 +1,111 @@
+//! The HTTP server cannot be held open by clients that never finish a request: against a real `sandkasten serve`,
+//! hundreds of half-open connections (a partial request head, then silence) from one address get that address's
+//! share and no more (the rest are closed at once), `/healthz` still answers another client meanwhile, the server's
+//! descriptors stay bounded, and the held connections are closed at the header-read timeout, after which the first
+//! client is served again.
+
+#![allow(unsafe_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod common;
+mod serve;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::fd::FromRawFd;
+use std::time::{Duration, Instant};
+
+use serve::Server;
+
+const PER_CLIENT: usize = 64;
+const HALF_OPEN: usize = 400;
+
+fn port_of(server: &Server) -> u16 {
+    server.url.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// A connection to the server from `source` (a loopback address other than 127.0.0.1 is another client).
+fn connect_from(source: [u8; 4], port: u16) -> TcpStream {
+    // SAFETY: a fresh socket, bound and connected with sockaddr_in values built here, then owned by the TcpStream.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0);
+        let addr = |ip: [u8; 4], port: u16| libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(ip) },
+            sin_zero: [0; 8],
+        };
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let local = addr(source, 0);
+        assert_eq!(libc::bind(fd, (&raw const local).cast(), len), 0, "bind {source:?}");
+        let remote = addr([127, 0, 0, 1], port);
+        assert_eq!(libc::connect(fd, (&raw const remote).cast(), len), 0, "connect");
+        TcpStream::from_raw_fd(fd)
+    }
+}
+
+/// `GET /healthz` from `source`: the status line.
+fn healthz_from(source: [u8; 4], port: u16) -> String {
+    let mut stream = connect_from(source, port);
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.lines().next().unwrap_or_default().to_owned()
+}
+
+/// True when the server closed `stream` (end of file or reset) within `wait`.
+fn closed_by_server(stream: &mut TcpStream, wait: Duration) -> bool {
+    stream.set_read_timeout(Some(wait)).unwrap();
+    let mut byte = [0u8; 1];
+    match stream.read(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+    }
+}
+
+fn descriptors_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+#[test]
+fn half_open_connections_get_one_clients_share_and_are_closed_at_the_header_timeout() {
+    require_root!();
+    let server = Server::start_with(&format!(
+        "[http]\nheader_read_timeout_ms = 1500\nmax_connections_per_client = {PER_CLIENT}\n"
+    ));
+    let port = port_of(&server);
+    let before = descriptors_of(server.pid());
+    let mut held: Vec<TcpStream> = (0..HALF_OPEN)
+        .map(|_| {
+            let mut stream = connect_from([127, 0, 0, 1], port);
+            stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").unwrap();
+            stream
+        })
+        .collect();
+    let opened = Instant::now();
+    // Past its share, a client's connections are closed at once; its share stays open (for now).
+    std::thread::sleep(Duration::from_millis(100));
+    let mut open: Vec<TcpStream> =
+        held.drain(..).filter_map(|mut s| (!closed_by_server(&mut s, Duration::from_millis(5))).then_some(s)).collect();
+    assert!(opened.elapsed() < Duration::from_millis(1400), "the check took too long to tell: {:?}", opened.elapsed());
+    assert!(
+        (PER_CLIENT - 4..=PER_CLIENT).contains(&open.len()),
+        "{} of {HALF_OPEN} half-open connections from one client are open; its share is {PER_CLIENT}",
+        open.len()
+    );
+    // Another client is served meanwhile, and the server holds about one client's share of descriptors.
+    assert_eq!(healthz_from([127, 0, 0, 2], port), "HTTP/1.1 200 OK");
+    let during = descriptors_of(server.pid());
+    assert!(during <= before + PER_CLIENT + 16, "the server holds {during} descriptors (before: {before})");
+    // The share is closed at the header-read timeout (1.5 s), not before.
+    for stream in &mut open {
+        assert!(closed_by_server(stream, Duration::from_secs(5)), "a half-open connection outlived the timeout");
+        assert!(opened.elapsed() >= Duration::from_millis(1400), "closed before the timeout: {:?}", opened.elapsed());
+    }
+    // Its slots are back: the first client is served again.
+    assert_eq!(healthz_from([127, 0, 0, 1], port), "HTTP/1.1 200 OK");
+}
