@@ -250,7 +250,20 @@ def gvisor_cold(rows: dict, bare_median: float | None) -> list[str]:
         text += (f" Against bare Python ({bare_median:.1f} ms) gVisor itself costs "
                  f"{rs['median'] - bare_median:.0f} ms per cold start here: what a pool (the warm section) takes "
                  "off the request.")
-    return lines + ["", text]
+    breakdown = (
+        "**Where the difference goes** (timestamps on both sides of a release build, 6 runs on this machine, "
+        "2026-12-01; not part of this run): about 4 ms before runsc starts (plan, record, five cgroup v1 "
+        "directories with limits, the bundle); 14–33 ms starting `runsc run` inside the cgroup (fork, joining the "
+        "cgroups — the first cgroup v1 join waits ~11 ms for the kernel —, read-only remounts, exec); the runsc "
+        "boot itself within ~40 ms of `runsc do`'s (≈20 gofer mounts, the agent's own start); the exec request to "
+        "the command's start (the agent's fork, the jail, Python's execve) and, after the program, 10–23 ms for "
+        "kill and reap and 4–56 ms for removing the bundle, runsc's state, the cgroups and the record — each "
+        "directory removal costs 3–5 ms here because `/run` is on ext4, not tmpfs as on most hosts. A local "
+        "one-shot opens no egress door (no bridge fork, no door bind, no `--host-uds`) and its bundle creates no "
+        "directories that are only mount points. What would close most of the rest: `/run` on tmpfs and cgroup v2 "
+        "(or `favordynmods`) on the host, and a smaller agent that forks less per command."
+    )
+    return lines + ["", text, "", breakdown]
 
 
 def load_sentence(method: dict, nproc: int) -> str:
