@@ -1,5 +1,7 @@
 //! The server crashes (`kill -9`), alone or together with its spawner: no sandbox process, cgroup or record may
-//! outlive it, and after a restart the database says what happened to each sandbox (nothing is lost).
+//! outlive it, and after a restart the database says what happened to each sandbox (nothing is lost). The spawner
+//! alone dying is survived: `/healthz` says 503 while it is down, creates are 503 (never 500), the server restarts
+//! it, and its sandboxes are marked lost with nothing of them left.
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -117,4 +119,64 @@ fn sigterm_drains_and_destroys_every_sandbox() {
         assert!(Instant::now() < deadline, "the shared cgroup parent outlived the server: {left:?}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+#[test]
+fn kill_9_of_the_spawner_alone_is_503_then_it_is_restarted_and_its_sandboxes_are_lost() {
+    require_root!();
+    let server = Server::start_exclusive();
+    let id = server.create(json!({}));
+    let spawners = children_of(server.pid());
+    assert_eq!(spawners.len(), 1, "the server runs exactly one spawner: {spawners:?}");
+    // SAFETY: kill(2) of the spawner, a child of our child, which we just listed.
+    unsafe { libc::kill(spawners[0] as libc::pid_t, libc::SIGKILL) };
+
+    // While it is down: /healthz is 503 saying so, and a create is refused with 503 (or, once restarted, works) —
+    // never a 500.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut saw_down = false;
+    loop {
+        let health = server.call("GET", "/healthz", KEY_1, None);
+        match health.status {
+            503 => {
+                let reason = health.json["reason"].as_str().unwrap_or_default().to_owned();
+                assert!(reason.contains("spawner"), "{health:?}");
+                if !saw_down {
+                    saw_down = true;
+                    let create = server.call("POST", "/v1/sandboxes", KEY_1, Some(json!({})));
+                    assert!(matches!(create.status, 201 | 503), "a create while the spawner is down: {create:?}");
+                    if create.status == 503 {
+                        assert_eq!(create.json["error"]["code"], "tier_failed", "{create:?}");
+                    } else if let Some(other) = create.json["id"].as_str() {
+                        server.call("DELETE", &format!("/v1/sandboxes/{other}"), KEY_1, None);
+                    }
+                }
+            }
+            200 if saw_down => break,
+            200 => {}
+            _ => panic!("/healthz answered {health:?}"),
+        }
+        assert!(Instant::now() < deadline, "the spawner was not restarted (down seen: {saw_down})");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(saw_down, "/healthz never said the spawner was down");
+    let restarted = children_of(server.pid());
+    assert_eq!(restarted.len(), 1, "{restarted:?}");
+    assert_ne!(restarted[0], spawners[0], "the same spawner?");
+
+    // Its sandbox died with it: nothing of it is left on the host, and the store says lost (its quota is free).
+    assert_sandbox_gone(&id);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info = server.call("GET", &format!("/v1/sandboxes/{id}"), KEY_1, None);
+        if info.json["state"] == "lost" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the dead sandbox is still recorded as {:?}", info.json["state"]);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The restarted spawner works.
+    let fresh = server.create(json!({}));
+    assert_eq!(server.exec(&fresh, "echo alive").json["stdout"], "alive\n");
+    assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{fresh}"), KEY_1, None).status, 204);
 }

@@ -29,6 +29,15 @@ pub trait SandboxRuntime: Send + Sync + 'static {
     fn tier_unavailable(&self, tier: Tier) -> Option<String> {
         tier.unavailable_reason().map(str::to_owned)
     }
+    /// Why the runtime cannot serve now (a part of it failed and is being restarted), or `None` when it can. The
+    /// server's `/healthz` answers 503 with this reason. Cheap: it is called on every health check.
+    fn unhealthy(&self) -> Option<String> {
+        None
+    }
+    /// Sandboxes that died on their own since the last call (their processes are gone; the server marks them lost).
+    fn take_lost(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// The most processes one sandbox may have on this host (`limits.pids` above it is refused before anything
     /// exists). The default allows what any spec may ask for.
     fn max_pids(&self) -> u64 {

@@ -12,6 +12,7 @@ mod limits;
 mod phases;
 mod runtime;
 mod sandbox_runtime;
+mod supervisor;
 
 pub use agent_client::AgentClient;
 pub use background::{BackgroundCommand, BackgroundEvent};

@@ -17,10 +17,11 @@ use super::agent_client::{AgentClient, sandbox_gone};
 use super::commands::BackgroundCommands;
 use super::contexts::Contexts;
 use super::limits::Counters;
+use super::supervisor::Supervisor;
 use crate::backend::gvisor;
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
-use crate::spawner::{SpawnerClient, SpawnerEvent};
+use crate::spawner::SpawnerEvent;
 use sandkasten_cgroups::{Cgroup, Hierarchy};
 
 /// A live sandbox as the owner sees it: its agent's channel and a pidfd of the agent (for joining its network
@@ -39,8 +40,10 @@ type Agents = Arc<Mutex<HashMap<String, Member>>>;
 pub struct LiveRuntime {
     config: RuntimeConfig,
     hierarchy: Option<Hierarchy>,
-    spawner: Arc<SpawnerClient>,
+    spawner: Arc<Supervisor>,
     agents: Agents,
+    /// Sandboxes that died on their own (their agent, or the whole spawner), not yet reported to the owner.
+    lost: Arc<Mutex<Vec<String>>>,
     contexts: Arc<Contexts>,
     commands: Arc<BackgroundCommands>,
 }
@@ -50,36 +53,47 @@ fn lock_poisoned() -> RuntimeError {
 }
 
 impl LiveRuntime {
-    /// Starts the spawner (`program spawner`, normally the running `sandkasten` binary).
+    /// Starts the spawner (`program spawner`, normally the running `sandkasten` binary), supervised: restarted if it
+    /// dies (`supervisor`).
     pub fn start(program: &Path, config: RuntimeConfig) -> Result<LiveRuntime, RuntimeError> {
         let agents: Agents = Arc::default();
         let contexts: Arc<Contexts> = Arc::default();
         let commands: Arc<BackgroundCommands> = Arc::default();
+        let lost: Arc<Mutex<Vec<String>>> = Arc::default();
         let (forget, forget_contexts) = (Arc::clone(&agents), Arc::clone(&contexts));
-        let forget_commands = Arc::clone(&commands);
-        let spawner = SpawnerClient::start(program, &config.gvisor, move |event| {
-            if let Ok(mut map) = forget.lock() {
-                match event {
-                    SpawnerEvent::Exited { id } => {
-                        map.remove(&id);
-                        forget_contexts.forget(&id);
-                        forget_commands.forget(&id);
-                    }
-                    SpawnerEvent::SpawnerGone => {
-                        map.clear();
-                        forget_contexts.forget_all();
-                        forget_commands.forget_all();
-                    }
-                }
+        let (forget_commands, report) = (Arc::clone(&commands), Arc::clone(&lost));
+        let on_event = Arc::new(move |event| {
+            let Ok(mut map) = forget.lock() else { return };
+            let gone: Vec<String> = match event {
+                SpawnerEvent::Exited { id } => map.remove(&id).map(|_| id).into_iter().collect(),
+                SpawnerEvent::SpawnerGone => map.drain().map(|(id, _)| id).collect(),
+            };
+            for id in &gone {
+                forget_contexts.forget(id);
+                forget_commands.forget(id);
             }
-        })?;
+            if let Ok(mut lost) = report.lock() {
+                lost.extend(gone);
+            }
+        });
+        let spawner = Supervisor::start(program.to_owned(), config.gvisor.clone(), on_event)?;
         let hierarchy = Hierarchy::detect().ok();
-        Ok(LiveRuntime { config, hierarchy, spawner: Arc::new(spawner), agents, contexts, commands })
+        Ok(LiveRuntime { config, hierarchy, spawner, agents, lost, contexts, commands })
+    }
+
+    /// Sandboxes that died on their own since the last call (their agent exited, or the spawner died with them).
+    pub(super) fn take_lost(&self) -> Vec<String> {
+        self.lost.lock().map(|mut lost| std::mem::take(&mut *lost)).unwrap_or_default()
+    }
+
+    /// Why sandboxes cannot be created now (the spawner died and is being restarted), if they cannot.
+    pub(super) fn spawner_down(&self) -> Option<String> {
+        self.spawner.down()
     }
 
     /// Spawns the sandbox `id` through the spawner and takes over its agent's channel.
     pub(super) async fn spawn(&self, id: &str, spec: &SandboxSpec) -> Result<(), RuntimeError> {
-        let spawner = Arc::clone(&self.spawner);
+        let spawner = self.spawner.client()?;
         let (owned_id, owned_spec) = (id.to_owned(), spec.clone());
         let spawned = tokio::task::spawn_blocking(move || spawner.spawn(&owned_id, &owned_spec))
             .await
@@ -106,7 +120,7 @@ impl LiveRuntime {
         self.agents.lock().map_err(|_| lock_poisoned())?.remove(id);
         self.contexts.forget(id);
         self.commands.forget(id);
-        let spawner = Arc::clone(&self.spawner);
+        let spawner = self.spawner.client()?;
         let owned_id = id.to_owned();
         tokio::task::spawn_blocking(move || spawner.destroy(&owned_id))
             .await

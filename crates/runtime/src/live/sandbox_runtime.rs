@@ -36,6 +36,14 @@ impl SandboxRuntime for LiveRuntime {
         None
     }
 
+    fn unhealthy(&self) -> Option<String> {
+        self.spawner_down()
+    }
+
+    fn take_lost(&self) -> Vec<String> {
+        LiveRuntime::take_lost(self)
+    }
+
     fn max_pids(&self) -> u64 {
         crate::host_pids::sandbox_pids_cap()
     }

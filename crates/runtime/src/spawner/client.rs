@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use sandkasten_types::{GvisorSettings, ResourceUsage, SandboxSpec};
 
@@ -36,6 +37,26 @@ pub struct SpawnedSandbox {
 
 type Reply = (SpawnerResponse, Option<OwnedFd>);
 
+/// How long a starting spawner may take to check the host (and collect what crashed runs left) before it says ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Waits for the spawner's first packet: `Ready`, or why it cannot run here.
+fn wait_until_ready(socket: &OwnedFd) -> Result<(), RuntimeError> {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let mut fds = [PollFd::new(socket, PollFlags::IN)];
+    let timeout = Timespec { tv_sec: READY_TIMEOUT.as_secs() as i64, tv_nsec: 0 };
+    let ready = poll(&mut fds, Some(&timeout)).map_err(|e| RuntimeError::sys("waiting for the spawner", e))?;
+    if ready == 0 {
+        return Err(RuntimeError::TierFailed(format!("the spawner did not start within {READY_TIMEOUT:?}")));
+    }
+    match receive::<SpawnerResponse>(socket.as_fd())? {
+        Some((SpawnerResponse::Ready, _)) => Ok(()),
+        Some((SpawnerResponse::Unusable { message }, _)) => Err(RuntimeError::HostUnsupported(message)),
+        Some((other, _)) => Err(RuntimeError::TierFailed(format!("the spawner started with {other:?}"))),
+        None => Err(RuntimeError::TierFailed("the spawner exited as it started (see its log above)".to_owned())),
+    }
+}
+
 /// A connection to a running spawner process.
 pub struct SpawnerClient {
     socket: Arc<OwnedFd>,
@@ -61,6 +82,12 @@ impl SpawnerClient {
             .spawn()
             .map_err(|e| RuntimeError::sys("starting the spawner", e))?;
         let socket = Arc::new(ours);
+        let mut child = child;
+        if let Err(error) = wait_until_ready(&socket) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(error);
+        }
         let (reply_tx, reply_rx) = channel::<Reply>();
         let reader_socket = Arc::clone(&socket);
         std::thread::Builder::new()
@@ -88,10 +115,11 @@ impl SpawnerClient {
         // One request in flight at a time: replies come back in order.
         let replies =
             self.replies.lock().map_err(|_| RuntimeError::sys("spawner lock", std::io::Error::other("poisoned")))?;
-        send(self.socket.as_fd(), request, None)?;
-        replies
-            .recv()
-            .map_err(|_| RuntimeError::sys("waiting for the spawner", std::io::Error::other("the spawner exited")))
+        // A spawner that dies before it answers (or cannot be written to) is a failed part, not the caller's or an
+        // internal error: the supervisor restarts it.
+        let gone = || RuntimeError::TierFailed("the spawner exited before it answered; it is being restarted".into());
+        send(self.socket.as_fd(), request, None).map_err(|_| gone())?;
+        replies.recv().map_err(|_| gone())
     }
 
     /// Creates a sandbox.

@@ -25,6 +25,13 @@ pub enum SpawnerRequest {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum SpawnerResponse {
+    /// The first packet: the spawner checked the host and serves.
+    Ready,
+    /// The first packet instead of `Ready`: the spawner cannot run here, and exits.
+    Unusable {
+        /// Why (e.g. no usable cgroup hierarchy).
+        message: String,
+    },
     /// Reply to `Spawn`: the agent runs; its channel is attached to this packet.
     Spawned {
         /// Sandbox id.
@@ -62,6 +69,6 @@ pub enum SpawnerResponse {
 impl SpawnerResponse {
     /// Whether this packet answers a request (rather than reporting an event).
     pub fn is_reply(&self) -> bool {
-        !matches!(self, SpawnerResponse::Exited { .. })
+        !matches!(self, SpawnerResponse::Exited { .. } | SpawnerResponse::Ready | SpawnerResponse::Unusable { .. })
     }
 }

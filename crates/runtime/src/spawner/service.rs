@@ -23,7 +23,16 @@ use crate::{gc, plan};
 
 /// Runs the spawner on `control` until the owner closes it; returns the process exit code.
 pub fn run_spawner(control: OwnedFd, config: RuntimeConfig) -> i32 {
-    match Spawner::new(config).and_then(|mut spawner| spawner.serve(&control)) {
+    let started = Spawner::new(config);
+    let first = match &started {
+        Ok(_) => SpawnerResponse::Ready,
+        Err(error) => SpawnerResponse::Unusable { message: error.to_string() },
+    };
+    if let Err(error) = send(control.as_fd(), &first, None) {
+        tracing::error!(%error, "the spawner could not report to its owner");
+        return 1;
+    }
+    match started.and_then(|mut spawner| spawner.serve(&control)) {
         Ok(()) => 0,
         Err(error) => {
             tracing::error!(%error, "the spawner failed");

@@ -461,8 +461,11 @@ pub struct FileBytes(pub Vec<u8>);
 /// `GET /healthz`.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Health {
-    /// Always `ok` when the server answers.
+    /// `ok`, or `unavailable` when a part of the server failed (then with `reason`, and status 503).
     pub status: String,
+    /// What failed and what the server is doing about it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 #[cfg(test)]

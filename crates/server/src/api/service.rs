@@ -4,6 +4,7 @@
 
 use axum::Json;
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 
@@ -11,13 +12,23 @@ use crate::api::error::{ApiError, ErrorBody};
 use crate::api::schemas::Health;
 use crate::state::AppState;
 
-/// Liveness: answers while the server runs.
+/// Health: 200 while every part of the server works; 503 with the reason while one does not (the spawner died and is
+/// being restarted).
 #[utoipa::path(
     get, path = "/healthz", tag = "service",
-    responses((status = 200, description = "The server is up", body = Health))
+    responses(
+        (status = 200, description = "The server and its parts work", body = Health),
+        (status = 503, description = "A part failed: `reason` says which and what happens now", body = Health),
+    )
 )]
-pub(crate) async fn healthz() -> Json<Health> {
-    Json(Health { status: "ok".into() })
+pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
+    match state.runtime().unhealthy() {
+        None => Json(Health { status: "ok".into(), reason: None }).into_response(),
+        Some(reason) => {
+            let body = Health { status: "unavailable".into(), reason: Some(reason) };
+            (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+        }
+    }
 }
 
 /// Prometheus metrics (text exposition format).

@@ -1,6 +1,7 @@
 //! Expiry: a timeout becomes an expiry time ([`check_timeout`], for creates and timeout changes of the API and the
 //! E2B facade), and the sweeper, once a second, destroys every running sandbox whose timeout has passed and marks it
 //! expired, which frees its quota. A sandbox the runtime cannot destroy stays running and is retried next second.
+//! The same tick marks lost the sandboxes the runtime reports dead on their own ([`sweep_lost`]).
 
 use std::time::Duration;
 
@@ -38,6 +39,20 @@ pub async fn sweep(state: &AppState, now_ms: i64) -> Result<usize, StoreError> {
     Ok(expired)
 }
 
+/// Marks lost every sandbox the runtime reports dead on its own (its agent exited, or the spawner died with it), which
+/// frees its quota; returns how many were running.
+pub async fn sweep_lost(state: &AppState) -> Result<usize, StoreError> {
+    let mut lost = 0;
+    for id in state.runtime().take_lost() {
+        if state.store().mark_lost(&id, "its processes died").await? {
+            state.metrics().sandbox_exited(ExitReason::Lost);
+            tracing::warn!(sandbox = %id, "sandbox lost: its processes died");
+            lost += 1;
+        }
+    }
+    Ok(lost)
+}
+
 /// Sweeps every `SWEEP_INTERVAL` until the task is aborted.
 pub async fn run(state: AppState) {
     let mut interval = tokio::time::interval(SWEEP_INTERVAL);
@@ -46,6 +61,9 @@ pub async fn run(state: AppState) {
         interval.tick().await;
         if let Err(error) = sweep(&state, now_ms()).await {
             tracing::error!(%error, "expiry sweep failed");
+        }
+        if let Err(error) = sweep_lost(&state).await {
+            tracing::error!(%error, "marking lost sandboxes failed");
         }
     }
 }

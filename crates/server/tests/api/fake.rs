@@ -43,6 +43,10 @@ pub(crate) struct FakeRuntime {
     pub(crate) spares: Mutex<HashMap<String, (CodeLanguage, Vec<String>)>>,
     /// Sandboxes whose spare kernels were discarded, in order.
     pub(crate) discarded: Mutex<Vec<String>>,
+    /// What `unhealthy` says (a failed part of the runtime).
+    pub(crate) unhealthy: Mutex<Option<String>>,
+    /// Sandboxes that died on their own, for `take_lost`.
+    pub(crate) lost: Mutex<Vec<String>>,
 }
 
 fn failure(kind: FailureKind, message: impl Into<String>) -> Failure {
@@ -107,6 +111,14 @@ async fn send(events: &mpsc::Sender<OutputChunk>, stream: StreamKind, text: &[u8
 }
 
 impl SandboxRuntime for FakeRuntime {
+    fn unhealthy(&self) -> Option<String> {
+        self.unhealthy.lock().unwrap().clone()
+    }
+
+    fn take_lost(&self) -> Vec<String> {
+        std::mem::take(&mut *self.lost.lock().unwrap())
+    }
+
     fn tier_unavailable(&self, tier: Tier) -> Option<String> {
         let own = self.unavailable_tiers.lock().unwrap().get(&tier).cloned();
         own.or_else(|| tier.unavailable_reason().map(str::to_owned))

@@ -173,3 +173,33 @@ async fn failed_create_leaves_nothing_behind() {
     h.runtime.fail_create.store(false, Ordering::SeqCst);
     h.create(KEY_A, json!({})).await;
 }
+
+#[tokio::test]
+async fn a_failed_runtime_part_is_a_503_healthz_with_the_reason_and_its_dead_sandboxes_are_marked_lost() {
+    let mut config = crate::harness::test_config();
+    config.tenants[0] = crate::harness::tenant("alpha", KEY_A, 1, 1 << 30);
+    let h = Harness::with_config(config);
+    let healthy = h.call("GET", "/healthz", None, axum::body::Body::empty()).await;
+    assert_eq!((healthy.status.as_u16(), healthy.json()["status"].clone()), (200, json!("ok")));
+    let id = h.create(KEY_A, json!({})).await;
+
+    // The runtime's spawner died with the sandbox: /healthz says so, and the dead sandbox holds the quota until the
+    // sweeper hears of it.
+    *h.runtime.unhealthy.lock().unwrap() = Some("the spawner exited; it is being restarted".into());
+    h.runtime.kill(&id);
+    h.runtime.lost.lock().unwrap().push(id.clone());
+    let down = h.call("GET", "/healthz", None, axum::body::Body::empty()).await;
+    assert_eq!(down.status.as_u16(), 503, "{}", down.text());
+    assert_eq!(down.json()["status"], "unavailable");
+    assert!(down.json()["reason"].as_str().unwrap().contains("spawner exited"), "{}", down.text());
+    h.post("/v1/sandboxes", KEY_A, json!({})).await.assert_error(429, "quota_exceeded");
+    assert_eq!(expiry::sweep_lost(&h.state).await.unwrap(), 1);
+    assert_eq!(expiry::sweep_lost(&h.state).await.unwrap(), 0, "reported once");
+    let info = h.get(&format!("/v1/sandboxes/{id}"), KEY_A).await.json();
+    assert_eq!(info["state"], "lost", "{info}");
+
+    // Recovered: healthy again, and the freed quota admits a new sandbox.
+    *h.runtime.unhealthy.lock().unwrap() = None;
+    assert_eq!(h.call("GET", "/healthz", None, axum::body::Body::empty()).await.status.as_u16(), 200);
+    h.create(KEY_A, json!({})).await;
+}
