@@ -36,6 +36,10 @@
 //! max_connections = 4096                          # open at once (beyond: they wait in the backlog)
 //! max_connections_per_client = 512                # open at once from one address (beyond: closed)
 //!
+//! [retention]                                     # what the database keeps of ended things
+//! days = 7                                        # ended sandboxes, commands, egress events older are removed
+//! max_ended_sandboxes = 100000                    # and the oldest ended sandboxes beyond this many
+//!
 //! [egress]                                        # the egress proxy (sandboxes with a network policy other than none)
 //! hosts = { "allowed.test" = ["10.200.1.2"] }     # static resolver entries (air-gapped setups, tests)
 //! allow_cidrs = ["10.200.1.0/24"]                 # special ranges (private, link-local...) sandboxes may still reach
@@ -147,6 +151,9 @@ pub enum ConfigError {
     /// An isolation tier this build cannot run is configured (`microvm`, `auto`), or one this host cannot.
     #[error("{0}")]
     Isolation(String),
+    /// The `[retention]` table is out of range.
+    #[error("[retention] days must be 1 to 3650 and max_ended_sandboxes at least 1, got {0:?}")]
+    Retention(RetentionConfig),
     /// The `[http]` table is unusable, or the process may not open enough descriptors for it.
     #[error("[http] {0}")]
     Http(String),
@@ -368,6 +375,26 @@ pub struct ServerConfig {
     /// Connections of the HTTP server (`[http]`): the header-read timeout and the connection caps.
     #[serde(default)]
     pub http: HttpConfig,
+    /// How long the database keeps what ended (`[retention]`).
+    #[serde(default)]
+    pub retention: RetentionConfig,
+}
+
+/// What the database keeps of ended sandboxes, commands and egress events (`[retention]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Days an ended sandbox (with its commands and egress events), an ended command or an egress event is kept.
+    /// Default 7.
+    pub days: u64,
+    /// Ended sandboxes kept at most (the oldest beyond are removed). Default 100 000.
+    pub max_ended_sandboxes: u64,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig { days: 7, max_ended_sandboxes: 100_000 }
+    }
 }
 
 /// The HTTP server's connections (`[http]`).
@@ -464,6 +491,7 @@ impl Default for ServerConfig {
             pools: Vec::new(),
             metrics: MetricsConfig::default(),
             http: HttpConfig::default(),
+            retention: RetentionConfig::default(),
             egress: sandkasten_egress::EgressConfig::default(),
             gvisor: sandkasten_types::GvisorSettings::default(),
         }
@@ -544,6 +572,9 @@ impl ServerConfig {
             if !(1..=max).contains(&got) {
                 return Err(ConfigError::Size { name, max, got });
             }
+        }
+        if !(1..=3650).contains(&self.retention.days) || self.retention.max_ended_sandboxes == 0 {
+            return Err(ConfigError::Retention(self.retention));
         }
         if let Some(problem) = self.http.problem() {
             return Err(ConfigError::Http(problem));

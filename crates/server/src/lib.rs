@@ -17,6 +17,7 @@ pub mod lifecycle;
 mod metrics;
 mod migrations;
 pub mod pool;
+pub mod retention;
 pub mod state;
 pub mod store;
 pub mod validate;

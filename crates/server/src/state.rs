@@ -34,6 +34,8 @@ pub struct Settings {
     pub max_pids: Option<u64>,
     /// `GET /metrics` needs an API key.
     pub metrics_require_auth: bool,
+    /// What the database keeps of ended things.
+    pub retention: crate::config::RetentionConfig,
 }
 
 impl Settings {
@@ -47,6 +49,7 @@ impl Settings {
             isolation: config.defaults.isolation,
             max_pids: config.max_pids,
             metrics_require_auth: config.metrics.require_auth,
+            retention: config.retention,
         }
     }
 }

@@ -277,6 +277,16 @@ fn query_sandboxes(
     rows.map(|row| finish_sandbox(row?)).collect()
 }
 
+/// Makes a database return freed pages on request: `auto_vacuum = INCREMENTAL`, which an existing database only takes
+/// after one full `VACUUM` (done once, at the first start of this version).
+fn enable_incremental_vacuum(conn: &Connection) -> Result<(), StoreError> {
+    let mode: i64 = conn.query_row("PRAGMA auto_vacuum", [], |row| row.get(0))?;
+    if mode != 2 {
+        conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")?;
+    }
+    Ok(())
+}
+
 fn to_i64(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
@@ -288,6 +298,7 @@ impl Store {
             std::fs::create_dir_all(parent).map_err(StoreError::Directory)?;
         }
         let conn = Connection::open(path)?;
+        enable_incremental_vacuum(&conn)?;
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
         tracing::debug!(path = %path.display(), journal_mode = %mode, "database opened");
         conn.pragma_update(None, "synchronous", "NORMAL")?;

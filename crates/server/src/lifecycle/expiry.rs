@@ -53,12 +53,33 @@ pub async fn sweep_lost(state: &AppState) -> Result<usize, StoreError> {
     Ok(lost)
 }
 
-/// Sweeps every `SWEEP_INTERVAL` until the task is aborted.
+/// How often what ended is pruned from the database (`retention`).
+const PRUNE_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// Removes from the store what ended longer ago than the retention (and ended sandboxes beyond its row cap).
+pub async fn prune(state: &AppState, now_ms: i64) -> Result<crate::retention::Pruned, StoreError> {
+    let retention = state.settings().retention;
+    let cutoff = now_ms.saturating_sub(i64::try_from(retention.days.saturating_mul(86_400_000)).unwrap_or(i64::MAX));
+    let pruned = state.store().prune(cutoff, retention.max_ended_sandboxes).await?;
+    if pruned != crate::retention::Pruned::default() {
+        tracing::info!(?pruned, days = retention.days, "pruned what ended before the retention");
+    }
+    Ok(pruned)
+}
+
+/// Sweeps every `SWEEP_INTERVAL` (and prunes every `PRUNE_INTERVAL`, first at start) until the task is aborted.
 pub async fn run(state: AppState) {
     let mut interval = tokio::time::interval(SWEEP_INTERVAL);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_prune: Option<std::time::Instant> = None;
     loop {
         interval.tick().await;
+        if last_prune.is_none_or(|at| at.elapsed() >= PRUNE_INTERVAL) {
+            last_prune = Some(std::time::Instant::now());
+            if let Err(error) = prune(&state, now_ms()).await {
+                tracing::error!(%error, "pruning the database failed");
+            }
+        }
         if let Err(error) = sweep(&state, now_ms()).await {
             tracing::error!(%error, "expiry sweep failed");
         }

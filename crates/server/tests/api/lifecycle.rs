@@ -203,3 +203,17 @@ async fn a_failed_runtime_part_is_a_503_healthz_with_the_reason_and_its_dead_san
     assert_eq!(h.call("GET", "/healthz", None, axum::body::Body::empty()).await.status.as_u16(), 200);
     h.create(KEY_A, json!({})).await;
 }
+
+#[tokio::test]
+async fn ended_sandboxes_stay_queryable_within_the_retention_and_are_pruned_after_it() {
+    let h = Harness::new();
+    let id = h.create(KEY_A, json!({})).await;
+    assert_eq!(h.delete(&format!("/v1/sandboxes/{id}"), KEY_A).await.status, 204);
+    let day_ms = 86_400_000;
+    let within = expiry::prune(&h.state, now_ms() + 6 * day_ms).await.unwrap();
+    assert_eq!(within.sandboxes, 0, "{within:?}");
+    assert_eq!(h.get(&format!("/v1/sandboxes/{id}"), KEY_A).await.json()["state"], "destroyed");
+    let after = expiry::prune(&h.state, now_ms() + 8 * day_ms).await.unwrap();
+    assert_eq!(after.sandboxes, 1, "{after:?}");
+    assert_eq!(h.get(&format!("/v1/sandboxes/{id}"), KEY_A).await.status.as_u16(), 404);
+}

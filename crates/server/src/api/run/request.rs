@@ -233,6 +233,7 @@ mod tests {
             isolation: sandkasten_types::Tier::Process,
             max_pids: None,
             metrics_require_auth: false,
+            retention: crate::config::RetentionConfig::default(),
         }
     }
 
