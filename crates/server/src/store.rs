@@ -298,6 +298,8 @@ impl Store {
             std::fs::create_dir_all(parent).map_err(StoreError::Directory)?;
         }
         let conn = Connection::open(path)?;
+        // Another server may still hold the file for a moment (a restart): wait for it rather than fail.
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
         enable_incremental_vacuum(&conn)?;
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
         tracing::debug!(path = %path.display(), journal_mode = %mode, "database opened");
