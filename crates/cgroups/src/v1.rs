@@ -83,7 +83,8 @@ fn make_dirs(
 }
 
 /// Writes the v1 limit files: `memory.limit_in_bytes` (+ `memory.memsw.limit_in_bytes` when swap accounting
-/// exists, so swap is 0), `pids.max`, `cpu.cfs_period_us` then `cpu.cfs_quota_us`.
+/// exists, so swap is 0, and `memory.kmem.tcp.limit_in_bytes` of the same size, so socket buffers are bounded too),
+/// `pids.max`, `cpu.cfs_period_us` then `cpu.cfs_quota_us`.
 pub(crate) fn apply_limits(dirs: &BTreeMap<String, PathBuf>, limits: &CgroupLimits) -> Result<(), CgroupError> {
     let dir = |controller: &'static str| {
         dirs.get(controller).ok_or_else(|| CgroupError::ControllerUnavailable { controller, path: PathBuf::new() })
@@ -96,6 +97,12 @@ pub(crate) fn apply_limits(dirs: &BTreeMap<String, PathBuf>, limits: &CgroupLimi
         let memsw = memory.join("memory.memsw.limit_in_bytes");
         if memsw.exists() {
             fsops::write(&memsw, &value)?;
+        }
+        // TCP socket buffers are not charged to memory.limit_in_bytes on v1: they get a limit of their own (the
+        // same size), set before the sandbox has any socket. v2 charges them to memory.max.
+        let tcp = memory.join("memory.kmem.tcp.limit_in_bytes");
+        if tcp.exists() {
+            fsops::write(&tcp, &value)?;
         }
     }
     if let Some(max) = limits.pids_max {

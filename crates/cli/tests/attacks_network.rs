@@ -1,5 +1,6 @@
 //! Network attacks with the default policy (no network): the host's loopback listeners, the host's external address,
-//! abstract unix sockets, DNS and the internet are all unreachable; only `lo` exists inside.
+//! abstract unix sockets, DNS and the internet are all unreachable; only `lo` exists inside. Socket buffers on the
+//! sandbox's own loopback are charged: they cannot take the host's TCP memory beyond the sandbox's memory limit.
 //!
 //! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
 
@@ -22,6 +23,7 @@ per_tier!(
     only_loopback_interface_exists,
     sandbox_loopback_works_but_is_private,
     host_abstract_unix_socket_is_unreachable,
+    socket_buffers_cannot_take_host_tcp_memory_beyond_the_memory_limit,
 );
 
 /// Python that tries a TCP connect and prints `connected` or the error class.
@@ -205,4 +207,56 @@ fn host_abstract_unix_socket_is_unreachable(tier: Tier) {
     }
     assert_eq!(got, 0, "the host's abstract socket got a connection");
     assert_gone(tier, &r.id());
+}
+
+/// Pages of TCP buffer memory the host's kernel holds (`/proc/net/sockstat`, global across network namespaces).
+fn host_tcp_memory_pages() -> u64 {
+    let stat = std::fs::read_to_string("/proc/net/sockstat").unwrap();
+    let tcp = stat.lines().find(|l| l.starts_with("TCP:")).unwrap();
+    let fields: Vec<&str> = tcp.split_whitespace().collect();
+    let at = fields.iter().position(|f| *f == "mem").unwrap();
+    fields[at + 1].parse().unwrap()
+}
+
+/// 40 loopback TCP connections inside a 64 MiB sandbox, each written to until the kernel refuses more (the reader
+/// never reads): the host's TCP memory grows by about the sandbox's memory limit at most (unbounded on cgroup v1
+/// without the sandbox's `memory.kmem.tcp.limit_in_bytes`: 419 MiB was measured), while the sandbox holds them.
+fn socket_buffers_cannot_take_host_tcp_memory_beyond_the_memory_limit(tier: Tier) {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let code = "import socket, time\n\
+        srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen(64)\n\
+        port = srv.getsockname()[1]\n\
+        held = []; total = 0; chunk = b'x' * 65536\n\
+        for i in range(40):\n\
+        \x20   c = socket.create_connection(('127.0.0.1', port)); p, _ = srv.accept()\n\
+        \x20   c.setblocking(False); held += [c, p]\n\
+        \x20   while True:\n\
+        \x20       try:\n\
+        \x20           total += c.send(chunk)\n\
+        \x20       except OSError:\n\
+        \x20           break\n\
+        print('full', total, flush=True)\n\
+        time.sleep(3)\n";
+    let before = host_tcp_memory_pages();
+    let mut child = Command::new(bin())
+        .args(["run", "--isolation", tier.name(), "--memory", "64MiB", "--timeout", "30s", "--lang", "python"])
+        .args(["--code", code])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let during = host_tcp_memory_pages();
+    let status = child.wait().unwrap();
+    let grown = during.saturating_sub(before) * 4096;
+    eprintln!("{tier}: {line:?}, host TCP memory grew by {grown} bytes, run ended {status}");
+    assert!(grown < 96 << 20, "the sandbox's sockets took {grown} bytes of the host's TCP memory ({line:?})");
+    if tier == Tier::Process {
+        let queued: u64 = line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or(0);
+        assert!(line.starts_with("full ") && queued > 0, "the attack did not run: {line:?} ({status})");
+        assert!(queued < 96 << 20, "the kernel queued {queued} bytes for a 64 MiB sandbox");
+    }
 }
