@@ -462,6 +462,15 @@ fn bad_network_input_is_refused_with_the_reason(tier: Tier) {
         let reply = world.server.call("PUT", &format!("/v1/secrets/{name}"), KEY_1, Some(body.clone()));
         assert_eq!(reply.status, 400, "{name} {body}: {reply:?}");
     }
+    // A secret named like a variable sandkasten sets would override it inside (the proxy, the CA bundle, ...).
+    for name in ["HTTP_PROXY", "https_proxy", "NO_PROXY", "NODE_OPTIONS", "SSL_CERT_FILE", "PATH", "HOME"] {
+        let body = json!({"value": "http://attacker.example", "hosts": ["a.example"]});
+        let reply = world.server.call("PUT", &format!("/v1/secrets/{name}"), KEY_1, Some(body));
+        assert_eq!(reply.status, 422, "{name}: {reply:?}");
+        assert!(reply.json["error"]["message"].as_str().unwrap_or("").contains("sandkasten sets"), "{reply:?}");
+    }
+    let listed = world.server.call("GET", "/v1/secrets", KEY_1, None);
+    assert_eq!(listed.json["secrets"].as_array().map(Vec::len), Some(0), "a refused secret was stored: {listed:?}");
     let id = world.server.create_on(tier, json!({}));
     let network = format!("/v1/sandboxes/{id}/network");
     let reply = world.server.call("PUT", &network, KEY_1, Some(allowlist(&["bad..name"])));

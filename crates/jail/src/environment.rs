@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 /// PATH inside every sandbox.
 pub const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
+/// The names of the base environment `build` sets.
+pub const BASE_NAMES: [&str; 3] = ["PATH", "HOME", "LANG"];
+
 /// The base environment (PATH, HOME, LANG: the least that makes programs behave) plus the caller's variables, which
 /// may override the base but never come from the host implicitly. The user's name is in the synthesised
 /// `/etc/passwd`, so `getpass.getuser()`, `id` and `whoami` work without USER.

@@ -21,6 +21,7 @@ pub use config::RuntimeConfig;
 pub use error::RuntimeError;
 pub use host_pids::{pids_refusal, sandbox_pids_cap};
 pub use output::{DiscardOutput, OutputSink};
+pub use plan::sets_variable;
 pub use sandbox_runtime::{RuntimeFuture, SandboxRuntime};
 pub use sandkasten_agent::run_agent;
 pub use sandkasten_protocol::monotonic_ns;

@@ -220,6 +220,12 @@ pub fn plan_live(spec: &SandboxSpec) -> Result<RunPlan, RuntimeError> {
     })
 }
 
+/// Whether the runtime sets the environment variable `name` in every long-lived sandbox: the base environment, the
+/// proxy variables (both cases) and Node's preload (`NODE_OPTIONS`).
+pub fn sets_variable(name: &str) -> bool {
+    environment::BASE_NAMES.contains(&name) || with_proxy_environment(&BTreeMap::new()).contains_key(name)
+}
+
 /// Preloaded by Node (NODE_OPTIONS) in long-lived sandboxes: routes `fetch` through the egress proxy, which Node
 /// before 24 does not do by itself.
 const NODE_FETCH_PROXY: &str = "/etc/sandkasten/node-fetch-proxy.cjs";

@@ -24,14 +24,26 @@ fn check_name(name: &str) -> Result<(), ApiError> {
     let valid = (1..=128).contains(&name.len())
         && bytes.next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
-    if valid {
-        Ok(())
-    } else {
-        Err(ApiError::bad_request(format!(
+    if !valid {
+        return Err(ApiError::bad_request(format!(
             "secret name {name:?} is invalid: it becomes an environment variable, so use 1 to 128 letters, digits \
              and '_', not starting with a digit"
-        )))
+        )));
     }
+    if reserved(name) {
+        return Err(ApiError::unprocessable(format!(
+            "secret name {name:?} is a variable sandkasten sets in every sandbox (the environment's base, the proxy \
+             variables, NODE_OPTIONS or the CA bundle variables): as a secret it would override it; choose another \
+             name"
+        )));
+    }
+    Ok(())
+}
+
+/// A variable sandkasten sets itself: the base environment, the proxy variables (both cases), Node's preload and the
+/// interception CA's bundle variables.
+fn reserved(name: &str) -> bool {
+    sandkasten_runtime::sets_variable(name) || crate::egress::CA_BUNDLE_VARIABLES.contains(&name)
 }
 
 fn check_request(body: &SecretRequest) -> Result<(), ApiError> {
@@ -65,6 +77,7 @@ fn shown(secret: StoredSecret) -> SecretBody {
         (status = 201, description = "Created", body = SecretBody),
         (status = 400, description = "Bad name, value or host pattern (named in the message)", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
+        (status = 422, description = "The name is a variable sandkasten sets in every sandbox (it would override it)", body = ErrorBody),
     ),
     security(("api_key" = []))
 )]

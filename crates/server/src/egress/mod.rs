@@ -20,6 +20,11 @@ use crate::ids::IdError;
 use crate::store::{Store, StoreError};
 use sandkasten_runtime::SandboxRuntime;
 
+/// The variables pointing TLS clients at the interception CA's bundle in a sandbox with secrets (curl, Python,
+/// pip, git, Node).
+pub(crate) const CA_BUNDLE_VARIABLES: [&str; 6] =
+    ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS"];
+
 /// Where a sandbox that holds secrets finds the CA bundle trusting its interception CA (the system's roots plus it).
 pub const CA_BUNDLE_PATH: &str = "/tmp/.sandkasten-ca-bundle.pem";
 /// Where distributions keep the system's CA bundle (Debian/Ubuntu, Fedora/RHEL, openSUSE, Alpine); the first that
@@ -107,9 +112,7 @@ pub async fn prepare(store: &Store, tenant: &str, spec: &mut SandboxSpec) -> Res
         });
     }
     let ca = SandboxCa::generate("sandkasten sandbox").map_err(|e| PrepareError::Ca(e.to_string()))?;
-    for name in
-        ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS"]
-    {
+    for name in CA_BUNDLE_VARIABLES {
         spec.env.insert(name.to_owned(), CA_BUNDLE_PATH.to_owned());
     }
     Ok(Prepared { policy, secrets, ca: Some(ca) })
