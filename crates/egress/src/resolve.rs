@@ -1,4 +1,5 @@
-//! Name resolution done by the proxy itself (static entries first, then the system resolver) and the
+//! Name resolution done by the proxy itself (static entries first, then the system resolver, always with the name
+//! made absolute so that the resolver's search domains cannot change which host an allowed name reaches) and the
 //! address-level check: every resolved address must be public or inside an operator-allowed CIDR. The checked
 //! addresses are the only ones the proxy then connects to, so a second (rebinding) lookup never happens.
 //!
@@ -91,6 +92,12 @@ impl Resolver {
         if let Some(addrs) = self.hosts.get(name) {
             return Ok(addrs.clone());
         }
+        // `localhost` and its subdomains are loopback by definition (RFC 6761), whatever a resolver says; the absolute
+        // lookup below would not find them in /etc/hosts.
+        let bare = name.trim_end_matches('.');
+        if bare == "localhost" || bare.ends_with(".localhost") {
+            return Ok(vec![IpAddr::from([127, 0, 0, 1]), IpAddr::from(std::net::Ipv6Addr::LOCALHOST)]);
+        }
         let deadline = tokio::time::Instant::now() + self.timeout;
         let busy = || AddrRefusal::Unresolvable(format!("resolving {name}: too many name lookups in flight"));
         let places = tokio::time::timeout_at(deadline, async {
@@ -99,7 +106,9 @@ impl Resolver {
             Some((mine, all))
         });
         let places = places.await.ok().flatten().ok_or_else(busy)?;
-        let (system, owned) = (self.system, name.to_owned());
+        // Absolute (a trailing dot): the resolver's search domains never turn an allowed name into another one.
+        let absolute = if name.ends_with('.') { name.to_owned() } else { format!("{name}.") };
+        let (system, owned) = (self.system, absolute);
         let lookup = tokio::task::spawn_blocking(move || {
             // The places are given back when the lookup really ends, not when the proxy stops waiting for it.
             let _places = places;
@@ -286,5 +295,23 @@ mod tests {
         r.timeout = Duration::from_secs(5);
         let ok = r.resolve_checked(&Host::Name("after.slow.test".into()), 443, &mine).await.unwrap();
         assert_eq!(ok.addrs, ips(&["8.8.8.8"]));
+    }
+
+    fn recording_lookup(name: &str, _: u16) -> std::io::Result<Vec<IpAddr>> {
+        ASKED.lock().unwrap_or_else(|e| e.into_inner()).push(name.to_owned());
+        Ok(vec!["8.8.4.4".parse().unwrap()])
+    }
+
+    static ASKED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+    #[tokio::test]
+    async fn the_system_resolver_is_asked_for_absolute_names_only() {
+        let mut r = resolver(&[]);
+        r.system = recording_lookup;
+        for name in ["api", "api.example.test", "api.example.test."] {
+            r.resolve_checked(&Host::Name(name.into()), 443, &sandbox_lookups()).await.unwrap();
+        }
+        let asked = ASKED.lock().unwrap().clone();
+        assert_eq!(asked, ["api.", "api.example.test.", "api.example.test."], "search domains could apply");
     }
 }
