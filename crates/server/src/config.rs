@@ -42,6 +42,8 @@
 //!
 //! [egress]                                        # the egress proxy (sandboxes with a network policy other than none)
 //! hosts = { "allowed.test" = ["10.200.1.2"] }     # static resolver entries (air-gapped setups, tests)
+//!                                                 # (names only in /etc/hosts: list them here; the proxy
+//!                                                 # asks the resolver for absolute names, which it does not)
 //! allow_cidrs = ["10.200.1.0/24"]                 # special ranges (private, link-local...) sandboxes may still reach
 //! upstream_ca_file = "/etc/sandkasten/upstream-ca.pem"  # extra roots for upstream TLS when intercepting (secrets)
 //! ```
