@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serve::{Server, assert_sandbox_gone};
+use serve::{Server, assert_sandbox_gone, children_of};
 
 /// The tenant key, in E2B's format (`e2b_` and 40 hex digits), as a user would paste it into E2B_API_KEY.
 const E2B_KEY: &str = "e2b_53ae1fed82754c17ad8077fbc8bcdd90c6d3f1a2";
@@ -122,15 +122,6 @@ fn record_printed_id(run: &ClientRun, ids_file: &Path) {
         .find_map(|line| line.strip_prefix("sandbox ")?.strip_suffix(" created"))
         .expect("the client printed its sandbox id");
     std::fs::write(ids_file, format!("{id}\n")).expect("record the id");
-}
-
-/// Direct children of `pid`.
-fn children_of(pid: u32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
 }
 
 /// Sandbox agents still running under the server (its spawner's children).

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{Value, json};
-use serve::{KEY_1, Reply, Server};
+use serve::{KEY_1, Reply, Server, spawner_of};
 
 /// What the fake runsc writes to its stderr before it exits 1.
 const FAKE_RUNSC_SAYS: &str = "FAKE-RUNSC-7f3a: cannot start the sandbox: the platform exploded";
@@ -82,17 +82,6 @@ impl Drop for RecordWatch {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
-}
-
-/// The server's one spawner (the owner of its sandboxes' records).
-fn spawner_of(server: &Server) -> u32 {
-    let children: Vec<u32> = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", server.pid()))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect();
-    assert_eq!(children.len(), 1, "the server runs exactly one spawner: {children:?}");
-    children[0]
 }
 
 /// Waits (up to 10 s) until none of `ids` has anything left on the host (`gvisor_leftovers`).

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::json;
-use serve::{KEY_1, Server};
+use serve::{KEY_1, Server, spawner_of, wait_until_dead};
 
 /// How many creates are started at once when the crash comes.
 const CREATES_IN_FLIGHT: usize = 4;
@@ -96,33 +96,6 @@ impl Drop for HostWatch {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
-}
-
-/// Pids of a process's children.
-fn children_of(pid: u32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
-}
-
-/// Waits (up to 10 s) until `pid` is gone or a zombie.
-fn wait_until_dead(pid: u32) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::path::Path::new(&format!("/proc/{pid}")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z")
-    {
-        assert!(Instant::now() < deadline, "process {pid} did not die");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The server's one spawner.
-fn spawner_of(server: &Server) -> u32 {
-    let spawners = children_of(server.pid());
-    assert_eq!(spawners.len(), 1, "the server runs exactly one spawner: {spawners:?}");
-    spawners[0]
 }
 
 /// Host processes of sandbox `id`: runsc and its re-executions naming it, and anything in its cgroup.

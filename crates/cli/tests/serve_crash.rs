@@ -13,26 +13,7 @@ mod serve;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use serve::{KEY_1, Server, assert_sandbox_gone};
-
-/// Pids of the server's children (its spawner).
-fn children_of(pid: u32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
-}
-
-fn wait_until_dead(pid: u32) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::path::Path::new(&format!("/proc/{pid}")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z")
-    {
-        assert!(Instant::now() < deadline, "process {pid} did not die");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+use serve::{KEY_1, Server, assert_sandbox_gone, children_of, wait_until_dead};
 
 fn crash_and_restart(kill_spawner_too: bool) {
     require_root!();

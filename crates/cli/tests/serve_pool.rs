@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use serve::{KEY_1, KEY_2, Server, assert_sandbox_gone, metric};
+use serve::{KEY_1, KEY_2, Server, assert_sandbox_gone, children_of, metric};
 
 /// One pool of the default limits, `min` ready, at most `max`.
 fn pool(min: usize, max: usize) -> String {
@@ -37,14 +37,6 @@ fn wait_pool_size(server: &Server, want: f64) {
         assert!(Instant::now() < deadline, "the pool holds {size} sandboxes, want {want}");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn children_of(pid: u32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
 }
 
 /// The server's sandboxes (claimed or not): id → agent pid, found through the spawner's children and their cgroups.

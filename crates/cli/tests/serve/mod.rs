@@ -291,3 +291,30 @@ pub fn metric(server: &Server, name: &str) -> f64 {
         .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
         .unwrap_or(0.0)
 }
+
+/// Direct children of `pid` (a server's: its spawner; a spawner's: its sandboxes' agents).
+pub fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Waits (up to 10 s) until `pid` is gone or a zombie.
+pub fn wait_until_dead(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z")
+    {
+        assert!(Instant::now() < deadline, "process {pid} did not die");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The server's one spawner.
+pub fn spawner_of(server: &Server) -> u32 {
+    let spawners = children_of(server.pid());
+    assert_eq!(spawners.len(), 1, "the server runs exactly one spawner: {spawners:?}");
+    spawners[0]
+}
