@@ -15,12 +15,11 @@ use std::time::{Duration, Instant};
 
 use common::{assert_no_leaks, assert_no_token_processes, bin, exclusive_lock, leftovers, token_processes};
 
-/// Starts `sandkasten run` with a shell that prints `started` and then sleeps with `token` in its argv; returns the
-/// CLI child and the sandbox id (read from the sleeping process's cgroup on the host).
-fn start_sleeper(token: &str) -> (Child, String) {
-    let script = format!("echo started; sleep 600; : {token}");
+/// Starts `sandkasten run --timeout 60s <args>` and returns once the program printed `started`.
+fn run_until_started(args: &[&str]) -> Child {
     let mut child = Command::new(bin())
-        .args(["run", "--timeout", "60s", "--", "sh", "-c", &script])
+        .args(["run", "--timeout", "60s"])
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -30,6 +29,14 @@ fn start_sleeper(token: &str) -> (Child, String) {
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line).expect("read started line");
     assert_eq!(line.trim(), "started", "the sandbox did not start");
+    child
+}
+
+/// Starts `sandkasten run` with a shell that prints `started` and then sleeps with `token` in its argv; returns the
+/// CLI child and the sandbox id (read from the sleeping process's cgroup on the host).
+fn start_sleeper(token: &str) -> (Child, String) {
+    let script = format!("echo started; sleep 600; : {token}");
+    let child = run_until_started(&["--", "sh", "-c", &script]);
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         // The CLI's own argv holds the token too: the sandboxed sleeper is the one running as a sandbox uid.
@@ -97,17 +104,7 @@ fn stop_politely_destroys_the_gvisor_sandbox(sig: i32) {
     let _lock = common::shared_lock();
     let token = common::unique_token("sk-lifecycle-gv-");
     let script = format!("echo started; sleep 600; : {token}");
-    let mut child = Command::new(bin())
-        .args(["run", "--isolation", "gvisor", "--timeout", "60s", "--lang", "bash", "--code", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sandkasten run");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("read started line");
-    assert_eq!(line.trim(), "started", "the sandbox did not start");
+    let mut child = run_until_started(&["--isolation", "gvisor", "--lang", "bash", "--code", &script]);
     let id = common::gvisor_sandbox_with_code(&token, Duration::from_secs(5)).expect("the sandbox's bundle");
     assert!(!common::wait_for_runsc_processes(&id, Duration::from_secs(5)).is_empty(), "no runsc process of {id}");
     signal(&child, sig);
