@@ -44,6 +44,7 @@ const PER_TIER_SUITES: &[&str] = &[
     "serve_code.rs",
     "serve_background.rs",
     "serve_results.rs",
+    "serve_output_bounds.rs",
     "attacks_host_files.rs",
     "serve_archive.rs",
     "serve_egress.rs",

@@ -184,7 +184,11 @@ mod tests {
     fn serve_samples() -> Vec<Vec<u8>> {
         use sandkasten_types::{Failure, FailureKind, StreamKind};
         let messages = [
-            Message::Exec { spec: sandkasten_types::CommandSpec::default(), background: true },
+            Message::Exec {
+                spec: sandkasten_types::CommandSpec::default(),
+                background: true,
+                output_limit: Some(1 << 20),
+            },
             Message::Output { stream: StreamKind::Stderr, data: "aGk=".into() },
             Message::FileRead { path: "/workspace/a".into(), offset: 3, len: 9 },
             Message::Failed(Failure::new(FailureKind::NotEmpty, "x")),

@@ -8,6 +8,7 @@
 //! |---|---|
 //! | `Exec` | `ExecStarted` (then `Output`* and one `ExecExited`) or `Failed` |
 //! | `StdinData`, `StdinClose`, `Signal` (id = the command's id) | `Done` or `Failed` |
+//! | `StopOutput` (id = the command's id) | none (the one request without a reply) |
 //! | `ListCommands` | `Commands` |
 //! | `FileRead` | `FileData` or `Failed` |
 //! | `FileWrite`, `Mkdir`, `Rename`, `Remove` | `Done` or `Failed` |
@@ -79,6 +80,11 @@ pub enum Message {
         /// Keep stdin open after `spec.stdin` for `StdinData`/`StdinClose` (a foreground command's stdin is closed
         /// after `spec.stdin`).
         background: bool,
+        /// Bytes of each output stream the host keeps. Once the agent has sent more than this of a stream it stops
+        /// reading it and closes the pipe's read end (the writer gets `EPIPE`/`SIGPIPE`, as under `| head -c`), so
+        /// output nobody keeps costs the host nothing. `None`: read everything.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output_limit: Option<u64>,
     },
     /// host → agent: bytes for a running command's stdin.
     StdinData {
@@ -91,6 +97,12 @@ pub enum Message {
     Signal {
         /// Signal number (1..=64).
         signal: i32,
+    },
+    /// host → agent: the host keeps no more of this stream of the command with this id (its output budget ran
+    /// out): stop reading it and close the pipe's read end. No reply; an id that is not running is ignored.
+    StopOutput {
+        /// Which stream.
+        stream: StreamKind,
     },
     /// host → agent: which commands are running.
     ListCommands,

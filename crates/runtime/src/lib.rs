@@ -13,6 +13,7 @@ pub mod live;
 pub mod output;
 mod plan;
 pub mod records;
+mod retained;
 mod sandbox_runtime;
 pub mod spawner;
 
@@ -22,6 +23,7 @@ pub use error::RuntimeError;
 pub use host_pids::{pids_refusal, sandbox_pids_cap};
 pub use output::{DiscardOutput, OutputSink};
 pub use plan::sets_variable;
+pub use retained::{Held, OutputBudget, OutputRetention};
 pub use sandbox_runtime::{RuntimeFuture, SandboxRuntime};
 pub use sandkasten_agent::run_agent;
 pub use sandkasten_protocol::monotonic_ns;

@@ -12,6 +12,8 @@ use sandkasten_types::{
 };
 use tokio::sync::mpsc;
 
+use crate::retained::OutputRetention;
+
 /// What an async `SandboxRuntime` method returns: a boxed future of its result (write the body as
 /// `Box::pin(async move { … })`).
 pub type RuntimeFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, Failure>> + Send + 'a>>;
@@ -51,11 +53,13 @@ pub trait SandboxRuntime: Send + Sync + 'static {
     /// True while the sandbox's processes are alive (used by the startup reconcile).
     fn is_alive(&self, id: &str) -> bool;
     /// Runs a command to its end; output chunks are sent to `events` as they arrive (the receiver may be dropped:
-    /// keep going). `spec.timeout_ms` is always set by the server.
+    /// keep going). Past `output_limit` bytes of a stream (the caller keeps no more) the stream is no longer read:
+    /// its writer gets `EPIPE`. `spec.timeout_ms` is always set by the server.
     fn exec<'a>(
         &'a self,
         id: &'a str,
         spec: CommandSpec,
+        output_limit: u64,
         events: mpsc::Sender<OutputChunk>,
     ) -> RuntimeFuture<'a, CommandExit>;
     /// Reads a whole regular file; `TooLarge` when it is bigger than `max_bytes`.
@@ -125,16 +129,17 @@ pub trait SandboxRuntime: Send + Sync + 'static {
     }
 
     /// Starts a command in the background under `command_id` (chosen by the server) and returns at once. When
-    /// `spec.stdin` is set it is written and stdin closed; otherwise stdin stays open for `command_stdin`. Up to
-    /// `output_limit` bytes of each output stream are retained for `stream_command`. `spec.timeout_ms` is always set.
+    /// `spec.stdin` is set it is written and stdin closed; otherwise stdin stays open for `command_stdin`. What
+    /// `retention` allows of each output stream is retained for `stream_command` (charged to its budget while kept;
+    /// past `retention.per_stream` the stream is no longer read). `spec.timeout_ms` is always set.
     fn start_command<'a>(
         &'a self,
         id: &'a str,
         command_id: &'a str,
         spec: CommandSpec,
-        output_limit: u64,
+        retention: OutputRetention,
     ) -> RuntimeFuture<'a, CommandStatus> {
-        let _ = (id, command_id, spec, output_limit);
+        let _ = (id, command_id, spec, retention);
         refuse(no_background_commands())
     }
     /// The running and recently ended background commands of a sandbox (a bounded list), oldest first.

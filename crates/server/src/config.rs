@@ -7,6 +7,7 @@
 //! default_timeout_s = 300                         # lifetime of a sandbox created without timeout_s
 //! max_timeout_s = 86400                           # largest timeout_s a client may ask for
 //! max_pids = 8192                                 # largest limits.pids of one sandbox; default kernel.pid_max / 4
+//! max_retained_output_bytes = 67108864            # command output the server holds for one sandbox at once
 //!
 //! [defaults]                                      # what a request that does not say gets
 //! isolation = "gvisor"                            # tier of creates naming none: "process" (default) or "gvisor"
@@ -17,6 +18,7 @@
 //! max_sandboxes = 32                              # running at once
 //! max_memory_bytes = 8589934592                   # sum of the running sandboxes' memory limits
 //! max_pids = 8192                                 # sum of the running sandboxes' pids limits
+//! max_output_bytes = 268435456                    # command output the server holds for all its sandboxes at once
 //! admin = false                                   # may resize the warm pools (PUT /v1/pools/{name})
 //!
 //! [[pools]]                                       # warm pool (none by default): sandboxes created ahead of time
@@ -215,6 +217,11 @@ pub struct TenantConfig {
     /// Sum of the `pids` limits of the running sandboxes. Default 8192.
     #[serde(default = "default_max_pids")]
     pub max_pids: u64,
+    /// Command output the server holds in memory for all of the tenant's sandboxes at once (retained output of
+    /// background commands, answers being collected), in bytes; output beyond it is dropped and marked truncated.
+    /// Default 256 MiB.
+    #[serde(default = "default_max_output_bytes")]
+    pub max_output_bytes: u64,
     /// May change operator-wide settings through the API (resize warm pools). Default false.
     #[serde(default)]
     pub admin: bool,
@@ -229,13 +236,19 @@ impl TenantConfig {
             max_sandboxes: default_max_sandboxes(),
             max_memory_bytes: default_max_memory_bytes(),
             max_pids: default_max_pids(),
+            max_output_bytes: default_max_output_bytes(),
             admin: false,
         }
     }
 
     /// Its quota.
     pub fn quota(&self) -> Quota {
-        Quota { max_sandboxes: self.max_sandboxes, max_memory_bytes: self.max_memory_bytes, max_pids: self.max_pids }
+        Quota {
+            max_sandboxes: self.max_sandboxes,
+            max_memory_bytes: self.max_memory_bytes,
+            max_pids: self.max_pids,
+            max_output_bytes: self.max_output_bytes,
+        }
     }
 }
 
@@ -353,6 +366,10 @@ pub struct ServerConfig {
     /// quarter of `kernel.pid_max`.
     #[serde(default)]
     pub max_pids: Option<u64>,
+    /// Command output the server holds in its memory for one sandbox at once (all its commands' retained output
+    /// and answers being collected), in bytes; output beyond it is dropped and marked truncated. Default 64 MiB.
+    #[serde(default = "default_max_retained_output_bytes")]
+    pub max_retained_output_bytes: u64,
     /// Serve without authentication, everything as tenant `default`. Only on a loopback address. Default false.
     #[serde(default)]
     pub insecure_no_auth: bool,
@@ -477,6 +494,14 @@ fn default_max_pids() -> u64 {
     8_192
 }
 
+fn default_max_output_bytes() -> u64 {
+    256 << 20
+}
+
+fn default_max_retained_output_bytes() -> u64 {
+    64 << 20
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
@@ -487,6 +512,7 @@ impl Default for ServerConfig {
             max_file_bytes: default_max_file_bytes(),
             max_json_bytes: default_max_json_bytes(),
             max_pids: None,
+            max_retained_output_bytes: default_max_retained_output_bytes(),
             insecure_no_auth: false,
             defaults: Defaults::default(),
             tenants: Vec::new(),
@@ -568,9 +594,11 @@ impl ServerConfig {
         if !(1 <= default && default <= max && max <= MAX_CONFIGURABLE_TIMEOUT_S) {
             return Err(ConfigError::Timeouts { default, max });
         }
-        for (name, got, max) in
-            [("max_file_bytes", self.max_file_bytes, 1 << 40), ("max_json_bytes", self.max_json_bytes, 1 << 30)]
-        {
+        for (name, got, max) in [
+            ("max_file_bytes", self.max_file_bytes, 1 << 40),
+            ("max_json_bytes", self.max_json_bytes, 1 << 30),
+            ("max_retained_output_bytes", self.max_retained_output_bytes, 1 << 40),
+        ] {
             if !(1..=max).contains(&got) {
                 return Err(ConfigError::Size { name, max, got });
             }

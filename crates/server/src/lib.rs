@@ -16,6 +16,7 @@ pub mod ids;
 pub mod lifecycle;
 mod metrics;
 mod migrations;
+mod output_budgets;
 pub mod pool;
 pub mod retention;
 pub mod state;

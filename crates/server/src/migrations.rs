@@ -87,6 +87,8 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE sandboxes ADD COLUMN pids INTEGER NOT NULL DEFAULT 0;
     UPDATE sandboxes SET pids = COALESCE(json_extract(spec_json, '$.limits.pids'), 0);
     ALTER TABLE tenants ADD COLUMN max_pids INTEGER NOT NULL DEFAULT 8192;",
+    // 7: the output quota (command output the server holds for a tenant's sandboxes at once).
+    "ALTER TABLE tenants ADD COLUMN max_output_bytes INTEGER NOT NULL DEFAULT 268435456;",
 ];
 
 /// The schema version this build writes.

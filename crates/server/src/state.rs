@@ -14,6 +14,7 @@ use crate::e2b::sessions::Sessions;
 use crate::egress::Egress;
 use crate::egress::audit::{self, AuditQueue};
 use crate::metrics::Metrics;
+use crate::output_budgets::OutputBudgets;
 use crate::pool::Pools;
 use crate::store::Store;
 
@@ -64,6 +65,7 @@ struct Inner {
     egress: Egress,
     audit: Mutex<Option<AuditReceiver>>,
     e2b: Sessions,
+    output_budgets: OutputBudgets,
 }
 
 /// The audit queue's two ends, until `serve_on` starts the writer.
@@ -97,6 +99,7 @@ impl AppState {
                 egress: Egress::new(proxy),
                 audit: Mutex::new(Some((queue, receiver))),
                 e2b: Sessions::default(),
+                output_budgets: OutputBudgets::new(config.max_retained_output_bytes),
             }),
         })
     }
@@ -122,6 +125,11 @@ impl AppState {
     /// The metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
+    }
+
+    /// What command output the server holds for each sandbox and tenant.
+    pub(crate) fn output_budgets(&self) -> &OutputBudgets {
+        &self.inner.output_budgets
     }
 
     /// Egress: the proxy and each sandbox's door into it.

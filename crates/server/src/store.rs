@@ -132,6 +132,9 @@ pub struct Quota {
     pub max_memory_bytes: u64,
     /// Sum of the running sandboxes' `pids` limits.
     pub max_pids: u64,
+    /// Command output held in the server's memory for all running sandboxes at once, in bytes (enforced as it is
+    /// held, not at admission).
+    pub max_output_bytes: u64,
 }
 
 /// Why a sandbox was not admitted.
@@ -554,10 +557,11 @@ impl Store {
             let tx = conn.transaction()?;
             {
                 let mut statement = tx.prepare_cached(
-                    "INSERT INTO tenants (name, created_ms, last_seen_ms, max_sandboxes, max_memory_bytes, max_pids) \
-                     VALUES (?1, ?2, ?2, ?3, ?4, ?5) ON CONFLICT (name) DO UPDATE SET \
+                    "INSERT INTO tenants (name, created_ms, last_seen_ms, max_sandboxes, max_memory_bytes, max_pids, \
+                     max_output_bytes) VALUES (?1, ?2, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (name) DO UPDATE SET \
                      last_seen_ms = excluded.last_seen_ms, max_sandboxes = excluded.max_sandboxes, \
-                     max_memory_bytes = excluded.max_memory_bytes, max_pids = excluded.max_pids",
+                     max_memory_bytes = excluded.max_memory_bytes, max_pids = excluded.max_pids, \
+                     max_output_bytes = excluded.max_output_bytes",
                 )?;
                 for (name, quota) in &tenants {
                     statement.execute(params![
@@ -565,7 +569,8 @@ impl Store {
                         now_ms,
                         to_i64(quota.max_sandboxes),
                         to_i64(quota.max_memory_bytes),
-                        to_i64(quota.max_pids)
+                        to_i64(quota.max_pids),
+                        to_i64(quota.max_output_bytes)
                     ])?;
                 }
             }
@@ -579,12 +584,12 @@ impl Store {
     pub async fn tenants(&self) -> Result<Vec<TenantRecord>, StoreError> {
         self.call(|conn| {
             let mut statement = conn.prepare_cached(
-                "SELECT name, created_ms, last_seen_ms, max_sandboxes, max_memory_bytes, max_pids FROM tenants \
-                 ORDER BY name",
+                "SELECT name, created_ms, last_seen_ms, max_sandboxes, max_memory_bytes, max_pids, max_output_bytes \
+                 FROM tenants ORDER BY name",
             )?;
             let rows = statement.query_map([], |row| {
-                let (max_sandboxes, max_memory_bytes, max_pids): (i64, i64, i64) =
-                    (row.get(3)?, row.get(4)?, row.get(5)?);
+                let (max_sandboxes, max_memory_bytes, max_pids, max_output_bytes): (i64, i64, i64, i64) =
+                    (row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?);
                 Ok(TenantRecord {
                     name: row.get(0)?,
                     created_ms: row.get(1)?,
@@ -593,6 +598,7 @@ impl Store {
                         max_sandboxes: max_sandboxes.max(0) as u64,
                         max_memory_bytes: max_memory_bytes.max(0) as u64,
                         max_pids: max_pids.max(0) as u64,
+                        max_output_bytes: max_output_bytes.max(0) as u64,
                     },
                 })
             })?;
@@ -633,7 +639,7 @@ mod tests {
         }
     }
 
-    const QUOTA: Quota = Quota { max_sandboxes: 2, max_memory_bytes: 300, max_pids: 1000 };
+    const QUOTA: Quota = Quota { max_sandboxes: 2, max_memory_bytes: 300, max_pids: 1000, max_output_bytes: 1 };
 
     #[tokio::test]
     async fn quota_counts_only_the_tenants_running_sandboxes() -> Result<(), StoreError> {
@@ -655,7 +661,7 @@ mod tests {
     #[tokio::test]
     async fn the_pids_quota_sums_the_running_sandboxes_pids_limits() -> Result<(), StoreError> {
         let store = Store::open_in_memory()?;
-        let quota = Quota { max_sandboxes: 10, max_memory_bytes: u64::MAX, max_pids: 1000 };
+        let quota = Quota { max_sandboxes: 10, max_memory_bytes: u64::MAX, max_pids: 1000, max_output_bytes: 1 };
         let with_pids = |id: &str, tenant: &str, pids: u64| {
             let mut record = record(id, tenant, 1);
             record.spec.limits.pids = pids;
@@ -769,7 +775,7 @@ mod tests {
     async fn tenants_are_upserted_and_keep_their_creation_time() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("sandkasten.db");
-        let small = Quota { max_sandboxes: 1, max_memory_bytes: 10, max_pids: 5 };
+        let small = Quota { max_sandboxes: 1, max_memory_bytes: 10, max_pids: 5, max_output_bytes: 7 };
         let store = Store::open(&path)?;
         store.upsert_tenants(vec![("t1".into(), QUOTA), ("t2".into(), QUOTA)], 10).await?;
         drop(store);

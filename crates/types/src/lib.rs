@@ -26,7 +26,7 @@ pub use exec::{Command, ExecRequest, Language, Upload};
 pub use failure::{Failure, FailureKind};
 pub use files::{FileInfo, FileKind, SandboxFile};
 pub use limits::{LimitKind, Limits, LimitsError, MAX_PIDS};
-pub use result::{ExecResult, OutputStream, PhaseTimings, ResourceUsage};
+pub use result::{ExecResult, OutputStream, PhaseTimings, ResourceUsage, json_forms};
 pub use spec::{Entrance, NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec, Template, proxy_environment};
 pub use stream::{OutputChunk, StreamKind};
 pub use tier::{GvisorPlatform, GvisorSettings, Tier};

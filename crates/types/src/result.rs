@@ -9,8 +9,8 @@ use crate::limits::LimitKind;
 
 /// Captured bytes of one output stream.
 ///
-/// In JSON, `text` is always a string: the bytes decoded as UTF-8 with invalid sequences replaced by U+FFFD. When the
-/// bytes are not valid UTF-8, `base64` additionally carries them exactly, so nothing is lost.
+/// In JSON a stream is text when its bytes are text; binary bytes (not UTF-8, a NUL, many control characters) are
+/// an empty text plus their exact bytes in base64, so nothing is lost and nothing is blown up by escapes.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct OutputStream {
     /// The bytes kept (at most the output limit).
@@ -25,12 +25,18 @@ impl OutputStream {
         String::from_utf8_lossy(&self.bytes).into_owned()
     }
 
-    /// The exact bytes in base64 when they are not valid UTF-8, `None` otherwise.
-    pub fn base64_if_binary(&self) -> Option<String> {
-        match std::str::from_utf8(&self.bytes) {
-            Ok(_) => None,
-            Err(_) => Some(base64::engine::general_purpose::STANDARD.encode(&self.bytes)),
-        }
+    /// How the bytes go into JSON: text when they are text, else an empty string and the exact bytes in base64
+    /// (see `utf8::is_text`), so a binary stream costs at most 4/3 of its size.
+    pub fn json_forms(&self) -> (String, Option<String>) {
+        json_forms(&self.bytes)
+    }
+}
+
+/// `bytes` as JSON text, or as an empty text plus base64 when they are binary (`utf8::is_text`).
+pub fn json_forms(bytes: &[u8]) -> (String, Option<String>) {
+    match std::str::from_utf8(bytes) {
+        Ok(text) if crate::utf8::is_text(bytes) => (text.to_owned(), None),
+        _ => (String::new(), Some(base64::engine::general_purpose::STANDARD.encode(bytes))),
     }
 }
 
@@ -71,14 +77,15 @@ pub struct ExecResult {
     pub exit_code: Option<i32>,
     /// Signal number when the program was killed by a signal.
     pub signal: Option<i32>,
-    /// Standard output, decoded as UTF-8 (invalid bytes become U+FFFD; see `stdout_base64`).
+    /// Standard output as text; empty when it is binary (then `stdout_base64` has it).
     pub stdout: String,
-    /// The exact stdout bytes in base64, present only when they are not valid UTF-8.
+    /// The exact stdout bytes in base64, present only when they are binary (not UTF-8, a NUL, many control
+    /// characters).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub stdout_base64: Option<String>,
-    /// Standard error, decoded as UTF-8 (see `stderr_base64`).
+    /// Standard error as text; empty when it is binary (then `stderr_base64` has it).
     pub stderr: String,
-    /// The exact stderr bytes in base64, present only when they are not valid UTF-8.
+    /// The exact stderr bytes in base64, present only when they are binary.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub stderr_base64: Option<String>,
     /// True when stdout went past the output limit and was cut.
@@ -104,11 +111,9 @@ pub struct ExecResult {
 impl ExecResult {
     /// Stores both output streams in their JSON form.
     pub fn set_output(&mut self, stdout: &OutputStream, stderr: &OutputStream) {
-        self.stdout = stdout.text();
-        self.stdout_base64 = stdout.base64_if_binary();
+        (self.stdout, self.stdout_base64) = stdout.json_forms();
         self.stdout_truncated = stdout.truncated;
-        self.stderr = stderr.text();
-        self.stderr_base64 = stderr.base64_if_binary();
+        (self.stderr, self.stderr_base64) = stderr.json_forms();
         self.stderr_truncated = stderr.truncated;
     }
 }
@@ -133,12 +138,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn non_utf8_output_is_kept_exactly_in_base64() {
+    fn binary_output_is_kept_exactly_in_base64_and_only_there() {
         let stream = OutputStream { bytes: vec![b'a', 0xff, b'b'], truncated: false };
-        assert_eq!(stream.text(), "a\u{fffd}b");
-        assert_eq!(stream.base64_if_binary().as_deref(), Some("Yf9i"));
+        assert_eq!(stream.json_forms(), (String::new(), Some("Yf9i".into())));
+        let nul = OutputStream { bytes: vec![0; 3], truncated: false };
+        assert_eq!(nul.json_forms(), (String::new(), Some("AAAA".into())), "never \\u0000 escapes");
         let utf8 = OutputStream { bytes: "grüß".as_bytes().to_vec(), truncated: false };
-        assert_eq!(utf8.base64_if_binary(), None);
+        assert_eq!(utf8.json_forms(), ("grüß".into(), None));
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub struct Command {
     pub(super) argv: Vec<String>,
     pub(super) stdout: Option<OwnedFd>,
     pub(super) stderr: Option<OwnedFd>,
+    /// Bytes sent of (stdout, stderr), and how many of each the host keeps (past that, the pipe is closed).
+    pub(super) sent: [u64; 2],
+    pub(super) output_limit: Option<u64>,
     pub(super) stdin: Option<StdinPipe>,
     pub(super) deadline_ns: Option<u64>,
     pub(super) exit: Option<ExitStatus>,
@@ -116,6 +119,7 @@ impl Commands {
         id: u64,
         spec: &CommandSpec,
         background: bool,
+        output_limit: Option<u64>,
         now_ns: u64,
     ) -> Result<libc::pid_t, Failure> {
         if self.table.contains_key(&id) {
@@ -163,6 +167,8 @@ impl Commands {
                 argv,
                 stdout: Some(stdout_read),
                 stderr: Some(stderr_read),
+                sent: [0; 2],
+                output_limit,
                 stdin,
                 deadline_ns: spec.timeout_ms.map(|ms| now_ns.saturating_add(ms.saturating_mul(1_000_000))),
                 exit: None,

@@ -155,6 +155,10 @@ fn handle_requests(
             channel.queue(id, Message::Done);
             return Ok(Some(LoopEnd::Shutdown));
         }
+        if let Message::StopOutput { stream } = msg {
+            output::stop_output(commands, id, stream);
+            continue;
+        }
         let reply = handle_request(context, commands, id, msg).unwrap_or_else(Message::Failed);
         channel.queue(id, reply);
         if channel.congested() {
@@ -175,8 +179,8 @@ fn handle_request(
     msg: Message,
 ) -> Result<Message, Failure> {
     match msg {
-        Message::Exec { spec, background } => {
-            let pid = commands.start(context, id, &spec, background, monotonic_ns())?;
+        Message::Exec { spec, background, output_limit } => {
+            let pid = commands.start(context, id, &spec, background, output_limit, monotonic_ns())?;
             Ok(Message::ExecStarted { pid: pid as u32 })
         }
         Message::StdinData { data } => commands.stdin_data(id, &decode(&data, "stdin data")?).map(|()| Message::Done),

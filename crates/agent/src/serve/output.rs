@@ -1,7 +1,8 @@
 //! Moving bytes between commands and the channel: output pipes → `Output` frames (at most 64 KiB raw each, in
-//! order per stream), queued stdin → the command's stdin pipe, and the end of a command: `ExecExited` once both
-//! output pipes reached end-of-file, or once its process exited and the drain window passed (a daemon it left
-//! behind may hold the pipes open forever).
+//! order per stream; a stream is closed once more than the host's output limit of it was sent), queued stdin → the
+//! command's stdin pipe, and the end of a command: `ExecExited` once both output pipes reached end-of-file (or were
+//! closed), or once its process exited and the drain window passed (a daemon it left behind may hold the pipes open
+//! forever).
 
 use std::os::fd::OwnedFd;
 
@@ -44,6 +45,13 @@ fn slot(command: &mut Command, stream: StreamKind) -> &mut Option<OwnedFd> {
     }
 }
 
+fn index(stream: StreamKind) -> usize {
+    match stream {
+        StreamKind::Stdout => 0,
+        StreamKind::Stderr => 1,
+    }
+}
+
 /// Reads up to `budget` bytes from one stream into `Output` frames; returns the bytes read.
 fn pump(channel: &mut Channel, id: u64, command: &mut Command, stream: StreamKind, budget: usize) -> usize {
     let mut buffer = vec![0u8; MAX_OUTPUT_CHUNK_BYTES];
@@ -54,6 +62,12 @@ fn pump(channel: &mut Channel, id: u64, command: &mut Command, stream: StreamKin
             Chunk::Data(n) => {
                 total += n;
                 channel.queue(id, Message::Output { stream, data: STANDARD.encode(&buffer[..n]) });
+                let sent = &mut command.sent[index(stream)];
+                *sent = sent.saturating_add(n as u64);
+                if command.output_limit.is_some_and(|limit| *sent > limit) {
+                    // The host keeps no more of this stream: stop reading it (closing the read end).
+                    *slot(command, stream) = None;
+                }
             }
             Chunk::NotReady => break,
             Chunk::End => *slot(command, stream) = None,
@@ -66,6 +80,13 @@ fn pump(channel: &mut Channel, id: u64, command: &mut Command, stream: StreamKin
 pub fn read_output(commands: &mut Commands, channel: &mut Channel, id: u64, stream: StreamKind) {
     if let Some(command) = commands.table.get_mut(&id) {
         pump(channel, id, command, stream, 1);
+    }
+}
+
+/// The host keeps no more of a stream: close it (a command that is not running any more is ignored).
+pub fn stop_output(commands: &mut Commands, id: u64, stream: StreamKind) {
+    if let Some(command) = commands.table.get_mut(&id) {
+        *slot(command, stream) = None;
     }
 }
 

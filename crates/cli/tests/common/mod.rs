@@ -20,8 +20,10 @@ use serde_json::Value;
 pub const RECORD_DIR: &str = "/run/sandkasten/sandboxes";
 /// cgroup v1 controllers a sandbox gets a directory in.
 pub const V1_CONTROLLERS: [&str; 5] = ["memory", "pids", "cpu", "cpuacct", "freezer"];
-/// Host uids sandbox processes run as: `[SANDBOX_UID_BASE, SANDBOX_UID_BASE + 65536)`.
+/// Host uids sandbox processes run as: `[SANDBOX_UID_BASE, SANDBOX_UID_END)`, a range of 65536 per sandbox.
 pub const SANDBOX_UID_BASE: u32 = 1_000_000_000;
+/// The end of the sandboxes' host uid ranges (4096 ranges of 65536).
+pub const SANDBOX_UID_END: u32 = SANDBOX_UID_BASE + 4096 * 65536;
 /// How long the CLI may take before the watchdog kills it and the test fails.
 pub const DEFAULT_WATCHDOG: Duration = Duration::from_secs(60);
 /// A lock every sandbox-running test holds shared, and bad-input tests hold exclusively, so that "nothing was created"
@@ -326,12 +328,21 @@ impl RunResult {
 
     /// The program's stdout text.
     pub fn stdout(&self) -> String {
-        self.json["stdout"].as_str().unwrap_or_default().to_owned()
+        self.text("stdout")
     }
 
     /// The program's stderr text.
     pub fn stderr(&self) -> String {
-        self.json["stderr"].as_str().unwrap_or_default().to_owned()
+        self.text("stderr")
+    }
+
+    /// A stream as text, as a client reads it: the text field, or for binary output (`<stream>_base64` set, the
+    /// text empty) its bytes decoded lossily.
+    fn text(&self, stream: &str) -> String {
+        match self.json.get(format!("{stream}_base64")).and_then(Value::as_str) {
+            Some(b64) => String::from_utf8_lossy(&base64_decode(b64)).into_owned(),
+            None => self.json[stream].as_str().unwrap_or_default().to_owned(),
+        }
     }
 
     /// Exact stdout bytes: `stdout_base64` decoded when present, else the text's bytes.

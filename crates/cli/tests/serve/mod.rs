@@ -52,18 +52,19 @@ impl Server {
 
     /// As `start`, holding the suite lock exclusively until the server is dropped.
     pub fn start_exclusive() -> Server {
-        Server::start_locked("", crate::common::exclusive_lock())
+        Server::start_locked("", "", crate::common::exclusive_lock())
     }
 
     /// As `start`, with `extra` appended to the config file (e.g. `[[pools]]` tables).
     pub fn start_with(extra: &str) -> Server {
-        Server::start_locked(extra, crate::common::shared_lock())
+        Server::start_locked("", extra, crate::common::shared_lock())
     }
 
-    fn start_locked(extra: &str, lock: crate::common::SuiteLock) -> Server {
+    /// `top` goes at the top of the config file (top-level settings), `extra` at its end (tables).
+    fn start_locked(top: &str, extra: &str, lock: crate::common::SuiteLock) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = format!(
-            "[[tenants]]\nname = \"t1\"\napi_keys = [\"{KEY_1}\"]\nmax_sandboxes = 64\nmax_pids = 1048576\nmax_memory_bytes = {}\n\n\
+            "{top}\n[[tenants]]\nname = \"t1\"\napi_keys = [\"{KEY_1}\"]\nmax_sandboxes = 64\nmax_pids = 1048576\nmax_memory_bytes = {}\n\n\
              [[tenants]]\nname = \"t2\"\napi_keys = [\"{KEY_2}\"]\nmax_sandboxes = 8\nmax_memory_bytes = {}\n\n{extra}\n",
             32u64 << 30,
             4u64 << 30
@@ -243,12 +244,17 @@ impl Server {
 
     /// As `start_exclusive`, with `[defaults] isolation = "<tier>"` (see `start_on`).
     pub fn start_exclusive_on(tier: Tier) -> Server {
-        Server::start_locked(&tier_defaults(tier, ""), crate::common::exclusive_lock())
+        Server::start_locked("", &tier_defaults(tier, ""), crate::common::exclusive_lock())
     }
 
     /// As `start_with`, with `[defaults] isolation = "<tier>"` (see `start_on`).
     pub fn start_with_on(tier: Tier, extra: &str) -> Server {
-        Server::start_locked(&tier_defaults(tier, extra), crate::common::shared_lock())
+        Server::start_locked("", &tier_defaults(tier, extra), crate::common::shared_lock())
+    }
+
+    /// As `start_on`, with `settings` (top-level keys such as `max_retained_output_bytes = 4194304`) in the config.
+    pub fn start_with_settings_on(tier: Tier, settings: &str) -> Server {
+        Server::start_locked(settings, &tier_defaults(tier, ""), crate::common::shared_lock())
     }
 
     /// Creates a sandbox of `tier` as t1 (`"isolation"` set in `body`) and returns its id; asserts the server

@@ -192,7 +192,7 @@ impl Program<'_> {
         observed: &mut Observed,
         sink: &mut dyn OutputSink,
     ) -> End {
-        let (handle, mut events) = match self.agent.spawn_background(spec).await {
+        let (handle, mut events) = match self.agent.spawn_background(spec, Some(observed.limit)).await {
             Ok(started) => started,
             Err(failure) if failure.kind == FailureKind::ExecFailed => {
                 return End::ExecFailed(failure.message);
@@ -276,11 +276,12 @@ struct Observed {
     stdout: Capture,
     stderr: Capture,
     first_output_ns: Option<u64>,
+    limit: u64,
 }
 
 impl Observed {
     fn new(limit: u64) -> Observed {
-        Observed { stdout: Capture::new(limit), stderr: Capture::new(limit), first_output_ns: None }
+        Observed { stdout: Capture::new(limit), stderr: Capture::new(limit), first_output_ns: None, limit }
     }
 }
 
@@ -292,7 +293,7 @@ async fn exec(
     guard: &SandboxGuard,
 ) -> End {
     let (chunks, mut received) = mpsc::channel(64);
-    let running = agent.exec(spec, chunks);
+    let running = agent.exec(spec, Some(observed.limit), chunks);
     tokio::pin!(running);
     let mut over_limit = false;
     loop {

@@ -104,11 +104,16 @@ impl AgentClient {
         }
     }
 
-    /// Runs a command; output chunks go to `output` as they arrive (in order; a dropped receiver is fine).
-    /// The exit carries the command's phases from now.
-    pub async fn exec(&self, spec: CommandSpec, output: mpsc::Sender<OutputChunk>) -> Result<CommandExit, Failure> {
+    /// Runs a command; output chunks go to `output` as they arrive (in order; a dropped receiver is fine). Past
+    /// `output_limit` bytes of a stream the agent stops reading it. The exit carries the command's phases from now.
+    pub async fn exec(
+        &self,
+        spec: CommandSpec,
+        output_limit: Option<u64>,
+        output: mpsc::Sender<OutputChunk>,
+    ) -> Result<CommandExit, Failure> {
         let mut clock = CommandClock::start();
-        let (id, mut replies) = self.start(Message::Exec { spec, background: false }).await?;
+        let (id, mut replies) = self.start(Message::Exec { spec, background: false, output_limit }).await?;
         let outcome = loop {
             match replies.recv().await {
                 Some(Message::ExecStarted { .. }) => clock.started(),

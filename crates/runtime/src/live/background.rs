@@ -43,13 +43,15 @@ pub struct BackgroundCommand {
 }
 
 impl AgentClient {
-    /// Starts `spec` as a background command; returns its handle and its events.
+    /// Starts `spec` as a background command; returns its handle and its events. Past `output_limit` bytes of a
+    /// stream the agent stops reading it.
     pub async fn spawn_background(
         self: &Arc<Self>,
         spec: CommandSpec,
+        output_limit: Option<u64>,
     ) -> Result<(BackgroundCommand, mpsc::UnboundedReceiver<BackgroundEvent>), Failure> {
         let mut clock = CommandClock::start();
-        let (id, mut replies) = self.start(Message::Exec { spec, background: true }).await?;
+        let (id, mut replies) = self.start(Message::Exec { spec, background: true, output_limit }).await?;
         let pid = match replies.recv().await {
             Some(Message::ExecStarted { pid }) => {
                 clock.started();
@@ -110,10 +112,28 @@ async fn route(
     }
 }
 
+/// Tells the agent to stop reading a background command's stream (what the host would drop anyway).
+pub struct OutputStopper {
+    agent: Arc<AgentClient>,
+    id: u64,
+}
+
+impl OutputStopper {
+    /// The agent stops reading `stream` and closes it (no answer; a command that ended is ignored).
+    pub async fn stop(&self, stream: StreamKind) {
+        let _ = self.agent.send(self.id, Message::StopOutput { stream }).await;
+    }
+}
+
 impl BackgroundCommand {
     /// The command's pid inside the sandbox (also its process group id).
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// Something that stops the command's output streams without holding the command (whose drop kills it).
+    pub fn output_stopper(&self) -> OutputStopper {
+        OutputStopper { agent: Arc::clone(&self.agent), id: self.id }
     }
 
     async fn control(&self, msg: Message) -> Result<(), Failure> {

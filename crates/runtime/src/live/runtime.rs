@@ -134,11 +134,12 @@ impl LiveRuntime {
         &self,
         id: &str,
         spec: CommandSpec,
+        output_limit: u64,
         output: mpsc::Sender<OutputChunk>,
     ) -> Result<CommandExit, Failure> {
         let (agent, cgroup) = self.running_agent_and_cgroup(id)?;
         let counters = Counters::before(cgroup);
-        let mut exit = agent.exec(spec, output).await?;
+        let mut exit = agent.exec(spec, Some(output_limit), output).await?;
         counters.annotate(&mut exit);
         Ok(exit)
     }

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use super::agent_client::sandbox_gone;
 use super::runtime::LiveRuntime;
 use crate::error::RuntimeError;
+use crate::retained::OutputRetention;
 use crate::sandbox_runtime::{RuntimeFuture, SandboxRuntime};
 
 /// A spawner failure as the server answers it: a refused request is `refused`, anything else `Internal`.
@@ -64,9 +65,10 @@ impl SandboxRuntime for LiveRuntime {
         &'a self,
         id: &'a str,
         spec: CommandSpec,
+        output_limit: u64,
         events: mpsc::Sender<OutputChunk>,
     ) -> RuntimeFuture<'a, CommandExit> {
-        Box::pin(self.run_command(id, spec, events))
+        Box::pin(self.run_command(id, spec, output_limit, events))
     }
 
     fn read_file<'a>(&'a self, id: &'a str, path: &'a str, max_bytes: u64) -> RuntimeFuture<'a, Vec<u8>> {
@@ -161,11 +163,11 @@ impl SandboxRuntime for LiveRuntime {
         id: &'a str,
         command_id: &'a str,
         spec: CommandSpec,
-        output_limit: u64,
+        retention: OutputRetention,
     ) -> RuntimeFuture<'a, CommandStatus> {
         Box::pin(async move {
             let (agent, cgroup) = self.running_agent_and_cgroup(id)?;
-            let status = self.commands().start(&agent, cgroup, id, command_id, spec, output_limit).await?;
+            let status = self.commands().start(&agent, cgroup, id, command_id, spec, retention).await?;
             if !self.is_alive(id) {
                 // Destroyed while the command started: do not keep it.
                 self.commands().forget(id);

@@ -68,7 +68,8 @@ pub(crate) async fn start_background(
     output_limit: u64,
 ) -> Result<(String, CommandStatus), ApiError> {
     let command_id = record_start(state, tenant, id, &spec).await?;
-    let status = match state.runtime().start_command(id, &command_id, spec, output_limit).await {
+    let retention = state.output_budgets().retention(tenant, id, output_limit);
+    let status = match state.runtime().start_command(id, &command_id, spec, retention).await {
         Ok(status) => status,
         Err(failure) => {
             if let Err(error) = state.store().finish_command(&command_id, None, now_ms()).await {

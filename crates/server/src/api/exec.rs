@@ -65,6 +65,7 @@ async fn start(
     tenant: &Tenant,
     id: &str,
     spec: CommandSpec,
+    output_limit: u64,
 ) -> Result<Started<CommandExit>, ApiError> {
     let command_id = commands::record_start(state, tenant, id, &spec).await?;
     let (events, chunks) = mpsc::channel(64);
@@ -85,7 +86,7 @@ async fn start(
                 events.send(chunk).await.ok();
             }
         };
-        let (result, ()) = tokio::join!(state.runtime().exec(&id, spec, runtime_events), forward);
+        let (result, ()) = tokio::join!(state.runtime().exec(&id, spec, output_limit, runtime_events), forward);
         let seconds = started.elapsed().as_secs_f64();
         state.metrics().exec_finished(seconds);
         state.metrics().exec_phase(ExecPhase::Total, seconds);
@@ -149,13 +150,16 @@ pub(crate) async fn exec(
     if background {
         return commands::start(&state, &tenant, &id, spec, limit).await;
     }
-    let wants_stream = output::wants_stream(&headers);
-    let started = start(&state, &tenant, &id, spec).await?;
-    if wants_stream {
+    // Past this the agent stops reading a stream (a slow client cannot make the server queue more of it either).
+    let carried = state.output_budgets().stream_cap(limit);
+    if output::wants_stream(&headers) {
+        let started = start(&state, &tenant, &id, spec, carried).await?;
         return Ok(stream(state, id, isolation, started, limit));
     }
+    let budgets = state.output_budgets();
+    let [mut stdout, mut stderr] = [budgets.hold(&tenant, &id), budgets.hold(&tenant, &id)].map(Capture::charged);
+    let started = start(&state, &tenant, &id, spec, carried).await?;
     let started_at = started.started;
-    let (mut stdout, mut stderr) = (Capture::default(), Capture::default());
     let result = pump(started, |chunk| {
         match chunk.stream {
             StreamKind::Stdout => stdout.keep(&chunk.data, limit),

@@ -1,8 +1,9 @@
-//! Output of one command as the API hands it out: kept up to the sandbox's output limit per stream, and, for
+//! Output of one command as the API hands it out: kept up to the sandbox's output limit per stream (and, when
+//! collected for a JSON answer, charged to the sandbox's output budget while it is held), and, for
 //! streams, cut into events (`OutputEvent`) that never split a UTF-8 character (a partial character waits for the
 //! next chunk); and the two helpers of every event-stream answer (`wants_stream`, `json_event`).
 
-use base64::Engine as _;
+use sandkasten_runtime::Held;
 use sandkasten_types::OutputStream;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -10,9 +11,10 @@ use utoipa::ToSchema;
 /// Data of a `stdout` or `stderr` event of an exec stream.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct OutputEvent {
-    /// The chunk as UTF-8 text (a character split across chunks is sent whole with the next chunk).
+    /// The chunk as text (a character split across chunks is sent whole with the next chunk); empty when the chunk
+    /// is binary (not UTF-8, a NUL, many control characters): then `base64` has it.
     pub data: String,
-    /// The exact bytes in base64, only when they are not valid UTF-8.
+    /// The exact bytes in base64, only when they are binary.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base64: Option<String>,
 }
@@ -20,6 +22,8 @@ pub struct OutputEvent {
 /// One stream's output so far.
 #[derive(Debug, Default)]
 pub(crate) struct Capture {
+    /// The budget kept bytes are charged to (collecting mode; `None`: not charged).
+    held: Option<Held>,
     /// Bytes kept (only when collecting; streaming forwards instead of keeping).
     kept: Vec<u8>,
     /// Bytes accepted so far (kept or forwarded), at most the limit.
@@ -31,10 +35,20 @@ pub(crate) struct Capture {
 }
 
 impl Capture {
-    /// The part of `data` that still fits under `limit`; the rest is dropped and marks the stream truncated.
+    /// A capture that collects, charging what it keeps to `held`'s budget.
+    pub(crate) fn charged(held: Held) -> Capture {
+        Capture { held: Some(held), ..Capture::default() }
+    }
+
+    /// The part of `data` that still fits under `limit` (and the budget); the rest is dropped and marks the stream
+    /// truncated.
     fn fit<'a>(&mut self, data: &'a [u8], limit: u64) -> &'a [u8] {
         let room = limit.saturating_sub(self.accepted);
-        let take = data.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        let fits = data.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        let take = match &mut self.held {
+            Some(held) => usize::try_from(held.take(fits as u64)).unwrap_or(fits),
+            None => fits,
+        };
         if take < data.len() {
             self.truncated = true;
         }
@@ -70,21 +84,18 @@ impl Capture {
     }
 
     /// The kept bytes in the shape of `ExecResult`'s streams.
-    pub(crate) fn into_stream(self) -> OutputStream {
-        OutputStream { bytes: self.kept, truncated: self.truncated }
+    pub(crate) fn into_stream(mut self) -> OutputStream {
+        OutputStream { bytes: std::mem::take(&mut self.kept), truncated: self.truncated }
     }
 }
 
-/// `bytes` as an event (text, plus base64 when they are not valid UTF-8); `None` when empty.
+/// `bytes` as an event (text, or base64 when they are binary); `None` when empty.
 pub(crate) fn event(bytes: &[u8]) -> Option<OutputEvent> {
     if bytes.is_empty() {
         return None;
     }
-    let base64 = match std::str::from_utf8(bytes) {
-        Ok(_) => None,
-        Err(_) => Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
-    };
-    Some(OutputEvent { data: String::from_utf8_lossy(bytes).into_owned(), base64 })
+    let (data, base64) = sandkasten_types::json_forms(bytes);
+    Some(OutputEvent { data, base64 })
 }
 
 /// Whether the client asked for a stream of server-sent events (`Accept: text/event-stream`).
@@ -114,6 +125,17 @@ mod tests {
         let stream = capture.into_stream();
         assert_eq!(stream.bytes, b"hello wo");
         assert!(stream.truncated);
+    }
+
+    #[test]
+    fn kept_output_stops_at_the_budget_and_credits_it_back() {
+        let budget = sandkasten_runtime::OutputBudget::new(4, None);
+        let mut capture = Capture::charged(Held::new(std::sync::Arc::clone(&budget)));
+        capture.keep(b"hello", 8);
+        assert_eq!(budget.used(), 4);
+        let stream = capture.into_stream();
+        assert_eq!((stream.bytes.as_slice(), stream.truncated), (&b"hell"[..], true));
+        assert_eq!(budget.used(), 0);
     }
 
     #[test]

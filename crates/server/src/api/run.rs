@@ -68,13 +68,15 @@ pub(crate) async fn run(
     plan.spec.isolation = Some(resolve_tier(&state, plan.spec.isolation)?);
     let tier = plan.spec.tier();
     let limit = plan.spec.limits.output_bytes;
-    let started = task::spawn(state.clone(), tenant, plan, requested);
+    let started = task::spawn(state.clone(), tenant.clone(), plan, requested);
     let id =
         started.ready.await.map_err(|_| ApiError::internal("the run's task ended before its sandbox was ready"))??;
     if output::wants_stream(&headers) {
         return Ok(stream(state, id, tier, started.events, limit));
     }
-    collect(id, tier, started.events, limit).await
+    let budgets = state.output_budgets();
+    let captures = [budgets.hold(&tenant, &id), budgets.hold(&tenant, &id)].map(Capture::charged);
+    collect(id, tier, started.events, limit, captures).await
 }
 
 fn result(id: String, isolation: Tier, outcome: RunOutcome, stdout: Capture, stderr: Capture) -> RunResponse {
@@ -89,8 +91,8 @@ async fn collect(
     isolation: Tier,
     mut events: mpsc::Receiver<RunEvent>,
     limit: u64,
+    [mut stdout, mut stderr]: [Capture; 2],
 ) -> Result<Response, ApiError> {
-    let (mut stdout, mut stderr) = (Capture::default(), Capture::default());
     while let Some(event) = events.recv().await {
         match event {
             RunEvent::Output(chunk) => match chunk.stream {

@@ -267,14 +267,15 @@ pub struct ExecResponse {
     /// How it ended: exit code or signal, `timed_out`, `oom_killed`, which `limit` fired, `usage`, `phases`.
     #[serde(flatten)]
     pub exit: CommandExit,
-    /// Standard output as UTF-8 (invalid bytes become U+FFFD; see `stdout_base64`).
+    /// Standard output as text; empty when it is binary (not UTF-8, a NUL, many control characters): then
+    /// `stdout_base64` has it.
     pub stdout: String,
-    /// The exact stdout bytes in base64, only when they are not valid UTF-8.
+    /// The exact stdout bytes in base64, only when they are binary.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stdout_base64: Option<String>,
-    /// Standard error as UTF-8 (see `stderr_base64`).
+    /// Standard error as text; empty when it is binary (then `stderr_base64` has it).
     pub stderr: String,
-    /// The exact stderr bytes in base64, only when they are not valid UTF-8.
+    /// The exact stderr bytes in base64, only when they are binary.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stderr_base64: Option<String>,
     /// True when stdout went past the sandbox's output limit and was cut.
@@ -304,14 +305,15 @@ impl ExecResponse {
         duration_ms: f64,
     ) -> ExecResponse {
         let (stdout, stderr) = (stdout.into_stream(), stderr.into_stream());
+        let ((stdout_text, stdout_base64), (stderr_text, stderr_base64)) = (stdout.json_forms(), stderr.json_forms());
         ExecResponse {
             sandbox_id,
             isolation,
             exit: with_output_limit(exit, stdout.truncated || stderr.truncated),
-            stdout: stdout.text(),
-            stdout_base64: stdout.base64_if_binary(),
-            stderr: stderr.text(),
-            stderr_base64: stderr.base64_if_binary(),
+            stdout: stdout_text,
+            stdout_base64,
+            stderr: stderr_text,
+            stderr_base64,
             stdout_truncated: stdout.truncated,
             stderr_truncated: stderr.truncated,
             duration_ms,

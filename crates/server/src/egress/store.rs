@@ -231,7 +231,12 @@ mod tests {
             ended_ms: None,
             end_reason: None,
         };
-        let quota = crate::store::Quota { max_sandboxes: 10, max_memory_bytes: u64::MAX, max_pids: u64::MAX };
+        let quota = crate::store::Quota {
+            max_sandboxes: 10,
+            max_memory_bytes: u64::MAX,
+            max_pids: u64::MAX,
+            max_output_bytes: 1,
+        };
         store.admit_sandbox(record, quota).await.unwrap().unwrap();
         store
     }

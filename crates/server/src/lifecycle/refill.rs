@@ -70,7 +70,10 @@ async fn prepare_spare(state: &AppState, id: &str, language: CodeLanguage, prelo
 async fn start_zygote(state: &AppState, id: &str, argv: Vec<String>, output_limit: u64) -> Result<Member, String> {
     let spec = CommandSpec { argv: Some(argv), timeout_ms: Some(ZYGOTE_TIMEOUT_MS), ..CommandSpec::default() };
     let started = match ids::command_id() {
-        Ok(command) => state.runtime().start_command(id, &command, spec, output_limit).await.map(|_| command),
+        Ok(command) => {
+            let retention = state.output_budgets().retention_unowned(output_limit);
+            state.runtime().start_command(id, &command, spec, retention).await.map(|_| command)
+        }
         Err(error) => Err(Failure::new(FailureKind::Internal, error.to_string())),
     };
     match started {

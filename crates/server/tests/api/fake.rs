@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use sandkasten_runtime::{RuntimeFuture, SandboxRuntime};
+use sandkasten_runtime::{OutputRetention, RuntimeFuture, SandboxRuntime};
 use sandkasten_types::{
     CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus,
     ContextInfo, Failure, FailureKind, FileInfo, FileKind, OutputChunk, SandboxSpec, StreamKind, Tier,
@@ -165,6 +165,7 @@ impl SandboxRuntime for FakeRuntime {
         &'a self,
         id: &'a str,
         spec: CommandSpec,
+        _output_limit: u64,
         events: mpsc::Sender<OutputChunk>,
     ) -> RuntimeFuture<'a, CommandExit> {
         Box::pin(async move {
@@ -460,12 +461,12 @@ impl SandboxRuntime for FakeRuntime {
         id: &'a str,
         command_id: &'a str,
         spec: CommandSpec,
-        output_limit: u64,
+        retention: OutputRetention,
     ) -> RuntimeFuture<'a, CommandStatus> {
         Box::pin(async move {
             self.with(id, |_| Ok(()))?;
             *self.last_command.lock().unwrap() = Some(spec.clone());
-            self.commands.start(id, command_id, spec, output_limit)
+            self.commands.start(id, command_id, spec, retention.per_stream)
         })
     }
 

@@ -12,7 +12,7 @@ use sandkasten_types::{CommandSpec, FailureKind};
 use super::{TestAgent, eventually, process_gone, shell};
 
 fn exec(spec: CommandSpec, background: bool) -> Message {
-    Message::Exec { spec, background }
+    Message::Exec { spec, background, output_limit: None }
 }
 
 fn failure_kind(msg: &Message) -> Option<FailureKind> {
@@ -143,6 +143,21 @@ fn one_mib_flood_arrives_complete_and_in_order() {
     assert_eq!(finished.stdout.len(), expected.len());
     assert!(finished.stdout == expected.as_bytes(), "output differs from seq's");
     assert_eq!(finished.exit.exit_code, Some(0));
+    agent.shutdown();
+}
+
+#[test]
+fn a_stream_past_the_output_limit_is_closed_and_the_other_goes_on() {
+    let mut agent = TestAgent::start();
+    let spec = shell("head -c 100M /dev/zero; echo \"head: $?\" >&2");
+    let started = Instant::now();
+    agent.request(1, Message::Exec { spec, background: false, output_limit: Some(1000) });
+    let finished = agent.collect(1);
+    let sent = finished.stdout.len();
+    assert!(sent > 1000 && sent <= 1000 + (64 << 10), "{sent} bytes of stdout were sent for a limit of 1000");
+    assert_eq!(finished.stderr, b"head: 141\n", "head died of SIGPIPE, stderr was still read");
+    assert_eq!(finished.exit.exit_code, Some(0));
+    assert!(started.elapsed() < Duration::from_secs(20), "the writer was stopped, not drained to its end");
     agent.shutdown();
 }
 

@@ -21,6 +21,9 @@ pub(super) async fn listen(shared: Arc<Shared>, mut offset: u64, events: mpsc::S
             }
         }
         offset = read.next;
+        if read.more {
+            continue;
+        }
         if read.ending.is_some() {
             let _ = events.send(CommandEvent::Ended(shared.status())).await;
             return;

@@ -1,6 +1,7 @@
-//! The retained output of one background command: both streams in arrival order, each kept up to a byte limit (the
-//! first part is kept, the rest dropped and the stream marked truncated), cut so that every stored piece ends on a
-//! whole UTF-8 character. Positions are byte offsets into the retained output (both streams counted), so a listener
+//! The retained output of one background command: both streams in arrival order, each kept up to a byte limit and
+//! all of it charged to the sandbox's `OutputBudget` (the first part is kept, what either bound refuses is dropped
+//! and the stream marked truncated; the charge is credited back when the log is dropped), cut so that every stored
+//! piece ends on a whole UTF-8 character. Positions are byte offsets into the retained output (both streams counted), so a listener
 //! can start anywhere and reconnect where it left off. A `watch` channel wakes listeners when something is added.
 
 use std::sync::Mutex;
@@ -8,8 +9,12 @@ use std::sync::Mutex;
 use sandkasten_types::{CommandExit, OutputChunk, StreamKind};
 use tokio::sync::watch;
 
+use crate::retained::{Held, OutputRetention};
+
 /// Largest piece stored: consecutive output of one stream is merged up to this size.
 const PIECE_BYTES: usize = 64 << 10;
+/// Most pieces one read copies out (a listener starting at 0 does not duplicate the whole log at once).
+pub(super) const READ_PIECES: usize = 16;
 
 /// How the command ended.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -27,12 +32,13 @@ struct StreamState {
     carry: Vec<u8>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     pieces: Vec<(StreamKind, u64, Vec<u8>)>,
     total: u64,
     streams: [StreamState; 2],
     ending: Option<Ending>,
+    held: Held,
 }
 
 /// What a listener reads at once.
@@ -43,6 +49,8 @@ pub struct Read {
     pub pieces: Vec<(OutputChunk, u64)>,
     /// Set once the command ended and all output has been read.
     pub ending: Option<Ending>,
+    /// More is retained than this read copied out (`READ_PIECES`): read again from `next`.
+    pub more: bool,
     /// The offset after everything read.
     pub next: u64,
 }
@@ -71,16 +79,29 @@ impl State {
             Some((last, _, bytes)) if *last == stream && bytes.len() + data.len() <= PIECE_BYTES => {
                 bytes.extend_from_slice(data);
             }
-            _ => self.pieces.push((stream, self.total, data.to_vec())),
+            _ => {
+                // The piece before is complete: give back what its growth reserved beyond its bytes.
+                if let Some((_, _, bytes)) = self.pieces.last_mut() {
+                    bytes.shrink_to_fit();
+                }
+                self.pieces.push((stream, self.total, data.to_vec()));
+            }
         }
         self.total += data.len() as u64;
     }
 }
 
 impl OutputLog {
-    /// An empty log keeping up to `limit` bytes per stream.
-    pub fn new(limit: u64) -> OutputLog {
-        OutputLog { limit, state: Mutex::default(), changed: watch::channel(0).0 }
+    /// An empty log keeping up to `retention.per_stream` bytes per stream, charged to `retention.budget`.
+    pub fn new(retention: OutputRetention) -> OutputLog {
+        let state = State {
+            pieces: Vec::new(),
+            total: 0,
+            streams: Default::default(),
+            ending: None,
+            held: Held::new(retention.budget),
+        };
+        OutputLog { limit: retention.per_stream, state: Mutex::new(state), changed: watch::channel(0).0 }
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> Option<T> {
@@ -91,13 +112,16 @@ impl OutputLog {
         self.changed.send_modify(|version| *version = version.wrapping_add(1));
     }
 
-    /// Adds output of `stream` (what fits under the limit; a trailing partial character waits for the next chunk).
-    pub fn push(&self, stream: StreamKind, data: &[u8]) {
+    /// Adds output of `stream` (what fits under the limit and the budget; a trailing partial character waits for the
+    /// next chunk). True when this push is the one that cut the stream (nothing more of it will be kept).
+    pub fn push(&self, stream: StreamKind, data: &[u8]) -> bool {
         let limit = self.limit;
-        self.with(|state| {
+        let cut = self.with(|state| {
             let own = &mut state.streams[index(stream)];
             let room = limit.saturating_sub(own.accepted);
-            let take = data.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+            let fits = data.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+            let take = usize::try_from(state.held.take(fits as u64)).unwrap_or(fits);
+            let cut = take < data.len() && !own.truncated;
             if take < data.len() {
                 own.truncated = true;
             }
@@ -107,8 +131,10 @@ impl OutputLog {
             let complete = pending.len() - sandkasten_types::utf8::incomplete_tail_len(&pending);
             own.carry = pending.split_off(complete);
             state.store(stream, &pending);
+            cut
         });
         self.notify();
+        cut.unwrap_or(false)
     }
 
     /// Marks the command ended (held-back partial characters are stored as they are). Only the first call counts.
@@ -136,17 +162,22 @@ impl OutputLog {
         self.with(|state| (state.streams[0].truncated, state.streams[1].truncated)).unwrap_or_default()
     }
 
-    /// Everything retained after `offset` (a piece that `offset` falls into is cut there).
+    /// What is retained after `offset`, at most `READ_PIECES` pieces (a piece that `offset` falls into is cut there).
     pub fn read_from(&self, offset: u64) -> Read {
         self.with(|state| {
             let mut read = Read { next: offset.max(state.total), ..Read::default() };
             let first = state.pieces.partition_point(|(_, start, data)| start + data.len() as u64 <= offset);
-            for (stream, start, data) in &state.pieces[first..] {
+            let pending = &state.pieces[first..];
+            for (stream, start, data) in pending.iter().take(READ_PIECES) {
                 let end = start + data.len() as u64;
                 let skip = usize::try_from(offset.saturating_sub(*start)).unwrap_or(usize::MAX).min(data.len());
                 read.pieces.push((OutputChunk { stream: *stream, data: data[skip..].to_vec() }, end));
             }
-            read.ending = state.ending;
+            read.more = pending.len() > READ_PIECES;
+            if let (true, Some((_, end))) = (read.more, read.pieces.last()) {
+                read.next = *end;
+            }
+            read.ending = if read.more { None } else { state.ending };
             read
         })
         .unwrap_or_default()
@@ -162,8 +193,16 @@ impl OutputLog {
 mod tests {
     use super::*;
 
+    use std::sync::Arc;
+
+    use crate::retained::OutputBudget;
+
     const OUT: StreamKind = StreamKind::Stdout;
     const ERR: StreamKind = StreamKind::Stderr;
+
+    fn log(per_stream: u64) -> OutputLog {
+        OutputLog::new(OutputRetention { per_stream, budget: OutputBudget::new(u64::MAX, None) })
+    }
 
     fn texts(read: &Read) -> Vec<(StreamKind, String, u64)> {
         read.pieces.iter().map(|(c, end)| (c.stream, String::from_utf8_lossy(&c.data).into_owned(), *end)).collect()
@@ -171,7 +210,7 @@ mod tests {
 
     #[test]
     fn pieces_merge_per_stream_and_can_be_read_from_any_offset() {
-        let log = OutputLog::new(100);
+        let log = log(100);
         log.push(OUT, b"ab");
         log.push(OUT, b"cd");
         log.push(ERR, b"E");
@@ -185,10 +224,10 @@ mod tests {
 
     #[test]
     fn each_stream_keeps_its_first_part_up_to_the_limit() {
-        let log = OutputLog::new(4);
-        log.push(OUT, b"123456");
-        log.push(ERR, b"ab");
-        log.push(OUT, b"7");
+        let log = log(4);
+        assert!(log.push(OUT, b"123456"), "this push cut stdout");
+        assert!(!log.push(ERR, b"ab"));
+        assert!(!log.push(OUT, b"7"), "cut already");
         assert_eq!(texts(&log.read_from(0)), [(OUT, "1234".into(), 4), (ERR, "ab".into(), 6)]);
         assert_eq!(log.truncated(), (true, false));
     }
@@ -196,7 +235,7 @@ mod tests {
     #[test]
     fn a_split_character_is_stored_whole_and_the_ending_is_kept() {
         let euro = "€".as_bytes();
-        let log = OutputLog::new(100);
+        let log = log(100);
         log.push(OUT, &[b'a', euro[0]]);
         assert_eq!(texts(&log.read_from(0)), [(OUT, "a".into(), 1)]);
         log.push(OUT, &euro[1..]);
@@ -207,5 +246,35 @@ mod tests {
         assert_eq!(read.pieces[0].0.data, euro);
         assert_eq!(read.pieces[1].0.data, [0xE2]);
         assert_eq!(read.ending, Some(Ending { exit: None, ended_ms: 5 }));
+    }
+
+    #[test]
+    fn the_sandbox_budget_bounds_every_log_together_and_is_credited_when_one_is_dropped() {
+        let budget = OutputBudget::new(10, None);
+        let retention = OutputRetention { per_stream: 100, budget: Arc::clone(&budget) };
+        let (first, second) = (OutputLog::new(retention.clone()), OutputLog::new(retention));
+        first.push(OUT, b"12345678");
+        second.push(ERR, b"abcdef");
+        assert_eq!(texts(&second.read_from(0)), [(ERR, "ab".into(), 2)]);
+        assert_eq!(second.truncated(), (false, true));
+        assert_eq!(budget.used(), 10);
+        drop(first);
+        assert_eq!(budget.used(), 2);
+        second.push(ERR, b"cd");
+        assert_eq!(budget.used(), 4);
+    }
+
+    #[test]
+    fn a_long_log_is_read_in_bounded_parts() {
+        let log = log(u64::MAX);
+        for n in 0..(READ_PIECES + 3) {
+            log.push(if n % 2 == 0 { OUT } else { ERR }, b"x");
+        }
+        log.finish(Ending { exit: None, ended_ms: 1 });
+        let first = log.read_from(0);
+        assert_eq!((first.pieces.len(), first.more, first.ending.is_some()), (READ_PIECES, true, false));
+        let rest = log.read_from(first.next);
+        assert_eq!((rest.pieces.len(), rest.more, rest.ending.is_some()), (3, false, true));
+        assert_eq!(rest.next, (READ_PIECES + 3) as u64);
     }
 }

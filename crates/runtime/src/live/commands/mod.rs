@@ -1,5 +1,6 @@
 //! Background commands of every sandbox, under ids the caller chooses: each runs with its stdin open (unless it was
-//! given stdin, which is written and closed), a task pumps its output into a bounded `OutputLog`, and any number of
+//! given stdin, which is written and closed), a task pumps its output into a bounded `OutputLog` (charged to the
+//! sandbox's output budget while it is kept), and any number of
 //! listeners read that log from any offset — so a client can disconnect and reconnect and replay what is retained.
 //! Per sandbox at most `MAX_RUNNING` run at once and the `MAX_ENDED` most recently ended are kept; forgetting a
 //! sandbox drops its commands, which kills those still running.
@@ -21,8 +22,9 @@ use tokio::sync::mpsc;
 pub use log::{Ending, OutputLog};
 
 use super::agent_client::{AgentClient, sandbox_gone};
-use super::background::{BackgroundCommand, BackgroundEvent};
+use super::background::{BackgroundCommand, BackgroundEvent, OutputStopper};
 use super::limits::Counters;
+use crate::retained::OutputRetention;
 use sandkasten_cgroups::Cgroup;
 
 /// Most background commands one sandbox runs at once.
@@ -83,10 +85,20 @@ impl Entry {
 
 /// Feeds a command's events into its log until it ends; the exit is completed from the sandbox's cgroup counters
 /// (taken as `before` when it started: the OOM killer, refused forks, CPU time), as a foreground command's is.
-async fn pump(mut events: mpsc::UnboundedReceiver<BackgroundEvent>, shared: Arc<Shared>, counters: Counters) {
+/// Once the log keeps no more of a stream (its limit or the sandbox's output budget), the agent stops reading it.
+async fn pump(
+    mut events: mpsc::UnboundedReceiver<BackgroundEvent>,
+    shared: Arc<Shared>,
+    counters: Counters,
+    stopper: OutputStopper,
+) {
     while let Some(event) = events.recv().await {
         match event {
-            BackgroundEvent::Output(stream, data) => shared.log.push(stream, &data),
+            BackgroundEvent::Output(stream, data) => {
+                if shared.log.push(stream, &data) {
+                    stopper.stop(stream).await;
+                }
+            }
             BackgroundEvent::Exited(mut exit) => {
                 counters.annotate(&mut exit);
                 shared.log.finish(Ending { exit: Some(exit), ended_ms: now_ms() });
@@ -116,8 +128,8 @@ impl BackgroundCommands {
         entries.iter().find(|e| e.shared.id == id).cloned().ok_or_else(|| error::not_found(id))
     }
 
-    /// Starts `spec` in the background under `id`, keeping up to `output_limit` bytes of each output stream; `cgroup`
-    /// (the sandbox's) says at its end which limit fired and what it used.
+    /// Starts `spec` in the background under `id`, keeping of its output what `retention` allows; `cgroup` (the
+    /// sandbox's) says at its end which limit fired and what it used.
     pub async fn start(
         &self,
         agent: &Arc<AgentClient>,
@@ -125,7 +137,7 @@ impl BackgroundCommands {
         sandbox: &str,
         id: &str,
         spec: CommandSpec,
-        output_limit: u64,
+        retention: OutputRetention,
     ) -> Result<CommandStatus, Failure> {
         self.with(sandbox, |entries| {
             if entries.iter().any(|e| e.shared.id == id) {
@@ -139,7 +151,9 @@ impl BackgroundCommands {
         let argv = spec.resolved_argv().map_err(|message| Failure::new(FailureKind::ExecFailed, message))?;
         let given_stdin = spec.stdin.is_some();
         let counters = Counters::before(cgroup);
-        let (handle, events) = agent.spawn_background(spec).await?;
+        // One stream can never keep more than the whole budget: the agent need not read more of it.
+        let agent_limit = retention.per_stream.min(retention.budget.limit());
+        let (handle, events) = agent.spawn_background(spec, Some(agent_limit)).await?;
         if given_stdin {
             // The bytes are queued in the agent; closing takes effect once they are written. A command that has
             // already ended (and been reaped) has no stdin left to close: that is not a failure to start.
@@ -153,9 +167,9 @@ impl BackgroundCommands {
             argv,
             pid: handle.pid(),
             started_ms: now_ms(),
-            log: OutputLog::new(output_limit),
+            log: OutputLog::new(retention),
         });
-        tokio::spawn(pump(events, Arc::clone(&shared), counters));
+        tokio::spawn(pump(events, Arc::clone(&shared), counters, handle.output_stopper()));
         let entry = Arc::new(Entry { shared: Arc::clone(&shared), handle, stdin_open: AtomicBool::new(!given_stdin) });
         self.with(sandbox, |entries| {
             entries.push(entry);

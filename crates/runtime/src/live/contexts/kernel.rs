@@ -107,7 +107,7 @@ impl Kernel {
         language: CodeLanguage,
         preload: &[String],
     ) -> Result<Kernel, Failure> {
-        let (command, events) = agent.spawn_background(kernel_command(language, preload)).await?;
+        let (command, events) = agent.spawn_background(kernel_command(language, preload), None).await?;
         let mut kernel = Kernel {
             command: Arc::new(command),
             events,

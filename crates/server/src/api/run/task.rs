@@ -153,7 +153,9 @@ async fn work(
             tracing::warn!(sandbox = %id, reason = %failure.message, "could not stop an unused zygote");
         }
     }
-    Some(execute(state, id, plan.compile, plan.command, plan.spec.limits.timeout_ms, clock, events).await)
+    let (timeout_ms, carried) =
+        (plan.spec.limits.timeout_ms, state.output_budgets().stream_cap(plan.spec.limits.output_bytes));
+    Some(execute(state, id, plan.compile, plan.command, (timeout_ms, carried), clock, events).await)
 }
 
 /// How long a zygote killed at its time limit may take to report its end.
@@ -246,14 +248,14 @@ async fn execute(
     id: &str,
     compile: Option<CommandSpec>,
     mut command: CommandSpec,
-    budget_ms: u64,
+    (budget_ms, output_limit): (u64, u64),
     clock: &RunClock,
     events: &mpsc::Sender<RunEvent>,
 ) -> Result<RunOutcome, ApiError> {
     let started = Instant::now();
     if let Some(mut compile) = compile {
         compile.timeout_ms = Some(budget_ms);
-        let exit = exec(state, id, compile, clock, events).await?;
+        let exit = exec(state, id, compile, output_limit, clock, events).await?;
         if exit.timed_out || exit.exit_code != Some(0) {
             let compile_failed = !exit.timed_out;
             return Ok(RunOutcome::new(exit, compile_failed));
@@ -262,7 +264,7 @@ async fn execute(
     let spent = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     command.timeout_ms = Some(budget_ms.saturating_sub(spent).max(1));
     let sent_ms = clock.now_ms();
-    let exit = exec(state, id, command, clock, events).await?;
+    let exit = exec(state, id, command, output_limit, clock, events).await?;
     mark_program(clock, sent_ms, &exit);
     state.metrics().exec_finished(started.elapsed().as_secs_f64());
     Ok(RunOutcome::new(exit, false))
@@ -273,6 +275,7 @@ async fn exec(
     state: &AppState,
     id: &str,
     spec: CommandSpec,
+    output_limit: u64,
     clock: &RunClock,
     events: &mpsc::Sender<RunEvent>,
 ) -> Result<CommandExit, ApiError> {
@@ -284,7 +287,7 @@ async fn exec(
             events.send(RunEvent::Output(chunk)).await.ok();
         }
     };
-    let (result, ()) = tokio::join!(state.runtime().exec(id, spec, chunks), forward);
+    let (result, ()) = tokio::join!(state.runtime().exec(id, spec, output_limit, chunks), forward);
     match result {
         Ok(exit) => {
             if exit.timed_out {
