@@ -495,7 +495,7 @@ def render_warm(w: dict, cold: dict | None) -> list[str]:
             f"{n} idle sandboxes created (no pool, nothing running in them) after the host's free memory had settled "
             f"(MemFree steady within 512 KiB for 1 s; {mem.get('settle_s', 0):.0f} s), measured 2 s later against "
             "a baseline taken just before the creates; the same accounting is repeated at the peak of section 5. "
-            f"Agents are the processes with uid exactly 1000000000 ({mem['agents_found']} found). Figures per "
+            f"Agents are the processes whose uid is the first of a sandbox's id range (1000000000 + n × 65536) ({mem['agents_found']} found). Figures per "
             "sandbox:",
             "",
             "| figure | " + " | ".join(label for label, _ in cols) + " | what it counts |",

@@ -35,7 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = ROOT / "bench" / "results" / "warm.json"
 API_KEY = "bench-warm-key-0123456789abcdef"
-AGENT_UID = 1_000_000_000
+AGENT_UID = 1_000_000_000  # the first sandbox's root; each sandbox has its own range of RANGE ids above it
+RANGE = 65_536
 CGROUP_ROOTS = [Path("/sys/fs/cgroup/memory/sandkasten"), Path("/sys/fs/cgroup/sandkasten"),
                 Path("/sys/fs/cgroup/unified/sandkasten")]
 POOL_MIN, POOL_MAX = 16, 32
@@ -442,7 +443,8 @@ def sandbox_processes(min_uid: int = AGENT_UID, exact: bool = False) -> list[dic
         st = proc_status(entry)
         if not st or "uid" not in st:
             continue
-        if (st["uid"] == min_uid) if exact else (st["uid"] >= min_uid):
+        # exact: a sandbox's root (its agent), the first id of one of the ranges.
+        if (st["uid"] >= min_uid and (st["uid"] - min_uid) % RANGE == 0) if exact else (st["uid"] >= min_uid):
             st["pid"] = entry
             found.append(st)
     return found

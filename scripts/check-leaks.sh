@@ -6,7 +6,7 @@ set -uo pipefail
 
 state_dir=${SANDKASTEN_STATE_DIR:-/run/sandkasten}
 id_base=1000000000
-id_end=$((id_base + 65536))
+id_end=$((id_base + 4096 * 65536))  # every sandbox's own range (runtime/src/id_ranges.rs: MAX_RANGES of 65536 ids)
 problems=()
 
 records=$(find "$state_dir/sandboxes" -name '*.json' 2>/dev/null)

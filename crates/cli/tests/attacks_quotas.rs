@@ -1,5 +1,6 @@
 //! Per-user kernel quotas: the kernel charges what a user namespace's processes hold (inotify instances, pending
-//! signals, …) to the namespace's owner as well. A sandbox must not be able to use up host root's share.
+//! signals, pipe buffers, …) to the namespace's owner and to their host uid. A sandbox must not be able to use up
+//! host root's share, nor its neighbours' (each sandbox has a host id range of its own).
 //!
 //! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
 
@@ -16,7 +17,7 @@ use std::process::{Command, Stdio};
 
 use common::{Tier, bin};
 
-per_tier!(inotify_exhaustion_inside_does_not_starve_host_root,);
+per_tier!(inotify_exhaustion_inside_does_not_starve_host_root, pipes_in_one_sandbox_do_not_shrink_anothers,);
 
 fn inotify_exhaustion_inside_does_not_starve_host_root(tier: Tier) {
     let _lock = common::shared_lock();
@@ -56,4 +57,47 @@ fn inotify_exhaustion_inside_does_not_starve_host_root(tier: Tier) {
     let status = child.wait().expect("wait");
     assert!(fd >= 0, "host root could not open an inotify instance while a sandbox held {opened}: {errno}");
     assert!(status.success(), "the sandbox run failed: {status}");
+}
+
+/// Pipe buffers are a per-user quota (`fs.pipe-user-pages-soft`, 64 MiB): with one host uid for every sandbox, one
+/// sandbox holding pipes resized to 1 MiB left every other sandbox with one-page pipes (`F_SETPIPE_SZ` → EPERM). Each
+/// sandbox has a host id range of its own, so a neighbour's pipes do not count against it.
+fn pipes_in_one_sandbox_do_not_shrink_anothers(tier: Tier) {
+    let _lock = common::shared_lock();
+    let hog = [
+        "import errno, fcntl, os, time",
+        "pipes = []",
+        "while len(pipes) < 512:",
+        "    r, w = os.pipe()",
+        "    try:",
+        "        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 1 << 20)",
+        "    except OSError as e:",
+        "        print('full', len(pipes), errno.errorcode[e.errno], flush=True)",
+        "        break",
+        "    pipes.append((r, w))",
+        "else:",
+        "    print('never full', len(pipes), flush=True)",
+        "time.sleep(20)",
+    ]
+    .join("\n");
+    let mut child = Command::new(bin())
+        .args(["run", "--isolation", tier.name(), "--timeout", "30s", "--lang", "python", "--code", &hog])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn sandkasten run");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read");
+    if tier == Tier::Process {
+        // The hog reached its own user's quota: from here on, a sandbox sharing its uid would get one-page pipes.
+        assert!(line.starts_with("full ") && line.contains("EPERM"), "the hog did not fill its pipe quota: {line:?}");
+    }
+    let neighbour = "import fcntl, os\nr, w = os.pipe()\nbefore = fcntl.fcntl(w, fcntl.F_GETPIPE_SZ)\n\
+                     print(before, fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 1 << 20))";
+    let r = common::run_on(tier, ["--lang", "python", "--code", neighbour]).json();
+    let _ = child.kill();
+    let _ = child.wait();
+    r.assert_exit(0);
+    assert_eq!(r.stdout(), "65536 1048576\n", "the neighbour's pipes were shrunk by the hog's\n{}", r.describe());
 }

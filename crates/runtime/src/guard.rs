@@ -1,4 +1,4 @@
-//! `SandboxGuard`: owns a sandbox's host resources (record, cgroup, agent process) from the moment its record is
+//! `SandboxGuard`: owns a sandbox's host resources (record, id range, cgroup, agent process) from the moment its record is
 //! written, so that every path — success, error, panic, early return — ends with nothing left on the host.
 
 #![allow(unsafe_code)]
@@ -10,6 +10,7 @@ use sandkasten_types::Tier;
 use crate::backend::gvisor::GvisorFiles;
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
+use crate::id_ranges::IdRange;
 use crate::records::{RecordStore, SandboxRecord};
 
 /// Owns a sandbox's host resources from the moment its record is written: whatever path the run takes (error,
@@ -21,13 +22,23 @@ pub(crate) struct SandboxGuard {
     pub(crate) init_pid: Option<u32>,
     /// The gVisor sandbox's bundle and runsc state (gvisor tier only), removed after its processes.
     pub(crate) gvisor: Option<GvisorFiles>,
+    /// The sandbox's host id range (process tier only), released after everything else.
+    pub(crate) id_range: Option<IdRange>,
 }
 
 impl SandboxGuard {
-    pub(crate) fn record(config: &RuntimeConfig, id: &str, tier: Tier) -> Result<SandboxGuard, RuntimeError> {
+    /// Writes the record of sandbox `id` (naming `id_range`, which the guard then holds).
+    pub(crate) fn record(
+        config: &RuntimeConfig,
+        id: &str,
+        tier: Tier,
+        id_range: Option<IdRange>,
+    ) -> Result<SandboxGuard, RuntimeError> {
         let store = RecordStore::new(config.records_dir());
-        store.write(&SandboxRecord::owned_by_me(id, tier.name(), &config.cgroup_parent))?;
-        Ok(SandboxGuard { store, id: id.to_owned(), cgroup: None, init_pid: None, gvisor: None })
+        let mut record = SandboxRecord::owned_by_me(id, tier.name(), &config.cgroup_parent);
+        record.id_base = id_range.as_ref().map(IdRange::base);
+        store.write(&record)?;
+        Ok(SandboxGuard { store, id: id.to_owned(), cgroup: None, init_pid: None, gvisor: None, id_range })
     }
 
     pub(crate) fn cgroup(&self) -> Result<&Cgroup, RuntimeError> {
@@ -81,6 +92,10 @@ impl Drop for SandboxGuard {
         }
         if let Err(error) = self.release() {
             tracing::error!(%error, sandbox = %self.id, "releasing the sandbox failed; `sandkasten gc` will retry");
+            // What is left may still run under the range: no other sandbox gets it while this process lives.
+            if let Some(range) = &mut self.id_range {
+                range.keep();
+            }
         }
     }
 }

@@ -8,6 +8,7 @@ mod error;
 pub mod gc;
 mod guard;
 mod host_pids;
+mod id_ranges;
 mod ids;
 pub mod live;
 pub mod output;

@@ -26,6 +26,9 @@ pub struct SandboxRecord {
     pub cgroup_parent: String,
     /// Creation time, milliseconds since the Unix epoch.
     pub created_unix_ms: u64,
+    /// First host uid/gid of the sandbox's own id range (process tier; see `id_ranges`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_base: Option<u32>,
 }
 
 /// Start time of a live process in clock ticks since boot, or `None` when it does not exist or has exited (a zombie
@@ -54,6 +57,7 @@ impl SandboxRecord {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
+            id_base: None,
         }
     }
 

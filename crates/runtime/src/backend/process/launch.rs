@@ -14,11 +14,12 @@ use std::path::PathBuf;
 use sandkasten_cgroups::{Cgroup, CgroupError, CgroupLimits, Hierarchy};
 use sandkasten_jail::namespaces::{self, CloneOutcome};
 use sandkasten_protocol::{AgentPlan, Envelope, Message, read_frame, write_frame};
-use sandkasten_types::SandboxSpec;
+use sandkasten_types::{SandboxSpec, Tier};
 
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
 use crate::guard::SandboxGuard;
+use crate::id_ranges::IdRange;
 
 /// What a launch needs from its owner, prepared once.
 #[derive(Clone, Copy)]
@@ -120,7 +121,12 @@ impl Launcher<'_> {
     /// Writes the record and creates the cgroup: the sandbox's host resources exist from here on, owned by the
     /// returned guard.
     pub(crate) fn allocate(&self, id: &str, spec: &SandboxSpec) -> Result<SandboxGuard, RuntimeError> {
-        let mut guard = SandboxGuard::record(self.config, id, spec.tier())?;
+        // A process-tier sandbox maps its ids to a host range of its own (per-user kernel quotas are per sandbox).
+        let id_range = match spec.tier() {
+            Tier::Process => Some(IdRange::claim(&self.config.state_dir, self.config.host_id_base)?),
+            _ => None,
+        };
+        let mut guard = SandboxGuard::record(self.config, id, spec.tier(), id_range)?;
         guard.cgroup = Some(self.create_cgroup(id, &cgroup_limits(spec))?);
         Ok(guard)
     }
@@ -129,7 +135,8 @@ impl Launcher<'_> {
     /// it builds its root and serves (in the sandbox's cgroup).
     pub(crate) fn launch(&self, guard: &mut SandboxGuard, plan: &AgentPlan) -> Result<UnixStream, RuntimeError> {
         let (host_channel, agent_channel) = UnixStream::pair().map_err(|e| RuntimeError::sys("socketpair", e))?;
-        let pid = match namespaces::clone_into_namespaces(self.config.host_id_base)? {
+        let id_base = guard.id_range.as_ref().map_or(self.config.host_id_base, IdRange::base);
+        let pid = match namespaces::clone_into_namespaces(id_base)? {
             CloneOutcome::Child => {
                 drop(host_channel);
                 // The starter keeps only its channel and the agent binary: nothing else the owner had open (its
@@ -148,7 +155,7 @@ impl Launcher<'_> {
         guard.init_pid = Some(pid);
         drop(agent_channel);
 
-        namespaces::write_id_maps(pid, self.config.host_id_base)?;
+        namespaces::write_id_maps(pid, id_base)?;
         // The agent must outlive its children so it can report; the OOM killer picks the program instead. Lowering
         // needs CAP_SYS_RESOURCE, which some hosts' root lacks: then the result still reports the memory limit.
         if let Err(error) = std::fs::write(format!("/proc/{pid}/oom_score_adj"), "-1000") {
