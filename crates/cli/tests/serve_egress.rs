@@ -2,7 +2,8 @@
 //! default policy reaches nothing; an allowlisted name works from curl, urllib, requests, pip and git; everything
 //! else — unlisted names, the metadata address however it is spelled or resolved, private ranges, raw sockets, DNS —
 //! is refused or goes nowhere, which the test hosts' own request logs confirm; policy changes apply live; every
-//! attempt is audited; a secret's value reaches only its host.
+//! attempt is audited; a secret's value reaches only its host, in plain HTTP only to a port it names, through a CA
+//! constrained to its hosts; a blind tunnel's ClientHello must name the CONNECT host.
 //!
 //! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
 
@@ -29,6 +30,8 @@ per_tier!(
     raw_sockets_and_dns_go_nowhere_even_with_an_allowlist,
     policy_changes_apply_live_and_every_attempt_is_audited,
     a_secret_reaches_only_its_host_and_never_the_sandbox,
+    a_secret_without_a_port_travels_over_tls_only_under_a_ca_constrained_to_its_hosts,
+    a_tunnel_whose_client_hello_names_another_host_never_reaches_it,
     bad_network_input_is_refused_with_the_reason,
     the_proxy_door_closes_with_its_sandbox_or_policy,
     a_one_shot_run_through_the_server_gets_its_policy_and_a_local_one_refuses_it,
@@ -352,7 +355,8 @@ fn a_secret_reaches_only_its_host_and_never_the_sandbox(tier: Tier) {
         "PUT",
         "/v1/secrets/API_TOKEN",
         KEY_1,
-        Some(json!({"value": value, "hosts": ["allowed.test", "secure.test"]})),
+        // allowed.test is plain HTTP: its port must be named for the value to travel there in the clear.
+        Some(json!({"value": value, "hosts": ["allowed.test:80", "secure.test"]})),
     );
     assert_eq!(put.status, 201, "{put:?}");
     assert!(!String::from_utf8_lossy(&put.body).contains(value), "the API echoed the value");
@@ -431,6 +435,174 @@ fn a_secret_reaches_only_its_host_and_never_the_sandbox(tier: Tier) {
     let seen = world.allowed.requests();
     let after = &seen[seen.find("GET /after-delete").expect("request arrived")..];
     assert!(!after.contains(value), "substituted after the delete:\n{after}");
+}
+
+/// The last certificate of a PEM bundle inside the sandbox (the interception CA: the server appends it).
+fn last_certificate_in(world: &World, id: &str, path: &str) -> String {
+    let script = format!("s = open('{path}').read(); print(s[s.rfind('-----BEGIN CERTIFICATE-----'):], end='')");
+    let (code, out, err) = world.sh(id, &format!("/usr/bin/python3 -c \"{script}\""));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with("-----BEGIN CERTIFICATE-----"), "{out}");
+    out
+}
+
+/// `openssl x509 <args>` on a PEM certificate, on the host: (success, stdout + stderr).
+fn openssl_x509(pem: &str, args: &[&str]) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cert.pem");
+    std::fs::write(&path, pem).unwrap();
+    let out = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-in", path.to_str().unwrap()])
+        .args(args)
+        .output()
+        .expect("run openssl");
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+fn a_secret_without_a_port_travels_over_tls_only_under_a_ca_constrained_to_its_hosts(tier: Tier) {
+    let world = World::start_on(tier, "");
+    let value = "tls-only-0123456789-value";
+    let put = world.server.call(
+        "PUT",
+        "/v1/secrets/API_TOKEN",
+        KEY_1,
+        Some(json!({"value": value, "hosts": ["allowed.test", "secure.test"]})),
+    );
+    assert_eq!(put.status, 201, "{put:?}");
+    let id = world.server.create_on(
+        tier,
+        json!({"network": allowlist(&["allowed.test", "secure.test", "other.test"]), "secrets": ["API_TOKEN"]}),
+    );
+    let header = "-H \"Authorization: Bearer $API_TOKEN\"";
+    // Plain HTTP to a host named without a port: the placeholder goes, never the value.
+    let (code, out, err) = world.sh(&id, &format!("curl -sS -m 10 {header} http://allowed.test/plain-no-port"));
+    assert_eq!(code, 0, "{out}{err}");
+    let seen = world.allowed.requests();
+    let plain = &seen[seen.find("GET /plain-no-port").expect("request arrived")..];
+    assert!(plain.contains("Bearer sandkasten-secret-") && !plain.contains(value), "value sent in the clear:\n{plain}");
+    // HTTPS to a host named without a port: intercepted, the value arrives.
+    let (code, out, err) = world.sh(&id, &format!("curl -sS -m 10 {header} https://secure.test/tls-no-port"));
+    assert_eq!(code, 0, "{out}{err}");
+    let seen = world.secure.requests();
+    let tls = &seen[seen.find("GET /tls-no-port").expect("request arrived")..];
+    assert!(tls.contains(&format!("Bearer {value}")), "positive control over TLS:\n{tls}");
+    // Naming the plain port lets plain HTTP carry it (applies to the running sandbox at once).
+    let put = world.server.call(
+        "PUT",
+        "/v1/secrets/API_TOKEN",
+        KEY_1,
+        Some(json!({"value": value, "hosts": ["allowed.test:80", "secure.test", "other.test"]})),
+    );
+    assert_eq!(put.status, 200, "{put:?}");
+    world.sh(&id, &format!("curl -sS -m 10 {header} http://allowed.test/plain-named-port"));
+    let seen = world.allowed.requests();
+    let named = &seen[seen.find("GET /plain-named-port").expect("request arrived")..];
+    assert!(named.contains(&format!("Bearer {value}")), "{named}");
+
+    // The CA the sandbox trusts is constrained to the hosts of its creation and short-lived.
+    let ca = last_certificate_in(&world, &id, "/tmp/.sandkasten-ca-bundle.pem");
+    let (ok, text) = openssl_x509(&ca, &["-text"]);
+    assert!(ok, "{text}");
+    assert!(text.contains("X509v3 Name Constraints: critical"), "{text}");
+    let constraints = &text[text.find("Name Constraints").unwrap()..];
+    let permitted = &constraints[constraints.find("Permitted:").expect("permitted subtrees")..];
+    let permitted = &permitted[..permitted.find("Excluded:").expect("excluded subtrees")];
+    assert!(permitted.contains("DNS:allowed.test") && permitted.contains("DNS:secure.test"), "{constraints}");
+    assert!(!permitted.contains("other.test"), "a host added later widened the CA: {constraints}");
+    let every_address = ["IP:0.0.0.0/0.0.0.0", "IP:0:0:0:0:0:0:0:0/0:0:0:0:0:0:0:0"];
+    assert!(every_address.iter().all(|ip| constraints.contains(ip)), "{constraints}");
+    // `-checkend N` fails when the certificate ends within N seconds: at most 8 days (+1 min) from now.
+    let (ends_within_bound, _) = openssl_x509(&ca, &["-checkend", &(8 * 86_400 + 60).to_string()]);
+    assert!(!ends_within_bound, "the CA is valid for more than 8 days");
+    let (valid_a_week, _) = openssl_x509(&ca, &["-checkend", &(7 * 86_400).to_string()]);
+    assert!(valid_a_week, "positive control: the CA outlasts the longest sandbox lifetime one grant gives");
+    // The leaf presented for secure.test is shorter still (at most a day); for other.test, added to the secret after
+    // the CA was made, the proxy mints none: that tunnel stays blind (other.test speaks no TLS, so no certificate).
+    let s_client = |host: &str, port: u16| {
+        format!(
+            "timeout 5 openssl s_client -proxy 127.0.0.1:3128 -connect {host}:{port} -servername {host} -showcerts </dev/null \
+             2>&1 | sed -n '/-----BEGIN CERTIFICATE-----/,/-----END CERTIFICATE-----/p' | sed '/-----END/q'"
+        )
+    };
+    let (_, leaf, _) = world.sh(&id, &s_client("secure.test", 443));
+    assert!(leaf.starts_with("-----BEGIN CERTIFICATE-----"), "{leaf}");
+    let (ok, subject) = openssl_x509(&leaf, &["-subject", "-issuer"]);
+    assert!(ok && subject.contains("secure.test") && subject.contains("sandkasten egress CA"), "{subject}");
+    let (ends_within_a_day, _) = openssl_x509(&leaf, &["-checkend", &(86_400 + 60).to_string()]);
+    assert!(!ends_within_a_day, "the leaf is valid for more than a day");
+    let (_, other, _) = world.sh(&id, &s_client("other.test", 80));
+    assert!(other.is_empty(), "the proxy presented a certificate for other.test: {other}");
+}
+
+fn a_tunnel_whose_client_hello_names_another_host_never_reaches_it(tier: Tier) {
+    let world = World::start_on(tier, "");
+    // Both names are allowed; a CONNECT to one still may not carry a ClientHello for the other.
+    let id = world.server.create_on(tier, json!({"network": allowlist(&["secure.test", "other.test"])}));
+    const SCRIPT: &str = r#"
+import socket, ssl
+def tunnel(host, port):
+    s = socket.create_connection(('127.0.0.1', 3128), timeout=10)
+    s.sendall(f'CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n'.encode())
+    head = b''
+    while b'\r\n\r\n' not in head:
+        byte = s.recv(1)
+        if not byte:
+            raise SystemExit('proxy closed before answering')
+        head += byte
+    assert head.startswith(b'HTTP/1.1 200'), head
+    return s
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+for sni in ['other.test', None, 'secure.test']:
+    try:
+        t = ctx.wrap_socket(tunnel('secure.test', 443), server_hostname=sni)
+        t.sendall(b'GET /whoami HTTP/1.1\r\nHost: secure.test\r\nConnection: close\r\n\r\n')
+        body = b''
+        while chunk := t.recv(4096):
+            body += chunk
+        print(sni, 'ANSWERED', body.decode().strip().splitlines()[-1])
+    except (ssl.SSLError, OSError) as e:
+        print(sni, 'REFUSED', e)
+s = tunnel('secure.test', 443)
+s.sendall(b'GET /whoami HTTP/1.1\r\nHost: other.test\r\n\r\n')
+print('plain', 'ANSWERED' if s.recv(100) else 'CLOSED')
+"#;
+    let put = world.server.put_bytes(&format!("/v1/sandboxes/{id}/files?path=/tmp/sni.py"), KEY_1, SCRIPT.as_bytes());
+    assert!(put.status < 300, "{put:?}");
+    let (code, out, err) = world.sh(&id, "/usr/bin/python3 /tmp/sni.py");
+    assert_eq!(code, 0, "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}{err}");
+    assert!(lines[0].starts_with("other.test REFUSED") && lines[0].contains("ACCESS_DENIED"), "{out}");
+    assert!(lines[1].starts_with("None REFUSED") && lines[1].contains("ACCESS_DENIED"), "{out}");
+    assert_eq!(lines[2], "secure.test ANSWERED hello from secure.test", "positive control: {out}");
+    assert_eq!(lines[3], "plain CLOSED", "{out}");
+    // Host side: secure.test saw exactly one ClientHello, the matching one; the refused tunnels sent it nothing.
+    let log = world.secure.requests();
+    let names: Vec<&str> = log.lines().filter_map(|l| l.strip_prefix("TLS-SNI ")).collect();
+    assert_eq!(names, ["secure.test"], "{log}");
+    assert_eq!(log.lines().filter(|l| *l == "TLS-OK").count(), 1, "{log}");
+    assert_eq!(log.matches("GET /whoami").count(), 1, "{log}");
+    // Each refusal is audited with its reason, closing the record of the connection it ended (written a moment after
+    // the client saw the close).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (events, rules) = loop {
+        let events = world.audit(&id, 4);
+        let rules: Vec<String> = events
+            .iter()
+            .filter(|e| e["decision"] == "refused")
+            .filter_map(|e| e["rule"].as_str())
+            .map(|rule| rule.split(':').next().unwrap_or_default().to_owned())
+            .collect();
+        if rules.len() >= 3 || Instant::now() > deadline {
+            break (events, rules);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(rules, ["sni_mismatch", "sni_missing", "not_tls"], "{events:#?}");
+    assert_eq!(events.len(), 4, "one record per tunnel: {events:#?}");
+    assert!(events.iter().filter(|e| e["decision"] == "refused").all(|e| e["connection"].is_u64()), "{events:#?}");
 }
 
 fn bad_network_input_is_refused_with_the_reason(tier: Tier) {

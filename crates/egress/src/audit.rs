@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 pub enum Decision {
     /// Policy and address check passed and the upstream connection was made.
     Allowed,
-    /// Refused by policy, by the address check, or as malformed (the client got a 4xx).
+    /// Refused by policy, by the address check, or as malformed (the client got a 4xx); or a blind tunnel closed at
+    /// its opening (a ClientHello for another host, ...): then the record ends the connection's `open` one.
     Refused,
     /// Allowed by policy, but the name did not resolve or the upstream could not be reached (the client got a
     /// 502).

@@ -38,6 +38,17 @@ pub(crate) struct AuditGuard {
     sink: Arc<dyn AuditSink>,
 }
 
+impl AuditGuard {
+    /// Makes the record written at the end say the attempt was refused for `rule` (a blind tunnel refused at its
+    /// opening, after it was recorded as open).
+    pub(crate) fn refuse(&mut self, rule: String) {
+        if let Some(event) = &mut self.event {
+            event.decision = Decision::Refused;
+            event.rule = rule;
+        }
+    }
+}
+
 impl Drop for AuditGuard {
     fn drop(&mut self) {
         if let Some(mut event) = self.event.take() {

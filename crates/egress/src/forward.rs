@@ -8,6 +8,7 @@ use hyper::body::Incoming;
 use crate::decide::decide_and_connect;
 use crate::proxy::Ctx;
 use crate::response::{Body, text};
+use crate::secrets::Transport;
 use crate::upstream;
 
 pub(crate) async fn handle_http(ctx: Ctx, req: Request<Incoming>) -> Response<Body> {
@@ -31,7 +32,7 @@ pub(crate) async fn handle_http(ctx: Ctx, req: Request<Incoming>) -> Response<Bo
         Err(resp) => return resp,
     };
     let (mut parts, body) = req.into_parts();
-    if let Err(resp) = upstream::prepare(&ctx, &mut parts, &go.host, go.port, 80) {
+    if let Err(resp) = upstream::prepare(&ctx, &mut parts, &go.host, go.port, Transport::Plain) {
         return *resp;
     }
     let req = Request::from_parts(parts, body);

@@ -22,6 +22,7 @@ use crate::host::Host;
 use crate::io::{Counters, CountingIo, idle_watchdog};
 use crate::proxy::{Ctx, HEADER_READ_TIMEOUT, MAX_HEAD_BYTES};
 use crate::response::{Body, text};
+use crate::secrets::Transport;
 use crate::upstream;
 
 /// What every request inside one intercepted tunnel shares.
@@ -38,7 +39,7 @@ struct Tunnel {
 pub(crate) async fn run(ctx: Ctx, client: TokioIo<Upgraded>, go: Go) {
     let Go { host, port, addrs, upstream, counters, guard } = go;
     let Some(ca) = ctx.sandbox.ca() else { return };
-    let server_config = match ca.server_config(&host.audit_string()) {
+    let server_config = match ca.server_config(&host) {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!(sandbox = %ctx.sandbox.sandbox_id, error = %e, "egress leaf certificate failed");
@@ -89,7 +90,7 @@ async fn forward(tunnel: Arc<Tunnel>, req: Request<Incoming>) -> Response<Body> 
         return *resp;
     }
     let (mut parts, body) = req.into_parts();
-    if let Err(resp) = upstream::prepare(ctx, &mut parts, &tunnel.host, tunnel.port, 443) {
+    if let Err(resp) = upstream::prepare(ctx, &mut parts, &tunnel.host, tunnel.port, Transport::Tls) {
         return *resp;
     }
     let tcp = tunnel.first.lock().unwrap_or_else(|e| e.into_inner()).take();

@@ -14,7 +14,7 @@
 //! use sandkasten_egress::*;
 //! let proxy = Proxy::new(EgressConfig::default(), sink)?;           // once per server
 //! let policy = Policy::compile(Mode::Allowlist, &["api.example.com".into()], &[])?;
-//! let ca = SandboxCa::generate("sb-1")?;                              // install ca.cert_pem() in the sandbox
+//! let ca = SandboxCa::generate("sb-1", &["api.example.com".into()])?; // install ca.cert_pem() in the sandbox
 //! let sandbox = Arc::new(SandboxEgress::new("sb-1", "tenant-a", policy, Some(ca)));
 //! let handle = proxy.serve(listener, sandbox.clone());               // drop or shutdown() to stop
 //! sandbox.set_policy(Policy::none());                                 // live change
@@ -55,15 +55,21 @@
 //!
 //! **Blind tunnels unless a secret needs the request.** A CONNECT is spliced byte for byte: the proxy has
 //! decided on the destination, and looking inside TLS would add risk (a CA the sandbox trusts) and cost for
-//! nothing. Only when a [`Secret`] applies to the CONNECT host and the sandbox has a CA does the proxy
-//! intercept, because substituting a header inside TLS is impossible otherwise. Plain HTTP requests always
-//! get substitution in header values (never bodies, URLs, or the `Host` the proxy writes: a placeholder is a
-//! valid DNS label, and servers reflect `Host`), and only toward the secret's hosts: a placeholder sent
-//! anywhere else leaves unchanged, so the real value never goes there.
+//! nothing. The client's opening is judged first, though (`blind.rs`): a TLS ClientHello must name the CONNECT host
+//! as its server name (a shared front end would otherwise route an allowed name's tunnel to another site), one
+//! without a server name passes only toward an IP address, and port 443 carries TLS only; a refusal closes the
+//! tunnel and its audit record ends as refused with the reason (`sni_mismatch: ...`). Only when a [`Secret`] applies
+//! to the CONNECT host and the sandbox's CA may vouch for it does the proxy intercept, because substituting a header
+//! inside TLS is impossible otherwise. Substitution is in header values only (never bodies, URLs, or the `Host` the
+//! proxy writes: a placeholder is a valid DNS label, and servers reflect `Host`), only toward the secret's hosts (a
+//! placeholder sent anywhere else leaves unchanged, so the real value never goes there), and over TLS only: plain
+//! HTTP carries a value only to a port a pattern of the secret names (`api.example.com:8080`; never 443).
 //!
 //! **Interception uses a per-sandbox CA.** [`SandboxCa`] is generated for one sandbox, its key stays in the
 //! host process, and its leaves (cached per host) are only served on that sandbox's listener: a CA leaked
-//! from one sandbox lets nobody impersonate hosts to another sandbox or to the host. Inside an intercepted
+//! from one sandbox lets nobody impersonate hosts to another sandbox or to the host. It carries name constraints
+//! (the secrets' hosts as the sandbox was created), so a standard verifier accepts its leaves for those hosts only,
+//! and it is short-lived ([`CA_VALIDITY`], leaves [`LEAF_VALIDITY`]). Inside an intercepted
 //! tunnel each request goes over verified TLS (system roots plus `upstream_ca_file`) to the address checked
 //! at CONNECT time, with `Host` forced to the CONNECT host, so a forged inner `Host` cannot redirect a
 //! secret. Each inner request uses its own upstream connection (simple and correct; slower for chatty
@@ -75,7 +81,8 @@
 //! **Limits.** Request heads are capped at [`MAX_HEAD_BYTES`] (hyper answers 431 past it) and must arrive
 //! within [`HEADER_READ_TIMEOUT`]; a head that would outgrow [`MAX_HEAD_BYTES`] once secrets are substituted
 //! (a value is longer than its placeholder) is answered 431 and never built; connects and name resolution are
-//! bounded by `connect_timeout_ms`, and system lookups in flight are capped (8 per sandbox, 64 in all; a lookup
+//! bounded by `connect_timeout_ms`, and so is the wait for a blind tunnel's ClientHello (at most 16 KiB of it is
+//! buffered), and system lookups in flight are capped (8 per sandbox, 64 in all; a lookup
 //! that timed out keeps its place until its thread is free); a connection or tunnel with no traffic for
 //! `idle_timeout_ms` is closed; a sandbox holds at most `max_connections` client connections (tunnels
 //! included), further ones wait in the listen backlog, so one sandbox cannot exhaust the host's descriptors.
@@ -88,11 +95,13 @@
 #![deny(unsafe_code)]
 
 mod audit;
+mod blind;
 mod ca;
 mod config;
 mod decide;
 mod entrance;
 mod forward;
+mod hello;
 mod host;
 mod intercept;
 mod io;
@@ -109,7 +118,7 @@ mod tunnel;
 mod upstream;
 
 pub use audit::{AuditEvent, AuditSink, Decision};
-pub use ca::{CaError, SandboxCa};
+pub use ca::{CA_VALIDITY, CaError, LEAF_VALIDITY, SandboxCa};
 pub use config::{
     ConfigError, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS, EgressConfig,
     ValidatedConfig,

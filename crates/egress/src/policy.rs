@@ -53,6 +53,17 @@ enum Target {
     Ip(IpAddr),
 }
 
+/// What a pattern's host part covers, in the terms of a CA's name constraints (RFC 5280 4.2.1.10).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Subtree {
+    /// A DNS name (a constraint `api.example.com` also covers names under it).
+    Name(String),
+    /// The names under a domain, written with a leading dot (`.example.org`), the apex excluded.
+    Subdomains(String),
+    /// One address.
+    Ip(IpAddr),
+}
+
 impl Pattern {
     /// Parses a pattern; `list` only labels the error.
     pub fn parse(list: &'static str, text: &str) -> Result<Pattern, PolicyError> {
@@ -100,6 +111,20 @@ impl Pattern {
             (Target::Subdomains(suffix), Host::Name(name)) => name.len() > suffix.len() && name.ends_with(suffix),
             (Target::Ip(want), Host::Ip(ip)) => want == ip,
             _ => false,
+        }
+    }
+
+    /// The port the pattern names, if it names one.
+    pub(crate) fn port(&self) -> Option<u16> {
+        self.port
+    }
+
+    /// The hosts the pattern covers, as a certificate name constraint can say it.
+    pub(crate) fn subtree(&self) -> Subtree {
+        match &self.target {
+            Target::Exact(name) => Subtree::Name(name.clone()),
+            Target::Subdomains(suffix) => Subtree::Subdomains(suffix.clone()),
+            Target::Ip(ip) => Subtree::Ip(*ip),
         }
     }
 

@@ -1,6 +1,11 @@
 //! Secrets the sandbox only knows by placeholder: the proxy swaps the placeholder for the real value in request
 //! header values, and only on requests to the secret's hosts. Bodies, URLs and other hosts are left alone, so
 //! a placeholder sent anywhere else goes out unchanged and the real value never leaves toward it.
+//!
+//! **Over TLS only, unless a port says otherwise.** A host pattern without a port (`api.example.com`) or with `:443`
+//! lets the value travel only inside intercepted TLS, whatever the port: never in plain HTTP, where anyone on the
+//! path reads it. A pattern naming another port (`api.example.com:80`, `host:8080`) also lets it travel in plain HTTP
+//! to that port, since the operator named a plain port on purpose.
 
 use std::fmt;
 
@@ -22,8 +27,31 @@ pub struct Secret {
     pub value: String,
     /// What the sandbox sees instead, e.g. in its environment.
     pub placeholder: String,
-    /// Host patterns (policy syntax) of the destinations the real value may be sent to.
+    /// Host patterns (policy syntax) of the destinations the real value may be sent to: over TLS, and over plain
+    /// HTTP only to a port a pattern names (other than 443).
     pub hosts: Vec<String>,
+}
+
+/// The port of TLS: naming it never lets a value travel in plain HTTP.
+const TLS_PORT: u16 = 443;
+
+/// How a request reaches its host, which decides the secrets it may carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transport {
+    /// Inside an intercepted TLS tunnel: every secret with a pattern matching the host and port.
+    Tls,
+    /// Plain HTTP forwarding: only secrets with a pattern that names this port, and it is not 443.
+    Plain,
+}
+
+impl Transport {
+    /// The port a URL of this transport means when it names none.
+    pub(crate) fn default_port(self) -> u16 {
+        match self {
+            Transport::Tls => TLS_PORT,
+            Transport::Plain => 80,
+        }
+    }
 }
 
 impl fmt::Debug for Secret {
@@ -116,21 +144,24 @@ impl CompiledSecret {
         Ok(CompiledSecret { value, placeholder: secret.placeholder.as_bytes().to_vec(), hosts })
     }
 
-    pub(crate) fn applies_to(&self, host: &Host, port: u16) -> bool {
-        self.hosts.iter().any(|p| p.matches(host, port))
+    pub(crate) fn applies_to(&self, host: &Host, port: u16, transport: Transport) -> bool {
+        self.hosts.iter().any(|p| {
+            p.matches(host, port) && (transport == Transport::Tls || p.port().is_some_and(|named| named != TLS_PORT))
+        })
     }
 }
 
-/// Whether any secret may be sent to this destination (decides TLS interception).
+/// Whether any secret may be sent to this destination over TLS (decides TLS interception).
 pub(crate) fn any_for(secrets: &[CompiledSecret], host: &Host, port: u16) -> bool {
-    secrets.iter().any(|s| s.applies_to(host, port))
+    secrets.iter().any(|s| s.applies_to(host, port, Transport::Tls))
 }
 
 /// The head would grow past its limit if every placeholder became its value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct HeadTooLarge;
 
-/// Replaces placeholders in header values with the real values of the secrets that apply to `host:port`.
+/// Replaces placeholders in header values with the real values of the secrets that apply to `host:port` over
+/// `transport`.
 /// Returns how many header values changed. A value is much longer than its placeholder, so a head full of
 /// placeholders would grow many times over: if the head (names, values and line overhead) would exceed
 /// `max_head` bytes, nothing is built and the head is left as it was.
@@ -138,10 +169,11 @@ pub(crate) fn substitute(
     secrets: &[CompiledSecret],
     host: &Host,
     port: u16,
+    transport: Transport,
     headers: &mut HeaderMap,
     max_head: usize,
 ) -> Result<usize, HeadTooLarge> {
-    let applicable: Vec<&CompiledSecret> = secrets.iter().filter(|s| s.applies_to(host, port)).collect();
+    let applicable: Vec<&CompiledSecret> = secrets.iter().filter(|s| s.applies_to(host, port, transport)).collect();
     if applicable.is_empty() {
         return Ok(0);
     }
@@ -230,13 +262,38 @@ mod tests {
         headers.insert("x-twice", "SANDKASTEN_PLACEHOLDER_gh,SANDKASTEN_PLACEHOLDER_gh".parse().unwrap());
         let mut other = headers.clone();
         let host = canonicalize_host("API.example.com").unwrap();
-        assert_eq!(substitute(&compiled, &host, 443, &mut headers, 64 * 1024), Ok(2));
+        assert_eq!(substitute(&compiled, &host, 443, Transport::Tls, &mut headers, 64 * 1024), Ok(2));
         assert_eq!(headers["authorization"], "Bearer real-token-123");
         assert_eq!(headers["x-twice"], "real-token-123,real-token-123");
-        assert_eq!(substitute(&compiled, &host, 80, &mut other, 64 * 1024), Ok(0), "wrong port");
+        assert_eq!(substitute(&compiled, &host, 80, Transport::Tls, &mut other, 64 * 1024), Ok(0), "wrong port");
         let evil = canonicalize_host("api.example.com.evil.test").unwrap();
-        assert_eq!(substitute(&compiled, &evil, 443, &mut other, 64 * 1024), Ok(0));
+        assert_eq!(substitute(&compiled, &evil, 443, Transport::Tls, &mut other, 64 * 1024), Ok(0));
         assert_eq!(other["authorization"], "Bearer SANDKASTEN_PLACEHOLDER_gh");
+    }
+
+    #[test]
+    fn plain_http_carries_a_secret_only_to_a_port_its_pattern_names() {
+        let compiled =
+            CompiledSecret::compile(&secret(&["api.example.com", "*.example.org:443", "plain.test:8080"])).unwrap();
+        let host = |h: &str| canonicalize_host(h).unwrap();
+        // No port, or 443: TLS only, on any port (no port) or 443.
+        assert!(compiled.applies_to(&host("api.example.com"), 443, Transport::Tls));
+        assert!(compiled.applies_to(&host("api.example.com"), 8443, Transport::Tls));
+        assert!(!compiled.applies_to(&host("api.example.com"), 80, Transport::Plain));
+        assert!(!compiled.applies_to(&host("api.example.com"), 443, Transport::Plain));
+        assert!(compiled.applies_to(&host("x.example.org"), 443, Transport::Tls));
+        assert!(!compiled.applies_to(&host("x.example.org"), 443, Transport::Plain), "443 is TLS's port");
+        // A named plain port: plain HTTP to that port, and TLS there too; no other port.
+        assert!(compiled.applies_to(&host("plain.test"), 8080, Transport::Plain));
+        assert!(compiled.applies_to(&host("plain.test"), 8080, Transport::Tls));
+        assert!(!compiled.applies_to(&host("plain.test"), 80, Transport::Plain));
+        let mut headers = HeaderMap::new();
+        headers.insert("authorization", "Bearer SANDKASTEN_PLACEHOLDER_gh".parse().unwrap());
+        let secrets = [compiled];
+        assert_eq!(substitute(&secrets, &host("api.example.com"), 80, Transport::Plain, &mut headers, 1 << 16), Ok(0));
+        assert_eq!(headers["authorization"], "Bearer SANDKASTEN_PLACEHOLDER_gh");
+        assert_eq!(substitute(&secrets, &host("plain.test"), 8080, Transport::Plain, &mut headers, 1 << 16), Ok(1));
+        assert_eq!(headers["authorization"], "Bearer real-token-123");
     }
 
     #[test]
@@ -248,9 +305,9 @@ mod tests {
         let mut headers = HeaderMap::new();
         let many = ["SANDKASTEN_PLACEHOLDER_gh"; 10].join(",");
         headers.insert("x-many", many.parse().unwrap());
-        assert_eq!(substitute(&compiled, &host, 443, &mut headers, 9_000), Err(HeadTooLarge));
+        assert_eq!(substitute(&compiled, &host, 443, Transport::Tls, &mut headers, 9_000), Err(HeadTooLarge));
         assert_eq!(headers["x-many"], many.as_str(), "nothing was replaced");
-        assert_eq!(substitute(&compiled, &host, 443, &mut headers, 11_000), Ok(1));
+        assert_eq!(substitute(&compiled, &host, 443, Transport::Tls, &mut headers, 11_000), Ok(1));
         assert_eq!(headers["x-many"].len(), 10 * 1000 + 9);
     }
 

@@ -1,16 +1,14 @@
-//! CONNECT: decide, connect, answer 200, then either splice bytes blindly (no secret for this destination)
-//! or hand the tunnel to TLS interception (a secret applies and the sandbox has a CA).
+//! CONNECT: decide, connect, answer 200, then either hand the tunnel to TLS interception (a secret applies and the
+//! sandbox's CA may vouch for the host) or keep it blind (`blind.rs`: the opening is judged, then bytes are spliced).
 
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 
-use crate::decide::{Go, decide_and_connect};
-use crate::intercept;
-use crate::io::idle_watchdog;
+use crate::decide::decide_and_connect;
 use crate::proxy::Ctx;
 use crate::response::{Body, empty, text};
-use crate::secrets;
+use crate::{blind, intercept, secrets};
 
 pub(crate) async fn handle_connect(ctx: Ctx, req: Request<Incoming>) -> Response<Body> {
     let Some(authority) = req.uri().authority().cloned() else {
@@ -23,7 +21,8 @@ pub(crate) async fn handle_connect(ctx: Ctx, req: Request<Incoming>) -> Response
         Ok(go) => go,
         Err(resp) => return resp,
     };
-    let intercept = ctx.sandbox.ca().is_some() && secrets::any_for(&ctx.sandbox.secrets(), &go.host, port);
+    let intercept = ctx.sandbox.ca().is_some_and(|ca| ca.permits(&go.host))
+        && secrets::any_for(&ctx.sandbox.secrets(), &go.host, port);
     let on_upgrade = hyper::upgrade::on(req);
     let task_ctx = ctx.clone();
     ctx.tasks.spawn(async move {
@@ -37,22 +36,8 @@ pub(crate) async fn handle_connect(ctx: Ctx, req: Request<Incoming>) -> Response
         if intercept {
             intercept::run(task_ctx, TokioIo::new(upgraded), go).await;
         } else {
-            blind(task_ctx, TokioIo::new(upgraded), go).await;
+            blind::run(task_ctx, TokioIo::new(upgraded), go).await;
         }
     });
     empty(StatusCode::OK)
-}
-
-/// Copy buffer per direction of a blind tunnel: tokio's default (8 KiB) costs about twice the CPU per byte (measured
-/// by `examples/egress_bench`).
-const TUNNEL_BUFFER: usize = 64 * 1024;
-
-/// Splices the client and upstream until both sides close or the tunnel idles.
-async fn blind(ctx: Ctx, mut client: TokioIo<hyper::upgrade::Upgraded>, go: Go) {
-    let Go { mut upstream, counters, guard, .. } = go;
-    tokio::select! {
-        _ = tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, TUNNEL_BUFFER, TUNNEL_BUFFER) => {}
-        _ = idle_watchdog(vec![counters], ctx.inner.idle_timeout) => {}
-    }
-    drop(guard);
 }

@@ -19,16 +19,16 @@ use crate::host::Host;
 use crate::io::{Counters, idle_watchdog};
 use crate::proxy::{Ctx, MAX_HEAD_BYTES};
 use crate::response::{Body, strip_hop_by_hop, text};
-use crate::secrets;
+use crate::secrets::{self, Transport};
 
-/// Rewrites a request head for the upstream `host:port` (`default_port` is the scheme's); a 431 for the client
-/// when substituting secrets would make the head larger than [`MAX_HEAD_BYTES`].
+/// Rewrites a request head for the upstream `host:port`, reached over `transport` (which decides the secrets it may
+/// carry); a 431 for the client when substituting secrets would make the head larger than [`MAX_HEAD_BYTES`].
 pub(crate) fn prepare(
     ctx: &Ctx,
     parts: &mut Parts,
     host: &Host,
     port: u16,
-    default_port: u16,
+    transport: Transport,
 ) -> Result<(), Box<Response<Body>>> {
     let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
     parts.uri = Uri::from(path);
@@ -37,14 +37,21 @@ pub(crate) fn prepare(
     // The client's Host goes (it names nothing: the destination is decided); the proxy writes its own after the
     // substitution, so a placeholder in the host name (a valid DNS label) never becomes the value there.
     parts.headers.remove(header::HOST);
-    let changed =
-        secrets::substitute(&ctx.sandbox.secrets(), host, port, &mut parts.headers, MAX_HEAD_BYTES).map_err(|_| {
-            let msg = format!(
-                "sandkasten egress: the request head would exceed {MAX_HEAD_BYTES} bytes once secrets are substituted\n"
-            );
-            Box::new(text(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, msg))
-        })?;
-    let authority = if port == default_port { host.to_string() } else { format!("{host}:{port}") };
+    let changed = secrets::substitute(
+        &ctx.sandbox.secrets(),
+        host,
+        port,
+        transport,
+        &mut parts.headers,
+        MAX_HEAD_BYTES,
+    )
+    .map_err(|_| {
+        let msg = format!(
+            "sandkasten egress: the request head would exceed {MAX_HEAD_BYTES} bytes once secrets are substituted\n"
+        );
+        Box::new(text(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, msg))
+    })?;
+    let authority = if port == transport.default_port() { host.to_string() } else { format!("{host}:{port}") };
     if let Ok(value) = HeaderValue::from_str(&authority) {
         parts.headers.insert(header::HOST, value);
     }

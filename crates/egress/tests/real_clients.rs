@@ -88,7 +88,7 @@ async fn curl_and_python_work_through_the_proxy_and_get_the_secret_injected() {
     let (http, http_rx) = http_upstream().await;
     let mut cfg = loopback_config(&[]);
     cfg.upstream_ca_file = Some(upstream_ca);
-    let ca = SandboxCa::generate("sb-real").unwrap();
+    let ca = SandboxCa::generate("sb-real", &["allowed.test".to_owned()]).unwrap();
     let sandbox_ca = dir.path().join("sandbox-ca.pem");
     std::fs::write(&sandbox_ca, ca.cert_pem()).unwrap();
     let sandbox_ca = sandbox_ca.to_str().unwrap().to_owned();
@@ -97,7 +97,8 @@ async fn curl_and_python_work_through_the_proxy_and_get_the_secret_injected() {
         name: "api".into(),
         value: REAL.into(),
         placeholder: PLACEHOLDER.into(),
-        hosts: vec!["allowed.test".into()],
+        // TLS to allowed.test on any port; plain HTTP only to the port named.
+        hosts: vec!["allowed.test".into(), format!("allowed.test:{}", http.port())],
     };
     p.sandbox.set_secrets(vec![secret]).unwrap();
     let port = p.addr.port();

@@ -5,17 +5,14 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::pki_types::ServerName;
 use sandkasten_egress::{Decision, SandboxCa, Secret};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
 
 const PLACEHOLDER: &str = "SANDKASTEN_SECRET_PLACEHOLDER_gh";
 const REAL: &str = "ghp_real_value_never_in_sandbox";
@@ -29,78 +26,9 @@ fn secret_for(hosts: &[&str]) -> Secret {
     }
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// A test CA for the upstream side, its PEM file, and a TLS upstream server for `allowed.test` and
-/// `other.test` that records requests.
-struct TlsUpstream {
-    addr: std::net::SocketAddr,
-    received: Received,
-    ca_pem: String,
-    _dir: tempfile::TempDir,
-    ca_file: std::path::PathBuf,
-}
-
-async fn tls_upstream() -> TlsUpstream {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["allowed.test".to_owned(), "other.test".to_owned()])
-        .unwrap()
-        .signed_by(&leaf_key, &issuer)
-        .unwrap();
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
-    let config = ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![leaf.der().clone()], key)
-        .unwrap();
-    let acceptor = TlsAcceptor::from(Arc::new(config));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let received: Received = Arc::default();
-    let rec = received.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let (acceptor, rec) = (acceptor.clone(), rec.clone());
-            tokio::spawn(async move {
-                if let Ok(tls) = acceptor.accept(stream).await {
-                    serve_one(tls, rec).await;
-                }
-            });
-        }
-    });
-    let dir = tempfile::tempdir().unwrap();
-    let ca_file = dir.path().join("upstream-ca.pem");
-    std::fs::write(&ca_file, ca_cert.pem()).unwrap();
-    TlsUpstream { addr, received, ca_pem: ca_cert.pem(), _dir: dir, ca_file }
-}
-
-fn client_config(ca_pem: &str) -> Arc<ClientConfig> {
-    let mut roots = RootCertStore::empty();
-    use rustls::pki_types::pem::PemObject;
-    roots.add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap()).unwrap();
-    Arc::new(
-        ClientConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    )
-}
-
-/// Opens a CONNECT tunnel to `host:port` through the proxy.
-async fn tunnel(proxy: &TestProxy, host: &str, port: u16) -> TcpStream {
-    let mut c = client(proxy).await;
-    let (status, head, _) = roundtrip(&mut c, &format!("CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}\r\n\r\n")).await;
-    assert_eq!(status, 200, "{head}");
-    c
+/// A sandbox CA for the secrets' host, as the server makes one.
+fn sandbox_ca() -> SandboxCa {
+    SandboxCa::generate("sb-test", &["allowed.test".to_owned()]).unwrap()
 }
 
 #[tokio::test]
@@ -108,7 +36,9 @@ async fn plain_http_secret_is_substituted_in_headers_only_toward_its_host() {
     let (good, good_rx) = http_upstream().await;
     let (other, other_rx) = http_upstream().await;
     let p = start_proxy(loopback_config(&[]), allowlist(&["allowed.test", "other.test"]), None).await;
-    p.sandbox.set_secrets(vec![secret_for(&["allowed.test"])]).unwrap();
+    // Plain HTTP carries the value only to a port the pattern names.
+    let on_port = format!("allowed.test:{}", good.port());
+    p.sandbox.set_secrets(vec![secret_for(&[&on_port])]).unwrap();
     for (port, host) in [(good.port(), "allowed.test"), (other.port(), "other.test")] {
         let mut c = client(&p).await;
         let body = format!("token={PLACEHOLDER}");
@@ -133,7 +63,7 @@ async fn tls_interception_delivers_the_secret_to_its_host_only() {
     let up = tls_upstream().await;
     let mut cfg = loopback_config(&[]);
     cfg.upstream_ca_file = Some(up.ca_file.clone());
-    let ca = SandboxCa::generate("sb-test").unwrap();
+    let ca = sandbox_ca();
     let sandbox_ca_pem = ca.cert_pem();
     let p = start_proxy(cfg, allowlist(&["allowed.test"]), Some(ca)).await;
     p.sandbox.set_secrets(vec![secret_for(&["allowed.test"])]).unwrap();
@@ -167,8 +97,7 @@ async fn connect_without_a_matching_secret_is_a_blind_tunnel() {
     let up = tls_upstream().await;
     let mut cfg = loopback_config(&[]);
     cfg.upstream_ca_file = Some(up.ca_file.clone());
-    let p =
-        start_proxy(cfg, allowlist(&["allowed.test", "other.test"]), Some(SandboxCa::generate("sb").unwrap())).await;
+    let p = start_proxy(cfg, allowlist(&["allowed.test", "other.test"]), Some(sandbox_ca())).await;
     p.sandbox.set_secrets(vec![secret_for(&["allowed.test"])]).unwrap();
     // Trusting only the upstream's own CA works end to end: nothing in between re-signed the connection.
     let c = tunnel(&p, "other.test", up.addr.port()).await;
@@ -184,8 +113,7 @@ async fn connect_without_a_matching_secret_is_a_blind_tunnel() {
 async fn interception_refuses_an_upstream_the_roots_do_not_trust() {
     let up = tls_upstream().await;
     // No upstream_ca_file: the upstream's test CA is unknown, so the secret must not be sent.
-    let p =
-        start_proxy(loopback_config(&[]), allowlist(&["allowed.test"]), Some(SandboxCa::generate("sb").unwrap())).await;
+    let p = start_proxy(loopback_config(&[]), allowlist(&["allowed.test"]), Some(sandbox_ca())).await;
     let sandbox_ca_pem = p.sandbox.ca().unwrap().cert_pem();
     p.sandbox.set_secrets(vec![secret_for(&["allowed.test"])]).unwrap();
     let c = tunnel(&p, "allowed.test", up.addr.port()).await;
@@ -243,7 +171,7 @@ async fn placeholders_cannot_blow_up_the_head_sent_upstream() {
     // (much longer) value: the proxy would build and send megabytes per request. It refuses with 431 instead.
     let (good, good_rx) = http_upstream().await;
     let p = start_proxy(loopback_config(&[]), allowlist(&["allowed.test"]), None).await;
-    let mut long = secret_for(&["allowed.test"]);
+    let mut long = secret_for(&[&format!("allowed.test:{}", good.port())]);
     long.value = "v".repeat(4096);
     p.sandbox.set_secrets(vec![long]).unwrap();
     let many = [PLACEHOLDER; 400].join(",");
@@ -271,7 +199,7 @@ async fn an_intercepted_tunnel_follows_a_policy_change_on_its_next_request() {
     let up = tls_upstream().await;
     let mut cfg = loopback_config(&[]);
     cfg.upstream_ca_file = Some(up.ca_file.clone());
-    let ca = SandboxCa::generate("sb-test").unwrap();
+    let ca = sandbox_ca();
     let sandbox_ca_pem = ca.cert_pem();
     let p = start_proxy(cfg, allowlist(&["allowed.test", "other.test"]), Some(ca)).await;
     p.sandbox.set_secrets(vec![secret_for(&["allowed.test"])]).unwrap();
@@ -304,7 +232,7 @@ async fn a_placeholder_in_the_host_name_is_never_replaced() {
     let named = format!("{placeholder}.allowed.test");
     let (good, good_rx) = http_upstream().await;
     let p = start_proxy(loopback_config(&[(&named, "127.0.0.1")]), allowlist(&["*.allowed.test"]), None).await;
-    let mut secret = secret_for(&["*.allowed.test"]);
+    let mut secret = secret_for(&[&format!("*.allowed.test:{}", good.port())]);
     secret.placeholder = placeholder.to_owned();
     p.sandbox.set_secrets(vec![secret]).unwrap();
     let mut c = client(&p).await;
@@ -316,4 +244,58 @@ async fn a_placeholder_in_the_host_name_is_never_replaced() {
     let head = good_rx.lock().unwrap()[0].0.clone();
     assert!(head.contains(&format!("authorization: Bearer {REAL}\r\n")), "positive control: {head}");
     assert!(head.contains(&format!("host: {named}:{}\r\n", good.port())), "the Host header was rewritten: {head}");
+}
+
+#[tokio::test]
+async fn a_secret_without_a_port_never_travels_over_plain_http() {
+    // Plain HTTP is readable by anyone on the path: a pattern without a port (or with :443) lets the value out over
+    // intercepted TLS only. The same host over TLS gets it; naming the plain port lets plain HTTP have it.
+    let (plain, plain_rx) = http_upstream().await;
+    let up = tls_upstream().await;
+    let mut cfg = loopback_config(&[]);
+    cfg.upstream_ca_file = Some(up.ca_file.clone());
+    let ca = sandbox_ca();
+    let sandbox_ca_pem = ca.cert_pem();
+    let p = start_proxy(cfg, allowlist(&["allowed.test"]), Some(ca)).await;
+    p.sandbox.set_secrets(vec![secret_for(&["allowed.test"])]).unwrap();
+    let plain_request = format!(
+        "GET http://allowed.test:{}/plain HTTP/1.1\r\nHost: allowed.test\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\r\n",
+        plain.port()
+    );
+    let mut c = client(&p).await;
+    assert_eq!(roundtrip(&mut c, &plain_request).await.0, 200);
+    let head = plain_rx.lock().unwrap()[0].0.clone();
+    assert!(head.contains(&format!("authorization: Bearer {PLACEHOLDER}\r\n")), "{head}");
+    assert!(!head.contains(REAL), "the value went out in plain HTTP: {head}");
+
+    let t = tunnel(&p, "allowed.test", up.addr.port()).await;
+    let name = ServerName::try_from("allowed.test").unwrap();
+    let mut tls = TlsConnector::from(client_config(&sandbox_ca_pem)).connect(name, t).await.unwrap();
+    let req = format!("GET /tls HTTP/1.1\r\nHost: allowed.test\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\r\n");
+    assert_eq!(roundtrip(&mut tls, &req).await.0, 200);
+    let head = up.received.lock().unwrap()[0].0.clone();
+    assert!(head.contains(&format!("authorization: Bearer {REAL}\r\n")), "positive control over TLS: {head}");
+
+    p.sandbox.set_secrets(vec![secret_for(&["allowed.test", &format!("allowed.test:{}", plain.port())])]).unwrap();
+    assert_eq!(roundtrip(&mut c, &plain_request).await.0, 200);
+    let head = plain_rx.lock().unwrap()[1].0.clone();
+    assert!(head.contains(&format!("authorization: Bearer {REAL}\r\n")), "the named plain port: {head}");
+}
+
+#[tokio::test]
+async fn a_secret_host_outside_the_cas_constraints_gets_a_blind_tunnel() {
+    // The CA was made for allowed.test; a secret later bound to other.test as well cannot be intercepted for it
+    // (no leaf the sandbox's clients would accept): the tunnel stays blind and the value stays home.
+    let up = tls_upstream().await;
+    let mut cfg = loopback_config(&[]);
+    cfg.upstream_ca_file = Some(up.ca_file.clone());
+    let p = start_proxy(cfg, allowlist(&["allowed.test", "other.test"]), Some(sandbox_ca())).await;
+    p.sandbox.set_secrets(vec![secret_for(&["allowed.test", "other.test"])]).unwrap();
+    let c = tunnel(&p, "other.test", up.addr.port()).await;
+    let name = ServerName::try_from("other.test").unwrap();
+    let mut tls = TlsConnector::from(client_config(&up.ca_pem)).connect(name, c).await.unwrap();
+    let req = format!("GET / HTTP/1.1\r\nHost: other.test\r\nAuthorization: token {PLACEHOLDER}\r\n\r\n");
+    assert_eq!(roundtrip(&mut tls, &req).await.0, 200);
+    let head = up.received.lock().unwrap()[0].0.clone();
+    assert!(head.contains(PLACEHOLDER) && !head.contains(REAL), "{head}");
 }

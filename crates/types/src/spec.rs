@@ -26,7 +26,8 @@ pub struct SandboxSpec {
     pub network: NetworkPolicy,
     /// Names of the tenant's secrets (`PUT /v1/secrets/{name}`) to expose: each becomes an environment variable of the
     /// same name holding a placeholder; the egress proxy swaps the placeholder for the real value in request headers
-    /// sent to the secret's hosts only. The real value never enters the sandbox.
+    /// sent to the secret's hosts only, over TLS (plain HTTP only to a port a host pattern names). The real value
+    /// never enters the sandbox.
     pub secrets: Vec<String>,
 }
 

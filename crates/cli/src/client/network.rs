@@ -103,7 +103,8 @@ pub enum SecretCommand {
     Put {
         /// Name: also the environment variable holding its placeholder in sandboxes created with `--secret NAME`.
         name: String,
-        /// A host the value may be sent to (same patterns as --allow). Repeatable; at least one.
+        /// A host the value may be sent to (same patterns as --allow), over HTTPS; name a plain port (`host:8080`) to
+        /// allow plain HTTP to it. Repeatable; at least one.
         #[arg(long = "host", value_name = "PATTERN", required = true)]
         hosts: Vec<String>,
     },

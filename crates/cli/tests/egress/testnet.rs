@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// The HTTP server run inside a test host: serves `ROOT` on `ADDR:PORT`, answers `/whoami` with the host's name, and
-/// appends `METHOD PATH` + the request headers of every request to `LOG`.
+/// appends `METHOD PATH` + the request headers of every request to `LOG`. With TLS it also logs each handshake:
+/// `TLS-SNI <name>` when a ClientHello carries a server name, then `TLS-OK` or `TLS-FAILED <error>`.
 const SERVER: &str = r#"
 import http.server, sys, os
 addr, port, root, log, name = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
@@ -40,14 +41,30 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
-class Server(http.server.ThreadingHTTPServer):
-    allow_reuse_address = True
-server = Server((addr, port), Handler)
+def note(line):
+    with open(log, "a") as f:
+        f.write(line + "\n")
 if tls:
     import ssl
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(tls[0], tls[1])
-    server.socket = context.wrap_socket(server.socket, server_side=True)
+    context.sni_callback = lambda sock, name, ctx: note(f"TLS-SNI {name}")
+class Server(http.server.ThreadingHTTPServer):
+    allow_reuse_address = True
+    def get_request(self):
+        sock, peer = self.socket.accept()
+        if not tls:
+            return sock, peer
+        sock.settimeout(10)
+        try:
+            sock = context.wrap_socket(sock, server_side=True)
+        except OSError as e:
+            note(f"TLS-FAILED {type(e).__name__}")
+            raise
+        note("TLS-OK")
+        sock.settimeout(None)
+        return sock, peer
+server = Server((addr, port), Handler)
 server.serve_forever()
 "#;
 

@@ -6,9 +6,13 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use sandkasten_egress::{AuditEvent, AuditSink, EgressConfig, Policy, Proxy, ProxyHandle, SandboxCa, SandboxEgress};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
 
 /// Collects audit events: the final record of each attempt in `events`, the records of connections opening in
 /// `opened`.
@@ -105,6 +109,56 @@ pub async fn serve_one<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, rec: Re
     let _ = stream.shutdown().await;
 }
 
+/// What a recording upstream received: per connection, its bytes and whether the client has closed it.
+pub type Recorded = Arc<Mutex<Vec<(Vec<u8>, bool)>>>;
+
+/// A TCP server that says nothing and records every byte of every connection until the client closes it.
+pub async fn recording_upstream() -> (SocketAddr, Recorded) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    (listener.local_addr().unwrap(), record_on(listener))
+}
+
+/// Records on `listener` as `recording_upstream` does.
+pub fn record_on(listener: TcpListener) -> Recorded {
+    let recorded: Recorded = Arc::default();
+    let rec = recorded.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let index = {
+                let mut rec = rec.lock().unwrap();
+                rec.push((Vec::new(), false));
+                rec.len() - 1
+            };
+            let rec = rec.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                loop {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => rec.lock().unwrap()[index].0.extend_from_slice(&buf[..n]),
+                    }
+                }
+                rec.lock().unwrap()[index].1 = true;
+            });
+        }
+    });
+    recorded
+}
+
+/// Waits (bounded) until every connection `recorded` has seen was closed by the client; returns them.
+pub async fn closed_connections(recorded: &Recorded) -> Vec<Vec<u8>> {
+    for _ in 0..500 {
+        {
+            let rec = recorded.lock().unwrap();
+            if !rec.is_empty() && rec.iter().all(|(_, closed)| *closed) {
+                return rec.iter().map(|(bytes, _)| bytes.clone()).collect();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the upstream's connections were not all closed: {:?}", recorded.lock().unwrap());
+}
+
 /// A TCP echo server.
 pub async fn echo_upstream() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -158,4 +212,78 @@ pub async fn client(proxy: &TestProxy) -> TcpStream {
 /// Whether `listener` gets a connection within a short time (used to prove no connect attempt was made).
 pub async fn got_connection(listener: &TcpListener) -> bool {
     tokio::time::timeout(Duration::from_millis(200), listener.accept()).await.is_ok()
+}
+
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A test CA for the upstream side, its PEM file, and a TLS upstream server for `allowed.test` and
+/// `other.test` that records requests.
+pub struct TlsUpstream {
+    pub addr: std::net::SocketAddr,
+    pub received: Received,
+    pub ca_pem: String,
+    pub _dir: tempfile::TempDir,
+    pub ca_file: std::path::PathBuf,
+}
+
+pub async fn tls_upstream() -> TlsUpstream {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["allowed.test".to_owned(), "other.test".to_owned()])
+        .unwrap()
+        .signed_by(&leaf_key, &issuer)
+        .unwrap();
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
+    let config = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![leaf.der().clone()], key)
+        .unwrap();
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let received: Received = Arc::default();
+    let rec = received.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (acceptor, rec) = (acceptor.clone(), rec.clone());
+            tokio::spawn(async move {
+                if let Ok(tls) = acceptor.accept(stream).await {
+                    serve_one(tls, rec).await;
+                }
+            });
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("upstream-ca.pem");
+    std::fs::write(&ca_file, ca_cert.pem()).unwrap();
+    TlsUpstream { addr, received, ca_pem: ca_cert.pem(), _dir: dir, ca_file }
+}
+
+pub fn client_config(ca_pem: &str) -> Arc<ClientConfig> {
+    let mut roots = RootCertStore::empty();
+    use rustls::pki_types::pem::PemObject;
+    roots.add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap()).unwrap();
+    Arc::new(
+        ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
+}
+
+/// Opens a CONNECT tunnel to `host:port` through the proxy.
+pub async fn tunnel(proxy: &TestProxy, host: &str, port: u16) -> TcpStream {
+    let mut c = client(proxy).await;
+    let (status, head, _) = roundtrip(&mut c, &format!("CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}\r\n\r\n")).await;
+    assert_eq!(status, 200, "{head}");
+    c
 }

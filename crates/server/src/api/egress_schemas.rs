@@ -72,7 +72,9 @@ pub struct EgressLog {
 pub struct SecretRequest {
     /// The secret's value (at most 8 KiB, no control characters: it travels in HTTP headers).
     pub value: String,
-    /// Host patterns the value may be sent to (same syntax as an allowlist); at least one.
+    /// Host patterns the value may be sent to (same syntax as an allowlist); at least one. The value travels over TLS
+    /// only (intercepted HTTPS), unless a pattern names a plain port: `api.example.com` or `api.example.com:443` never
+    /// sends it in plain HTTP, `api.example.com:8080` also sends it in plain HTTP to port 8080.
     #[schema(example = json!(["api.example.com"]))]
     pub hosts: Vec<String>,
 }
@@ -82,7 +84,7 @@ pub struct SecretRequest {
 pub struct SecretBody {
     /// Name; a sandbox created with `"secrets": [NAME]` gets `NAME=<placeholder>` in its environment.
     pub name: String,
-    /// Host patterns the value may be sent to.
+    /// Host patterns the value may be sent to (over TLS; plain HTTP only to a port a pattern names, not 443).
     pub hosts: Vec<String>,
     /// When it was last written (RFC 3339, UTC).
     pub updated_at: String,

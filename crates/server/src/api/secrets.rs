@@ -1,6 +1,6 @@
 //! A tenant's secrets: stored server-side, never returned, never inside a sandbox. A sandbox created with
 //! `"secrets": ["NAME"]` sees a placeholder in `$NAME`; the egress proxy puts the value in request headers sent to the
-//! secret's hosts only.
+//! secret's hosts only, over TLS (plain HTTP only to a port a host pattern names).
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -67,7 +67,8 @@ fn shown(secret: StoredSecret) -> SecretBody {
     SecretBody { name: secret.name, hosts: secret.hosts, updated_at: rfc3339(secret.updated_ms) }
 }
 
-/// Create or replace a secret. Running sandboxes that hold it use the new value and hosts at once.
+/// Create or replace a secret. Running sandboxes that hold it use the new value and hosts at once (HTTPS to a host
+/// added now is not intercepted in a sandbox created before: its CA is constrained to the hosts of its creation).
 #[utoipa::path(
     put, path = "/v1/secrets/{name}", tag = "network",
     params(("name" = String, Path, description = "Secret name (an environment variable name)")),

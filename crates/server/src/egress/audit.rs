@@ -32,7 +32,12 @@ pub struct AuditQueue {
 
 impl AuditSink for AuditQueue {
     fn record(&self, event: AuditEvent) {
-        if event.decision == Decision::Refused && self.sender.capacity() <= KEPT_FOR_CONNECTIONS {
+        // A refusal with a connection number ends a connection that was made (a blind tunnel refused at its opening):
+        // it closes that connection's record, so it is kept like the connection's other records.
+        if event.decision == Decision::Refused
+            && event.connection.is_none()
+            && self.sender.capacity() <= KEPT_FOR_CONNECTIONS
+        {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -123,11 +128,17 @@ mod tests {
         assert!(queue.dropped.load(Ordering::Relaxed) > 0, "positive control: the flood overflowed");
         queue.record(event(Decision::Allowed));
         queue.record(event(Decision::Failed));
+        // A tunnel refused at its opening ends a connection that was made: its record is kept too.
+        queue.record(AuditEvent { connection: Some(7), ..event(Decision::Refused) });
         let mut seen = Vec::new();
         while let Ok(event) = receiver.try_recv() {
-            seen.push(event.decision);
+            seen.push((event.decision, event.connection));
         }
-        assert_eq!(seen.iter().filter(|d| **d == Decision::Refused).count(), QUEUE - KEPT_FOR_CONNECTIONS);
-        assert_eq!(&seen[seen.len() - 2..], [Decision::Allowed, Decision::Failed], "the connections were dropped");
+        assert_eq!(seen.iter().filter(|(_, c)| c.is_none()).count(), QUEUE - KEPT_FOR_CONNECTIONS + 2);
+        assert_eq!(
+            &seen[seen.len() - 3..],
+            [(Decision::Allowed, None), (Decision::Failed, None), (Decision::Refused, Some(7))],
+            "the connections were dropped"
+        );
     }
 }

@@ -111,7 +111,10 @@ pub async fn prepare(store: &Store, tenant: &str, spec: &mut SandboxSpec) -> Res
             hosts: found.hosts.clone(),
         });
     }
-    let ca = SandboxCa::generate("sandkasten sandbox").map_err(|e| PrepareError::Ca(e.to_string()))?;
+    // The CA may vouch only for the hosts its secrets name now (name constraints): a host added to a secret later is
+    // not intercepted in this sandbox (its tunnels stay blind, its value stays home).
+    let hosts: Vec<String> = secrets.iter().flat_map(|secret| secret.hosts.iter().cloned()).collect();
+    let ca = SandboxCa::generate("sandkasten sandbox", &hosts).map_err(|e| PrepareError::Ca(e.to_string()))?;
     for name in CA_BUNDLE_VARIABLES {
         spec.env.insert(name.to_owned(), CA_BUNDLE_PATH.to_owned());
     }

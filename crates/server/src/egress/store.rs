@@ -36,7 +36,8 @@ pub struct EgressEvent {
     pub port: u16,
     /// The address the proxy resolved and checked (and connected to, when allowed).
     pub resolved: Option<String>,
-    /// `allowed`, `refused` (by the policy or the address check) or `failed` (allowed, but the name did not
+    /// `allowed`, `refused` (by the policy or the address check, or a blind tunnel closed at its opening: a TLS
+    /// ClientHello for another host, `sni_mismatch: ...` in `rule`) or `failed` (allowed, but the name did not
     /// resolve or the host did not answer).
     pub decision: String,
     /// The rule that decided, in words.
@@ -45,7 +46,8 @@ pub struct EgressEvent {
     pub bytes_up: u64,
     /// Bytes sent from the host to the sandbox.
     pub bytes_down: u64,
-    /// An allowed connection's number: its record is written when it opens and replaced when it ends.
+    /// An allowed connection's number: its record is written when it opens and replaced when it ends (refused, when
+    /// a blind tunnel is closed at its opening).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connection: Option<u64>,
     /// True while the allowed connection is still open (its bytes are not counted yet).
