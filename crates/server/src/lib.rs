@@ -18,6 +18,7 @@ mod metrics;
 mod migrations;
 pub mod pool;
 pub mod retention;
+pub mod seal;
 pub mod state;
 pub mod store;
 pub mod validate;
