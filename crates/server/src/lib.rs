@@ -40,6 +40,9 @@ pub enum ServerError {
     /// The configuration is unusable.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The secrets keys could not be read (or the default key file created).
+    #[error(transparent)]
+    SecretsKey(#[from] seal::key_source::KeyError),
     /// The database could not be opened, migrated or read.
     #[error("database {path}: {source}")]
     Store {
@@ -141,8 +144,9 @@ pub async fn serve_on(
     config.validate()?;
     check_tiers(&config, runtime.as_ref())?;
     reserve_descriptors(config.http.max_connections)?;
-    let store =
-        Store::open(&config.database).map_err(|source| ServerError::Store { path: config.database.clone(), source })?;
+    let keys = seal::key_source::load(&config.secrets, &config.database)?;
+    let store = Store::open(&config.database, keys)
+        .map_err(|source| ServerError::Store { path: config.database.clone(), source })?;
     let state =
         AppState::new(&config, store, runtime).map_err(|e| ServerError::Config(ConfigError::Egress(e.to_string())))?;
     lifecycle::reconcile::register_tenants(&state).await.map_err(ServerError::Reconcile)?;

@@ -11,6 +11,7 @@
 //! - [`rows`] seals the plaintext rows of older databases, re-seals what previous keys sealed, and scrubs the file.
 
 pub mod key_source;
+pub(crate) mod rows;
 
 use std::fmt;
 
