@@ -131,9 +131,9 @@ fn reserve_descriptors(max_connections: usize) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Runs the server on a bound listener: checks that the configured tiers run here, opens the store, reconciles it
-/// with the runtime, starts the expiry sweeper and the warm pools' refill task, and serves until `shutdown`
-/// completes. Shutdown stops accepting connections and waits for the requests in flight; it destroys no sandbox (they
+/// Runs the server on a bound listener: checks that the configured tiers run here, reads the secrets keys, opens the
+/// store (sealing or re-sealing secret values), reconciles it with the runtime, starts the expiry sweeper and the warm
+/// pools' refill task, and serves until `shutdown` completes. Shutdown stops accepting connections and waits for the requests in flight; it destroys no sandbox (they
 /// belong to the runtime, and the next start reconciles).
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
