@@ -48,6 +48,13 @@
 //!                                                 # asks the resolver for absolute names, which it does not)
 //! allow_cidrs = ["10.200.1.0/24"]                 # special ranges (private, link-local...) sandboxes may still reach
 //! upstream_ca_file = "/etc/sandkasten/upstream-ca.pem"  # extra roots for upstream TLS when intercepting (secrets)
+//!
+//! [secrets]                                       # the key sealing secret values in the database (XChaCha20-Poly1305)
+//! key_file = "/etc/sandkasten/secrets.key"        # 32 bytes as 64 hex characters or base64, mode 0600; or instead:
+//! # key_env = "SANDKASTEN_SECRETS_KEY"            # a variable holding the key ("new,old" while rotating)
+//! previous_key_files = ["/etc/sandkasten/old.key"]  # while rotating: re-sealed under key_file at start, then remove
+//!                                                 # (neither key_file nor key_env: <database>.secrets-key, made at
+//!                                                 # the first start; keep a copy elsewhere, see docs/operations.md)
 //! ```
 //!
 //! A create (or `POST /v1/run`) whose isolation tier, template and limits equal a pool's and whose `env` is empty
@@ -57,6 +64,7 @@
 //! server restarts.
 
 mod defaults;
+mod secrets;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -69,6 +77,7 @@ use thiserror::Error;
 use crate::store::Quota;
 
 pub use defaults::Defaults;
+pub use secrets::SecretsConfig;
 
 /// Name of the environment variable holding extra API keys.
 pub const API_KEYS_ENV: &str = "SANDKASTEN_API_KEYS";
@@ -81,6 +90,9 @@ pub const MAX_KEY_BYTES: usize = 256;
 /// A configuration that cannot be used, with what to change.
 #[derive(Debug, Error)]
 pub enum ConfigError {
+    /// The `[secrets]` table is unusable.
+    #[error("[secrets] {0}")]
+    Secrets(String),
     /// The `[egress]` table is unusable (a bad CIDR, host entry or file).
     #[error("[egress]: {0}")]
     Egress(String),
@@ -397,6 +409,9 @@ pub struct ServerConfig {
     /// How long the database keeps what ended (`[retention]`).
     #[serde(default)]
     pub retention: RetentionConfig,
+    /// Where the key sealing secret values comes from (`[secrets]`).
+    #[serde(default)]
+    pub secrets: SecretsConfig,
 }
 
 /// What the database keeps of ended sandboxes, commands and egress events (`[retention]`).
@@ -522,6 +537,7 @@ impl Default for ServerConfig {
             retention: RetentionConfig::default(),
             egress: sandkasten_egress::EgressConfig::default(),
             gvisor: sandkasten_types::GvisorSettings::default(),
+            secrets: SecretsConfig::default(),
         }
     }
 }
@@ -608,6 +624,9 @@ impl ServerConfig {
         }
         if let Some(problem) = self.http.problem() {
             return Err(ConfigError::Http(problem));
+        }
+        if let Some(problem) = self.secrets.problem() {
+            return Err(ConfigError::Secrets(problem));
         }
         if let Some(got) = self.max_pids
             && !(1..=sandkasten_types::MAX_PIDS).contains(&got)

@@ -19,6 +19,7 @@ mod migrations;
 mod output_budgets;
 pub mod pool;
 pub mod retention;
+pub mod seal;
 pub mod state;
 pub mod store;
 pub mod validate;
@@ -40,6 +41,9 @@ pub enum ServerError {
     /// The configuration is unusable.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The secrets keys could not be read (or the default key file created).
+    #[error(transparent)]
+    SecretsKey(#[from] seal::key_source::KeyError),
     /// The database could not be opened, migrated or read.
     #[error("database {path}: {source}")]
     Store {
@@ -128,9 +132,9 @@ fn reserve_descriptors(max_connections: usize) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Runs the server on a bound listener: checks that the configured tiers run here, opens the store, reconciles it
-/// with the runtime, starts the expiry sweeper and the warm pools' refill task, and serves until `shutdown`
-/// completes. Shutdown stops accepting connections and waits for the requests in flight; it destroys no sandbox (they
+/// Runs the server on a bound listener: checks that the configured tiers run here, reads the secrets keys, opens the
+/// store (sealing or re-sealing secret values), reconciles it with the runtime, starts the expiry sweeper and the warm
+/// pools' refill task, and serves until `shutdown` completes. Shutdown stops accepting connections and waits for the requests in flight; it destroys no sandbox (they
 /// belong to the runtime, and the next start reconciles).
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
@@ -141,8 +145,9 @@ pub async fn serve_on(
     config.validate()?;
     check_tiers(&config, runtime.as_ref())?;
     reserve_descriptors(config.http.max_connections)?;
-    let store =
-        Store::open(&config.database).map_err(|source| ServerError::Store { path: config.database.clone(), source })?;
+    let keys = seal::key_source::load(&config.secrets, &config.database)?;
+    let store = Store::open(&config.database, keys)
+        .map_err(|source| ServerError::Store { path: config.database.clone(), source })?;
     let state =
         AppState::new(&config, store, runtime).map_err(|e| ServerError::Config(ConfigError::Egress(e.to_string())))?;
     lifecycle::reconcile::register_tenants(&state).await.map_err(ServerError::Reconcile)?;

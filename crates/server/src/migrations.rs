@@ -1,7 +1,10 @@
 //! The database schema as an ordered list of migrations; `PRAGMA user_version` is the number applied so far.
 //! Migrations are append-only: never edit one that has shipped, add the next.
 
-use rusqlite::Connection;
+use rusqlite::{Connection, Transaction};
+
+use crate::seal::rows::RowsError;
+use crate::seal::{SealError, SealKeys};
 
 /// Why the schema could not be brought up to date (the store reports it as a `StoreError`).
 #[derive(Debug, thiserror::Error)]
@@ -17,6 +20,18 @@ pub(crate) enum MigrationError {
         /// Newest version this build knows.
         known: u32,
     },
+    /// A migration's step could not seal a value.
+    #[error(transparent)]
+    Seal(#[from] SealError),
+}
+
+impl From<RowsError> for MigrationError {
+    fn from(error: RowsError) -> Self {
+        match error {
+            RowsError::Sqlite(error) => MigrationError::Sqlite(error),
+            RowsError::Seal(error) => MigrationError::Seal(error),
+        }
+    }
 }
 
 /// Each entry moves the schema from version `index` to `index + 1`.
@@ -89,24 +104,55 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE tenants ADD COLUMN max_pids INTEGER NOT NULL DEFAULT 8192;",
     // 7: the output quota (command output the server holds for a tenant's sandboxes at once).
     "ALTER TABLE tenants ADD COLUMN max_output_bytes INTEGER NOT NULL DEFAULT 268435456;",
+    // 8: secret values are sealed (see `seal`): this table replaces `secrets`, whose rows its code step seals into it
+    // before dropping `secrets` (see CODE_STEPS).
+    "CREATE TABLE sealed_secrets (
+        tenant      TEXT NOT NULL,
+        name        TEXT NOT NULL,
+        sealed      BLOB NOT NULL,
+        hosts_json  TEXT NOT NULL,
+        updated_ms  INTEGER NOT NULL,
+        PRIMARY KEY (tenant, name)
+    ) STRICT;",
 ];
+
+/// A migration's part that SQL cannot do; returns how many rows it rewrote.
+type CodeStep = fn(&Transaction<'_>, &SealKeys) -> Result<usize, RowsError>;
+
+/// Code run after the SQL of the migration to a version, in its transaction: `(version, step)`.
+const CODE_STEPS: &[(usize, CodeStep)] = &[(8, crate::seal::rows::seal_plaintext)];
 
 /// The schema version this build writes.
 pub(crate) const CURRENT_VERSION: u32 = MIGRATIONS.len() as u32;
 
-/// Applies the missing migrations, each in its own transaction together with its version bump.
-pub(crate) fn migrate(conn: &mut Connection) -> Result<(), MigrationError> {
+/// Applies the missing migrations, each in its own transaction together with its version bump (and its code step,
+/// which seals with `keys`); returns how many rows code steps rewrote.
+pub(crate) fn migrate(conn: &mut Connection, keys: &SealKeys) -> Result<usize, MigrationError> {
     let found: u32 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
     if found > CURRENT_VERSION {
         return Err(MigrationError::NewerSchema { found, known: CURRENT_VERSION });
     }
+    let mut rewritten = 0;
     for (index, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
         let version = index + 1;
         let tx = conn.transaction()?;
         tx.execute_batch(sql)?;
+        for (_, step) in CODE_STEPS.iter().filter(|(at, _)| *at == version) {
+            rewritten += step(&tx, keys)?;
+        }
         tx.pragma_update(None, "user_version", version)?;
         tx.commit()?;
         tracing::info!(version, "database migrated");
+    }
+    Ok(rewritten)
+}
+
+/// A database as the build that wrote schema `version` left it (tests of later migrations).
+#[cfg(test)]
+pub(crate) fn schema_at(conn: &Connection, version: usize) -> Result<(), MigrationError> {
+    for (index, sql) in MIGRATIONS[..version].iter().enumerate() {
+        conn.execute_batch(sql)?;
+        conn.pragma_update(None, "user_version", index + 1)?;
     }
     Ok(())
 }
@@ -115,15 +161,19 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), MigrationError> {
 mod tests {
     use super::*;
 
+    fn keys() -> Result<SealKeys, MigrationError> {
+        Ok(SealKeys::new(crate::seal::SealKey::from_bytes(&[7; crate::seal::KEY_BYTES])?, Vec::new()))
+    }
+
     #[test]
     fn migrations_apply_once_and_refuse_a_newer_schema() -> Result<(), MigrationError> {
         let mut conn = Connection::open_in_memory()?;
-        migrate(&mut conn)?;
-        migrate(&mut conn)?;
+        migrate(&mut conn, &keys()?)?;
+        migrate(&mut conn, &keys()?)?;
         let version: u32 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
         assert_eq!(version, CURRENT_VERSION);
         conn.pragma_update(None, "user_version", CURRENT_VERSION + 1)?;
-        assert!(matches!(migrate(&mut conn), Err(MigrationError::NewerSchema { .. })));
+        assert!(matches!(migrate(&mut conn, &keys()?), Err(MigrationError::NewerSchema { .. })));
         Ok(())
     }
 
@@ -136,7 +186,7 @@ mod tests {
             "INSERT INTO sandboxes VALUES ('sb-1', 't', 'running', '{}', '{}', 1, 1, 2, NULL, NULL);
              INSERT INTO commands (id, sandbox_id, tenant, argv_json, started_ms) VALUES ('cmd-1', 'sb-1', 't', '[]', 1);",
         )?;
-        migrate(&mut conn)?;
+        migrate(&mut conn, &keys()?)?;
         let reason: Option<String> =
             conn.query_row("SELECT end_reason FROM commands WHERE id = 'cmd-1'", [], |row| row.get(0))?;
         assert_eq!(reason, None);
@@ -153,9 +203,47 @@ mod tests {
             conn.pragma_update(None, "user_version", index + 1)?;
         }
         conn.execute_batch("INSERT INTO sandboxes VALUES ('sb-1', 't', 'running', '{}', '{}', 1, 1, 2, NULL, NULL);")?;
-        migrate(&mut conn)?;
+        migrate(&mut conn, &keys()?)?;
         let tier: String = conn.query_row("SELECT isolation FROM sandboxes WHERE id = 'sb-1'", [], |row| row.get(0))?;
         assert_eq!(tier, "process");
         Ok(())
+    }
+
+    #[test]
+    fn plaintext_secrets_of_version_6_databases_are_sealed_and_the_plaintext_table_is_gone()
+    -> Result<(), MigrationError> {
+        let mut conn = Connection::open_in_memory()?;
+        schema_at(&conn, 6)?;
+        conn.execute_batch(
+            "INSERT INTO secrets VALUES ('t1', 'TOKEN', 'plain-value-of-t1', '[\"a.example\"]', 5);
+             INSERT INTO secrets VALUES ('t2', 'TOKEN', 'plain-value-of-t2', '[\"b.example\"]', 6);",
+        )?;
+        let keys = keys()?;
+        assert_eq!(migrate(&mut conn, &keys)?, 2);
+        let tables: i64 =
+            conn.query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'secrets'", [], |row| row.get(0))?;
+        assert_eq!(tables, 0, "the plaintext table is still there");
+        let rows = conn
+            .prepare("SELECT tenant, name, sealed, hosts_json, updated_ms FROM sealed_secrets ORDER BY tenant")?
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)))?
+            .collect::<Result<Vec<(String, String, Vec<u8>, String, i64)>, _>>()?;
+        assert_eq!(rows.len(), 2);
+        for (tenant, name, sealed, hosts, updated_ms) in &rows {
+            let plain = format!("plain-value-of-{tenant}");
+            assert!(!sealed.windows(plain.len()).any(|w| w == plain.as_bytes()), "{tenant}'s value is in the clear");
+            assert!(keys.is_current(sealed));
+            assert_eq!(keys.open(tenant, name, sealed)?, plain);
+            assert!(hosts.contains(".example") && *updated_ms > 0);
+        }
+        assert_eq!(migrate(&mut conn, &keys)?, 0, "a second start seals nothing");
+        Ok(())
+    }
+
+    #[test]
+    fn the_sealing_step_runs_after_the_migration_that_creates_the_sealed_table() {
+        // Guards a merge that renumbers migrations: the step must follow the SQL that creates its target.
+        for (version, _) in CODE_STEPS {
+            assert!(MIGRATIONS[version - 1].contains("CREATE TABLE sealed_secrets"), "code step at {version}");
+        }
     }
 }

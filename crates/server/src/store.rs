@@ -14,6 +14,8 @@ use sandkasten_types::{CommandExit, SandboxSpec, Tier};
 use thiserror::Error;
 
 use crate::migrations::{self, MigrationError};
+use crate::seal::rows::RowsError;
+use crate::seal::{SealError, SealKeys};
 
 /// A database failure. Never caused by a client's input.
 #[derive(Debug, Error)]
@@ -41,6 +43,9 @@ pub enum StoreError {
     /// A stored isolation tier is not one this build knows.
     #[error("unknown isolation tier {0:?} in the database")]
     UnknownTier(String),
+    /// A secret value could not be sealed or opened (an altered row, a key the server does not have).
+    #[error(transparent)]
+    Seal(#[from] SealError),
     /// A thread panicked while holding the connection.
     #[error("database connection poisoned by a panic")]
     Poisoned,
@@ -49,11 +54,21 @@ pub enum StoreError {
     Join(#[from] tokio::task::JoinError),
 }
 
+impl From<RowsError> for StoreError {
+    fn from(error: RowsError) -> Self {
+        match error {
+            RowsError::Sqlite(error) => StoreError::Sqlite(error),
+            RowsError::Seal(error) => StoreError::Seal(error),
+        }
+    }
+}
+
 impl From<MigrationError> for StoreError {
     fn from(error: MigrationError) -> Self {
         match error {
             MigrationError::Sqlite(error) => StoreError::Sqlite(error),
             MigrationError::NewerSchema { found, known } => StoreError::NewerSchema { found, known },
+            MigrationError::Seal(error) => StoreError::Seal(error),
         }
     }
 }
@@ -218,6 +233,8 @@ pub struct CommandState {
 #[derive(Clone)]
 pub struct Store {
     conn: Arc<Mutex<Connection>>,
+    /// The keys secret values are sealed with (see `seal`).
+    keys: Arc<SealKeys>,
 }
 
 impl fmt::Debug for Store {
@@ -295,8 +312,9 @@ fn to_i64(value: u64) -> i64 {
 }
 
 impl Store {
-    /// Opens (creating when missing) the database file, switches it to WAL and applies migrations.
-    pub fn open(path: &Path) -> Result<Store, StoreError> {
+    /// Opens (creating when missing) the database file, switches it to WAL and applies migrations; secret values are
+    /// sealed with `keys`' current key, and those a previous key sealed are re-sealed now.
+    pub fn open(path: &Path, keys: SealKeys) -> Result<Store, StoreError> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(StoreError::Directory)?;
         }
@@ -307,19 +325,31 @@ impl Store {
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
         tracing::debug!(path = %path.display(), journal_mode = %mode, "database opened");
         conn.pragma_update(None, "synchronous", "NORMAL")?;
-        Self::prepare(conn)
+        Self::prepare(conn, keys)
     }
 
-    /// A private in-memory database (tests).
+    /// A private in-memory database (tests), its secrets sealed with a key of its own.
     pub fn open_in_memory() -> Result<Store, StoreError> {
-        Self::prepare(Connection::open_in_memory()?)
+        Self::prepare(Connection::open_in_memory()?, SealKeys::ephemeral()?)
     }
 
-    fn prepare(mut conn: Connection) -> Result<Store, StoreError> {
+    fn prepare(mut conn: Connection, keys: SealKeys) -> Result<Store, StoreError> {
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        // Deleted and overwritten content (a replaced secret's sealed value, the plaintext rows of older databases)
+        // is zeroed rather than left in free space.
+        conn.pragma_update(None, "secure_delete", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        migrations::migrate(&mut conn)?;
-        Ok(Store { conn: Arc::new(Mutex::new(conn)) })
+        let sealed = migrations::migrate(&mut conn, &keys)?;
+        let resealed = crate::seal::rows::reseal(&mut conn, &keys)?;
+        if sealed + resealed > 0 {
+            crate::seal::rows::scrub(&conn)?;
+        }
+        Ok(Store { conn: Arc::new(Mutex::new(conn)), keys: Arc::new(keys) })
+    }
+
+    /// The keys secret values are sealed with.
+    pub(crate) fn seal_keys(&self) -> &SealKeys {
+        &self.keys
     }
 
     /// Runs `f` with the connection on the blocking thread pool.
@@ -748,7 +778,7 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("sandkasten.db");
         {
-            let store = Store::open(&path)?;
+            let store = Store::open(&path, SealKeys::ephemeral()?)?;
             store.admit_sandbox(record("a", "t1", 1), QUOTA).await??;
             store.start_command(command("cmd-running", "a")).await?;
             store.start_command(command("cmd-done", "a")).await?;
@@ -756,7 +786,7 @@ mod tests {
             store.finish_command("cmd-done", Some(timed_out), 4).await?;
             // The server dies here: nothing records the end of cmd-running.
         }
-        let store = Store::open(&path)?;
+        let store = Store::open(&path, SealKeys::ephemeral()?)?;
         assert_eq!(store.mark_running_commands_lost(50).await?, 1);
         assert_eq!(
             store.command_state("cmd-running").await?,
@@ -776,10 +806,10 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("sandkasten.db");
         let small = Quota { max_sandboxes: 1, max_memory_bytes: 10, max_pids: 5, max_output_bytes: 7 };
-        let store = Store::open(&path)?;
+        let store = Store::open(&path, SealKeys::ephemeral()?)?;
         store.upsert_tenants(vec![("t1".into(), QUOTA), ("t2".into(), QUOTA)], 10).await?;
         drop(store);
-        let store = Store::open(&path)?;
+        let store = Store::open(&path, SealKeys::ephemeral()?)?;
         store.upsert_tenants(vec![("t1".into(), small), ("t3".into(), QUOTA)], 20).await?;
         let tenants = store.tenants().await?;
         let expected = [("t1", 10, 20, small), ("t2", 10, 10, QUOTA), ("t3", 20, 20, QUOTA)];
@@ -798,8 +828,8 @@ mod tests {
     async fn file_database_uses_wal_and_survives_reopen() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("nested/sandkasten.db");
-        Store::open(&path)?.admit_sandbox(record("a", "t1", 1), QUOTA).await??;
-        let store = Store::open(&path)?;
+        Store::open(&path, SealKeys::ephemeral()?)?.admit_sandbox(record("a", "t1", 1), QUOTA).await??;
+        let store = Store::open(&path, SealKeys::ephemeral()?)?;
         assert_eq!(store.running_sandboxes().await?.len(), 1);
         let mode: String = Connection::open(&path)?.query_row("PRAGMA journal_mode", [], |row| row.get(0))?;
         assert_eq!(mode, "wal");

@@ -11,7 +11,7 @@ use crate::api::error::{ApiError, ErrorBody};
 use crate::api::extract::JsonBody;
 use crate::auth::Tenant;
 use crate::clock::{now_ms, rfc3339};
-use crate::egress::store::StoredSecret;
+use crate::egress::store::{SecretInfo, StoredSecret};
 use crate::state::AppState;
 
 /// Longest secret value, in bytes.
@@ -63,7 +63,7 @@ fn check_request(body: &SecretRequest) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn shown(secret: StoredSecret) -> SecretBody {
+fn shown(secret: SecretInfo) -> SecretBody {
     SecretBody { name: secret.name, hosts: secret.hosts, updated_at: rfc3339(secret.updated_ms) }
 }
 
@@ -95,7 +95,8 @@ pub(crate) async fn put(
     state.egress().update_secret(&tenant.name, &name, &secret.value, &secret.hosts);
     tracing::info!(tenant = %tenant.name, secret = %name, created, "secret written");
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, Json(shown(secret))))
+    let StoredSecret { name, hosts, updated_ms, .. } = secret;
+    Ok((status, Json(shown(SecretInfo { name, hosts, updated_ms }))))
 }
 
 /// The tenant's secrets (names and hosts; never values).
@@ -108,7 +109,7 @@ pub(crate) async fn put(
     security(("api_key" = []))
 )]
 pub(crate) async fn list(State(state): State<AppState>, tenant: Tenant) -> Result<Json<SecretList>, ApiError> {
-    let secrets = state.store().secrets(&tenant.name).await?.into_iter().map(shown).collect();
+    let secrets = state.store().secret_list(&tenant.name).await?.into_iter().map(shown).collect();
     Ok(Json(SecretList { secrets }))
 }
 

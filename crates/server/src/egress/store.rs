@@ -1,5 +1,5 @@
-//! What egress keeps in the database: the tenants' secrets, the audit of every connection attempt, and a running
-//! sandbox's network policy (part of its spec).
+//! What egress keeps in the database: the tenants' secrets (their values sealed, see `seal`), the audit of every
+//! connection attempt, and a running sandbox's network policy (part of its spec).
 
 use rusqlite::{OptionalExtension, params};
 use sandkasten_types::NetworkPolicy;
@@ -18,6 +18,17 @@ pub struct StoredSecret {
     /// The real value; never sent to a sandbox, never returned by the API.
     pub value: String,
     /// Host patterns (`api.example.com`, `*.example.com`, optional `:port`) the value may be sent to.
+    pub hosts: Vec<String>,
+    /// When it was last written, unix milliseconds.
+    pub updated_ms: i64,
+}
+
+/// A tenant's secret as listed: everything but the value (listing never opens a sealed value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretInfo {
+    /// Name.
+    pub name: String,
+    /// Host patterns the value may be sent to.
     pub hosts: Vec<String>,
     /// When it was last written, unix milliseconds.
     pub updated_ms: i64,
@@ -56,39 +67,64 @@ pub struct EgressEvent {
 }
 
 impl Store {
-    /// Creates or replaces a secret; true when it was new.
+    /// Creates or replaces a secret, its value sealed for its row; true when it was new.
     pub async fn put_secret(&self, tenant: &str, secret: StoredSecret) -> Result<bool, StoreError> {
+        let sealed = self.seal_keys().seal(tenant, &secret.name, &secret.value)?;
         let tenant = tenant.to_owned();
         self.call(move |conn| {
             let hosts = serde_json::to_string(&secret.hosts)?;
             let existed: Option<i64> = conn
-                .query_row("SELECT 1 FROM secrets WHERE tenant = ?1 AND name = ?2", params![tenant, secret.name], |r| {
-                    r.get(0)
-                })
+                .query_row(
+                    "SELECT 1 FROM sealed_secrets WHERE tenant = ?1 AND name = ?2",
+                    params![tenant, secret.name],
+                    |r| r.get(0),
+                )
                 .optional()?;
             conn.execute(
-                "INSERT INTO secrets (tenant, name, value, hosts_json, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (tenant, name) DO UPDATE SET value = ?3, hosts_json = ?4, updated_ms = ?5",
-                params![tenant, secret.name, secret.value, hosts, secret.updated_ms],
+                "INSERT INTO sealed_secrets (tenant, name, sealed, hosts_json, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (tenant, name) DO UPDATE SET sealed = ?3, hosts_json = ?4, updated_ms = ?5",
+                params![tenant, secret.name, sealed, hosts, secret.updated_ms],
             )?;
             Ok(existed.is_none())
         })
         .await
     }
 
-    /// The tenant's secrets, by name.
+    /// The tenant's secrets with their values opened, by name (for the egress proxy, which substitutes them).
     pub async fn secrets(&self, tenant: &str) -> Result<Vec<StoredSecret>, StoreError> {
+        let owner = tenant.to_owned();
+        let rows = self
+            .call(move |conn| {
+                let mut statement = conn.prepare_cached(
+                    "SELECT name, sealed, hosts_json, updated_ms FROM sealed_secrets WHERE tenant = ?1 ORDER BY name",
+                )?;
+                let rows = statement.query_map(params![owner], |row| {
+                    Ok((row.get::<_, String>(0)?, row.get::<_, Vec<u8>>(1)?, row.get::<_, String>(2)?, row.get(3)?))
+                })?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            })
+            .await?;
+        rows.into_iter()
+            .map(|(name, sealed, hosts, updated_ms)| {
+                let value = self.seal_keys().open(tenant, &name, &sealed)?;
+                Ok(StoredSecret { name, value, hosts: serde_json::from_str(&hosts)?, updated_ms })
+            })
+            .collect()
+    }
+
+    /// The tenant's secrets without their values, by name.
+    pub async fn secret_list(&self, tenant: &str) -> Result<Vec<SecretInfo>, StoreError> {
         let tenant = tenant.to_owned();
         self.call(move |conn| {
             let mut statement = conn.prepare_cached(
-                "SELECT name, value, hosts_json, updated_ms FROM secrets WHERE tenant = ?1 ORDER BY name",
+                "SELECT name, hosts_json, updated_ms FROM sealed_secrets WHERE tenant = ?1 ORDER BY name",
             )?;
             let rows = statement.query_map(params![tenant], |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?, row.get(3)?))
+                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get(2)?))
             })?;
             rows.map(|row| {
-                let (name, value, hosts, updated_ms) = row?;
-                Ok(StoredSecret { name, value, hosts: serde_json::from_str(&hosts)?, updated_ms })
+                let (name, hosts, updated_ms) = row?;
+                Ok(SecretInfo { name, hosts: serde_json::from_str(&hosts)?, updated_ms })
             })
             .collect()
         })
@@ -99,7 +135,7 @@ impl Store {
     pub async fn delete_secret(&self, tenant: &str, name: &str) -> Result<bool, StoreError> {
         let (tenant, name) = (tenant.to_owned(), name.to_owned());
         self.call(move |conn| {
-            Ok(conn.execute("DELETE FROM secrets WHERE tenant = ?1 AND name = ?2", params![tenant, name])? == 1)
+            Ok(conn.execute("DELETE FROM sealed_secrets WHERE tenant = ?1 AND name = ?2", params![tenant, name])? == 1)
         })
         .await
     }

@@ -24,6 +24,7 @@ mod openapi;
 mod pools;
 mod quotas;
 mod run;
+mod secrets_at_rest;
 mod tcp;
 mod tier_results;
 mod tiers;

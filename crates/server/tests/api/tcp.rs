@@ -12,7 +12,7 @@ use crate::fake::FakeRuntime;
 use crate::harness::{KEY_A, test_config};
 
 /// Sends one HTTP/1.1 request (connection closed after it) and returns the stream to read the answer from.
-async fn request(port: u16, method: &str, path: &str, body: &str, accept: &str) -> TcpStream {
+pub(crate) async fn request(port: u16, method: &str, path: &str, body: &str, accept: &str) -> TcpStream {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {KEY_A}\r\nAccept: {accept}\r\n\
@@ -23,7 +23,7 @@ async fn request(port: u16, method: &str, path: &str, body: &str, accept: &str) 
     stream
 }
 
-async fn read_all(mut stream: TcpStream) -> String {
+pub(crate) async fn read_all(mut stream: TcpStream) -> String {
     let mut text = String::new();
     stream.read_to_string(&mut text).await.unwrap();
     text
