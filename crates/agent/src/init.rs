@@ -67,6 +67,7 @@ fn host_hung_up(channel: &UnixStream) -> bool {
 fn build_sandbox(rootfs: &RootfsSpec) -> Result<(), sandkasten_jail::JailError> {
     namespaces::set_hostname("sandbox")?;
     net::bring_up_loopback()?;
+    net::limit_tcp_buffers();
     let steps = plan_rootfs(rootfs, &RealHostFs);
     mounts::execute(&steps, rootfs.sandbox_uid, rootfs.sandbox_gid)?;
     mounts::pivot_into(&rootfs.new_root)

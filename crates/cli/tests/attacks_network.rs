@@ -24,6 +24,7 @@ per_tier!(
     sandbox_loopback_works_but_is_private,
     host_abstract_unix_socket_is_unreachable,
     socket_buffers_cannot_take_host_tcp_memory_beyond_the_memory_limit,
+    one_tcp_connection_queues_at_most_its_namespaces_buffer_sizes,
 );
 
 /// Python that tries a TCP connect and prints `connected` or the error class.
@@ -258,5 +259,32 @@ fn socket_buffers_cannot_take_host_tcp_memory_beyond_the_memory_limit(tier: Tier
         let queued: u64 = line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or(0);
         assert!(line.starts_with("full ") && queued > 0, "the attack did not run: {line:?} ({status})");
         assert!(queued < 96 << 20, "the kernel queued {queued} bytes for a 64 MiB sandbox");
+    }
+}
+
+/// The sandbox's network namespace has TCP buffers of at most 1 MiB each way (per-namespace sysctls; the host's stay
+/// as they are): one connection whose reader never reads queues a few MiB at most, where the host's sizes let it
+/// queue about ten.
+fn one_tcp_connection_queues_at_most_its_namespaces_buffer_sizes(tier: Tier) {
+    let host_sizes =
+        || ["tcp_rmem", "tcp_wmem"].map(|name| std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}")).unwrap());
+    let before = host_sizes();
+    let code = "import socket\n\
+        srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen(1)\n\
+        c = socket.create_connection(srv.getsockname()); p, _ = srv.accept()\n\
+        c.setblocking(False); total = 0\n\
+        while True:\n\
+        \x20   try:\n\
+        \x20       total += c.send(b'x' * 65536)\n\
+        \x20   except OSError:\n\
+        \x20       break\n\
+        print(total, open('/proc/sys/net/ipv4/tcp_rmem').read().split(), open('/proc/sys/net/ipv4/tcp_wmem').read().split())\n";
+    let r = run_on(tier, ["--memory", "256MiB", "--lang", "python", "--code", code]).json();
+    r.assert_exit(0);
+    assert_eq!(host_sizes(), before, "the host's TCP buffer sizes changed");
+    if tier == Tier::Process {
+        let queued: u64 = r.stdout().split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
+        assert!(queued > 0 && queued < 4 << 20, "one connection queued {queued} bytes\n{}", r.describe());
+        assert!(r.stdout().contains("'4096', '131072', '1048576'"), "{}", r.describe());
     }
 }

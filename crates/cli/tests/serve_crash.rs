@@ -1,7 +1,8 @@
 //! The server crashes (`kill -9`), alone or together with its spawner: no sandbox process, cgroup or record may
 //! outlive it, and after a restart the database says what happened to each sandbox (nothing is lost). The spawner
 //! alone dying is survived: `/healthz` says 503 while it is down, creates are 503 (never 500), the server restarts
-//! it, and its sandboxes are marked lost with nothing of them left.
+//! it, and its sandboxes are marked lost with nothing of them left. A spawner that cannot start at all (no cgroup
+//! hierarchy) makes `serve` exit non-zero saying why.
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -160,4 +161,31 @@ fn kill_9_of_the_spawner_alone_is_503_then_it_is_restarted_and_its_sandboxes_are
     let fresh = server.create(json!({}));
     assert_eq!(server.exec(&fresh, "echo alive").json["stdout"], "alive\n");
     assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{fresh}"), KEY_1, None).status, 204);
+}
+
+#[test]
+fn a_spawner_that_cannot_start_makes_serve_exit_non_zero_saying_why() {
+    require_root!();
+    // In a mount namespace of its own without any cgroup mount, the spawner finds no hierarchy to put sandboxes in.
+    let dir = tempfile::tempdir().unwrap();
+    let database = dir.path().join("sandkasten.db");
+    let script = format!(
+        "umount -l /sys/fs/cgroup && exec {} serve --insecure-no-auth --listen 127.0.0.1:0 --database {}",
+        common::bin(),
+        database.display()
+    );
+    let started = Instant::now();
+    let output = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .env_remove("SANDKASTEN_API_KEYS")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "serve started without a cgroup hierarchy: {stderr}");
+    assert!(stderr.contains("no usable cgroup hierarchy"), "the reason is not said: {stderr}");
+    assert!(started.elapsed() < Duration::from_secs(20), "serve took {:?} to give up", started.elapsed());
+    // The host's own cgroup mounts are untouched (the unmount happened in the test's namespace only).
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(mounts.contains(" - cgroup") || mounts.contains(" - cgroup2"), "the host lost its cgroup mounts");
 }

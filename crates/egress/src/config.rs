@@ -17,6 +17,8 @@ pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
 pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 300_000;
 /// Default cap on one sandbox's concurrent client connections.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// Default cap on the concurrent client connections of all sandboxes together.
+pub const DEFAULT_MAX_TOTAL_CONNECTIONS: usize = 4096;
 
 /// The server config file's `[egress]` table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,6 +39,10 @@ pub struct EgressConfig {
     /// Concurrent client connections per sandbox (a CONNECT tunnel counts until it closes); more wait in the
     /// listen backlog, so one sandbox cannot exhaust the host's descriptors. Default 256.
     pub max_connections: usize,
+    /// Concurrent client connections of all sandboxes together; more wait in their sandbox's backlog, so a few
+    /// sandboxes cannot exhaust the server's descriptors (each connection holds at most two: the client's and the
+    /// upstream's, which the server reserves at start). Default 4096.
+    pub max_total_connections: usize,
 }
 
 impl Default for EgressConfig {
@@ -48,6 +54,7 @@ impl Default for EgressConfig {
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
             idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_total_connections: DEFAULT_MAX_TOTAL_CONNECTIONS,
         }
     }
 }
@@ -93,6 +100,7 @@ pub struct ValidatedConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) idle_timeout: Duration,
     pub(crate) max_connections: usize,
+    pub(crate) max_total_connections: usize,
 }
 
 impl EgressConfig {
@@ -125,12 +133,16 @@ impl EgressConfig {
         if self.max_connections == 0 {
             return Err(ConfigError::Zero("max_connections"));
         }
+        if self.max_total_connections == 0 {
+            return Err(ConfigError::Zero("max_total_connections"));
+        }
         Ok(ValidatedConfig {
             hosts,
             allow_cidrs,
             connect_timeout: Duration::from_millis(self.connect_timeout_ms),
             idle_timeout: Duration::from_millis(self.idle_timeout_ms),
             max_connections: self.max_connections,
+            max_total_connections: self.max_total_connections,
         })
     }
 }

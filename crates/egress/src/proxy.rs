@@ -46,6 +46,14 @@ pub(crate) struct Inner {
     pub(crate) connect_timeout: Duration,
     pub(crate) idle_timeout: Duration,
     pub(crate) max_connections: usize,
+    /// Slots of all sandboxes' client connections together (`max_total_connections`).
+    pub(crate) total_slots: Arc<Semaphore>,
+}
+
+/// A client connection's slots: its sandbox's and the proxy-wide one, both freed when it closes.
+pub(crate) struct Slot {
+    _sandbox: OwnedSemaphorePermit,
+    _total: OwnedSemaphorePermit,
 }
 
 /// Everything a connection's handlers need.
@@ -54,10 +62,10 @@ pub(crate) struct Ctx {
     pub(crate) inner: Arc<Inner>,
     pub(crate) sandbox: Arc<SandboxEgress>,
     pub(crate) tasks: Tasks,
-    /// This client connection's slot under `max_connections`, held until the connection and any tunnel it
-    /// opened are closed.
-    #[expect(dead_code, reason = "held only so that dropping it frees the slot")]
-    pub(crate) slot: Option<Arc<OwnedSemaphorePermit>>,
+    /// This client connection's slots under `max_connections` and `max_total_connections`, held until the
+    /// connection and any tunnel it opened are closed.
+    #[expect(dead_code, reason = "held only so that dropping it frees the slots")]
+    pub(crate) slot: Option<Arc<Slot>>,
 }
 
 /// The tasks of one `serve` call: all are cancelled together.
@@ -94,6 +102,7 @@ impl Proxy {
                 connect_timeout: valid.connect_timeout,
                 idle_timeout: valid.idle_timeout,
                 max_connections: valid.max_connections,
+                total_slots: Arc::new(Semaphore::new(valid.max_total_connections)),
             }),
         })
     }
@@ -152,7 +161,7 @@ async fn accept_loop(listener: Listener, ctx: Ctx) {
     loop {
         let accepted = tokio::select! {
             _ = ctx.tasks.token.cancelled() => return,
-            accepted = accept_with_slot(&listener, &slots) => accepted,
+            accepted = accept_with_slot(&listener, &slots, &ctx.inner.total_slots) => accepted,
         };
         match accepted {
             Ok((stream, slot)) => {
@@ -168,14 +177,16 @@ async fn accept_loop(listener: Listener, ctx: Ctx) {
     }
 }
 
-/// Waits for a free connection slot, then for a connection.
+/// Waits for a free connection slot of the sandbox and of the proxy, then for a connection.
 async fn accept_with_slot(
     listener: &Listener,
     slots: &Arc<Semaphore>,
-) -> std::io::Result<(ClientStream, OwnedSemaphorePermit)> {
-    let slot = slots.clone().acquire_owned().await.map_err(std::io::Error::other)?;
+    total: &Arc<Semaphore>,
+) -> std::io::Result<(ClientStream, Slot)> {
+    let own = slots.clone().acquire_owned().await.map_err(std::io::Error::other)?;
+    let shared = total.clone().acquire_owned().await.map_err(std::io::Error::other)?;
     let stream = listener.accept().await?;
-    Ok((stream, slot))
+    Ok((stream, Slot { _sandbox: own, _total: shared }))
 }
 
 /// Serves HTTP/1.1 proxy requests on one client connection.

@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use common::*;
 use sandkasten_egress::{Decision, EgressConfig, Mode, Policy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -233,6 +235,44 @@ async fn a_sandbox_cannot_hold_more_than_max_connections() {
     let (head, body) = read_message(&mut third).await.expect("served once a slot is free");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert_eq!(body, b"hello");
+}
+
+#[tokio::test]
+async fn sandboxes_together_cannot_hold_more_than_max_total_connections() {
+    // Each sandbox may hold 2, all together 3: a few sandboxes cannot take every descriptor of the server.
+    let echo = echo_upstream().await;
+    let cfg = EgressConfig { max_connections: 2, max_total_connections: 3, ..loopback_config(&[]) };
+    let proxy = sandkasten_egress::Proxy::new(cfg, Arc::new(MemAudit::default())).unwrap();
+    let mut doors = Vec::new();
+    let mut handles = Vec::new();
+    for name in ["sb-a", "sb-b"] {
+        let sandbox =
+            Arc::new(sandkasten_egress::SandboxEgress::new(name, "tenant-a", allowlist(&["allowed.test"]), None));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        doors.push(listener.local_addr().unwrap());
+        handles.push(proxy.serve(listener, sandbox));
+    }
+    let tunnel = |door| async move {
+        let mut c = tokio::net::TcpStream::connect(door).await.unwrap();
+        let req = format!("CONNECT allowed.test:{} HTTP/1.1\r\nHost: a\r\n\r\n", echo.port());
+        c.write_all(req.as_bytes()).await.unwrap();
+        c
+    };
+    let answered = |mut c: tokio::net::TcpStream| async move {
+        let mut byte = [0u8; 1];
+        let got = tokio::time::timeout(std::time::Duration::from_millis(400), c.read(&mut byte)).await;
+        (got.is_ok(), c)
+    };
+    let (a1, first_a) = answered(tunnel(doors[0]).await).await;
+    let (a2, second_a) = answered(tunnel(doors[0]).await).await;
+    let (b1, _first_b) = answered(tunnel(doors[1]).await).await;
+    assert!(a1 && a2 && b1, "three connections fit");
+    // sb-b holds one of its two, but the proxy holds three of three: its second waits in its backlog.
+    let (early, waiting) = answered(tunnel(doors[1]).await).await;
+    assert!(!early, "served beyond max_total_connections");
+    drop((first_a, second_a));
+    let (late, _second_b) = answered(waiting).await;
+    assert!(late, "served once another sandbox freed a slot");
 }
 
 #[tokio::test]

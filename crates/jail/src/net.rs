@@ -1,4 +1,5 @@
-//! Network namespace setup: the sandbox's own namespace starts with only `lo`, down; bring it up.
+//! Network namespace setup: the sandbox's own namespace starts with only `lo`, down; bring it up, and size its TCP
+//! socket buffers conservatively.
 
 #![allow(unsafe_code)]
 
@@ -26,4 +27,19 @@ pub fn bring_up_loopback() -> Result<(), JailError> {
         return Err(JailError::Loopback(error));
     }
     Ok(())
+}
+
+/// TCP buffer sizes (min, default, max bytes) of the sandbox's own network namespace. These two sysctls are per
+/// namespace and writable by the namespace's owner, so the host's stay as they are; a socket inside may queue at most
+/// 1 MiB each way instead of the host's maximum (32 MiB of receive buffer on Debian). What the buffers hold is charged
+/// to the sandbox's memory limit as well (cgroup v1: `memory.kmem.tcp.limit_in_bytes`; v2: `memory.max`).
+pub const TCP_BUFFER_SYSCTLS: [(&str, &str); 2] =
+    [("/proc/sys/net/ipv4/tcp_rmem", "4096 131072 1048576"), ("/proc/sys/net/ipv4/tcp_wmem", "4096 16384 1048576")];
+
+/// Writes `TCP_BUFFER_SYSCTLS` for the current network namespace (`/proc/sys/net` is the opener's namespace's). A
+/// kernel without the per-namespace sysctls keeps its own sizes: the memory limit still bounds what they hold.
+pub fn limit_tcp_buffers() {
+    for (path, value) in TCP_BUFFER_SYSCTLS {
+        let _ = std::fs::write(path, value);
+    }
 }

@@ -109,9 +109,10 @@ fn check_tiers(config: &ServerConfig, runtime: &dyn SandboxRuntime) -> Result<()
 const OTHER_DESCRIPTORS: u64 = 4096;
 
 /// Raises this process's `RLIMIT_NOFILE` soft limit to its hard limit, and refuses to start when that is still too
-/// few for `max_connections` and everything else (so running out is a configuration error at start, not a silent
-/// failure under load).
-fn reserve_descriptors(max_connections: usize) -> Result<(), ConfigError> {
+/// few for the API's `max_connections`, the egress proxy's connections (`max_total_connections`, two descriptors
+/// each: the sandbox's and the upstream's) and everything else (so running out is a configuration error at start, not
+/// a silent failure under load).
+fn reserve_descriptors(max_connections: usize, egress_connections: usize) -> Result<(), ConfigError> {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let mut limit = getrlimit(Resource::Nofile);
     let hard = limit.maximum.unwrap_or(u64::MAX);
@@ -122,11 +123,13 @@ fn reserve_descriptors(max_connections: usize) -> Result<(), ConfigError> {
         }
     }
     let soft = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
-    let needed = (max_connections as u64).saturating_add(OTHER_DESCRIPTORS);
+    let egress = 2 * egress_connections as u64;
+    let needed = (max_connections as u64).saturating_add(egress).saturating_add(OTHER_DESCRIPTORS);
     if soft < needed {
         return Err(ConfigError::Http(format!(
-            "max_connections = {max_connections} needs {needed} file descriptors, but RLIMIT_NOFILE allows {soft}: \
-             lower max_connections or raise the limit (ulimit -n, LimitNOFILE= in systemd)"
+            "[http] max_connections = {max_connections} and [egress] max_total_connections = {egress_connections} \
+             need {needed} file descriptors, but RLIMIT_NOFILE allows {soft}: lower them or raise the limit \
+             (ulimit -n, LimitNOFILE= in systemd)"
         )));
     }
     Ok(())
@@ -144,7 +147,7 @@ pub async fn serve_on(
 ) -> Result<(), ServerError> {
     config.validate()?;
     check_tiers(&config, runtime.as_ref())?;
-    reserve_descriptors(config.http.max_connections)?;
+    reserve_descriptors(config.http.max_connections, config.egress.max_total_connections)?;
     let keys = seal::key_source::load(&config.secrets, &config.database)?;
     let store = Store::open(&config.database, keys)
         .map_err(|source| ServerError::Store { path: config.database.clone(), source })?;
