@@ -94,6 +94,27 @@ impl Cgroup {
         }
     }
 
+    /// Freezes every process inside (they get no CPU and keep their memory) and waits until the kernel says the
+    /// cgroup is frozen; `thaw` undoes it. v1: the freezer controller (`NoFreezer` without it); v2: `cgroup.freeze`.
+    pub fn freeze(&self) -> Result<(), CgroupError> {
+        self.set_frozen(true)
+    }
+
+    /// Lets a frozen cgroup's processes run again.
+    pub fn thaw(&self) -> Result<(), CgroupError> {
+        self.set_frozen(false)
+    }
+
+    fn set_frozen(&self, frozen: bool) -> Result<(), CgroupError> {
+        match &self.dirs {
+            Dirs::V1(dirs) => match dirs.get("freezer").filter(|dir| dir.is_dir()) {
+                Some(freezer) => v1::set_frozen(freezer, frozen),
+                None => Err(CgroupError::NoFreezer { name: self.name.clone() }),
+            },
+            Dirs::V2(dir) => v2::set_frozen(dir, frozen),
+        }
+    }
+
     /// What the cgroup has consumed so far; missing accounting files count as 0.
     pub fn usage(&self) -> Result<Usage, CgroupError> {
         match &self.dirs {

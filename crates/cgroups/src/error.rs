@@ -99,6 +99,20 @@ pub enum CgroupError {
         /// The underlying error.
         source: io::Error,
     },
+    /// A freeze or thaw did not take effect before the deadline.
+    #[error("{path} did not reach the {wanted} state in time")]
+    FreezeTimeout {
+        /// The freezer file.
+        path: PathBuf,
+        /// `frozen` or `thawed`.
+        wanted: &'static str,
+    },
+    /// Freezing was asked of a cgroup without a freezer (v1 without the freezer controller).
+    #[error("the cgroup {name} has no freezer controller: mount the v1 freezer (or use cgroup v2) to pause sandboxes")]
+    NoFreezer {
+        /// The cgroup's name.
+        name: String,
+    },
     /// Processes were still in the cgroup when the kill deadline passed.
     #[error("processes {pids:?} still in {path} after kill")]
     KillTimeout {

@@ -189,5 +189,18 @@ fn freeze(freezer: &Path, until: Instant) -> Result<(), CgroupError> {
     Ok(())
 }
 
+/// Freezes (`FROZEN`) or thaws (`THAWED`) the cgroup and waits (`KILL_DEADLINE`) for the state to read so.
+pub(crate) fn set_frozen(freezer: &Path, frozen: bool) -> Result<(), CgroupError> {
+    let state = freezer.join("freezer.state");
+    let wanted = if frozen { "FROZEN" } else { "THAWED" };
+    fsops::write(&state, wanted)?;
+    let reached = kill::poll_until(Instant::now() + KILL_DEADLINE, || Ok(fsops::read(&state)?.trim() == wanted))?;
+    if reached {
+        Ok(())
+    } else {
+        Err(CgroupError::FreezeTimeout { path: state, wanted: if frozen { "frozen" } else { "thawed" } })
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -144,5 +144,20 @@ fn timeout(dir: &Path) -> CgroupError {
     CgroupError::KillTimeout { path: PathBuf::from(dir), pids }
 }
 
+/// Freezes (`cgroup.freeze` 1) or thaws (0) the cgroup and waits (`KILL_DEADLINE`) for `cgroup.events` to agree.
+pub(crate) fn set_frozen(dir: &Path, frozen: bool) -> Result<(), CgroupError> {
+    let wanted = if frozen { "frozen 1" } else { "frozen 0" };
+    fsops::write(&dir.join("cgroup.freeze"), if frozen { "1" } else { "0" })?;
+    let events = dir.join("cgroup.events");
+    let reached = kill::poll_until(Instant::now() + KILL_DEADLINE, || {
+        Ok(fsops::read_optional(&events)?.is_some_and(|text| text.lines().any(|l| l.trim() == wanted)))
+    })?;
+    if reached {
+        Ok(())
+    } else {
+        Err(CgroupError::FreezeTimeout { path: events, wanted: if frozen { "frozen" } else { "thawed" } })
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -3,8 +3,8 @@
 //! - sixteen background floods of 600 MB with the largest `output_bytes` leave the server's peak memory near where
 //!   it was (the sandbox's retained output is capped at `max_retained_output_bytes`: 64 MiB by default, 4 MiB here
 //!   so that the debug build the tests run pumps little);
-//! - a writer that ignores `EPIPE` and writes forever past its cap costs the server no CPU (the agent stopped reading
-//!   the stream);
+//! - a writer that writes forever past its cap costs the server no CPU (the agent discards the stream inside the
+//!   sandbox);
 //! - a foreground exec of 300 MB of NUL bytes answers at most the budget in base64 (no `\u0000` escapes), marked
 //!   truncated with `limit: output`.
 //!
@@ -113,7 +113,7 @@ fn background_floods_do_not_grow_the_server_past_the_sandbox_budget(tier: Tier) 
 fn a_writer_past_its_cap_costs_the_server_no_cpu(tier: Tier) {
     let server = server_on(tier);
     let id = server.create_on(tier, json!({"limits": {"output_bytes": 65536}}));
-    // Ignores SIGPIPE and EPIPE and writes forever: its stream is cut at the cap and it keeps writing into nothing.
+    // Writes forever (ignoring EPIPE too): its stream is cut at the cap and it keeps writing into nothing.
     let endless = "import os, signal\nsignal.signal(signal.SIGPIPE, signal.SIG_IGN)\nblock = b'x' * 65536\n\
                    os.write(2, b'started\\n')\nwhile True:\n    try:\n        os.write(1, block)\n    except OSError:\n        pass\n";
     let command = start_background(&server, &id, json!({"argv": ["/usr/bin/python3", "-c", endless]}));

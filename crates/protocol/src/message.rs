@@ -8,7 +8,7 @@
 //! |---|---|
 //! | `Exec` | `ExecStarted` (then `Output`* and one `ExecExited`) or `Failed` |
 //! | `StdinData`, `StdinClose`, `Signal` (id = the command's id) | `Done` or `Failed` |
-//! | `StopOutput` (id = the command's id) | none (the one request without a reply) |
+//! | `StopOutput` (id = the command's id), `Resumed` | none |
 //! | `ListCommands` | `Commands` |
 //! | `FileRead` | `FileData` or `Failed` |
 //! | `FileWrite`, `Mkdir`, `Rename`, `Remove` | `Done` or `Failed` |
@@ -80,9 +80,9 @@ pub enum Message {
         /// Keep stdin open after `spec.stdin` for `StdinData`/`StdinClose` (a foreground command's stdin is closed
         /// after `spec.stdin`).
         background: bool,
-        /// Bytes of each output stream the host keeps. Once the agent has sent more than this of a stream it stops
-        /// reading it and closes the pipe's read end (the writer gets `EPIPE`/`SIGPIPE`, as under `| head -c`), so
-        /// output nobody keeps costs the host nothing. `None`: read everything.
+        /// Bytes of each output stream the host keeps. Once the agent has sent more than this of a stream it sends
+        /// no more of it: the rest is read and discarded inside the sandbox (the writer is not stopped), so output
+        /// nobody keeps costs the host nothing. `None`: send everything.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         output_limit: Option<u64>,
     },
@@ -99,10 +99,16 @@ pub enum Message {
         signal: i32,
     },
     /// host → agent: the host keeps no more of this stream of the command with this id (its output budget ran
-    /// out): stop reading it and close the pipe's read end. No reply; an id that is not running is ignored.
+    /// out): discard the rest of it. No reply; an id that is not running is ignored.
     StopOutput {
         /// Which stream.
         stream: StreamKind,
+    },
+    /// host → agent (id 0): the sandbox was paused for this long and runs again; the agent moves its commands'
+    /// deadlines on by as much (a pause does not count against a command's timeout). No reply.
+    Resumed {
+        /// How long it was paused, in nanoseconds.
+        paused_ns: u64,
     },
     /// host → agent: which commands are running.
     ListCommands,

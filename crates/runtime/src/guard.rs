@@ -18,6 +18,8 @@ use crate::records::{RecordStore, SandboxRecord};
 pub(crate) struct SandboxGuard {
     store: RecordStore,
     pub(crate) id: String,
+    /// The sandbox's isolation tier (whose backend pauses and resumes it).
+    pub(crate) tier: Tier,
     pub(crate) cgroup: Option<Cgroup>,
     pub(crate) init_pid: Option<u32>,
     /// The gVisor sandbox's bundle and runsc state (gvisor tier only), removed after its processes.
@@ -38,7 +40,7 @@ impl SandboxGuard {
         let mut record = SandboxRecord::owned_by_me(id, tier.name(), &config.cgroup_parent);
         record.id_base = id_range.as_ref().map(IdRange::base);
         store.write(&record)?;
-        Ok(SandboxGuard { store, id: id.to_owned(), cgroup: None, init_pid: None, gvisor: None, id_range })
+        Ok(SandboxGuard { store, id: id.to_owned(), tier, cgroup: None, init_pid: None, gvisor: None, id_range })
     }
 
     pub(crate) fn cgroup(&self) -> Result<&Cgroup, RuntimeError> {

@@ -5,8 +5,9 @@
 //! A slot is held by an exclusive `flock` on `<state_dir>/id-ranges/<n>` for the sandbox's whole life. Separate
 //! processes (CLI runs, a server's spawner) therefore never hand out the same range, and when a holder dies the
 //! kernel drops its locks: a crash needs no reconcile step for ranges (its sandboxes' processes die with it or are
-//! removed by `gc`, which works from the sandbox records, where the range is written too). A range whose sandbox
-//! could not be removed is kept held (`IdRange::keep`) until its holder exits.
+//! removed by `gc`, which works from the sandbox records, where the range is written too; a range a record still
+//! names is never handed out, so processes that outlived a crashed owner never share ids with a new sandbox). A
+//! range whose sandbox could not be removed is kept held (`IdRange::keep`) until its holder exits.
 
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
@@ -43,14 +44,24 @@ fn slot_count(host_id_base: u32) -> u32 {
 }
 
 impl IdRange {
-    /// Claims a free range above `host_id_base`; fails when every one is held.
-    pub(crate) fn claim(state_dir: &Path, host_id_base: u32) -> Result<IdRange, RuntimeError> {
+    /// Claims a free range above `host_id_base`, never one a sandbox record still names (its sandbox may have
+    /// outlived a crashed owner until `gc` removes it); fails when every one is held.
+    pub(crate) fn claim(state_dir: &Path, records_dir: &Path, host_id_base: u32) -> Result<IdRange, RuntimeError> {
         let dir = directory(state_dir);
         fs::create_dir_all(&dir).map_err(|e| RuntimeError::sys_owned(format!("creating {}", dir.display()), e))?;
         let count = slot_count(host_id_base);
+        let recorded: std::collections::HashSet<u32> = crate::records::RecordStore::new(records_dir.to_owned())
+            .list()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|record| record.ok()?.id_base)
+            .collect();
         let start = NEXT.load(Ordering::Relaxed);
         for offset in 0..count {
             let slot = (start + offset) % count;
+            if recorded.contains(&(host_id_base + slot * MAPPED_ID_COUNT)) {
+                continue;
+            }
             let path = dir.join(slot.to_string());
             let file = OpenOptions::new()
                 .create(true)
@@ -88,7 +99,8 @@ mod tests {
     fn ranges_are_distinct_while_held_and_reusable_once_released() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let base = u32::MAX - 3 * MAPPED_ID_COUNT;
-        let claim = || IdRange::claim(dir.path(), base);
+        let records = dir.path().join("records");
+        let claim = || IdRange::claim(dir.path(), &records, base);
         let (a, b, c) = (claim(), claim(), claim());
         let mut bases: Vec<u32> = [&a, &b, &c].iter().filter_map(|r| r.as_ref().ok().map(IdRange::base)).collect();
         bases.sort_unstable();
@@ -102,5 +114,18 @@ mod tests {
         drop(a);
         let again = claim();
         assert!(again.is_ok() && claim().is_err(), "a kept range stays held");
+    }
+
+    #[test]
+    fn a_range_a_record_names_is_not_handed_out() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let records = dir.path().join("records");
+        let base = u32::MAX - 2 * MAPPED_ID_COUNT;
+        let mut left = crate::records::SandboxRecord::owned_by_me("sb-left", "process", "sandkasten");
+        left.id_base = Some(base);
+        crate::records::RecordStore::new(records.clone()).write(&left).unwrap_or_else(|e| panic!("{e}"));
+        let claimed = IdRange::claim(dir.path(), &records, base).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(claimed.base(), base + MAPPED_ID_COUNT, "the recorded range is skipped");
+        assert!(IdRange::claim(dir.path(), &records, base).is_err());
     }
 }

@@ -48,8 +48,16 @@ pub trait SandboxRuntime: Send + Sync + 'static {
     /// Creates and starts the sandbox `id` on the tier `spec.isolation` (always set by the server); on failure
     /// nothing of it may remain.
     fn create<'a>(&'a self, id: &'a str, spec: &'a SandboxSpec) -> RuntimeFuture<'a, ()>;
-    /// Stops the sandbox and removes everything it holds. Destroying an unknown sandbox is `NotFound`.
+    /// Stops the sandbox and removes everything it holds (paused or not). Destroying an unknown sandbox is
+    /// `NotFound`.
     fn destroy<'a>(&'a self, id: &'a str) -> RuntimeFuture<'a, ()>;
+    /// Pauses (`pause: true`) or resumes a sandbox as its tier can: the process tier freezes its cgroup (no CPU,
+    /// memory kept). A tier that cannot is `Conflict` saying which can; while paused the sandbox's agent does not
+    /// answer, so callers must not send it requests.
+    fn set_paused<'a>(&'a self, id: &'a str, pause: bool) -> RuntimeFuture<'a, ()> {
+        let _ = (id, pause);
+        refuse(Failure::new(FailureKind::Conflict, "this runtime cannot pause sandboxes"))
+    }
     /// True while the sandbox's processes are alive (used by the startup reconcile).
     fn is_alive(&self, id: &str) -> bool;
     /// Runs a command to its end; output chunks are sent to `events` as they arrive (the receiver may be dropped:

@@ -19,9 +19,11 @@ mod migrations;
 mod output_budgets;
 pub mod pool;
 pub mod retention;
+mod sandbox_lifecycle;
 pub mod seal;
 pub mod state;
 pub mod store;
+mod store_paused;
 pub mod validate;
 
 use std::future::Future;

@@ -114,6 +114,10 @@ const MIGRATIONS: &[&str] = &[
         updated_ms  INTEGER NOT NULL,
         PRIMARY KEY (tenant, name)
     ) STRICT;",
+    // 9: paused sandboxes (`paused_ms`: since when, while paused; the state stays 'running') and each sandbox's
+    // lifecycle (auto_pause, auto_resume).
+    "ALTER TABLE sandboxes ADD COLUMN paused_ms INTEGER;
+    ALTER TABLE sandboxes ADD COLUMN lifecycle_json TEXT NOT NULL DEFAULT '{}';",
 ];
 
 /// A migration's part that SQL cannot do; returns how many rows it rewrote.

@@ -76,6 +76,8 @@ mod tests {
             expires_ms: i64::MAX,
             ended_ms: None,
             end_reason: None,
+            paused_ms: None,
+            lifecycle: Default::default(),
         }
     }
 

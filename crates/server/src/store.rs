@@ -14,6 +14,7 @@ use sandkasten_types::{CommandExit, SandboxSpec, Tier};
 use thiserror::Error;
 
 use crate::migrations::{self, MigrationError};
+pub use crate::sandbox_lifecycle::Lifecycle;
 use crate::seal::rows::RowsError;
 use crate::seal::{SealError, SealKeys};
 
@@ -84,6 +85,9 @@ pub enum SandboxState {
     Lost,
     /// Its timeout passed and it was destroyed.
     Expired,
+    /// Alive but paused (stored as `running` with `paused_ms` set: it is still the runtime's, but takes no CPU, does
+    /// not count against the running quota and its timeout clock stands still).
+    Paused,
 }
 
 impl SandboxState {
@@ -94,6 +98,7 @@ impl SandboxState {
             SandboxState::Destroyed => "destroyed",
             SandboxState::Lost => "lost",
             SandboxState::Expired => "expired",
+            SandboxState::Paused => "paused",
         }
     }
 
@@ -104,6 +109,7 @@ impl SandboxState {
             "destroyed" => Some(SandboxState::Destroyed),
             "lost" => Some(SandboxState::Lost),
             "expired" => Some(SandboxState::Expired),
+            "paused" => Some(SandboxState::Paused),
             _ => None,
         }
     }
@@ -130,8 +136,13 @@ pub struct SandboxRecord {
     pub metadata: BTreeMap<String, String>,
     /// Creation time, ms since the Unix epoch.
     pub created_ms: i64,
-    /// When it expires (or expired), ms since the Unix epoch.
+    /// When it expires (or expired), ms since the Unix epoch; for a paused sandbox, when it would have expired had
+    /// it not been paused (a resume moves it on by the pause).
     pub expires_ms: i64,
+    /// When it was paused, while it is.
+    pub paused_ms: Option<i64>,
+    /// What happens at its timeout and to requests while it is paused.
+    pub lifecycle: Lifecycle,
     /// When it stopped running, ms since the Unix epoch.
     pub ended_ms: Option<i64>,
     /// Why it stopped running.
@@ -243,8 +254,8 @@ impl fmt::Debug for Store {
     }
 }
 
-const SANDBOX_COLUMNS: &str =
-    "id, tenant, state, spec_json, metadata_json, created_ms, expires_ms, ended_ms, end_reason, isolation";
+const SANDBOX_COLUMNS: &str = "id, tenant, state, spec_json, metadata_json, created_ms, expires_ms, ended_ms, \
+     end_reason, isolation, paused_ms, lifecycle_json";
 
 /// A sandbox row before its text columns are parsed.
 struct SandboxRow {
@@ -253,6 +264,7 @@ struct SandboxRow {
     spec_json: String,
     metadata_json: String,
     isolation: String,
+    lifecycle_json: String,
 }
 
 fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<SandboxRow> {
@@ -266,6 +278,8 @@ fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<SandboxRow> {
         expires_ms: row.get(6)?,
         ended_ms: row.get(7)?,
         end_reason: row.get(8)?,
+        paused_ms: row.get(10)?,
+        lifecycle: Lifecycle::default(),
     };
     Ok(SandboxRow {
         record,
@@ -273,13 +287,18 @@ fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<SandboxRow> {
         spec_json: row.get(3)?,
         metadata_json: row.get(4)?,
         isolation: row.get(9)?,
+        lifecycle_json: row.get(11)?,
     })
 }
 
 /// The record of a row; its tier is the `isolation` column's (the one quotas, pools and reconcile may key on).
 fn finish_sandbox(row: SandboxRow) -> Result<SandboxRecord, StoreError> {
-    let SandboxRow { mut record, state, spec_json, metadata_json, isolation } = row;
-    record.state = SandboxState::parse(&state).ok_or(StoreError::UnknownState(state))?;
+    let SandboxRow { mut record, state, spec_json, metadata_json, isolation, lifecycle_json } = row;
+    record.state = match SandboxState::parse(&state).ok_or(StoreError::UnknownState(state))? {
+        SandboxState::Running if record.paused_ms.is_some() => SandboxState::Paused,
+        stored => stored,
+    };
+    record.lifecycle = serde_json::from_str(&lifecycle_json)?;
     record.spec = serde_json::from_str(&spec_json)?;
     record.spec.isolation = Some(Tier::from_name(&isolation).ok_or(StoreError::UnknownTier(isolation))?);
     record.metadata = serde_json::from_str(&metadata_json)?;
@@ -376,7 +395,7 @@ impl Store {
             let tx = conn.transaction()?;
             let (running, used, used_pids): (i64, i64, i64) = tx.query_row(
                 "SELECT COUNT(*), COALESCE(SUM(memory_bytes), 0), COALESCE(SUM(pids), 0) FROM sandboxes \
-                 WHERE tenant = ?1 AND state = 'running'",
+                 WHERE tenant = ?1 AND state = 'running' AND paused_ms IS NULL",
                 params![record.tenant],
                 |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
             )?;
@@ -393,12 +412,11 @@ impl Store {
             }
             tx.execute(
                 "INSERT INTO sandboxes (id, tenant, state, spec_json, metadata_json, memory_bytes, created_ms, \
-                 expires_ms, ended_ms, end_reason, isolation, pids) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL, NULL, ?9, ?10)",
+                 expires_ms, ended_ms, end_reason, isolation, pids, lifecycle_json) \
+                 VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7, NULL, NULL, ?8, ?9, ?10)",
                 params![
                     record.id,
                     record.tenant,
-                    record.state.as_str(),
                     serde_json::to_string(&record.spec)?,
                     serde_json::to_string(&record.metadata)?,
                     to_i64(asked),
@@ -406,6 +424,7 @@ impl Store {
                     record.expires_ms,
                     record.spec.tier().name(),
                     to_i64(asked_pids),
+                    serde_json::to_string(&record.lifecycle)?,
                 ],
             )?;
             tx.commit()?;
@@ -439,13 +458,19 @@ impl Store {
     pub async fn sandboxes(&self, tenant: &str, state: Option<SandboxState>) -> Result<Vec<SandboxRecord>, StoreError> {
         let tenant = tenant.to_owned();
         self.call(move |conn| match state {
+            Some(SandboxState::Running) => {
+                query_sandboxes(conn, "tenant = ?1 AND state = 'running' AND paused_ms IS NULL", params![tenant])
+            }
+            Some(SandboxState::Paused) => {
+                query_sandboxes(conn, "tenant = ?1 AND state = 'running' AND paused_ms IS NOT NULL", params![tenant])
+            }
             Some(state) => query_sandboxes(conn, "tenant = ?1 AND state = ?2", params![tenant, state.as_str()]),
             None => query_sandboxes(conn, "tenant = ?1", params![tenant]),
         })
         .await
     }
 
-    /// Every running sandbox of every tenant (the startup reconcile checks each against the runtime).
+    /// Every running (or paused) sandbox of every tenant (the startup reconcile checks each against the runtime).
     pub async fn running_sandboxes(&self) -> Result<Vec<SandboxRecord>, StoreError> {
         self.call(|conn| query_sandboxes(conn, "state = 'running'", [])).await
     }
@@ -460,14 +485,20 @@ impl Store {
         .await
     }
 
-    /// Ids of running sandboxes whose expiry is at or before `now_ms`.
-    pub async fn expired_sandboxes(&self, now_ms: i64) -> Result<Vec<String>, StoreError> {
+    /// Ids (with their lifecycle) of running (not paused) sandboxes whose expiry is at or before `now_ms`.
+    pub async fn expired_sandboxes(&self, now_ms: i64) -> Result<Vec<(String, Lifecycle)>, StoreError> {
         self.call(move |conn| {
             let mut statement = conn.prepare_cached(
-                "SELECT id FROM sandboxes WHERE state = 'running' AND expires_ms <= ?1 ORDER BY expires_ms",
+                "SELECT id, lifecycle_json FROM sandboxes \
+                 WHERE state = 'running' AND paused_ms IS NULL AND expires_ms <= ?1 ORDER BY expires_ms",
             )?;
-            let ids = statement.query_map(params![now_ms], |row| row.get(0))?;
-            Ok(ids.collect::<Result<Vec<String>, _>>()?)
+            let rows = statement.query_map(params![now_ms], |row| Ok((row.get(0)?, row.get::<_, String>(1)?)))?;
+            let mut expired = Vec::new();
+            for row in rows {
+                let (id, lifecycle): (String, String) = row?;
+                expired.push((id, serde_json::from_str(&lifecycle)?));
+            }
+            Ok(expired)
         })
         .await
     }
@@ -485,7 +516,7 @@ impl Store {
         .await
     }
 
-    /// Moves a running sandbox to `state` (destroyed, lost, expired); false when it was no longer running.
+    /// Moves a running (or paused) sandbox to `state` (destroyed, lost, expired); false when it was no longer running.
     pub async fn end_sandbox(
         &self,
         id: &str,
@@ -666,10 +697,32 @@ mod tests {
             expires_ms: 100,
             ended_ms: None,
             end_reason: None,
+            paused_ms: None,
+            lifecycle: Default::default(),
         }
     }
 
     const QUOTA: Quota = Quota { max_sandboxes: 2, max_memory_bytes: 300, max_pids: 1000, max_output_bytes: 1 };
+
+    #[tokio::test]
+    async fn a_paused_sandbox_leaves_the_quota_its_clock_stops_and_a_resume_is_admitted_like_a_create()
+    -> Result<(), StoreError> {
+        let store = Store::open_in_memory()?;
+        assert_eq!(store.admit_sandbox(record("a", "t1", 100), QUOTA).await?, Ok(()));
+        assert_eq!(store.admit_sandbox(record("b", "t1", 100), QUOTA).await?, Ok(()));
+        assert!(store.pause_sandbox("a", 40).await?);
+        assert!(!store.pause_sandbox("a", 41).await?, "paused already");
+        assert_eq!(store.sandbox("t1", "a").await?.map(|r| r.state), Some(SandboxState::Paused));
+        assert_eq!(store.expired_sandboxes(1000).await?.len(), 1, "only b expires: a's clock stands still");
+        assert_eq!(store.admit_sandbox(record("c", "t1", 100), QUOTA).await?, Ok(()), "a paused one takes no room");
+        assert!(matches!(store.resume_sandbox("t1", "a", QUOTA, 90).await?, Err(QuotaExceeded::Sandboxes { .. })));
+        assert!(store.end_sandbox("c", SandboxState::Destroyed, "deleted", 91).await?);
+        assert_eq!(store.resume_sandbox("t1", "a", QUOTA, 90).await?, Ok(true));
+        let a = store.sandbox("t1", "a").await?.map(|a| (a.state, a.expires_ms, a.paused_ms));
+        assert_eq!(a, Some((SandboxState::Running, 150, None)), "its expiry moved on by the 50 ms it was paused");
+        assert_eq!(store.resume_sandbox("t1", "a", QUOTA, 95).await?, Ok(false), "not paused");
+        Ok(())
+    }
 
     #[tokio::test]
     async fn quota_counts_only_the_tenants_running_sandboxes() -> Result<(), StoreError> {
@@ -735,8 +788,8 @@ mod tests {
         assert_eq!(store.sandbox("t2", "a").await?, None);
         assert!(!store.set_expiry("t2", "a", 500).await?);
         assert!(store.set_expiry("t1", "a", 500).await?);
-        assert_eq!(store.expired_sandboxes(499).await?, Vec::<String>::new());
-        assert_eq!(store.expired_sandboxes(500).await?, vec!["a".to_owned()]);
+        assert_eq!(store.expired_sandboxes(499).await?, Vec::new());
+        assert_eq!(store.expired_sandboxes(500).await?, vec![("a".to_owned(), Lifecycle::default())]);
         assert!(store.mark_lost("a", "gone").await?);
         assert_eq!(store.running_sandboxes().await?.len(), 0);
         assert_eq!(store.sandboxes("t1", Some(SandboxState::Lost)).await?.len(), 1);

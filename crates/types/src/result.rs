@@ -26,7 +26,7 @@ impl OutputStream {
     }
 
     /// How the bytes go into JSON: text when they are text, else an empty string and the exact bytes in base64
-    /// (see `utf8::is_text`), so a binary stream costs at most 4/3 of its size.
+    /// (see `utf8::is_text`), so a stream costs at most about twice its size as text and 4/3 as base64.
     pub fn json_forms(&self) -> (String, Option<String>) {
         json_forms(&self.bytes)
     }
@@ -34,9 +34,10 @@ impl OutputStream {
 
 /// `bytes` as JSON text, or as an empty text plus base64 when they are binary (`utf8::is_text`).
 pub fn json_forms(bytes: &[u8]) -> (String, Option<String>) {
-    match std::str::from_utf8(bytes) {
-        Ok(text) if crate::utf8::is_text(bytes) => (text.to_owned(), None),
-        _ => (String::new(), Some(base64::engine::general_purpose::STANDARD.encode(bytes))),
+    if crate::utf8::is_text(bytes) {
+        (String::from_utf8_lossy(bytes).into_owned(), None)
+    } else {
+        (String::new(), Some(base64::engine::general_purpose::STANDARD.encode(bytes)))
     }
 }
 

@@ -22,16 +22,29 @@ pub fn incomplete_tail_len(bytes: &[u8]) -> usize {
     0
 }
 
-/// Whether `bytes` go into JSON as text: valid UTF-8, no NUL, and (beyond the first eight) at most one in eight bytes
-/// a control character that JSON spells `\u00XX` (tab, newline, carriage return, backspace and form feed have short
-/// escapes; the escape character of terminal colours is allowed at that rate). Anything else is binary: carried in
-/// base64, which is never more than 4/3 of its size.
+/// `bytes` without a trailing incomplete character (what is kept of output cut at a limit, so that a cut in the
+/// middle of a character does not make text binary).
+pub fn whole_characters(bytes: &[u8]) -> &[u8] {
+    &bytes[..bytes.len() - incomplete_tail_len(bytes)]
+}
+
+/// Whether `bytes` go into JSON as text: UTF-8, no NUL, and spelt in JSON in at most twice its size (plus 64):
+/// control characters other than tab, newline, carriage return, backspace and form feed take six bytes each
+/// (`\u001b`), so terminal colours are text and a stream of control bytes is not. Anything else is binary, carried in
+/// base64 (4/3 of its size). (Output cut at a limit is cut on a character boundary first: `whole_characters`.)
 pub fn is_text(bytes: &[u8]) -> bool {
     if std::str::from_utf8(bytes).is_err() || bytes.contains(&0) {
         return false;
     }
-    let long_escapes = bytes.iter().filter(|&&b| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r' | 0x08 | 0x0c)).count();
-    long_escapes.saturating_mul(8) <= bytes.len().saturating_add(64)
+    let json_len: usize = bytes
+        .iter()
+        .map(|&b| match b {
+            b'"' | b'\\' | b'\t' | b'\n' | b'\r' | 0x08 | 0x0c => 2,
+            0..0x20 => 6,
+            _ => 1,
+        })
+        .sum();
+    json_len <= bytes.len().saturating_mul(2).saturating_add(64)
 }
 
 #[cfg(test)]
@@ -57,5 +70,8 @@ mod tests {
         assert!(!is_text(&[b'a', 0xff]), "not UTF-8");
         assert!(!is_text(b"text\0more text"), "a NUL");
         assert!(!is_text(&[0x01; 64]), "all control characters");
+        assert!(!is_text(&"a€".as_bytes()[..3]), "a character cut at the end");
+        assert!(is_text(whole_characters(&"a€".as_bytes()[..3])), "unless it is cut on a character boundary first");
+        assert!(is_text("\x1b[1;31m✗\x1b[0m ".repeat(100).as_bytes()), "colours all along");
     }
 }

@@ -52,9 +52,11 @@ pub struct Command {
     pub(super) argv: Vec<String>,
     pub(super) stdout: Option<OwnedFd>,
     pub(super) stderr: Option<OwnedFd>,
-    /// Bytes sent of (stdout, stderr), and how many of each the host keeps (past that, the pipe is closed).
+    /// Bytes sent of (stdout, stderr), and how many of each the host keeps (past that, the stream is discarded).
     pub(super) sent: [u64; 2],
     pub(super) output_limit: Option<u64>,
+    /// Whether (stdout, stderr) is read into nothing (past the limit, or after `StopOutput`).
+    pub(super) discarding: [bool; 2],
     pub(super) stdin: Option<StdinPipe>,
     pub(super) deadline_ns: Option<u64>,
     pub(super) exit: Option<ExitStatus>,
@@ -169,6 +171,7 @@ impl Commands {
                 stderr: Some(stderr_read),
                 sent: [0; 2],
                 output_limit,
+                discarding: [false; 2],
                 stdin,
                 deadline_ns: spec.timeout_ms.map(|ms| now_ns.saturating_add(ms.saturating_mul(1_000_000))),
                 exit: None,
@@ -243,6 +246,15 @@ impl Commands {
                 command.exited_at_ns = now_ns;
                 // Nobody reads its stdin any more.
                 command.stdin = None;
+            }
+        }
+    }
+
+    /// Moves every running command's deadline on by `ns` (the sandbox was paused that long).
+    pub fn postpone_deadlines(&mut self, ns: u64) {
+        for command in self.table.values_mut() {
+            if let Some(deadline) = &mut command.deadline_ns {
+                *deadline = deadline.saturating_add(ns);
             }
         }
     }

@@ -155,9 +155,16 @@ fn handle_requests(
             channel.queue(id, Message::Done);
             return Ok(Some(LoopEnd::Shutdown));
         }
-        if let Message::StopOutput { stream } = msg {
-            output::stop_output(commands, id, stream);
-            continue;
+        match msg {
+            Message::StopOutput { stream } => {
+                output::stop_output(commands, id, stream);
+                continue;
+            }
+            Message::Resumed { paused_ns } => {
+                commands.postpone_deadlines(paused_ns);
+                continue;
+            }
+            _ => {}
         }
         let reply = handle_request(context, commands, id, msg).unwrap_or_else(Message::Failed);
         channel.queue(id, reply);

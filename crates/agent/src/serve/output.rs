@@ -1,8 +1,11 @@
 //! Moving bytes between commands and the channel: output pipes → `Output` frames (at most 64 KiB raw each, in
-//! order per stream; a stream is closed once more than the host's output limit of it was sent), queued stdin → the
-//! command's stdin pipe, and the end of a command: `ExecExited` once both output pipes reached end-of-file (or were
-//! closed), or once its process exited and the drain window passed (a daemon it left behind may hold the pipes open
-//! forever).
+//! order per stream), queued stdin → the command's stdin pipe, and the end of a command: `ExecExited` once both
+//! output pipes reached end-of-file, or once its process exited and the drain window passed (a daemon it left behind
+//! may hold the pipes open forever).
+//!
+//! Once more than the host's output limit of a stream was sent (or the host said `StopOutput`), the stream is still
+//! read but discarded here: the writer goes on as if it were read (no `SIGPIPE` for a program that prints a lot), the
+//! reading is the sandbox's own CPU (the agent is in its cgroup), and the host gets nothing more to carry.
 
 use std::os::fd::OwnedFd;
 
@@ -61,12 +64,15 @@ fn pump(channel: &mut Channel, id: u64, command: &mut Command, stream: StreamKin
         match read_chunk(fd, &mut buffer) {
             Chunk::Data(n) => {
                 total += n;
+                if command.discarding[index(stream)] {
+                    continue;
+                }
                 channel.queue(id, Message::Output { stream, data: STANDARD.encode(&buffer[..n]) });
                 let sent = &mut command.sent[index(stream)];
                 *sent = sent.saturating_add(n as u64);
                 if command.output_limit.is_some_and(|limit| *sent > limit) {
-                    // The host keeps no more of this stream: stop reading it (closing the read end).
-                    *slot(command, stream) = None;
+                    // The host keeps no more of this stream: read the rest into nothing.
+                    command.discarding[index(stream)] = true;
                 }
             }
             Chunk::NotReady => break,
@@ -83,10 +89,10 @@ pub fn read_output(commands: &mut Commands, channel: &mut Channel, id: u64, stre
     }
 }
 
-/// The host keeps no more of a stream: close it (a command that is not running any more is ignored).
+/// The host keeps no more of a stream: discard the rest of it (a command that is not running any more is ignored).
 pub fn stop_output(commands: &mut Commands, id: u64, stream: StreamKind) {
     if let Some(command) = commands.table.get_mut(&id) {
-        *slot(command, stream) = None;
+        command.discarding[index(stream)] = true;
     }
 }
 

@@ -23,8 +23,8 @@ use sandkasten_types::{SandboxFile, SandboxSpec, Tier};
 use crate::error::RuntimeError;
 use crate::guard::SandboxGuard;
 
-/// One isolation tier. The lifecycle hooks after `spawn` are the snapshot work's to fill in (`pause` … `restore`);
-/// nothing calls them yet.
+/// One isolation tier. The lifecycle hooks after `spawn`: `pause`/`resume` (the spawner's `Pause`/`Resume`), and
+/// `snapshot`/`restore`, which the snapshot work fills in (nothing calls them yet).
 #[allow(dead_code)]
 pub(crate) trait TierBackend {
     /// Which tier this is.
@@ -44,13 +44,17 @@ pub(crate) trait TierBackend {
         plan: &AgentPlan,
     ) -> Result<UnixStream, RuntimeError>;
 
-    /// Freezes a sandbox (no CPU, memory kept).
+    /// Pauses a sandbox: no CPU while paused, and whatever else the tier can release (the process tier keeps its
+    /// memory). A tier that cannot says which can.
     fn pause(&self, guard: &SandboxGuard) -> Result<(), RuntimeError> {
         let _ = guard;
-        Err(not_supported(self.tier(), "pause"))
+        Err(RuntimeError::InvalidInput(format!(
+            "the {} tier cannot pause sandboxes yet; the process tier can (create the sandbox with isolation \"process\")",
+            self.tier()
+        )))
     }
 
-    /// Continues a paused sandbox.
+    /// Continues a paused sandbox where it was.
     fn resume(&self, guard: &SandboxGuard) -> Result<(), RuntimeError> {
         let _ = guard;
         Err(not_supported(self.tier(), "resume"))

@@ -136,6 +136,11 @@ impl AgentClient {
         outcome
     }
 
+    /// Tells the agent its sandbox was paused for `paused_ns` and runs again (its commands' deadlines move on).
+    pub async fn resumed(&self, paused_ns: u64) -> Result<(), Failure> {
+        self.send(0, Message::Resumed { paused_ns }).await
+    }
+
     /// Reads up to `max_bytes` of a file.
     pub async fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, Failure> {
         const CHUNK: u64 = 1 << 20;

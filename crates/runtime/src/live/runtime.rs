@@ -32,6 +32,8 @@ struct Member {
     tier: Tier,
     /// The sandbox's cgroup, read (never written) for what its commands used.
     cgroup: Option<Arc<Cgroup>>,
+    /// Since when it is paused, while it is.
+    paused_at: Option<std::time::Instant>,
 }
 
 type Agents = Arc<Mutex<HashMap<String, Member>>>;
@@ -110,8 +112,32 @@ impl LiveRuntime {
             .as_ref()
             .and_then(|hierarchy| hierarchy.open(&self.config.cgroup_parent, id).ok().flatten())
             .map(Arc::new);
-        let member = Member { agent: Arc::new(client), pidfd: Arc::new(pidfd), tier: spec.tier(), cgroup };
+        let member =
+            Member { agent: Arc::new(client), pidfd: Arc::new(pidfd), tier: spec.tier(), cgroup, paused_at: None };
         self.agents.lock().map_err(|_| lock_poisoned())?.insert(id.to_owned(), member);
+        Ok(())
+    }
+
+    /// Pauses (`pause: true`) or resumes the sandbox `id` through its tier (the spawner holds it). Before a resume
+    /// the agent is told how long it was paused (the message waits in its channel and is read before it next checks
+    /// a deadline), so its commands' timeouts do not count the pause.
+    pub(super) async fn set_paused(&self, id: &str, pause: bool) -> Result<(), RuntimeError> {
+        let agent = self.agent(id).ok_or_else(|| RuntimeError::InvalidInput(format!("no sandbox {id} is running")))?;
+        if !pause {
+            let since = self.agents.lock().ok().and_then(|map| map.get(id).and_then(|member| member.paused_at));
+            let paused_ns = since.map_or(0, |at| u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX));
+            agent.resumed(paused_ns).await.map_err(|f| RuntimeError::TierFailed(f.message))?;
+        }
+        let spawner = self.spawner.client()?;
+        let owned_id = id.to_owned();
+        tokio::task::spawn_blocking(move || spawner.set_paused(&owned_id, pause))
+            .await
+            .map_err(|e| RuntimeError::sys("spawner task", std::io::Error::other(e.to_string())))??;
+        if let Ok(mut map) = self.agents.lock()
+            && let Some(member) = map.get_mut(id)
+        {
+            member.paused_at = pause.then(std::time::Instant::now);
+        }
         Ok(())
     }
 

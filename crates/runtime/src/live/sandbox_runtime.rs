@@ -57,6 +57,16 @@ impl SandboxRuntime for LiveRuntime {
         Box::pin(async move { self.remove(id).await.map(drop).map_err(|e| spawner_failure(e, FailureKind::NotFound)) })
     }
 
+    fn set_paused<'a>(&'a self, id: &'a str, pause: bool) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            self.set_paused(id, pause).await.map_err(|error| match error {
+                // "not supported by this tier" and "no such sandbox" are the caller's to fix.
+                RuntimeError::InvalidInput(message) => Failure::new(FailureKind::Conflict, message),
+                other => spawner_failure(other, FailureKind::Conflict),
+            })
+        })
+    }
+
     fn is_alive(&self, id: &str) -> bool {
         self.running_agent(id).is_ok()
     }

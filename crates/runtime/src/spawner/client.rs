@@ -140,6 +140,26 @@ impl SpawnerClient {
         }
     }
 
+    /// Pauses (`pause: true`) or resumes a sandbox through its tier.
+    pub fn set_paused(&self, id: &str, pause: bool) -> Result<(), RuntimeError> {
+        let request = if pause {
+            SpawnerRequest::Pause { id: id.to_owned() }
+        } else {
+            SpawnerRequest::Resume { id: id.to_owned() }
+        };
+        match self.request(&request)? {
+            (SpawnerResponse::Done { .. }, _) => Ok(()),
+            (SpawnerResponse::Failed { invalid_input: true, message, .. }, _) => {
+                Err(RuntimeError::InvalidInput(message))
+            }
+            (SpawnerResponse::Failed { message, .. }, _) => Err(RuntimeError::TierFailed(message)),
+            (other, _) => Err(RuntimeError::sys(
+                "pausing or resuming a sandbox",
+                std::io::Error::other(format!("unexpected reply {other:?}")),
+            )),
+        }
+    }
+
     /// Kills and removes a sandbox; returns what it used.
     pub fn destroy(&self, id: &str) -> Result<ResourceUsage, RuntimeError> {
         match self.request(&SpawnerRequest::Destroy { id: id.to_owned() })? {

@@ -19,6 +19,16 @@ pub enum SpawnerRequest {
         /// Sandbox id.
         id: String,
     },
+    /// Pause a sandbox (its tier's `pause`: the process tier freezes its cgroup).
+    Pause {
+        /// Sandbox id.
+        id: String,
+    },
+    /// Continue a paused sandbox.
+    Resume {
+        /// Sandbox id.
+        id: String,
+    },
 }
 
 /// spawner → owner: replies (in request order) and events (at any time).
@@ -46,7 +56,13 @@ pub enum SpawnerResponse {
         /// Resources the sandbox used over its life.
         usage: ResourceUsage,
     },
-    /// Reply to a request that failed; nothing of the sandbox is left.
+    /// Reply to `Pause` or `Resume`: done.
+    Done {
+        /// Sandbox id.
+        id: String,
+    },
+    /// Reply to a request that failed; for `Spawn`, nothing of the sandbox is left (for `Pause`/`Resume`, the sandbox
+    /// is as it was).
     Failed {
         /// Sandbox id.
         id: String,

@@ -134,8 +134,39 @@ impl Spawner {
                 };
                 send(control.as_fd(), &reply, None)?;
             }
+            SpawnerRequest::Pause { id } => {
+                let reply = self.lifecycle(&id, |backend, guard| backend.pause(guard));
+                send(control.as_fd(), &reply, None)?;
+            }
+            SpawnerRequest::Resume { id } => {
+                let reply = self.lifecycle(&id, |backend, guard| backend.resume(guard));
+                send(control.as_fd(), &reply, None)?;
+            }
         }
         Ok(())
+    }
+
+    /// Runs a lifecycle hook of the sandbox's tier (`pause`, `resume`) and answers `Done` or why not.
+    fn lifecycle(
+        &self,
+        id: &str,
+        hook: impl FnOnce(&dyn crate::backend::TierBackend, &SandboxGuard) -> Result<(), RuntimeError>,
+    ) -> SpawnerResponse {
+        let failed = |invalid_input, message| SpawnerResponse::Failed {
+            id: id.to_owned(),
+            invalid_input,
+            tier_failed: false,
+            message,
+        };
+        let Some(guard) = self.sandboxes.get(id) else {
+            return failed(true, format!("no sandbox {id} (it may have exited already)"));
+        };
+        let result = self.with_backend(guard, |backend| hook(backend, guard));
+        match result {
+            Ok(()) => SpawnerResponse::Done { id: id.to_owned() },
+            Err(error @ RuntimeError::InvalidInput(_)) => failed(true, error.to_string()),
+            Err(error) => failed(false, error.to_string()),
+        }
     }
 
     fn spawn(&mut self, id: &str, spec: &sandkasten_types::SandboxSpec) -> Result<(u32, OwnedFd), RuntimeError> {
@@ -154,6 +185,18 @@ impl Spawner {
         let pid = guard.init_pid.unwrap_or(0);
         self.sandboxes.insert(id.to_owned(), guard);
         Ok((pid, channel.into()))
+    }
+
+    /// Calls `f` with the backend of the guard's tier.
+    fn with_backend<T>(
+        &self,
+        guard: &SandboxGuard,
+        f: impl FnOnce(&dyn crate::backend::TierBackend) -> Result<T, RuntimeError>,
+    ) -> Result<T, RuntimeError> {
+        let launcher = Launcher { config: &self.config, hierarchy: &self.hierarchy, agent: &self.agent };
+        let process = ProcessTier { launcher };
+        let gvisor = GvisorTier::new(&self.config, &self.agent.path);
+        f(backend_for(guard.tier, &process, &gvisor)?)
     }
 
     fn destroy(&self, id: String, mut guard: SandboxGuard) -> SpawnerResponse {

@@ -29,6 +29,9 @@ pub enum ErrorCode {
     MethodNotAllowed,
     /// 409: the request conflicts with the current state (sandbox not running, path exists, not empty, ...).
     Conflict,
+    /// 409: the sandbox is paused: resume it (`POST /v1/sandboxes/{id}/resume`), or create it with
+    /// `lifecycle.auto_resume` so that requests resume it.
+    Paused,
     /// 413: the body or file is larger than allowed.
     PayloadTooLarge,
     /// 422: well-formed but unacceptable values (limits out of range, unknown fields, wrong types, a misspelt
@@ -57,6 +60,7 @@ impl ErrorCode {
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::Conflict => "conflict",
+            ErrorCode::Paused => "paused",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::Unprocessable => "unprocessable",
             ErrorCode::TierUnavailable => "tier_unavailable",
@@ -74,7 +78,7 @@ impl ErrorCode {
             ErrorCode::Forbidden => StatusCode::FORBIDDEN,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ErrorCode::Conflict => StatusCode::CONFLICT,
+            ErrorCode::Conflict | ErrorCode::Paused => StatusCode::CONFLICT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::Unprocessable | ErrorCode::TierUnavailable => StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
@@ -230,7 +234,10 @@ impl From<LifecycleError> for ApiError {
             LifecycleError::Store(error) => error.into(),
             LifecycleError::Quota(error) => error.into(),
             LifecycleError::Runtime(failure) => failure.into(),
-            LifecycleError::EndedWhileCreating(_) => ApiError::conflict(error.to_string()),
+            LifecycleError::EndedWhileCreating(_) | LifecycleError::NotRunning(_) | LifecycleError::NotPaused(_) => {
+                ApiError::conflict(error.to_string())
+            }
+            LifecycleError::Paused(_) => ApiError::new(ErrorCode::Paused, error.to_string()),
             LifecycleError::AdmissionFailed | LifecycleError::DestroyFailed(_) => ApiError::internal(error),
         }
     }

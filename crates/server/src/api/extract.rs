@@ -98,7 +98,18 @@ pub(crate) async fn own_sandbox(state: &AppState, tenant: &Tenant, id: &str) -> 
 
 /// The caller's sandbox `id`, which must be running: 404 as in `own_sandbox`, 409 when it has ended.
 pub(crate) async fn running_sandbox(state: &AppState, tenant: &Tenant, id: &str) -> Result<SandboxRecord, ApiError> {
-    let record = own_sandbox(state, tenant, id).await?;
+    let mut record = own_sandbox(state, tenant, id).await?;
+    if record.state == SandboxState::Paused {
+        if !record.lifecycle.auto_resume {
+            return Err(crate::lifecycle::LifecycleError::Paused(id.to_owned()).into());
+        }
+        // Resumed first; a concurrent request may have resumed it already.
+        match crate::lifecycle::resume(state, tenant, id).await {
+            Ok(()) | Err(crate::lifecycle::LifecycleError::NotPaused(_)) => {}
+            Err(error) => return Err(error.into()),
+        }
+        record = own_sandbox(state, tenant, id).await?;
+    }
     if record.state != SandboxState::Running {
         let reason = record.end_reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
         return Err(ApiError::conflict(format!(

@@ -18,6 +18,7 @@ mod files;
 pub mod isolation;
 mod openapi;
 mod output;
+mod pause;
 pub mod pools;
 pub(crate) mod request_log;
 mod run;
@@ -53,6 +54,8 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes", post(sandboxes::create).get(sandboxes::list))
         .route("/sandboxes/{id}", get(sandboxes::get).delete(sandboxes::delete))
         .route("/sandboxes/{id}/timeout", post(sandboxes::set_timeout))
+        .route("/sandboxes/{id}/pause", post(pause::pause))
+        .route("/sandboxes/{id}/resume", post(pause::resume))
         .route("/sandboxes/{id}/exec", post(exec::exec))
         .route("/sandboxes/{id}/commands", get(commands::list))
         .route("/sandboxes/{id}/commands/{command_id}", axum::routing::delete(commands::kill))

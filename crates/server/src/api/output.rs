@@ -43,6 +43,10 @@ impl Capture {
     /// The part of `data` that still fits under `limit` (and the budget); the rest is dropped and marks the stream
     /// truncated.
     fn fit<'a>(&mut self, data: &'a [u8], limit: u64) -> &'a [u8] {
+        if self.truncated {
+            // Once a chunk was refused, later ones are too: the output kept is a prefix, never one with holes.
+            return &[];
+        }
         let room = limit.saturating_sub(self.accepted);
         let fits = data.len().min(usize::try_from(room).unwrap_or(usize::MAX));
         let take = match &mut self.held {
@@ -84,8 +88,13 @@ impl Capture {
     }
 
     /// The kept bytes in the shape of `ExecResult`'s streams.
+    /// A cut stream ends on a whole character: the bytes of one the limit cut through are dropped too.
     pub(crate) fn into_stream(mut self) -> OutputStream {
-        OutputStream { bytes: std::mem::take(&mut self.kept), truncated: self.truncated }
+        let mut bytes = std::mem::take(&mut self.kept);
+        if self.truncated {
+            bytes.truncate(sandkasten_types::utf8::whole_characters(&bytes).len());
+        }
+        OutputStream { bytes, truncated: self.truncated }
     }
 }
 

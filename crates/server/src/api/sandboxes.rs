@@ -52,7 +52,7 @@ pub(crate) async fn create(
         network: body.network.unwrap_or_default().into(),
         secrets: body.secrets,
     };
-    let current = start_sandbox(&state, &tenant, spec, body.metadata, expires_ms).await?;
+    let current = start_sandbox(&state, &tenant, spec, body.metadata, (expires_ms, body.lifecycle)).await?;
     Ok((StatusCode::CREATED, Json(current.into())))
 }
 
@@ -70,7 +70,7 @@ fn parse_list_query(pairs: Vec<(String, String)>) -> Result<ListFilter, ApiError
                 "all" => None,
                 name => Some(SandboxState::parse(name).ok_or_else(|| {
                     ApiError::bad_request(format!(
-                        "state={name:?} is unknown: use running, destroyed, lost, expired or all"
+                        "state={name:?} is unknown: use running, paused, destroyed, lost, expired or all"
                     ))
                 })?),
             };
@@ -152,7 +152,7 @@ pub(crate) async fn delete(
     IdPath(id): IdPath,
 ) -> Result<StatusCode, ApiError> {
     let record = own_sandbox(&state, &tenant, &id).await?;
-    if record.state != SandboxState::Running {
+    if !matches!(record.state, SandboxState::Running | SandboxState::Paused) {
         return Ok(StatusCode::NO_CONTENT);
     }
     end_running(&state, &tenant, &id).await?;

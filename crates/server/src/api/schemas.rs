@@ -12,7 +12,7 @@ use crate::api::isolation::IsolationName;
 use crate::api::output::Capture;
 pub use crate::api::output::OutputEvent;
 use crate::clock::rfc3339;
-use crate::store::{SandboxRecord, SandboxState};
+use crate::store::{Lifecycle, SandboxRecord, SandboxState};
 use sandkasten_types::Tier;
 
 /// Hard limits of a sandbox; omitted fields take their defaults. Mirrors `sandkasten_types::Limits`.
@@ -127,6 +127,10 @@ pub struct CreateSandboxRequest {
     /// Names of the tenant's secrets to expose as placeholders in environment variables of the same names.
     #[serde(default)]
     pub secrets: Vec<String>,
+    /// `auto_pause`: pause instead of destroying at the timeout; `auto_resume`: a request while paused resumes it
+    /// first (else 409 `paused`). Both default false.
+    #[serde(default)]
+    pub lifecycle: Lifecycle,
 }
 
 /// Where a sandbox is in its life.
@@ -141,6 +145,8 @@ pub enum SandboxStateName {
     Lost,
     /// Its timeout passed.
     Expired,
+    /// Paused: no CPU, not counted against the running quota, its timeout clock stopped (`POST …/resume`).
+    Paused,
 }
 
 impl From<SandboxState> for SandboxStateName {
@@ -150,6 +156,7 @@ impl From<SandboxState> for SandboxStateName {
             SandboxState::Destroyed => SandboxStateName::Destroyed,
             SandboxState::Lost => SandboxStateName::Lost,
             SandboxState::Expired => SandboxStateName::Expired,
+            SandboxState::Paused => SandboxStateName::Paused,
         }
     }
 }
@@ -506,7 +513,13 @@ mod tests {
 
     #[test]
     fn state_and_template_names_match_the_store_and_types() -> Result<(), serde_json::Error> {
-        for state in [SandboxState::Running, SandboxState::Destroyed, SandboxState::Lost, SandboxState::Expired] {
+        for state in [
+            SandboxState::Running,
+            SandboxState::Destroyed,
+            SandboxState::Lost,
+            SandboxState::Expired,
+            SandboxState::Paused,
+        ] {
             assert_eq!(serde_json::to_value(SandboxStateName::from(state))?, state.as_str());
         }
         assert_eq!(serde_json::to_value(TemplateName::Host)?, serde_json::to_value(Template::Host)?);

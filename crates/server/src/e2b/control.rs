@@ -18,7 +18,7 @@ use crate::e2b::error::{Code, E2bError};
 use crate::e2b::network;
 use crate::lifecycle::{check_timeout, end_running, start_sandbox};
 use crate::state::AppState;
-use crate::store::{SandboxRecord, SandboxState};
+use crate::store::{Lifecycle, SandboxRecord, SandboxState};
 use crate::validate;
 
 /// The envd version the facade claims: it decides which features the SDK uses (stdin, close_stdin and
@@ -168,7 +168,8 @@ pub(crate) async fn create(
     let settings = state.settings();
     let expires_ms = check_timeout(settings, body.timeout.unwrap_or(settings.default_timeout_s))?;
     let network = network::policy(body.allow_internet_access, body.network.as_ref())?;
-    let record = start_sandbox(&state, &tenant, facade_spec(env, network), metadata, expires_ms).await?;
+    let record =
+        start_sandbox(&state, &tenant, facade_spec(env, network), metadata, (expires_ms, Lifecycle::default())).await?;
     created(&state, &record, &tenant, Some(&body.template_id))
 }
 

@@ -268,6 +268,8 @@ mod tests {
             expires_ms: 2,
             ended_ms: None,
             end_reason: None,
+            paused_ms: None,
+            lifecycle: Default::default(),
         };
         let quota = crate::store::Quota {
             max_sandboxes: 10,

@@ -39,6 +39,18 @@ pub enum LifecycleError {
     /// The runtime failed to create the sandbox or open its egress door.
     #[error(transparent)]
     Runtime(#[from] Failure),
+    /// A pause of a sandbox that is not running.
+    #[error("sandbox {0} is not running (it is paused, or it ended)")]
+    NotRunning(String),
+    /// A resume of a sandbox that is not paused.
+    #[error("sandbox {0} is not paused")]
+    NotPaused(String),
+    /// A request to a paused sandbox (created without `lifecycle.auto_resume`).
+    #[error(
+        "sandbox {0} is paused; resume it first (POST /v1/sandboxes/{0}/resume), or create sandboxes with \
+         lifecycle.auto_resume so that requests resume them"
+    )]
+    Paused(String),
     /// The admission neither admitted nor refused (cannot happen; kept so that no path is silent).
     #[error("sandbox admission failed")]
     AdmissionFailed,

@@ -23,10 +23,14 @@ pub(crate) fn check_timeout(settings: Settings, timeout_s: u64) -> Result<i64, L
 /// How often the sweeper looks for expired sandboxes.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Destroys every running sandbox that expired at or before `now_ms`; returns how many were expired.
+/// Destroys every running sandbox that expired at or before `now_ms` (pauses those created with `auto_pause`);
+/// returns how many were expired.
 pub async fn sweep(state: &AppState, now_ms: i64) -> Result<usize, StoreError> {
     let mut expired = 0;
-    for id in state.store().expired_sandboxes(now_ms).await? {
+    for (id, lifecycle) in state.store().expired_sandboxes(now_ms).await? {
+        if lifecycle.auto_pause && super::pause::pause_at_timeout(state, &id).await {
+            continue;
+        }
         if !destroy_quietly(state, &id).await {
             continue;
         }

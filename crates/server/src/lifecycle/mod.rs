@@ -3,7 +3,8 @@
 //!
 //! - `start`: tier, egress, pool claim, quota admission, creation, egress door; nothing remains of a failed start;
 //! - `destroy`: the runtime's sandbox with its egress door and E2B session; deleted, run finished, or lost;
-//! - [`expiry`]: a timeout's expiry time, and the sweeper that ends expired sandboxes;
+//! - [`expiry`]: a timeout's expiry time, and the sweeper that ends (or, with `auto_pause`, pauses) expired sandboxes;
+//! - `pause`: pausing and resuming (database and runtime together, a resume admitted like a create);
 //! - [`reconcile`]: at start, tenants recorded and sandboxes (and commands) the runtime no longer has marked lost;
 //! - [`refill`]: the warm pools' refill task, resizes that destroy surplus members, idle members at shutdown.
 //!
@@ -14,6 +15,7 @@
 mod destroy;
 mod error;
 pub mod expiry;
+mod pause;
 pub mod reconcile;
 pub mod refill;
 mod start;
@@ -21,4 +23,5 @@ mod start;
 pub(crate) use destroy::{end_running, finish_run, note_lost};
 pub use error::LifecycleError;
 pub(crate) use expiry::check_timeout;
+pub(crate) use pause::{pause, resume};
 pub(crate) use start::{SIGKILL, pids_cap, resolve_tier, start_sandbox, start_sandbox_with_zygote};

@@ -15,7 +15,7 @@ use crate::lifecycle::destroy::destroy_quietly;
 use crate::lifecycle::error::LifecycleError;
 use crate::pool::Claim;
 use crate::state::AppState;
-use crate::store::{SandboxRecord, SandboxState};
+use crate::store::{Lifecycle, SandboxRecord, SandboxState};
 use crate::{egress, ids};
 
 /// SIGKILL.
@@ -62,9 +62,9 @@ pub(crate) async fn start_sandbox(
     tenant: &Tenant,
     spec: SandboxSpec,
     metadata: BTreeMap<String, String>,
-    expires_ms: i64,
+    (expires_ms, lifecycle): (i64, Lifecycle),
 ) -> Result<SandboxRecord, LifecycleError> {
-    let (record, zygote) = start_sandbox_with_zygote(state, tenant, spec, metadata, expires_ms).await?;
+    let (record, zygote) = start_sandbox_with_zygote(state, tenant, spec, metadata, (expires_ms, lifecycle)).await?;
     if let Some((_, zygote)) = zygote
         && let Err(failure) = state.runtime().signal_command(&record.id, &zygote, SIGKILL).await
     {
@@ -79,7 +79,7 @@ pub(crate) async fn start_sandbox_with_zygote(
     tenant: &Tenant,
     mut spec: SandboxSpec,
     metadata: BTreeMap<String, String>,
-    expires_ms: i64,
+    (expires_ms, lifecycle): (i64, Lifecycle),
 ) -> Result<(SandboxRecord, Option<(ZygoteKind, String)>), LifecycleError> {
     // Before anything exists: a tier that cannot run here, a bad policy or an unknown secret is the caller's mistake,
     // and secrets add environment variables (which rule out a pool member, whose environment was fixed when it was
@@ -110,6 +110,8 @@ pub(crate) async fn start_sandbox_with_zygote(
         expires_ms,
         ended_ms: None,
         end_reason: None,
+        paused_ms: None,
+        lifecycle,
     };
     // The row (and the quota it takes) exists before the sandbox is handed out; a failed create removes it again.
     let admitted = state.store().admit_sandbox(record.clone(), tenant.quota).await;

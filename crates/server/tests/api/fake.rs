@@ -161,6 +161,10 @@ impl SandboxRuntime for FakeRuntime {
         Ok(sandkasten_types::Entrance::Tcp(listener))
     }
 
+    fn set_paused<'a>(&'a self, id: &'a str, _pause: bool) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move { self.with(id, |_| Ok(())) })
+    }
+
     fn exec<'a>(
         &'a self,
         id: &'a str,

@@ -215,6 +215,11 @@ async fn live_responses_match_the_spec() {
     seen.push(check("GET", "/v1/secrets")(h.get("/v1/secrets", KEY_A).await));
     seen.push(check("DELETE", "/v1/secrets/{name}")(h.delete("/v1/secrets/TOKEN", KEY_A).await));
     seen.push(check("DELETE", "/v1/secrets/{name}")(h.delete("/v1/secrets/TOKEN", KEY_A).await));
+    seen.push(check("POST", "/v1/sandboxes/{id}/pause")(h.post(&format!("{s}/pause"), KEY_A, json!({})).await));
+    seen.push(check("POST", "/v1/sandboxes/{id}/pause")(h.post(&format!("{s}/pause"), KEY_A, json!({})).await));
+    seen.push(check("POST", "/v1/sandboxes/{id}/exec")(h.post(&exec, KEY_A, json!({"argv": ["echo"]})).await));
+    seen.push(check("POST", "/v1/sandboxes/{id}/resume")(h.post(&format!("{s}/resume"), KEY_A, json!({})).await));
+    seen.push(check("POST", "/v1/sandboxes/{id}/resume")(h.post(&format!("{s}/resume"), KEY_A, json!({})).await));
     seen.push(check("DELETE", "/v1/sandboxes/{id}")(h.delete(&s, KEY_A).await));
     let ended = json!({"mode": "none"});
     seen.push(check("PUT", "/v1/sandboxes/{id}/network")(h.call("PUT", &network, Some(KEY_A), json_body(ended)).await));

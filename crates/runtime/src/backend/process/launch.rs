@@ -123,7 +123,9 @@ impl Launcher<'_> {
     pub(crate) fn allocate(&self, id: &str, spec: &SandboxSpec) -> Result<SandboxGuard, RuntimeError> {
         // A process-tier sandbox maps its ids to a host range of its own (per-user kernel quotas are per sandbox).
         let id_range = match spec.tier() {
-            Tier::Process => Some(IdRange::claim(&self.config.state_dir, self.config.host_id_base)?),
+            Tier::Process => {
+                Some(IdRange::claim(&self.config.state_dir, &self.config.records_dir(), self.config.host_id_base)?)
+            }
             _ => None,
         };
         let mut guard = SandboxGuard::record(self.config, id, spec.tier(), id_range)?;

@@ -47,6 +47,15 @@ impl TierBackend for ProcessTier<'_> {
             Err(NotServing::Silent) => setup_failed("the sandbox's agent exited before it was ready".to_owned()),
         }
     }
+
+    /// The cgroup freezer: every process of the sandbox (its agent too) stops getting CPU and keeps its memory.
+    fn pause(&self, guard: &SandboxGuard) -> Result<(), RuntimeError> {
+        Ok(guard.cgroup()?.freeze()?)
+    }
+
+    fn resume(&self, guard: &SandboxGuard) -> Result<(), RuntimeError> {
+        Ok(guard.cgroup()?.thaw()?)
+    }
 }
 
 fn setup_failed(why: String) -> Result<UnixStream, RuntimeError> {

@@ -13,6 +13,8 @@ use crate::retained::{Held, OutputRetention};
 
 /// Largest piece stored: consecutive output of one stream is merged up to this size.
 const PIECE_BYTES: usize = 64 << 10;
+/// What one stored piece costs besides its bytes (its entry and allocation), charged to the budget with them.
+const PIECE_OVERHEAD: u64 = 64;
 /// Most pieces one read copies out (a listener starting at 0 does not duplicate the whole log at once).
 pub(super) const READ_PIECES: usize = 16;
 
@@ -71,6 +73,11 @@ fn index(stream: StreamKind) -> usize {
 }
 
 impl State {
+    /// Whether `len` more bytes of `stream` go into the last piece (no new piece).
+    fn extends_last_piece(&self, stream: StreamKind, len: usize) -> bool {
+        matches!(self.pieces.last(), Some((last, _, bytes)) if *last == stream && bytes.len() + len <= PIECE_BYTES)
+    }
+
     fn store(&mut self, stream: StreamKind, data: &[u8]) {
         if data.is_empty() {
             return;
@@ -118,10 +125,20 @@ impl OutputLog {
         let limit = self.limit;
         let cut = self.with(|state| {
             let own = &mut state.streams[index(stream)];
+            if own.truncated {
+                // Cut already: what is kept stays a prefix of the stream, never one with holes.
+                return false;
+            }
             let room = limit.saturating_sub(own.accepted);
             let fits = data.len().min(usize::try_from(room).unwrap_or(usize::MAX));
-            let take = usize::try_from(state.held.take(fits as u64)).unwrap_or(fits);
-            let cut = take < data.len() && !own.truncated;
+            let carried = own.carry.len();
+            // A new piece costs its bookkeeping too (many tiny alternating writes must not hold far more memory
+            // than the budget counts); it is charged first.
+            let overhead = if state.extends_last_piece(stream, carried + fits) { 0 } else { PIECE_OVERHEAD };
+            let granted = state.held.take(fits as u64 + overhead);
+            let take = usize::try_from(granted.saturating_sub(overhead)).unwrap_or(fits).min(fits);
+            let own = &mut state.streams[index(stream)];
+            let cut = take < data.len();
             if take < data.len() {
                 own.truncated = true;
             }
@@ -144,8 +161,13 @@ impl OutputLog {
                 return;
             }
             for stream in [StreamKind::Stdout, StreamKind::Stderr] {
-                let carry = std::mem::take(&mut state.streams[index(stream)].carry);
-                state.store(stream, &carry);
+                let own = &mut state.streams[index(stream)];
+                let carry = std::mem::take(&mut own.carry);
+                // A partial character of a cut stream is where the cut fell: dropped. Of a whole stream it is
+                // what the program wrote, kept as it is.
+                if !own.truncated {
+                    state.store(stream, &carry);
+                }
             }
             state.ending = Some(ending);
         });
@@ -250,18 +272,34 @@ mod tests {
 
     #[test]
     fn the_sandbox_budget_bounds_every_log_together_and_is_credited_when_one_is_dropped() {
-        let budget = OutputBudget::new(10, None);
+        // Room for two pieces' bookkeeping and 10 bytes.
+        let budget = OutputBudget::new(2 * PIECE_OVERHEAD + 10, None);
         let retention = OutputRetention { per_stream: 100, budget: Arc::clone(&budget) };
-        let (first, second) = (OutputLog::new(retention.clone()), OutputLog::new(retention));
+        let (first, second) = (OutputLog::new(retention.clone()), OutputLog::new(retention.clone()));
         first.push(OUT, b"12345678");
         second.push(ERR, b"abcdef");
         assert_eq!(texts(&second.read_from(0)), [(ERR, "ab".into(), 2)]);
         assert_eq!(second.truncated(), (false, true));
-        assert_eq!(budget.used(), 10);
+        assert_eq!(budget.used(), budget.limit());
         drop(first);
-        assert_eq!(budget.used(), 2);
+        assert_eq!(budget.used(), PIECE_OVERHEAD + 2);
         second.push(ERR, b"cd");
-        assert_eq!(budget.used(), 4);
+        assert_eq!(budget.used(), PIECE_OVERHEAD + 2, "a cut stream keeps a prefix: nothing after the cut");
+        let third = OutputLog::new(retention);
+        third.push(OUT, b"cd");
+        assert_eq!(third.truncated(), (false, false), "the freed room is there for others");
+    }
+
+    #[test]
+    fn tiny_alternating_writes_pay_for_their_pieces() {
+        let budget = OutputBudget::new(100 * PIECE_OVERHEAD, None);
+        let log = OutputLog::new(OutputRetention { per_stream: u64::MAX, budget: Arc::clone(&budget) });
+        for n in 0..10_000 {
+            log.push(if n % 2 == 0 { OUT } else { ERR }, b"x");
+        }
+        let pieces = log.with(|state| state.pieces.len()).unwrap_or_default();
+        assert!(pieces < 100, "{pieces} pieces kept under a budget for 100 pieces' bookkeeping");
+        assert!(budget.used() <= budget.limit());
     }
 
     #[test]

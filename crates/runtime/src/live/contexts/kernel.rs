@@ -1,7 +1,8 @@
 //! One running kernel: a background command in the sandbox (started by the agent as the sandbox user, jailed like
 //! every command) that reads one JSON request per line on stdin and answers on stdout (see `wire.rs` and
 //! `resources/kernels/`). Runs one cell at a time: sends it, forwards its output, and at the timeout interrupts it
-//! (SIGINT); a kernel that does not answer within the grace period after that is killed.
+//! (SIGINT); a kernel that does not answer within the grace period after that is killed. Its events are drained as
+//! they come into a bounded queue (`QUEUED_EVENTS`): output nobody reads (between cells) is dropped, not held.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,10 +84,35 @@ impl CellRun {
     }
 }
 
+/// Most events of a kernel queued for its reader: past that (nobody reads between cells, or a flood outruns the
+/// cell), output is dropped as it arrives, so what a kernel prints costs the host at most this many chunks.
+const QUEUED_EVENTS: usize = 256;
+
+/// Drains a kernel's events as they come into a bounded queue: output that does not fit is dropped, the exit never.
+fn bounded(mut events: mpsc::UnboundedReceiver<BackgroundEvent>) -> mpsc::Receiver<BackgroundEvent> {
+    let (queue, queued) = mpsc::channel(QUEUED_EVENTS);
+    tokio::spawn(async move {
+        while let Some(event) = events.recv().await {
+            match event {
+                BackgroundEvent::Output(..) => {
+                    if let Err(mpsc::error::TrySendError::Closed(_)) = queue.try_send(event) {
+                        return;
+                    }
+                }
+                BackgroundEvent::Exited(_) => {
+                    let _ = queue.send(event).await;
+                    return;
+                }
+            }
+        }
+    });
+    queued
+}
+
 /// A started kernel.
 pub struct Kernel {
     command: Arc<BackgroundCommand>,
-    events: mpsc::UnboundedReceiver<BackgroundEvent>,
+    events: mpsc::Receiver<BackgroundEvent>,
     lines: LineSplitter,
     next_request: u64,
     exited: Option<CommandExit>,
@@ -110,7 +136,7 @@ impl Kernel {
         let (command, events) = agent.spawn_background(kernel_command(language, preload), None).await?;
         let mut kernel = Kernel {
             command: Arc::new(command),
-            events,
+            events: bounded(events),
             lines: LineSplitter::default(),
             next_request: 1,
             exited: None,
@@ -303,5 +329,26 @@ mod tests {
         assert_eq!(python, ["python3", "-c", PYTHON_KERNEL, "fractions", "json"]);
         let node = kernel_command(CodeLanguage::Javascript, &[]).argv.unwrap_or_default();
         assert_eq!(node, ["node", "-e", NODE_KERNEL], "a cold kernel has no arguments");
+    }
+
+    #[tokio::test]
+    async fn output_nobody_reads_is_dropped_but_the_exit_always_arrives() {
+        let (events, raw) = mpsc::unbounded_channel();
+        let mut queued = bounded(raw);
+        for _ in 0..10 * QUEUED_EVENTS {
+            let _ = events.send(BackgroundEvent::Output(StreamKind::Stdout, vec![b'x'; 1024]));
+        }
+        let _ = events.send(BackgroundEvent::Exited(CommandExit::default()));
+        // Nobody reads for a while (between cells): the drain runs meanwhile.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut outputs = 0;
+        while let Some(event) = queued.recv().await {
+            match event {
+                BackgroundEvent::Output(..) => outputs += 1,
+                BackgroundEvent::Exited(_) => break,
+            }
+        }
+        assert!(outputs <= QUEUED_EVENTS, "{outputs} chunks were held for a queue of {QUEUED_EVENTS}");
+        assert!(events.is_closed(), "the drain ended with the exit");
     }
 }

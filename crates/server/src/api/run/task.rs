@@ -25,6 +25,7 @@ use crate::clock::now_ms;
 use crate::config::ZygoteKind;
 use crate::lifecycle::{SIGKILL, finish_run, start_sandbox_with_zygote};
 use crate::state::AppState;
+use crate::store::Lifecycle;
 use sandkasten_types::LimitKind;
 
 /// How a run ended, when it got to run.
@@ -85,7 +86,15 @@ async fn run(
 ) {
     let expires_ms = now_ms().saturating_add(i64::try_from(plan.lifetime_s.saturating_mul(1000)).unwrap_or(i64::MAX));
     let metadata = Default::default();
-    let (id, zygote) = match start_sandbox_with_zygote(&state, &tenant, plan.spec.clone(), metadata, expires_ms).await {
+    let (id, zygote) = match start_sandbox_with_zygote(
+        &state,
+        &tenant,
+        plan.spec.clone(),
+        metadata,
+        (expires_ms, Lifecycle::default()),
+    )
+    .await
+    {
         Ok((record, zygote)) => (record.id, zygote),
         Err(error) => {
             ready.send(Err(error.into())).ok();
