@@ -19,7 +19,12 @@ use common::Tier;
 use serde_json::{Value, json};
 use serve::{KEY_1, Server};
 
-per_tier!(a_paused_sandbox_gets_no_cpu_answers_409_and_resumes_where_it_was, auto_resume_resumes_on_a_request,);
+per_tier!(
+    a_paused_sandbox_gets_no_cpu_answers_409_and_resumes_where_it_was,
+    auto_resume_resumes_on_a_request,
+    the_cli_pauses_and_resumes,
+    auto_pause_pauses_at_the_timeout_where_the_tier_can,
+);
 
 /// CPU time (user + system) of a host process, in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
@@ -106,4 +111,56 @@ fn auto_resume_resumes_on_a_request(tier: Tier) {
     let answered = server.exec(&id, "echo awake");
     assert_eq!((answered.status, answered.json["stdout"].as_str()), (200, Some("awake\n")), "{answered:?}");
     assert_eq!(call(&server, "GET", &base, None).json["state"], "running");
+}
+
+fn the_cli_pauses_and_resumes(tier: Tier) {
+    let server = Server::start_on(tier);
+    let id = server.create_on(tier, json!({}));
+    let cli = |action: &str| {
+        std::process::Command::new(common::bin())
+            .args(["sandbox", "--url", &server.url, action, &id])
+            .env("SANDKASTEN_API_KEY", KEY_1)
+            .output()
+            .unwrap()
+    };
+    let paused = cli("pause");
+    let state = || call(&server, "GET", &format!("/v1/sandboxes/{id}"), None).json["state"].clone();
+    if tier == Tier::Gvisor {
+        assert!(!paused.status.success(), "pausing a gVisor sandbox is refused");
+        assert!(String::from_utf8_lossy(&paused.stderr).contains("process"), "{paused:?}");
+        assert_eq!(state(), "running");
+        return;
+    }
+    assert!(paused.status.success(), "{paused:?}");
+    assert_eq!(String::from_utf8_lossy(&paused.stdout).trim(), id);
+    assert_eq!(state(), "paused");
+    let resumed = cli("resume");
+    assert!(resumed.status.success(), "{resumed:?}");
+    assert_eq!(state(), "running");
+}
+
+fn auto_pause_pauses_at_the_timeout_where_the_tier_can(tier: Tier) {
+    let server = Server::start_on(tier);
+    let id = server.create_on(tier, json!({"timeout_s": 1, "lifecycle": {"auto_pause": true}}));
+    // A tier that cannot pause ends the sandbox at its timeout as usual.
+    let expected = if tier == Tier::Gvisor { "expired" } else { "paused" };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let state = call(&server, "GET", &format!("/v1/sandboxes/{id}"), None).json["state"].clone();
+        if state == expected {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the sandbox is {state} long after its timeout, not {expected}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if tier == Tier::Process {
+        // It stays paused (its clock stands still): not expired a few sweeps later.
+        std::thread::sleep(Duration::from_millis(2500));
+        assert_eq!(call(&server, "GET", &format!("/v1/sandboxes/{id}"), None).json["state"], "paused");
+        let resumed = call(&server, "POST", &format!("/v1/sandboxes/{id}/resume"), None);
+        assert_eq!(resumed.status, 200, "{resumed:?}");
+        // Resumed after its timeout: it gets the server's default timeout again, not a second's sweep.
+        std::thread::sleep(Duration::from_millis(2500));
+        assert_eq!(server.exec(&id, "echo back").json["stdout"], "back\n");
+    }
 }

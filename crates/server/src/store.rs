@@ -715,12 +715,17 @@ mod tests {
         assert_eq!(store.sandbox("t1", "a").await?.map(|r| r.state), Some(SandboxState::Paused));
         assert_eq!(store.expired_sandboxes(1000).await?.len(), 1, "only b expires: a's clock stands still");
         assert_eq!(store.admit_sandbox(record("c", "t1", 100), QUOTA).await?, Ok(()), "a paused one takes no room");
-        assert!(matches!(store.resume_sandbox("t1", "a", QUOTA, 90).await?, Err(QuotaExceeded::Sandboxes { .. })));
+        let at = |now_ms| (now_ms, 1000);
+        assert!(matches!(store.resume_sandbox("t1", "a", QUOTA, at(90)).await?, Err(QuotaExceeded::Sandboxes { .. })));
         assert!(store.end_sandbox("c", SandboxState::Destroyed, "deleted", 91).await?);
-        assert_eq!(store.resume_sandbox("t1", "a", QUOTA, 90).await?, Ok(true));
+        assert_eq!(store.resume_sandbox("t1", "a", QUOTA, at(90)).await?, Ok(true));
         let a = store.sandbox("t1", "a").await?.map(|a| (a.state, a.expires_ms, a.paused_ms));
         assert_eq!(a, Some((SandboxState::Running, 150, None)), "its expiry moved on by the 50 ms it was paused");
-        assert_eq!(store.resume_sandbox("t1", "a", QUOTA, 95).await?, Ok(false), "not paused");
+        assert_eq!(store.resume_sandbox("t1", "a", QUOTA, at(95)).await?, Ok(false), "not paused");
+        // Paused at (after) its timeout, as auto_pause does: the renewal from now.
+        assert!(store.pause_sandbox("a", 200).await?);
+        assert_eq!(store.resume_sandbox("t1", "a", QUOTA, at(300)).await?, Ok(true));
+        assert_eq!(store.sandbox("t1", "a").await?.map(|a| a.expires_ms), Some(1300));
         Ok(())
     }
 

@@ -31,13 +31,14 @@ impl Store {
     }
 
     /// Marks the tenant's paused sandbox running again at `now_ms` if `quota` has room for it (as a create would
-    /// be admitted), moving its expiry on by the pause. `Ok(Ok(false))`: it was not paused.
+    /// be admitted), moving its expiry on by the pause; one paused at (or after) its timeout, as `auto_pause` does,
+    /// gets `renewal_ms` from now. `Ok(Ok(false))`: it was not paused.
     pub async fn resume_sandbox(
         &self,
         tenant: &str,
         id: &str,
         quota: Quota,
-        now_ms: i64,
+        (now_ms, renewal_ms): (i64, i64),
     ) -> Result<Result<bool, QuotaExceeded>, StoreError> {
         let (tenant, id) = (tenant.to_owned(), id.to_owned());
         self.call(move |conn| {
@@ -69,8 +70,9 @@ impl Store {
                 return Ok(Err(QuotaExceeded::Pids { used: used_pids, asked: asked_pids, limit: quota.max_pids }));
             }
             tx.execute(
-                "UPDATE sandboxes SET expires_ms = expires_ms + MAX(?2 - paused_ms, 0), paused_ms = NULL WHERE id = ?1",
-                params![id, now_ms],
+                "UPDATE sandboxes SET expires_ms = CASE WHEN expires_ms > paused_ms \
+                 THEN expires_ms + MAX(?2 - paused_ms, 0) ELSE ?2 + ?3 END, paused_ms = NULL WHERE id = ?1",
+                params![id, now_ms, renewal_ms],
             )?;
             tx.commit()?;
             Ok(Ok(true))

@@ -152,6 +152,23 @@ pub fn info(client: &Client, id: &str, json: bool) -> Result<i32, ClientError> {
     Ok(0)
 }
 
+/// `sandbox pause` / `resume`: each sandbox in turn, its id printed when done, failures reported one by one; exit 0
+/// only when all went.
+pub fn set_paused(client: &Client, ids: &[String], pause: bool) -> Result<i32, ClientError> {
+    let action = if pause { "pause" } else { "resume" };
+    let mut code = 0;
+    for id in ids {
+        match sandbox_path(id).and_then(|path| client.post_json(&format!("{path}/{action}"), &Value::Null)) {
+            Ok(_) => println!("{id}"),
+            Err(error) => {
+                eprintln!("sandkasten: {}", error.message);
+                code = code.max(error.exit_code);
+            }
+        }
+    }
+    Ok(code)
+}
+
 /// `sandbox rm`: destroys each sandbox, reporting failures one by one; exit 0 only when all went.
 pub fn remove(client: &Client, ids: &[String]) -> Result<i32, ClientError> {
     let mut code = 0;

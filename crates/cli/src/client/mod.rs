@@ -149,6 +149,18 @@ pub enum SandboxCommand {
     /// Manage your secrets (values reach only their hosts, through the egress proxy).
     #[command(subcommand)]
     Secret(network::SecretCommand),
+    /// Pause sandboxes: no CPU, out of your running quota, their timeout clock stopped (process tier).
+    Pause {
+        /// Sandbox ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Resume paused sandboxes where they were.
+    Resume {
+        /// Sandbox ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
     /// Destroy sandboxes.
     Rm {
         /// Sandbox ids.
@@ -184,6 +196,8 @@ fn dispatch(client: &Client, command: SandboxCommand) -> Result<i32, ClientError
         SandboxCommand::Exec(args) => exec::exec(client, args),
         SandboxCommand::Code(args) => code::code(client, args),
         SandboxCommand::Cp { source, destination } => cp::copy(client, &source, &destination),
+        SandboxCommand::Pause { ids } => commands::set_paused(client, &ids, true),
+        SandboxCommand::Resume { ids } => commands::set_paused(client, &ids, false),
         SandboxCommand::Rm { ids } => commands::remove(client, &ids),
     }
 }

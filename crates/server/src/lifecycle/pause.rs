@@ -21,9 +21,11 @@ pub(crate) async fn pause(state: &AppState, id: &str) -> Result<(), LifecycleErr
     Ok(())
 }
 
-/// Resumes a paused sandbox of `tenant` if its quota has room; `NotPaused` when it is not paused.
+/// Resumes a paused sandbox of `tenant` if its quota has room (one paused at its timeout gets the server's default
+/// timeout from now); `NotPaused` when it is not paused.
 pub(crate) async fn resume(state: &AppState, tenant: &Tenant, id: &str) -> Result<(), LifecycleError> {
-    if !state.store().resume_sandbox(&tenant.name, id, tenant.quota, now_ms()).await?? {
+    let renewal_ms = i64::try_from(state.settings().default_timeout_s.saturating_mul(1000)).unwrap_or(i64::MAX);
+    if !state.store().resume_sandbox(&tenant.name, id, tenant.quota, (now_ms(), renewal_ms)).await?? {
         return Err(LifecycleError::NotPaused(id.to_owned()));
     }
     if let Err(failure) = state.runtime().set_paused(id, false).await {
