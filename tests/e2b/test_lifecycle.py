@@ -1,6 +1,7 @@
 """Sandbox lifecycle through the sync `e2b.Sandbox`: create (template, timeout, envs, metadata), connect, list,
 set_timeout, get_info, is_running, kill, the context manager, and what the SDK raises for a killed or unknown sandbox,
-a wrong key and the features sandkasten does not have (pause, snapshots)."""
+pause (and connect of a paused sandbox, auto_resume), a wrong key and the features sandkasten does not have
+(snapshots, metrics)."""
 
 import datetime
 import json
@@ -158,12 +159,31 @@ def test_a_wrong_api_key_is_refused():
         Sandbox.list(api_key="e2b_" + "0" * 40).next_items()
 
 
-def test_pause_and_snapshots_answer_not_supported(sbx):
-    # sandkasten has no pause/resume, snapshots or metrics yet: the SDK must get an error it raises, and the sandbox
-    # keeps running.
-    with pytest.raises(SandboxException) as paused:
-        sbx.pause()
-    assert "not supported" in str(paused.value)
+def test_pause_keeps_the_sandbox_and_connect_resumes_it(sbx):
+    # A paused sandbox is listed as paused, keeps its files and processes, and Sandbox.connect resumes it.
+    sbx.files.write("/home/user/kept.txt", "written before the pause")
+    background = sbx.commands.run("sleep 600", background=True)
+    assert sbx.pause() is True
+    assert sbx.pause() is False, "paused already"
+    assert sbx.get_info().state == SandboxState.PAUSED
+    listed = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()
+    assert sbx.sandbox_id in [item.sandbox_id for item in listed]
+    again = Sandbox.connect(sbx.sandbox_id)
+    assert again.get_info().state == SandboxState.RUNNING
+    assert again.files.read("/home/user/kept.txt") == "written before the pause"
+    assert background.pid in [p.pid for p in again.commands.list()], "the process lived through the pause"
+    assert again.commands.run("echo awake").stdout == "awake\n"
+
+
+def test_auto_resume_resumes_on_a_request():
+    with support.create(Sandbox, lifecycle={"on_timeout": "pause", "auto_resume": True}) as sandbox:
+        assert sandbox.pause() is True
+        assert sandbox.commands.run("echo resumed by a request").stdout == "resumed by a request\n"
+        assert sandbox.get_info().state == SandboxState.RUNNING
+
+
+def test_snapshots_and_metrics_answer_not_supported(sbx):
+    # sandkasten has no snapshots or metrics yet: the SDK must get an error it raises, and the sandbox keeps running.
     with pytest.raises(SandboxException) as snapshot:
         sbx.create_snapshot()
     assert "not supported" in str(snapshot.value)

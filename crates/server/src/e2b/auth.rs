@@ -75,6 +75,17 @@ pub(crate) async fn sandbox_access(state: &AppState, headers: &HeaderMap) -> Res
         Some(record) if record.state == SandboxState::Running => {
             Ok(SandboxAccess { id: id.to_owned(), tenant: session.tenant, record })
         }
+        Some(record) if record.state == SandboxState::Paused => {
+            // Its session stays: resumed (by this request with autoResume, or by Sandbox.connect) it is served again.
+            if !record.lifecycle.auto_resume {
+                return Err(crate::lifecycle::LifecycleError::Paused(id.to_owned()).into());
+            }
+            match crate::lifecycle::resume(state, &session.tenant, id).await {
+                Ok(()) | Err(crate::lifecycle::LifecycleError::NotPaused(_)) => {}
+                Err(error) => return Err(error.into()),
+            }
+            Ok(SandboxAccess { id: id.to_owned(), tenant: session.tenant, record })
+        }
         _ => {
             state.e2b().close(id);
             Err(sandbox_gone(id))

@@ -1,6 +1,7 @@
 //! E2B's control plane (`E2B_API_URL`): create (`POST /v2/sandboxes`), connect, list (`GET /v2/sandboxes`), kill,
 //! set the timeout and get the info of sandboxes, with E2B's JSON shapes, over the same store, quotas, warm pools
-//! and expiry as the native API. Pause, resume, snapshots and forks answer 501 (sandkasten has none yet).
+//! and expiry as the native API. Pause and resume (and `autoPause`/`autoResume`, and `connect` of a paused sandbox)
+//! are the native API's (`lifecycle::pause`/`resume`); snapshots and forks answer 501 (sandkasten has none yet).
 
 use std::collections::BTreeMap;
 
@@ -16,7 +17,7 @@ use crate::clock::rfc3339;
 use crate::e2b::auth::api_tenant;
 use crate::e2b::error::{Code, E2bError};
 use crate::e2b::network;
-use crate::lifecycle::{check_timeout, end_running, start_sandbox};
+use crate::lifecycle::{self, check_timeout, end_running, start_sandbox};
 use crate::state::AppState;
 use crate::store::{Lifecycle, SandboxRecord, SandboxState};
 use crate::validate;
@@ -46,11 +47,24 @@ pub(crate) struct NewSandbox {
     env_vars: Option<BTreeMap<String, String>>,
     #[serde(default)]
     auto_pause: bool,
+    /// `{"enabled": bool}`.
+    #[serde(default)]
+    auto_resume: Option<AutoResume>,
+    /// `false` asks for a filesystem-only pause at the timeout, which sandkasten does not do.
+    #[serde(default)]
+    auto_pause_memory: Option<bool>,
     #[serde(rename = "allow_internet_access")]
     allow_internet_access: Option<bool>,
     network: Option<serde_json::Value>,
     mcp: Option<serde_json::Value>,
     volume_mounts: Option<Vec<serde_json::Value>>,
+}
+
+/// E2B's `SandboxAutoResumeConfig`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct AutoResume {
+    #[serde(default)]
+    enabled: bool,
 }
 
 /// E2B's `Sandbox` (create and connect answer).
@@ -101,8 +115,8 @@ pub(crate) struct TimeoutBody {
 }
 
 fn refuse_unsupported(body: &NewSandbox) -> Result<(), E2bError> {
-    if body.auto_pause {
-        return Err(E2bError::unsupported("autoPause (pausing sandboxes)"));
+    if body.auto_pause_memory == Some(false) {
+        return Err(E2bError::unsupported("a filesystem-only pause (sandkasten pauses with memory kept)"));
     }
     if body.mcp.is_some() {
         return Err(E2bError::unsupported("mcp"));
@@ -168,17 +182,64 @@ pub(crate) async fn create(
     let settings = state.settings();
     let expires_ms = check_timeout(settings, body.timeout.unwrap_or(settings.default_timeout_s))?;
     let network = network::policy(body.allow_internet_access, body.network.as_ref())?;
-    let record =
-        start_sandbox(&state, &tenant, facade_spec(env, network), metadata, (expires_ms, Lifecycle::default())).await?;
+    let lifecycle = Lifecycle { auto_pause: body.auto_pause, auto_resume: body.auto_resume.is_some_and(|a| a.enabled) };
+    let record = start_sandbox(&state, &tenant, facade_spec(env, network), metadata, (expires_ms, lifecycle)).await?;
     created(&state, &record, &tenant, Some(&body.template_id))
 }
 
 async fn running(state: &AppState, tenant: &Tenant, id: &str) -> Result<SandboxRecord, E2bError> {
+    let record = live(state, tenant, id).await?;
+    if record.state != SandboxState::Running {
+        return Err(E2bError::sandbox_not_found(id));
+    }
+    Ok(record)
+}
+
+/// The tenant's sandbox `id` while it is running or paused (`sandbox_not_found` otherwise).
+async fn live(state: &AppState, tenant: &Tenant, id: &str) -> Result<SandboxRecord, E2bError> {
     if !crate::ids::is_sandbox_id(id) {
         return Err(E2bError::sandbox_not_found(id));
     }
     let record = state.store().sandbox(&tenant.name, id).await.map_err(crate::api::error::ApiError::from)?;
-    record.filter(|r| r.state == SandboxState::Running).ok_or_else(|| E2bError::sandbox_not_found(id))
+    record
+        .filter(|r| matches!(r.state, SandboxState::Running | SandboxState::Paused))
+        .ok_or_else(|| E2bError::sandbox_not_found(id))
+}
+
+/// `POST /sandboxes/{id}/pause`: 204; 409 when it is paused already (the SDK answers `False`). A filesystem-only
+/// pause (`memory: false`) is not something sandkasten does: 501.
+pub(crate) async fn pause(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<StatusCode, E2bError> {
+    let tenant = api_tenant(&state, &headers)?;
+    let memory = serde_json::from_slice::<serde_json::Value>(&body).ok().and_then(|b| b["memory"].as_bool());
+    if memory == Some(false) {
+        return Err(E2bError::unsupported("a filesystem-only pause (sandkasten pauses with memory kept)"));
+    }
+    let record = live(&state, &tenant, &id).await?;
+    if record.state == SandboxState::Paused {
+        return Err(E2bError::new(Code::AlreadyExists, format!("sandbox {id} is already paused")));
+    }
+    lifecycle::pause(&state, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /sandboxes/{id}/resume` (the SDK's older resume): 201 with the sandbox; 409 when it is not paused.
+pub(crate) async fn resume(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, E2bError> {
+    let tenant = api_tenant(&state, &headers)?;
+    let record = live(&state, &tenant, &id).await?;
+    if record.state != SandboxState::Paused {
+        return Err(E2bError::new(Code::AlreadyExists, format!("sandbox {id} is not paused (it runs)")));
+    }
+    lifecycle::resume(&state, &tenant, &id).await?;
+    created(&state, &record, &tenant, None)
 }
 
 fn parse_timeout(body: &[u8]) -> Result<TimeoutBody, E2bError> {
@@ -197,6 +258,14 @@ pub(crate) async fn connect(
     body: axum::body::Bytes,
 ) -> Result<Response, E2bError> {
     let tenant = api_tenant(&state, &headers)?;
+    let record = live(&state, &tenant, &id).await?;
+    if record.state == SandboxState::Paused {
+        // Connecting to a paused sandbox resumes it (E2B's behaviour).
+        match lifecycle::resume(&state, &tenant, &id).await {
+            Ok(()) | Err(lifecycle::LifecycleError::NotPaused(_)) => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
     let record = running(&state, &tenant, &id).await?;
     if let Some(timeout) = parse_timeout(&body)?.timeout {
         let expires_ms = check_timeout(state.settings(), timeout)?;
@@ -233,7 +302,7 @@ pub(crate) async fn kill(
     Path(id): Path<String>,
 ) -> Result<StatusCode, E2bError> {
     let tenant = api_tenant(&state, &headers)?;
-    running(&state, &tenant, &id).await?;
+    live(&state, &tenant, &id).await?;
     end_running(&state, &tenant, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -250,7 +319,7 @@ fn listed(state: &AppState, record: SandboxRecord, with_token: bool) -> SandboxL
         cpu_count: limits.cpus.ceil().max(1.0) as u64,
         memory_mb: limits.memory_bytes >> 20,
         disk_size_mb: limits.disk_bytes >> 20,
-        state: "running",
+        state: if record.state == SandboxState::Paused { "paused" } else { "running" },
         envd_version: ENVD_VERSION,
         metadata: record.metadata,
         envd_access_token: if with_token { session.map(|s| s.token) } else { None },
@@ -264,7 +333,7 @@ pub(crate) async fn info(
     Path(id): Path<String>,
 ) -> Result<Json<SandboxListed>, E2bError> {
     let tenant = api_tenant(&state, &headers)?;
-    let record = running(&state, &tenant, &id).await?;
+    let record = live(&state, &tenant, &id).await?;
     Ok(Json(listed(&state, record, true)))
 }
 
@@ -286,8 +355,8 @@ fn metadata_filter(encoded: &str) -> Result<BTreeMap<String, String>, E2bError> 
     Ok(pairs.into_iter().collect())
 }
 
-/// `GET /v2/sandboxes`: the caller's sandboxes, filtered by metadata and state (only `running` ones exist: none
-/// is ever paused), paged by `limit` and `nextToken` (answered in `x-next-token`).
+/// `GET /v2/sandboxes`: the caller's sandboxes, filtered by metadata and state (`running`, `paused`), paged by `limit`
+/// and `nextToken` (answered in `x-next-token`).
 pub(crate) async fn list(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -302,15 +371,14 @@ pub(crate) async fn list(
             return Err(E2bError::invalid(format!("state {name:?} is unknown: use running or paused")));
         }
     }
-    let records = if states.split(',').any(|name| name == "running") {
-        state
-            .store()
-            .sandboxes(&tenant.name, Some(SandboxState::Running))
-            .await
-            .map_err(crate::api::error::ApiError::from)?
-    } else {
-        Vec::new()
-    };
+    let mut records = Vec::new();
+    for (name, wanted_state) in [("running", SandboxState::Running), ("paused", SandboxState::Paused)] {
+        if states.split(',').any(|asked| asked == name) {
+            let found = state.store().sandboxes(&tenant.name, Some(wanted_state)).await;
+            records.extend(found.map_err(crate::api::error::ApiError::from)?);
+        }
+    }
+    records.sort_by_key(|record| record.created_ms);
     let matching: Vec<SandboxRecord> = records
         .into_iter()
         .filter(|record| wanted.iter().all(|(key, value)| record.metadata.get(key) == Some(value)))
@@ -337,14 +405,14 @@ pub(crate) async fn list(
     Ok(response)
 }
 
-/// Pause, resume, snapshots, forks, network updates, logs and metrics: 501.
+/// Snapshots, forks, network updates, logs and metrics: 501.
 pub(crate) async fn unsupported(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> E2bError {
     if let Err(error) = api_tenant(&state, &headers) {
         return error;
     }
     let what = uri.path().rsplit('/').next().unwrap_or("this operation");
     E2bError::unsupported(&format!(
-        "{what} (sandboxes cannot be paused, resumed, snapshotted or forked, and have no metrics, logs or network yet)"
+        "{what} (sandboxes cannot be snapshotted or forked, and have no metrics, logs or network yet)"
     ))
 }
 

@@ -91,8 +91,20 @@ async fn control_plane_speaks_e2b_json() {
     let uri = format!("/v2/sandboxes/{}/connect", sb.id);
     let connected = control(&h, "POST", &uri, KEY_A, Some(json!({"timeout": 10}))).await;
     assert_eq!(connected.json()["envdAccessToken"].as_str(), Some(sb.token.as_str()));
-    let pause = control(&h, "POST", &format!("/sandboxes/{}/pause", sb.id), KEY_A, None).await;
-    assert_eq!((pause.status, pause.json()["code"].clone()), (StatusCode::NOT_IMPLEMENTED, json!(501)));
+    let pause = format!("/sandboxes/{}/pause", sb.id);
+    assert_eq!(control(&h, "POST", &pause, KEY_A, None).await.status, StatusCode::NO_CONTENT);
+    let again = control(&h, "POST", &pause, KEY_A, None).await;
+    assert_eq!((again.status, again.json()["code"].clone()), (StatusCode::CONFLICT, json!(409)), "paused already");
+    let paused = control(&h, "GET", &format!("/sandboxes/{}", sb.id), KEY_A, None).await.json();
+    assert_eq!(paused["state"], "paused");
+    let filesystem_only = control(&h, "POST", &pause, KEY_A, Some(json!({"memory": false}))).await;
+    assert_eq!(filesystem_only.status, StatusCode::NOT_IMPLEMENTED);
+    let resumed = control(&h, "POST", &format!("/sandboxes/{}/resume", sb.id), KEY_A, None).await;
+    assert_eq!(resumed.status, StatusCode::CREATED);
+    assert_eq!(
+        control(&h, "POST", &format!("/sandboxes/{}/resume", sb.id), KEY_A, None).await.status,
+        StatusCode::CONFLICT
+    );
 
     assert_eq!(
         control(&h, "DELETE", &format!("/sandboxes/{}", sb.id), KEY_A, None).await.status,
