@@ -24,6 +24,7 @@ per_tier!(
     auto_resume_resumes_on_a_request,
     the_cli_pauses_and_resumes,
     auto_pause_pauses_at_the_timeout_where_the_tier_can,
+    kill_9_of_the_server_and_its_spawner_with_a_paused_sandbox_leaves_nothing,
 );
 
 /// CPU time (user + system) of a host process, in clock ticks.
@@ -163,4 +164,27 @@ fn auto_pause_pauses_at_the_timeout_where_the_tier_can(tier: Tier) {
         std::thread::sleep(Duration::from_millis(2500));
         assert_eq!(server.exec(&id, "echo back").json["stdout"], "back\n");
     }
+}
+
+fn kill_9_of_the_server_and_its_spawner_with_a_paused_sandbox_leaves_nothing(tier: Tier) {
+    // Exclusive: what a crash leaves is collected by the next spawner; no other run may take it first.
+    let mut server = Server::start_exclusive_on(tier);
+    let id = server.create_on(tier, json!({}));
+    let started = call(
+        &server,
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(json!({"cmd": "sleep 600", "background": true})),
+    );
+    assert_eq!(started.status, 202, "{started:?}");
+    let paused = call(&server, "POST", &format!("/v1/sandboxes/{id}/pause"), None);
+    assert_eq!(paused.status, if tier == Tier::Process { 200 } else { 409 }, "{paused:?}");
+    let spawners = serve::children_of(server.pid());
+    // SAFETY: kill(2) of the spawner, a child of our child, which we just listed.
+    unsafe { libc::kill(spawners[0] as libc::pid_t, libc::SIGKILL) };
+    server.stop_with(libc::SIGKILL);
+    server.relaunch();
+    // The next spawner's gc removes the frozen cgroup and everything in it; the restart marks the sandbox lost.
+    serve::assert_sandbox_gone_on(tier, &id);
+    assert_eq!(call(&server, "GET", &format!("/v1/sandboxes/{id}"), None).json["state"], "lost");
 }
