@@ -19,6 +19,21 @@ use common::{Tier, bin};
 
 per_tier!(inotify_exhaustion_inside_does_not_starve_host_root, pipes_in_one_sandbox_do_not_shrink_anothers,);
 
+/// Runs Python `code` in a sandbox of `tier` (at most `timeout`) that takes a resource and holds it: returns the run
+/// and the first line the code printed (after which it holds what it took while the caller checks).
+fn hold_in_sandbox(tier: Tier, timeout: &str, code: &str) -> (std::process::Child, String) {
+    let mut child = Command::new(bin())
+        .args(["run", "--isolation", tier.name(), "--timeout", timeout, "--lang", "python", "--code", code])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn sandkasten run");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read");
+    (child, line)
+}
+
 fn inotify_exhaustion_inside_does_not_starve_host_root(tier: Tier) {
     let _lock = common::shared_lock();
     let code = [
@@ -34,15 +49,7 @@ fn inotify_exhaustion_inside_does_not_starve_host_root(tier: Tier) {
         "time.sleep(3)",
     ]
     .join("\n");
-    let mut child = Command::new(bin())
-        .args(["run", "--isolation", tier.name(), "--timeout", "20s", "--lang", "python", "--code", &code])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn sandkasten run");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read");
+    let (mut child, line) = hold_in_sandbox(tier, "20s", &code);
     assert!(line.starts_with("full "), "the sandbox did not reach its inotify limit: {line:?}");
     let opened: usize = line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or(0);
     assert!(opened > 0, "the sandbox opened no inotify instance at all: {line:?}");
@@ -80,15 +87,7 @@ fn pipes_in_one_sandbox_do_not_shrink_anothers(tier: Tier) {
         "time.sleep(20)",
     ]
     .join("\n");
-    let mut child = Command::new(bin())
-        .args(["run", "--isolation", tier.name(), "--timeout", "30s", "--lang", "python", "--code", &hog])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn sandkasten run");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read");
+    let (mut child, line) = hold_in_sandbox(tier, "30s", &hog);
     if tier == Tier::Process {
         // The hog reached its own user's quota: from here on, a sandbox sharing its uid would get one-page pipes.
         assert!(line.starts_with("full ") && line.contains("EPERM"), "the hog did not fill its pipe quota: {line:?}");

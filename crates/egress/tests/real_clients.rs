@@ -6,57 +6,13 @@
 
 mod common;
 
-use std::path::Path;
-use std::sync::Arc;
-
 use common::*;
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-use rustls::ServerConfig;
-use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use sandkasten_egress::{Decision, SandboxCa, Secret};
 use sandkasten_types::proxy_environment;
-use tokio::net::TcpListener;
 use tokio::process::Command;
-use tokio_rustls::TlsAcceptor;
 
 const PLACEHOLDER: &str = "SANDKASTEN_SECRET_PLACEHOLDER_api";
 const REAL: &str = "sk_real_value_for_the_api";
-
-/// A TLS upstream for `allowed.test` signed by a fresh test CA; returns (port, received, CA PEM path).
-async fn tls_upstream(dir: &Path) -> (u16, Received, std::path::PathBuf) {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["allowed.test".to_owned()]).unwrap().signed_by(&leaf_key, &issuer).unwrap();
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
-    let config = ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![leaf.der().clone()], key)
-        .unwrap();
-    let acceptor = TlsAcceptor::from(Arc::new(config));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let received: Received = Arc::default();
-    let rec = received.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let (acceptor, rec) = (acceptor.clone(), rec.clone());
-            tokio::spawn(async move {
-                if let Ok(tls) = acceptor.accept(stream).await {
-                    serve_one(tls, rec).await;
-                }
-            });
-        }
-    });
-    let ca_file = dir.join("upstream-ca.pem");
-    std::fs::write(&ca_file, ca_cert.pem()).unwrap();
-    (port, received, ca_file)
-}
 
 fn have(program: &str) -> bool {
     let found = std::process::Command::new(program).arg("--version").output().is_ok_and(|o| o.status.success());
@@ -84,7 +40,8 @@ async fn curl_and_python_work_through_the_proxy_and_get_the_secret_injected() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (tls_port, tls_rx, upstream_ca) = tls_upstream(dir.path()).await;
+    let upstream = tls_upstream().await;
+    let (tls_port, tls_rx, upstream_ca) = (upstream.addr.port(), upstream.received.clone(), upstream.ca_file.clone());
     let (http, http_rx) = http_upstream().await;
     let mut cfg = loopback_config(&[]);
     cfg.upstream_ca_file = Some(upstream_ca);

@@ -316,6 +316,33 @@ fn query_sandboxes(
     rows.map(|row| finish_sandbox(row?)).collect()
 }
 
+/// Whether `quota` has room for one more running sandbox of `tenant` asking for `(memory, pids)`, counting its
+/// running sandboxes (paused ones take no room): the check of an admission and of a resume.
+pub(crate) fn room_for(
+    conn: &Connection,
+    tenant: &str,
+    (asked, asked_pids): (u64, u64),
+    quota: Quota,
+) -> Result<Result<(), QuotaExceeded>, StoreError> {
+    let (running, used, used_pids): (i64, i64, i64) = conn.query_row(
+        "SELECT COUNT(*), COALESCE(SUM(memory_bytes), 0), COALESCE(SUM(pids), 0) FROM sandboxes \
+         WHERE tenant = ?1 AND state = 'running' AND paused_ms IS NULL",
+        params![tenant],
+        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+    )?;
+    let [running, used, used_pids] = [running, used, used_pids].map(|n| n.max(0) as u64);
+    if running >= quota.max_sandboxes {
+        return Ok(Err(QuotaExceeded::Sandboxes { running, limit: quota.max_sandboxes }));
+    }
+    if used.saturating_add(asked) > quota.max_memory_bytes {
+        return Ok(Err(QuotaExceeded::Memory { used, asked, limit: quota.max_memory_bytes }));
+    }
+    if used_pids.saturating_add(asked_pids) > quota.max_pids {
+        return Ok(Err(QuotaExceeded::Pids { used: used_pids, asked: asked_pids, limit: quota.max_pids }));
+    }
+    Ok(Ok(()))
+}
+
 /// Makes a database return freed pages on request: `auto_vacuum = INCREMENTAL`, which an existing database only takes
 /// after one full `VACUUM` (done once, at the first start of this version).
 fn enable_incremental_vacuum(conn: &Connection) -> Result<(), StoreError> {
@@ -393,22 +420,9 @@ impl Store {
     ) -> Result<Result<(), QuotaExceeded>, StoreError> {
         self.call(move |conn| {
             let tx = conn.transaction()?;
-            let (running, used, used_pids): (i64, i64, i64) = tx.query_row(
-                "SELECT COUNT(*), COALESCE(SUM(memory_bytes), 0), COALESCE(SUM(pids), 0) FROM sandboxes \
-                 WHERE tenant = ?1 AND state = 'running' AND paused_ms IS NULL",
-                params![record.tenant],
-                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-            )?;
-            let (running, used, used_pids) = (running.max(0) as u64, used.max(0) as u64, used_pids.max(0) as u64);
             let (asked, asked_pids) = (record.spec.limits.memory_bytes, record.spec.limits.pids);
-            if running >= quota.max_sandboxes {
-                return Ok(Err(QuotaExceeded::Sandboxes { running, limit: quota.max_sandboxes }));
-            }
-            if used.saturating_add(asked) > quota.max_memory_bytes {
-                return Ok(Err(QuotaExceeded::Memory { used, asked, limit: quota.max_memory_bytes }));
-            }
-            if used_pids.saturating_add(asked_pids) > quota.max_pids {
-                return Ok(Err(QuotaExceeded::Pids { used: used_pids, asked: asked_pids, limit: quota.max_pids }));
+            if let Err(exceeded) = room_for(&tx, &record.tenant, (asked, asked_pids), quota)? {
+                return Ok(Err(exceeded));
             }
             tx.execute(
                 "INSERT INTO sandboxes (id, tenant, state, spec_json, metadata_json, memory_bytes, created_ms, \

@@ -4,7 +4,7 @@
 
 use rusqlite::{OptionalExtension, params};
 
-use crate::store::{Quota, QuotaExceeded, Store, StoreError};
+use crate::store::{Quota, QuotaExceeded, Store, StoreError, room_for};
 
 impl Store {
     /// Marks a running sandbox paused at `now_ms`; false when it is not running (or paused already).
@@ -52,22 +52,9 @@ impl Store {
                 )
                 .optional()?;
             let Some((asked, asked_pids)) = asked else { return Ok(Ok(false)) };
-            let (running, used, used_pids): (i64, i64, i64) = tx.query_row(
-                "SELECT COUNT(*), COALESCE(SUM(memory_bytes), 0), COALESCE(SUM(pids), 0) FROM sandboxes \
-                 WHERE tenant = ?1 AND state = 'running' AND paused_ms IS NULL",
-                params![tenant],
-                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-            )?;
-            let [running, used, used_pids, asked, asked_pids] =
-                [running, used, used_pids, asked, asked_pids].map(|n| n.max(0) as u64);
-            if running >= quota.max_sandboxes {
-                return Ok(Err(QuotaExceeded::Sandboxes { running, limit: quota.max_sandboxes }));
-            }
-            if used.saturating_add(asked) > quota.max_memory_bytes {
-                return Ok(Err(QuotaExceeded::Memory { used, asked, limit: quota.max_memory_bytes }));
-            }
-            if used_pids.saturating_add(asked_pids) > quota.max_pids {
-                return Ok(Err(QuotaExceeded::Pids { used: used_pids, asked: asked_pids, limit: quota.max_pids }));
+            let asked = (asked.max(0) as u64, asked_pids.max(0) as u64);
+            if let Err(exceeded) = room_for(&tx, &tenant, asked, quota)? {
+                return Ok(Err(exceeded));
             }
             tx.execute(
                 "UPDATE sandboxes SET expires_ms = CASE WHEN expires_ms > paused_ms \

@@ -103,11 +103,7 @@ pub(crate) async fn running_sandbox(state: &AppState, tenant: &Tenant, id: &str)
         if !record.lifecycle.auto_resume {
             return Err(crate::lifecycle::LifecycleError::Paused(id.to_owned()).into());
         }
-        // Resumed first; a concurrent request may have resumed it already.
-        match crate::lifecycle::resume(state, tenant, id).await {
-            Ok(()) | Err(crate::lifecycle::LifecycleError::NotPaused(_)) => {}
-            Err(error) => return Err(error.into()),
-        }
+        crate::lifecycle::ensure_resumed(state, tenant, id).await?;
         record = own_sandbox(state, tenant, id).await?;
     }
     if record.state != SandboxState::Running {

@@ -80,10 +80,7 @@ pub(crate) async fn sandbox_access(state: &AppState, headers: &HeaderMap) -> Res
             if !record.lifecycle.auto_resume {
                 return Err(crate::lifecycle::LifecycleError::Paused(id.to_owned()).into());
             }
-            match crate::lifecycle::resume(state, &session.tenant, id).await {
-                Ok(()) | Err(crate::lifecycle::LifecycleError::NotPaused(_)) => {}
-                Err(error) => return Err(error.into()),
-            }
+            crate::lifecycle::ensure_resumed(state, &session.tenant, id).await?;
             Ok(SandboxAccess { id: id.to_owned(), tenant: session.tenant, record })
         }
         _ => {

@@ -261,10 +261,7 @@ pub(crate) async fn connect(
     let record = live(&state, &tenant, &id).await?;
     if record.state == SandboxState::Paused {
         // Connecting to a paused sandbox resumes it (E2B's behaviour).
-        match lifecycle::resume(&state, &tenant, &id).await {
-            Ok(()) | Err(lifecycle::LifecycleError::NotPaused(_)) => {}
-            Err(error) => return Err(error.into()),
-        }
+        lifecycle::ensure_resumed(&state, &tenant, &id).await?;
     }
     let record = running(&state, &tenant, &id).await?;
     if let Some(timeout) = parse_timeout(&body)?.timeout {

@@ -23,5 +23,5 @@ mod start;
 pub(crate) use destroy::{end_running, finish_run, note_lost};
 pub use error::LifecycleError;
 pub(crate) use expiry::check_timeout;
-pub(crate) use pause::{pause, resume};
+pub(crate) use pause::{ensure_resumed, pause, resume};
 pub(crate) use start::{SIGKILL, pids_cap, resolve_tier, start_sandbox, start_sandbox_with_zygote};

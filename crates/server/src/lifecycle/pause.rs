@@ -37,6 +37,15 @@ pub(crate) async fn resume(state: &AppState, tenant: &Tenant, id: &str) -> Resul
     Ok(())
 }
 
+/// Resumes a sandbox a request found paused (`auto_resume`, or E2B's `connect`); one that a concurrent request
+/// resumed already is fine.
+pub(crate) async fn ensure_resumed(state: &AppState, tenant: &Tenant, id: &str) -> Result<(), LifecycleError> {
+    match resume(state, tenant, id).await {
+        Ok(()) | Err(LifecycleError::NotPaused(_)) => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
 /// The expiry of an `auto_pause` sandbox: paused instead of destroyed (it stays until deleted or resumed); false
 /// when it could not be paused (then it is destroyed as any other).
 pub(crate) async fn pause_at_timeout(state: &AppState, id: &str) -> bool {
