@@ -19,6 +19,8 @@ pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 300_000;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 /// Default cap on the concurrent client connections of all sandboxes together.
 pub const DEFAULT_MAX_TOTAL_CONNECTIONS: usize = 4096;
+/// Default cap on the concurrent client connections of one tenant's sandboxes together.
+pub const DEFAULT_MAX_TENANT_CONNECTIONS: usize = 1024;
 
 /// The server config file's `[egress]` table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,6 +45,9 @@ pub struct EgressConfig {
     /// sandboxes cannot exhaust the server's descriptors (each connection holds at most two: the client's and the
     /// upstream's, which the server reserves at start). Default 4096.
     pub max_total_connections: usize,
+    /// Concurrent client connections of one tenant's sandboxes together, so one tenant cannot take every slot of
+    /// `max_total_connections`. Default 1024.
+    pub max_tenant_connections: usize,
 }
 
 impl Default for EgressConfig {
@@ -55,6 +60,7 @@ impl Default for EgressConfig {
             idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_total_connections: DEFAULT_MAX_TOTAL_CONNECTIONS,
+            max_tenant_connections: DEFAULT_MAX_TENANT_CONNECTIONS,
         }
     }
 }
@@ -101,6 +107,7 @@ pub struct ValidatedConfig {
     pub(crate) idle_timeout: Duration,
     pub(crate) max_connections: usize,
     pub(crate) max_total_connections: usize,
+    pub(crate) max_tenant_connections: usize,
 }
 
 impl EgressConfig {
@@ -136,6 +143,9 @@ impl EgressConfig {
         if self.max_total_connections == 0 {
             return Err(ConfigError::Zero("max_total_connections"));
         }
+        if self.max_tenant_connections == 0 {
+            return Err(ConfigError::Zero("max_tenant_connections"));
+        }
         Ok(ValidatedConfig {
             hosts,
             allow_cidrs,
@@ -143,6 +153,7 @@ impl EgressConfig {
             idle_timeout: Duration::from_millis(self.idle_timeout_ms),
             max_connections: self.max_connections,
             max_total_connections: self.max_total_connections,
+            max_tenant_connections: self.max_tenant_connections,
         })
     }
 }

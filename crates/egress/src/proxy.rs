@@ -48,11 +48,31 @@ pub(crate) struct Inner {
     pub(crate) max_connections: usize,
     /// Slots of all sandboxes' client connections together (`max_total_connections`).
     pub(crate) total_slots: Arc<Semaphore>,
+    /// Slots of each tenant's sandboxes together (`max_tenant_connections`), while a sandbox of it serves.
+    tenant_slots: std::sync::Mutex<std::collections::HashMap<String, std::sync::Weak<Semaphore>>>,
+    max_tenant_connections: usize,
 }
 
-/// A client connection's slots: its sandbox's and the proxy-wide one, both freed when it closes.
+impl Inner {
+    /// The slots of `tenant`'s sandboxes (made when none of its sandboxes serves).
+    fn tenant_slots(&self, tenant: &str) -> Arc<Semaphore> {
+        let Ok(mut map) = self.tenant_slots.lock() else {
+            return Arc::new(Semaphore::new(self.max_tenant_connections));
+        };
+        if let Some(slots) = map.get(tenant).and_then(std::sync::Weak::upgrade) {
+            return slots;
+        }
+        map.retain(|_, slots| slots.strong_count() > 0);
+        let slots = Arc::new(Semaphore::new(self.max_tenant_connections));
+        map.insert(tenant.to_owned(), Arc::downgrade(&slots));
+        slots
+    }
+}
+
+/// A client connection's slots: its sandbox's, its tenant's and the proxy-wide one, all freed when it closes.
 pub(crate) struct Slot {
     _sandbox: OwnedSemaphorePermit,
+    _tenant: OwnedSemaphorePermit,
     _total: OwnedSemaphorePermit,
 }
 
@@ -103,6 +123,8 @@ impl Proxy {
                 idle_timeout: valid.idle_timeout,
                 max_connections: valid.max_connections,
                 total_slots: Arc::new(Semaphore::new(valid.max_total_connections)),
+                tenant_slots: std::sync::Mutex::default(),
+                max_tenant_connections: valid.max_tenant_connections,
             }),
         })
     }
@@ -158,10 +180,11 @@ impl Drop for ProxyHandle {
 
 async fn accept_loop(listener: Listener, ctx: Ctx) {
     let slots = Arc::new(Semaphore::new(ctx.inner.max_connections));
+    let tenant = ctx.inner.tenant_slots(&ctx.sandbox.tenant);
     loop {
         let accepted = tokio::select! {
             _ = ctx.tasks.token.cancelled() => return,
-            accepted = accept_with_slot(&listener, &slots, &ctx.inner.total_slots) => accepted,
+            accepted = accept_with_slot(&listener, [&slots, &tenant, &ctx.inner.total_slots]) => accepted,
         };
         match accepted {
             Ok((stream, slot)) => {
@@ -177,16 +200,18 @@ async fn accept_loop(listener: Listener, ctx: Ctx) {
     }
 }
 
-/// Waits for a free connection slot of the sandbox and of the proxy, then for a connection.
+/// Waits for a free connection slot of the sandbox, of its tenant and of the proxy (in that order, the same for every
+/// sandbox, so no two wait on each other), then for a connection.
 async fn accept_with_slot(
     listener: &Listener,
-    slots: &Arc<Semaphore>,
-    total: &Arc<Semaphore>,
+    [sandbox, tenant, total]: [&Arc<Semaphore>; 3],
 ) -> std::io::Result<(ClientStream, Slot)> {
-    let own = slots.clone().acquire_owned().await.map_err(std::io::Error::other)?;
-    let shared = total.clone().acquire_owned().await.map_err(std::io::Error::other)?;
+    let acquire = |slots: &Arc<Semaphore>| Arc::clone(slots).acquire_owned();
+    let own = acquire(sandbox).await.map_err(std::io::Error::other)?;
+    let tenant = acquire(tenant).await.map_err(std::io::Error::other)?;
+    let shared = acquire(total).await.map_err(std::io::Error::other)?;
     let stream = listener.accept().await?;
-    Ok((stream, Slot { _sandbox: own, _total: shared }))
+    Ok((stream, Slot { _sandbox: own, _tenant: tenant, _total: shared }))
 }
 
 /// Serves HTTP/1.1 proxy requests on one client connection.

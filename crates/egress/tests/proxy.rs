@@ -276,6 +276,45 @@ async fn sandboxes_together_cannot_hold_more_than_max_total_connections() {
 }
 
 #[tokio::test]
+async fn one_tenants_sandboxes_cannot_take_the_slots_of_another() {
+    // Each sandbox may hold 2, a tenant's sandboxes 3, all together 10: tenant a's third sandbox waits, tenant b's
+    // is served at once.
+    let echo = echo_upstream().await;
+    let cfg = EgressConfig {
+        max_connections: 2,
+        max_tenant_connections: 3,
+        max_total_connections: 10,
+        ..loopback_config(&[])
+    };
+    let proxy = sandkasten_egress::Proxy::new(cfg, Arc::new(MemAudit::default())).unwrap();
+    let mut doors = Vec::new();
+    let mut handles = Vec::new();
+    for (name, tenant) in [("sb-a1", "a"), ("sb-a2", "a"), ("sb-b1", "b")] {
+        let policy = allowlist(&["allowed.test"]);
+        let sandbox = Arc::new(sandkasten_egress::SandboxEgress::new(name, tenant, policy, None));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        doors.push(listener.local_addr().unwrap());
+        handles.push(proxy.serve(listener, sandbox));
+    }
+    let answered = |door| async move {
+        let mut c = tokio::net::TcpStream::connect(door).await.unwrap();
+        let req = format!("CONNECT allowed.test:{} HTTP/1.1\r\nHost: a\r\n\r\n", echo.port());
+        c.write_all(req.as_bytes()).await.unwrap();
+        let mut byte = [0u8; 1];
+        let got = tokio::time::timeout(std::time::Duration::from_millis(400), c.read(&mut byte)).await;
+        (got.is_ok(), c)
+    };
+    let (a1, _first) = answered(doors[0]).await;
+    let (a2, _second) = answered(doors[0]).await;
+    let (a3, _third) = answered(doors[1]).await;
+    assert!(a1 && a2 && a3, "tenant a's three fit");
+    let (a4, _fourth) = answered(doors[1]).await;
+    assert!(!a4, "tenant a got more than max_tenant_connections");
+    let (b1, _other) = answered(doors[2]).await;
+    assert!(b1, "tenant b is served while tenant a waits");
+}
+
+#[tokio::test]
 async fn idle_tunnels_and_idle_client_connections_are_closed() {
     // A sandbox holding connections open without traffic must not keep host sockets (and its connection slots)
     // forever: after idle_timeout_ms both a quiet tunnel and a quiet keep-alive connection are closed.

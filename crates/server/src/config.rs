@@ -50,6 +50,7 @@
 //! upstream_ca_file = "/etc/sandkasten/upstream-ca.pem"  # extra roots for upstream TLS when intercepting (secrets)
 //! max_connections = 256                           # proxy connections one sandbox holds at once (more wait)
 //! max_total_connections = 4096                    # of all sandboxes together (two descriptors each, reserved at start)
+//! max_tenant_connections = 1024                   # of one tenant's sandboxes together
 //!
 //! [secrets]                                       # the key sealing secret values in the database (XChaCha20-Poly1305)
 //! key_file = "/etc/sandkasten/secrets.key"        # 32 bytes as 64 hex characters or base64, mode 0600; or instead:
