@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use rustls::pki_types::ServerName;
-use sandkasten_egress::{Decision, SandboxCa, Secret};
+use sandkasten_egress::{Decision, EgressConfig, SandboxCa, Secret};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -27,6 +27,11 @@ fn secret_for(hosts: &[&str]) -> Secret {
 }
 
 /// A sandbox CA for the secrets' host, as the server makes one.
+/// The loopback config, trusting `up`'s test CA for upstream TLS.
+fn trusting(up: &TlsUpstream) -> EgressConfig {
+    EgressConfig { upstream_ca_file: Some(up.ca_file.clone()), ..loopback_config(&[]) }
+}
+
 fn sandbox_ca() -> SandboxCa {
     SandboxCa::generate("sb-test", &["allowed.test".to_owned()]).unwrap()
 }
@@ -61,8 +66,7 @@ async fn plain_http_secret_is_substituted_in_headers_only_toward_its_host() {
 #[tokio::test]
 async fn tls_interception_delivers_the_secret_to_its_host_only() {
     let up = tls_upstream().await;
-    let mut cfg = loopback_config(&[]);
-    cfg.upstream_ca_file = Some(up.ca_file.clone());
+    let cfg = trusting(&up);
     let ca = sandbox_ca();
     let sandbox_ca_pem = ca.cert_pem();
     let p = start_proxy(cfg, allowlist(&["allowed.test"]), Some(ca)).await;
@@ -95,8 +99,7 @@ async fn tls_interception_delivers_the_secret_to_its_host_only() {
 #[tokio::test]
 async fn connect_without_a_matching_secret_is_a_blind_tunnel() {
     let up = tls_upstream().await;
-    let mut cfg = loopback_config(&[]);
-    cfg.upstream_ca_file = Some(up.ca_file.clone());
+    let cfg = trusting(&up);
     let p = start_proxy(cfg, allowlist(&["allowed.test", "other.test"]), Some(sandbox_ca())).await;
     p.sandbox.set_secrets(vec![secret_for(&["allowed.test"])]).unwrap();
     // Trusting only the upstream's own CA works end to end: nothing in between re-signed the connection.
@@ -197,8 +200,7 @@ async fn an_intercepted_tunnel_follows_a_policy_change_on_its_next_request() {
     // Each request inside an intercepted tunnel opens a new upstream connection (with the secret in it). After the
     // host is taken off the allowlist, those new connections must stop, like every other new connection.
     let up = tls_upstream().await;
-    let mut cfg = loopback_config(&[]);
-    cfg.upstream_ca_file = Some(up.ca_file.clone());
+    let cfg = trusting(&up);
     let ca = sandbox_ca();
     let sandbox_ca_pem = ca.cert_pem();
     let p = start_proxy(cfg, allowlist(&["allowed.test", "other.test"]), Some(ca)).await;
@@ -252,8 +254,7 @@ async fn a_secret_without_a_port_never_travels_over_plain_http() {
     // intercepted TLS only. The same host over TLS gets it; naming the plain port lets plain HTTP have it.
     let (plain, plain_rx) = http_upstream().await;
     let up = tls_upstream().await;
-    let mut cfg = loopback_config(&[]);
-    cfg.upstream_ca_file = Some(up.ca_file.clone());
+    let cfg = trusting(&up);
     let ca = sandbox_ca();
     let sandbox_ca_pem = ca.cert_pem();
     let p = start_proxy(cfg, allowlist(&["allowed.test"]), Some(ca)).await;
@@ -287,8 +288,7 @@ async fn a_secret_host_outside_the_cas_constraints_gets_a_blind_tunnel() {
     // The CA was made for allowed.test; a secret later bound to other.test as well cannot be intercepted for it
     // (no leaf the sandbox's clients would accept): the tunnel stays blind and the value stays home.
     let up = tls_upstream().await;
-    let mut cfg = loopback_config(&[]);
-    cfg.upstream_ca_file = Some(up.ca_file.clone());
+    let cfg = trusting(&up);
     let p = start_proxy(cfg, allowlist(&["allowed.test", "other.test"]), Some(sandbox_ca())).await;
     p.sandbox.set_secrets(vec![secret_for(&["allowed.test", "other.test"])]).unwrap();
     let c = tunnel(&p, "other.test", up.addr.port()).await;

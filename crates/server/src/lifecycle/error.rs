@@ -43,7 +43,7 @@ pub enum LifecycleError {
     #[error("sandbox {0} is not running (it is paused, or it ended)")]
     NotRunning(String),
     /// A resume of a sandbox that is not paused.
-    #[error("sandbox {0} is not paused")]
+    #[error("sandbox {0} is not paused (it is running, or it ended)")]
     NotPaused(String),
     /// A request to a paused sandbox (created without `lifecycle.auto_resume`).
     #[error(
