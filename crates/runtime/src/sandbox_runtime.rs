@@ -184,6 +184,20 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         let _ = (id, command_id, signal);
         refuse(no_background_commands())
     }
+    /// Streams a tar of the directories `dirs` (absolute, inside the sandbox) to `sink`, at the sink's pace, as the
+    /// sandbox user sees them: the files of a filesystem snapshot. Works on every tier (the sandbox's own `tar` makes
+    /// it). A sink that goes away ends the export with an error.
+    fn export_files<'a>(&'a self, id: &'a str, dirs: Vec<String>, sink: mpsc::Sender<Vec<u8>>) -> RuntimeFuture<'a, ()> {
+        let _ = (id, dirs, sink);
+        refuse(Failure::new(FailureKind::Conflict, "this runtime cannot archive a sandbox's files"))
+    }
+    /// Unpacks the tar arriving on `source` at `/` inside the sandbox, as the sandbox user (existing directories keep
+    /// their owner and mode). Returns once the archive is unpacked; a bad or truncated archive is `Conflict` with
+    /// tar's words.
+    fn import_files<'a>(&'a self, id: &'a str, source: mpsc::Receiver<Vec<u8>>) -> RuntimeFuture<'a, ()> {
+        let _ = (id, source);
+        refuse(Failure::new(FailureKind::Conflict, "this runtime cannot unpack files into a sandbox"))
+    }
     /// The sandbox's entrance to the egress proxy for `127.0.0.1:port` inside: a non-blocking TCP listener in the
     /// sandbox's own network namespace (process tier) or a unix socket its agent bridges that port to (gVisor), held
     /// by the server: the egress proxy accepts the sandbox's connections on it. A port that code inside holds already

@@ -27,7 +27,37 @@ pub(crate) fn unexpected(msg: &Message) -> Failure {
     Failure::new(FailureKind::Internal, format!("unexpected reply from the agent: {msg:?}"))
 }
 
-type Pending = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<Message>>>>;
+/// Where the replies to one request go.
+#[derive(Clone)]
+enum Route {
+    /// As fast as they come: the reader never waits (every ordinary request, whose consumer keeps up or keeps a
+    /// bounded amount).
+    Free(mpsc::UnboundedSender<Message>),
+    /// At the consumer's pace: the reader waits while this route's queue is full, so the agent's channel, and with it
+    /// the agent's output, stops until the consumer catches up (a snapshot's tar stream, bounded in the server's
+    /// memory whatever its size). Every other request to the same sandbox waits meanwhile.
+    Paced(mpsc::Sender<Message>),
+}
+
+/// How many replies a paced route holds (each at most one 64 KiB output frame).
+const PACED_REPLIES: usize = 16;
+
+/// The receiving end of a [`Route`].
+enum Replies {
+    Free(mpsc::UnboundedReceiver<Message>),
+    Paced(mpsc::Receiver<Message>),
+}
+
+impl Replies {
+    async fn recv(&mut self) -> Option<Message> {
+        match self {
+            Replies::Free(receiver) => receiver.recv().await,
+            Replies::Paced(receiver) => receiver.recv().await,
+        }
+    }
+}
+
+type Pending = Arc<Mutex<HashMap<u64, Route>>>;
 
 /// A connection to one agent.
 pub struct AgentClient {
@@ -55,8 +85,14 @@ impl AgentClient {
                 decoder.push(&buffer[..n]);
                 while let Ok(Some(envelope)) = decoder.next_envelope() {
                     let route = routes.lock().ok().and_then(|map| map.get(&envelope.id).cloned());
-                    if let Some(route) = route {
-                        let _ = route.send(envelope.msg);
+                    match route {
+                        Some(Route::Free(route)) => {
+                            let _ = route.send(envelope.msg);
+                        }
+                        Some(Route::Paced(route)) => {
+                            let _ = route.send(envelope.msg).await;
+                        }
+                        None => {}
                     }
                 }
             }
@@ -76,14 +112,26 @@ impl AgentClient {
 
     /// Sends a request and returns its id and the stream of replies to it.
     pub(super) async fn start(&self, msg: Message) -> Result<(u64, mpsc::UnboundedReceiver<Message>), Failure> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
-        self.pending.lock().map_err(|_| sandbox_gone())?.insert(id, tx);
+        let id = self.start_routed(msg, Route::Free(tx)).await?;
+        Ok((id, rx))
+    }
+
+    /// As [`start`](Self::start), with replies delivered at the consumer's pace (see [`Route::Paced`]).
+    async fn start_paced(&self, msg: Message) -> Result<(u64, mpsc::Receiver<Message>), Failure> {
+        let (tx, rx) = mpsc::channel(PACED_REPLIES);
+        let id = self.start_routed(msg, Route::Paced(tx)).await?;
+        Ok((id, rx))
+    }
+
+    async fn start_routed(&self, msg: Message, route: Route) -> Result<u64, Failure> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.pending.lock().map_err(|_| sandbox_gone())?.insert(id, route);
         if let Err(failure) = self.send(id, msg).await {
             self.finish(id);
             return Err(failure);
         }
-        Ok((id, rx))
+        Ok(id)
     }
 
     pub(super) fn finish(&self, id: u64) {
@@ -112,8 +160,27 @@ impl AgentClient {
         output_limit: Option<u64>,
         output: mpsc::Sender<OutputChunk>,
     ) -> Result<CommandExit, Failure> {
-        let mut clock = CommandClock::start();
-        let (id, mut replies) = self.start(Message::Exec { spec, background: false, output_limit }).await?;
+        let clock = CommandClock::start();
+        let (id, replies) = self.start(Message::Exec { spec, background: false, output_limit }).await?;
+        self.follow_exec(id, Replies::Free(replies), clock, output).await
+    }
+
+    /// As [`exec`](Self::exec) without an output limit, the command's output read at `output`'s pace: while its
+    /// receiver lags, the agent's channel waits (so do the sandbox's other requests) and so does the command.
+    pub async fn exec_paced(&self, spec: CommandSpec, output: mpsc::Sender<OutputChunk>) -> Result<CommandExit, Failure> {
+        let clock = CommandClock::start();
+        let (id, replies) = self.start_paced(Message::Exec { spec, background: false, output_limit: None }).await?;
+        self.follow_exec(id, Replies::Paced(replies), clock, output).await
+    }
+
+    /// A foreground command's replies until it exits.
+    async fn follow_exec(
+        &self,
+        id: u64,
+        mut replies: Replies,
+        mut clock: CommandClock,
+        output: mpsc::Sender<OutputChunk>,
+    ) -> Result<CommandExit, Failure> {
         let outcome = loop {
             match replies.recv().await {
                 Some(Message::ExecStarted { .. }) => clock.started(),

@@ -5,6 +5,7 @@
 //! `SandboxRuntime` (`sandbox_runtime`).
 
 mod agent_client;
+mod archive;
 mod background;
 pub mod commands;
 pub mod contexts;

@@ -81,6 +81,14 @@ impl SandboxRuntime for LiveRuntime {
         Box::pin(self.run_command(id, spec, output_limit, events))
     }
 
+    fn export_files<'a>(&'a self, id: &'a str, dirs: Vec<String>, sink: mpsc::Sender<Vec<u8>>) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move { super::archive::export_tar(&*self.file_agent(id)?, &dirs, sink).await })
+    }
+
+    fn import_files<'a>(&'a self, id: &'a str, source: mpsc::Receiver<Vec<u8>>) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move { super::archive::import_tar(&self.file_agent(id)?, source).await })
+    }
+
     fn read_file<'a>(&'a self, id: &'a str, path: &'a str, max_bytes: u64) -> RuntimeFuture<'a, Vec<u8>> {
         Box::pin(async move { self.file_agent(id)?.read_file(path, max_bytes).await })
     }
