@@ -23,7 +23,7 @@ pub use config::RuntimeConfig;
 pub use error::RuntimeError;
 pub use host_pids::{pids_refusal, sandbox_pids_cap};
 pub use output::{DiscardOutput, OutputSink};
-pub use plan::sets_variable;
+pub use plan::{sets_variable, writable_dirs};
 pub use retained::{Held, OutputBudget, OutputRetention};
 pub use sandbox_runtime::{RuntimeFuture, SandboxRuntime};
 pub use sandkasten_agent::run_agent;

@@ -68,6 +68,12 @@ pub fn user_of(template: Template) -> UserLayout {
     }
 }
 
+/// The directories a sandbox of `template` can write (its home, `/tmp`, `/dev/shm`): what a filesystem snapshot or a
+/// fork copies.
+pub fn writable_dirs(template: Template) -> Vec<String> {
+    vec![user_of(template).home.to_owned(), "/tmp".to_owned(), "/dev/shm".to_owned()]
+}
+
 /// `/etc` files synthesised for every sandbox: only the sandbox's own users, no host accounts, no DNS servers.
 fn etc_files(template: Template) -> Vec<SandboxFile> {
     let UserLayout { name: user, home } = user_of(template);

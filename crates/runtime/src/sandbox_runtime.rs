@@ -187,7 +187,12 @@ pub trait SandboxRuntime: Send + Sync + 'static {
     /// Streams a tar of the directories `dirs` (absolute, inside the sandbox) to `sink`, at the sink's pace, as the
     /// sandbox user sees them: the files of a filesystem snapshot. Works on every tier (the sandbox's own `tar` makes
     /// it). A sink that goes away ends the export with an error.
-    fn export_files<'a>(&'a self, id: &'a str, dirs: Vec<String>, sink: mpsc::Sender<Vec<u8>>) -> RuntimeFuture<'a, ()> {
+    fn export_files<'a>(
+        &'a self,
+        id: &'a str,
+        dirs: Vec<String>,
+        sink: mpsc::Sender<Vec<u8>>,
+    ) -> RuntimeFuture<'a, ()> {
         let _ = (id, dirs, sink);
         refuse(Failure::new(FailureKind::Conflict, "this runtime cannot archive a sandbox's files"))
     }

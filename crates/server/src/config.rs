@@ -237,6 +237,10 @@ pub struct TenantConfig {
     /// Default 256 MiB.
     #[serde(default = "default_max_output_bytes")]
     pub max_output_bytes: u64,
+    /// Bytes the tenant's snapshots may take in the snapshot store (compressed, all together); a snapshot that would
+    /// exceed it is refused (429). Default 10 GiB.
+    #[serde(default = "default_max_snapshot_bytes")]
+    pub max_snapshot_bytes: u64,
     /// May change operator-wide settings through the API (resize warm pools). Default false.
     #[serde(default)]
     pub admin: bool,
@@ -252,6 +256,7 @@ impl TenantConfig {
             max_memory_bytes: default_max_memory_bytes(),
             max_pids: default_max_pids(),
             max_output_bytes: default_max_output_bytes(),
+            max_snapshot_bytes: default_max_snapshot_bytes(),
             admin: false,
         }
     }
@@ -263,6 +268,7 @@ impl TenantConfig {
             max_memory_bytes: self.max_memory_bytes,
             max_pids: self.max_pids,
             max_output_bytes: self.max_output_bytes,
+            max_snapshot_bytes: self.max_snapshot_bytes,
         }
     }
 }
@@ -512,6 +518,9 @@ fn default_max_pids() -> u64 {
     8_192
 }
 
+fn default_max_snapshot_bytes() -> u64 {
+    10 << 30
+}
 fn default_max_output_bytes() -> u64 {
     256 << 20
 }

@@ -24,6 +24,7 @@ pub mod seal;
 pub mod state;
 pub mod store;
 mod store_paused;
+mod store_snapshots;
 pub mod validate;
 
 use std::future::Future;

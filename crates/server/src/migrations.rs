@@ -118,6 +118,23 @@ const MIGRATIONS: &[&str] = &[
     // lifecycle (auto_pause, auto_resume).
     "ALTER TABLE sandboxes ADD COLUMN paused_ms INTEGER;
     ALTER TABLE sandboxes ADD COLUMN lifecycle_json TEXT NOT NULL DEFAULT '{}';",
+    // 10: snapshots (their chunks and manifest live in the snapshot store; a row is 'saving' until the manifest is
+    // written, then 'ready') and the stored-bytes quota.
+    "CREATE TABLE snapshots (
+        id              TEXT PRIMARY KEY,
+        tenant          TEXT NOT NULL,
+        name            TEXT,
+        source_sandbox  TEXT NOT NULL,
+        memory          INTEGER NOT NULL,
+        spec_json       TEXT NOT NULL,
+        dirs_json       TEXT NOT NULL,
+        state           TEXT NOT NULL,
+        size_bytes      INTEGER NOT NULL DEFAULT 0,
+        stored_bytes    INTEGER NOT NULL DEFAULT 0,
+        created_ms      INTEGER NOT NULL
+    ) STRICT;
+    CREATE INDEX snapshots_by_tenant ON snapshots (tenant, created_ms);
+    ALTER TABLE tenants ADD COLUMN max_snapshot_bytes INTEGER NOT NULL DEFAULT 10737418240;",
 ];
 
 /// A migration's part that SQL cannot do; returns how many rows it rewrote.

@@ -62,8 +62,13 @@ mod tests {
     use super::*;
     use crate::store::{CommandRecord, Quota, SandboxRecord, SandboxState};
 
-    const QUOTA: Quota =
-        Quota { max_sandboxes: 100, max_memory_bytes: u64::MAX, max_pids: u64::MAX, max_output_bytes: 1 };
+    const QUOTA: Quota = Quota {
+        max_sandboxes: 100,
+        max_memory_bytes: u64::MAX,
+        max_pids: u64::MAX,
+        max_output_bytes: 1,
+        max_snapshot_bytes: 1,
+    };
 
     fn record(id: &str) -> SandboxRecord {
         SandboxRecord {

@@ -161,6 +161,8 @@ pub struct Quota {
     /// Command output held in the server's memory for all running sandboxes at once, in bytes (enforced as it is
     /// held, not at admission).
     pub max_output_bytes: u64,
+    /// Bytes the tenant's snapshots take in the snapshot store (compressed), all together.
+    pub max_snapshot_bytes: u64,
 }
 
 /// Why a sandbox was not admitted.
@@ -196,6 +198,19 @@ pub enum QuotaExceeded {
         /// Reserved by running sandboxes.
         used: u64,
         /// Asked for by the new sandbox.
+        asked: u64,
+        /// The quota.
+        limit: u64,
+    },
+    /// Too many bytes in the snapshot store.
+    #[error(
+        "quota max_snapshot_bytes exceeded: the tenant's snapshots take {used} bytes of the store, this one {asked} \
+         more and the limit is {limit}; delete a snapshot first"
+    )]
+    SnapshotBytes {
+        /// Taken by the tenant's snapshots.
+        used: u64,
+        /// Taken by the new one (0 when refused before it was taken).
         asked: u64,
         /// The quota.
         limit: u64,
@@ -353,7 +368,7 @@ fn enable_incremental_vacuum(conn: &Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn to_i64(value: u64) -> i64 {
+pub(crate) fn to_i64(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
@@ -633,10 +648,11 @@ impl Store {
             {
                 let mut statement = tx.prepare_cached(
                     "INSERT INTO tenants (name, created_ms, last_seen_ms, max_sandboxes, max_memory_bytes, max_pids, \
-                     max_output_bytes) VALUES (?1, ?2, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (name) DO UPDATE SET \
+                     max_output_bytes, max_snapshot_bytes) VALUES (?1, ?2, ?2, ?3, ?4, ?5, ?6, ?7) \
+                     ON CONFLICT (name) DO UPDATE SET \
                      last_seen_ms = excluded.last_seen_ms, max_sandboxes = excluded.max_sandboxes, \
                      max_memory_bytes = excluded.max_memory_bytes, max_pids = excluded.max_pids, \
-                     max_output_bytes = excluded.max_output_bytes",
+                     max_output_bytes = excluded.max_output_bytes, max_snapshot_bytes = excluded.max_snapshot_bytes",
                 )?;
                 for (name, quota) in &tenants {
                     statement.execute(params![
@@ -645,7 +661,8 @@ impl Store {
                         to_i64(quota.max_sandboxes),
                         to_i64(quota.max_memory_bytes),
                         to_i64(quota.max_pids),
-                        to_i64(quota.max_output_bytes)
+                        to_i64(quota.max_output_bytes),
+                        to_i64(quota.max_snapshot_bytes)
                     ])?;
                 }
             }
@@ -659,8 +676,8 @@ impl Store {
     pub async fn tenants(&self) -> Result<Vec<TenantRecord>, StoreError> {
         self.call(|conn| {
             let mut statement = conn.prepare_cached(
-                "SELECT name, created_ms, last_seen_ms, max_sandboxes, max_memory_bytes, max_pids, max_output_bytes \
-                 FROM tenants ORDER BY name",
+                "SELECT name, created_ms, last_seen_ms, max_sandboxes, max_memory_bytes, max_pids, max_output_bytes, \
+                 max_snapshot_bytes FROM tenants ORDER BY name",
             )?;
             let rows = statement.query_map([], |row| {
                 let (max_sandboxes, max_memory_bytes, max_pids, max_output_bytes): (i64, i64, i64, i64) =
@@ -674,6 +691,7 @@ impl Store {
                         max_memory_bytes: max_memory_bytes.max(0) as u64,
                         max_pids: max_pids.max(0) as u64,
                         max_output_bytes: max_output_bytes.max(0) as u64,
+                        max_snapshot_bytes: row.get::<_, i64>(7)?.max(0) as u64,
                     },
                 })
             })?;
@@ -716,7 +734,8 @@ mod tests {
         }
     }
 
-    const QUOTA: Quota = Quota { max_sandboxes: 2, max_memory_bytes: 300, max_pids: 1000, max_output_bytes: 1 };
+    const QUOTA: Quota =
+        Quota { max_sandboxes: 2, max_memory_bytes: 300, max_pids: 1000, max_output_bytes: 1, max_snapshot_bytes: 1 };
 
     #[tokio::test]
     async fn a_paused_sandbox_leaves_the_quota_its_clock_stops_and_a_resume_is_admitted_like_a_create()
@@ -763,7 +782,13 @@ mod tests {
     #[tokio::test]
     async fn the_pids_quota_sums_the_running_sandboxes_pids_limits() -> Result<(), StoreError> {
         let store = Store::open_in_memory()?;
-        let quota = Quota { max_sandboxes: 10, max_memory_bytes: u64::MAX, max_pids: 1000, max_output_bytes: 1 };
+        let quota = Quota {
+            max_sandboxes: 10,
+            max_memory_bytes: u64::MAX,
+            max_pids: 1000,
+            max_output_bytes: 1,
+            max_snapshot_bytes: 1,
+        };
         let with_pids = |id: &str, tenant: &str, pids: u64| {
             let mut record = record(id, tenant, 1);
             record.spec.limits.pids = pids;
@@ -877,7 +902,8 @@ mod tests {
     async fn tenants_are_upserted_and_keep_their_creation_time() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("sandkasten.db");
-        let small = Quota { max_sandboxes: 1, max_memory_bytes: 10, max_pids: 5, max_output_bytes: 7 };
+        let small =
+            Quota { max_sandboxes: 1, max_memory_bytes: 10, max_pids: 5, max_output_bytes: 7, max_snapshot_bytes: 9 };
         let store = Store::open(&path, SealKeys::ephemeral()?)?;
         store.upsert_tenants(vec![("t1".into(), QUOTA), ("t2".into(), QUOTA)], 10).await?;
         drop(store);

@@ -167,7 +167,11 @@ impl AgentClient {
 
     /// As [`exec`](Self::exec) without an output limit, the command's output read at `output`'s pace: while its
     /// receiver lags, the agent's channel waits (so do the sandbox's other requests) and so does the command.
-    pub async fn exec_paced(&self, spec: CommandSpec, output: mpsc::Sender<OutputChunk>) -> Result<CommandExit, Failure> {
+    pub async fn exec_paced(
+        &self,
+        spec: CommandSpec,
+        output: mpsc::Sender<OutputChunk>,
+    ) -> Result<CommandExit, Failure> {
         let clock = CommandClock::start();
         let (id, replies) = self.start_paced(Message::Exec { spec, background: false, output_limit: None }).await?;
         self.follow_exec(id, Replies::Paced(replies), clock, output).await

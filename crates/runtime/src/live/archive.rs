@@ -1,5 +1,5 @@
 //! A sandbox's files as one tar stream, out and in: the two halves of a filesystem snapshot (and of a fork). Both run
-//! the image's own `tar` (`/usr/bin/tar`, read-only) as the sandbox user, through the jail like any command, so
+//! the image's own `tar` (`/usr/bin/tar`, read-only; `find` lists what to archive) as the sandbox user, through the jail like any command, so
 //! nothing of the sandbox is read or written by the host: what the stream holds is whatever the sandbox's user can
 //! read, and unpacking it can reach nothing the user could not write. The stream is untrusted data to the host; it
 //! is only ever unpacked inside a sandbox of the same tenant.
@@ -17,6 +17,8 @@ use super::agent_client::AgentClient;
 
 /// The tar every template has (read-only, from the image's `/usr`).
 const TAR: &str = "/usr/bin/tar";
+/// The shell that lists the directories' contents for it.
+const BASH: &str = "/bin/bash";
 /// Longest a tar of a sandbox may take, either way.
 const TAR_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// Most of tar's own complaints kept for an error message.
@@ -62,14 +64,16 @@ pub(super) async fn export_tar(
     dirs: &[String],
     sink: mpsc::Sender<Vec<u8>>,
 ) -> Result<(), Failure> {
+    // The directories' contents, not the directories: their own owner and mode belong to the sandbox that unpacks
+    // (the user cannot change `/tmp`'s, which tar would try).
     let mut argv = vec![
-        TAR.to_owned(),
-        "--create".to_owned(),
-        "--file=-".to_owned(),
-        "--directory=/".to_owned(),
-        "--sparse".to_owned(),
-        "--numeric-owner".to_owned(),
-        "--".to_owned(),
+        BASH.to_owned(),
+        "-c".to_owned(),
+        format!(
+            "set -o pipefail; cd / && find \"$@\" -mindepth 1 -maxdepth 1 -print0 | \
+             {TAR} --create --file=- --null --files-from=- --sparse --numeric-owner"
+        ),
+        "export".to_owned(),
     ];
     argv.extend(operands(dirs)?);
     let (output, mut chunks) = mpsc::channel::<OutputChunk>(4);
@@ -115,16 +119,17 @@ pub(super) async fn import_tar(
         "--no-same-owner".to_owned(),
     ];
     let (command, mut events) = agent.spawn_background(spec(argv), Some(MAX_STDERR as u64)).await?;
-    let mut feeding = Ok(());
+    // A failure to feed means tar stopped reading: its exit says why (or that it had the whole archive: tar stops at
+    // the end marker, before the record's padding).
+    let mut fed = true;
     while let Some(data) = source.recv().await {
-        if let Err(failure) = send_whole(&command, &data).await {
-            // tar stopped reading (it failed): its exit says why.
-            feeding = Err(failure);
+        if send_whole(&command, &data).await.is_err() {
+            fed = false;
             break;
         }
     }
-    if feeding.is_ok() {
-        feeding = command.close_stdin().await;
+    if fed {
+        let _ = command.close_stdin().await;
     }
     let mut stderr = Vec::new();
     let exit = loop {
@@ -141,7 +146,7 @@ pub(super) async fn import_tar(
     if exit.exit_code != Some(0) {
         return Err(tar_failed("unpacking the files", exit.exit_code, exit.signal, &stderr));
     }
-    feeding
+    Ok(())
 }
 
 /// Writes `data` to the command's stdin, waiting while the agent's stdin buffer is full.
@@ -162,6 +167,7 @@ async fn send_whole(command: &super::background::BackgroundCommand, data: &[u8])
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

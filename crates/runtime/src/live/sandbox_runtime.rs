@@ -81,7 +81,12 @@ impl SandboxRuntime for LiveRuntime {
         Box::pin(self.run_command(id, spec, output_limit, events))
     }
 
-    fn export_files<'a>(&'a self, id: &'a str, dirs: Vec<String>, sink: mpsc::Sender<Vec<u8>>) -> RuntimeFuture<'a, ()> {
+    fn export_files<'a>(
+        &'a self,
+        id: &'a str,
+        dirs: Vec<String>,
+        sink: mpsc::Sender<Vec<u8>>,
+    ) -> RuntimeFuture<'a, ()> {
         Box::pin(async move { super::archive::export_tar(&*self.file_agent(id)?, &dirs, sink).await })
     }
 

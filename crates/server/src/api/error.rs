@@ -238,6 +238,11 @@ impl From<LifecycleError> for ApiError {
                 ApiError::conflict(error.to_string())
             }
             LifecycleError::Paused(_) => ApiError::new(ErrorCode::Paused, error.to_string()),
+            LifecycleError::ForkCountOutOfRange { .. } => ApiError::unprocessable(error.to_string()),
+            LifecycleError::FilesNotCopied(_) | LifecycleError::SnapshotRefused(_) => {
+                ApiError::conflict(error.to_string())
+            }
+            LifecycleError::SnapshotNotFound(_) => ApiError::not_found(error.to_string()),
             LifecycleError::AdmissionFailed | LifecycleError::DestroyFailed(_) => ApiError::internal(error),
         }
     }

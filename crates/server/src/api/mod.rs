@@ -15,6 +15,7 @@ pub mod error;
 mod exec;
 pub(crate) mod extract;
 mod files;
+mod fork;
 pub mod isolation;
 mod openapi;
 mod output;
@@ -55,6 +56,7 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes/{id}", get(sandboxes::get).delete(sandboxes::delete))
         .route("/sandboxes/{id}/timeout", post(sandboxes::set_timeout))
         .route("/sandboxes/{id}/pause", post(pause::pause))
+        .route("/sandboxes/{id}/fork", post(fork::fork))
         .route("/sandboxes/{id}/resume", post(pause::resume))
         .route("/sandboxes/{id}/exec", post(exec::exec))
         .route("/sandboxes/{id}/commands", get(commands::list))

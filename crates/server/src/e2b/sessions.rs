@@ -136,7 +136,13 @@ mod tests {
         let sessions = Sessions::default();
         let tenant = Tenant {
             name: Arc::from("t"),
-            quota: crate::store::Quota { max_sandboxes: 1, max_memory_bytes: 1, max_pids: 1, max_output_bytes: 1 },
+            quota: crate::store::Quota {
+                max_sandboxes: 1,
+                max_memory_bytes: 1,
+                max_pids: 1,
+                max_output_bytes: 1,
+                max_snapshot_bytes: 1,
+            },
             admin: false,
         };
         let first = sessions.open("sb-1", &tenant, Some("code-interpreter-v1"))?;

@@ -276,6 +276,7 @@ mod tests {
             max_memory_bytes: u64::MAX,
             max_pids: u64::MAX,
             max_output_bytes: 1,
+            max_snapshot_bytes: 1,
         };
         store.admit_sandbox(record, quota).await.unwrap().unwrap();
         store

@@ -60,4 +60,23 @@ pub enum LifecycleError {
     /// The runtime could not destroy a running sandbox; it stays running (and is retried by expiry).
     #[error("runtime could not destroy sandbox {0}")]
     DestroyFailed(String),
+    /// A fork's count out of range.
+    #[error("count must be between 1 and {max}, got {got}")]
+    ForkCountOutOfRange {
+        /// The most copies one fork makes.
+        max: u64,
+        /// The count asked for.
+        got: u64,
+    },
+    /// Copying a sandbox's files (a fork, a snapshot, a restore) failed; nothing of the new sandbox or snapshot was
+    /// kept. The message says what failed and why.
+    #[error("{0}")]
+    FilesNotCopied(String),
+    /// No such snapshot for this tenant.
+    #[error("snapshot {0} not found")]
+    SnapshotNotFound(String),
+    /// A snapshot that cannot be used (still being saved, damaged) or taken (memory on a tier that cannot); the
+    /// message says what to do.
+    #[error("{0}")]
+    SnapshotRefused(String),
 }

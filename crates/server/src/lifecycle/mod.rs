@@ -4,6 +4,7 @@
 //! - `start`: tier, egress, pool claim, quota admission, creation, egress door; nothing remains of a failed start;
 //! - `destroy`: the runtime's sandbox with its egress door and E2B session; deleted, run finished, or lost;
 //! - [`expiry`]: a timeout's expiry time, and the sweeper that ends (or, with `auto_pause`, pauses) expired sandboxes;
+//! - `fork`: copies of a running sandbox (`copy`: its files into others, at once);
 //! - `pause`: pausing and resuming (database and runtime together, a resume admitted like a create);
 //! - [`reconcile`]: at start, tenants recorded and sandboxes (and commands) the runtime no longer has marked lost;
 //! - [`refill`]: the warm pools' refill task, resizes that destroy surplus members, idle members at shutdown.
@@ -12,9 +13,11 @@
 //! bookkeeping, and never an HTTP handler (`tests/api/layering.rs` checks it). Failures are [`LifecycleError`]s,
 //! which the API and the facade answer in their own wire shapes.
 
+mod copy;
 mod destroy;
 mod error;
 pub mod expiry;
+mod fork;
 mod pause;
 pub mod reconcile;
 pub mod refill;
@@ -23,5 +26,6 @@ mod start;
 pub(crate) use destroy::{end_running, finish_run, note_lost};
 pub use error::LifecycleError;
 pub(crate) use expiry::check_timeout;
+pub(crate) use fork::fork;
 pub(crate) use pause::{ensure_resumed, pause, resume};
 pub(crate) use start::{SIGKILL, pids_cap, resolve_tier, start_sandbox, start_sandbox_with_zygote};

@@ -159,3 +159,12 @@ pub(crate) async fn start_sandbox_with_zygote(
     );
     Ok((current, zygote))
 }
+
+/// Undoes a start that succeeded but whose caller could not finish (a fork or a restore that failed half-way): the
+/// sandbox is destroyed and its row removed, as if it had never been created.
+pub(crate) async fn abandon(state: &AppState, id: &str) {
+    destroy_quietly(state, id).await;
+    if let Err(error) = state.store().forget_sandbox(id).await {
+        tracing::error!(sandbox = %id, %error, "could not remove the row of an abandoned sandbox");
+    }
+}

@@ -1,0 +1,122 @@
+//! Forks and filesystem snapshots against a real `sandkasten serve` (#12, items 2 and 3). A fork of 3 gives three
+//! sandboxes with the source's files (home, /tmp, /dev/shm; modes and symlinks kept, a venv with an installed module
+//! still imports) whose writes are invisible to each other and to the source; a fork the quota cannot hold keeps no
+//! copy; a count of 0 is refused before anything is made. Checked on the host: the sandboxes that remain are exactly
+//! the ones the API names, and nothing of the refused or deleted ones is left.
+//!
+//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+
+#![allow(unsafe_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod common;
+mod serve;
+
+use common::Tier;
+use serde_json::{Value, json};
+use serve::{KEY_1, KEY_2, Server, assert_sandbox_gone_on};
+
+per_tier!(fork_makes_independent_copies_with_the_files, a_fork_that_does_not_fit_keeps_no_copy_and_bad_counts_are_422,);
+
+fn call(server: &Server, method: &str, path: &str, body: Option<Value>) -> serve::Reply {
+    server.call(method, path, KEY_1, body)
+}
+
+/// Files of every kind the copies must keep: nested, executable, a symlink, /tmp, /dev/shm, and a venv whose
+/// site-packages holds a module (an installed package, as far as the interpreter can tell).
+const PREPARE: &str = "set -e
+mkdir -p /workspace/src/deep && echo original > /workspace/src/deep/state
+printf '#!/bin/sh\\necho tool ran\\n' > /workspace/tool && chmod 750 /workspace/tool
+ln -s src/deep/state /workspace/link
+echo in-tmp > /tmp/scratch && echo in-shm > /dev/shm/segment
+/usr/bin/python3 -m venv --without-pip /workspace/venv
+site=$(/workspace/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')
+echo 'ANSWER = 42' > \"$site/installed_here.py\"";
+
+/// What a copy must see (one line each).
+const CHECK: &str = "cat /workspace/src/deep/state; /workspace/tool; stat -c %a /workspace/tool; readlink /workspace/link; \
+    cat /tmp/scratch /dev/shm/segment; /workspace/venv/bin/python -c 'import installed_here; print(installed_here.ANSWER)'";
+
+const EXPECTED: &str = "original\ntool ran\n750\nsrc/deep/state\nin-tmp\nin-shm\n42\n";
+
+fn fork_makes_independent_copies_with_the_files(tier: Tier) {
+    let server = Server::start_on(tier);
+    let source = server.create_on(tier, json!({"timeout_s": 600, "metadata": {"task": "fix-42"}}));
+    let prepared = server.exec(&source, PREPARE);
+    assert_eq!(prepared.json["exit_code"], 0, "{prepared:?}");
+    let forked = call(&server, "POST", &format!("/v1/sandboxes/{source}/fork"), Some(json!({"count": 3})));
+    assert_eq!(forked.status, 201, "{forked:?}");
+    let copies: Vec<String> =
+        forked.json["sandboxes"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(copies.len(), 3, "{forked:?}");
+    for (index, copy) in copies.iter().enumerate() {
+        assert_ne!(copy, &source);
+        let info = call(&server, "GET", &format!("/v1/sandboxes/{copy}"), None);
+        assert_eq!(
+            (info.json["state"].as_str(), info.json["isolation"].as_str()),
+            (Some("running"), Some(tier.name()))
+        );
+        assert_eq!(info.json["metadata"]["task"], "fix-42", "the copy keeps the source's metadata: {info:?}");
+        let seen = server.exec(copy, CHECK);
+        assert_eq!(seen.json["stdout"], EXPECTED, "copy {index} on {tier}: {seen:?}");
+        let wrote =
+            server.exec(copy, &format!("echo copy-{index} > /workspace/src/deep/state; echo {index} > /tmp/mine"));
+        assert_eq!(wrote.json["exit_code"], 0, "{wrote:?}");
+    }
+    // Each copy sees only its own writes; the source none of them.
+    for (index, copy) in copies.iter().enumerate() {
+        let seen = server.exec(copy, "cat /workspace/src/deep/state /tmp/mine");
+        assert_eq!(seen.json["stdout"], format!("copy-{index}\n{index}\n"), "{seen:?}");
+    }
+    let original = server.exec(&source, "cat /workspace/src/deep/state; ls /tmp");
+    assert_eq!(original.json["stdout"], "original\nscratch\n", "{original:?}");
+    for copy in &copies {
+        assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{copy}"), None).status, 204);
+        assert_sandbox_gone_on(tier, copy);
+    }
+    assert_eq!(server.exec(&source, "cat /workspace/src/deep/state").json["stdout"], "original\n");
+    assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{source}"), None).status, 204);
+    assert_sandbox_gone_on(tier, &source);
+}
+
+fn running_ids(server: &Server, key: &str) -> Vec<String> {
+    let list = server.call("GET", "/v1/sandboxes", key, None);
+    list.json["sandboxes"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_owned()).collect()
+}
+
+fn a_fork_that_does_not_fit_keeps_no_copy_and_bad_counts_are_422(tier: Tier) {
+    let server = Server::start_on(tier);
+    // t2 may run 8 sandboxes: the source and 7 copies fit, 8 copies do not.
+    let mut body = json!({"timeout_s": 600, "isolation": tier.name()});
+    let created = server.call("POST", "/v1/sandboxes", KEY_2, Some(body.take()));
+    assert_eq!(created.status, 201, "{created:?}");
+    let source = created.json["id"].as_str().unwrap().to_owned();
+    let path = format!("/v1/sandboxes/{source}/fork");
+    let refused = server.call("POST", &path, KEY_2, Some(json!({"count": 8})));
+    assert_eq!(refused.status, 429, "{refused:?}");
+    assert!(refused.json["error"]["message"].as_str().unwrap().contains("max_sandboxes"), "{refused:?}");
+    assert_eq!(running_ids(&server, KEY_2), vec![source.clone()], "a refused fork left a copy");
+    // On the host: the spawner runs one sandbox (the source); the 7 copies made before the refusal are gone.
+    let spawner = serve::spawner_of(&server);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while serve::children_of(spawner).len() != 1 {
+        let left = serve::children_of(spawner);
+        assert!(std::time::Instant::now() < deadline, "the spawner still runs {left:?} after the refused fork");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let rows = server.call("GET", "/v1/sandboxes?state=all", KEY_2, None);
+    assert_eq!(rows.json["sandboxes"].as_array().unwrap().len(), 1, "a refused fork left a row: {rows:?}");
+    for count in [0, 17] {
+        let bad = server.call("POST", &path, KEY_2, Some(json!({"count": count})));
+        assert_eq!(bad.status, 422, "{bad:?}");
+        assert!(bad.json["error"]["message"].as_str().unwrap().contains("between 1 and 16"), "{bad:?}");
+    }
+    let missing = server.call("POST", &path, KEY_2, Some(json!({})));
+    assert_eq!(missing.status, 422, "{missing:?}");
+    // Another tenant's sandbox cannot be forked: it does not exist for them.
+    assert_eq!(call(&server, "POST", &path, Some(json!({"count": 1}))).status, 404);
+    assert_eq!(running_ids(&server, KEY_2), vec![source.clone()]);
+    assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{source}"), KEY_2, None).status, 204);
+    assert_sandbox_gone_on(tier, &source);
+}
