@@ -99,7 +99,8 @@ pub(crate) fn compress(data: &[u8]) -> std::io::Result<Vec<u8>> {
 /// at most, so a damaged object cannot make the reader allocate more than the manifest says. The error is the
 /// problem, worded to follow "chunk X of part Y …".
 pub(crate) fn decode_verified(stored: &[u8], hash: &ChunkHash, len: u64) -> Result<Bytes, String> {
-    let capacity = usize::try_from(len).map_err(|_| format!("is listed as {len} bytes, more than this host can hold"))?;
+    let capacity =
+        usize::try_from(len).map_err(|_| format!("is listed as {len} bytes, more than this host can hold"))?;
     let data = zstd::bulk::decompress(stored, capacity).map_err(|error| format!("does not decompress: {error}"))?;
     if data.len() as u64 != len {
         return Err(format!("decompresses to {} bytes, the manifest says {len}", data.len()));

@@ -44,12 +44,7 @@ impl Chunker {
         Chunker { sizes, mask_small, mask_large, buffer: BytesMut::with_capacity(sizes.max), pending: Bytes::new() }
     }
 
-    /// Whether the chunker wants more input: [`Chunker::next_chunk`] must be drained before the next push.
-    pub(crate) fn wants_input(&self) -> bool {
-        self.pending.is_empty()
-    }
-
-    /// Hands the chunker the stream's next piece. Call only when [`Chunker::wants_input`].
+    /// Hands the chunker the stream's next piece. Call only after [`Chunker::next_chunk`] returned `None`.
     pub(crate) fn push(&mut self, piece: Bytes) {
         debug_assert!(self.pending.is_empty());
         self.pending = piece;

@@ -94,7 +94,8 @@ pub(crate) fn open_object_store(config: &StoreConfig) -> Result<Arc<dyn ObjectSt
         if prefix.is_empty() {
             return Ok(Arc::new(s3));
         }
-        let prefix = Path::parse(prefix).map_err(|_| invalid("the prefix after the bucket is not a valid object path"))?;
+        let prefix =
+            Path::parse(prefix).map_err(|_| invalid("the prefix after the bucket is not a valid object path"))?;
         return Ok(Arc::new(PrefixStore::new(s3, prefix)));
     }
     Err(invalid("the scheme is neither file:// nor s3://"))

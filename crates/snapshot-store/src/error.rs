@@ -159,7 +159,11 @@ impl StoreError {
     }
 
     /// An object store failure of `operation` on `path`.
-    pub(crate) fn object_store(operation: &'static str, path: &object_store::path::Path, source: object_store::Error) -> Self {
+    pub(crate) fn object_store(
+        operation: &'static str,
+        path: &object_store::path::Path,
+        source: object_store::Error,
+    ) -> Self {
         StoreError::ObjectStore { operation, path: path.to_string(), source }
     }
 }

@@ -16,8 +16,8 @@ use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
 use futures::TryStreamExt;
-use object_store::path::Path;
 use object_store::ObjectStoreExt;
+use object_store::path::Path;
 
 use crate::chunk::{CHUNKS_PREFIX, ChunkHash};
 use crate::error::StoreError;
@@ -79,7 +79,12 @@ pub(crate) async fn collect(store: &SnapshotStore, grace: Duration) -> Result<Gc
         report.chunks_deleted += 1;
         report.bytes_deleted += object.size;
     }
-    tracing::info!(manifests = report.manifests, chunks_deleted = report.chunks_deleted,
-        bytes_deleted = report.bytes_deleted, chunks_too_young = report.chunks_too_young, "snapshot gc done");
+    tracing::info!(
+        manifests = report.manifests,
+        chunks_deleted = report.chunks_deleted,
+        bytes_deleted = report.bytes_deleted,
+        chunks_too_young = report.chunks_too_young,
+        "snapshot gc done"
+    );
     Ok(report)
 }

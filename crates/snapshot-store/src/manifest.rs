@@ -129,7 +129,8 @@ pub(crate) fn snapshot_id_of(path: &Path) -> Option<String> {
 
 /// A snapshot id is 1 to 64 characters of `a-z`, `0-9` and `-`: safe as a file name and an object key as it is.
 pub(crate) fn validate_snapshot_id(id: &str) -> Result<(), StoreError> {
-    let valid = (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    let valid =
+        (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
     if valid { Ok(()) } else { Err(StoreError::InvalidSnapshotId { id: id.to_owned() }) }
 }
 

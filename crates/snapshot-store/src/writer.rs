@@ -110,27 +110,35 @@ impl SnapshotWriter {
         let mut at_end = false;
         loop {
             while in_flight.len() < CHUNKS_IN_FLIGHT {
-                match chunker.next_chunk(at_end) {
-                    Some(chunk) => in_flight.push_back(self.store_chunk(chunk)),
-                    None if at_end || !chunker.wants_input() => break,
-                    None => match data.next().await {
-                        Some(Ok(piece)) => chunker.push(piece),
-                        Some(Err(error)) => return Err(StoreError::Input { part: name.to_owned(), source: error.into() }),
-                        None => at_end = true,
-                    },
+                let Some(chunk) = chunker.next_chunk(at_end) else { break };
+                in_flight.push_back(self.store_chunk(chunk));
+            }
+            // At the end, `next_chunk` returned `None`: the chunker is empty.
+            if at_end && in_flight.is_empty() {
+                break;
+            }
+            // Below the limit, the chunker needs input (it returned `None`); at the limit, uploads must finish first.
+            let read_more = !at_end && in_flight.len() < CHUNKS_IN_FLIGHT;
+            tokio::select! {
+                biased;
+                Some(stored) = in_flight.next(), if !in_flight.is_empty() => {
+                    let StoredChunk { chunk, uploaded } = stored?;
+                    self.known.insert(chunk.hash, chunk.stored_len);
+                    part.logical_bytes += chunk.len;
+                    part.chunks.push(chunk);
+                    if uploaded {
+                        summary.new_chunks += 1;
+                        summary.uploaded_bytes += chunk.stored_len;
+                    }
+                    if let Some(progress) = progress {
+                        progress(part.logical_bytes);
+                    }
                 }
-            }
-            let Some(stored) = in_flight.next().await else { break };
-            let StoredChunk { chunk, uploaded } = stored?;
-            self.known.insert(chunk.hash, chunk.stored_len);
-            part.logical_bytes += chunk.len;
-            part.chunks.push(chunk);
-            if uploaded {
-                summary.new_chunks += 1;
-                summary.uploaded_bytes += chunk.stored_len;
-            }
-            if let Some(progress) = progress {
-                progress(part.logical_bytes);
+                piece = data.next(), if read_more => match piece {
+                    Some(Ok(piece)) => chunker.push(piece),
+                    Some(Err(error)) => return Err(StoreError::Input { part: name.to_owned(), source: error.into() }),
+                    None => at_end = true,
+                },
             }
         }
         summary.logical_bytes = part.logical_bytes;
@@ -144,8 +152,11 @@ impl SnapshotWriter {
         let hash = ChunkHash::of(&data);
         let len = data.len() as u64;
         if let Some(&stored_len) = self.known.get(&hash) {
-            return futures::future::ready(Ok(StoredChunk { chunk: ChunkRef { hash, len, stored_len }, uploaded: false }))
-                .boxed();
+            return futures::future::ready(Ok(StoredChunk {
+                chunk: ChunkRef { hash, len, stored_len },
+                uploaded: false,
+            }))
+            .boxed();
         }
         async move { put_chunk_if_absent(objects, hash, data).await }.boxed()
     }
@@ -214,6 +225,9 @@ async fn put_chunk_if_absent(
     }
     let compressed = tokio::task::spawn_blocking(move || compress(&data)).await?.map_err(StoreError::Compress)?;
     let stored_len = compressed.len() as u64;
-    objects.put(&path, PutPayload::from(compressed)).await.map_err(|source| StoreError::object_store("put", &path, source))?;
+    objects
+        .put(&path, PutPayload::from(compressed))
+        .await
+        .map_err(|source| StoreError::object_store("put", &path, source))?;
     Ok(StoredChunk { chunk: ChunkRef { hash, len, stored_len }, uploaded: true })
 }
