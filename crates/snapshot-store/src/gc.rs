@@ -1,0 +1,90 @@
+//! Garbage collection: delete every chunk that no manifest references and that is older than the grace period.
+//!
+//! What keeps a chunk a put still needs:
+//! - in this process, the GC lock: every [`crate::SnapshotWriter`] holding parts holds it shared, GC takes it
+//!   exclusively, so GC never runs between a put finding a chunk already stored (possibly an orphan, however old)
+//!   and the manifest that references it being written;
+//! - from other processes on the same store (several servers sharing a bucket), only the grace period: a chunk
+//!   they upload is young and kept. A chunk another process *found already stored* (dedup) but has not yet
+//!   referenced in a manifest is not protected: if it was an old orphan, GC here can delete it and that snapshot
+//!   then reads as damaged. Sharing one store between servers needs a lock outside this crate (or no GC on all but
+//!   one server with a grace period longer than any put).
+//!
+//! A manifest that cannot be read stops GC before anything is deleted: its chunks may be referenced.
+
+use std::collections::HashSet;
+use std::time::{Duration, SystemTime};
+
+use futures::TryStreamExt;
+use object_store::ObjectStoreExt;
+use object_store::path::Path;
+
+use crate::chunk::{CHUNKS_PREFIX, ChunkHash};
+use crate::error::StoreError;
+use crate::store::SnapshotStore;
+
+/// What one collection did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GcReport {
+    /// Manifests read (live snapshots).
+    pub manifests: usize,
+    /// Chunks kept because a manifest references them.
+    pub chunks_referenced: usize,
+    /// Unreferenced chunks kept because they are younger than the grace period.
+    pub chunks_too_young: usize,
+    /// Chunks deleted.
+    pub chunks_deleted: usize,
+    /// Stored (compressed) bytes of the deleted chunks.
+    pub bytes_deleted: u64,
+}
+
+/// Runs one collection over `store`, holding its GC lock exclusively.
+pub(crate) async fn collect(store: &SnapshotStore, grace: Duration) -> Result<GcReport, StoreError> {
+    let _exclusive = store.gc_lock().write_owned().await;
+    let objects = store.objects();
+    let mut report = GcReport::default();
+    let mut referenced = HashSet::new();
+    for snapshot_id in store.list().await? {
+        match store.manifest(&snapshot_id).await {
+            Ok(manifest) => referenced.extend(manifest.chunk_hashes()),
+            // Deleted since the listing: its chunks are garbage now.
+            Err(StoreError::NotFound { .. }) => continue,
+            Err(error) => return Err(error),
+        }
+        report.manifests += 1;
+    }
+
+    let chunks_prefix = Path::from(CHUNKS_PREFIX);
+    let mut listing = objects.list(Some(&chunks_prefix));
+    let now = SystemTime::now();
+    while let Some(object) =
+        listing.try_next().await.map_err(|source| StoreError::object_store("list", &chunks_prefix, source))?
+    {
+        let Some(hash) = ChunkHash::from_path(&object.location) else { continue };
+        if referenced.contains(&hash) {
+            report.chunks_referenced += 1;
+            continue;
+        }
+        let modified = SystemTime::from(object.last_modified);
+        // A modification time in the future (clock skew with the store) counts as young.
+        let old_enough = grace.is_zero() || now.duration_since(modified).is_ok_and(|age| age >= grace);
+        if !old_enough {
+            report.chunks_too_young += 1;
+            continue;
+        }
+        match objects.delete(&object.location).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(source) => return Err(StoreError::object_store("delete", &object.location, source)),
+        }
+        report.chunks_deleted += 1;
+        report.bytes_deleted += object.size;
+    }
+    tracing::info!(
+        manifests = report.manifests,
+        chunks_deleted = report.chunks_deleted,
+        bytes_deleted = report.bytes_deleted,
+        chunks_too_young = report.chunks_too_young,
+        "snapshot gc done"
+    );
+    Ok(report)
+}

@@ -1,0 +1,116 @@
+//! [`SnapshotStore`]: the handle the server keeps (cheap to clone) and the operations on stored snapshots.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{Stream, TryStreamExt};
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+use tokio::sync::RwLock;
+
+use crate::config::{StoreConfig, open_object_store};
+use crate::error::StoreError;
+use crate::gc::{GcReport, collect};
+use crate::manifest::{MANIFESTS_PREFIX, Manifest, manifest_path, snapshot_id_of, validate_snapshot_id};
+use crate::reader::read_part;
+use crate::writer::SnapshotWriter;
+
+/// A store of snapshots. Clones share the object store connection and the GC lock.
+#[derive(Clone, Debug)]
+pub struct SnapshotStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    objects: Arc<dyn ObjectStore>,
+    gc_grace: Duration,
+    /// Puts hold it shared while they have parts, GC exclusively (see the `gc` module).
+    gc_lock: Arc<RwLock<()>>,
+}
+
+impl SnapshotStore {
+    /// Opens the store `config.url` names (creating a local directory, mode 0700, if missing). Nothing is read from
+    /// the store yet: an unreachable bucket shows at the first operation.
+    pub fn open(config: &StoreConfig) -> Result<SnapshotStore, StoreError> {
+        let objects = open_object_store(config)?;
+        Ok(SnapshotStore {
+            inner: Arc::new(Inner { objects, gc_grace: config.gc_grace, gc_lock: Arc::new(RwLock::new(())) }),
+        })
+    }
+
+    /// A writer for a new snapshot `snapshot_id` (`[a-z0-9-]{1,64}`). Nothing is visible until its commit.
+    pub fn writer(&self, snapshot_id: &str) -> Result<SnapshotWriter, StoreError> {
+        validate_snapshot_id(snapshot_id)?;
+        Ok(SnapshotWriter::new(self.clone(), snapshot_id.to_owned()))
+    }
+
+    /// The manifest of `snapshot_id` (one small object read): [`StoreError::NotFound`] when there is none.
+    pub async fn manifest(&self, snapshot_id: &str) -> Result<Manifest, StoreError> {
+        validate_snapshot_id(snapshot_id)?;
+        let path = manifest_path(snapshot_id);
+        let bytes = match self.inner.objects.get(&path).await {
+            Ok(found) => found.bytes().await,
+            Err(error) => Err(error),
+        };
+        match bytes {
+            Ok(bytes) => Manifest::parse(snapshot_id, &bytes),
+            Err(object_store::Error::NotFound { .. }) => {
+                Err(StoreError::NotFound { snapshot_id: snapshot_id.to_owned() })
+            }
+            Err(source) => Err(StoreError::object_store("get", &path, source)),
+        }
+    }
+
+    /// The bytes of `part` of the snapshot `manifest` describes, chunk by chunk, each verified against its hash: a
+    /// missing or damaged chunk ends the stream with [`StoreError::ChunkMissing`] or [`StoreError::ChunkCorrupt`].
+    pub fn read_part(&self, manifest: &Manifest, part: &str) -> impl Stream<Item = Result<Bytes, StoreError>> + Send {
+        read_part(self.objects(), manifest, part)
+    }
+
+    /// Deletes the snapshot's manifest, then collects garbage ([`SnapshotStore::gc`]): the chunks no other
+    /// snapshot references go (once past the grace period).
+    pub async fn delete(&self, snapshot_id: &str) -> Result<GcReport, StoreError> {
+        validate_snapshot_id(snapshot_id)?;
+        let path = manifest_path(snapshot_id);
+        match self.inner.objects.delete(&path).await {
+            Ok(()) => {}
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(StoreError::NotFound { snapshot_id: snapshot_id.to_owned() });
+            }
+            Err(source) => return Err(StoreError::object_store("delete", &path, source)),
+        }
+        self.gc().await
+    }
+
+    /// Deletes every chunk no manifest references that is older than the grace period. Waits for this process's
+    /// puts in progress to commit or fail first.
+    pub async fn gc(&self) -> Result<GcReport, StoreError> {
+        collect(self, self.inner.gc_grace).await
+    }
+
+    /// The ids of every stored snapshot, sorted (to reconcile a database with the store).
+    pub async fn list(&self) -> Result<Vec<String>, StoreError> {
+        let prefix = Path::from(MANIFESTS_PREFIX);
+        let mut ids: Vec<String> = self
+            .inner
+            .objects
+            .list(Some(&prefix))
+            .map_ok(|object| snapshot_id_of(&object.location))
+            .try_filter_map(|id| async move { Ok(id) })
+            .try_collect()
+            .await
+            .map_err(|source| StoreError::object_store("list", &prefix, source))?;
+        ids.sort();
+        Ok(ids)
+    }
+
+    pub(crate) fn objects(&self) -> Arc<dyn ObjectStore> {
+        self.inner.objects.clone()
+    }
+
+    pub(crate) fn gc_lock(&self) -> Arc<RwLock<()>> {
+        self.inner.gc_lock.clone()
+    }
+}
