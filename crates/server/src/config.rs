@@ -58,6 +58,13 @@
 //! previous_key_files = ["/etc/sandkasten/old.key"]  # while rotating: re-sealed under key_file at start, then remove
 //!                                                 # (neither key_file nor key_env: <database>.secrets-key, made at
 //!                                                 # the first start; keep a copy elsewhere, see docs/operations.md)
+//!
+//! [snapshots]                                     # where snapshots are kept (content-addressed zstd chunks + manifests)
+//! store = "file:///var/lib/sandkasten/snapshots"  # default: <database directory>/snapshots; or "s3://bucket/prefix"
+//! # s3_endpoint = "https://s3.internal:9000"      # S3 settings (unset: the AWS_* environment variables)
+//! # s3_region = "eu-central-1"
+//! # s3_access_key_id = "…"                        # (prefer AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)
+//! gc_grace_s = 3600                               # unreferenced chunks younger than this survive a GC
 //! ```
 //!
 //! A create (or `POST /v1/run`) whose isolation tier, template and limits equal a pool's and whose `env` is empty
@@ -68,6 +75,7 @@
 
 mod defaults;
 mod secrets;
+mod snapshots;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -81,6 +89,7 @@ use crate::store::Quota;
 
 pub use defaults::Defaults;
 pub use secrets::SecretsConfig;
+pub use snapshots::SnapshotsConfig;
 
 /// Name of the environment variable holding extra API keys.
 pub const API_KEYS_ENV: &str = "SANDKASTEN_API_KEYS";
@@ -99,6 +108,9 @@ pub enum ConfigError {
     /// The `[egress]` table is unusable (a bad CIDR, host entry or file).
     #[error("[egress]: {0}")]
     Egress(String),
+    /// The `[snapshots]` store cannot be opened (a bad url, a directory that cannot be made).
+    #[error("[snapshots]: {0}")]
+    Snapshots(String),
     /// The file could not be read.
     #[error("cannot read config file {path}: {source}")]
     Read {
@@ -421,6 +433,9 @@ pub struct ServerConfig {
     /// Where the key sealing secret values comes from (`[secrets]`).
     #[serde(default)]
     pub secrets: SecretsConfig,
+    /// Where snapshots are kept (`[snapshots]`).
+    #[serde(default)]
+    pub snapshots: SnapshotsConfig,
 }
 
 /// What the database keeps of ended sandboxes, commands and egress events (`[retention]`).
@@ -550,6 +565,7 @@ impl Default for ServerConfig {
             egress: sandkasten_egress::EgressConfig::default(),
             gvisor: sandkasten_types::GvisorSettings::default(),
             secrets: SecretsConfig::default(),
+            snapshots: SnapshotsConfig::default(),
         }
     }
 }

@@ -25,6 +25,18 @@ pub fn command_id() -> Result<String, IdError> {
     Ok(format!("cmd-{}", random_hex(8)?))
 }
 
+/// A new snapshot id.
+pub fn snapshot_id() -> Result<String, IdError> {
+    Ok(format!("sn-{}", random_hex(8)?))
+}
+
+/// True for strings shaped like a snapshot id; anything else cannot exist.
+pub fn is_snapshot_id(text: &str) -> bool {
+    text.len() == 19
+        && text.starts_with("sn-")
+        && text.bytes().skip(3).all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 /// True for strings shaped like a sandbox id; anything else cannot exist and is answered with 404 at once.
 pub fn is_sandbox_id(text: &str) -> bool {
     text.len() == 19

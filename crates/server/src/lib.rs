@@ -31,6 +31,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use sandkasten_runtime::SandboxRuntime;
+use sandkasten_snapshot_store::SnapshotStore;
 
 pub use api::{ApiDoc, openapi_json, router};
 pub use config::{ConfigError, PoolConfig, ServerConfig};
@@ -154,15 +155,18 @@ pub async fn serve_on(
     let keys = seal::key_source::load(&config.secrets, &config.database)?;
     let store = Store::open(&config.database, keys)
         .map_err(|source| ServerError::Store { path: config.database.clone(), source })?;
-    let state =
-        AppState::new(&config, store, runtime).map_err(|e| ServerError::Config(ConfigError::Egress(e.to_string())))?;
+    let snapshots = SnapshotStore::open(&config.snapshots.store_config(&config.database))
+        .map_err(|e| ServerError::Config(ConfigError::Snapshots(e.to_string())))?;
+    let state = AppState::new(&config, store, snapshots, runtime)
+        .map_err(|e| ServerError::Config(ConfigError::Egress(e.to_string())))?;
     lifecycle::reconcile::register_tenants(&state).await.map_err(ServerError::Reconcile)?;
     let lost = lifecycle::reconcile::reconcile(&state).await.map_err(ServerError::Reconcile)?;
+    let unfinished = lifecycle::reconcile_snapshots(&state).await.map_err(ServerError::Reconcile)?;
     let addr = listener.local_addr().map_err(ServerError::Serve)?;
     if config.insecure_no_auth {
         tracing::warn!(%addr, "authentication is off (insecure_no_auth): every request acts as tenant 'default'");
     }
-    tracing::info!(%addr, tenants = config.tenants.len(), lost, "sandkasten server listening");
+    tracing::info!(%addr, tenants = config.tenants.len(), lost, unfinished, "sandkasten server listening");
     let sweeper = tokio::spawn(lifecycle::expiry::run(state.clone()));
     let refill = tokio::spawn(lifecycle::refill::run(state.clone()));
     let audit = state.audit_writer().map(tokio::spawn);

@@ -1,6 +1,7 @@
 //! What every handler shares: the store, the runtime, the keyring, the limits from the config, the metrics and the
 //! warm pools.
 
+use sandkasten_snapshot_store::SnapshotStore;
 use std::sync::{Arc, Mutex};
 
 use sandkasten_egress::{AuditEvent, AuditSink, ConfigError as EgressError, Proxy};
@@ -66,6 +67,7 @@ struct Inner {
     audit: Mutex<Option<AuditReceiver>>,
     e2b: Sessions,
     output_budgets: OutputBudgets,
+    snapshots: SnapshotStore,
 }
 
 /// The audit queue's two ends, until `serve_on` starts the writer.
@@ -85,7 +87,12 @@ impl std::fmt::Debug for AppState {
 
 impl AppState {
     /// State for a validated `config`, an opened `store` and a `runtime`.
-    pub fn new(config: &ServerConfig, store: Store, runtime: Arc<dyn SandboxRuntime>) -> Result<AppState, EgressError> {
+    pub fn new(
+        config: &ServerConfig,
+        store: Store,
+        snapshots: SnapshotStore,
+        runtime: Arc<dyn SandboxRuntime>,
+    ) -> Result<AppState, EgressError> {
         let (queue, receiver) = audit::queue();
         let proxy = Proxy::new(config.egress.clone(), Arc::clone(&queue) as Arc<dyn AuditSink>)?;
         Ok(AppState {
@@ -100,6 +107,7 @@ impl AppState {
                 audit: Mutex::new(Some((queue, receiver))),
                 e2b: Sessions::default(),
                 output_budgets: OutputBudgets::new(config.max_retained_output_bytes),
+                snapshots,
             }),
         })
     }
@@ -107,6 +115,11 @@ impl AppState {
     /// The store.
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// The snapshot store (chunks and manifests; the snapshots' rows are in `store`).
+    pub fn snapshots(&self) -> &SnapshotStore {
+        &self.inner.snapshots
     }
 
     pub(crate) fn runtime(&self) -> &dyn SandboxRuntime {

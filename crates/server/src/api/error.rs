@@ -46,6 +46,9 @@ pub enum ErrorCode {
     /// 503: the isolation tier could not start the sandbox (runsc refused or died); the message says what it said.
     /// Nothing was created; retrying may help, and the operator should look at the tier (`sandkasten doctor`).
     TierFailed,
+    /// 503: the snapshot store failed (unreachable, or it refused a write); the message names the operation. Nothing
+    /// was kept; retrying may help, and the operator should look at the store (`[snapshots] store`).
+    StoreFailed,
     /// 500: the server or runtime failed; never caused by input.
     Internal,
 }
@@ -66,6 +69,7 @@ impl ErrorCode {
             ErrorCode::TierUnavailable => "tier_unavailable",
             ErrorCode::QuotaExceeded => "quota_exceeded",
             ErrorCode::TierFailed => "tier_failed",
+            ErrorCode::StoreFailed => "store_failed",
             ErrorCode::Internal => "internal",
         }
     }
@@ -82,7 +86,7 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::Unprocessable | ErrorCode::TierUnavailable => StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
-            ErrorCode::TierFailed => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::TierFailed | ErrorCode::StoreFailed => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -243,6 +247,7 @@ impl From<LifecycleError> for ApiError {
                 ApiError::conflict(error.to_string())
             }
             LifecycleError::SnapshotNotFound(_) => ApiError::not_found(error.to_string()),
+            LifecycleError::SnapshotStore(_) => ApiError::new(ErrorCode::StoreFailed, error.to_string()),
             LifecycleError::AdmissionFailed | LifecycleError::DestroyFailed(_) => ApiError::internal(error),
         }
     }

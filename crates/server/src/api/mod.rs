@@ -28,6 +28,7 @@ pub(crate) mod sandboxes;
 pub mod schemas;
 mod secrets;
 mod service;
+mod snapshots;
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -57,6 +58,9 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes/{id}/timeout", post(sandboxes::set_timeout))
         .route("/sandboxes/{id}/pause", post(pause::pause))
         .route("/sandboxes/{id}/fork", post(fork::fork))
+        .route("/sandboxes/{id}/snapshots", post(snapshots::create))
+        .route("/snapshots", get(snapshots::list))
+        .route("/snapshots/{id}", get(snapshots::get).delete(snapshots::delete))
         .route("/sandboxes/{id}/resume", post(pause::resume))
         .route("/sandboxes/{id}/exec", post(exec::exec))
         .route("/sandboxes/{id}/commands", get(commands::list))

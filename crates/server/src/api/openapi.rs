@@ -8,7 +8,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::api::{
     archive, code, code_schemas, command_schemas, command_stream, commands, contexts, egress, egress_schemas, error,
-    exec, files, fork, isolation, pause, pools, run, sandboxes, schemas, secrets, service,
+    exec, files, fork, isolation, pause, pools, run, sandboxes, schemas, secrets, service, snapshots,
 };
 
 /// The OpenAPI description of every route.
@@ -26,6 +26,7 @@ use crate::api::{
     paths(
         sandboxes::create, sandboxes::list, sandboxes::get, sandboxes::delete, sandboxes::set_timeout,
         pause::pause, pause::resume, fork::fork,
+        snapshots::create, snapshots::list, snapshots::get, snapshots::delete,
         exec::exec,
         commands::list, command_stream::stream, commands::stdin, commands::signal, commands::kill,
         code::run_code, contexts::create, contexts::list, contexts::delete, contexts::restart,
@@ -50,6 +51,8 @@ use crate::api::{
         (name = "sandboxes", description = "Create, find and destroy sandboxes"),
         (name = "exec", description = "Run commands"),
         (name = "code", description = "Stateful code interpreter: Python and JavaScript contexts"),
+        (name = "snapshots", description = "Snapshots of a sandbox's files, kept in the snapshot store; restore with \
+            POST /v1/sandboxes {\"snapshot\": ID}"),
         (name = "files", description = "Files inside a sandbox"),
         (name = "network", description = "Egress: network policy, audit, secrets"),
         (name = "pools", description = "Warm pools: sizes and counts; resizing is for admin tenants"),

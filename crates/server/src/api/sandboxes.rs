@@ -6,13 +6,14 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use sandkasten_types::{Limits, SandboxSpec};
+use sandkasten_types::{Limits, SandboxSpec, Template};
 
 use crate::api::error::{ApiError, ErrorBody};
 use crate::api::extract::{IdPath, JsonBody, QueryParams, own_sandbox, running_sandbox};
 use crate::api::schemas::{CreateSandboxRequest, SandboxBody, SandboxList, TimeoutRequest};
+use crate::api::snapshots::snapshot_for_create;
 use crate::auth::Tenant;
-use crate::lifecycle::{check_timeout, end_running, start_sandbox};
+use crate::lifecycle::{abandon, check_timeout, end_running, restore_files, start_sandbox};
 use crate::state::AppState;
 use crate::store::SandboxState;
 use crate::validate;
@@ -22,14 +23,21 @@ use crate::validate;
     post, path = "/v1/sandboxes", tag = "sandboxes",
     request_body = CreateSandboxRequest,
     responses(
-        (status = 201, description = "Created and running", body = SandboxBody),
+        (status = 201, description = "Created and running (with the snapshot's files, when one is named)",
+            body = SandboxBody),
         (status = 400, description = "Malformed JSON, or a bad network pattern (named in the message)", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
+        (status = 404, description = "No such snapshot for this tenant", body = ErrorBody),
+        (status = 409, description = "The snapshot is still being saved, is damaged (the message says so; delete it), \
+            or its files could not be unpacked (e.g. larger than the disk limit); nothing was created",
+            body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 422, description = "Limits, env, metadata or timeout out of range, an unknown secret or a misspelt \
             isolation (`unprocessable`), or an isolation tier that cannot run here (`tier_unavailable`: not available \
             yet, or not installed on this host; the message says how to install it)", body = ErrorBody),
         (status = 429, description = "A tenant quota would be exceeded", body = ErrorBody),
+        (status = 503, description = "The snapshot store failed (`store_failed`); nothing was created",
+            body = ErrorBody),
     ),
     security(("api_key" = []))
 )]
@@ -38,21 +46,45 @@ pub(crate) async fn create(
     tenant: Tenant,
     JsonBody(body): JsonBody<CreateSandboxRequest>,
 ) -> Result<(StatusCode, Json<SandboxBody>), ApiError> {
-    let limits: Limits = body.limits.unwrap_or_default().into();
+    let snapshot = match &body.snapshot {
+        Some(id) => Some(snapshot_for_create(&state, &tenant, id).await?),
+        None => None,
+    };
+    let template: Template = body.template.map(Template::from).unwrap_or_default();
+    let (isolation, limits, template) = match &snapshot {
+        Some(snapshot) => {
+            if body.template.is_some_and(|asked| Template::from(asked) != snapshot.spec.template) {
+                return Err(ApiError::unprocessable(format!(
+                    "snapshot {} holds the files of a {:?} template sandbox; omit template or ask for that one",
+                    snapshot.id, snapshot.spec.template
+                )));
+            }
+            let limits = body.limits.map_or_else(|| snapshot.spec.limits.clone(), Limits::from);
+            (body.isolation.or(snapshot.spec.isolation), limits, snapshot.spec.template)
+        }
+        None => (body.isolation, body.limits.unwrap_or_default().into(), template),
+    };
     limits.validate().map_err(|error| ApiError::unprocessable(format!("limits: {error}")))?;
     validate::environment(&body.env).map_err(ApiError::unprocessable)?;
     validate::metadata(&body.metadata).map_err(ApiError::unprocessable)?;
     let settings = state.settings();
     let expires_ms = check_timeout(settings, body.timeout_s.unwrap_or(settings.default_timeout_s))?;
     let spec = SandboxSpec {
-        isolation: body.isolation,
-        template: body.template.unwrap_or_default().into(),
+        isolation,
+        template,
         limits,
         env: body.env,
         network: body.network.unwrap_or_default().into(),
         secrets: body.secrets,
     };
     let current = start_sandbox(&state, &tenant, spec, body.metadata, (expires_ms, body.lifecycle)).await?;
+    if let Some(snapshot) = snapshot
+        && let Err(error) = restore_files(&state, &snapshot, &current.id).await
+    {
+        // Nothing half-made: the sandbox that could not get the snapshot's files is not kept.
+        abandon(&state, &current.id).await;
+        return Err(error.into());
+    }
     Ok((StatusCode::CREATED, Json(current.into())))
 }
 

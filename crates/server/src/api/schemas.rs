@@ -131,6 +131,10 @@ pub struct CreateSandboxRequest {
     /// first (else 409 `paused`). Both default false.
     #[serde(default)]
     pub lifecycle: Lifecycle,
+    /// A snapshot (`sn-…`) of the caller's to start on: its files are unpacked into the new sandbox before it is
+    /// handed out. `isolation` and `limits` default to the snapshot's sandbox's; `template` must be its template.
+    #[serde(default)]
+    pub snapshot: Option<String>,
 }
 
 /// Where a sandbox is in its life.

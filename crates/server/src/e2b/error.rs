@@ -149,7 +149,7 @@ impl From<ApiError> for E2bError {
             ErrorCode::MethodNotAllowed => Code::Unimplemented,
             ErrorCode::Conflict | ErrorCode::Paused => Code::FailedPrecondition,
             ErrorCode::PayloadTooLarge | ErrorCode::QuotaExceeded => Code::ResourceExhausted,
-            ErrorCode::TierFailed => Code::Unavailable,
+            ErrorCode::TierFailed | ErrorCode::StoreFailed => Code::Unavailable,
             ErrorCode::Internal => Code::Internal,
         };
         E2bError::new(code, error.message)

@@ -79,4 +79,7 @@ pub enum LifecycleError {
     /// message says what to do.
     #[error("{0}")]
     SnapshotRefused(String),
+    /// The snapshot store failed (unreachable, refused a write); the message names the operation.
+    #[error("the snapshot store failed: {0}")]
+    SnapshotStore(String),
 }

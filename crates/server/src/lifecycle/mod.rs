@@ -5,6 +5,7 @@
 //! - `destroy`: the runtime's sandbox with its egress door and E2B session; deleted, run finished, or lost;
 //! - [`expiry`]: a timeout's expiry time, and the sweeper that ends (or, with `auto_pause`, pauses) expired sandboxes;
 //! - `fork`: copies of a running sandbox (`copy`: its files into others, at once);
+//! - `snapshot`: filesystem snapshots taken, restored into new sandboxes, deleted, reconciled with the store at start;
 //! - `pause`: pausing and resuming (database and runtime together, a resume admitted like a create);
 //! - [`reconcile`]: at start, tenants recorded and sandboxes (and commands) the runtime no longer has marked lost;
 //! - [`refill`]: the warm pools' refill task, resizes that destroy surplus members, idle members at shutdown.
@@ -21,6 +22,7 @@ mod fork;
 mod pause;
 pub mod reconcile;
 pub mod refill;
+mod snapshot;
 mod start;
 
 pub(crate) use destroy::{end_running, finish_run, note_lost};
@@ -28,4 +30,5 @@ pub use error::LifecycleError;
 pub(crate) use expiry::check_timeout;
 pub(crate) use fork::fork;
 pub(crate) use pause::{ensure_resumed, pause, resume};
-pub(crate) use start::{SIGKILL, pids_cap, resolve_tier, start_sandbox, start_sandbox_with_zygote};
+pub(crate) use snapshot::{delete_snapshot, reconcile_snapshots, restore_files, take_snapshot, usable_snapshot};
+pub(crate) use start::{SIGKILL, abandon, pids_cap, resolve_tier, start_sandbox, start_sandbox_with_zygote};

@@ -226,6 +226,70 @@ impl SandboxRuntime for FakeRuntime {
         })
     }
 
+    fn export_files<'a>(
+        &'a self,
+        id: &'a str,
+        dirs: Vec<String>,
+        sink: mpsc::Sender<Vec<u8>>,
+    ) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            let archive = self.with(id, |sb| {
+                let under = |path: &str| dirs.iter().any(|d| path.starts_with(&format!("{d}/")));
+                let mut builder = tar::Builder::new(Vec::new());
+                for dir in sb.dirs.iter().filter(|d| under(d)) {
+                    let mut header = tar::Header::new_gnu();
+                    header.set_entry_type(tar::EntryType::Directory);
+                    header.set_mode(0o755);
+                    header.set_size(0);
+                    builder.append_data(&mut header, dir.trim_start_matches('/'), std::io::empty()).unwrap();
+                }
+                for (path, data) in sb.files.iter().filter(|(p, _)| under(p)) {
+                    let mut header = tar::Header::new_gnu();
+                    header.set_mode(0o644);
+                    header.set_size(data.len() as u64);
+                    builder.append_data(&mut header, path.trim_start_matches('/'), data.as_slice()).unwrap();
+                }
+                Ok(builder.into_inner().unwrap())
+            })?;
+            for piece in archive.chunks(1024) {
+                sink.send(piece.to_vec()).await.map_err(|_| failure(FailureKind::Internal, "the reader went away"))?;
+            }
+            Ok(())
+        })
+    }
+
+    fn import_files<'a>(&'a self, id: &'a str, mut source: mpsc::Receiver<Vec<u8>>) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            let mut archive = Vec::new();
+            while let Some(piece) = source.recv().await {
+                archive.extend_from_slice(&piece);
+            }
+            let mut entries = Vec::new();
+            let mut reader = tar::Archive::new(archive.as_slice());
+            let parsed = reader.entries().and_then(|all| {
+                for entry in all {
+                    let mut entry = entry?;
+                    let path = format!("/{}", entry.path()?.display()).trim_end_matches('/').to_owned();
+                    let mut data = Vec::new();
+                    std::io::Read::read_to_end(&mut entry, &mut data)?;
+                    entries.push((path, entry.header().entry_type().is_dir(), data));
+                }
+                Ok(())
+            });
+            parsed.map_err(|e| failure(FailureKind::Conflict, format!("tar: {e}")))?;
+            self.with(id, |sb| {
+                for (path, is_dir, data) in entries {
+                    if is_dir {
+                        sb.dirs.insert(path);
+                    } else {
+                        sb.files.insert(path, data);
+                    }
+                }
+                Ok(())
+            })
+        })
+    }
+
     fn read_file<'a>(&'a self, id: &'a str, path: &'a str, max_bytes: u64) -> RuntimeFuture<'a, Vec<u8>> {
         Box::pin(async move {
             self.with(id, |sb| {

@@ -7,6 +7,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
 use sandkasten_server::config::{ApiKey, TenantConfig};
 use sandkasten_server::{AppState, ServerConfig, Store, router};
+use sandkasten_snapshot_store::{SnapshotStore, StoreConfig};
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -22,6 +23,8 @@ pub(crate) struct Harness {
     pub(crate) router: Router,
     pub(crate) state: AppState,
     pub(crate) runtime: Arc<FakeRuntime>,
+    /// The snapshot store's directory (removed with the harness).
+    pub(crate) snapshot_dir: tempfile::TempDir,
 }
 
 pub(crate) struct Reply {
@@ -76,8 +79,15 @@ impl Harness {
     pub(crate) fn with_config(config: ServerConfig) -> Harness {
         config.validate().unwrap();
         let runtime = Arc::new(FakeRuntime::default());
-        let state = AppState::new(&config, Store::open_in_memory().unwrap(), runtime.clone()).unwrap();
-        Harness { router: router(state.clone()), state, runtime }
+        let snapshot_dir = tempfile::tempdir().unwrap();
+        let store_config = StoreConfig {
+            url: format!("file://{}", snapshot_dir.path().display()),
+            gc_grace: std::time::Duration::ZERO,
+            ..StoreConfig::default()
+        };
+        let snapshots = SnapshotStore::open(&store_config).unwrap();
+        let state = AppState::new(&config, Store::open_in_memory().unwrap(), snapshots, runtime.clone()).unwrap();
+        Harness { router: router(state.clone()), state, runtime, snapshot_dir }
     }
 
     pub(crate) async fn send(&self, request: Request<Body>) -> axum::response::Response {

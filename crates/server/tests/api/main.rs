@@ -25,6 +25,7 @@ mod pools;
 mod quotas;
 mod run;
 mod secrets_at_rest;
+mod snapshots;
 mod tcp;
 mod tier_results;
 mod tiers;
