@@ -74,13 +74,15 @@ impl SnapshotStore {
     pub async fn delete(&self, snapshot_id: &str) -> Result<GcReport, StoreError> {
         validate_snapshot_id(snapshot_id)?;
         let path = manifest_path(snapshot_id);
-        match self.inner.objects.delete(&path).await {
-            Ok(()) => {}
+        // S3 answers a delete of a missing object with success: ask first, so an unknown id is `NotFound` everywhere.
+        match self.inner.objects.head(&path).await {
+            Ok(_) => {}
             Err(object_store::Error::NotFound { .. }) => {
                 return Err(StoreError::NotFound { snapshot_id: snapshot_id.to_owned() });
             }
-            Err(source) => return Err(StoreError::object_store("delete", &path, source)),
+            Err(source) => return Err(StoreError::object_store("head", &path, source)),
         }
+        self.inner.objects.delete(&path).await.map_err(|source| StoreError::object_store("delete", &path, source))?;
         self.gc().await
     }
 
