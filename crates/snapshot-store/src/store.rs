@@ -7,12 +7,12 @@ use bytes::Bytes;
 use futures::{Stream, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
-use tokio::sync::RwLock;
 
 use crate::config::{StoreConfig, open_object_store};
 use crate::error::StoreError;
 use crate::gc::{GcReport, collect};
 use crate::manifest::{MANIFESTS_PREFIX, Manifest, manifest_path, snapshot_id_of, validate_snapshot_id};
+use crate::pins::ChunkPins;
 use crate::reader::read_part;
 use crate::writer::SnapshotWriter;
 
@@ -26,8 +26,8 @@ pub struct SnapshotStore {
 struct Inner {
     objects: Arc<dyn ObjectStore>,
     gc_grace: Duration,
-    /// Puts hold it shared while they have parts, GC exclusively (see the `gc` module).
-    gc_lock: Arc<RwLock<()>>,
+    /// Which chunks this process's puts are using (see the `pins` module).
+    pins: Arc<ChunkPins>,
 }
 
 impl SnapshotStore {
@@ -35,9 +35,7 @@ impl SnapshotStore {
     /// the store yet: an unreachable bucket shows at the first operation.
     pub fn open(config: &StoreConfig) -> Result<SnapshotStore, StoreError> {
         let objects = open_object_store(config)?;
-        Ok(SnapshotStore {
-            inner: Arc::new(Inner { objects, gc_grace: config.gc_grace, gc_lock: Arc::new(RwLock::new(())) }),
-        })
+        Ok(SnapshotStore { inner: Arc::new(Inner { objects, gc_grace: config.gc_grace, pins: Arc::default() }) })
     }
 
     /// A writer for a new snapshot `snapshot_id` (`[a-z0-9-]{1,64}`). Nothing is visible until its commit.
@@ -86,8 +84,8 @@ impl SnapshotStore {
         self.gc().await
     }
 
-    /// Deletes every chunk no manifest references that is older than the grace period. Waits for this process's
-    /// puts in progress to commit or fail first.
+    /// Deletes every chunk no manifest references that is older than the grace period and that no put of this
+    /// process is using. One collection runs at a time; puts go on meanwhile.
     pub async fn gc(&self) -> Result<GcReport, StoreError> {
         collect(self, self.inner.gc_grace).await
     }
@@ -112,7 +110,7 @@ impl SnapshotStore {
         self.inner.objects.clone()
     }
 
-    pub(crate) fn gc_lock(&self) -> Arc<RwLock<()>> {
-        self.inner.gc_lock.clone()
+    pub(crate) fn pins(&self) -> Arc<ChunkPins> {
+        self.inner.pins.clone()
     }
 }

@@ -14,12 +14,12 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, Stream, StreamExt};
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
-use tokio::sync::OwnedRwLockReadGuard;
 
 use crate::chunk::{ChunkHash, compress};
 use crate::chunker::{ChunkSizes, Chunker};
 use crate::error::StoreError;
 use crate::manifest::{ChunkRef, MANIFEST_FORMAT, Manifest, PartManifest, manifest_path, validate_part_name};
+use crate::pins::PinSet;
 use crate::store::SnapshotStore;
 
 /// Chunks hashed, compressed and uploaded at once per part: enough to keep an S3 connection busy, few enough that
@@ -41,11 +41,8 @@ pub struct PartSummary {
     pub uploaded_bytes: u64,
 }
 
-/// Writes one snapshot; made by [`SnapshotStore::writer`].
-///
-/// While it holds parts it holds the store's GC lock shared, so this process's GC cannot delete a chunk it found
-/// already stored before the manifest that references it is written: do not run [`SnapshotStore::gc`] or
-/// [`SnapshotStore::delete`] from the same task while a writer is alive (it would wait for the writer).
+/// Writes one snapshot; made by [`SnapshotStore::writer`]. Until it commits or is dropped, it pins every chunk it
+/// uses, so this process's GC leaves them alone.
 pub struct SnapshotWriter {
     store: SnapshotStore,
     snapshot_id: String,
@@ -53,12 +50,13 @@ pub struct SnapshotWriter {
     /// Chunks of this snapshot already stored, with their stored size (a repeated chunk costs no request).
     known: HashMap<ChunkHash, u64>,
     failed: bool,
-    gc_guard: Option<OwnedRwLockReadGuard<()>>,
+    pins: PinSet,
 }
 
 impl SnapshotWriter {
     pub(crate) fn new(store: SnapshotStore, snapshot_id: String) -> Self {
-        SnapshotWriter { store, snapshot_id, parts: Vec::new(), known: HashMap::new(), failed: false, gc_guard: None }
+        let pins = PinSet::new(store.pins());
+        SnapshotWriter { store, snapshot_id, parts: Vec::new(), known: HashMap::new(), failed: false, pins }
     }
 
     /// Stores the part `name` from `data`, streaming: chunks are stored as they are cut. `progress`, if given, is
@@ -80,9 +78,6 @@ impl SnapshotWriter {
         }
         if self.parts.iter().any(|part| part.name == name) {
             return Err(StoreError::DuplicatePart { snapshot_id: self.snapshot_id.clone(), part: name.to_owned() });
-        }
-        if self.gc_guard.is_none() {
-            self.gc_guard = Some(self.store.gc_lock().read_owned().await);
         }
         let result = self.store_part(name, data, progress).await;
         self.failed = result.is_err();
@@ -147,7 +142,7 @@ impl SnapshotWriter {
     }
 
     /// Stores one chunk unless this snapshot or the store already has it.
-    fn store_chunk(&self, data: Bytes) -> BoxFuture<'static, Result<StoredChunk, StoreError>> {
+    fn store_chunk(&mut self, data: Bytes) -> BoxFuture<'static, Result<StoredChunk, StoreError>> {
         let objects = self.store.objects();
         let hash = ChunkHash::of(&data);
         let len = data.len() as u64;
@@ -158,7 +153,12 @@ impl SnapshotWriter {
             }))
             .boxed();
         }
-        async move { put_chunk_if_absent(objects, hash, data).await }.boxed()
+        let pins = self.pins.pin(hash);
+        async move {
+            pins.wait_while_deleting(hash).await;
+            put_chunk_if_absent(objects, hash, data).await
+        }
+        .boxed()
     }
 
     /// Writes the manifest, making the snapshot visible, and returns it. Refused when an earlier part failed or a
@@ -196,7 +196,7 @@ impl SnapshotWriter {
             }
             Err(source) => return Err(StoreError::object_store("put", &path, source)),
         }
-        drop(self.gc_guard);
+        self.pins.release_committed();
         tracing::debug!(snapshot_id = %manifest.snapshot_id, logical_bytes = manifest.logical_bytes,
             stored_bytes = manifest.stored_bytes, "snapshot committed");
         Ok(manifest)
