@@ -73,12 +73,12 @@ pub(crate) async fn collect(store: &SnapshotStore, grace: Duration) -> Result<Gc
             report.chunks_too_young += 1;
             continue;
         }
-        if !collection.start_deleting(hash) {
+        let Some(mark) = collection.start_deleting(hash) else {
             report.chunks_in_use += 1;
             continue;
-        }
+        };
         let deleted = objects.delete(&object.location).await;
-        collection.finish_deleting(hash);
+        drop(mark);
         match deleted {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
             Err(source) => return Err(StoreError::object_store("delete", &object.location, source)),

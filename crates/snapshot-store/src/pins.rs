@@ -95,18 +95,27 @@ pub(crate) struct CollectionGuard {
 }
 
 impl CollectionGuard {
-    /// Marks `hash` as being deleted, unless a put holds it or committed it during this collection (`false`: keep it).
-    pub(crate) fn start_deleting(&self, hash: ChunkHash) -> bool {
+    /// Marks `hash` as being deleted until the mark is dropped (after the delete request, done, failed or
+    /// cancelled), unless a put holds it or committed it during this collection (`None`: keep it).
+    pub(crate) fn start_deleting(&self, hash: ChunkHash) -> Option<DeletingMark<'_>> {
         let mut state = self.pins.state();
         if state.pinned.contains_key(&hash) || state.committed_during_collection.contains(&hash) {
-            return false;
+            return None;
         }
-        state.deleting.insert(hash)
+        state.deleting.insert(hash);
+        Some(DeletingMark { pins: &self.pins, hash })
     }
+}
 
-    /// The delete of `hash` is over (done or failed): puts waiting for it may look again.
-    pub(crate) fn finish_deleting(&self, hash: ChunkHash) {
-        self.pins.state().deleting.remove(&hash);
+/// A chunk being deleted; dropping the mark lets puts waiting for it look again.
+pub(crate) struct DeletingMark<'a> {
+    pins: &'a ChunkPins,
+    hash: ChunkHash,
+}
+
+impl Drop for DeletingMark<'_> {
+    fn drop(&mut self) {
+        self.pins.state().deleting.remove(&self.hash);
         self.pins.deleted.notify_waiters();
     }
 }
@@ -166,8 +175,8 @@ mod tests {
         let mut set = PinSet::new(pins.clone());
         set.pin(kept);
         let collection = pins.begin_collection().await;
-        assert!(!collection.start_deleting(kept), "a pinned chunk was marked for deletion");
-        assert!(collection.start_deleting(deleted));
+        assert!(collection.start_deleting(kept).is_none(), "a pinned chunk was marked for deletion");
+        let mark = collection.start_deleting(deleted).unwrap();
 
         set.pin(deleted);
         let waiter = tokio::spawn({
@@ -176,7 +185,7 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiter.is_finished(), "the put looked for a chunk while its delete ran");
-        collection.finish_deleting(deleted);
+        drop(mark);
         tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap();
     }
 
@@ -188,10 +197,10 @@ mod tests {
         let mut set = PinSet::new(pins.clone());
         set.pin(hash);
         set.release_committed();
-        assert!(!collection.start_deleting(hash));
+        assert!(collection.start_deleting(hash).is_none());
         drop(collection);
         let next = pins.begin_collection().await;
-        assert!(next.start_deleting(hash), "the next collection reads the manifest instead");
+        assert!(next.start_deleting(hash).is_some(), "the next collection reads the manifest instead");
     }
 
     #[tokio::test]
@@ -202,6 +211,6 @@ mod tests {
         set.pin(hash);
         set.pin(hash);
         drop(set);
-        assert!(pins.begin_collection().await.start_deleting(hash));
+        assert!(pins.begin_collection().await.start_deleting(hash).is_some());
     }
 }

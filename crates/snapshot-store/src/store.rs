@@ -16,7 +16,7 @@ use crate::pins::ChunkPins;
 use crate::reader::read_part;
 use crate::writer::SnapshotWriter;
 
-/// A store of snapshots. Clones share the object store connection and the GC lock.
+/// A store of snapshots. Clones share the object store connection and the pins of puts in progress.
 #[derive(Clone, Debug)]
 pub struct SnapshotStore {
     inner: Arc<Inner>,
@@ -63,7 +63,12 @@ impl SnapshotStore {
 
     /// The bytes of `part` of the snapshot `manifest` describes, chunk by chunk, each verified against its hash: a
     /// missing or damaged chunk ends the stream with [`StoreError::ChunkMissing`] or [`StoreError::ChunkCorrupt`].
-    pub fn read_part(&self, manifest: &Manifest, part: &str) -> impl Stream<Item = Result<Bytes, StoreError>> + Send {
+    /// The stream borrows nothing: it can outlive `self` and `manifest` (e.g. as an HTTP response body).
+    pub fn read_part(
+        &self,
+        manifest: &Manifest,
+        part: &str,
+    ) -> impl Stream<Item = Result<Bytes, StoreError>> + Send + use<> {
         read_part(self.objects(), manifest, part)
     }
 

@@ -126,6 +126,13 @@ async fn parts_round_trip(harness: &Harness) {
     assert_eq!(read(&store, &manifest, "one").await.unwrap(), b"x");
     assert!(read(&store, &manifest, "big.tar").await.unwrap() == big, "big.tar came back different");
     assert_eq!(store.list().await.unwrap(), vec!["round-trip".to_owned()]);
+    let outliving = {
+        let store = harness.store();
+        let manifest = store.manifest("round-trip").await.unwrap();
+        store.read_part(&manifest, "one")
+    };
+    let pieces: Vec<Bytes> = outliving.try_collect().await.unwrap();
+    assert_eq!(pieces.concat(), b"x", "a stream that outlived its store and manifest");
     let missing_part = read(&store, &manifest, "nope").await.unwrap_err();
     assert!(matches!(missing_part, StoreError::PartNotFound { .. }), "{missing_part}");
 }
