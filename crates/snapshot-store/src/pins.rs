@@ -40,7 +40,7 @@ struct PinState {
 
 impl ChunkPins {
     fn state(&self) -> MutexGuard<'_, PinState> {
-        // The state stays consistent across a panic (each change is one collection operation).
+        // The state stays consistent across a panic: every change under the lock is a single insert or remove.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
