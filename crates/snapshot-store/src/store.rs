@@ -119,3 +119,31 @@ impl SnapshotStore {
         self.inner.pins.clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::future::Future;
+
+    use super::*;
+
+    fn shareable<T: Clone + Send + Sync + 'static>() {}
+
+    /// Compiles only if the future can run on any tokio worker (axum handlers, spawned tasks).
+    fn sendable<F: Future + Send>(_: F) {}
+
+    #[test]
+    fn the_store_and_its_operations_can_cross_tasks() {
+        shareable::<SnapshotStore>();
+        let temp = tempfile::tempdir().unwrap();
+        let config = StoreConfig { url: format!("file://{}", temp.path().display()), ..StoreConfig::default() };
+        let store = SnapshotStore::open(&config).unwrap();
+        let mut writer = store.writer("sb-1").unwrap();
+        let progress = |_: u64| {};
+        sendable(writer.add_part("a", futures::stream::empty::<Result<Bytes, std::io::Error>>(), Some(&progress)));
+        sendable(writer.commit(serde_json::Value::Null));
+        sendable(store.gc());
+        sendable(store.list());
+    }
+}
