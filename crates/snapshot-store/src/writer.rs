@@ -60,8 +60,9 @@ impl SnapshotWriter {
     }
 
     /// Stores the part `name` from `data`, streaming: chunks are stored as they are cut. `progress`, if given, is
-    /// called with the part's bytes stored so far after each chunk. A failure (the input's or the store's) makes the
-    /// writer unusable: [`SnapshotWriter::commit`] then refuses, and the chunks stored so far are orphans for GC.
+    /// called with the part's bytes stored so far after each chunk. A failure (the input's or the store's) returns
+    /// once the uploads already running have ended, and makes the writer unusable: [`SnapshotWriter::commit`] then
+    /// refuses, and the chunks stored so far are orphans for GC.
     pub async fn add_part<S, E>(
         &mut self,
         name: &str,
@@ -103,21 +104,24 @@ impl SnapshotWriter {
         let mut summary =
             PartSummary { name: name.to_owned(), logical_bytes: 0, chunks: 0, new_chunks: 0, uploaded_bytes: 0 };
         let mut at_end = false;
-        loop {
+        let outcome = loop {
             while in_flight.len() < CHUNKS_IN_FLIGHT {
                 let Some(chunk) = chunker.next_chunk(at_end) else { break };
                 in_flight.push_back(self.store_chunk(chunk));
             }
             // At the end, `next_chunk` returned `None`: the chunker is empty.
             if at_end && in_flight.is_empty() {
-                break;
+                break Ok(());
             }
             // Below the limit, the chunker needs input (it returned `None`); at the limit, uploads must finish first.
             let read_more = !at_end && in_flight.len() < CHUNKS_IN_FLIGHT;
             tokio::select! {
                 biased;
                 Some(stored) = in_flight.next(), if !in_flight.is_empty() => {
-                    let StoredChunk { chunk, uploaded } = stored?;
+                    let StoredChunk { chunk, uploaded } = match stored {
+                        Ok(stored) => stored,
+                        Err(error) => break Err(error),
+                    };
                     self.known.insert(chunk.hash, chunk.stored_len);
                     part.logical_bytes += chunk.len;
                     part.chunks.push(chunk);
@@ -131,10 +135,15 @@ impl SnapshotWriter {
                 }
                 piece = data.next(), if read_more => match piece {
                     Some(Ok(piece)) => chunker.push(piece),
-                    Some(Err(error)) => return Err(StoreError::Input { part: name.to_owned(), source: error.into() }),
+                    Some(Err(error)) => break Err(StoreError::Input { part: name.to_owned(), source: error.into() }),
                     None => at_end = true,
                 },
             }
+        };
+        if let Err(error) = outcome {
+            // Let the uploads already running end, so none lands after the caller saw the failure.
+            while in_flight.next().await.is_some() {}
+            return Err(error);
         }
         summary.logical_bytes = part.logical_bytes;
         summary.chunks = part.chunks.len();
