@@ -219,7 +219,8 @@ struct StoredChunk {
 }
 
 /// Uploads the chunk unless the store has it (a chunk written by any earlier or concurrent put counts: the same hash
-/// is the same bytes, so a race between two uploads of it writes the same object twice).
+/// is the same bytes, so a race between two uploads of it writes the same object twice). Presence is all that is
+/// checked: a stored chunk damaged since it was written is reused as it is, and shows when a snapshot is read.
 async fn put_chunk_if_absent(
     objects: Arc<dyn ObjectStore>,
     hash: ChunkHash,
