@@ -55,9 +55,13 @@ namespaces=$(ip netns list 2>/dev/null | grep -E '^sk-test-')
 links=$(ip -br link 2>/dev/null | grep -E '^skh')
 [ -n "$links" ] && problems+=("test veth links left: $links")
 
+# The snapshot store's S3 test server (crates/snapshot-store/tests/s3.rs starts and kills it).
+moto=$(ps -e -o pid=,stat=,args= | awk '$2 !~ /^Z/ && /s3-test-venv\/bin\/moto_server/')
+[ -n "$moto" ] && problems+=("S3 test servers still running: $moto")
+
 if [ "${#problems[@]}" -gt 0 ]; then
   printf 'leak check failed:\n' >&2
   printf '  %s\n' "${problems[@]}" >&2
   exit 1
 fi
-echo "leak check: no records, cgroups, sandbox processes, gVisor bundles, runsc state or processes, mounts or test network namespaces left"
+echo "leak check: no records, cgroups, sandbox processes, gVisor bundles, runsc state or processes, mounts, test network namespaces or S3 test servers left"

@@ -1,9 +1,8 @@
 //! Garbage collection: delete every chunk that no manifest references and that is older than the grace period.
 //!
 //! What keeps a chunk a put still needs:
-//! - in this process, the GC lock: every [`crate::SnapshotWriter`] holding parts holds it shared, GC takes it
-//!   exclusively, so GC never runs between a put finding a chunk already stored (possibly an orphan, however old)
-//!   and the manifest that references it being written;
+//! - in this process, the put's pins (the `pins` module): GC never deletes a chunk a put found already stored
+//!   (possibly an orphan, however old) or uploaded, from before the put looks for it until its manifest is written;
 //! - from other processes on the same store (several servers sharing a bucket), only the grace period: a chunk
 //!   they upload is young and kept. A chunk another process *found already stored* (dedup) but has not yet
 //!   referenced in a manifest is not protected: if it was an old orphan, GC here can delete it and that snapshot
@@ -32,15 +31,17 @@ pub struct GcReport {
     pub chunks_referenced: usize,
     /// Unreferenced chunks kept because they are younger than the grace period.
     pub chunks_too_young: usize,
+    /// Unreferenced chunks kept because a put of this process in progress is using them.
+    pub chunks_in_use: usize,
     /// Chunks deleted.
     pub chunks_deleted: usize,
     /// Stored (compressed) bytes of the deleted chunks.
     pub bytes_deleted: u64,
 }
 
-/// Runs one collection over `store`, holding its GC lock exclusively.
+/// Runs one collection over `store` (after any other running one).
 pub(crate) async fn collect(store: &SnapshotStore, grace: Duration) -> Result<GcReport, StoreError> {
-    let _exclusive = store.gc_lock().write_owned().await;
+    let collection = store.pins().begin_collection().await;
     let objects = store.objects();
     let mut report = GcReport::default();
     let mut referenced = HashSet::new();
@@ -72,7 +73,13 @@ pub(crate) async fn collect(store: &SnapshotStore, grace: Duration) -> Result<Gc
             report.chunks_too_young += 1;
             continue;
         }
-        match objects.delete(&object.location).await {
+        let Some(mark) = collection.start_deleting(hash) else {
+            report.chunks_in_use += 1;
+            continue;
+        };
+        let deleted = objects.delete(&object.location).await;
+        drop(mark);
+        match deleted {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
             Err(source) => return Err(StoreError::object_store("delete", &object.location, source)),
         }

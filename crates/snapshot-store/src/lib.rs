@@ -33,6 +33,7 @@ mod config;
 mod error;
 mod gc;
 mod manifest;
+mod pins;
 mod reader;
 mod store;
 mod writer;

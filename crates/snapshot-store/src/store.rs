@@ -7,16 +7,16 @@ use bytes::Bytes;
 use futures::{Stream, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
-use tokio::sync::RwLock;
 
 use crate::config::{StoreConfig, open_object_store};
 use crate::error::StoreError;
 use crate::gc::{GcReport, collect};
 use crate::manifest::{MANIFESTS_PREFIX, Manifest, manifest_path, snapshot_id_of, validate_snapshot_id};
+use crate::pins::ChunkPins;
 use crate::reader::read_part;
 use crate::writer::SnapshotWriter;
 
-/// A store of snapshots. Clones share the object store connection and the GC lock.
+/// A store of snapshots. Clones share the object store connection and the pins of puts in progress.
 #[derive(Clone, Debug)]
 pub struct SnapshotStore {
     inner: Arc<Inner>,
@@ -26,8 +26,8 @@ pub struct SnapshotStore {
 struct Inner {
     objects: Arc<dyn ObjectStore>,
     gc_grace: Duration,
-    /// Puts hold it shared while they have parts, GC exclusively (see the `gc` module).
-    gc_lock: Arc<RwLock<()>>,
+    /// Which chunks this process's puts are using (see the `pins` module).
+    pins: Arc<ChunkPins>,
 }
 
 impl SnapshotStore {
@@ -35,9 +35,7 @@ impl SnapshotStore {
     /// the store yet: an unreachable bucket shows at the first operation.
     pub fn open(config: &StoreConfig) -> Result<SnapshotStore, StoreError> {
         let objects = open_object_store(config)?;
-        Ok(SnapshotStore {
-            inner: Arc::new(Inner { objects, gc_grace: config.gc_grace, gc_lock: Arc::new(RwLock::new(())) }),
-        })
+        Ok(SnapshotStore { inner: Arc::new(Inner { objects, gc_grace: config.gc_grace, pins: Arc::default() }) })
     }
 
     /// A writer for a new snapshot `snapshot_id` (`[a-z0-9-]{1,64}`). Nothing is visible until its commit.
@@ -65,7 +63,12 @@ impl SnapshotStore {
 
     /// The bytes of `part` of the snapshot `manifest` describes, chunk by chunk, each verified against its hash: a
     /// missing or damaged chunk ends the stream with [`StoreError::ChunkMissing`] or [`StoreError::ChunkCorrupt`].
-    pub fn read_part(&self, manifest: &Manifest, part: &str) -> impl Stream<Item = Result<Bytes, StoreError>> + Send {
+    /// The stream borrows nothing: it can outlive `self` and `manifest` (e.g. as an HTTP response body).
+    pub fn read_part(
+        &self,
+        manifest: &Manifest,
+        part: &str,
+    ) -> impl Stream<Item = Result<Bytes, StoreError>> + Send + use<> {
         read_part(self.objects(), manifest, part)
     }
 
@@ -74,18 +77,20 @@ impl SnapshotStore {
     pub async fn delete(&self, snapshot_id: &str) -> Result<GcReport, StoreError> {
         validate_snapshot_id(snapshot_id)?;
         let path = manifest_path(snapshot_id);
-        match self.inner.objects.delete(&path).await {
-            Ok(()) => {}
+        // S3 answers a delete of a missing object with success: ask first, so an unknown id is `NotFound` everywhere.
+        match self.inner.objects.head(&path).await {
+            Ok(_) => {}
             Err(object_store::Error::NotFound { .. }) => {
                 return Err(StoreError::NotFound { snapshot_id: snapshot_id.to_owned() });
             }
-            Err(source) => return Err(StoreError::object_store("delete", &path, source)),
+            Err(source) => return Err(StoreError::object_store("head", &path, source)),
         }
+        self.inner.objects.delete(&path).await.map_err(|source| StoreError::object_store("delete", &path, source))?;
         self.gc().await
     }
 
-    /// Deletes every chunk no manifest references that is older than the grace period. Waits for this process's
-    /// puts in progress to commit or fail first.
+    /// Deletes every chunk no manifest references that is older than the grace period and that no put of this
+    /// process is using. One collection runs at a time; puts go on meanwhile.
     pub async fn gc(&self) -> Result<GcReport, StoreError> {
         collect(self, self.inner.gc_grace).await
     }
@@ -110,7 +115,35 @@ impl SnapshotStore {
         self.inner.objects.clone()
     }
 
-    pub(crate) fn gc_lock(&self) -> Arc<RwLock<()>> {
-        self.inner.gc_lock.clone()
+    pub(crate) fn pins(&self) -> Arc<ChunkPins> {
+        self.inner.pins.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::future::Future;
+
+    use super::*;
+
+    fn shareable<T: Clone + Send + Sync + 'static>() {}
+
+    /// Compiles only if the future can run on any tokio worker (axum handlers, spawned tasks).
+    fn sendable<F: Future + Send>(_: F) {}
+
+    #[test]
+    fn the_store_and_its_operations_can_cross_tasks() {
+        shareable::<SnapshotStore>();
+        let temp = tempfile::tempdir().unwrap();
+        let config = StoreConfig { url: format!("file://{}", temp.path().display()), ..StoreConfig::default() };
+        let store = SnapshotStore::open(&config).unwrap();
+        let mut writer = store.writer("sb-1").unwrap();
+        let progress = |_: u64| {};
+        sendable(writer.add_part("a", futures::stream::empty::<Result<Bytes, std::io::Error>>(), Some(&progress)));
+        sendable(writer.commit(serde_json::Value::Null));
+        sendable(store.gc());
+        sendable(store.list());
     }
 }

@@ -14,12 +14,12 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, Stream, StreamExt};
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
-use tokio::sync::OwnedRwLockReadGuard;
 
 use crate::chunk::{ChunkHash, compress};
 use crate::chunker::{ChunkSizes, Chunker};
 use crate::error::StoreError;
 use crate::manifest::{ChunkRef, MANIFEST_FORMAT, Manifest, PartManifest, manifest_path, validate_part_name};
+use crate::pins::PinSet;
 use crate::store::SnapshotStore;
 
 /// Chunks hashed, compressed and uploaded at once per part: enough to keep an S3 connection busy, few enough that
@@ -41,11 +41,8 @@ pub struct PartSummary {
     pub uploaded_bytes: u64,
 }
 
-/// Writes one snapshot; made by [`SnapshotStore::writer`].
-///
-/// While it holds parts it holds the store's GC lock shared, so this process's GC cannot delete a chunk it found
-/// already stored before the manifest that references it is written: do not run [`SnapshotStore::gc`] or
-/// [`SnapshotStore::delete`] from the same task while a writer is alive (it would wait for the writer).
+/// Writes one snapshot; made by [`SnapshotStore::writer`]. Until it commits or is dropped, it pins every chunk it
+/// uses, so this process's GC leaves them alone.
 pub struct SnapshotWriter {
     store: SnapshotStore,
     snapshot_id: String,
@@ -53,17 +50,19 @@ pub struct SnapshotWriter {
     /// Chunks of this snapshot already stored, with their stored size (a repeated chunk costs no request).
     known: HashMap<ChunkHash, u64>,
     failed: bool,
-    gc_guard: Option<OwnedRwLockReadGuard<()>>,
+    pins: PinSet,
 }
 
 impl SnapshotWriter {
     pub(crate) fn new(store: SnapshotStore, snapshot_id: String) -> Self {
-        SnapshotWriter { store, snapshot_id, parts: Vec::new(), known: HashMap::new(), failed: false, gc_guard: None }
+        let pins = PinSet::new(store.pins());
+        SnapshotWriter { store, snapshot_id, parts: Vec::new(), known: HashMap::new(), failed: false, pins }
     }
 
     /// Stores the part `name` from `data`, streaming: chunks are stored as they are cut. `progress`, if given, is
-    /// called with the part's bytes stored so far after each chunk. A failure (the input's or the store's) makes the
-    /// writer unusable: [`SnapshotWriter::commit`] then refuses, and the chunks stored so far are orphans for GC.
+    /// called with the part's bytes stored so far after each chunk. A failure (the input's or the store's) returns
+    /// once the uploads already running have ended, and makes the writer unusable: [`SnapshotWriter::commit`] then
+    /// refuses, and the chunks stored so far are orphans for GC.
     pub async fn add_part<S, E>(
         &mut self,
         name: &str,
@@ -80,9 +79,6 @@ impl SnapshotWriter {
         }
         if self.parts.iter().any(|part| part.name == name) {
             return Err(StoreError::DuplicatePart { snapshot_id: self.snapshot_id.clone(), part: name.to_owned() });
-        }
-        if self.gc_guard.is_none() {
-            self.gc_guard = Some(self.store.gc_lock().read_owned().await);
         }
         let result = self.store_part(name, data, progress).await;
         self.failed = result.is_err();
@@ -108,21 +104,24 @@ impl SnapshotWriter {
         let mut summary =
             PartSummary { name: name.to_owned(), logical_bytes: 0, chunks: 0, new_chunks: 0, uploaded_bytes: 0 };
         let mut at_end = false;
-        loop {
+        let outcome = loop {
             while in_flight.len() < CHUNKS_IN_FLIGHT {
                 let Some(chunk) = chunker.next_chunk(at_end) else { break };
                 in_flight.push_back(self.store_chunk(chunk));
             }
             // At the end, `next_chunk` returned `None`: the chunker is empty.
             if at_end && in_flight.is_empty() {
-                break;
+                break Ok(());
             }
             // Below the limit, the chunker needs input (it returned `None`); at the limit, uploads must finish first.
             let read_more = !at_end && in_flight.len() < CHUNKS_IN_FLIGHT;
             tokio::select! {
                 biased;
                 Some(stored) = in_flight.next(), if !in_flight.is_empty() => {
-                    let StoredChunk { chunk, uploaded } = stored?;
+                    let StoredChunk { chunk, uploaded } = match stored {
+                        Ok(stored) => stored,
+                        Err(error) => break Err(error),
+                    };
                     self.known.insert(chunk.hash, chunk.stored_len);
                     part.logical_bytes += chunk.len;
                     part.chunks.push(chunk);
@@ -136,10 +135,15 @@ impl SnapshotWriter {
                 }
                 piece = data.next(), if read_more => match piece {
                     Some(Ok(piece)) => chunker.push(piece),
-                    Some(Err(error)) => return Err(StoreError::Input { part: name.to_owned(), source: error.into() }),
+                    Some(Err(error)) => break Err(StoreError::Input { part: name.to_owned(), source: error.into() }),
                     None => at_end = true,
                 },
             }
+        };
+        if let Err(error) = outcome {
+            // Let the uploads already running end, so none lands after the caller saw the failure.
+            while in_flight.next().await.is_some() {}
+            return Err(error);
         }
         summary.logical_bytes = part.logical_bytes;
         summary.chunks = part.chunks.len();
@@ -147,7 +151,7 @@ impl SnapshotWriter {
     }
 
     /// Stores one chunk unless this snapshot or the store already has it.
-    fn store_chunk(&self, data: Bytes) -> BoxFuture<'static, Result<StoredChunk, StoreError>> {
+    fn store_chunk(&mut self, data: Bytes) -> BoxFuture<'static, Result<StoredChunk, StoreError>> {
         let objects = self.store.objects();
         let hash = ChunkHash::of(&data);
         let len = data.len() as u64;
@@ -158,7 +162,12 @@ impl SnapshotWriter {
             }))
             .boxed();
         }
-        async move { put_chunk_if_absent(objects, hash, data).await }.boxed()
+        let pins = self.pins.pin(hash);
+        async move {
+            pins.wait_while_deleting(hash).await;
+            put_chunk_if_absent(objects, hash, data).await
+        }
+        .boxed()
     }
 
     /// Writes the manifest, making the snapshot visible, and returns it. Refused when an earlier part failed or a
@@ -196,7 +205,7 @@ impl SnapshotWriter {
             }
             Err(source) => return Err(StoreError::object_store("put", &path, source)),
         }
-        drop(self.gc_guard);
+        self.pins.release_committed();
         tracing::debug!(snapshot_id = %manifest.snapshot_id, logical_bytes = manifest.logical_bytes,
             stored_bytes = manifest.stored_bytes, "snapshot committed");
         Ok(manifest)
@@ -210,7 +219,8 @@ struct StoredChunk {
 }
 
 /// Uploads the chunk unless the store has it (a chunk written by any earlier or concurrent put counts: the same hash
-/// is the same bytes, so a race between two uploads of it writes the same object twice).
+/// is the same bytes, so a race between two uploads of it writes the same object twice). Presence is all that is
+/// checked: a stored chunk damaged since it was written is reused as it is, and shows when a snapshot is read.
 async fn put_chunk_if_absent(
     objects: Arc<dyn ObjectStore>,
     hash: ChunkHash,

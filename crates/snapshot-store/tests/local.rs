@@ -45,13 +45,14 @@ macro_rules! local_cases {
 
 local_cases!(
     empty_one_byte_and_multi_chunk_parts_round_trip,
+    the_input_is_read_at_most_a_few_chunks_ahead_of_what_is_stored,
     a_corrupted_chunk_is_named_with_snapshot_and_part,
     a_missing_chunk_is_named_with_snapshot_and_part,
     a_put_failing_half_way_leaves_no_manifest_and_gc_removes_its_chunks,
     deleting_one_of_two_snapshots_keeps_the_shared_chunks,
     two_tars_that_differ_a_little_share_most_chunks,
     gc_keeps_orphans_younger_than_the_grace_period,
-    gc_waits_for_a_put_that_reuses_orphan_chunks,
+    gc_spares_orphan_chunks_a_put_in_progress_reuses,
     ids_duplicates_and_unknown_snapshots_are_refused,
     a_damaged_manifest_stops_gc_before_it_deletes,
 );

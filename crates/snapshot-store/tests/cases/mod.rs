@@ -45,13 +45,14 @@ pub type Case = for<'a> fn(&'a Harness) -> futures::future::BoxFuture<'a, ()>;
 
 pub const ALL: &[(&str, Case)] = &[
     ("empty_one_byte_and_multi_chunk_parts_round_trip", |h| Box::pin(parts_round_trip(h))),
+    ("the_input_is_read_at_most_a_few_chunks_ahead_of_what_is_stored", |h| Box::pin(bounded_read_ahead(h))),
     ("a_corrupted_chunk_is_named_with_snapshot_and_part", |h| Box::pin(corrupted_chunk_is_named(h))),
     ("a_missing_chunk_is_named_with_snapshot_and_part", |h| Box::pin(missing_chunk_is_named(h))),
     ("a_put_failing_half_way_leaves_no_manifest_and_gc_removes_its_chunks", |h| Box::pin(failed_put(h))),
     ("deleting_one_of_two_snapshots_keeps_the_shared_chunks", |h| Box::pin(delete_keeps_shared(h))),
     ("two_tars_that_differ_a_little_share_most_chunks", |h| Box::pin(tar_dedup(h))),
     ("gc_keeps_orphans_younger_than_the_grace_period", |h| Box::pin(grace_keeps_young(h))),
-    ("gc_waits_for_a_put_that_reuses_orphan_chunks", |h| Box::pin(gc_waits_for_put(h))),
+    ("gc_spares_orphan_chunks_a_put_in_progress_reuses", |h| Box::pin(gc_spares_chunks_in_use(h))),
     ("ids_duplicates_and_unknown_snapshots_are_refused", |h| Box::pin(refusals(h))),
     ("a_damaged_manifest_stops_gc_before_it_deletes", |h| Box::pin(damaged_manifest_stops_gc(h))),
 ];
@@ -125,8 +126,46 @@ async fn parts_round_trip(harness: &Harness) {
     assert_eq!(read(&store, &manifest, "one").await.unwrap(), b"x");
     assert!(read(&store, &manifest, "big.tar").await.unwrap() == big, "big.tar came back different");
     assert_eq!(store.list().await.unwrap(), vec!["round-trip".to_owned()]);
+    let outliving = {
+        let store = harness.store();
+        let manifest = store.manifest("round-trip").await.unwrap();
+        store.read_part(&manifest, "one")
+    };
+    let pieces: Vec<Bytes> = outliving.try_collect().await.unwrap();
+    assert_eq!(pieces.concat(), b"x", "a stream that outlived its store and manifest");
     let missing_part = read(&store, &manifest, "nope").await.unwrap_err();
     assert!(matches!(missing_part, StoreError::PartNotFound { .. }), "{missing_part}");
+}
+
+async fn bounded_read_ahead(harness: &Harness) {
+    const PART: u64 = 32 << 20;
+    const PIECE: u64 = 64 << 10;
+    // The chunker's window and four chunks being stored, each at most 4 MiB, and the piece just read.
+    const BOUND: u64 = 5 * (4 << 20) + PIECE;
+    let store = harness.store();
+    let stored = Arc::new(AtomicU64::new(0));
+    let most_ahead = Arc::new(AtomicU64::new(0));
+    let input = futures::stream::unfold(0u64, {
+        let (stored, most_ahead) = (stored.clone(), most_ahead.clone());
+        move |produced| {
+            let (stored, most_ahead) = (stored.clone(), most_ahead.clone());
+            async move {
+                if produced == PART {
+                    return None;
+                }
+                most_ahead.fetch_max(produced + PIECE - stored.load(Ordering::SeqCst), Ordering::SeqCst);
+                let piece = Bytes::from(noise(PIECE as usize, produced));
+                Some((Ok::<_, io::Error>(piece), produced + PIECE))
+            }
+        }
+    });
+    let progress = |bytes: u64| stored.store(bytes, Ordering::SeqCst);
+    let mut writer = store.writer("streamed").unwrap();
+    let summary = writer.add_part("rootfs.tar", input, Some(&progress)).await.unwrap();
+    assert_eq!(summary.logical_bytes, PART);
+    let ahead = most_ahead.load(Ordering::SeqCst);
+    println!("read ahead of what was stored: at most {} KiB", ahead >> 10);
+    assert!(ahead <= BOUND, "the writer read {ahead} bytes ahead of what it had stored (bound {BOUND})");
 }
 
 /// Stores a two-part snapshot and returns it with the hash of a chunk of the second part's middle.
@@ -270,26 +309,29 @@ async fn grace_keeps_young(harness: &Harness) {
     assert_eq!(harness.store().gc().await.unwrap().chunks_deleted, orphans);
 }
 
-async fn gc_waits_for_put(harness: &Harness) {
+async fn gc_spares_chunks_in_use(harness: &Harness) {
     let store = harness.store();
     let data = noise(6 << 20, 8);
     // Orphans of any age: a snapshot whose manifest went without a GC after it.
     put(&store, "orphaned", &[("rootfs.tar", &data)]).await;
     harness.raw.delete(&Path::from("manifests/orphaned.json")).await.unwrap();
+    let orphans = harness.stored_chunks().await.len();
 
     let mut writer = store.writer("reuses").unwrap();
     let summary = writer.add_part("rootfs.tar", pieces(&data), None).await.unwrap();
     assert_eq!(summary.new_chunks, 0, "the orphans were not reused: {summary:?}");
-    let gc = tokio::spawn({
-        let store = store.clone();
-        async move { store.gc().await }
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!gc.is_finished(), "gc ran while a put held chunks it found already stored");
+    let report =
+        tokio::time::timeout(Duration::from_secs(30), store.gc()).await.expect("gc waited for the put").unwrap();
+    assert_eq!((report.chunks_in_use, report.chunks_deleted), (orphans, 0), "{report:?}");
     let manifest = writer.commit(serde_json::Value::Null).await.unwrap();
-    let report = gc.await.unwrap().unwrap();
-    assert_eq!(report.manifests, 1);
+    assert_eq!(store.gc().await.unwrap().chunks_referenced, orphans);
     assert!(read(&store, &manifest, "rootfs.tar").await.unwrap() == data);
+
+    // A writer that gives up releases what it pinned.
+    let mut abandoned = store.writer("abandoned").unwrap();
+    abandoned.add_part("extra.img", pieces(&noise(2 << 20, 12)), None).await.unwrap();
+    drop(abandoned);
+    assert!(store.gc().await.unwrap().chunks_deleted >= 1);
 }
 
 async fn refusals(harness: &Harness) {
