@@ -1,4 +1,7 @@
-//! Forks and filesystem snapshots against a real `sandkasten serve` (#12, items 2 and 3). A fork of 3 gives three
+//! Forks and filesystem snapshots against a real `sandkasten serve` (#12, items 2 to 4). A snapshot restored into a
+//! new sandbox (of this tier, and of the other) has the files and the installed package, while the source changed on;
+//! `kill -9` of the server in the middle of an upload leaves, after the restart, no snapshot row that cannot restore
+//! and no chunk on disk that no manifest names, while a snapshot finished before still restores. A fork of 3 gives three
 //! sandboxes with the source's files (home, /tmp, /dev/shm; modes and symlinks kept, a venv with an installed module
 //! still imports) whose writes are invisible to each other and to the source; a fork the quota cannot hold keeps no
 //! copy; a count of 0 is refused before anything is made. Checked on the host: the sandboxes that remain are exactly
@@ -17,7 +20,12 @@ use common::Tier;
 use serde_json::{Value, json};
 use serve::{KEY_1, KEY_2, Server, assert_sandbox_gone_on};
 
-per_tier!(fork_makes_independent_copies_with_the_files, a_fork_that_does_not_fit_keeps_no_copy_and_bad_counts_are_422,);
+per_tier!(
+    fork_makes_independent_copies_with_the_files,
+    a_fork_that_does_not_fit_keeps_no_copy_and_bad_counts_are_422,
+    a_filesystem_snapshot_restores_the_files_and_the_installed_package_into_a_new_sandbox,
+    kill_9_during_a_snapshot_upload_leaves_no_snapshot_that_lists_and_no_orphaned_chunk,
+);
 
 fn call(server: &Server, method: &str, path: &str, body: Option<Value>) -> serve::Reply {
     server.call(method, path, KEY_1, body)
@@ -119,4 +127,99 @@ fn a_fork_that_does_not_fit_keeps_no_copy_and_bad_counts_are_422(tier: Tier) {
     assert_eq!(running_ids(&server, KEY_2), vec![source.clone()]);
     assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{source}"), KEY_2, None).status, 204);
     assert_sandbox_gone_on(tier, &source);
+}
+
+fn snapshot_of(server: &Server, id: &str) -> String {
+    let taken = call(server, "POST", &format!("/v1/sandboxes/{id}/snapshots"), Some(json!({"name": "prepared"})));
+    assert_eq!(taken.status, 201, "{taken:?}");
+    assert_eq!(taken.json["state"], "ready", "{taken:?}");
+    taken.json["snapshot_id"].as_str().unwrap().to_owned()
+}
+
+fn a_filesystem_snapshot_restores_the_files_and_the_installed_package_into_a_new_sandbox(tier: Tier) {
+    // gc_grace_s = 0: a delete's GC removes the chunks at once (the default spares them an hour).
+    let server = Server::start_with_on(tier, "[snapshots]\ngc_grace_s = 0\n");
+    let source = server.create_on(tier, json!({"timeout_s": 600}));
+    assert_eq!(server.exec(&source, PREPARE).json["exit_code"], 0);
+    let snapshot = snapshot_of(&server, &source);
+    // The source goes on and is then deleted: the snapshot is its own.
+    assert_eq!(server.exec(&source, "echo later > /workspace/src/deep/state").json["exit_code"], 0);
+    assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{source}"), None).status, 204);
+    let other = if tier == Tier::Process { Tier::Gvisor } else { Tier::Process };
+    for target in [tier, other] {
+        let restored = call(
+            &server,
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"snapshot": snapshot, "isolation": target.name(), "timeout_s": 600})),
+        );
+        assert_eq!(restored.status, 201, "restore on {target}: {restored:?}");
+        assert_eq!(restored.json["isolation"], target.name());
+        let copy = restored.json["id"].as_str().unwrap().to_owned();
+        let seen = server.exec(&copy, CHECK);
+        assert_eq!(seen.json["stdout"], EXPECTED, "a {tier} snapshot restored on {target}: {seen:?}");
+        assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{copy}"), None).status, 204);
+        assert_sandbox_gone_on(target, &copy);
+    }
+    assert_eq!(call(&server, "DELETE", &format!("/v1/snapshots/{snapshot}"), None).status, 204);
+    let chunks = server.database().parent().unwrap().join("snapshots/chunks");
+    assert_eq!(files_under(&chunks), Vec::<std::path::PathBuf>::new(), "a deleted snapshot left chunks");
+}
+
+/// Every file under `dir`, recursively.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() { found.extend(files_under(&path)) } else { found.push(path) }
+    }
+    found.sort();
+    found
+}
+
+fn kill_9_during_a_snapshot_upload_leaves_no_snapshot_that_lists_and_no_orphaned_chunk(tier: Tier) {
+    // gc_grace_s = 0: the restart's GC removes every unreferenced chunk at once (the default keeps them an hour).
+    let mut server = Server::start_with_on(tier, "[snapshots]\ngc_grace_s = 0\n");
+    let id = server.create_on(tier, json!({"timeout_s": 600, "limits": {"disk_bytes": 512 << 20}}));
+    assert_eq!(server.exec(&id, "echo kept > /workspace/kept").json["exit_code"], 0);
+    let finished = snapshot_of(&server, &id);
+    let store = server.database().parent().unwrap().join("snapshots");
+    let chunks_of_finished = files_under(&store.join("chunks"));
+    // Incompressible and large, so the upload takes seconds (the debug build moves a few MB/s).
+    let big = server.exec(&id, "head -c 120M /dev/urandom > /workspace/big && echo ok");
+    assert_eq!(big.json["stdout"], "ok\n", "{big:?}");
+    let url = format!("{}/v1/sandboxes/{id}/snapshots", server.url);
+    let agent = server.http().clone();
+    let upload = std::thread::spawn(move || {
+        agent.post(&url).header("Authorization", format!("Bearer {KEY_1}")).send_json(json!({})).map(|r| r.status())
+    });
+    // Wait until the upload is under way: its row is listed as saving and chunks of it are on disk.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let list = call(&server, "GET", "/v1/snapshots", None);
+        let saving = list.json["snapshots"].as_array().unwrap().iter().any(|s| s["state"] == "saving");
+        if saving && files_under(&store.join("chunks")).len() > chunks_of_finished.len() + 2 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the upload never got under way: {list:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    server.stop_with(libc::SIGKILL);
+    let _ = upload.join();
+    server.relaunch();
+    let list = call(&server, "GET", "/v1/snapshots", None);
+    let listed: Vec<&str> =
+        list.json["snapshots"].as_array().unwrap().iter().map(|s| s["snapshot_id"].as_str().unwrap()).collect();
+    assert_eq!(listed, vec![finished.as_str()], "after the crash: {list:?}");
+    assert_eq!(files_under(&store.join("chunks")), chunks_of_finished, "the cut-off upload left chunks");
+    assert_eq!(files_under(&store.join("manifests")).len(), 1);
+    // The sandbox died with the server (lost); the finished snapshot still restores.
+    assert_sandbox_gone_on(tier, &id);
+    let restored =
+        call(&server, "POST", "/v1/sandboxes", Some(json!({"snapshot": finished, "isolation": tier.name()})));
+    assert_eq!(restored.status, 201, "{restored:?}");
+    let copy = restored.json["id"].as_str().unwrap().to_owned();
+    assert_eq!(server.exec(&copy, "cat /workspace/kept; ls /workspace").json["stdout"], "kept\nkept\n");
+    assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{copy}"), None).status, 204);
+    assert_sandbox_gone_on(tier, &copy);
 }

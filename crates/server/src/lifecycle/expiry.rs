@@ -71,7 +71,8 @@ pub async fn prune(state: &AppState, now_ms: i64) -> Result<crate::retention::Pr
     Ok(pruned)
 }
 
-/// Sweeps every `SWEEP_INTERVAL` (and prunes every `PRUNE_INTERVAL`, first at start) until the task is aborted.
+/// Sweeps every `SWEEP_INTERVAL` (and prunes the database and collects the snapshot store's garbage every
+/// `PRUNE_INTERVAL`, first at start) until the task is aborted.
 pub async fn run(state: AppState) {
     let mut interval = tokio::time::interval(SWEEP_INTERVAL);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -82,6 +83,14 @@ pub async fn run(state: AppState) {
             last_prune = Some(std::time::Instant::now());
             if let Err(error) = prune(&state, now_ms()).await {
                 tracing::error!(%error, "pruning the database failed");
+            }
+            // Chunks that deletes spared (younger than the store's grace) or crashes left go now.
+            match state.snapshots().gc().await {
+                Ok(report) if report.chunks_deleted > 0 => {
+                    tracing::info!(chunks = report.chunks_deleted, bytes = report.bytes_deleted, "snapshot store gc");
+                }
+                Ok(_) => {}
+                Err(error) => tracing::error!(%error, "snapshot store gc failed"),
             }
         }
         if let Err(error) = sweep(&state, now_ms()).await {
