@@ -34,6 +34,8 @@ enum Command {
     Serve(serve_command::ServeArgs),
     /// Client of a `sandkasten serve` server: create, list, info, exec, code, cp and rm long-lived sandboxes.
     Sandbox(Box<client::SandboxArgs>),
+    /// Your snapshots on a `sandkasten serve` server: list, info, rm (take them with `sandbox snapshot`).
+    Snapshot(Box<client::SnapshotArgs>),
     /// Internal: the single-threaded helper `serve` starts to create sandboxes. Not for use by hand.
     #[command(hide = true)]
     Spawner {
@@ -103,6 +105,7 @@ fn main() {
         Command::Serve(args) => serve_command::run(args),
         Command::Spawner { runsc, gvisor_platform } => serve_command::run_spawner(runsc, &gvisor_platform),
         Command::Sandbox(args) => client::run(*args),
+        Command::Snapshot(args) => client::snapshots::run(*args),
         Command::Doctor { json } => match doctor::run(json) {
             Ok(code) => code,
             Err(error) => {

@@ -25,6 +25,7 @@ per_tier!(
     a_fork_that_does_not_fit_keeps_no_copy_and_bad_counts_are_422,
     a_filesystem_snapshot_restores_the_files_and_the_installed_package_into_a_new_sandbox,
     kill_9_during_a_snapshot_upload_leaves_no_snapshot_that_lists_and_no_orphaned_chunk,
+    the_cli_snapshots_restores_forks_lists_and_removes,
 );
 
 fn call(server: &Server, method: &str, path: &str, body: Option<Value>) -> serve::Reply {
@@ -222,4 +223,46 @@ fn kill_9_during_a_snapshot_upload_leaves_no_snapshot_that_lists_and_no_orphaned
     assert_eq!(server.exec(&copy, "cat /workspace/kept; ls /workspace").json["stdout"], "kept\nkept\n");
     assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{copy}"), None).status, 204);
     assert_sandbox_gone_on(tier, &copy);
+}
+
+fn the_cli_snapshots_restores_forks_lists_and_removes(tier: Tier) {
+    let server = Server::start_on(tier);
+    let source = server.create_on(tier, json!({"timeout_s": 600}));
+    assert_eq!(server.exec(&source, "echo from-cli > /workspace/note").json["exit_code"], 0);
+    let cli = |args: &[&str]| {
+        let output = std::process::Command::new(common::bin())
+            .args(args)
+            .args(["--url", &server.url])
+            .env("SANDKASTEN_API_KEY", KEY_1)
+            .output()
+            .unwrap();
+        (output.status.code(), String::from_utf8_lossy(&output.stdout).into_owned(), output)
+    };
+    let (code, snapshot, output) = cli(&["sandbox", "snapshot", &source, "--name", "cli"]);
+    assert_eq!(code, Some(0), "{output:?}");
+    let snapshot = snapshot.trim().to_owned();
+    assert!(snapshot.starts_with("sn-"), "{output:?}");
+    let (code, listed, output) = cli(&["snapshot", "list"]);
+    assert_eq!(code, Some(0), "{output:?}");
+    assert!(listed.contains(&snapshot) && listed.contains("ready") && listed.contains("cli"), "{listed}");
+    let (code, restored, output) = cli(&["sandbox", "create", "--from", &snapshot]);
+    assert_eq!(code, Some(0), "{output:?}");
+    let restored = restored.trim().to_owned();
+    assert_eq!(server.exec(&restored, "cat /workspace/note").json["stdout"], "from-cli\n");
+    let (code, copies, output) = cli(&["sandbox", "fork", &source, "--count", "2"]);
+    assert_eq!(code, Some(0), "{output:?}");
+    let copies: Vec<&str> = copies.lines().collect();
+    assert_eq!(copies.len(), 2, "{output:?}");
+    for copy in &copies {
+        assert_eq!(server.exec(copy, "cat /workspace/note").json["stdout"], "from-cli\n");
+    }
+    let (code, removed, output) = cli(&["snapshot", "rm", &snapshot]);
+    assert_eq!((code, removed.trim()), (Some(0), snapshot.as_str()), "{output:?}");
+    let (code, _, output) = cli(&["snapshot", "info", &snapshot]);
+    assert_eq!(code, Some(2), "a removed snapshot is a 404, exit 2: {output:?}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("not found"), "{output:?}");
+    for id in copies.iter().copied().chain([restored.as_str(), source.as_str()]) {
+        assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{id}"), None).status, 204);
+        assert_sandbox_gone_on(tier, id);
+    }
 }

@@ -26,6 +26,8 @@ pub struct CreateOptions {
     pub network: crate::client::network::NetworkArgs,
     /// `--secret` names.
     pub secrets: Vec<String>,
+    /// `--from`: a snapshot to start on.
+    pub from: Option<String>,
 }
 
 /// `KEY=VALUE` items as a JSON object; `flag` names the option in messages.
@@ -105,7 +107,13 @@ pub fn create(client: &Client, options: CreateOptions, json: bool) -> Result<i32
     if !options.secrets.is_empty() {
         body.insert("secrets".into(), options.secrets.clone().into());
     }
-    let sandbox = client.post_json("/v1/sandboxes", &Value::Object(body))?;
+    let sandbox = match &options.from {
+        Some(snapshot) => {
+            body.insert("snapshot".into(), snapshot.clone().into());
+            crate::client::snapshots::create_from(client, snapshot, &Value::Object(body))?
+        }
+        None => client.post_json("/v1/sandboxes", &Value::Object(body))?,
+    };
     if json {
         output::print_json(&sandbox);
     } else {

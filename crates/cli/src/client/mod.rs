@@ -11,6 +11,7 @@ pub(crate) mod exec;
 pub(crate) mod http;
 mod network;
 mod output;
+pub mod snapshots;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Subcommand};
@@ -18,6 +19,7 @@ use sandkasten_types::Tier;
 
 use http::{Client, ClientError};
 pub use network::NetworkArgs;
+pub use snapshots::SnapshotArgs;
 
 /// Default server URL.
 const DEFAULT_URL: &str = "http://127.0.0.1:8080";
@@ -89,6 +91,9 @@ pub enum SandboxCommand {
         /// real value in requests to the secret's hosts only. Repeatable.
         #[arg(long = "secret", value_name = "NAME")]
         secrets: Vec<String>,
+        /// Start on a snapshot's files (`sandbox snapshot`): its sandbox's isolation and limits unless given here.
+        #[arg(long = "from", value_name = "SNAPSHOT")]
+        from: Option<String>,
         /// Print the sandbox as JSON.
         #[arg(long)]
         json: bool,
@@ -161,6 +166,32 @@ pub enum SandboxCommand {
         #[arg(required = true)]
         ids: Vec<String>,
     },
+    /// Save a running sandbox's files (home, /tmp, /dev/shm) as a snapshot and print its id (`sandkasten snapshot`
+    /// lists them; `sandbox create --from ID` starts on one).
+    Snapshot {
+        /// Sandbox id.
+        id: String,
+        /// A name for the snapshot.
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+        /// Save processes and memory too (on tiers that can).
+        #[arg(long)]
+        memory: bool,
+        /// Print the snapshot as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Copy a running sandbox into new ones (its spec, metadata and files; fresh processes) and print their ids.
+    Fork {
+        /// Sandbox id.
+        id: String,
+        /// How many copies (1 to 16).
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        count: u64,
+        /// Print `{"sandboxes": [...]}` as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Destroy sandboxes.
     Rm {
         /// Sandbox ids.
@@ -184,8 +215,9 @@ pub fn run(args: SandboxArgs) -> i32 {
 
 fn dispatch(client: &Client, command: SandboxCommand) -> Result<i32, ClientError> {
     match command {
-        SandboxCommand::Create { isolation, timeout_s, limits, env, metadata, network, secrets, json } => {
-            let options = commands::CreateOptions { isolation, timeout_s, limits, env, metadata, network, secrets };
+        SandboxCommand::Create { isolation, timeout_s, limits, env, metadata, network, secrets, from, json } => {
+            let options =
+                commands::CreateOptions { isolation, timeout_s, limits, env, metadata, network, secrets, from };
             commands::create(client, options, json)
         }
         SandboxCommand::Network { id, network, json } => network::set_network(client, &id, &network, json),
@@ -198,6 +230,10 @@ fn dispatch(client: &Client, command: SandboxCommand) -> Result<i32, ClientError
         SandboxCommand::Cp { source, destination } => cp::copy(client, &source, &destination),
         SandboxCommand::Pause { ids } => commands::set_paused(client, &ids, true),
         SandboxCommand::Resume { ids } => commands::set_paused(client, &ids, false),
+        SandboxCommand::Snapshot { id, name, memory, json } => {
+            snapshots::take(client, &id, name.as_deref(), memory, json)
+        }
+        SandboxCommand::Fork { id, count, json } => snapshots::fork(client, &id, count, json),
         SandboxCommand::Rm { ids } => commands::remove(client, &ids),
     }
 }
