@@ -1,7 +1,10 @@
 //! Forks and filesystem snapshots against a real `sandkasten serve` (#12, items 2 to 4). A snapshot restored into a
 //! new sandbox (of this tier, and of the other) has the files and the installed package, while the source changed on;
 //! `kill -9` of the server in the middle of an upload leaves, after the restart, no snapshot row that cannot restore
-//! and no chunk on disk that no manifest names, while a snapshot finished before still restores. A fork of 3 gives three
+//! and no chunk on disk that no manifest names, while a snapshot finished before still restores. With an `s3://`
+//! store (a real `moto_server` on loopback) the manifest and chunks are objects in the bucket, nothing is written to
+//! the local disk, the restore reads them back, and a delete empties the bucket (damaged chunks in S3 are the
+//! snapshot store's own S3 test; moto refuses unsigned overwrites). A fork of 3 gives three
 //! sandboxes with the source's files (home, /tmp, /dev/shm; modes and symlinks kept, a venv with an installed module
 //! still imports) whose writes are invisible to each other and to the source; a fork the quota cannot hold keeps no
 //! copy; a count of 0 is refused before anything is made. Checked on the host: the sandboxes that remain are exactly
@@ -14,6 +17,8 @@
 
 #[macro_use]
 mod common;
+#[path = "../../snapshot-store/tests/moto/mod.rs"]
+mod moto;
 mod serve;
 
 use common::Tier;
@@ -26,6 +31,7 @@ per_tier!(
     a_filesystem_snapshot_restores_the_files_and_the_installed_package_into_a_new_sandbox,
     kill_9_during_a_snapshot_upload_leaves_no_snapshot_that_lists_and_no_orphaned_chunk,
     the_cli_snapshots_restores_forks_lists_and_removes,
+    snapshots_live_in_an_s3_store_when_one_is_configured,
 );
 
 fn call(server: &Server, method: &str, path: &str, body: Option<Value>) -> serve::Reply {
@@ -264,5 +270,43 @@ fn the_cli_snapshots_restores_forks_lists_and_removes(tier: Tier) {
     for id in copies.iter().copied().chain([restored.as_str(), source.as_str()]) {
         assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{id}"), None).status, 204);
         assert_sandbox_gone_on(tier, id);
+    }
+}
+
+fn snapshots_live_in_an_s3_store_when_one_is_configured(tier: Tier) {
+    let moto = match moto::MotoServer::start() {
+        Ok(moto) => moto,
+        Err(reason) if std::env::var_os("CI").is_some() => panic!("{reason}"),
+        Err(reason) => {
+            println!("skipped: {reason}");
+            return;
+        }
+    };
+    let bucket = "sandkasten-server";
+    moto.create_bucket(bucket);
+    let prefix = format!("{tier}");
+    let config = format!(
+        "[snapshots]\nstore = \"s3://{bucket}/{prefix}\"\ns3_endpoint = \"{}\"\ns3_region = \"us-east-1\"\n\
+         s3_access_key_id = \"testing\"\ns3_secret_access_key = \"testing\"\ns3_allow_http = true\ngc_grace_s = 0\n",
+        moto.endpoint()
+    );
+    let server = Server::start_with_on(tier, &config);
+    let source = server.create_on(tier, json!({"timeout_s": 600}));
+    assert_eq!(server.exec(&source, PREPARE).json["exit_code"], 0);
+    let snapshot = snapshot_of(&server, &source);
+    assert_eq!(moto.keys(bucket, &format!("{prefix}/manifests/")), vec![format!("{prefix}/manifests/{snapshot}.json")]);
+    let chunks = moto.keys(bucket, &format!("{prefix}/chunks/"));
+    assert!(!chunks.is_empty());
+    assert!(!server.database().parent().unwrap().join("snapshots").exists(), "an s3 store wrote to the local disk");
+    let restored =
+        call(&server, "POST", "/v1/sandboxes", Some(json!({"snapshot": snapshot, "isolation": tier.name()})));
+    assert_eq!(restored.status, 201, "{restored:?}");
+    let copy = restored.json["id"].as_str().unwrap().to_owned();
+    assert_eq!(server.exec(&copy, CHECK).json["stdout"], EXPECTED);
+    assert_eq!(call(&server, "DELETE", &format!("/v1/snapshots/{snapshot}"), None).status, 204);
+    assert_eq!(moto.keys(bucket, &format!("{prefix}/")), Vec::<String>::new(), "the delete left objects");
+    for id in [copy, source] {
+        assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{id}"), None).status, 204);
+        assert_sandbox_gone_on(tier, &id);
     }
 }

@@ -9,95 +9,19 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cases;
+mod moto;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use cases::Harness;
+use moto::MotoServer;
 use object_store::aws::AmazonS3Builder;
 use object_store::prefix::PrefixStore;
 use sandkasten_snapshot_store::{S3Options, SnapshotStore, StoreConfig};
 
 const BUCKET: &str = "sandkasten-snapshots";
-
-/// How long the server may take to say which port it listens on.
-const START_LIMIT: Duration = Duration::from_secs(30);
-
-/// A `moto_server` process of this test; dropping it kills and reaps it.
-struct MotoServer {
-    child: Child,
-    port: u16,
-}
-
-impl MotoServer {
-    fn binary() -> PathBuf {
-        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("the crate is two folders down");
-        repo.join("target/s3-test-venv/bin/moto_server")
-    }
-
-    /// Starts the server on 127.0.0.1, or says why it cannot (not installed).
-    fn start() -> Result<MotoServer, String> {
-        let binary = Self::binary();
-        if !binary.exists() {
-            return Err(format!(
-                "{} is missing: run scripts/setup-s3-test-server.sh (scripts/setup.sh and CI run it)",
-                binary.display()
-            ));
-        }
-        let mut child = Command::new(&binary)
-            .args(["-H", "127.0.0.1", "-p", "0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|error| panic!("cannot start {}: {error}", binary.display()));
-        // The server logs every request on stderr: read it to the end, or it blocks once the pipe is full.
-        let stderr = child.stderr.take().unwrap();
-        let (port_found, port) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(port) = line.split("Running on http://127.0.0.1:").nth(1) {
-                    let _ = port_found.send(port.trim().parse::<u16>().ok());
-                }
-            }
-        });
-        let mut server = MotoServer { child, port: 0 };
-        match port.recv_timeout(START_LIMIT) {
-            Ok(Some(port)) => server.port = port,
-            other => panic!("moto_server did not report its port within {START_LIMIT:?}: {other:?}"),
-        }
-        Ok(server)
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// Creates a bucket (object_store has no call for it; moto takes an unsigned request).
-    fn create_bucket(&self, bucket: &str) {
-        let mut connection = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        let request = format!(
-            "PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            self.port
-        );
-        connection.write_all(request.as_bytes()).unwrap();
-        let mut response = String::new();
-        connection.read_to_string(&mut response).unwrap();
-        assert!(response.starts_with("HTTP/1.1 200"), "creating bucket {bucket}: {response}");
-    }
-}
-
-impl Drop for MotoServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Store settings for the moto server: path-style requests to the loopback endpoint, throwaway keys.
 fn s3_options(server: &MotoServer) -> S3Options {

@@ -76,7 +76,8 @@ fn with_spinner<T>(what: &str, work: impl FnOnce() -> T) -> T {
     let spinner = ProgressBar::new_spinner();
     if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         spinner.set_style(
-            ProgressStyle::with_template("{spinner} {msg} ({elapsed})").unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
         spinner.set_message(what.to_owned());
         spinner.enable_steady_tick(Duration::from_millis(100));
