@@ -21,6 +21,7 @@ COLD_JSON = ROOT / "bench" / "results" / "cold_start.json"
 WARM_JSON = ROOT / "bench" / "results" / "warm.json"
 RUNS_JSON = ROOT / "bench" / "results" / "runs.json"
 EGRESS_JSON = ROOT / "bench" / "results" / "egress.json"
+SNAPSHOTS_JSON = ROOT / "bench" / "results" / "snapshots.json"
 DOC = ROOT / "docs" / "benchmarks.md"
 SVG = ROOT / "docs" / "benchmarks-latency.svg"
 
@@ -1064,8 +1065,84 @@ def render_contexts(r: dict) -> list[str]:
     return lines
 
 
+def render_snapshots(r: dict) -> list[str]:
+    m = r["method"]
+    lines = [
+        "## Pause, snapshots, restore and fork",
+        "",
+        f"Run {m['when']} on {m['nproc']} CPUs, kernel {m['kernel']} (a separate run from the sections above).",
+        "",
+        "**Method.** `bench/snapshots.py` starts one `sandkasten serve` (release build, local snapshot store) and "
+        f"repeats each measurement {m['rounds']} times per tier, one request at a time from one keep-alive client. "
+        "*Pause* is `POST …/pause`; *resume → first output* is `POST …/resume` plus an `echo` exec. *Snapshot* is "
+        "`POST …/snapshots` of a sandbox whose `/workspace` holds the bytes named (the archive is made inside the "
+        "sandbox, chunked, hashed, compressed and stored); *host tar | zstd* archives and compresses the same bytes "
+        "on the host with no sandbox, chunking or store: the floor. *Restore → first output* is `POST /v1/sandboxes "
+        "{snapshot}` plus an `echo` exec. *Fork of 4* is `POST …/fork {count: 4}` of a sandbox with 16 MiB of random "
+        "bytes, to the answer (all four running with the files), beside one plain create + delete. *Dedup*: two "
+        "snapshots of one sandbox (32 MiB random, a small file edited between them); the share of the second's stored "
+        "bytes that the store already had. The machine is shared: compare rows, not runs.",
+        "",
+    ]
+    if m.get("quick"):
+        lines += ["**Note.** `--quick` run: 3 rounds, so the tails are rough.", ""]
+    for tier, row in r["tiers"].items():
+        lines += [f"### {tier}", ""]
+        pause = row.get("pause") or {}
+        if "unavailable" in pause:
+            lines += [f"Pause: not available on this tier here ({pause['unavailable']}).", ""]
+        elif "error" in pause:
+            lines += [f"Pause: failed ({pause['error']}).", ""]
+        else:
+            lines += [
+                "| operation | p50 ms | p99 ms |",
+                "|---|---:|---:|",
+                f"| pause | {fmt(pause['pause']['p50'])} | {fmt(pause['pause']['p99'])} |",
+                f"| resume → first output | {fmt(pause['resume_to_first_output']['p50'])} | "
+                f"{fmt(pause['resume_to_first_output']['p99'])} |",
+                "",
+            ]
+        snaps = row.get("snapshots")
+        if isinstance(snaps, list):
+            lines += [
+                "| workspace | snapshot p50 ms | p99 ms | host tar \\| zstd p50 ms | ratio | archive MiB | stored MiB "
+                "| restore → first output p50 ms | p99 ms |",
+                "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            ]
+            for s in snaps:
+                floor = (s.get("host_tar_zstd") or {}).get("p50")
+                ratio = s["snapshot"]["p50"] / floor if floor else None
+                lines.append(
+                    f"| {s['workspace']} | {fmt(s['snapshot']['p50'])} | {fmt(s['snapshot']['p99'])} | {fmt(floor)} | "
+                    f"{fmt(ratio, 2)}× | {s['size_bytes'] / 1048576:.1f} | {s['stored_bytes'] / 1048576:.1f} | "
+                    f"{fmt(s['restore_to_first_output']['p50'])} | {fmt(s['restore_to_first_output']['p99'])} |"
+                )
+            lines.append("")
+        elif isinstance(snaps, dict):
+            lines += [f"Snapshots: failed ({snaps.get('error')}).", ""]
+        fork = row.get("fork") or {}
+        if "fork_of_4_with_16_MiB" in fork:
+            f4, one = fork["fork_of_4_with_16_MiB"], fork["create_and_delete_one"]
+            lines += [f"Fork of 4 (16 MiB of files): p50 {fmt(f4['p50'])} ms, p99 {fmt(f4['p99'])} ms; one plain "
+                      f"create + delete: p50 {fmt(one['p50'])} ms.", ""]
+        dedup = row.get("dedup") or {}
+        if dedup.get("dedup_ratio") is not None:
+            lines += [f"Dedup: the second snapshot's {dedup['second_stored_bytes'] / 1048576:.1f} MiB of chunks added "
+                      f"{dedup['second_added_to_store_bytes'] / 1048576:.2f} MiB to the store "
+                      f"({dedup['dedup_ratio'] * 100:.1f}% already there).", ""]
+    lines += [
+        "Memory snapshots (and their size against memory in use) are not built yet, so they are not measured; a "
+        "gVisor pause is `runsc checkpoint`/`restore` where the pause row says so.",
+    ]
+    return lines
+
+
 def render_doc(
-    cold: dict | None, warm: dict | None, runs: dict | None = None, egress: dict | None = None
+    cold: dict | None,
+    warm: dict | None,
+    runs: dict | None = None,
+    egress: dict | None = None,
+    snapshots: dict | None = None,
 ) -> str:
     if cold is not None:
         text = render_cold(cold)
@@ -1089,6 +1166,13 @@ def render_doc(
             print(f"render: cannot render bench/results/egress.json ({e!r}); rerun the egress bench", file=sys.stderr)
             text += ("\n## Egress proxy overhead\n\n`bench/results/egress.json` is missing fields this page needs; "
                      "rerun `scripts/bench.sh --egress-only`.\n")
+    if snapshots is not None:
+        try:
+            text += "\n" + "\n".join(render_snapshots(snapshots)) + "\n"
+        except (KeyError, TypeError, IndexError) as e:
+            print(f"render: cannot render bench/results/snapshots.json ({e!r}); rerun it", file=sys.stderr)
+            text += ("\n## Pause, snapshots, restore and fork\n\n`bench/results/snapshots.json` is missing fields; "
+                     "rerun `scripts/bench.sh --snapshots-only`.\n")
     return text
 
 
@@ -1101,7 +1185,7 @@ def write(
     egress: Path = EGRESS_JSON,
 ) -> None:
     doc.parent.mkdir(parents=True, exist_ok=True)
-    doc.write_text(render_doc(cold, warm, load(runs), load(egress)))
+    doc.write_text(render_doc(cold, warm, load(runs), load(egress), load(SNAPSHOTS_JSON)))
     chart = render_svg(cold, warm)
     if chart is not None:
         svg.write_text(chart)

@@ -9,6 +9,8 @@
 #   scripts/bench.sh            200 interleaved cold runs per contender, full warm run
 #   scripts/bench.sh --quick    30 cold runs, fewer warm requests (a smoke test; the doc says so)
 #   scripts/bench.sh --runs N   N cold runs
+#   scripts/bench.sh --snapshots-only   pause/resume, snapshot, restore, fork and dedup per tier (bench/snapshots.py,
+#                               ~3 min, bench/results/snapshots.json)
 #   scripts/bench.sh --cold-only / --warm-only / --runs-only / --egress-only   one part (the doc is rendered from
 #                               all JSON files); egress = the proxy vs a direct connection on loopback
 #                               (crates/egress/examples/egress_bench, ~15 s, bench/results/egress.json)
@@ -24,20 +26,22 @@ cold=1
 warm=1
 oneshot=1
 egress=1
+snapshots=1
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --quick) runs=30; quick=--quick ;;
-    --cold-only) warm= oneshot= egress= ;;
-    --warm-only) cold= oneshot= egress= ;;
-    --runs-only) cold= warm= egress= ;;
-    --egress-only) cold= warm= oneshot= ;;
+    --cold-only) warm= oneshot= egress= snapshots= ;;
+    --warm-only) cold= oneshot= egress= snapshots= ;;
+    --runs-only) cold= warm= egress= snapshots= ;;
+    --egress-only) cold= warm= oneshot= snapshots= ;;
+    --snapshots-only) cold= warm= oneshot= egress= ;;
     --runs)
       [ "$#" -ge 2 ] || { echo "bench: --runs needs a number" >&2; exit 2; }
       runs=$2
       shift
       ;;
     -h | --help)
-      sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+      sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
@@ -51,7 +55,7 @@ case "$runs" in
   '' | *[!0-9]* | 0) echo "bench: --runs must be a positive integer, got '$runs'" >&2; exit 2 ;;
 esac
 
-if [ -n "$cold$warm$oneshot" ]; then
+if [ -n "$cold$warm$oneshot$snapshots" ]; then
   scripts/setup.sh   # installs runsc (bookworm-backports) and bubblewrap
   cargo build --release -p sandkasten-cli
 fi
@@ -72,6 +76,9 @@ if [ -n "$egress" ]; then
   # The egress proxy against a direct connection on loopback; exits 1 if a request failed (no JSON written then).
   cargo build --release -p sandkasten-egress --example egress_bench
   "$target_dir/release/examples/egress_bench" --json bench/results/egress.json $quick || status=$?
+fi
+if [ -n "$snapshots" ]; then
+  /usr/bin/python3 bench/snapshots.py --sandkasten "$target_dir/release/sandkasten" $quick --no-render || status=$?
 fi
 /usr/bin/python3 bench/render.py
 exit "${status:-0}"
