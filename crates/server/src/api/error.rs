@@ -248,7 +248,9 @@ impl From<LifecycleError> for ApiError {
             }
             LifecycleError::SnapshotNotFound(_) => ApiError::not_found(error.to_string()),
             LifecycleError::SnapshotStore(_) => ApiError::new(ErrorCode::StoreFailed, error.to_string()),
-            LifecycleError::AdmissionFailed | LifecycleError::DestroyFailed(_) => ApiError::internal(error),
+            LifecycleError::AdmissionFailed | LifecycleError::DestroyFailed(_) | LifecycleError::TaskFailed(_) => {
+                ApiError::internal(error)
+            }
         }
     }
 }

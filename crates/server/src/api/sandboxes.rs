@@ -13,7 +13,7 @@ use crate::api::extract::{IdPath, JsonBody, QueryParams, own_sandbox, running_sa
 use crate::api::schemas::{CreateSandboxRequest, SandboxBody, SandboxList, TimeoutRequest};
 use crate::api::snapshots::snapshot_for_create;
 use crate::auth::Tenant;
-use crate::lifecycle::{abandon, check_timeout, end_running, restore_files, start_sandbox};
+use crate::lifecycle::{abandon, check_timeout, end_running, restore_files, start_sandbox, to_completion};
 use crate::state::AppState;
 use crate::store::SandboxState;
 use crate::validate;
@@ -77,14 +77,20 @@ pub(crate) async fn create(
         network: body.network.unwrap_or_default().into(),
         secrets: body.secrets,
     };
-    let current = start_sandbox(&state, &tenant, spec, body.metadata, (expires_ms, body.lifecycle)).await?;
-    if let Some(snapshot) = snapshot
-        && let Err(error) = restore_files(&state, &snapshot, &current.id).await
-    {
-        // Nothing half-made: the sandbox that could not get the snapshot's files is not kept.
-        abandon(&state, &current.id).await;
-        return Err(error.into());
-    }
+    let Some(snapshot) = snapshot else {
+        let current = start_sandbox(&state, &tenant, spec, body.metadata, (expires_ms, body.lifecycle)).await?;
+        return Ok((StatusCode::CREATED, Json(current.into())));
+    };
+    let current = to_completion(async move {
+        let current = start_sandbox(&state, &tenant, spec, body.metadata, (expires_ms, body.lifecycle)).await?;
+        if let Err(error) = restore_files(&state, &snapshot, &current.id).await {
+            // Nothing half-made: the sandbox that could not get the snapshot's files is not kept.
+            abandon(&state, &current.id).await;
+            return Err(error);
+        }
+        Ok(current)
+    })
+    .await?;
     Ok((StatusCode::CREATED, Json(current.into())))
 }
 

@@ -137,7 +137,10 @@ pub(crate) async fn create(
         )));
     }
     let sandbox = running_sandbox(&state, &tenant, &id).await?;
-    let taken = lifecycle::take_snapshot(&state, &tenant, &sandbox, body.memory, body.name).await?;
+    let taken = lifecycle::to_completion(async move {
+        lifecycle::take_snapshot(&state, &tenant, &sandbox, body.memory, body.name).await
+    })
+    .await?;
     Ok((StatusCode::CREATED, Json(taken.into())))
 }
 

@@ -82,4 +82,7 @@ pub enum LifecycleError {
     /// The snapshot store failed (unreachable, refused a write); the message names the operation.
     #[error("the snapshot store failed: {0}")]
     SnapshotStore(String),
+    /// A lifecycle task panicked or was cancelled (a bug: the server logs it).
+    #[error("a lifecycle task failed: {0}")]
+    TaskFailed(String),
 }

@@ -16,6 +16,7 @@
 
 mod copy;
 mod destroy;
+mod detached;
 mod error;
 pub mod expiry;
 mod fork;
@@ -28,6 +29,7 @@ mod start;
 pub(crate) use destroy::{end_running, finish_run, note_lost};
 pub use error::LifecycleError;
 pub(crate) use expiry::check_timeout;
+pub(crate) use detached::to_completion;
 pub(crate) use fork::fork;
 pub(crate) use pause::{ensure_resumed, pause, resume};
 pub(crate) use snapshot::{delete_snapshot, reconcile_snapshots, restore_files, take_snapshot, usable_snapshot};
