@@ -3,7 +3,7 @@
 
 #![allow(unsafe_code)]
 
-use sandkasten_cgroups::Cgroup;
+use sandkasten_cgroups::{Cgroup, CgroupLimits};
 
 use sandkasten_types::Tier;
 
@@ -21,6 +21,8 @@ pub(crate) struct SandboxGuard {
     /// The sandbox's isolation tier (whose backend pauses and resumes it).
     pub(crate) tier: Tier,
     pub(crate) cgroup: Option<Cgroup>,
+    /// The limits its cgroup was created with (to create it again: a gVisor sandbox restored from a checkpoint).
+    pub(crate) cgroup_limits: Option<CgroupLimits>,
     pub(crate) init_pid: Option<u32>,
     /// The gVisor sandbox's bundle and runsc state (gvisor tier only), removed after its processes.
     pub(crate) gvisor: Option<GvisorFiles>,
@@ -40,7 +42,16 @@ impl SandboxGuard {
         let mut record = SandboxRecord::owned_by_me(id, tier.name(), &config.cgroup_parent);
         record.id_base = id_range.as_ref().map(IdRange::base);
         store.write(&record)?;
-        Ok(SandboxGuard { store, id: id.to_owned(), tier, cgroup: None, init_pid: None, gvisor: None, id_range })
+        Ok(SandboxGuard {
+            store,
+            id: id.to_owned(),
+            tier,
+            cgroup: None,
+            cgroup_limits: None,
+            init_pid: None,
+            gvisor: None,
+            id_range,
+        })
     }
 
     pub(crate) fn cgroup(&self) -> Result<&Cgroup, RuntimeError> {

@@ -45,8 +45,8 @@ pub(crate) trait TierBackend {
     ) -> Result<UnixStream, RuntimeError>;
 
     /// Pauses a sandbox: no CPU while paused, and whatever else the tier can release (the process tier keeps its
-    /// memory). A tier that cannot says which can.
-    fn pause(&self, guard: &SandboxGuard) -> Result<(), RuntimeError> {
+    /// memory; gVisor keeps nothing running). A tier that cannot says which can.
+    fn pause(&self, guard: &mut SandboxGuard) -> Result<(), RuntimeError> {
         let _ = guard;
         Err(RuntimeError::InvalidInput(format!(
             "the {} tier cannot pause sandboxes yet; the process tier can (create the sandbox with isolation \"process\")",
@@ -54,8 +54,9 @@ pub(crate) trait TierBackend {
         )))
     }
 
-    /// Continues a paused sandbox where it was.
-    fn resume(&self, guard: &SandboxGuard) -> Result<(), RuntimeError> {
+    /// Continues a paused sandbox where it was; returns the host end of its new channel when the agent's old one
+    /// ended with the pause (gVisor: the restored sandbox's), `None` when the old one serves on.
+    fn resume(&self, guard: &mut SandboxGuard) -> Result<Option<UnixStream>, RuntimeError> {
         let _ = guard;
         Err(not_supported(self.tier(), "resume"))
     }

@@ -140,15 +140,17 @@ impl SpawnerClient {
         }
     }
 
-    /// Pauses (`pause: true`) or resumes a sandbox through its tier.
-    pub fn set_paused(&self, id: &str, pause: bool) -> Result<(), RuntimeError> {
+    /// Pauses (`pause: true`) or resumes a sandbox through its tier; a resume that restored the sandbox (gVisor)
+    /// returns its new pid and channel.
+    pub fn set_paused(&self, id: &str, pause: bool) -> Result<Option<SpawnedSandbox>, RuntimeError> {
         let request = if pause {
             SpawnerRequest::Pause { id: id.to_owned() }
         } else {
             SpawnerRequest::Resume { id: id.to_owned() }
         };
         match self.request(&request)? {
-            (SpawnerResponse::Done { .. }, _) => Ok(()),
+            (SpawnerResponse::Done { .. }, _) => Ok(None),
+            (SpawnerResponse::Restored { pid, .. }, Some(channel)) => Ok(Some(SpawnedSandbox { pid, channel })),
             (SpawnerResponse::Failed { invalid_input: true, message, .. }, _) => {
                 Err(RuntimeError::InvalidInput(message))
             }

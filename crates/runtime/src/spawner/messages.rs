@@ -19,7 +19,7 @@ pub enum SpawnerRequest {
         /// Sandbox id.
         id: String,
     },
-    /// Pause a sandbox (its tier's `pause`: the process tier freezes its cgroup).
+    /// Pause a sandbox (its tier's `pause`: the process tier freezes its cgroup, gVisor checkpoints it to disk).
     Pause {
         /// Sandbox id.
         id: String,
@@ -61,8 +61,16 @@ pub enum SpawnerResponse {
         /// Sandbox id.
         id: String,
     },
-    /// Reply to a request that failed; for `Spawn`, nothing of the sandbox is left (for `Pause`/`Resume`, the sandbox
-    /// is as it was).
+    /// Reply to `Resume` of a sandbox that was restored (gVisor): its agent serves on a new channel, attached to
+    /// this packet; the old one has ended.
+    Restored {
+        /// Sandbox id.
+        id: String,
+        /// The new host pid of the sandbox's first process.
+        pid: u32,
+    },
+    /// Reply to a request that failed; for `Spawn`, nothing of the sandbox is left; for `Pause`, the sandbox is as it
+    /// was; a failed `Resume` of a restored sandbox (gVisor) destroys it (an `Exited` event follows).
     Failed {
         /// Sandbox id.
         id: String,

@@ -135,37 +135,66 @@ impl Spawner {
                 send(control.as_fd(), &reply, None)?;
             }
             SpawnerRequest::Pause { id } => {
-                let reply = self.lifecycle(&id, |backend, guard| backend.pause(guard));
+                let reply = match self.lifecycle(&id, |backend, guard| backend.pause(guard)) {
+                    Ok(()) => SpawnerResponse::Done { id },
+                    Err(failed) => failed,
+                };
                 send(control.as_fd(), &reply, None)?;
             }
-            SpawnerRequest::Resume { id } => {
-                let reply = self.lifecycle(&id, |backend, guard| backend.resume(guard));
-                send(control.as_fd(), &reply, None)?;
-            }
+            SpawnerRequest::Resume { id } => match self.lifecycle(&id, |backend, guard| backend.resume(guard)) {
+                Ok(None) => send(control.as_fd(), &SpawnerResponse::Done { id }, None)?,
+                Ok(Some(channel)) => {
+                    let pid = self.sandboxes.get(&id).and_then(|guard| guard.init_pid).unwrap_or(0);
+                    send(control.as_fd(), &SpawnerResponse::Restored { id, pid }, Some(channel.as_fd()))?;
+                }
+                Err(failed) => {
+                    send(control.as_fd(), &failed, None)?;
+                    self.lost_in_resume(control, &id);
+                }
+            },
         }
         Ok(())
     }
 
-    /// Runs a lifecycle hook of the sandbox's tier (`pause`, `resume`) and answers `Done` or why not.
-    fn lifecycle(
-        &self,
+    /// Runs a lifecycle hook of the sandbox's tier (`pause`, `resume`), or answers why not.
+    fn lifecycle<T>(
+        &mut self,
         id: &str,
-        hook: impl FnOnce(&dyn crate::backend::TierBackend, &SandboxGuard) -> Result<(), RuntimeError>,
-    ) -> SpawnerResponse {
+        hook: impl FnOnce(&dyn crate::backend::TierBackend, &mut SandboxGuard) -> Result<T, RuntimeError>,
+    ) -> Result<T, SpawnerResponse> {
         let failed = |invalid_input, message| SpawnerResponse::Failed {
             id: id.to_owned(),
             invalid_input,
             tier_failed: false,
             message,
         };
-        let Some(guard) = self.sandboxes.get(id) else {
-            return failed(true, format!("no sandbox {id} (it may have exited already)"));
+        let Some(mut guard) = self.sandboxes.remove(id) else {
+            return Err(failed(true, format!("no sandbox {id} (it may have exited already)")));
         };
-        let result = self.with_backend(guard, |backend| hook(backend, guard));
-        match result {
-            Ok(()) => SpawnerResponse::Done { id: id.to_owned() },
-            Err(error @ RuntimeError::InvalidInput(_)) => failed(true, error.to_string()),
-            Err(error) => failed(false, error.to_string()),
+        let tier = guard.tier;
+        let result = self.with_backend(tier, |backend| hook(backend, &mut guard));
+        self.sandboxes.insert(id.to_owned(), guard);
+        result.map_err(|error| match error {
+            error @ RuntimeError::InvalidInput(_) => failed(true, error.to_string()),
+            error => failed(false, error.to_string()),
+        })
+    }
+
+    /// A sandbox whose resume failed after its tier had stopped it (a gVisor restore that did not come back): it is
+    /// destroyed, never left half-alive, and reported as exited.
+    fn lost_in_resume(&mut self, control: &OwnedFd, id: &str) {
+        // Still checkpointed: the restore failed (a resume refused for another reason left it as it was).
+        let checkpointed = |guard: &SandboxGuard| guard.gvisor.as_ref().is_some_and(|files| files.checkpointed);
+        if !self.sandboxes.get(id).is_some_and(checkpointed) {
+            return;
+        }
+        if let Some(guard) = self.sandboxes.remove(id)
+            && let SpawnerResponse::Failed { message, .. } = self.destroy(id.to_owned(), guard)
+        {
+            tracing::error!(sandbox = %id, %message, "removing a sandbox that failed to resume failed; gc will retry");
+        }
+        if let Err(error) = send(control.as_fd(), &SpawnerResponse::Exited { id: id.to_owned() }, None) {
+            tracing::warn!(%error, "reporting a sandbox that failed to resume failed");
         }
     }
 
@@ -187,16 +216,16 @@ impl Spawner {
         Ok((pid, channel.into()))
     }
 
-    /// Calls `f` with the backend of the guard's tier.
+    /// Calls `f` with the backend of `tier`.
     fn with_backend<T>(
         &self,
-        guard: &SandboxGuard,
+        tier: sandkasten_types::Tier,
         f: impl FnOnce(&dyn crate::backend::TierBackend) -> Result<T, RuntimeError>,
     ) -> Result<T, RuntimeError> {
         let launcher = Launcher { config: &self.config, hierarchy: &self.hierarchy, agent: &self.agent };
         let process = ProcessTier { launcher };
-        let gvisor = GvisorTier::new(&self.config, &self.agent.path);
-        f(backend_for(guard.tier, &process, &gvisor)?)
+        let gvisor = GvisorTier::new(&self.config, &self.agent.path).pausing(launcher);
+        f(backend_for(tier, &process, &gvisor)?)
     }
 
     fn destroy(&self, id: String, mut guard: SandboxGuard) -> SpawnerResponse {
