@@ -1,0 +1,256 @@
+//! The socket under an `AgentClient`, which a gVisor pause replaces. A checkpoint ends the sandbox's processes and
+//! with them the agent's end of its channel; the restored agent serves on a new socket. The client switches over
+//! without losing a route or a frame:
+//! - before the checkpoint it *quiesces*: a round trip (`ListCommands`) is the last thing written on the old socket,
+//!   so once it is answered the agent has read every request sent before, and every later write waits (the writer
+//!   is suspended) until the new socket is there;
+//! - the reader reads the old socket to its end and goes on with the new one through the same decoder (a frame the
+//!   agent had half written goes on where it stopped); the old socket's end is not the sandbox's end while a pause
+//!   is in progress;
+//! - after the restore, the first frame on the new socket is `Resumed` (the agent moves its deadlines on), then the
+//!   waiting writes go out.
+//!
+//! A pause that fails before the sandbox stopped continues on the old socket; a sandbox that is destroyed while paused
+//! or does not come back is closed: every waiting request and route learns that it is gone.
+
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use sandkasten_protocol::{Envelope, Message, encode};
+use sandkasten_types::{Failure, FailureKind};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{mpsc, watch};
+
+use super::{AgentClient, Route, sandbox_gone};
+
+/// How long the agent may take to answer the round trip before a pause.
+const QUIESCE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the old socket may stay open once the new one is there (its sandbox is stopped: it ends at once).
+const OLD_SOCKET_GRACE: Duration = Duration::from_secs(5);
+
+/// Whether requests may be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Open,
+    /// A pause is in progress: writes wait.
+    Suspended,
+    /// The sandbox is gone: writes fail.
+    Closed,
+}
+
+/// What the reader is told.
+pub(super) enum Switch {
+    /// A pause begins: the current socket's end is not the agent's.
+    Suspend,
+    /// The pause failed before the sandbox stopped: the current socket serves on.
+    Continue,
+    /// The sandbox runs again behind this socket (after the current one has ended).
+    Replace(OwnedReadHalf),
+    /// The sandbox is gone.
+    Close,
+}
+
+/// The writing side: the socket's write half, and whether it may be written.
+pub(super) struct Writer {
+    half: tokio::sync::Mutex<OwnedWriteHalf>,
+    state: watch::Sender<State>,
+}
+
+/// The reading side, owned by the reader task.
+pub(super) struct Reader {
+    current: Option<OwnedReadHalf>,
+    next: Option<OwnedReadHalf>,
+    switches: mpsc::UnboundedReceiver<Switch>,
+    suspended: bool,
+}
+
+/// Splits the agent's channel into the writer, the reader and the sender of the reader's switches.
+pub(super) fn split(channel: OwnedFd) -> std::io::Result<(Writer, Reader, mpsc::UnboundedSender<Switch>)> {
+    let (reader, writer) = tokio_stream(channel)?.into_split();
+    let (switch_tx, switches) = mpsc::unbounded_channel();
+    let writer = Writer { half: tokio::sync::Mutex::new(writer), state: watch::channel(State::Open).0 };
+    Ok((writer, Reader { current: Some(reader), next: None, switches, suspended: false }, switch_tx))
+}
+
+fn tokio_stream(channel: OwnedFd) -> std::io::Result<UnixStream> {
+    let std_stream = std::os::unix::net::UnixStream::from(channel);
+    std_stream.set_nonblocking(true)?;
+    UnixStream::from_std(std_stream)
+}
+
+impl Writer {
+    /// Writes one frame; waits while a pause is in progress.
+    pub(super) async fn write(&self, frame: &[u8]) -> Result<(), Failure> {
+        let mut state = self.state.subscribe();
+        loop {
+            let now = *state.borrow_and_update();
+            match now {
+                State::Closed => return Err(sandbox_gone()),
+                State::Suspended => state.changed().await.map_err(|_| sandbox_gone())?,
+                State::Open => {
+                    let mut half = self.half.lock().await;
+                    // The state changes under this lock only: checked again now that it is held.
+                    if *self.state.borrow() == State::Open {
+                        return half.write_all(frame).await.map_err(|_| sandbox_gone());
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Reader {
+    /// Reads the next bytes of the agent's channel, across a replaced socket; 0 when the agent is gone.
+    pub(super) async fn read(&mut self, buffer: &mut [u8]) -> usize {
+        loop {
+            let Some(current) = self.current.as_mut() else {
+                let switch = self.switches.recv().await;
+                if !self.apply(switch) {
+                    return 0;
+                }
+                continue;
+            };
+            let grace = tokio::time::sleep(OLD_SOCKET_GRACE);
+            let replacing = self.next.is_some();
+            let ended = tokio::select! {
+                biased;
+                switch = self.switches.recv() => {
+                    if !self.apply(switch) {
+                        return 0;
+                    }
+                    continue;
+                }
+                read = current.read(buffer) => match read {
+                    Ok(n) if n > 0 => return n,
+                    _ => true,
+                },
+                () = grace, if replacing => {
+                    tracing::warn!("the agent's old channel did not end after its sandbox was restored");
+                    true
+                }
+            };
+            if ended {
+                // Switches sent before this end (a pause that began before the checkpoint) count.
+                while let Ok(switch) = self.switches.try_recv() {
+                    if !self.apply(Some(switch)) {
+                        return 0;
+                    }
+                }
+                self.current = self.next.take();
+                if self.current.is_none() && !self.suspended {
+                    return 0;
+                }
+            }
+        }
+    }
+
+    /// Takes a switch into account; false when the agent is gone.
+    fn apply(&mut self, switch: Option<Switch>) -> bool {
+        match switch {
+            Some(Switch::Suspend) => self.suspended = true,
+            Some(Switch::Continue) => {
+                self.suspended = false;
+                // The old socket ended meanwhile: the sandbox died with the failed pause.
+                if self.current.is_none() {
+                    return false;
+                }
+            }
+            Some(Switch::Replace(reader)) => {
+                self.suspended = false;
+                if self.current.is_none() {
+                    self.current = Some(reader);
+                } else {
+                    self.next = Some(reader);
+                }
+            }
+            Some(Switch::Close) | None => return false,
+        }
+        true
+    }
+}
+
+impl AgentClient {
+    /// Before a pause that ends the agent's channel (a gVisor checkpoint): a round trip, after which the agent has
+    /// read every request sent before, and later requests wait until `reconnect` (or `continue_after_failed_pause`).
+    pub(crate) async fn quiesce(&self) -> Result<(), Failure> {
+        let id = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (tx, mut replies) = mpsc::unbounded_channel();
+        self.pending.lock().map_err(|_| sandbox_gone())?.insert(id, Route::Free(tx));
+        let frame = encode(&Envelope::new(id, Message::ListCommands))
+            .map_err(|e| Failure::new(FailureKind::Internal, e.to_string()))?;
+        let _ = self.switches.send(Switch::Suspend);
+        let written = {
+            let mut half = self.writer.half.lock().await;
+            let open = *self.writer.state.borrow() == State::Open;
+            let written = if open {
+                half.write_all(&frame).await.map_err(|_| sandbox_gone())
+            } else {
+                Err(Failure::new(FailureKind::Conflict, "the sandbox is being paused or resumed already"))
+            };
+            if written.is_ok() {
+                self.writer.state.send_replace(State::Suspended);
+            }
+            written
+        };
+        let answered = match written {
+            Ok(()) => tokio::time::timeout(QUIESCE_TIMEOUT, replies.recv()).await,
+            Err(failure) => {
+                self.finish(id);
+                let _ = self.switches.send(Switch::Continue);
+                return Err(failure);
+            }
+        };
+        self.finish(id);
+        match answered {
+            Ok(Some(Message::Commands { .. })) => Ok(()),
+            Ok(Some(other)) => {
+                self.continue_after_failed_pause().await;
+                Err(super::unexpected(&other))
+            }
+            Ok(None) => Err(sandbox_gone()),
+            Err(_) => {
+                self.continue_after_failed_pause().await;
+                Err(Failure::new(
+                    FailureKind::TierFailed,
+                    format!("the sandbox's agent did not answer within {QUIESCE_TIMEOUT:?}; it was not paused"),
+                ))
+            }
+        }
+    }
+
+    /// After a pause that failed before the sandbox stopped: requests go out on the old channel again.
+    pub(crate) async fn continue_after_failed_pause(&self) {
+        let _ = self.switches.send(Switch::Continue);
+        let _half = self.writer.half.lock().await;
+        if *self.writer.state.borrow() == State::Suspended {
+            self.writer.state.send_replace(State::Open);
+        }
+    }
+
+    /// The sandbox runs again behind `channel` (a gVisor restore): `first` is its first frame (`Resumed`, id 0), then
+    /// the requests that waited go out; replies continue on the same routes.
+    pub(crate) async fn reconnect(&self, channel: OwnedFd, first: Message) -> Result<(), Failure> {
+        let (reader, writer) = tokio_stream(channel)
+            .map_err(|e| Failure::new(FailureKind::Internal, format!("the agent's new channel: {e}")))?
+            .into_split();
+        let frame = encode(&Envelope::new(0, first)).map_err(|e| Failure::new(FailureKind::Internal, e.to_string()))?;
+        let _ = self.switches.send(Switch::Replace(reader));
+        let mut half = self.writer.half.lock().await;
+        // The old half goes now (its socket ended with the checkpoint).
+        *half = writer;
+        half.write_all(&frame).await.map_err(|_| sandbox_gone())?;
+        if *self.writer.state.borrow() != State::Closed {
+            self.writer.state.send_replace(State::Open);
+        }
+        Ok(())
+    }
+
+    /// The sandbox is gone (destroyed while paused, or it did not come back): waiting requests and routes end.
+    pub(crate) fn close(&self) {
+        self.writer.state.send_replace(State::Closed);
+        let _ = self.switches.send(Switch::Close);
+    }
+}
