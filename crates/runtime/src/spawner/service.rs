@@ -231,7 +231,7 @@ impl Spawner {
     fn destroy(&self, id: String, mut guard: SandboxGuard) -> SpawnerResponse {
         guard.kill();
         guard.reap();
-        let usage = guard.cgroup().and_then(|cgroup| Ok(cgroup.usage()?)).unwrap_or_default();
+        let usage = guard.usage();
         match guard.release() {
             Ok(()) => {
                 let _ = self.hierarchy.remove_parent(&self.config.cgroup_parent);

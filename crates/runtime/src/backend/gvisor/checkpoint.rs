@@ -79,11 +79,20 @@ pub(super) fn checkpoint(config: &RuntimeConfig, guard: &mut SandboxGuard) -> Re
         let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600));
     }
     super::cleanup::delete_container(&files.runsc, &files.runsc_root, &id);
-    if let Some(cgroup) = guard.cgroup.take() {
-        cgroup.remove()?;
-    }
     if let Some(gvisor) = &mut guard.gvisor {
         gvisor.checkpointed = true;
+    }
+    // The sandbox's usage so far outlives its cgroup. A cgroup that cannot be removed now stays the guard's (empty),
+    // used again by the restore, removed with the sandbox (or by `gc`).
+    let so_far = guard.usage();
+    if let Some(cgroup) = guard.cgroup.clone() {
+        match cgroup.remove() {
+            Ok(()) => {
+                guard.cgroup = None;
+                guard.earlier_usage = so_far;
+            }
+            Err(error) => tracing::warn!(%error, sandbox = %id, "removing a checkpointed sandbox's cgroup failed"),
+        }
     }
     let bytes: u64 = std::fs::read_dir(&files.checkpoint)
         .into_iter()
@@ -111,7 +120,9 @@ pub(super) fn restore(
         return Err(RuntimeError::InvalidInput(format!("sandbox {id} is not paused")));
     }
     let started = Instant::now();
-    cgroups.recreate_cgroup(guard)?;
+    if guard.cgroup.is_none() {
+        cgroups.recreate_cgroup(guard)?;
+    }
     let restore = [
         "restore".into(),
         format!("--image-path={}", files.checkpoint.display()).into(),
