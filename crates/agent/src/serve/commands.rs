@@ -37,6 +37,8 @@ pub struct CommandContext<'a> {
     pub launcher: &'a dyn Launcher,
     /// The working directory of commands that name none.
     pub home: &'a str,
+    /// Connections to host sockets besides the channel, closed before a checkpoint (`Quiesce`).
+    pub host_connections: Option<&'a dyn super::HostConnections>,
 }
 
 /// A command's stdin: bytes not yet written, and whether to close it once they are.

@@ -102,7 +102,13 @@ fn serve_requests(
 
         for (what, revents) in ready {
             match what {
-                Watch::Children => commands.record_exits(&signals.reap(), monotonic_ns()),
+                Watch::Children => {
+                    let reaped = signals.reap();
+                    if let Some(holder) = context.host_connections {
+                        holder.reaped(&reaped.iter().map(|(pid, _)| *pid).collect::<Vec<_>>());
+                    }
+                    commands.record_exits(&reaped, monotonic_ns());
+                }
                 Watch::Output(id, stream) => output::read_output(commands, channel, id, stream),
                 Watch::Stdin(id) => output::write_stdin(commands, id),
                 Watch::Channel => {
@@ -162,6 +168,16 @@ fn handle_requests(
             }
             Message::Resumed { paused_ns } => {
                 commands.postpone_deadlines(paused_ns);
+                if let Some(holder) = context.host_connections {
+                    holder.reopen();
+                }
+                continue;
+            }
+            Message::Quiesce => {
+                if let Some(holder) = context.host_connections {
+                    holder.close_all();
+                }
+                channel.queue(id, Message::Done);
                 continue;
             }
             _ => {}

@@ -1,16 +1,17 @@
 //! The socket under an `AgentClient`, which a gVisor pause replaces. A checkpoint ends the sandbox's processes and
 //! with them the agent's end of its channel; the restored agent serves on a new socket. The client switches over
 //! without losing a route or a frame:
-//! - before the checkpoint it *quiesces*: a round trip (`ListCommands`) is the last thing written on the old socket,
-//!   so once it is answered the agent has read every request sent before, and every later write waits (the writer
-//!   is suspended) until the new socket is there;
+//! - before the checkpoint it *quiesces*: `Quiesce` (the agent closes its other connections to host sockets, which
+//!   runsc cannot save) is the last thing written on the old socket, so once it is answered the agent has read every
+//!   request sent before, and every later write waits (the writer is suspended) until the new socket is there;
 //! - the reader reads the old socket to its end and goes on with the new one through the same decoder (a frame the
 //!   agent had half written goes on where it stopped); the old socket's end is not the sandbox's end while a pause
 //!   is in progress;
 //! - after the restore, the first frame on the new socket is `Resumed` (the agent moves its deadlines on), then the
 //!   waiting writes go out.
 //!
-//! A pause that fails before the sandbox stopped continues on the old socket; a sandbox that is destroyed while paused
+//! A pause that fails before the sandbox stopped continues on the old socket (after `Resumed`, so the agent opens
+//! its connections again); a sandbox that is destroyed while paused
 //! or does not come back is closed: every waiting request and route learns that it is gone.
 
 use std::os::fd::OwnedFd;
@@ -173,13 +174,14 @@ impl Reader {
 }
 
 impl AgentClient {
-    /// Before a pause that ends the agent's channel (a gVisor checkpoint): a round trip, after which the agent has
-    /// read every request sent before, and later requests wait until `reconnect` (or `continue_after_failed_pause`).
+    /// Before a pause that ends the agent's channel (a gVisor checkpoint): `Quiesce`, after whose answer the agent has
+    /// read every request sent before and holds no other host connection, and later requests wait until `reconnect`
+    /// (or `continue_after_failed_pause`).
     pub(crate) async fn quiesce(&self) -> Result<(), Failure> {
         let id = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (tx, mut replies) = mpsc::unbounded_channel();
         self.pending.lock().map_err(|_| sandbox_gone())?.insert(id, Route::Free(tx));
-        let frame = encode(&Envelope::new(id, Message::ListCommands))
+        let frame = encode(&Envelope::new(id, Message::Quiesce))
             .map_err(|e| Failure::new(FailureKind::Internal, e.to_string()))?;
         let _ = self.switches.send(Switch::Suspend);
         let written = {
@@ -205,7 +207,7 @@ impl AgentClient {
         };
         self.finish(id);
         match answered {
-            Ok(Some(Message::Commands { .. })) => Ok(()),
+            Ok(Some(Message::Done)) => Ok(()),
             Ok(Some(other)) => {
                 self.continue_after_failed_pause().await;
                 Err(super::unexpected(&other))
@@ -221,11 +223,16 @@ impl AgentClient {
         }
     }
 
-    /// After a pause that failed before the sandbox stopped: requests go out on the old channel again.
+    /// After a pause that failed before the sandbox stopped: requests go out on the old channel again, the first
+    /// being `Resumed` (nothing was paused; the agent opens its connections to the host again).
     pub(crate) async fn continue_after_failed_pause(&self) {
         let _ = self.switches.send(Switch::Continue);
-        let _half = self.writer.half.lock().await;
-        if *self.writer.state.borrow() == State::Suspended {
+        let mut half = self.writer.half.lock().await;
+        let suspended = *self.writer.state.borrow() == State::Suspended;
+        if suspended {
+            if let Ok(frame) = encode(&Envelope::new(0, Message::Resumed { paused_ns: 0 })) {
+                let _ = half.write_all(&frame).await;
+            }
             self.writer.state.send_replace(State::Open);
         }
     }
