@@ -52,7 +52,8 @@ pub trait SandboxRuntime: Send + Sync + 'static {
     /// `NotFound`.
     fn destroy<'a>(&'a self, id: &'a str) -> RuntimeFuture<'a, ()>;
     /// Pauses (`pause: true`) or resumes a sandbox as its tier can: the process tier freezes its cgroup (no CPU,
-    /// memory kept). A tier that cannot is `Conflict` saying which can; while paused the sandbox's agent does not
+    /// memory kept), gVisor checkpoints it to disk (nothing of it runs; the resume restores it, its commands and code
+    /// contexts carrying on). A tier that cannot is `Conflict` saying which can; while paused the sandbox's agent does not
     /// answer, so callers must not send it requests.
     fn set_paused<'a>(&'a self, id: &'a str, pause: bool) -> RuntimeFuture<'a, ()> {
         let _ = (id, pause);

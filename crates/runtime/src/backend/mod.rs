@@ -1,7 +1,8 @@
 //! The isolation tiers behind one seam, `TierBackend` (the shape of cloud-hypervisor's `Hypervisor`): a tier knows
 //! whether this host can run it (`probe`), how to start a sandbox's agent in the host resources the caller allocated
-//! (`spawn` → the agent's channel, connected and serving), and — filled in by the snapshot work — how to `pause`,
-//! `resume`, `snapshot` and `restore` one, each answering "not supported by this tier" until then. Destroying is the
+//! (`spawn` → the agent's channel, connected and serving), how to `pause` and `resume` one (the process tier's cgroup
+//! freezer, gVisor's checkpoint to disk and restore), and — filled in by the snapshot work — how to `snapshot` and
+//! `restore` one, answering "not supported by this tier" until then. Destroying is the
 //! same for every tier (kill the cgroup, reap, read usage, release: `SandboxGuard`). Everything above the seam
 //! (commands, files, code contexts, pools, the server) speaks the agent protocol and is written once for all tiers.
 //!
