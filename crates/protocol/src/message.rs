@@ -112,9 +112,10 @@ pub enum Message {
         /// How long it was paused, in nanoseconds.
         paused_ns: u64,
     },
-    /// host → agent: a checkpoint follows (gVisor's pause): close every connection to a host socket except this
-    /// channel (the egress door's; runsc cannot save one) and open none until `Resumed`. Answered `Done` once they
-    /// are closed, after every request sent before it was read.
+    /// host → agent: a checkpoint follows (gVisor's pause, or a memory snapshot): close every connection to a host
+    /// socket except this channel (the egress door's; runsc cannot save one) and open none, and report no command
+    /// output or exit, until `Resumed`. Answered `Done` once they are closed, after every request sent before it was
+    /// read; nothing follows the `Done` until then, so the channel holds no partial frame at the checkpoint.
     Quiesce,
     /// host → agent: which commands are running.
     ListCommands,

@@ -99,6 +99,9 @@ impl Command {
 #[derive(Default)]
 pub struct Commands {
     pub(super) table: BTreeMap<u64, Command>,
+    /// Between `Quiesce` and `Resumed`: commands run on, but their output and exits are not reported (they wait in
+    /// the pipes and the table), so that the agent's outgoing queue stays empty for a checkpoint.
+    pub(super) quiet: bool,
 }
 
 fn nonblocking(fd: &OwnedFd) -> Result<(), Failure> {
