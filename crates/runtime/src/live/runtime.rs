@@ -108,7 +108,66 @@ impl LiveRuntime {
         let spawned = tokio::task::spawn_blocking(move || spawner.spawn(&owned_id, &owned_spec))
             .await
             .map_err(|e| RuntimeError::sys("spawner task", std::io::Error::other(e.to_string())))??;
+        self.adopt(id, spec, spawned, None).await
+    }
+
+    /// Creates the sandbox `id` from the memory snapshot in `dir` (of a sandbox with the same `spec`): its agent is
+    /// the source's as it was then, told first how long ago that was (`Resumed`: its commands' deadlines move on).
+    pub(super) async fn spawn_from_memory(&self, id: &str, spec: &SandboxSpec, dir: &Path) -> Result<(), RuntimeError> {
+        if spec.tier() != Tier::Gvisor {
+            return Err(crate::backend::no_memory_snapshots(spec.tier()));
+        }
+        let taken = std::fs::metadata(dir.join("checkpoint.img")).and_then(|m| m.modified()).ok();
+        let spawner = self.spawner.client()?;
+        let (owned_id, owned_spec, owned_dir) = (id.to_owned(), spec.clone(), dir.to_owned());
+        let spawned =
+            tokio::task::spawn_blocking(move || spawner.spawn_from_memory(&owned_id, &owned_spec, &owned_dir))
+                .await
+                .map_err(|e| RuntimeError::sys("spawner task", std::io::Error::other(e.to_string())))??;
+        let since = taken.and_then(|at| at.elapsed().ok()).unwrap_or_default();
+        let paused_ns = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX);
+        self.adopt(id, spec, spawned, Some(sandkasten_protocol::Message::Resumed { paused_ns })).await
+    }
+
+    /// Saves the running gVisor sandbox `id`'s memory into `dir` while it runs on; its agent is quiesced meanwhile
+    /// (requests wait; no partial frame and no host connection in the image).
+    pub(super) async fn memory_snapshot(&self, id: &str, dir: &Path) -> Result<(), RuntimeError> {
+        let (agent, tier) = self
+            .agents
+            .lock()
+            .map_err(|_| lock_poisoned())?
+            .get(id)
+            .map(|member| (Arc::clone(&member.agent), member.tier))
+            .ok_or_else(|| RuntimeError::InvalidInput(format!("no sandbox {id} is running")))?;
+        if tier != Tier::Gvisor {
+            return Err(crate::backend::no_memory_snapshots(tier));
+        }
+        agent.quiesce().await.map_err(|f| RuntimeError::TierFailed(f.message))?;
+        let owned_id = id.to_owned();
+        let owned_dir = dir.to_owned();
+        let taken = match self.spawner.client() {
+            Ok(spawner) => tokio::task::spawn_blocking(move || spawner.memory_snapshot(&owned_id, &owned_dir))
+                .await
+                .map_err(|e| RuntimeError::sys("spawner task", std::io::Error::other(e.to_string())))
+                .and_then(|taken| taken),
+            Err(error) => Err(error),
+        };
+        agent.unquiesce().await;
+        taken
+    }
+
+    /// Takes over a spawned sandbox's agent channel (`first` its first frame) and adds it to the table.
+    async fn adopt(
+        &self,
+        id: &str,
+        spec: &SandboxSpec,
+        spawned: crate::spawner::SpawnedSandbox,
+        first: Option<sandkasten_protocol::Message>,
+    ) -> Result<(), RuntimeError> {
         let client = AgentClient::new(spawned.channel).map_err(|e| RuntimeError::sys("agent channel", e))?;
+        if let Some(first) = first {
+            client.send(0, first).await.map_err(|f| RuntimeError::TierFailed(f.message))?;
+        }
         // The agent is the spawner's child and cannot be reaped before the spawner hears of its exit, which reaches
         // us after this reply: the pid still names our agent here.
         let pidfd = pidfd_of(spawned.pid)?;
@@ -159,7 +218,7 @@ impl LiveRuntime {
                 // A checkpoint that failed leaves the sandbox running on its old channel; one that failed with the
                 // sandbox dead (and a restore that failed, which destroys it) is reported by the spawner as an exit.
                 if pause && checkpointed {
-                    agent.continue_after_failed_pause().await;
+                    agent.unquiesce().await;
                 }
                 return Err(error);
             }
@@ -187,7 +246,8 @@ impl LiveRuntime {
 
     /// Forgets the sandbox `id` and has the spawner kill and remove it; returns what it used.
     pub(super) async fn remove(&self, id: &str) -> Result<ResourceUsage, RuntimeError> {
-        if let Some(member) = self.agents.lock().map_err(|_| lock_poisoned())?.remove(id) {
+        let member = self.agents.lock().map_err(|_| lock_poisoned())?.remove(id);
+        if let Some(member) = &member {
             // Requests waiting for a paused sandbox's new channel learn that there will be none.
             member.agent.close();
         }
@@ -195,9 +255,13 @@ impl LiveRuntime {
         self.commands.forget(id);
         let spawner = self.spawner.client()?;
         let owned_id = id.to_owned();
-        tokio::task::spawn_blocking(move || spawner.destroy(&owned_id))
+        let destroyed = tokio::task::spawn_blocking(move || spawner.destroy(&owned_id))
             .await
-            .map_err(|e| RuntimeError::sys("spawner task", std::io::Error::other(e.to_string())))?
+            .map_err(|e| RuntimeError::sys("spawner task", std::io::Error::other(e.to_string())))?;
+        // The channel stays open until the spawner has the sandbox: an agent that saw it close would exit first, and
+        // the spawner would report it exited (and not what it used) instead of destroying it.
+        drop(member);
+        destroyed
     }
 
     /// Runs a command to its end; output chunks go to `output` as they arrive. The exit says which limit fired

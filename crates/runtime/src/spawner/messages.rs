@@ -29,6 +29,22 @@ pub enum SpawnerRequest {
         /// Sandbox id.
         id: String,
     },
+    /// Save a running sandbox's memory into `dir` while it runs on (its tier's `memory_snapshot`; gVisor only).
+    MemorySnapshot {
+        /// Sandbox id.
+        id: String,
+        /// Where the image goes (created 0700; the caller's to remove).
+        dir: std::path::PathBuf,
+    },
+    /// Create a sandbox from a memory snapshot of one made with the same spec; replied to like `Spawn`.
+    SpawnFromMemory {
+        /// The new sandbox's id.
+        id: String,
+        /// Its spec (the source's).
+        spec: SandboxSpec,
+        /// The image's directory.
+        dir: std::path::PathBuf,
+    },
 }
 
 /// spawner → owner: replies (in request order) and events (at any time).
@@ -42,7 +58,7 @@ pub enum SpawnerResponse {
         /// Why (e.g. no usable cgroup hierarchy).
         message: String,
     },
-    /// Reply to `Spawn`: the agent runs; its channel is attached to this packet.
+    /// Reply to `Spawn` and `SpawnFromMemory`: the agent runs; its channel is attached to this packet.
     Spawned {
         /// Sandbox id.
         id: String,
@@ -56,7 +72,7 @@ pub enum SpawnerResponse {
         /// Resources the sandbox used over its life.
         usage: ResourceUsage,
     },
-    /// Reply to `Pause` or `Resume`: done.
+    /// Reply to `Pause`, `Resume` or `MemorySnapshot`: done.
     Done {
         /// Sandbox id.
         id: String,

@@ -109,19 +109,21 @@ impl Spawner {
 
     fn handle(&mut self, control: &OwnedFd, request: SpawnerRequest) -> Result<(), RuntimeError> {
         match request {
-            SpawnerRequest::Spawn { id, spec } => match self.spawn(&id, &spec) {
-                Ok((pid, channel)) => {
-                    send(control.as_fd(), &SpawnerResponse::Spawned { id, pid }, Some(channel.as_fd()))?;
-                }
-                Err(error) => {
-                    let invalid_input = matches!(error, RuntimeError::InvalidInput(_));
-                    let (tier_failed, message) = match error {
-                        error @ (RuntimeError::Runsc(_) | RuntimeError::TierFailed(_)) => (true, error.to_string()),
-                        other => (false, other.to_string()),
-                    };
-                    send(control.as_fd(), &SpawnerResponse::Failed { id, invalid_input, tier_failed, message }, None)?;
-                }
-            },
+            SpawnerRequest::Spawn { id, spec } => {
+                let spawned = self.spawn(&id, &spec, None);
+                self.answer_spawn(control, id, spawned)?;
+            }
+            SpawnerRequest::SpawnFromMemory { id, spec, dir } => {
+                let spawned = self.spawn(&id, &spec, Some(&dir));
+                self.answer_spawn(control, id, spawned)?;
+            }
+            SpawnerRequest::MemorySnapshot { id, dir } => {
+                let reply = match self.lifecycle(&id, |backend, guard| backend.memory_snapshot(guard, &dir)) {
+                    Ok(()) => SpawnerResponse::Done { id },
+                    Err(failed) => failed,
+                };
+                send(control.as_fd(), &reply, None)?;
+            }
             SpawnerRequest::Destroy { id } => {
                 let reply = match self.sandboxes.remove(&id) {
                     Some(guard) => self.destroy(id, guard),
@@ -156,7 +158,27 @@ impl Spawner {
         Ok(())
     }
 
-    /// Runs a lifecycle hook of the sandbox's tier (`pause`, `resume`), or answers why not.
+    /// Answers a `Spawn` or `SpawnFromMemory`: the channel, or why not.
+    fn answer_spawn(
+        &self,
+        control: &OwnedFd,
+        id: String,
+        spawned: Result<(u32, OwnedFd), RuntimeError>,
+    ) -> Result<(), RuntimeError> {
+        match spawned {
+            Ok((pid, channel)) => send(control.as_fd(), &SpawnerResponse::Spawned { id, pid }, Some(channel.as_fd())),
+            Err(error) => {
+                let invalid_input = matches!(error, RuntimeError::InvalidInput(_));
+                let (tier_failed, message) = match error {
+                    error @ (RuntimeError::Runsc(_) | RuntimeError::TierFailed(_)) => (true, error.to_string()),
+                    other => (false, other.to_string()),
+                };
+                send(control.as_fd(), &SpawnerResponse::Failed { id, invalid_input, tier_failed, message }, None)
+            }
+        }
+    }
+
+    /// Runs a lifecycle hook of the sandbox's tier (`pause`, `resume`, `memory_snapshot`), or answers why not.
     fn lifecycle<T>(
         &mut self,
         id: &str,
@@ -198,7 +220,13 @@ impl Spawner {
         }
     }
 
-    fn spawn(&mut self, id: &str, spec: &sandkasten_types::SandboxSpec) -> Result<(u32, OwnedFd), RuntimeError> {
+    /// Creates a sandbox, from the memory snapshot in `memory` when given.
+    fn spawn(
+        &mut self,
+        id: &str,
+        spec: &sandkasten_types::SandboxSpec,
+        memory: Option<&std::path::Path>,
+    ) -> Result<(u32, OwnedFd), RuntimeError> {
         if self.sandboxes.contains_key(id) || id.is_empty() || id.contains('/') {
             return Err(RuntimeError::InvalidInput(format!("sandbox id '{id}' is in use or not a valid name")));
         }
@@ -209,8 +237,15 @@ impl Spawner {
         let process = ProcessTier { launcher };
         let gvisor = GvisorTier::new(&self.config, &self.agent.path);
         let backend = backend_for(spec.tier(), &process, &gvisor)?;
+        if memory.is_some() {
+            // Refused before anything exists.
+            backend.memory_snapshot_supported()?;
+        }
         let mut guard = launcher.allocate(id, spec)?;
-        let channel = backend.spawn(&mut guard, spec, &files, &agent_plan)?;
+        let channel = match memory {
+            Some(dir) => backend.spawn_from_memory(&mut guard, spec, &files, &agent_plan, dir)?,
+            None => backend.spawn(&mut guard, spec, &files, &agent_plan)?,
+        };
         let pid = guard.init_pid.unwrap_or(0);
         self.sandboxes.insert(id.to_owned(), guard);
         Ok((pid, channel.into()))

@@ -146,7 +146,7 @@ pub(super) fn restore(
 }
 
 /// `runsc --root=…` with nothing of the owner's environment.
-fn runsc(files: &GvisorFiles) -> Command {
+pub(super) fn runsc(files: &GvisorFiles) -> Command {
     let mut command = Command::new(&files.runsc);
     command
         .arg(format!("--root={}", files.runsc_root.display()))
@@ -159,7 +159,7 @@ fn runsc(files: &GvisorFiles) -> Command {
 }
 
 /// Waits until runsc says the restored container runs, or fails with what runsc said when it exited (or timed out).
-fn wait_until_running(guard: &mut SandboxGuard, files: &GvisorFiles) -> Result<(), RuntimeError> {
+pub(super) fn wait_until_running(guard: &mut SandboxGuard, files: &GvisorFiles) -> Result<(), RuntimeError> {
     let id = guard.id.clone();
     let log = files.bundle.join("runsc.log");
     let deadline = Instant::now() + RESTORE_TIMEOUT;
@@ -216,7 +216,7 @@ fn wait_for_exit(pid: u32, timeout: Duration) -> bool {
 }
 
 /// Creates `dir` with mode 0700 if it does not exist, and makes sure it has that mode if it does.
-fn make_private_dir(dir: &Path) -> Result<(), RuntimeError> {
+pub(super) fn make_private_dir(dir: &Path) -> Result<(), RuntimeError> {
     let io = |e| RuntimeError::sys_owned(format!("creating {}", dir.display()), e);
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(io(e)),

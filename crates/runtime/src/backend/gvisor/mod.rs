@@ -13,6 +13,7 @@
 mod bundle;
 mod checkpoint;
 mod cleanup;
+mod memory;
 mod runsc;
 
 use std::io::Read;
@@ -132,10 +133,33 @@ impl super::TierBackend for GvisorTier<'_> {
         })?;
         checkpoint::restore(self.config, cgroups, guard).map(Some)
     }
+
+    fn memory_snapshot_supported(&self) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
+    /// `runsc checkpoint --leave-running` into `dir`.
+    fn memory_snapshot(&self, guard: &SandboxGuard, dir: &Path) -> Result<(), RuntimeError> {
+        memory::snapshot(guard, dir)
+    }
+
+    /// A new bundle, then `runsc restore` of the image in `dir`.
+    fn spawn_from_memory(
+        &self,
+        guard: &mut SandboxGuard,
+        spec: &SandboxSpec,
+        files: &[SandboxFile],
+        plan: &AgentPlan,
+        dir: &Path,
+    ) -> Result<UnixStream, RuntimeError> {
+        let host = write_bundle(self.config, guard, spec, files, plan, self.agent)?;
+        memory::start_from(self.config, guard, &host, dir)
+    }
 }
 
-/// Starts the gVisor sandbox `id` for `spec` (its root `files`, the agent's `plan`) into the allocated `guard` (record and cgroup exist) and returns the
-/// host end of its agent channel once the agent serves. On error the guard (dropped by the caller) removes everything.
+/// Starts the gVisor sandbox `id` for `spec` (its root `files`, the agent's `plan`) into the allocated `guard` (record
+/// and cgroup exist) and returns the host end of its agent channel once the agent serves. On error the guard (dropped
+/// by the caller) removes everything.
 fn spawn(
     config: &RuntimeConfig,
     guard: &mut SandboxGuard,
@@ -144,15 +168,30 @@ fn spawn(
     plan: &AgentPlan,
     agent: &Path,
 ) -> Result<UnixStream, RuntimeError> {
-    let home = plan.home.as_str();
-    let bundle_dir = bundles_dir(config).join(&guard.id);
-    // Recorded before the bundle exists, so that a failure from here on removes whatever was made of it.
+    let host = write_bundle(config, guard, spec, files, plan, agent)?;
+    let run = ["run".into(), "--bundle".into(), host.bundle.clone().into_os_string()];
+    let mut channel = runsc::start(config, guard, &host, &run)?;
+    write_frame(&mut channel, &Envelope::new(0, Message::Plan { plan: plan.clone() }))?;
+    wait_until_ready(&mut channel, &host.bundle.join("runsc.log"))?;
+    Ok(channel)
+}
+
+/// Writes the sandbox's OCI bundle and records its host files in `guard` (before the bundle exists, so that a
+/// failure from here on removes whatever was made of it).
+fn write_bundle(
+    config: &RuntimeConfig,
+    guard: &mut SandboxGuard,
+    spec: &SandboxSpec,
+    files: &[SandboxFile],
+    plan: &AgentPlan,
+    agent: &Path,
+) -> Result<GvisorFiles, RuntimeError> {
     let mut host = GvisorFiles::new(config, &guard.id);
     guard.gvisor = Some(host.clone());
-    std::fs::create_dir_all(&bundle_dir)
-        .map_err(|e| RuntimeError::sys_owned(format!("creating {}", bundle_dir.display()), e))?;
+    std::fs::create_dir_all(&host.bundle)
+        .map_err(|e| RuntimeError::sys_owned(format!("creating {}", host.bundle.display()), e))?;
     let bundle_spec = bundle::BundleSpec {
-        home,
+        home: plan.home.as_str(),
         disk_bytes: spec.limits.disk_bytes,
         files,
         uid: plan.uid,
@@ -160,14 +199,10 @@ fn spawn(
         agent,
         door: plan.door.is_some(),
     };
-    host.read_only = bundle::write(&bundle_dir, &bundle_spec, &RealHostFs)?;
+    host.read_only = bundle::write(&host.bundle, &bundle_spec, &RealHostFs)?;
     host.door = bundle_spec.door;
     guard.gvisor = Some(host.clone());
-    let run = ["run".into(), "--bundle".into(), bundle_dir.into_os_string()];
-    let mut channel = runsc::start(config, guard, &host, &run)?;
-    write_frame(&mut channel, &Envelope::new(0, Message::Plan { plan: plan.clone() }))?;
-    wait_until_ready(&mut channel, &host.bundle.join("runsc.log"))?;
-    Ok(channel)
+    Ok(host)
 }
 
 /// Waits for the agent's first frame: `FilesystemReady` (it serves), `SetupFailed` (its reason), or the end of the

@@ -176,26 +176,28 @@ impl Reader {
 impl AgentClient {
     /// Before a pause that ends the agent's channel (a gVisor checkpoint): `Quiesce`, after whose answer the agent has
     /// read every request sent before and holds no other host connection, and later requests wait until `reconnect`
-    /// (or `continue_after_failed_pause`).
+    /// (or `unquiesce`).
     pub(crate) async fn quiesce(&self) -> Result<(), Failure> {
         let id = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (tx, mut replies) = mpsc::unbounded_channel();
         self.pending.lock().map_err(|_| sandbox_gone())?.insert(id, Route::Free(tx));
         let frame = encode(&Envelope::new(id, Message::Quiesce))
             .map_err(|e| Failure::new(FailureKind::Internal, e.to_string()))?;
-        let _ = self.switches.send(Switch::Suspend);
         let written = {
             let mut half = self.writer.half.lock().await;
             let open = *self.writer.state.borrow() == State::Open;
-            let written = if open {
-                half.write_all(&frame).await.map_err(|_| sandbox_gone())
+            if open {
+                // Told before the checkpoint can end the socket.
+                let _ = self.switches.send(Switch::Suspend);
+                let written = half.write_all(&frame).await.map_err(|_| sandbox_gone());
+                if written.is_ok() {
+                    self.writer.state.send_replace(State::Suspended);
+                }
+                written
             } else {
-                Err(Failure::new(FailureKind::Conflict, "the sandbox is being paused or resumed already"))
-            };
-            if written.is_ok() {
-                self.writer.state.send_replace(State::Suspended);
+                self.finish(id);
+                return Err(Failure::new(FailureKind::Conflict, "the sandbox is being paused or resumed already"));
             }
-            written
         };
         let answered = match written {
             Ok(()) => tokio::time::timeout(QUIESCE_TIMEOUT, replies.recv()).await,
@@ -209,23 +211,24 @@ impl AgentClient {
         match answered {
             Ok(Some(Message::Done)) => Ok(()),
             Ok(Some(other)) => {
-                self.continue_after_failed_pause().await;
+                self.unquiesce().await;
                 Err(super::unexpected(&other))
             }
             Ok(None) => Err(sandbox_gone()),
             Err(_) => {
-                self.continue_after_failed_pause().await;
+                self.unquiesce().await;
                 Err(Failure::new(
                     FailureKind::TierFailed,
-                    format!("the sandbox's agent did not answer within {QUIESCE_TIMEOUT:?}; it was not paused"),
+                    format!("the sandbox's agent did not answer within {QUIESCE_TIMEOUT:?}; nothing was done"),
                 ))
             }
         }
     }
 
-    /// After a pause that failed before the sandbox stopped: requests go out on the old channel again, the first
-    /// being `Resumed` (nothing was paused; the agent opens its connections to the host again).
-    pub(crate) async fn continue_after_failed_pause(&self) {
+    /// After a checkpoint that left the sandbox running (a memory snapshot, or a pause that failed before the sandbox
+    /// stopped): requests go out on the old channel again, the first being `Resumed` (nothing was paused; the agent
+    /// reports its commands and opens its connections to the host again).
+    pub(crate) async fn unquiesce(&self) {
         let _ = self.switches.send(Switch::Continue);
         let mut half = self.writer.half.lock().await;
         let suspended = *self.writer.state.borrow() == State::Suspended;
