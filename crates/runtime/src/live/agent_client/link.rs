@@ -264,3 +264,59 @@ impl AgentClient {
         let _ = self.switches.send(Switch::Close);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use sandkasten_protocol::FrameDecoder;
+
+    use super::*;
+
+    fn pair() -> (OwnedFd, std::os::unix::net::UnixStream) {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap_or_else(|e| panic!("{e}"));
+        (OwnedFd::from(ours), theirs)
+    }
+
+    #[tokio::test]
+    async fn a_frame_split_across_a_replaced_socket_arrives_whole_and_the_old_end_is_not_the_agents() {
+        let (old, mut old_agent) = pair();
+        let (_writer, mut reader, switches) = split(old).unwrap_or_else(|e| panic!("{e}"));
+        let frame = encode(&Envelope::new(7, Message::Done)).unwrap_or_else(|e| panic!("{e}"));
+        let (first, rest) = frame.split_at(frame.len() / 2);
+        let _ = switches.send(Switch::Suspend);
+        old_agent.write_all(first).unwrap_or_else(|e| panic!("{e}"));
+        // The checkpoint ends the old socket: not the agent's end, a pause is in progress.
+        drop(old_agent);
+        let mut decoder = FrameDecoder::new();
+        let mut buffer = vec![0u8; 1024];
+        let n = reader.read(&mut buffer).await;
+        assert_eq!(n, first.len());
+        decoder.push(&buffer[..n]);
+        assert!(matches!(decoder.next_envelope(), Ok(None)), "half a frame so far");
+        let (new, mut new_agent) = pair();
+        let (new_reader, _new_writer) = tokio_stream(new).unwrap_or_else(|e| panic!("{e}")).into_split();
+        let _ = switches.send(Switch::Replace(new_reader));
+        new_agent.write_all(rest).unwrap_or_else(|e| panic!("{e}"));
+        let n = reader.read(&mut buffer).await;
+        decoder.push(&buffer[..n]);
+        let envelope = decoder.next_envelope().ok().flatten();
+        assert_eq!(envelope.map(|e| (e.id, e.msg)), Some((7, Message::Done)), "the restored agent's rest of it");
+        // Without a pause in progress, the end of the socket is the agent's end.
+        drop(new_agent);
+        assert_eq!(reader.read(&mut buffer).await, 0);
+    }
+
+    #[tokio::test]
+    async fn writes_wait_while_suspended_and_fail_once_closed() {
+        let (channel, _agent) = pair();
+        let (writer, _reader, _switches) = split(channel).unwrap_or_else(|e| panic!("{e}"));
+        writer.state.send_replace(State::Suspended);
+        let waiting = tokio::time::timeout(Duration::from_millis(100), writer.write(b"x")).await;
+        assert!(waiting.is_err(), "a write waits while a pause is in progress");
+        writer.state.send_replace(State::Open);
+        assert!(writer.write(b"x").await.is_ok());
+        writer.state.send_replace(State::Closed);
+        assert!(writer.write(b"x").await.is_err(), "a closed sandbox is gone");
+    }
+}
