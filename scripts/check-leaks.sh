@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fails when anything of a sandbox is still on the host: records, cgroups, processes running as sandbox ids, gVisor
-# bundles, runsc state and processes, or mounts.
+# bundles, checkpoint images, runsc state and processes, or mounts.
 # Run after the test suite (nothing else may be running sandboxes at that moment).
 set -uo pipefail
 
@@ -33,6 +33,8 @@ done
 # doctor's probe uses a state directory of its own and removes it).
 bundles=$(find "$state_dir/gvisor" -mindepth 1 -maxdepth 1 2>/dev/null)
 [ -n "$bundles" ] && problems+=("gVisor bundles left: $bundles")
+images=$(find "$state_dir/checkpoints" -mindepth 1 -maxdepth 1 2>/dev/null)
+[ -n "$images" ] && problems+=("gVisor checkpoint images left: $images")
 runsc_state=$(find "$state_dir/runsc" -mindepth 1 -maxdepth 1 2>/dev/null)
 [ -n "$runsc_state" ] && problems+=("runsc state left: $runsc_state")
 runsc_processes() {
@@ -64,4 +66,4 @@ if [ "${#problems[@]}" -gt 0 ]; then
   printf '  %s\n' "${problems[@]}" >&2
   exit 1
 fi
-echo "leak check: no records, cgroups, sandbox processes, gVisor bundles, runsc state or processes, mounts, test network namespaces or S3 test servers left"
+echo "leak check: no records, cgroups, sandbox processes, gVisor bundles, checkpoint images, runsc state or processes, mounts, test network namespaces or S3 test servers left"

@@ -2,9 +2,14 @@
 //! forwarded, byte for byte, to a unix socket that leads to the host's egress proxy (bind-mounted into the sandbox).
 //! The proxy decides and audits; the door only carries bytes. It runs in a child process of the agent (the agent
 //! itself stays single-threaded, because it forks commands), which dies with the agent.
+//!
+//! The agent keeps the listener and can stop the child and start a new one: before a gVisor checkpoint no connection
+//! to a host socket may be open (runsc cannot save one), so `Quiesce` stops the door (its open connections end) and
+//! `Resumed` starts it again; connections made meanwhile wait in the listener's backlog.
 
 #![allow(unsafe_code)]
 
+use std::cell::Cell;
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
@@ -12,26 +17,80 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use sandkasten_protocol::DoorPlan;
 
+use crate::serve::HostConnections;
+
 /// Most connections the door carries at once (the proxy caps them too); more wait in the listen backlog.
 const MAX_CONNECTIONS: usize = 256;
 
-/// Binds the door's port (so a failure is the agent's to report) and serves it from a child process.
-pub fn open(door: &DoorPlan) -> std::io::Result<()> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, door.port))?;
-    // SAFETY: the agent is single-threaded here, so the child may go on running Rust code (it starts threads of its
-    // own and never forks).
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(std::io::Error::last_os_error());
+/// The door: its listener (the agent's) and the child process serving it, while one does.
+pub struct Door {
+    listener: TcpListener,
+    socket: String,
+    child: Cell<Option<libc::pid_t>>,
+}
+
+impl Door {
+    /// Binds the door's port (so a failure is the agent's to report) and serves it from a child process.
+    pub fn open(door: &DoorPlan) -> std::io::Result<Door> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, door.port))?;
+        let door = Door { listener, socket: door.socket.clone(), child: Cell::new(None) };
+        door.start()?;
+        Ok(door)
     }
-    if pid > 0 {
-        return Ok(());
+
+    /// Starts a child serving the listener, unless one does.
+    fn start(&self) -> std::io::Result<()> {
+        if self.child.get().is_some() {
+            return Ok(());
+        }
+        let listener = self.listener.try_clone()?;
+        // SAFETY: the agent is single-threaded, so the child may go on running Rust code (it starts threads of its
+        // own and never forks).
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if pid > 0 {
+            self.child.set(Some(pid));
+            return Ok(());
+        }
+        // SAFETY: prctl with integer arguments: the door gets SIGKILL when the agent (its parent) exits.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
+        serve(listener, &self.socket);
+        // SAFETY: _exit ends the forked child without running the agent's destructors.
+        unsafe { libc::_exit(0) }
     }
-    // SAFETY: prctl with integer arguments: the door gets SIGKILL when the agent (its parent) exits.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
-    serve(listener, &door.socket);
-    // SAFETY: _exit ends the forked child without running the agent's destructors.
-    unsafe { libc::_exit(0) }
+}
+
+impl HostConnections for Door {
+    /// Kills the child (every connection it carries ends with it) and waits until it is gone; the listener stays, so
+    /// new connections wait in its backlog.
+    fn close_all(&self) {
+        if let Some(pid) = self.child.take() {
+            let mut status = 0;
+            // SAFETY: kill and waitpid of our own child, not reaped yet (`reaped` forgets it when the serve loop
+            // reaps it), so the pid cannot name another process.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                while libc::waitpid(pid, &mut status, libc::__WALL) < 0
+                    && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+                {}
+            }
+        }
+    }
+
+    fn reopen(&self) {
+        // A door that cannot start again leaves the sandbox without egress (connections wait, then time out);
+        // nothing else depends on it.
+        let _ = self.start();
+    }
+
+    /// If the door's child is among them, it is gone.
+    fn reaped(&self, pids: &[libc::pid_t]) {
+        if self.child.get().is_some_and(|pid| pids.contains(&pid)) {
+            self.child.set(None);
+        }
+    }
 }
 
 fn serve(listener: TcpListener, socket: &str) {

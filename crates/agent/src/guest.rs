@@ -15,7 +15,7 @@ use sandkasten_jail::seccomp::SandboxFilter;
 use sandkasten_protocol::{AgentPlan, Envelope, Message, SeccompPolicy, monotonic_ns, read_frame, write_frame};
 use sandkasten_types::Tier;
 
-use crate::serve::{self, FsIdentity, JailLauncher, SandboxRoot, ServeContext};
+use crate::serve::{self, FsIdentity, HostConnections, JailLauncher, SandboxRoot, ServeContext};
 
 /// Runs the agent on descriptor 0 and exits the process; never returns.
 pub fn run_agent() -> ! {
@@ -85,21 +85,29 @@ fn jail_of<'a>(plan: &AgentPlan, filter: &'a SandboxFilter) -> ProcessJail<'a> {
 /// `FilesystemReady`, serve.
 fn serve_given_root(plan: &AgentPlan, jail: &ProcessJail<'_>, channel: &mut UnixStream) -> Result<(), String> {
     ready_home(plan)?;
-    if let Some(door) = &plan.door {
-        crate::door::open(door).map_err(|e| format!("opening the egress door on port {}: {e}", door.port))?;
-    }
+    let door = match &plan.door {
+        Some(door) => Some(
+            crate::door::Door::open(door).map_err(|e| format!("opening the egress door on port {}: {e}", door.port))?,
+        ),
+        None => None,
+    };
     write_frame(channel, &Envelope::new(0, Message::FilesystemReady { at_ns: monotonic_ns() }))
         .map_err(|e| format!("answering the host: {e}"))?;
-    serve_root(plan, jail, channel)
+    serve_root(plan, jail, channel, door.as_ref().map(|door| door as &dyn HostConnections))
 }
 
 /// Serve mode over `/` (the sandbox's root): file operations take the sandbox user's identity, commands go through
 /// the jail.
-pub(crate) fn serve_root(plan: &AgentPlan, jail: &ProcessJail<'_>, channel: &UnixStream) -> Result<(), String> {
+pub(crate) fn serve_root(
+    plan: &AgentPlan,
+    jail: &ProcessJail<'_>,
+    channel: &UnixStream,
+    host_connections: Option<&dyn HostConnections>,
+) -> Result<(), String> {
     let identity = FsIdentity { uid: plan.uid, gid: plan.gid };
     let root = SandboxRoot::open(Path::new("/"), Some(identity)).map_err(|e| format!("opening the root: {e}"))?;
     let launcher = JailLauncher::new(jail);
-    let context = ServeContext { root, base_env: &plan.env, launcher: &launcher, home: &plan.home };
+    let context = ServeContext { root, base_env: &plan.env, launcher: &launcher, home: &plan.home, host_connections };
     let stream = channel.try_clone().map_err(|e| format!("duplicating the channel: {e}"))?;
     serve::serve(stream, &context).map(drop).map_err(|e| format!("serve loop: {e}"))
 }

@@ -52,7 +52,7 @@ pub(crate) fn run(plan: &AgentPlan, jail: &ProcessJail<'_>, channel: &mut UnixSt
     // Now that the agent is in the sandbox's cgroup, that cgroup becomes the root of its cgroup namespace, and what is
     // written from here on is charged to the sandbox.
     namespaces::enter_cgroup_namespace().map_err(|e| e.to_string())?;
-    crate::guest::serve_root(plan, jail, channel)
+    crate::guest::serve_root(plan, jail, channel, None)
 }
 
 /// True when the host's end of the channel is closed (the host died).

@@ -41,6 +41,7 @@ per_tier!(
     a_sandbox_killed_from_the_host_releases_its_door,
     a_pool_member_takes_the_policy_of_whoever_claims_it,
     creates_with_a_network_policy_never_fail_four_at_a_time,
+    the_egress_door_works_again_after_a_pause,
 );
 
 /// A host loopback listener the sandbox must never reach; checked to be reachable from the host itself.
@@ -939,4 +940,25 @@ fn creates_with_a_network_policy_never_fail_four_at_a_time(tier: Tier) {
         failures.len(),
         &failures[..failures.len().min(5)]
     );
+}
+
+fn the_egress_door_works_again_after_a_pause(tier: Tier) {
+    let world = World::start_on(tier, "");
+    let id = world.sandbox_on(tier, allowlist(&["allowed.test"]));
+    let (code, out, err) = world.sh(&id, &curl("http://allowed.test/whoami"));
+    assert!(code == 0 && out.contains("STATUS 200"), "{out}{err}");
+    // A connection through the door is open while the sandbox pauses (gVisor: runsc cannot save a connection to a
+    // host socket, so the agent closes the door's before the checkpoint; the one inside sees its end).
+    let hold = "/usr/bin/python3 -c \"import socket\ns = socket.create_connection(('127.0.0.1', 3128))\nprint('open', flush=True)\nprint('ended' if s.recv(1) == b'' else 'data', flush=True)\"";
+    let body = json!({"cmd": hold, "background": true});
+    let held = world.server.call("POST", &format!("/v1/sandboxes/{id}/exec"), KEY_1, Some(body));
+    assert_eq!(held.status, 202, "{held:?}");
+    std::thread::sleep(Duration::from_millis(1500));
+    for action in ["pause", "resume"] {
+        let reply = world.server.call("POST", &format!("/v1/sandboxes/{id}/{action}"), KEY_1, None);
+        assert_eq!(reply.status, 200, "{action} with a connection open through the door: {reply:?}");
+    }
+    let (code, out, err) = world.sh(&id, &curl("http://allowed.test/whoami"));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("hello from allowed.test") && out.contains("STATUS 200"), "{out}{err}");
 }

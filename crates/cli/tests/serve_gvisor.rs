@@ -1,7 +1,8 @@
 //! The gvisor tier through the server, where it differs from the per-tier suites: warm pools of pre-started gVisor
-//! sandboxes (a member serves only requests of its tier), `POST /v1/run` on gVisor, and the server's default tier
-//! applying to creates that name none. Every check that the guest is gVisor looks at what the kernel says inside
-//! (gVisor's Sentry reports release 4.4.0; the host's is asserted different).
+//! sandboxes (a member serves only requests of its tier), `POST /v1/run` on gVisor, the server's default tier
+//! applying to creates that name none, and a resume whose restore fails (the sandbox is lost, nothing left). Every
+//! check that the guest is gVisor looks at what the kernel says inside (gVisor's Sentry reports release 4.4.0; the
+//! host's is asserted different).
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -105,4 +106,36 @@ fn the_servers_default_tier_applies_to_creates_that_name_none() {
     }
     assert_sandbox_gone_on(Tier::Gvisor, &id);
     assert_sandbox_gone_on(Tier::Process, &process);
+}
+
+#[test]
+fn a_sandbox_whose_restore_fails_answers_why_and_is_lost_with_nothing_left() {
+    require_runsc!();
+    let server = Server::start();
+    let id = server.create_on(Tier::Gvisor, json!({}));
+    let base = format!("/v1/sandboxes/{id}");
+    let paused = server.call("POST", &format!("{base}/pause"), KEY_1, None);
+    assert_eq!(paused.status, 200, "{paused:?}");
+    // The image is damaged on the host (a full disk, an operator's mistake): the restore cannot read it.
+    let image = std::path::Path::new(common::GVISOR_CHECKPOINTS).join(&id).join("checkpoint.img");
+    std::fs::write(&image, b"not a checkpoint").unwrap();
+
+    let resumed = server.call("POST", &format!("{base}/resume"), KEY_1, None);
+    assert!(resumed.status >= 500, "a failed restore is the host's failure: {resumed:?}");
+    let message = resumed.json["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("restoring sandbox") && message.contains("gone"), "it says what happened: {message}");
+    eprintln!("a failed restore answers {}: {message}", resumed.status);
+    // Never half-alive: the sandbox is lost, and nothing of it is left on the host.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = server.call("GET", &base, KEY_1, None).json["state"].clone();
+        if state == "lost" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the sandbox is {state} after its restore failed, not lost");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_sandbox_gone_on(Tier::Gvisor, &id);
+    let exec = server.exec(&id, "true");
+    assert_eq!(exec.status, 409, "a lost sandbox runs nothing: {exec:?}");
 }

@@ -1,8 +1,9 @@
 //! Pause and resume against a real `sandkasten serve` (#12, item 1). On the process tier a paused sandbox is frozen:
 //! its busy loop gets no CPU (measured on the host, from the process's own CPU time), requests answer 409 `paused`,
 //! its timeout clock stands still and it leaves the running quota; resume continues where it was (the same loop, the
-//! same files). A sandbox created with `lifecycle.auto_resume` is resumed by a request. A tier that cannot pause yet
-//! (gVisor) answers 409 naming the tier that can, and nothing changes.
+//! same files). On gVisor a paused sandbox is checkpointed to disk: no host process names it and its cgroup is gone;
+//! resume restores it with a Python context's variables and open files, a background command that keeps producing
+//! output on the same stream, and its files. A sandbox created with `lifecycle.auto_resume` is resumed by a request.
 //!
 //! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
 
@@ -45,13 +46,7 @@ fn a_paused_sandbox_gets_no_cpu_answers_409_and_resumes_where_it_was(tier: Tier)
     let id = server.create_on(tier, json!({"timeout_s": 600}));
     let base = format!("/v1/sandboxes/{id}");
     if tier == Tier::Gvisor {
-        let refused = call(&server, "POST", &format!("{base}/pause"), None);
-        assert_eq!(refused.status, 409, "{refused:?}");
-        let message = refused.json["error"]["message"].as_str().unwrap_or_default();
-        assert!(message.contains("process"), "the refusal names the tier that can: {message}");
-        assert_eq!(call(&server, "GET", &base, None).json["state"], "running");
-        assert_eq!(server.exec(&id, "echo still here").json["stdout"], "still here\n");
-        return;
+        return a_checkpointed_sandbox_holds_nothing_on_the_host_and_resumes_where_it_was(&server, &id);
     }
     let token = format!("busy-{}", std::process::id());
     assert_eq!(server.exec(&id, "echo kept > /workspace/before").status, 200);
@@ -104,10 +99,6 @@ fn auto_resume_resumes_on_a_request(tier: Tier) {
     let id = server.create_on(tier, json!({"lifecycle": {"auto_resume": true}}));
     let base = format!("/v1/sandboxes/{id}");
     let paused = call(&server, "POST", &format!("{base}/pause"), None);
-    if tier == Tier::Gvisor {
-        assert_eq!(paused.status, 409, "{paused:?}");
-        return;
-    }
     assert_eq!(paused.status, 200, "{paused:?}");
     let answered = server.exec(&id, "echo awake");
     assert_eq!((answered.status, answered.json["stdout"].as_str()), (200, Some("awake\n")), "{answered:?}");
@@ -126,25 +117,19 @@ fn the_cli_pauses_and_resumes(tier: Tier) {
     };
     let paused = cli("pause");
     let state = || call(&server, "GET", &format!("/v1/sandboxes/{id}"), None).json["state"].clone();
-    if tier == Tier::Gvisor {
-        assert!(!paused.status.success(), "pausing a gVisor sandbox is refused");
-        assert!(String::from_utf8_lossy(&paused.stderr).contains("process"), "{paused:?}");
-        assert_eq!(state(), "running");
-        return;
-    }
     assert!(paused.status.success(), "{paused:?}");
     assert_eq!(String::from_utf8_lossy(&paused.stdout).trim(), id);
     assert_eq!(state(), "paused");
     let resumed = cli("resume");
     assert!(resumed.status.success(), "{resumed:?}");
     assert_eq!(state(), "running");
+    assert_eq!(server.exec(&id, "echo after").json["stdout"], "after\n");
 }
 
 fn auto_pause_pauses_at_the_timeout_where_the_tier_can(tier: Tier) {
     let server = Server::start_on(tier);
     let id = server.create_on(tier, json!({"timeout_s": 1, "lifecycle": {"auto_pause": true}}));
-    // A tier that cannot pause ends the sandbox at its timeout as usual.
-    let expected = if tier == Tier::Gvisor { "expired" } else { "paused" };
+    let expected = "paused";
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let state = call(&server, "GET", &format!("/v1/sandboxes/{id}"), None).json["state"].clone();
@@ -154,16 +139,22 @@ fn auto_pause_pauses_at_the_timeout_where_the_tier_can(tier: Tier) {
         assert!(Instant::now() < deadline, "the sandbox is {state} long after its timeout, not {expected}");
         std::thread::sleep(Duration::from_millis(200));
     }
-    if tier == Tier::Process {
-        // It stays paused (its clock stands still): not expired a few sweeps later.
-        std::thread::sleep(Duration::from_millis(2500));
-        assert_eq!(call(&server, "GET", &format!("/v1/sandboxes/{id}"), None).json["state"], "paused");
-        let resumed = call(&server, "POST", &format!("/v1/sandboxes/{id}/resume"), None);
-        assert_eq!(resumed.status, 200, "{resumed:?}");
-        // Resumed after its timeout: it gets the server's default timeout again, not a second's sweep.
-        std::thread::sleep(Duration::from_millis(2500));
-        assert_eq!(server.exec(&id, "echo back").json["stdout"], "back\n");
+    if tier == Tier::Gvisor {
+        // The database says paused first, the runtime follows: checkpointed, its cgroup gone.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while common::cgroup_paths(&id).iter().any(|path| path.exists()) {
+            assert!(Instant::now() < deadline, "paused at the timeout, but its cgroup is still there");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
+    // It stays paused (its clock stands still): not expired a few sweeps later.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(call(&server, "GET", &format!("/v1/sandboxes/{id}"), None).json["state"], "paused");
+    let resumed = call(&server, "POST", &format!("/v1/sandboxes/{id}/resume"), None);
+    assert_eq!(resumed.status, 200, "{resumed:?}");
+    // Resumed after its timeout: it gets the server's default timeout again, not a second's sweep.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(server.exec(&id, "echo back").json["stdout"], "back\n");
 }
 
 fn kill_9_of_the_server_and_its_spawner_with_a_paused_sandbox_leaves_nothing(tier: Tier) {
@@ -178,13 +169,102 @@ fn kill_9_of_the_server_and_its_spawner_with_a_paused_sandbox_leaves_nothing(tie
     );
     assert_eq!(started.status, 202, "{started:?}");
     let paused = call(&server, "POST", &format!("/v1/sandboxes/{id}/pause"), None);
-    assert_eq!(paused.status, if tier == Tier::Process { 200 } else { 409 }, "{paused:?}");
+    assert_eq!(paused.status, 200, "{paused:?}");
+    if tier == Tier::Gvisor {
+        let image = std::path::Path::new(common::GVISOR_CHECKPOINTS).join(&id);
+        assert!(image.is_dir(), "the paused sandbox's checkpoint image is at {}", image.display());
+    }
     let spawners = serve::children_of(server.pid());
     // SAFETY: kill(2) of the spawner, a child of our child, which we just listed.
     unsafe { libc::kill(spawners[0] as libc::pid_t, libc::SIGKILL) };
     server.stop_with(libc::SIGKILL);
     server.relaunch();
-    // The next spawner's gc removes the frozen cgroup and everything in it; the restart marks the sandbox lost.
+    // The next spawner's gc removes the frozen cgroup and everything in it (gVisor: the checkpoint image, bundle and
+    // runsc state); the restart marks the sandbox lost.
     serve::assert_sandbox_gone_on(tier, &id);
     assert_eq!(call(&server, "GET", &format!("/v1/sandboxes/{id}"), None).json["state"], "lost");
+}
+
+/// The gVisor branch of the first test: pause is a checkpoint that leaves nothing running on the host, and the resume
+/// continues the sandbox where it was.
+fn a_checkpointed_sandbox_holds_nothing_on_the_host_and_resumes_where_it_was(server: &Server, id: &str) {
+    let base = format!("/v1/sandboxes/{id}");
+    assert_eq!(server.exec(id, "echo kept > /workspace/before").status, 200);
+    let code = |code: &str| {
+        let reply = call(server, "POST", &format!("{base}/code"), Some(json!({"language": "python", "code": code})));
+        assert_eq!(reply.status, 200, "{reply:?}");
+        reply.json
+    };
+    let set =
+        code("x = 41\nopened = open('/tmp/open.txt', 'w')\nopened.write('before-')\nopened.flush()\nprint('set')");
+    assert_eq!(set["stdout"], "set\n", "{set}");
+    let ticks = "for i in $(seq 1 40); do echo tick $i; sleep 0.1; done";
+    let started = call(server, "POST", &format!("{base}/exec"), Some(json!({"cmd": ticks, "background": true})));
+    assert_eq!(started.status, 202, "{started:?}");
+    let command = started.json["command_id"].as_str().unwrap().to_owned();
+    std::thread::sleep(Duration::from_millis(800));
+
+    let before = Instant::now();
+    let paused = call(server, "POST", &format!("{base}/pause"), None);
+    assert_eq!((paused.status, paused.json["state"].as_str()), (200, Some("paused")), "{paused:?}");
+    eprintln!("pause took {:?}", before.elapsed());
+    let running: Vec<String> =
+        common::host_pids().into_iter().map(common::cmdline).filter(|line| line.contains(id)).collect();
+    assert!(running.is_empty(), "no host process of the paused sandbox runs: {running:?}");
+    let cgroups: Vec<_> = common::cgroup_paths(id).into_iter().filter(|path| path.exists()).collect();
+    assert!(cgroups.is_empty(), "the paused sandbox's cgroup is gone: {cgroups:?}");
+    let image = std::path::Path::new(common::GVISOR_CHECKPOINTS).join(id);
+    let mode = std::fs::metadata(&image).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777);
+    assert_eq!(mode.ok(), Some(0o700), "the checkpoint image {} is root's alone", image.display());
+    let refused = call(server, "POST", &format!("{base}/exec"), Some(json!({"cmd": "true"})));
+    assert_eq!((refused.status, refused.json["error"]["code"].as_str()), (409, Some("paused")), "{refused:?}");
+    std::thread::sleep(Duration::from_millis(1000));
+
+    let before = Instant::now();
+    let resumed = call(server, "POST", &format!("{base}/resume"), None);
+    assert_eq!((resumed.status, resumed.json["state"].as_str()), (200, Some("running")), "{resumed:?}");
+    eprintln!("resume took {:?}", before.elapsed());
+    assert!(!image.exists(), "the image is removed once the sandbox runs again");
+    let answer = code("opened.write('after')\nopened.close()\nprint(open('/tmp/open.txt').read())\nx + 1");
+    assert_eq!(answer["stdout"], "before-after\n", "the open file lived on: {answer}");
+    assert_eq!(answer["results"][0]["text/plain"], "42", "the variable lived on: {answer}");
+    assert_eq!(server.exec(id, "cat /workspace/before").json["stdout"], "kept\n");
+
+    // The background command ran on after the resume, and its output came on the same stream, nothing lost.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let exited = loop {
+        let list = call(server, "GET", &format!("{base}/commands"), None);
+        let entry = list.json["commands"].as_array().unwrap().iter().find(|c| c["id"] == command.as_str()).cloned();
+        let entry = entry.expect("the command is listed");
+        if entry["state"] == "exited" {
+            break entry;
+        }
+        assert!(Instant::now() < deadline, "the background command did not end after the resume: {entry}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(exited["exit_code"], 0, "{exited}");
+    let expected: String = (1..=40).map(|i| format!("tick {i}\n")).collect();
+    assert_eq!(stream_stdout(server, id, &command), expected);
+
+    // A paused gVisor sandbox can be deleted, and nothing of it is left.
+    assert_eq!(call(server, "POST", &format!("{base}/pause"), None).status, 200);
+    assert_eq!(call(server, "DELETE", &base, None).status, 204);
+    serve::assert_sandbox_gone_on(Tier::Gvisor, id);
+}
+
+/// The whole stdout of an ended background command, from its event stream.
+fn stream_stdout(server: &Server, id: &str, command: &str) -> String {
+    let mut response = server
+        .http()
+        .get(format!("{}/v1/sandboxes/{id}/commands/{command}/stream", server.url))
+        .header("Authorization", format!("Bearer {KEY_1}"))
+        .call()
+        .unwrap();
+    let text = response.body_mut().read_to_string().unwrap();
+    text.split("\n\n")
+        .filter(|block| block.lines().any(|line| line == "event: stdout"))
+        .filter_map(|block| block.lines().find_map(|line| line.strip_prefix("data: ")))
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .filter_map(|data| data["data"].as_str().map(str::to_owned))
+        .collect()
 }

@@ -10,6 +10,7 @@
 //! | `StdinData`, `StdinClose`, `Signal` (id = the command's id) | `Done` or `Failed` |
 //! | `StopOutput` (id = the command's id), `Resumed` | none |
 //! | `ListCommands` | `Commands` |
+//! | `Quiesce` | `Done` |
 //! | `FileRead` | `FileData` or `Failed` |
 //! | `FileWrite`, `Mkdir`, `Rename`, `Remove` | `Done` or `Failed` |
 //! | `FileList` | `FileEntries` or `Failed` |
@@ -105,11 +106,17 @@ pub enum Message {
         stream: StreamKind,
     },
     /// host → agent (id 0): the sandbox was paused for this long and runs again; the agent moves its commands'
-    /// deadlines on by as much (a pause does not count against a command's timeout). No reply.
+    /// deadlines on by as much (a pause does not count against a command's timeout) and opens connections to the
+    /// host again after a `Quiesce`. No reply.
     Resumed {
         /// How long it was paused, in nanoseconds.
         paused_ns: u64,
     },
+    /// host → agent: a checkpoint follows (gVisor's pause, or a memory snapshot): close every connection to a host
+    /// socket except this channel (the egress door's; runsc cannot save one) and open none, and report no command
+    /// output or exit, until `Resumed`. Answered `Done` once they are closed, after every request sent before it was
+    /// read; nothing follows the `Done` until then, so the channel holds no partial frame at the checkpoint.
+    Quiesce,
     /// host → agent: which commands are running.
     ListCommands,
     /// host → agent: read part of a regular file.

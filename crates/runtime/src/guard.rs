@@ -3,7 +3,7 @@
 
 #![allow(unsafe_code)]
 
-use sandkasten_cgroups::Cgroup;
+use sandkasten_cgroups::{Cgroup, CgroupLimits, Usage};
 
 use sandkasten_types::Tier;
 
@@ -21,6 +21,10 @@ pub(crate) struct SandboxGuard {
     /// The sandbox's isolation tier (whose backend pauses and resumes it).
     pub(crate) tier: Tier,
     pub(crate) cgroup: Option<Cgroup>,
+    /// The limits its cgroup was created with (to create it again: a gVisor sandbox restored from a checkpoint).
+    pub(crate) cgroup_limits: Option<CgroupLimits>,
+    /// What its earlier cgroups used (a gVisor sandbox's cgroup is removed at each checkpoint).
+    pub(crate) earlier_usage: Usage,
     pub(crate) init_pid: Option<u32>,
     /// The gVisor sandbox's bundle and runsc state (gvisor tier only), removed after its processes.
     pub(crate) gvisor: Option<GvisorFiles>,
@@ -40,11 +44,35 @@ impl SandboxGuard {
         let mut record = SandboxRecord::owned_by_me(id, tier.name(), &config.cgroup_parent);
         record.id_base = id_range.as_ref().map(IdRange::base);
         store.write(&record)?;
-        Ok(SandboxGuard { store, id: id.to_owned(), tier, cgroup: None, init_pid: None, gvisor: None, id_range })
+        Ok(SandboxGuard {
+            store,
+            id: id.to_owned(),
+            tier,
+            cgroup: None,
+            cgroup_limits: None,
+            earlier_usage: Usage::default(),
+            init_pid: None,
+            gvisor: None,
+            id_range,
+        })
     }
 
     pub(crate) fn cgroup(&self) -> Result<&Cgroup, RuntimeError> {
         self.cgroup.as_ref().ok_or_else(|| RuntimeError::InvalidInput("the sandbox's cgroup is gone".into()))
+    }
+
+    /// What the sandbox used over its life: its cgroup's counters now plus its earlier cgroups' (CPU times add up,
+    /// the memory peak is the highest).
+    pub(crate) fn usage(&self) -> Usage {
+        let now = self.cgroup.as_ref().and_then(|cgroup| cgroup.usage().ok()).unwrap_or_default();
+        let earlier = &self.earlier_usage;
+        Usage {
+            cpu_user_ns: now.cpu_user_ns.saturating_add(earlier.cpu_user_ns),
+            cpu_system_ns: now.cpu_system_ns.saturating_add(earlier.cpu_system_ns),
+            memory_peak_bytes: now.memory_peak_bytes.max(earlier.memory_peak_bytes),
+            oom_kills: now.oom_kills.saturating_add(earlier.oom_kills),
+            pids_limit_hits: now.pids_limit_hits.saturating_add(earlier.pids_limit_hits),
+        }
     }
 
     pub(crate) fn kill(&self) {

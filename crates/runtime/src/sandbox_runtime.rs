@@ -52,11 +52,32 @@ pub trait SandboxRuntime: Send + Sync + 'static {
     /// `NotFound`.
     fn destroy<'a>(&'a self, id: &'a str) -> RuntimeFuture<'a, ()>;
     /// Pauses (`pause: true`) or resumes a sandbox as its tier can: the process tier freezes its cgroup (no CPU,
-    /// memory kept). A tier that cannot is `Conflict` saying which can; while paused the sandbox's agent does not
+    /// memory kept), gVisor checkpoints it to disk (nothing of it runs; the resume restores it, its commands and code
+    /// contexts carrying on). A tier that cannot is `Conflict` saying which can; while paused the sandbox's agent does not
     /// answer, so callers must not send it requests.
     fn set_paused<'a>(&'a self, id: &'a str, pause: bool) -> RuntimeFuture<'a, ()> {
         let _ = (id, pause);
         refuse(Failure::new(FailureKind::Conflict, "this runtime cannot pause sandboxes"))
+    }
+    /// Saves the running sandbox's whole memory state (processes, their open files, its tmpfs files) into `dir`
+    /// (created 0700, the caller's to remove) while it keeps running; requests wait meanwhile. gVisor only (`runsc
+    /// checkpoint --leave-running`): other tiers, and this default, refuse naming the gvisor tier.
+    fn memory_snapshot<'a>(&'a self, id: &'a str, dir: &'a std::path::Path) -> RuntimeFuture<'a, ()> {
+        let _ = (id, dir);
+        refuse(no_memory_snapshots())
+    }
+    /// Creates the sandbox `id` (its own cgroup, channel and host files) from a memory snapshot in `dir` of a
+    /// sandbox created with the same `spec`: it runs on from where the source was, with the source's processes and
+    /// environment (commands and code contexts it had are not this runtime's: only its files and new requests are).
+    /// gVisor only; other tiers, and this default, refuse naming the gvisor tier.
+    fn create_from_memory<'a>(
+        &'a self,
+        id: &'a str,
+        spec: &'a SandboxSpec,
+        dir: &'a std::path::Path,
+    ) -> RuntimeFuture<'a, ()> {
+        let _ = (id, spec, dir);
+        refuse(no_memory_snapshots())
     }
     /// True while the sandbox's processes are alive (used by the startup reconcile).
     fn is_alive(&self, id: &str) -> bool;
@@ -220,6 +241,10 @@ fn refuse<'a, T: Send + 'a>(failure: Failure) -> RuntimeFuture<'a, T> {
 
 fn no_background_commands() -> Failure {
     Failure::new(FailureKind::ExecFailed, "this runtime has no background commands")
+}
+
+fn no_memory_snapshots() -> Failure {
+    Failure::new(FailureKind::Conflict, "memory snapshots need the gvisor tier; this runtime cannot take or start one")
 }
 
 fn no_code_interpreter() -> Failure {

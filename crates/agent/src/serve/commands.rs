@@ -37,6 +37,8 @@ pub struct CommandContext<'a> {
     pub launcher: &'a dyn Launcher,
     /// The working directory of commands that name none.
     pub home: &'a str,
+    /// Connections to host sockets besides the channel, closed before a checkpoint (`Quiesce`).
+    pub host_connections: Option<&'a dyn super::HostConnections>,
 }
 
 /// A command's stdin: bytes not yet written, and whether to close it once they are.
@@ -97,6 +99,9 @@ impl Command {
 #[derive(Default)]
 pub struct Commands {
     pub(super) table: BTreeMap<u64, Command>,
+    /// Between `Quiesce` and `Resumed`: commands run on, but their output and exits are not reported (they wait in
+    /// the pipes and the table), so that the agent's outgoing queue stays empty for a checkpoint.
+    pub(super) quiet: bool,
 }
 
 fn nonblocking(fd: &OwnedFd) -> Result<(), Failure> {

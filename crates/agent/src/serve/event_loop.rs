@@ -59,12 +59,15 @@ fn serve_requests(
     loop {
         let now = monotonic_ns();
         commands.enforce_timeouts(now);
-        output::report_finished(commands, channel, now, context.home);
+        if !commands.quiet {
+            output::report_finished(commands, channel, now, context.home);
+        }
         channel.flush();
         if channel.broken() {
             return Ok(LoopEnd::HostGone);
         }
         let paused = channel.congested();
+        let quiet = paused || commands.quiet;
 
         let mut channel_interest = if paused { PollFlags::empty() } else { PollFlags::IN };
         if channel.queued() > 0 {
@@ -77,7 +80,7 @@ fn serve_requests(
         ];
         for (&id, command) in &commands.table {
             let outputs = [(StreamKind::Stdout, &command.stdout), (StreamKind::Stderr, &command.stderr)];
-            for (stream, fd) in outputs.into_iter().filter(|_| !paused) {
+            for (stream, fd) in outputs.into_iter().filter(|_| !quiet) {
                 if let Some(fd) = fd {
                     watches.push(Watch::Output(id, stream));
                     fds.push(PollFd::from_borrowed_fd(fd.as_fd(), PollFlags::IN));
@@ -88,7 +91,7 @@ fn serve_requests(
                 fds.push(PollFd::from_borrowed_fd(stdin.fd.as_fd(), PollFlags::OUT));
             }
         }
-        let timeout = commands.next_due_ns(paused).map(|due| {
+        let timeout = commands.next_due_ns(quiet).map(|due| {
             let left = due.saturating_sub(now);
             Timespec { tv_sec: (left / 1_000_000_000) as i64, tv_nsec: (left % 1_000_000_000) as i64 }
         });
@@ -102,7 +105,13 @@ fn serve_requests(
 
         for (what, revents) in ready {
             match what {
-                Watch::Children => commands.record_exits(&signals.reap(), monotonic_ns()),
+                Watch::Children => {
+                    let reaped = signals.reap();
+                    if let Some(holder) = context.host_connections {
+                        holder.reaped(&reaped.iter().map(|(pid, _)| *pid).collect::<Vec<_>>());
+                    }
+                    commands.record_exits(&reaped, monotonic_ns());
+                }
                 Watch::Output(id, stream) => output::read_output(commands, channel, id, stream),
                 Watch::Stdin(id) => output::write_stdin(commands, id),
                 Watch::Channel => {
@@ -162,6 +171,18 @@ fn handle_requests(
             }
             Message::Resumed { paused_ns } => {
                 commands.postpone_deadlines(paused_ns);
+                commands.quiet = false;
+                if let Some(holder) = context.host_connections {
+                    holder.reopen();
+                }
+                continue;
+            }
+            Message::Quiesce => {
+                if let Some(holder) = context.host_connections {
+                    holder.close_all();
+                }
+                commands.quiet = true;
+                channel.queue(id, Message::Done);
                 continue;
             }
             _ => {}

@@ -42,6 +42,20 @@ pub struct ServeContext<'a> {
     pub launcher: &'a dyn Launcher,
     /// The working directory of commands that name none: the sandbox user's home.
     pub home: &'a str,
+    /// Connections to host sockets the agent holds besides its channel (gVisor's egress door), if any.
+    pub host_connections: Option<&'a dyn HostConnections>,
+}
+
+/// What holds connections to host sockets besides the channel (gVisor's egress door). runsc cannot checkpoint a
+/// sandbox with such a connection open, so `Quiesce` closes them all and keeps new ones from opening, and `Resumed`
+/// lets them open again.
+pub trait HostConnections {
+    /// Closes every connection and opens none until `reopen`; returns once they are closed.
+    fn close_all(&self);
+    /// Serves connections again.
+    fn reopen(&self);
+    /// The serve loop reaped these children (one may be the holder's own process).
+    fn reaped(&self, pids: &[libc::pid_t]);
 }
 
 /// Serves the host's requests on `channel` until `Shutdown` (answered with `Done`) or until the host closes it.
@@ -55,6 +69,7 @@ pub fn serve(channel: UnixStream, context: &ServeContext<'_>) -> Result<LoopEnd,
         base_env: context.base_env,
         launcher: context.launcher,
         home: context.home,
+        host_connections: context.host_connections,
     };
     event_loop::run(&mut channel, &signals, &commands)
 }

@@ -732,6 +732,8 @@ pub const RUNSC: &str = "/usr/bin/runsc";
 pub const GVISOR_BUNDLES: &str = "/run/sandkasten/gvisor";
 /// runsc's `--root`: its state, lock and control socket per sandbox.
 pub const RUNSC_ROOT: &str = "/run/sandkasten/runsc";
+/// Where paused gVisor sandboxes keep their checkpoint images (one directory per sandbox).
+pub const GVISOR_CHECKPOINTS: &str = "/run/sandkasten/checkpoints";
 
 /// Why the gvisor tier cannot run here (`None`: root and runsc are present).
 pub fn gvisor_unavailable() -> Option<String> {
@@ -796,6 +798,10 @@ pub fn gvisor_leftovers(id: &str) -> Vec<String> {
     let bundle = Path::new(GVISOR_BUNDLES).join(id);
     if bundle.exists() {
         left.push(format!("bundle {} still exists", bundle.display()));
+    }
+    let image = Path::new(GVISOR_CHECKPOINTS).join(id);
+    if image.exists() {
+        left.push(format!("checkpoint image {} still exists", image.display()));
     }
     for name in dir_names(RUNSC_ROOT) {
         if name.contains(id) {

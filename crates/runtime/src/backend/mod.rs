@@ -1,7 +1,8 @@
 //! The isolation tiers behind one seam, `TierBackend` (the shape of cloud-hypervisor's `Hypervisor`): a tier knows
 //! whether this host can run it (`probe`), how to start a sandbox's agent in the host resources the caller allocated
-//! (`spawn` → the agent's channel, connected and serving), and — filled in by the snapshot work — how to `pause`,
-//! `resume`, `snapshot` and `restore` one, each answering "not supported by this tier" until then. Destroying is the
+//! (`spawn` → the agent's channel, connected and serving), how to `pause` and `resume` one (the process tier's cgroup
+//! freezer, gVisor's checkpoint to disk and restore), and how to take a memory snapshot of a running one and start a
+//! new one from it (gVisor only; the others answer which tier can). Destroying is the
 //! same for every tier (kill the cgroup, reap, read usage, release: `SandboxGuard`). Everything above the seam
 //! (commands, files, code contexts, pools, the server) speaks the agent protocol and is written once for all tiers.
 //!
@@ -15,6 +16,7 @@ pub(crate) mod process;
 pub mod runner;
 
 use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::time::Duration;
 
 use sandkasten_protocol::{AgentPlan, Envelope, Message, read_frame};
@@ -24,7 +26,7 @@ use crate::error::RuntimeError;
 use crate::guard::SandboxGuard;
 
 /// One isolation tier. The lifecycle hooks after `spawn`: `pause`/`resume` (the spawner's `Pause`/`Resume`), and
-/// `snapshot`/`restore`, which the snapshot work fills in (nothing calls them yet).
+/// `memory_snapshot`/`spawn_from_memory` (`MemorySnapshot`, `SpawnFromMemory`).
 #[allow(dead_code)]
 pub(crate) trait TierBackend {
     /// Which tier this is.
@@ -45,8 +47,8 @@ pub(crate) trait TierBackend {
     ) -> Result<UnixStream, RuntimeError>;
 
     /// Pauses a sandbox: no CPU while paused, and whatever else the tier can release (the process tier keeps its
-    /// memory). A tier that cannot says which can.
-    fn pause(&self, guard: &SandboxGuard) -> Result<(), RuntimeError> {
+    /// memory; gVisor keeps nothing running). A tier that cannot says which can.
+    fn pause(&self, guard: &mut SandboxGuard) -> Result<(), RuntimeError> {
         let _ = guard;
         Err(RuntimeError::InvalidInput(format!(
             "the {} tier cannot pause sandboxes yet; the process tier can (create the sandbox with isolation \"process\")",
@@ -54,23 +56,47 @@ pub(crate) trait TierBackend {
         )))
     }
 
-    /// Continues a paused sandbox where it was.
-    fn resume(&self, guard: &SandboxGuard) -> Result<(), RuntimeError> {
+    /// Continues a paused sandbox where it was; returns the host end of its new channel when the agent's old one
+    /// ended with the pause (gVisor: the restored sandbox's), `None` when the old one serves on.
+    fn resume(&self, guard: &mut SandboxGuard) -> Result<Option<UnixStream>, RuntimeError> {
         let _ = guard;
         Err(not_supported(self.tier(), "resume"))
     }
 
-    /// Saves a sandbox's state (filesystem, and memory where the tier can).
-    fn snapshot(&self, guard: &SandboxGuard) -> Result<(), RuntimeError> {
-        let _ = guard;
-        Err(not_supported(self.tier(), "snapshot"))
+    /// Whether the tier takes memory snapshots (`Ok`), or why not.
+    fn memory_snapshot_supported(&self) -> Result<(), RuntimeError> {
+        Err(no_memory_snapshots(self.tier()))
     }
 
-    /// Starts a sandbox from a saved state.
-    fn restore(&self, guard: &mut SandboxGuard) -> Result<UnixStream, RuntimeError> {
-        let _ = guard;
-        Err(not_supported(self.tier(), "restore"))
+    /// Saves the running sandbox's whole state (memory, processes, its tmpfs files) into `dir` while it keeps
+    /// running; the agent is quiesced by the caller. A tier that cannot says which can.
+    fn memory_snapshot(&self, guard: &SandboxGuard, dir: &Path) -> Result<(), RuntimeError> {
+        let _ = (guard, dir);
+        Err(no_memory_snapshots(self.tier()))
     }
+
+    /// Starts a new sandbox (the record and cgroup `guard` holds) from a memory snapshot in `dir` taken of a sandbox
+    /// with the same `spec` (its root `files` and `plan` are written as for `spawn`, but the agent is the source's,
+    /// plan included); returns the host end of its channel once it runs (its agent is quiet until `Resumed`).
+    fn spawn_from_memory(
+        &self,
+        guard: &mut SandboxGuard,
+        spec: &SandboxSpec,
+        files: &[SandboxFile],
+        plan: &AgentPlan,
+        dir: &Path,
+    ) -> Result<UnixStream, RuntimeError> {
+        let _ = (guard, spec, files, plan, dir);
+        Err(no_memory_snapshots(self.tier()))
+    }
+}
+
+/// Why a tier cannot snapshot a sandbox's memory.
+pub(crate) fn no_memory_snapshots(tier: Tier) -> RuntimeError {
+    RuntimeError::InvalidInput(format!(
+        "memory snapshots need the gvisor tier (runsc checkpoint); the {tier} tier cannot take or start one (create \
+         the sandbox with isolation \"gvisor\")"
+    ))
 }
 
 #[allow(dead_code)]

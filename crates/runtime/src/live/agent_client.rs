@@ -1,5 +1,8 @@
 //! `AgentClient`: the host end of one long-lived agent's channel. Requests carry ids; a reader task routes every
-//! reply to the request that is waiting for it, so any number of commands and file operations run at once.
+//! reply to the request that is waiting for it, so any number of commands and file operations run at once. The
+//! socket under it may be replaced while routes stay (a gVisor pause: `link`).
+
+mod link;
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
@@ -10,9 +13,6 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use sandkasten_protocol::{Envelope, FrameDecoder, Message, encode};
 use sandkasten_types::{CommandExit, CommandSpec, Failure, FailureKind, FileInfo, OutputChunk};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::UnixStream;
-use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::mpsc;
 
 use super::phases::CommandClock;
@@ -61,7 +61,9 @@ type Pending = Arc<Mutex<HashMap<u64, Route>>>;
 
 /// A connection to one agent.
 pub struct AgentClient {
-    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    writer: link::Writer,
+    /// Tells the reader task that its socket is being replaced.
+    switches: mpsc::UnboundedSender<link::Switch>,
     pending: Pending,
     next_id: AtomicU64,
 }
@@ -69,19 +71,17 @@ pub struct AgentClient {
 impl AgentClient {
     /// Takes over the host end of an agent's channel. Needs a tokio runtime (it starts the reader task).
     pub fn new(channel: OwnedFd) -> std::io::Result<AgentClient> {
-        let std_stream = std::os::unix::net::UnixStream::from(channel);
-        std_stream.set_nonblocking(true)?;
-        let (mut reader, writer) = UnixStream::from_std(std_stream)?.into_split();
+        let (writer, mut reader, switches) = link::split(channel)?;
         let pending: Pending = Arc::default();
         let routes = Arc::clone(&pending);
         tokio::spawn(async move {
             let mut decoder = FrameDecoder::new();
             let mut buffer = vec![0u8; 64 << 10];
             loop {
-                let n = match reader.read(&mut buffer).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => n,
-                };
+                let n = reader.read(&mut buffer).await;
+                if n == 0 {
+                    break;
+                }
                 decoder.push(&buffer[..n]);
                 while let Ok(Some(envelope)) = decoder.next_envelope() {
                     let route = routes.lock().ok().and_then(|map| map.get(&envelope.id).cloned());
@@ -101,13 +101,13 @@ impl AgentClient {
                 map.clear();
             }
         });
-        Ok(AgentClient { writer: tokio::sync::Mutex::new(writer), pending, next_id: AtomicU64::new(1) })
+        Ok(AgentClient { writer, switches, pending, next_id: AtomicU64::new(1) })
     }
 
     pub(super) async fn send(&self, id: u64, msg: Message) -> Result<(), Failure> {
         let frame =
             encode(&Envelope::new(id, msg)).map_err(|e| Failure::new(FailureKind::SandboxGone, e.to_string()))?;
-        self.writer.lock().await.write_all(&frame).await.map_err(|_| sandbox_gone())
+        self.writer.write(&frame).await
     }
 
     /// Sends a request and returns its id and the stream of replies to it.

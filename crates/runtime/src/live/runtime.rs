@@ -66,10 +66,18 @@ impl LiveRuntime {
         let (forget_commands, report) = (Arc::clone(&commands), Arc::clone(&lost));
         let on_event = Arc::new(move |event| {
             let Ok(mut map) = forget.lock() else { return };
-            let gone: Vec<String> = match event {
-                SpawnerEvent::Exited { id } => map.remove(&id).map(|_| id).into_iter().collect(),
-                SpawnerEvent::SpawnerGone => map.drain().map(|(id, _)| id).collect(),
+            let gone: Vec<(String, Member)> = match event {
+                SpawnerEvent::Exited { id } => map.remove(&id).map(|member| (id, member)).into_iter().collect(),
+                SpawnerEvent::SpawnerGone => map.drain().collect(),
             };
+            // A paused gVisor sandbox has no channel to end: its waiting requests learn it here.
+            let gone: Vec<String> = gone
+                .into_iter()
+                .map(|(id, member)| {
+                    member.agent.close();
+                    id
+                })
+                .collect();
             for id in &gone {
                 forget_contexts.forget(id);
                 forget_commands.forget(id);
@@ -100,13 +108,69 @@ impl LiveRuntime {
         let spawned = tokio::task::spawn_blocking(move || spawner.spawn(&owned_id, &owned_spec))
             .await
             .map_err(|e| RuntimeError::sys("spawner task", std::io::Error::other(e.to_string())))??;
+        self.adopt(id, spec, spawned, None).await
+    }
+
+    /// Creates the sandbox `id` from the memory snapshot in `dir` (of a sandbox with the same `spec`): its agent is
+    /// the source's as it was then, told first how long ago that was (`Resumed`: its commands' deadlines move on).
+    pub(super) async fn spawn_from_memory(&self, id: &str, spec: &SandboxSpec, dir: &Path) -> Result<(), RuntimeError> {
+        if spec.tier() != Tier::Gvisor {
+            return Err(crate::backend::no_memory_snapshots(spec.tier()));
+        }
+        let taken = std::fs::metadata(dir.join("checkpoint.img")).and_then(|m| m.modified()).ok();
+        let spawner = self.spawner.client()?;
+        let (owned_id, owned_spec, owned_dir) = (id.to_owned(), spec.clone(), dir.to_owned());
+        let spawned =
+            tokio::task::spawn_blocking(move || spawner.spawn_from_memory(&owned_id, &owned_spec, &owned_dir))
+                .await
+                .map_err(|e| RuntimeError::sys("spawner task", std::io::Error::other(e.to_string())))??;
+        let since = taken.and_then(|at| at.elapsed().ok()).unwrap_or_default();
+        let paused_ns = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX);
+        self.adopt(id, spec, spawned, Some(sandkasten_protocol::Message::Resumed { paused_ns })).await
+    }
+
+    /// Saves the running gVisor sandbox `id`'s memory into `dir` while it runs on; its agent is quiesced meanwhile
+    /// (requests wait; no partial frame and no host connection in the image).
+    pub(super) async fn memory_snapshot(&self, id: &str, dir: &Path) -> Result<(), RuntimeError> {
+        let (agent, tier) = self
+            .agents
+            .lock()
+            .map_err(|_| lock_poisoned())?
+            .get(id)
+            .map(|member| (Arc::clone(&member.agent), member.tier))
+            .ok_or_else(|| RuntimeError::InvalidInput(format!("no sandbox {id} is running")))?;
+        if tier != Tier::Gvisor {
+            return Err(crate::backend::no_memory_snapshots(tier));
+        }
+        agent.quiesce().await.map_err(|f| RuntimeError::TierFailed(f.message))?;
+        let owned_id = id.to_owned();
+        let owned_dir = dir.to_owned();
+        let taken = match self.spawner.client() {
+            Ok(spawner) => tokio::task::spawn_blocking(move || spawner.memory_snapshot(&owned_id, &owned_dir))
+                .await
+                .map_err(|e| RuntimeError::sys("spawner task", std::io::Error::other(e.to_string())))
+                .and_then(|taken| taken),
+            Err(error) => Err(error),
+        };
+        agent.unquiesce().await;
+        taken
+    }
+
+    /// Takes over a spawned sandbox's agent channel (`first` its first frame) and adds it to the table.
+    async fn adopt(
+        &self,
+        id: &str,
+        spec: &SandboxSpec,
+        spawned: crate::spawner::SpawnedSandbox,
+        first: Option<sandkasten_protocol::Message>,
+    ) -> Result<(), RuntimeError> {
         let client = AgentClient::new(spawned.channel).map_err(|e| RuntimeError::sys("agent channel", e))?;
+        if let Some(first) = first {
+            client.send(0, first).await.map_err(|f| RuntimeError::TierFailed(f.message))?;
+        }
         // The agent is the spawner's child and cannot be reaped before the spawner hears of its exit, which reaches
         // us after this reply: the pid still names our agent here.
-        let pid = rustix::process::Pid::from_raw(spawned.pid as i32)
-            .ok_or_else(|| RuntimeError::sys("agent pid", std::io::Error::other("pid 0")))?;
-        let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
-            .map_err(|e| RuntimeError::sys("pidfd_open of the agent", std::io::Error::from(e)))?;
+        let pidfd = pidfd_of(spawned.pid)?;
         let cgroup = self
             .hierarchy
             .as_ref()
@@ -118,39 +182,86 @@ impl LiveRuntime {
         Ok(())
     }
 
-    /// Pauses (`pause: true`) or resumes the sandbox `id` through its tier (the spawner holds it). Before a resume
-    /// the agent is told how long it was paused (the message waits in its channel and is read before it next checks
-    /// a deadline), so its commands' timeouts do not count the pause.
+    /// Pauses (`pause: true`) or resumes the sandbox `id` through its tier (the spawner holds it). The agent is told
+    /// how long it was paused (`Resumed`), so its commands' timeouts do not count the pause: on the process tier
+    /// before the thaw (the message waits in its channel and is read before it next checks a deadline), on gVisor as
+    /// the first frame on the restored sandbox's new channel. A gVisor checkpoint ends the agent's channel: the
+    /// client quiesces before it and switches to the new channel after the restore, keeping every route.
     pub(super) async fn set_paused(&self, id: &str, pause: bool) -> Result<(), RuntimeError> {
-        let agent = self.agent(id).ok_or_else(|| RuntimeError::InvalidInput(format!("no sandbox {id} is running")))?;
-        if !pause {
-            let since = self.agents.lock().ok().and_then(|map| map.get(id).and_then(|member| member.paused_at));
-            let paused_ns = since.map_or(0, |at| u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        let no_sandbox = || RuntimeError::InvalidInput(format!("no sandbox {id} is running"));
+        let (agent, tier, since) = self
+            .agents
+            .lock()
+            .map_err(|_| lock_poisoned())?
+            .get(id)
+            .map(|member| (Arc::clone(&member.agent), member.tier, member.paused_at))
+            .ok_or_else(no_sandbox)?;
+        let paused_ns = since.map_or(0, |at| u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        let checkpointed = tier == Tier::Gvisor;
+        if pause && checkpointed {
+            agent.quiesce().await.map_err(|f| RuntimeError::TierFailed(f.message))?;
+        }
+        if !pause && !checkpointed {
             agent.resumed(paused_ns).await.map_err(|f| RuntimeError::TierFailed(f.message))?;
         }
-        let spawner = self.spawner.client()?;
         let owned_id = id.to_owned();
-        tokio::task::spawn_blocking(move || spawner.set_paused(&owned_id, pause))
-            .await
-            .map_err(|e| RuntimeError::sys("spawner task", std::io::Error::other(e.to_string())))??;
+        let done = match self.spawner.client() {
+            Ok(spawner) => tokio::task::spawn_blocking(move || spawner.set_paused(&owned_id, pause))
+                .await
+                .map_err(|e| RuntimeError::sys("spawner task", std::io::Error::other(e.to_string())))
+                .and_then(|done| done),
+            Err(error) => Err(error),
+        };
+        let restored = match done {
+            Ok(restored) => restored,
+            Err(error) => {
+                // A checkpoint that failed leaves the sandbox running on its old channel; one that failed with the
+                // sandbox dead (and a restore that failed, which destroys it) is reported by the spawner as an exit.
+                if pause && checkpointed {
+                    agent.unquiesce().await;
+                }
+                return Err(error);
+            }
+        };
+        let pidfd = match restored {
+            Some(spawned) => {
+                agent
+                    .reconnect(spawned.channel, sandkasten_protocol::Message::Resumed { paused_ns })
+                    .await
+                    .map_err(|f| RuntimeError::TierFailed(format!("sandbox {id} was restored but {}", f.message)))?;
+                Some(pidfd_of(spawned.pid)?)
+            }
+            None => None,
+        };
         if let Ok(mut map) = self.agents.lock()
             && let Some(member) = map.get_mut(id)
         {
             member.paused_at = pause.then(std::time::Instant::now);
+            if let Some(pidfd) = pidfd {
+                member.pidfd = Arc::new(pidfd);
+            }
         }
         Ok(())
     }
 
     /// Forgets the sandbox `id` and has the spawner kill and remove it; returns what it used.
     pub(super) async fn remove(&self, id: &str) -> Result<ResourceUsage, RuntimeError> {
-        self.agents.lock().map_err(|_| lock_poisoned())?.remove(id);
+        let member = self.agents.lock().map_err(|_| lock_poisoned())?.remove(id);
+        if let Some(member) = &member {
+            // Requests waiting for a paused sandbox's new channel learn that there will be none.
+            member.agent.close();
+        }
         self.contexts.forget(id);
         self.commands.forget(id);
         let spawner = self.spawner.client()?;
         let owned_id = id.to_owned();
-        tokio::task::spawn_blocking(move || spawner.destroy(&owned_id))
+        let destroyed = tokio::task::spawn_blocking(move || spawner.destroy(&owned_id))
             .await
-            .map_err(|e| RuntimeError::sys("spawner task", std::io::Error::other(e.to_string())))?
+            .map_err(|e| RuntimeError::sys("spawner task", std::io::Error::other(e.to_string())))?;
+        // The channel stays open until the spawner has the sandbox: an agent that saw it close would exit first, and
+        // the spawner would report it exited (and not what it used) instead of destroying it.
+        drop(member);
+        destroyed
     }
 
     /// Runs a command to its end; output chunks go to `output` as they arrive. The exit says which limit fired
@@ -225,6 +336,15 @@ impl LiveRuntime {
     pub(super) fn commands(&self) -> &BackgroundCommands {
         &self.commands
     }
+}
+
+/// A pidfd of the sandbox's first host process `pid` (the spawner's child, which it cannot reap before it reported
+/// it: the pid still names that process).
+fn pidfd_of(pid: u32) -> Result<OwnedFd, RuntimeError> {
+    let pid = rustix::process::Pid::from_raw(pid as i32)
+        .ok_or_else(|| RuntimeError::sys("agent pid", std::io::Error::other("pid 0")))?;
+    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+        .map_err(|e| RuntimeError::sys("pidfd_open of the agent", std::io::Error::from(e)))
 }
 
 /// A non-blocking unix listener at the gVisor sandbox's door socket (in its bundle, bound into the sandbox).

@@ -67,6 +67,23 @@ impl SandboxRuntime for LiveRuntime {
         })
     }
 
+    fn memory_snapshot<'a>(&'a self, id: &'a str, dir: &'a std::path::Path) -> RuntimeFuture<'a, ()> {
+        Box::pin(
+            async move { self.memory_snapshot(id, dir).await.map_err(|e| spawner_failure(e, FailureKind::Conflict)) },
+        )
+    }
+
+    fn create_from_memory<'a>(
+        &'a self,
+        id: &'a str,
+        spec: &'a SandboxSpec,
+        dir: &'a std::path::Path,
+    ) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            self.spawn_from_memory(id, spec, dir).await.map_err(|e| spawner_failure(e, FailureKind::Conflict))
+        })
+    }
+
     fn is_alive(&self, id: &str) -> bool {
         self.running_agent(id).is_ok()
     }

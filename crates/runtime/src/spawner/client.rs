@@ -124,31 +124,41 @@ impl SpawnerClient {
 
     /// Creates a sandbox.
     pub fn spawn(&self, id: &str, spec: &SandboxSpec) -> Result<SpawnedSandbox, RuntimeError> {
-        match self.request(&SpawnerRequest::Spawn { id: id.to_owned(), spec: spec.clone() })? {
-            (SpawnerResponse::Spawned { pid, .. }, Some(channel)) => Ok(SpawnedSandbox { pid, channel }),
+        spawned(self.request(&SpawnerRequest::Spawn { id: id.to_owned(), spec: spec.clone() })?)
+    }
+
+    /// Creates a sandbox from the memory snapshot in `dir` (taken of one with the same spec).
+    pub fn spawn_from_memory(&self, id: &str, spec: &SandboxSpec, dir: &Path) -> Result<SpawnedSandbox, RuntimeError> {
+        let request = SpawnerRequest::SpawnFromMemory { id: id.to_owned(), spec: spec.clone(), dir: dir.to_owned() };
+        spawned(self.request(&request)?)
+    }
+
+    /// Saves a running sandbox's memory into `dir` (gVisor); it runs on.
+    pub fn memory_snapshot(&self, id: &str, dir: &Path) -> Result<(), RuntimeError> {
+        match self.request(&SpawnerRequest::MemorySnapshot { id: id.to_owned(), dir: dir.to_owned() })? {
+            (SpawnerResponse::Done { .. }, _) => Ok(()),
             (SpawnerResponse::Failed { invalid_input: true, message, .. }, _) => {
                 Err(RuntimeError::InvalidInput(message))
             }
-            (SpawnerResponse::Failed { tier_failed: true, message, .. }, _) => Err(RuntimeError::TierFailed(message)),
-            (SpawnerResponse::Failed { message, .. }, _) => {
-                Err(RuntimeError::sys("spawning a sandbox", std::io::Error::other(message)))
-            }
+            (SpawnerResponse::Failed { message, .. }, _) => Err(RuntimeError::TierFailed(message)),
             (other, _) => Err(RuntimeError::sys(
-                "spawning a sandbox",
+                "taking a memory snapshot",
                 std::io::Error::other(format!("unexpected reply {other:?}")),
             )),
         }
     }
 
-    /// Pauses (`pause: true`) or resumes a sandbox through its tier.
-    pub fn set_paused(&self, id: &str, pause: bool) -> Result<(), RuntimeError> {
+    /// Pauses (`pause: true`) or resumes a sandbox through its tier; a resume that restored the sandbox (gVisor)
+    /// returns its new pid and channel.
+    pub fn set_paused(&self, id: &str, pause: bool) -> Result<Option<SpawnedSandbox>, RuntimeError> {
         let request = if pause {
             SpawnerRequest::Pause { id: id.to_owned() }
         } else {
             SpawnerRequest::Resume { id: id.to_owned() }
         };
         match self.request(&request)? {
-            (SpawnerResponse::Done { .. }, _) => Ok(()),
+            (SpawnerResponse::Done { .. }, _) => Ok(None),
+            (SpawnerResponse::Restored { pid, .. }, Some(channel)) => Ok(Some(SpawnedSandbox { pid, channel })),
             (SpawnerResponse::Failed { invalid_input: true, message, .. }, _) => {
                 Err(RuntimeError::InvalidInput(message))
             }
@@ -174,6 +184,21 @@ impl SpawnerClient {
                 "destroying a sandbox",
                 std::io::Error::other(format!("unexpected reply {other:?}")),
             )),
+        }
+    }
+}
+
+/// The answer to a `Spawn` or `SpawnFromMemory`.
+fn spawned(reply: Reply) -> Result<SpawnedSandbox, RuntimeError> {
+    match reply {
+        (SpawnerResponse::Spawned { pid, .. }, Some(channel)) => Ok(SpawnedSandbox { pid, channel }),
+        (SpawnerResponse::Failed { invalid_input: true, message, .. }, _) => Err(RuntimeError::InvalidInput(message)),
+        (SpawnerResponse::Failed { tier_failed: true, message, .. }, _) => Err(RuntimeError::TierFailed(message)),
+        (SpawnerResponse::Failed { message, .. }, _) => {
+            Err(RuntimeError::sys("spawning a sandbox", std::io::Error::other(message)))
+        }
+        (other, _) => {
+            Err(RuntimeError::sys("spawning a sandbox", std::io::Error::other(format!("unexpected reply {other:?}"))))
         }
     }
 }

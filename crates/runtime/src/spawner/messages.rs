@@ -19,7 +19,7 @@ pub enum SpawnerRequest {
         /// Sandbox id.
         id: String,
     },
-    /// Pause a sandbox (its tier's `pause`: the process tier freezes its cgroup).
+    /// Pause a sandbox (its tier's `pause`: the process tier freezes its cgroup, gVisor checkpoints it to disk).
     Pause {
         /// Sandbox id.
         id: String,
@@ -28,6 +28,22 @@ pub enum SpawnerRequest {
     Resume {
         /// Sandbox id.
         id: String,
+    },
+    /// Save a running sandbox's memory into `dir` while it runs on (its tier's `memory_snapshot`; gVisor only).
+    MemorySnapshot {
+        /// Sandbox id.
+        id: String,
+        /// Where the image goes (created 0700; the caller's to remove).
+        dir: std::path::PathBuf,
+    },
+    /// Create a sandbox from a memory snapshot of one made with the same spec; replied to like `Spawn`.
+    SpawnFromMemory {
+        /// The new sandbox's id.
+        id: String,
+        /// Its spec (the source's).
+        spec: SandboxSpec,
+        /// The image's directory.
+        dir: std::path::PathBuf,
     },
 }
 
@@ -42,7 +58,7 @@ pub enum SpawnerResponse {
         /// Why (e.g. no usable cgroup hierarchy).
         message: String,
     },
-    /// Reply to `Spawn`: the agent runs; its channel is attached to this packet.
+    /// Reply to `Spawn` and `SpawnFromMemory`: the agent runs; its channel is attached to this packet.
     Spawned {
         /// Sandbox id.
         id: String,
@@ -56,13 +72,21 @@ pub enum SpawnerResponse {
         /// Resources the sandbox used over its life.
         usage: ResourceUsage,
     },
-    /// Reply to `Pause` or `Resume`: done.
+    /// Reply to `Pause`, `Resume` or `MemorySnapshot`: done.
     Done {
         /// Sandbox id.
         id: String,
     },
-    /// Reply to a request that failed; for `Spawn`, nothing of the sandbox is left (for `Pause`/`Resume`, the sandbox
-    /// is as it was).
+    /// Reply to `Resume` of a sandbox that was restored (gVisor): its agent serves on a new channel, attached to
+    /// this packet; the old one has ended.
+    Restored {
+        /// Sandbox id.
+        id: String,
+        /// The new host pid of the sandbox's first process.
+        pid: u32,
+    },
+    /// Reply to a request that failed; for `Spawn`, nothing of the sandbox is left; for `Pause`, the sandbox is as it
+    /// was; a failed `Resume` of a restored sandbox (gVisor) destroys it (an `Exited` event follows).
     Failed {
         /// Sandbox id.
         id: String,

@@ -109,19 +109,21 @@ impl Spawner {
 
     fn handle(&mut self, control: &OwnedFd, request: SpawnerRequest) -> Result<(), RuntimeError> {
         match request {
-            SpawnerRequest::Spawn { id, spec } => match self.spawn(&id, &spec) {
-                Ok((pid, channel)) => {
-                    send(control.as_fd(), &SpawnerResponse::Spawned { id, pid }, Some(channel.as_fd()))?;
-                }
-                Err(error) => {
-                    let invalid_input = matches!(error, RuntimeError::InvalidInput(_));
-                    let (tier_failed, message) = match error {
-                        error @ (RuntimeError::Runsc(_) | RuntimeError::TierFailed(_)) => (true, error.to_string()),
-                        other => (false, other.to_string()),
-                    };
-                    send(control.as_fd(), &SpawnerResponse::Failed { id, invalid_input, tier_failed, message }, None)?;
-                }
-            },
+            SpawnerRequest::Spawn { id, spec } => {
+                let spawned = self.spawn(&id, &spec, None);
+                self.answer_spawn(control, id, spawned)?;
+            }
+            SpawnerRequest::SpawnFromMemory { id, spec, dir } => {
+                let spawned = self.spawn(&id, &spec, Some(&dir));
+                self.answer_spawn(control, id, spawned)?;
+            }
+            SpawnerRequest::MemorySnapshot { id, dir } => {
+                let reply = match self.lifecycle(&id, |backend, guard| backend.memory_snapshot(guard, &dir)) {
+                    Ok(()) => SpawnerResponse::Done { id },
+                    Err(failed) => failed,
+                };
+                send(control.as_fd(), &reply, None)?;
+            }
             SpawnerRequest::Destroy { id } => {
                 let reply = match self.sandboxes.remove(&id) {
                     Some(guard) => self.destroy(id, guard),
@@ -135,41 +137,96 @@ impl Spawner {
                 send(control.as_fd(), &reply, None)?;
             }
             SpawnerRequest::Pause { id } => {
-                let reply = self.lifecycle(&id, |backend, guard| backend.pause(guard));
+                let reply = match self.lifecycle(&id, |backend, guard| backend.pause(guard)) {
+                    Ok(()) => SpawnerResponse::Done { id },
+                    Err(failed) => failed,
+                };
                 send(control.as_fd(), &reply, None)?;
             }
-            SpawnerRequest::Resume { id } => {
-                let reply = self.lifecycle(&id, |backend, guard| backend.resume(guard));
-                send(control.as_fd(), &reply, None)?;
-            }
+            SpawnerRequest::Resume { id } => match self.lifecycle(&id, |backend, guard| backend.resume(guard)) {
+                Ok(None) => send(control.as_fd(), &SpawnerResponse::Done { id }, None)?,
+                Ok(Some(channel)) => {
+                    let pid = self.sandboxes.get(&id).and_then(|guard| guard.init_pid).unwrap_or(0);
+                    send(control.as_fd(), &SpawnerResponse::Restored { id, pid }, Some(channel.as_fd()))?;
+                }
+                Err(failed) => {
+                    send(control.as_fd(), &failed, None)?;
+                    self.lost_in_resume(control, &id);
+                }
+            },
         }
         Ok(())
     }
 
-    /// Runs a lifecycle hook of the sandbox's tier (`pause`, `resume`) and answers `Done` or why not.
-    fn lifecycle(
+    /// Answers a `Spawn` or `SpawnFromMemory`: the channel, or why not.
+    fn answer_spawn(
         &self,
+        control: &OwnedFd,
+        id: String,
+        spawned: Result<(u32, OwnedFd), RuntimeError>,
+    ) -> Result<(), RuntimeError> {
+        match spawned {
+            Ok((pid, channel)) => send(control.as_fd(), &SpawnerResponse::Spawned { id, pid }, Some(channel.as_fd())),
+            Err(error) => {
+                let invalid_input = matches!(error, RuntimeError::InvalidInput(_));
+                let (tier_failed, message) = match error {
+                    error @ (RuntimeError::Runsc(_) | RuntimeError::TierFailed(_)) => (true, error.to_string()),
+                    other => (false, other.to_string()),
+                };
+                send(control.as_fd(), &SpawnerResponse::Failed { id, invalid_input, tier_failed, message }, None)
+            }
+        }
+    }
+
+    /// Runs a lifecycle hook of the sandbox's tier (`pause`, `resume`, `memory_snapshot`), or answers why not.
+    fn lifecycle<T>(
+        &mut self,
         id: &str,
-        hook: impl FnOnce(&dyn crate::backend::TierBackend, &SandboxGuard) -> Result<(), RuntimeError>,
-    ) -> SpawnerResponse {
+        hook: impl FnOnce(&dyn crate::backend::TierBackend, &mut SandboxGuard) -> Result<T, RuntimeError>,
+    ) -> Result<T, SpawnerResponse> {
         let failed = |invalid_input, message| SpawnerResponse::Failed {
             id: id.to_owned(),
             invalid_input,
             tier_failed: false,
             message,
         };
-        let Some(guard) = self.sandboxes.get(id) else {
-            return failed(true, format!("no sandbox {id} (it may have exited already)"));
+        let Some(mut guard) = self.sandboxes.remove(id) else {
+            return Err(failed(true, format!("no sandbox {id} (it may have exited already)")));
         };
-        let result = self.with_backend(guard, |backend| hook(backend, guard));
-        match result {
-            Ok(()) => SpawnerResponse::Done { id: id.to_owned() },
-            Err(error @ RuntimeError::InvalidInput(_)) => failed(true, error.to_string()),
-            Err(error) => failed(false, error.to_string()),
+        let tier = guard.tier;
+        let result = self.with_backend(tier, |backend| hook(backend, &mut guard));
+        self.sandboxes.insert(id.to_owned(), guard);
+        result.map_err(|error| match error {
+            error @ RuntimeError::InvalidInput(_) => failed(true, error.to_string()),
+            error => failed(false, error.to_string()),
+        })
+    }
+
+    /// A sandbox whose resume failed after its tier had stopped it (a gVisor restore that did not come back): it is
+    /// destroyed, never left half-alive, and reported as exited.
+    fn lost_in_resume(&mut self, control: &OwnedFd, id: &str) {
+        // Still checkpointed: the restore failed (a resume refused for another reason left it as it was).
+        let checkpointed = |guard: &SandboxGuard| guard.gvisor.as_ref().is_some_and(|files| files.checkpointed);
+        if !self.sandboxes.get(id).is_some_and(checkpointed) {
+            return;
+        }
+        if let Some(guard) = self.sandboxes.remove(id)
+            && let SpawnerResponse::Failed { message, .. } = self.destroy(id.to_owned(), guard)
+        {
+            tracing::error!(sandbox = %id, %message, "removing a sandbox that failed to resume failed; gc will retry");
+        }
+        if let Err(error) = send(control.as_fd(), &SpawnerResponse::Exited { id: id.to_owned() }, None) {
+            tracing::warn!(%error, "reporting a sandbox that failed to resume failed");
         }
     }
 
-    fn spawn(&mut self, id: &str, spec: &sandkasten_types::SandboxSpec) -> Result<(u32, OwnedFd), RuntimeError> {
+    /// Creates a sandbox, from the memory snapshot in `memory` when given.
+    fn spawn(
+        &mut self,
+        id: &str,
+        spec: &sandkasten_types::SandboxSpec,
+        memory: Option<&std::path::Path>,
+    ) -> Result<(u32, OwnedFd), RuntimeError> {
         if self.sandboxes.contains_key(id) || id.is_empty() || id.contains('/') {
             return Err(RuntimeError::InvalidInput(format!("sandbox id '{id}' is in use or not a valid name")));
         }
@@ -180,29 +237,36 @@ impl Spawner {
         let process = ProcessTier { launcher };
         let gvisor = GvisorTier::new(&self.config, &self.agent.path);
         let backend = backend_for(spec.tier(), &process, &gvisor)?;
+        if memory.is_some() {
+            // Refused before anything exists.
+            backend.memory_snapshot_supported()?;
+        }
         let mut guard = launcher.allocate(id, spec)?;
-        let channel = backend.spawn(&mut guard, spec, &files, &agent_plan)?;
+        let channel = match memory {
+            Some(dir) => backend.spawn_from_memory(&mut guard, spec, &files, &agent_plan, dir)?,
+            None => backend.spawn(&mut guard, spec, &files, &agent_plan)?,
+        };
         let pid = guard.init_pid.unwrap_or(0);
         self.sandboxes.insert(id.to_owned(), guard);
         Ok((pid, channel.into()))
     }
 
-    /// Calls `f` with the backend of the guard's tier.
+    /// Calls `f` with the backend of `tier`.
     fn with_backend<T>(
         &self,
-        guard: &SandboxGuard,
+        tier: sandkasten_types::Tier,
         f: impl FnOnce(&dyn crate::backend::TierBackend) -> Result<T, RuntimeError>,
     ) -> Result<T, RuntimeError> {
         let launcher = Launcher { config: &self.config, hierarchy: &self.hierarchy, agent: &self.agent };
         let process = ProcessTier { launcher };
-        let gvisor = GvisorTier::new(&self.config, &self.agent.path);
-        f(backend_for(guard.tier, &process, &gvisor)?)
+        let gvisor = GvisorTier::new(&self.config, &self.agent.path).pausing(launcher);
+        f(backend_for(tier, &process, &gvisor)?)
     }
 
     fn destroy(&self, id: String, mut guard: SandboxGuard) -> SpawnerResponse {
         guard.kill();
         guard.reap();
-        let usage = guard.cgroup().and_then(|cgroup| Ok(cgroup.usage()?)).unwrap_or_default();
+        let usage = guard.usage();
         match guard.release() {
             Ok(()) => {
                 let _ = self.hierarchy.remove_parent(&self.config.cgroup_parent);

@@ -252,7 +252,13 @@ fn run_child(root: &Path, channel: UnixStream) -> bool {
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect();
     let Ok(root) = SandboxRoot::open(root, test_identity()) else { return false };
-    let context = ServeContext { root, base_env: &base_env, launcher: &ForkExecLauncher, home: super::DEFAULT_CWD };
+    let context = ServeContext {
+        root,
+        base_env: &base_env,
+        launcher: &ForkExecLauncher,
+        home: super::DEFAULT_CWD,
+        host_connections: None,
+    };
     serve(channel, &context).is_ok()
 }
 

@@ -1,12 +1,14 @@
-//! Removing what a gVisor sandbox leaves on the host besides its cgroup: runsc's state (`runsc delete --force`) and
-//! the bundle directory. Used when a sandbox is released and by `gc` for the leftovers of a crashed owner.
+//! Removing what a gVisor sandbox leaves on the host besides its cgroup: runsc's state (`runsc delete --force`), the
+//! bundle directory and the checkpoint image of a paused sandbox. Used when a sandbox is released and by `gc` for the
+//! leftovers of a crashed owner.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::config::RuntimeConfig;
 
-/// The host files of one gVisor sandbox, removed when its guard is released (after its processes are dead).
+/// The host files of one gVisor sandbox, removed when its guard is released (after its processes are dead), and
+/// what starting runsc on them again (a restore) needs to know.
 #[derive(Debug, Clone)]
 pub(crate) struct GvisorFiles {
     /// The runsc binary.
@@ -15,16 +17,42 @@ pub(crate) struct GvisorFiles {
     pub runsc_root: PathBuf,
     /// The bundle directory.
     pub bundle: PathBuf,
+    /// Where the sandbox's checkpoint image is while it is paused (`<state_dir>/checkpoints/ID`, mode 0700).
+    pub checkpoint: PathBuf,
+    /// The host paths the bundle binds read-only (made read-only in runsc's own mount namespace).
+    pub read_only: Vec<PathBuf>,
+    /// The bundle binds the egress door (runsc gets `--host-uds=open`).
+    pub door: bool,
+    /// The sandbox is checkpointed: no process of it runs, its memory is in `checkpoint`.
+    pub checkpointed: bool,
 }
 
 impl GvisorFiles {
-    /// Deletes runsc's record of the container and the bundle. Idempotent.
+    /// The files of sandbox `id` under `config`'s state directory (nothing is created).
+    pub fn new(config: &RuntimeConfig, id: &str) -> GvisorFiles {
+        GvisorFiles {
+            runsc: config.gvisor.runsc.clone(),
+            runsc_root: super::runsc_root(config),
+            bundle: super::bundles_dir(config).join(id),
+            checkpoint: super::checkpoint::images_dir(config).join(id),
+            read_only: Vec::new(),
+            door: false,
+            checkpointed: false,
+        }
+    }
+
+    /// Deletes runsc's record of the container, the bundle and the checkpoint image. Idempotent.
     pub fn remove(&self, id: &str) -> std::io::Result<()> {
         delete_container(&self.runsc, &self.runsc_root, id);
-        match std::fs::remove_dir_all(&self.bundle) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        }
+        remove_dir(&self.checkpoint)?;
+        remove_dir(&self.bundle)
+    }
+}
+
+fn remove_dir(dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
 }
 
@@ -33,7 +61,7 @@ impl GvisorFiles {
 /// (`ID_sandbox:ID.state`, `ID_sandbox:ID.lock`, `runsc-ID.sock`); `runsc delete --force` would remove them too but
 /// waits ~1.4 s for the dead sandbox to answer, so they are removed directly, and `delete` is the fallback for a
 /// layout this code does not know.
-fn delete_container(runsc: &Path, root: &Path, id: &str) {
+pub(super) fn delete_container(runsc: &Path, root: &Path, id: &str) {
     let Ok(entries) = std::fs::read_dir(root) else { return };
     let mut unknown = false;
     for entry in entries.flatten() {
@@ -63,12 +91,12 @@ fn delete_container(runsc: &Path, root: &Path, id: &str) {
     }
 }
 
-/// The ids that have a bundle or runsc state entry now. Listed *before* the records (as the cgroups are): a sandbox's
+/// The ids that have a bundle, a checkpoint image or a runsc state entry now. Listed *before* the records (as the cgroups are): a sandbox's
 /// record is written before its bundle exists, so a sandbox being created that has a bundle here has its record in a
 /// later listing, and one created after this listing is not a candidate at all.
 pub fn leftover_candidates(config: &RuntimeConfig) -> Vec<String> {
     let mut ids: Vec<String> = Vec::new();
-    for dir in [super::bundles_dir(config), super::runsc_root(config)] {
+    for dir in [super::bundles_dir(config), super::checkpoint::images_dir(config), super::runsc_root(config)] {
         if let Ok(entries) = std::fs::read_dir(dir) {
             for entry in entries.flatten() {
                 if let Some(id) = sandbox_id_in(&entry.file_name().to_string_lossy())
@@ -82,7 +110,7 @@ pub fn leftover_candidates(config: &RuntimeConfig) -> Vec<String> {
     ids
 }
 
-/// Removes the bundles and runsc state of the `candidates` (from `leftover_candidates`) that are not `live`
+/// Removes the bundles, checkpoint images and runsc state of the `candidates` (from `leftover_candidates`) that are not `live`
 /// (recorded with a living owner). Returns the ids removed.
 pub fn remove_leftovers(config: &RuntimeConfig, candidates: Vec<String>, live: &dyn Fn(&str) -> bool) -> Vec<String> {
     let mut removed = Vec::new();
@@ -90,12 +118,7 @@ pub fn remove_leftovers(config: &RuntimeConfig, candidates: Vec<String>, live: &
         if live(&id) {
             continue;
         }
-        let files = GvisorFiles {
-            runsc: config.gvisor.runsc.clone(),
-            runsc_root: super::runsc_root(config),
-            bundle: super::bundles_dir(config).join(&id),
-        };
-        match files.remove(&id) {
+        match GvisorFiles::new(config, &id).remove(&id) {
             Ok(()) => removed.push(id),
             Err(error) => tracing::warn!(%error, sandbox = %id, "removing a gVisor sandbox's leftovers failed"),
         }

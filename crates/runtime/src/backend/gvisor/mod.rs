@@ -7,19 +7,18 @@
 //!
 //! Host-side limits: `runsc run` is placed in the sandbox's cgroup before it executes (`--ignore-cgroups`, so runsc
 //! itself touches no cgroup), so the Sentry, the gofer and everything they start are charged to and killed with it.
-//! Steps: record → cgroup → bundle → runsc (in the cgroup) → plan → ready.
-
-#![allow(unsafe_code)]
+//! Steps: record → cgroup → bundle → runsc (in the cgroup: `runsc`) → plan → ready. Pause and resume are a
+//! checkpoint to disk and a restore from it (`checkpoint`).
 
 mod bundle;
+mod checkpoint;
 mod cleanup;
+mod memory;
+mod runsc;
 
-use std::ffi::CString;
 use std::io::Read;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use sandkasten_jail::rootfs::RealHostFs;
@@ -30,6 +29,7 @@ pub(crate) use bundle::{DOOR_SOCKET, DOOR_SOCKET_INSIDE};
 pub(crate) use cleanup::GvisorFiles;
 pub use cleanup::{leftover_candidates, remove_leftovers};
 
+use crate::backend::process::launch::Launcher;
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
 use crate::guard::SandboxGuard;
@@ -84,13 +84,21 @@ pub(crate) struct GvisorTier<'a> {
     config: &'a RuntimeConfig,
     agent: &'a Path,
     missing: Option<String>,
+    /// Creates a restored sandbox's cgroup again (an owner that pauses: the spawner).
+    cgroups: Option<Launcher<'a>>,
 }
 
 impl<'a> GvisorTier<'a> {
     /// The tier with `config`'s runsc, starting `agent` in every sandbox; finds out whether runsc is installed.
     pub(crate) fn new(config: &'a RuntimeConfig, agent: &'a Path) -> GvisorTier<'a> {
         let missing = (!runsc_installed(config)).then(|| runsc_missing(config));
-        GvisorTier { config, agent, missing }
+        GvisorTier { config, agent, missing, cgroups: None }
+    }
+
+    /// The tier of an owner that pauses and resumes sandboxes: `cgroups` creates a restored sandbox's cgroup.
+    pub(crate) fn pausing(mut self, cgroups: Launcher<'a>) -> GvisorTier<'a> {
+        self.cgroups = Some(cgroups);
+        self
     }
 }
 
@@ -112,10 +120,46 @@ impl super::TierBackend for GvisorTier<'_> {
     ) -> Result<UnixStream, RuntimeError> {
         spawn(self.config, guard, spec, files, plan, self.agent)
     }
+
+    /// `runsc checkpoint`: the sandbox is saved to disk and stops; nothing of it runs and its cgroup is removed.
+    fn pause(&self, guard: &mut SandboxGuard) -> Result<(), RuntimeError> {
+        checkpoint::checkpoint(self.config, guard)
+    }
+
+    /// `runsc restore` in a new cgroup, with a new channel (returned).
+    fn resume(&self, guard: &mut SandboxGuard) -> Result<Option<UnixStream>, RuntimeError> {
+        let cgroups = self.cgroups.as_ref().ok_or_else(|| {
+            RuntimeError::InvalidInput("only the spawner resumes gVisor sandboxes (sandkasten serve)".to_owned())
+        })?;
+        checkpoint::restore(self.config, cgroups, guard).map(Some)
+    }
+
+    fn memory_snapshot_supported(&self) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
+    /// `runsc checkpoint --leave-running` into `dir`.
+    fn memory_snapshot(&self, guard: &SandboxGuard, dir: &Path) -> Result<(), RuntimeError> {
+        memory::snapshot(guard, dir)
+    }
+
+    /// A new bundle, then `runsc restore` of the image in `dir`.
+    fn spawn_from_memory(
+        &self,
+        guard: &mut SandboxGuard,
+        spec: &SandboxSpec,
+        files: &[SandboxFile],
+        plan: &AgentPlan,
+        dir: &Path,
+    ) -> Result<UnixStream, RuntimeError> {
+        let host = write_bundle(self.config, guard, spec, files, plan, self.agent)?;
+        memory::start_from(self.config, guard, &host, dir)
+    }
 }
 
-/// Starts the gVisor sandbox `id` for `spec` (its root `files`, the agent's `plan`) into the allocated `guard` (record and cgroup exist) and returns the
-/// host end of its agent channel once the agent serves. On error the guard (dropped by the caller) removes everything.
+/// Starts the gVisor sandbox `id` for `spec` (its root `files`, the agent's `plan`) into the allocated `guard` (record
+/// and cgroup exist) and returns the host end of its agent channel once the agent serves. On error the guard (dropped
+/// by the caller) removes everything.
 fn spawn(
     config: &RuntimeConfig,
     guard: &mut SandboxGuard,
@@ -124,17 +168,30 @@ fn spawn(
     plan: &AgentPlan,
     agent: &Path,
 ) -> Result<UnixStream, RuntimeError> {
-    let home = plan.home.as_str();
-    let bundle_dir = bundles_dir(config).join(&guard.id);
-    guard.gvisor = Some(GvisorFiles {
-        runsc: config.gvisor.runsc.clone(),
-        runsc_root: runsc_root(config),
-        bundle: bundle_dir.clone(),
-    });
-    std::fs::create_dir_all(&bundle_dir)
-        .map_err(|e| RuntimeError::sys_owned(format!("creating {}", bundle_dir.display()), e))?;
+    let host = write_bundle(config, guard, spec, files, plan, agent)?;
+    let run = ["run".into(), "--bundle".into(), host.bundle.clone().into_os_string()];
+    let mut channel = runsc::start(config, guard, &host, &run)?;
+    write_frame(&mut channel, &Envelope::new(0, Message::Plan { plan: plan.clone() }))?;
+    wait_until_ready(&mut channel, &host.bundle.join("runsc.log"))?;
+    Ok(channel)
+}
+
+/// Writes the sandbox's OCI bundle and records its host files in `guard` (before the bundle exists, so that a
+/// failure from here on removes whatever was made of it).
+fn write_bundle(
+    config: &RuntimeConfig,
+    guard: &mut SandboxGuard,
+    spec: &SandboxSpec,
+    files: &[SandboxFile],
+    plan: &AgentPlan,
+    agent: &Path,
+) -> Result<GvisorFiles, RuntimeError> {
+    let mut host = GvisorFiles::new(config, &guard.id);
+    guard.gvisor = Some(host.clone());
+    std::fs::create_dir_all(&host.bundle)
+        .map_err(|e| RuntimeError::sys_owned(format!("creating {}", host.bundle.display()), e))?;
     let bundle_spec = bundle::BundleSpec {
-        home,
+        home: plan.home.as_str(),
         disk_bytes: spec.limits.disk_bytes,
         files,
         uid: plan.uid,
@@ -142,126 +199,10 @@ fn spawn(
         agent,
         door: plan.door.is_some(),
     };
-    let read_only = bundle::write(&bundle_dir, &bundle_spec, &RealHostFs)?;
-    let read_only: Vec<CString> = read_only
-        .into_iter()
-        .filter_map(|path| CString::new(path.into_os_string().into_encoded_bytes()).ok())
-        .collect();
-
-    let (mut channel, agent_end) = UnixStream::pair().map_err(|e| RuntimeError::sys("socketpair", e))?;
-    let log_path = bundle_dir.join("runsc.log");
-    let log = std::fs::File::create(&log_path)
-        .map_err(|e| RuntimeError::sys_owned(format!("creating {}", log_path.display()), e))?;
-    let procs: Vec<CString> = guard
-        .cgroup()?
-        .paths()
-        .iter()
-        .filter_map(|dir| CString::new(dir.join("cgroup.procs").into_os_string().into_encoded_bytes()).ok())
-        .collect();
-    let runsc = resolve_runsc(config).ok_or_else(|| RuntimeError::HostUnsupported(runsc_missing(config)))?;
-    let mut command = Command::new(&runsc);
-    command
-        .arg(format!("--root={}", runsc_root(config).display()))
-        .arg("--network=none")
-        .arg(format!("--platform={}", config.gvisor.platform.name()))
-        .arg("--ignore-cgroups")
-        // The Sentry may connect to host unix sockets bound into the sandbox only where there is one: the door.
-        .args(plan.door.is_some().then_some("--host-uds=open"))
-        .arg("--overlay2=none")
-        .args(["run", "--bundle"])
-        .arg(&bundle_dir)
-        .arg(&guard.id)
-        // Nothing of the owner's environment (API keys, tokens) may reach runsc or the gofer, host processes in the
-        // sandbox's cgroup.
-        .env_clear()
-        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-        .stdin(Stdio::from(std::os::fd::OwnedFd::from(agent_end)))
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(log))
-        .process_group(0);
-    // SAFETY: the closure runs in the forked child before execve and only makes async-signal-safe calls (open,
-    // write, close, prctl, unshare, mount) on data prepared before the fork.
-    unsafe {
-        command.pre_exec(move || {
-            join_cgroup_and_die_with_parent(&procs)?;
-            read_only_sources(&read_only)
-        });
-    }
-    let spawned = command.spawn();
-    // The command holds the container's end of the channel: drop it now, or a runsc that dies at once would leave
-    // the channel open and be noticed only at the ready timeout.
-    drop(command);
-    let child = spawned.map_err(|e| {
-        RuntimeError::sys_owned(format!("starting {} (install it with scripts/setup.sh)", runsc.display()), e)
-    })?;
-    guard.init_pid = Some(child.id());
-    // The child is reaped by whoever owns the guard (waitpid on `init_pid`), not through `Child`.
-    drop(child);
-
-    write_frame(&mut channel, &Envelope::new(0, Message::Plan { plan: plan.clone() }))?;
-    wait_until_ready(&mut channel, &log_path)?;
-    Ok(channel)
-}
-
-/// In the forked child: joins every cgroup directory of the sandbox (writing 0 = "this process"), then asks for
-/// SIGKILL when the parent (the spawner, or the one-shot CLI) dies.
-fn join_cgroup_and_die_with_parent(procs: &[CString]) -> std::io::Result<()> {
-    for path in procs {
-        // SAFETY: open/write/close on a NUL-terminated path prepared before the fork; async-signal-safe.
-        let ok = unsafe {
-            let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-            let written = fd >= 0 && libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
-            if fd >= 0 {
-                libc::close(fd);
-            }
-            written
-        };
-        if !ok {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    // SAFETY: prctl with integer arguments.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// In the forked child, before runsc executes: a mount namespace of its own in which every host path the sandbox
-/// binds is read-only at the host kernel's level (a bind onto itself, remounted read-only), so neither the gofer nor
-/// a compromised Sentry can open one for writing. Nothing is mounted in the host's namespace: the namespace and
-/// its mounts end with runsc's processes.
-fn read_only_sources(paths: &[CString]) -> std::io::Result<()> {
-    let fail = || Err(std::io::Error::last_os_error());
-    // SAFETY: unshare and mount take NUL-terminated paths prepared before the fork (or null) and integer flags;
-    // they are async-signal-safe system calls.
-    unsafe {
-        if libc::unshare(libc::CLONE_NEWNS) != 0 {
-            return fail();
-        }
-        let root = c"/";
-        if libc::mount(
-            std::ptr::null(),
-            root.as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        ) != 0
-        {
-            return fail();
-        }
-        for path in paths {
-            let bind = libc::MS_BIND | libc::MS_REC;
-            if libc::mount(path.as_ptr(), path.as_ptr(), std::ptr::null(), bind, std::ptr::null()) != 0 {
-                return fail();
-            }
-            let read_only = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
-            if libc::mount(std::ptr::null(), path.as_ptr(), std::ptr::null(), read_only, std::ptr::null()) != 0 {
-                return fail();
-            }
-        }
-    }
-    Ok(())
+    host.read_only = bundle::write(&host.bundle, &bundle_spec, &RealHostFs)?;
+    host.door = bundle_spec.door;
+    guard.gvisor = Some(host.clone());
+    Ok(host)
 }
 
 /// Waits for the agent's first frame: `FilesystemReady` (it serves), `SetupFailed` (its reason), or the end of the
@@ -285,7 +226,7 @@ fn wait_until_ready(channel: &mut UnixStream, log_path: &Path) -> Result<(), Run
 }
 
 /// The last lines runsc wrote to its log (what it said when it failed).
-fn last_words(log_path: &Path) -> String {
+pub(super) fn last_words(log_path: &Path) -> String {
     let mut text = String::new();
     if let Ok(mut file) = std::fs::File::open(log_path) {
         let _ = file.read_to_string(&mut text);

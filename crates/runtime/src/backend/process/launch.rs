@@ -129,8 +129,21 @@ impl Launcher<'_> {
             _ => None,
         };
         let mut guard = SandboxGuard::record(self.config, id, spec.tier(), id_range)?;
-        guard.cgroup = Some(self.create_cgroup(id, &cgroup_limits(spec))?);
+        let limits = cgroup_limits(spec);
+        guard.cgroup = Some(self.create_cgroup(id, &limits)?);
+        guard.cgroup_limits = Some(limits);
         Ok(guard)
+    }
+
+    /// Creates the cgroup of a sandbox whose cgroup was removed while it kept living elsewhere (a gVisor sandbox
+    /// paused by checkpoint, being restored), with the limits it was created with.
+    pub(crate) fn recreate_cgroup(&self, guard: &mut SandboxGuard) -> Result<(), RuntimeError> {
+        let limits = guard
+            .cgroup_limits
+            .clone()
+            .ok_or_else(|| RuntimeError::InvalidInput(format!("sandbox {} has no cgroup limits", guard.id)))?;
+        guard.cgroup = Some(self.create_cgroup(&guard.id, &limits)?);
+        Ok(())
     }
 
     /// Clones the starter into new namespaces, which executes the agent with `plan`, and brings it to the point where

@@ -49,12 +49,13 @@ impl TierBackend for ProcessTier<'_> {
     }
 
     /// The cgroup freezer: every process of the sandbox (its agent too) stops getting CPU and keeps its memory.
-    fn pause(&self, guard: &SandboxGuard) -> Result<(), RuntimeError> {
+    fn pause(&self, guard: &mut SandboxGuard) -> Result<(), RuntimeError> {
         Ok(guard.cgroup()?.freeze()?)
     }
 
-    fn resume(&self, guard: &SandboxGuard) -> Result<(), RuntimeError> {
-        Ok(guard.cgroup()?.thaw()?)
+    fn resume(&self, guard: &mut SandboxGuard) -> Result<Option<UnixStream>, RuntimeError> {
+        guard.cgroup()?.thaw()?;
+        Ok(None)
     }
 }
 
