@@ -143,11 +143,10 @@ fn facade_spec(env: BTreeMap<String, String>, network: NetworkPolicy) -> Sandbox
     }
 }
 
-/// A sandbox made from `snapshot` starts like its source: the same tier, template and limits (the disk its files
-/// need), with a facade sandbox's bound on commands.
+/// A sandbox made from `snapshot` (of an `e2b` template sandbox) starts like its source: the same tier and limits
+/// (the disk its files need), with a facade sandbox's bound on commands.
 fn on_snapshot(spec: &mut SandboxSpec, snapshot: &SnapshotRecord) {
     spec.isolation = snapshot.spec.isolation;
-    spec.template = snapshot.spec.template;
     spec.limits = Limits { timeout_ms: FACADE_COMMAND_TIMEOUT_MS, ..snapshot.spec.limits.clone() };
 }
 

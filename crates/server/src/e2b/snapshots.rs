@@ -15,6 +15,7 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
+use sandkasten_types::Template;
 use serde::{Deserialize, Serialize};
 
 use crate::auth::Tenant;
@@ -142,9 +143,18 @@ pub(crate) async fn delete_template(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// The snapshot `Sandbox.create(snapshot_id)` names, checked before anything is made: the caller's, and ready.
+/// The snapshot `Sandbox.create(snapshot_id)` names, checked before anything is made: the caller's, ready, and of a
+/// sandbox of the `e2b` template (every facade sandbox is one: user `user`, home `/home/user`).
 pub(crate) async fn for_create(state: &AppState, tenant: &Tenant, id: &str) -> Result<SnapshotRecord, E2bError> {
-    Ok(lifecycle::usable_snapshot(state, tenant, id).await?)
+    let snapshot = lifecycle::usable_snapshot(state, tenant, id).await?;
+    if snapshot.spec.template != Template::E2b {
+        return Err(E2bError::invalid(format!(
+            "snapshot {id} holds the files of a {:?}-template sandbox (taken through the native API), and E2B \
+             sandboxes use the e2b template (home /home/user): start it with POST /v1/sandboxes {{\"snapshot\": \"{id}\"}}",
+            snapshot.spec.template
+        )));
+    }
+    Ok(snapshot)
 }
 
 /// Unpacks the snapshot's files into the sandbox just started for it; when that fails the sandbox is abandoned

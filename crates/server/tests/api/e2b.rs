@@ -333,6 +333,14 @@ async fn filesystem_snapshots_are_listed_restored_by_create_and_deleted_as_templ
     assert_eq!(builtin.status, StatusCode::BAD_REQUEST, "{}", builtin.text());
     let unknown = control(&h, "DELETE", "/templates/no-such-template", KEY_A, None).await;
     assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+
+    // A snapshot of a native sandbox (another template, another home) is the native API's to restore.
+    let native = h.create(KEY_A, json!({})).await;
+    let taken = h.post(&format!("/v1/sandboxes/{native}/snapshots"), KEY_A, json!({})).await.json();
+    let body = json!({"templateID": taken["snapshot_id"]});
+    let refused = control(&h, "POST", "/v2/sandboxes", KEY_A, Some(body)).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.text());
+    assert!(refused.json()["message"].as_str().unwrap().contains("POST /v1/sandboxes"), "{}", refused.text());
 }
 
 #[tokio::test]
