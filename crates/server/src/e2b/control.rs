@@ -17,6 +17,7 @@ use crate::auth::Tenant;
 use crate::clock::rfc3339;
 use crate::e2b::auth::api_tenant;
 use crate::e2b::error::{Code, E2bError};
+use crate::e2b::lookup::{TEMPLATES, live, running};
 use crate::e2b::{network, paging, snapshots};
 use crate::ids::is_snapshot_id;
 use crate::lifecycle::{self, check_timeout, end_running, start_sandbox};
@@ -30,9 +31,6 @@ use crate::validate;
 pub(crate) const ENVD_VERSION: &str = "0.5.7";
 /// The client id answered (E2B's is an internal node id).
 const CLIENT_ID: &str = "sandkasten";
-/// E2B templates a facade sandbox may ask for; all of them are sandkasten's `e2b` template (the host's `/usr`,
-/// user `user` with its home at `/home/user`).
-pub(crate) const TEMPLATES: &[&str] = &["base", "code-interpreter-v1", "code-interpreter", "host"];
 /// Longest a facade command or cell may run (its sandbox's `limits.timeout_ms`): E2B programs run servers and long
 /// jobs, and bound them with their own timeouts.
 const FACADE_COMMAND_TIMEOUT_MS: u64 = 3_600_000;
@@ -220,41 +218,6 @@ pub(crate) async fn create(
         snapshots::restore_into(&state, snapshot, &record.id).await?;
     }
     created(&state, &record, &tenant, Some(&body.template_id))
-}
-
-async fn running(state: &AppState, tenant: &Tenant, id: &str) -> Result<SandboxRecord, E2bError> {
-    let record = live(state, tenant, id).await?;
-    if record.state != SandboxState::Running {
-        return Err(E2bError::sandbox_not_found(id));
-    }
-    Ok(record)
-}
-
-/// The tenant's running sandbox `id` for an operation on its files (a snapshot, a fork): a paused one is resumed
-/// when it was created with `autoResume`, and refused otherwise; an unknown or ended one is `sandbox_not_found`.
-pub(crate) async fn usable(state: &AppState, tenant: &Tenant, id: &str) -> Result<SandboxRecord, E2bError> {
-    let record = live(state, tenant, id).await?;
-    if record.state == SandboxState::Paused {
-        if !record.lifecycle.auto_resume {
-            return Err(E2bError::new(
-                Code::FailedPrecondition,
-                format!("sandbox {id} is paused: resume it first (Sandbox.connect resumes a paused sandbox)"),
-            ));
-        }
-        lifecycle::ensure_resumed(state, tenant, id).await?;
-    }
-    running(state, tenant, id).await
-}
-
-/// The tenant's sandbox `id` while it is running or paused (`sandbox_not_found` otherwise).
-async fn live(state: &AppState, tenant: &Tenant, id: &str) -> Result<SandboxRecord, E2bError> {
-    if !crate::ids::is_sandbox_id(id) {
-        return Err(E2bError::sandbox_not_found(id));
-    }
-    let record = state.store().sandbox(&tenant.name, id).await.map_err(crate::api::error::ApiError::from)?;
-    record
-        .filter(|r| matches!(r.state, SandboxState::Running | SandboxState::Paused))
-        .ok_or_else(|| E2bError::sandbox_not_found(id))
 }
 
 /// `POST /sandboxes/{id}/pause`: 204; 409 when it is paused already (the SDK answers `False`). A filesystem-only

@@ -11,8 +11,9 @@ use axum::http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use crate::e2b::auth::api_tenant;
-use crate::e2b::control::{SandboxCreated, session_of, usable};
+use crate::e2b::control::{SandboxCreated, session_of};
 use crate::e2b::error::E2bError;
+use crate::e2b::lookup::usable;
 use crate::lifecycle::{self, abandon, check_timeout};
 use crate::state::AppState;
 

@@ -15,6 +15,7 @@ mod files;
 mod filesystem;
 mod fork;
 mod interpreter;
+mod lookup;
 mod network;
 mod paging;
 mod paths;

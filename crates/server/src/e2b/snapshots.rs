@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::Tenant;
 use crate::e2b::auth::api_tenant;
-use crate::e2b::control::{TEMPLATES, usable};
 use crate::e2b::error::{Code, E2bError};
+use crate::e2b::lookup::{TEMPLATES, usable};
 use crate::e2b::paging;
 use crate::ids::is_snapshot_id;
 use crate::lifecycle::{self, LifecycleError, abandon, restore_files};
