@@ -1,4 +1,5 @@
-//! Checks on client input that the types alone do not express: sandbox paths, environment variables, metadata.
+//! Checks on client input that the types alone do not express: sandbox paths, environment variables, metadata,
+//! snapshot names.
 //! Each returns a message that says what to fix; the API turns it into a 400 or 422.
 
 use std::collections::BTreeMap;
@@ -15,6 +16,8 @@ pub const MAX_METADATA_ENTRIES: usize = 64;
 pub const MAX_METADATA_KEY_BYTES: usize = 64;
 /// Longest metadata value, in bytes.
 pub const MAX_METADATA_VALUE_BYTES: usize = 1024;
+/// Longest snapshot name, in characters.
+pub const MAX_SNAPSHOT_NAME_CHARS: usize = 128;
 
 /// A path inside the sandbox: absolute, no NUL, no `..` component, at most 4096 bytes.
 pub fn sandbox_path(what: &str, path: &str) -> Result<(), String> {
@@ -94,6 +97,16 @@ pub fn metadata_key(key: &str) -> Result<(), String> {
             "metadata key {key:?} is invalid: use 1 to {MAX_METADATA_KEY_BYTES} characters of A-Z, a-z, 0-9, '_', '.', '-'"
         ))
     }
+}
+
+/// A snapshot's name: at most 128 characters, none of them a control character.
+pub fn snapshot_name(name: &str) -> Result<(), String> {
+    if name.chars().count() > MAX_SNAPSHOT_NAME_CHARS || name.chars().any(char::is_control) {
+        return Err(format!(
+            "a snapshot name must be at most {MAX_SNAPSHOT_NAME_CHARS} characters without control characters"
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,13 +1,14 @@
 //! E2B's control plane (`E2B_API_URL`): create (`POST /v2/sandboxes`), connect, list (`GET /v2/sandboxes`), kill,
 //! set the timeout and get the info of sandboxes, with E2B's JSON shapes, over the same store, quotas, warm pools
 //! and expiry as the native API. Pause and resume (and `autoPause`/`autoResume`, and `connect` of a paused sandbox)
-//! are the native API's (`lifecycle::pause`/`resume`); snapshots and forks answer 501 (sandkasten has none yet).
+//! are the native API's (`lifecycle::pause`/`resume`). A create whose template is one of the caller's snapshot ids
+//! (`sn-…`) starts the sandbox on that snapshot's files (`snapshots`).
 
 use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use sandkasten_types::{Limits, NetworkPolicy, SandboxSpec, Template};
 use serde::{Deserialize, Serialize};
@@ -16,10 +17,13 @@ use crate::auth::Tenant;
 use crate::clock::rfc3339;
 use crate::e2b::auth::api_tenant;
 use crate::e2b::error::{Code, E2bError};
-use crate::e2b::network;
+use crate::e2b::lookup::{TEMPLATES, live, running};
+use crate::e2b::{network, paging, snapshots};
+use crate::ids::is_snapshot_id;
 use crate::lifecycle::{self, check_timeout, end_running, start_sandbox};
 use crate::state::AppState;
 use crate::store::{Lifecycle, SandboxRecord, SandboxState};
+use crate::store_snapshots::SnapshotRecord;
 use crate::validate;
 
 /// The envd version the facade claims: it decides which features the SDK uses (stdin, close_stdin and
@@ -27,9 +31,6 @@ use crate::validate;
 pub(crate) const ENVD_VERSION: &str = "0.5.7";
 /// The client id answered (E2B's is an internal node id).
 const CLIENT_ID: &str = "sandkasten";
-/// E2B templates a facade sandbox may ask for; all of them are sandkasten's `e2b` template (the host's `/usr`,
-/// user `user` with its home at `/home/user`).
-const TEMPLATES: &[&str] = &["base", "code-interpreter-v1", "code-interpreter", "host"];
 /// Longest a facade command or cell may run (its sandbox's `limits.timeout_ms`): E2B programs run servers and long
 /// jobs, and bound them with their own timeouts.
 const FACADE_COMMAND_TIMEOUT_MS: u64 = 3_600_000;
@@ -140,14 +141,23 @@ fn facade_spec(env: BTreeMap<String, String>, network: NetworkPolicy) -> Sandbox
     }
 }
 
-fn created(
+/// A sandbox made from `snapshot` (of an `e2b` template sandbox) starts like its source: the same tier and limits
+/// (the disk its files need), with a facade sandbox's bound on commands.
+fn on_snapshot(spec: &mut SandboxSpec, snapshot: &SnapshotRecord) {
+    spec.isolation = snapshot.spec.isolation;
+    spec.limits = Limits { timeout_ms: FACADE_COMMAND_TIMEOUT_MS, ..snapshot.spec.limits.clone() };
+}
+
+/// E2B's `Sandbox` for a sandbox the caller may now use: its session opened (with a new access token unless it has
+/// one), `template` recorded when given.
+pub(crate) fn session_of(
     state: &AppState,
     record: &SandboxRecord,
     tenant: &Tenant,
     template: Option<&str>,
-) -> Result<Response, E2bError> {
+) -> Result<SandboxCreated, E2bError> {
     let session = state.e2b().open(&record.id, tenant, template).map_err(crate::api::error::ApiError::from)?;
-    let body = SandboxCreated {
+    Ok(SandboxCreated {
         template_id: session.template,
         sandbox_id: record.id.clone(),
         client_id: CLIENT_ID,
@@ -155,8 +165,16 @@ fn created(
         envd_access_token: session.token.clone(),
         traffic_access_token: session.token,
         domain: None,
-    };
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    })
+}
+
+fn created(
+    state: &AppState,
+    record: &SandboxRecord,
+    tenant: &Tenant,
+    template: Option<&str>,
+) -> Result<Response, E2bError> {
+    Ok((StatusCode::CREATED, Json(session_of(state, record, tenant, template)?)).into_response())
 }
 
 /// `POST /v2/sandboxes` (and `/sandboxes`): create a sandbox.
@@ -169,12 +187,20 @@ pub(crate) async fn create(
     let body: NewSandbox =
         serde_json::from_slice(&body).map_err(|error| E2bError::invalid(format!("malformed request body: {error}")))?;
     refuse_unsupported(&body)?;
-    if !TEMPLATES.contains(&body.template_id.as_str()) {
+    let snapshot = if is_snapshot_id(&body.template_id) {
+        Some(snapshots::for_create(&state, &tenant, &body.template_id).await?)
+    } else if TEMPLATES.contains(&body.template_id.as_str()) {
+        None
+    } else {
         return Err(E2bError::new(
             Code::NotFound,
-            format!("template {:?} not found: sandkasten serves {}", body.template_id, TEMPLATES.join(", ")),
+            format!(
+                "template {:?} not found: sandkasten serves {} and your snapshots (sn-…)",
+                body.template_id,
+                TEMPLATES.join(", ")
+            ),
         ));
-    }
+    };
     let env = body.env_vars.unwrap_or_default();
     let metadata = body.metadata.unwrap_or_default();
     validate::environment(&env).map_err(E2bError::invalid)?;
@@ -183,27 +209,15 @@ pub(crate) async fn create(
     let expires_ms = check_timeout(settings, body.timeout.unwrap_or(settings.default_timeout_s))?;
     let network = network::policy(body.allow_internet_access, body.network.as_ref())?;
     let lifecycle = Lifecycle { auto_pause: body.auto_pause, auto_resume: body.auto_resume.is_some_and(|a| a.enabled) };
-    let record = start_sandbox(&state, &tenant, facade_spec(env, network), metadata, (expires_ms, lifecycle)).await?;
+    let mut spec = facade_spec(env, network);
+    if let Some(snapshot) = &snapshot {
+        on_snapshot(&mut spec, snapshot);
+    }
+    let record = start_sandbox(&state, &tenant, spec, metadata, (expires_ms, lifecycle)).await?;
+    if let Some(snapshot) = &snapshot {
+        snapshots::restore_into(&state, snapshot, &record.id).await?;
+    }
     created(&state, &record, &tenant, Some(&body.template_id))
-}
-
-async fn running(state: &AppState, tenant: &Tenant, id: &str) -> Result<SandboxRecord, E2bError> {
-    let record = live(state, tenant, id).await?;
-    if record.state != SandboxState::Running {
-        return Err(E2bError::sandbox_not_found(id));
-    }
-    Ok(record)
-}
-
-/// The tenant's sandbox `id` while it is running or paused (`sandbox_not_found` otherwise).
-async fn live(state: &AppState, tenant: &Tenant, id: &str) -> Result<SandboxRecord, E2bError> {
-    if !crate::ids::is_sandbox_id(id) {
-        return Err(E2bError::sandbox_not_found(id));
-    }
-    let record = state.store().sandbox(&tenant.name, id).await.map_err(crate::api::error::ApiError::from)?;
-    record
-        .filter(|r| matches!(r.state, SandboxState::Running | SandboxState::Paused))
-        .ok_or_else(|| E2bError::sandbox_not_found(id))
 }
 
 /// `POST /sandboxes/{id}/pause`: 204; 409 when it is paused already (the SDK answers `False`). A filesystem-only
@@ -380,36 +394,31 @@ pub(crate) async fn list(
         .into_iter()
         .filter(|record| wanted.iter().all(|(key, value)| record.metadata.get(key) == Some(value)))
         .collect();
-    let start = match &query.next_token {
-        Some(token) => token.parse::<usize>().map_err(|_| E2bError::invalid("malformed nextToken"))?,
-        None => 0,
-    };
-    let limit = query.limit.filter(|limit| *limit > 0).unwrap_or(usize::MAX);
-    let end = start.saturating_add(limit).min(matching.len());
-    let page: Vec<SandboxListed> = matching
-        .get(start.min(end)..end)
-        .unwrap_or_default()
-        .iter()
-        .cloned()
-        .map(|r| listed(&state, r, false))
-        .collect();
-    let mut response = Json(page).into_response();
-    if end < matching.len()
-        && let Ok(value) = HeaderValue::from_str(&end.to_string())
-    {
-        response.headers_mut().insert("x-next-token", value);
-    }
-    Ok(response)
+    let listed: Vec<SandboxListed> = matching.into_iter().map(|r| listed(&state, r, false)).collect();
+    paging::page(listed, query.limit, query.next_token.as_deref())
 }
 
-/// Snapshots, forks, network updates, logs and metrics: 501.
+/// Network updates, refreshes and logs: 501.
 pub(crate) async fn unsupported(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> E2bError {
     if let Err(error) = api_tenant(&state, &headers) {
         return error;
     }
     let what = uri.path().rsplit('/').next().unwrap_or("this operation");
-    E2bError::unsupported(&format!(
-        "{what} (sandboxes cannot be snapshotted or forked, and have no metrics, logs or network yet)"
+    E2bError::unsupported(&format!("{what} (sandboxes have no logs, refreshes or network updates yet)"))
+}
+
+/// `GET /sandboxes/{id}/metrics`: 501 for a sandbox of the caller's (404 otherwise). The runtime has no call for
+/// what a sandbox uses now (memory, CPU, disk); each command's result carries what it used.
+pub(crate) async fn metrics(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<StatusCode, E2bError> {
+    let tenant = api_tenant(&state, &headers)?;
+    live(&state, &tenant, &id).await?;
+    Err(E2bError::unsupported(
+        "get_metrics (the runtime cannot report a sandbox's current memory, CPU and disk use yet; the native API's \
+         exec results carry each command's CPU time and peak memory in `usage`)",
     ))
 }
 

@@ -2,10 +2,10 @@
 //! with `E2B_API_URL` and `E2B_SANDBOX_URL` set to the server's URL and `E2B_API_KEY` to a tenant key. The SDK
 //! sends every per-sandbox request to `E2B_SANDBOX_URL` and names the sandbox in `E2b-Sandbox-Id`, so the facade
 //! serves everything at the root of the one listener: its paths (`/v2/sandboxes`, `/sandboxes/…`, `/files`,
-//! `/health`, `/process.Process/…`, `/filesystem.Filesystem/…`, `/execute`, `/contexts`) do not meet the native
-//! API's (`/v1/…`, `/healthz`, `/metrics`, `/openapi.json`). Everything goes through the same runtime, store,
-//! quotas and expiry as the native API. Facade sandboxes use the `e2b` template (user `user`, home `/home/user`).
-//! See docs/e2b-compat.md for what is supported.
+//! `/snapshots`, `/templates/…`, `/health`, `/process.Process/…`, `/filesystem.Filesystem/…`, `/execute`,
+//! `/contexts`) do not meet the native API's (`/v1/…`, `/healthz`, `/metrics`, `/openapi.json`). Everything goes
+//! through the same runtime, store, quotas, snapshot store and expiry as the native API. Facade sandboxes use the
+//! `e2b` template (user `user`, home `/home/user`). See docs/e2b-compat.md for what is supported.
 
 mod auth;
 mod connect;
@@ -13,11 +13,15 @@ mod control;
 mod error;
 mod files;
 mod filesystem;
+mod fork;
 mod interpreter;
+mod lookup;
 mod network;
+mod paging;
 mod paths;
 mod process;
 pub(crate) mod sessions;
+mod snapshots;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -37,13 +41,15 @@ pub(crate) fn routes(state: &AppState) -> Router<AppState> {
         .route("/v2/sandboxes/{id}/connect", post(control::connect))
         .route("/sandboxes/{id}/pause", post(control::pause))
         .route("/sandboxes/{id}/resume", post(control::resume))
-        .route("/sandboxes/{id}/snapshots", post(control::unsupported))
-        .route("/sandboxes/{id}/fork", post(control::unsupported))
+        .route("/sandboxes/{id}/snapshots", post(snapshots::create))
+        .route("/sandboxes/{id}/fork", post(fork::fork))
         .route("/sandboxes/{id}/refreshes", post(control::unsupported))
-        .route("/sandboxes/{id}/metrics", get(control::unsupported))
+        .route("/sandboxes/{id}/metrics", get(control::metrics))
         .route("/sandboxes/{id}/logs", get(control::unsupported))
         .route("/v2/sandboxes/{id}/logs", get(control::unsupported))
         .route("/sandboxes/{id}/network", put(control::unsupported))
+        .route("/snapshots", get(snapshots::list))
+        .route("/templates/{id}", delete(snapshots::delete_template))
         .route("/health", get(files::health))
         .route("/files", get(files::download).post(files::upload).layer(DefaultBodyLimit::max(max_upload)))
         .route("/process.Process/{method}", post(process::call))

@@ -234,3 +234,197 @@ async fn execute_streams_lines_and_an_unknown_context_is_404() {
     let listed = sandbox_call(&h, &sb, "GET", "/contexts", "application/json", Vec::new()).await.json();
     assert!(listed.as_array().unwrap().iter().any(|c| c["id"] == created["id"]), "{listed}");
 }
+
+/// A facade sandbox of tenant A with `/home/user/a.txt` holding `text` (written through the native API).
+async fn with_file(h: &Harness, text: &[u8]) -> Opened {
+    let sb = open(h, KEY_A, json!({})).await;
+    let home = json!({"path": "/home/user", "parents": true});
+    let made = h.post(&format!("/v1/sandboxes/{}/files/mkdir", sb.id), KEY_A, home).await;
+    assert_eq!(made.status, StatusCode::NO_CONTENT, "{}", made.text());
+    let written = h.put(&format!("/v1/sandboxes/{}/files?path=/home/user/a.txt", sb.id), KEY_A, text).await;
+    assert_eq!(written.status, StatusCode::NO_CONTENT, "{}", written.text());
+    sb
+}
+
+async fn read_a(h: &Harness, id: &str) -> String {
+    h.get(&format!("/v1/sandboxes/{id}/files?path=/home/user/a.txt"), KEY_A).await.text()
+}
+
+fn chunk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() { found.extend(chunk_files(&path)) } else { found.push(path) }
+    }
+    found
+}
+
+#[tokio::test]
+async fn a_full_snapshot_is_refused_naming_the_filesystem_mode_and_nothing_is_taken() {
+    let h = Harness::new();
+    let sb = with_file(&h, b"alpha").await;
+    let uri = format!("/sandboxes/{}/snapshots", sb.id);
+    // The SDK sends no `memory` for its default mode ("full"), and `true` for mode="full".
+    for body in [json!({}), json!({"memory": true})] {
+        let refused = control(&h, "POST", &uri, KEY_A, Some(body)).await;
+        assert_eq!((refused.status, refused.json()["code"].clone()), (StatusCode::BAD_REQUEST, json!(400)));
+        let message = refused.json()["message"].as_str().unwrap().to_owned();
+        assert!(message.contains("mode=\"filesystem\""), "{message}");
+    }
+    assert_eq!(control(&h, "GET", "/snapshots", KEY_A, None).await.json(), json!([]));
+    assert!(chunk_files(&h.snapshot_dir.path().join("chunks")).is_empty(), "a refused snapshot stored chunks");
+    let unknown =
+        control(&h, "POST", "/sandboxes/sb-0123456789abcdef/snapshots", KEY_A, Some(json!({"memory": false})));
+    assert_eq!(unknown.await.status, StatusCode::NOT_FOUND);
+    let long = control(&h, "POST", &uri, KEY_A, Some(json!({"memory": false, "name": "x".repeat(129)}))).await;
+    assert_eq!(long.status, StatusCode::BAD_REQUEST, "{}", long.text());
+}
+
+#[tokio::test]
+async fn filesystem_snapshots_are_listed_restored_by_create_and_deleted_as_templates() {
+    let h = Harness::new();
+    let sb = with_file(&h, b"alpha").await;
+    let uri = format!("/sandboxes/{}/snapshots", sb.id);
+    let taken = control(&h, "POST", &uri, KEY_A, Some(json!({"memory": false, "name": "before"}))).await;
+    assert_eq!(taken.status, StatusCode::CREATED, "{}", taken.text());
+    let info = taken.json();
+    let id = info["snapshotID"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("sn-") && id.len() == 19, "{info}");
+    assert_eq!(info, json!({"snapshotID": id, "names": ["before"]}));
+    let unnamed = control(&h, "POST", &uri, KEY_A, Some(json!({"memory": false}))).await.json();
+    assert_eq!(unnamed["names"], json!([]));
+
+    // Listing: the SDK's filters and paging.
+    let all = control(&h, "GET", "/snapshots", KEY_A, None).await.json();
+    assert_eq!(all, json!([info, unnamed]));
+    let paged = control(&h, "GET", "/snapshots?limit=1", KEY_A, None).await;
+    assert_eq!((paged.json(), paged.headers.get("x-next-token").unwrap().to_str().unwrap()), (json!([info]), "1"));
+    let rest = control(&h, "GET", "/snapshots?limit=1&nextToken=1", KEY_A, None).await;
+    assert_eq!((rest.json(), rest.headers.get("x-next-token")), (json!([unnamed]), None));
+    assert_eq!(control(&h, "GET", "/snapshots?name=before", KEY_A, None).await.json(), json!([info]));
+    let by_source = format!("/snapshots?sandboxID={}", sb.id);
+    assert_eq!(control(&h, "GET", &by_source, KEY_A, None).await.json().as_array().unwrap().len(), 2);
+    let other_source = "/snapshots?sandboxID=sb-0123456789abcdef";
+    assert_eq!(control(&h, "GET", other_source, KEY_A, None).await.json(), json!([]));
+
+    // Another tenant's snapshot is not found: not listed, not a template, not deletable.
+    assert_eq!(control(&h, "GET", "/snapshots", KEY_B, None).await.json(), json!([]));
+    let foreign = control(&h, "POST", "/v2/sandboxes", KEY_B, Some(json!({"templateID": id}))).await;
+    assert_eq!((foreign.status, foreign.json()["code"].clone()), (StatusCode::NOT_FOUND, json!(404)));
+    let template = format!("/templates/{id}");
+    assert_eq!(control(&h, "DELETE", &template, KEY_B, None).await.status, StatusCode::NOT_FOUND);
+
+    // Sandbox.create(snapshot_id): the source changes on, the new sandbox has the files as they were.
+    h.put(&format!("/v1/sandboxes/{}/files?path=/home/user/a.txt", sb.id), KEY_A, b"changed").await;
+    let restored = control(&h, "POST", "/v2/sandboxes", KEY_A, Some(json!({"templateID": id, "timeout": 60}))).await;
+    assert_eq!(restored.status, StatusCode::CREATED, "{}", restored.text());
+    assert_eq!(restored.json()["templateID"], json!(id));
+    let copy = restored.json()["sandboxID"].as_str().unwrap().to_owned();
+    assert_eq!(read_a(&h, &copy).await, "alpha");
+    assert_eq!(read_a(&h, &sb.id).await, "changed");
+
+    // Sandbox.delete_snapshot: DELETE /templates/{id}; then it is gone everywhere.
+    assert_eq!(control(&h, "DELETE", &template, KEY_A, None).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(control(&h, "DELETE", &template, KEY_A, None).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(control(&h, "GET", "/snapshots", KEY_A, None).await.json(), json!([unnamed]));
+    let deleted = control(&h, "POST", "/v2/sandboxes", KEY_A, Some(json!({"templateID": id}))).await;
+    assert_eq!(deleted.status, StatusCode::NOT_FOUND, "{}", deleted.text());
+    let builtin = control(&h, "DELETE", "/templates/base", KEY_A, None).await;
+    assert_eq!(builtin.status, StatusCode::BAD_REQUEST, "{}", builtin.text());
+    let unknown = control(&h, "DELETE", "/templates/no-such-template", KEY_A, None).await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+
+    // A snapshot of a native sandbox (another template, another home) is the native API's to restore.
+    let native = h.create(KEY_A, json!({})).await;
+    let taken = h.post(&format!("/v1/sandboxes/{native}/snapshots"), KEY_A, json!({})).await.json();
+    let body = json!({"templateID": taken["snapshot_id"]});
+    let refused = control(&h, "POST", "/v2/sandboxes", KEY_A, Some(body)).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.text());
+    assert!(refused.json()["message"].as_str().unwrap().contains("POST /v1/sandboxes"), "{}", refused.text());
+}
+
+#[tokio::test]
+async fn a_create_from_a_damaged_snapshot_fails_and_leaves_no_sandbox() {
+    let h = Harness::new();
+    let sb = with_file(&h, b"alpha").await;
+    let uri = format!("/sandboxes/{}/snapshots", sb.id);
+    let taken = control(&h, "POST", &uri, KEY_A, Some(json!({"memory": false}))).await.json();
+    for chunk in chunk_files(&h.snapshot_dir.path().join("chunks")) {
+        let mut bytes = std::fs::read(&chunk).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x55;
+        std::fs::write(&chunk, bytes).unwrap();
+    }
+    let body = json!({"templateID": taken["snapshotID"]});
+    let refused = control(&h, "POST", "/v2/sandboxes", KEY_A, Some(body)).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.text());
+    assert!(refused.json()["message"].as_str().unwrap().contains("damaged"), "{}", refused.text());
+    assert_eq!(h.runtime.ids().len(), 1, "the failed restore left a sandbox in the runtime");
+    let listed = control(&h, "GET", "/v2/sandboxes", KEY_A, None).await.json();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "the failed restore left a sandbox: {listed}");
+}
+
+#[tokio::test]
+async fn fork_gives_independent_copies_the_sdk_can_connect_to() {
+    let h = Harness::new();
+    let sb = with_file(&h, b"alpha").await;
+    let uri = format!("/sandboxes/{}/fork", sb.id);
+    let forked = control(&h, "POST", &uri, KEY_A, Some(json!({"count": 2, "timeout": 60}))).await;
+    assert_eq!(forked.status, StatusCode::CREATED, "{}", forked.text());
+    let results = forked.json();
+    let copies: Vec<Opened> = results
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|result| {
+            let sandbox = &result["sandbox"];
+            for field in ["templateID", "sandboxID", "clientID", "envdVersion", "envdAccessToken"] {
+                assert!(sandbox.get(field).is_some(), "{field} missing: {result}");
+            }
+            assert!(result.get("error").is_none(), "{result}");
+            Opened {
+                id: sandbox["sandboxID"].as_str().unwrap().into(),
+                token: sandbox["envdAccessToken"].as_str().unwrap().into(),
+            }
+        })
+        .collect();
+    assert_eq!(copies.len(), 2);
+    assert!(copies[0].id != copies[1].id && copies.iter().all(|copy| copy.id != sb.id));
+    for copy in &copies {
+        assert_eq!(read_a(&h, &copy.id).await, "alpha");
+        // Each copy's token opens its envd: the SDK's handle works.
+        let stat = json!({ "path": "/home/user/a.txt" }).to_string().into_bytes();
+        let reply = sandbox_call(&h, copy, "POST", "/filesystem.Filesystem/Stat", "application/json", stat).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    }
+    h.put(&format!("/v1/sandboxes/{}/files?path=/home/user/a.txt", copies[0].id), KEY_A, b"first").await;
+    assert_eq!((read_a(&h, &copies[1].id).await, read_a(&h, &sb.id).await), ("alpha".into(), "alpha".into()));
+
+    // An omitted count is one copy (room made first: the test tenant may run three); out of range is 400 and makes
+    // none.
+    let killed = control(&h, "DELETE", &format!("/sandboxes/{}", copies[1].id), KEY_A, None).await;
+    assert_eq!(killed.status, StatusCode::NO_CONTENT);
+    let one = control(&h, "POST", &uri, KEY_A, Some(json!({}))).await;
+    assert_eq!((one.status, one.json().as_array().map(Vec::len)), (StatusCode::CREATED, Some(1)));
+    let running = h.runtime.ids().len();
+    for count in [0, 17] {
+        let refused = control(&h, "POST", &uri, KEY_A, Some(json!({"count": count}))).await;
+        assert_eq!((refused.status, refused.json()["code"].clone()), (StatusCode::BAD_REQUEST, json!(400)));
+        assert!(refused.json()["message"].as_str().unwrap().contains("count"), "{}", refused.text());
+    }
+    assert_eq!(h.runtime.ids().len(), running, "a refused fork made sandboxes");
+    assert_eq!(control(&h, "POST", &uri, KEY_B, Some(json!({"count": 1}))).await.status, StatusCode::NOT_FOUND);
+    let unknown = control(&h, "POST", "/sandboxes/sb-0123456789abcdef/fork", KEY_A, Some(json!({"count": 1})));
+    assert_eq!(unknown.await.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn metrics_answer_not_supported_for_the_callers_sandbox_only() {
+    let h = Harness::new();
+    let sb = open(&h, KEY_A, json!({})).await;
+    let uri = format!("/sandboxes/{}/metrics", sb.id);
+    let reply = control(&h, "GET", &uri, KEY_A, None).await;
+    assert_eq!((reply.status, reply.json()["code"].clone()), (StatusCode::NOT_IMPLEMENTED, json!(501)));
+    assert!(reply.json()["message"].as_str().unwrap().contains("get_metrics"), "{}", reply.text());
+    assert_eq!(control(&h, "GET", &uri, KEY_B, None).await.status, StatusCode::NOT_FOUND);
+}
