@@ -18,6 +18,7 @@ use crate::clock::rfc3339;
 use crate::ids::is_snapshot_id;
 use crate::lifecycle;
 use crate::state::AppState;
+use crate::validate;
 use crate::store_snapshots::{SnapshotRecord, SnapshotState};
 
 /// `POST /v1/sandboxes/{id}/snapshots`.
@@ -99,9 +100,6 @@ pub struct SnapshotList {
     pub snapshots: Vec<SnapshotBody>,
 }
 
-/// Longest snapshot name.
-const MAX_NAME_CHARS: usize = 128;
-
 /// Take a snapshot of a running sandbox's files.
 #[utoipa::path(
     post, path = "/v1/sandboxes/{id}/snapshots", tag = "snapshots",
@@ -129,12 +127,8 @@ pub(crate) async fn create(
     IdPath(id): IdPath,
     JsonBody(body): JsonBody<SnapshotRequest>,
 ) -> Result<(StatusCode, Json<SnapshotBody>), ApiError> {
-    if let Some(name) = &body.name
-        && (name.chars().count() > MAX_NAME_CHARS || name.chars().any(char::is_control))
-    {
-        return Err(ApiError::unprocessable(format!(
-            "name must be at most {MAX_NAME_CHARS} characters without control characters"
-        )));
+    if let Some(name) = &body.name {
+        validate::snapshot_name(name).map_err(ApiError::unprocessable)?;
     }
     let sandbox = running_sandbox(&state, &tenant, &id).await?;
     let taken = lifecycle::to_completion(async move {
