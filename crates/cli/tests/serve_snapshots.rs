@@ -32,6 +32,7 @@ per_tier!(
     kill_9_during_a_snapshot_upload_leaves_no_snapshot_that_lists_and_no_orphaned_chunk,
     the_cli_snapshots_restores_forks_lists_and_removes,
     snapshots_live_in_an_s3_store_when_one_is_configured,
+    a_memory_snapshot_restores_running_processes_where_the_tier_can,
 );
 
 fn call(server: &Server, method: &str, path: &str, body: Option<Value>) -> serve::Reply {
@@ -309,4 +310,73 @@ fn snapshots_live_in_an_s3_store_when_one_is_configured(tier: Tier) {
         assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{id}"), None).status, 204);
         assert_sandbox_gone_on(tier, &id);
     }
+}
+
+/// A background loop that keeps a random token (made in its memory, never on disk before it runs) and a counter,
+/// writing `token:count` to /tmp/tick every 50 ms.
+const TICKER: &str = "/usr/bin/python3 -c 'import os, time\ntoken = os.urandom(8).hex()\ni = 0\nwhile True:\n    i += 1\n    open(\"/tmp/tick.new\", \"w\").write(f\"{token}:{i}\")\n    os.rename(\"/tmp/tick.new\", \"/tmp/tick\")\n    time.sleep(0.05)'";
+
+fn tick(server: &Server, id: &str) -> (String, u64) {
+    let read = server.exec(id, "cat /tmp/tick");
+    let text = read.json["stdout"].as_str().unwrap_or_default().to_owned();
+    let (token, count) = text.split_once(':').unwrap_or_else(|| panic!("no tick in {id}: {read:?}"));
+    (token.to_owned(), count.parse().unwrap())
+}
+
+fn a_memory_snapshot_restores_running_processes_where_the_tier_can(tier: Tier) {
+    let server = Server::start_with_on(tier, "[snapshots]\ngc_grace_s = 0\n");
+    let source = server.create_on(tier, json!({"timeout_s": 600}));
+    let path = format!("/v1/sandboxes/{source}/snapshots");
+    if tier != Tier::Gvisor {
+        let refused = call(&server, "POST", &path, Some(json!({"memory": true})));
+        assert_eq!(refused.status, 409, "{refused:?}");
+        let message = refused.json["error"]["message"].as_str().unwrap();
+        assert!(message.contains("gvisor") && message.contains("\"memory\": false"), "{message}");
+        assert_eq!(call(&server, "GET", "/v1/snapshots", None).json["snapshots"], json!([]));
+        return;
+    }
+    let started = call(
+        &server,
+        "POST",
+        &format!("/v1/sandboxes/{source}/exec"),
+        Some(json!({"cmd": TICKER, "background": true})),
+    );
+    assert_eq!(started.status, 202, "{started:?}");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (token, before) = tick(&server, &source);
+    let taken = call(&server, "POST", &path, Some(json!({"memory": true, "name": "ticking"})));
+    assert_eq!(taken.status, 201, "{taken:?}");
+    assert_eq!(taken.json["memory"], true);
+    let snapshot = taken.json["snapshot_id"].as_str().unwrap().to_owned();
+    // The source ran on through the snapshot.
+    let (same, later) = tick(&server, &source);
+    assert_eq!(same, token);
+    assert!(later > before, "the source stopped ticking: {before} → {later}");
+    // A memory snapshot restores with its sandbox's spec: asking for other limits is refused, and nothing is made.
+    let refused = call(&server, "POST", "/v1/sandboxes", Some(json!({"snapshot": snapshot, "limits": {"pids": 64}})));
+    assert_eq!(refused.status, 422, "{refused:?}");
+    let restored = call(&server, "POST", "/v1/sandboxes", Some(json!({"snapshot": snapshot})));
+    assert_eq!(restored.status, 201, "{restored:?}");
+    let copy = restored.json["id"].as_str().unwrap().to_owned();
+    assert_eq!(restored.json["isolation"], "gvisor");
+    // The restored sandbox runs the same loop from where it was: the token only its memory held, the count going on.
+    let (copied_token, at_restore) = tick(&server, &copy);
+    assert_eq!(copied_token, token, "the restored loop is not the source's");
+    assert!(at_restore >= before, "the count started over: {before} → {at_restore}");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (_, running) = tick(&server, &copy);
+    assert!(running > at_restore, "the restored loop does not run: {at_restore} → {running}");
+    // The copy is its own: a write there is not in the source.
+    assert_eq!(server.exec(&copy, "echo mine > /tmp/only-copy").json["exit_code"], 0);
+    assert_eq!(
+        server.exec(&source, "ls /tmp/only-copy 2>&1 | head -c 0; test -e /tmp/only-copy; echo $?").json["stdout"],
+        "1\n"
+    );
+    for id in [&copy, &source] {
+        assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{id}"), None).status, 204);
+        assert_sandbox_gone_on(tier, id);
+    }
+    assert_eq!(call(&server, "DELETE", &format!("/v1/snapshots/{snapshot}"), None).status, 204);
+    let work = server.database().parent().unwrap().join("snapshot-work");
+    assert_eq!(files_under(&work), Vec::<std::path::PathBuf>::new(), "a memory image was left on the host");
 }

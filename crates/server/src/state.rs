@@ -68,6 +68,7 @@ struct Inner {
     e2b: Sessions,
     output_budgets: OutputBudgets,
     snapshots: SnapshotStore,
+    snapshot_work: std::path::PathBuf,
 }
 
 /// The audit queue's two ends, until `serve_on` starts the writer.
@@ -108,6 +109,7 @@ impl AppState {
                 e2b: Sessions::default(),
                 output_budgets: OutputBudgets::new(config.max_retained_output_bytes),
                 snapshots,
+                snapshot_work: snapshot_work_dir(&config.database),
             }),
         })
     }
@@ -115,6 +117,12 @@ impl AppState {
     /// The store.
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// Where memory snapshots' images are put together and taken apart on this host (`snapshot-work` next to the
+    /// database; each snapshot's own 0700 directory inside, removed when done and emptied at every start).
+    pub(crate) fn snapshot_work(&self) -> &std::path::Path {
+        &self.inner.snapshot_work
     }
 
     /// The snapshot store (chunks and manifests; the snapshots' rows are in `store`).
@@ -166,4 +174,10 @@ impl AppState {
     pub(crate) fn e2b(&self) -> &Sessions {
         &self.inner.e2b
     }
+}
+
+/// `snapshot-work` in the database's directory.
+fn snapshot_work_dir(database: &std::path::Path) -> std::path::PathBuf {
+    let dir = database.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    dir.join("snapshot-work")
 }

@@ -71,6 +71,12 @@ pub struct AgentClient {
 impl AgentClient {
     /// Takes over the host end of an agent's channel. Needs a tokio runtime (it starts the reader task).
     pub fn new(channel: OwnedFd) -> std::io::Result<AgentClient> {
+        Self::with_first_id(channel, 1)
+    }
+
+    /// As [`new`](Self::new), numbering requests from `first_id`: an agent restored from a memory snapshot still
+    /// holds the source's commands under the source's ids, which a new client must not reuse.
+    pub fn with_first_id(channel: OwnedFd, first_id: u64) -> std::io::Result<AgentClient> {
         let (writer, mut reader, switches) = link::split(channel)?;
         let pending: Pending = Arc::default();
         let routes = Arc::clone(&pending);
@@ -101,7 +107,7 @@ impl AgentClient {
                 map.clear();
             }
         });
-        Ok(AgentClient { writer, switches, pending, next_id: AtomicU64::new(1) })
+        Ok(AgentClient { writer, switches, pending, next_id: AtomicU64::new(first_id) })
     }
 
     pub(super) async fn send(&self, id: u64, msg: Message) -> Result<(), Failure> {

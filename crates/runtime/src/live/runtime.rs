@@ -164,7 +164,11 @@ impl LiveRuntime {
         spawned: crate::spawner::SpawnedSandbox,
         first: Option<sandkasten_protocol::Message>,
     ) -> Result<(), RuntimeError> {
-        let client = AgentClient::new(spawned.channel).map_err(|e| RuntimeError::sys("agent channel", e))?;
+        // A restored agent (a first frame to send) holds the source's commands under the source's request ids: number
+        // this client's requests from far above any id a client has used (a random start in 2^40..2^41).
+        let first_id = if first.is_some() { restored_first_id() } else { 1 };
+        let client =
+            AgentClient::with_first_id(spawned.channel, first_id).map_err(|e| RuntimeError::sys("agent channel", e))?;
         if let Some(first) = first {
             client.send(0, first).await.map_err(|f| RuntimeError::TierFailed(f.message))?;
         }
@@ -360,4 +364,12 @@ fn listen_on_door_socket(config: &RuntimeConfig, id: &str) -> std::io::Result<En
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
     listener.set_nonblocking(true)?;
     Ok(Entrance::Unix(listener))
+}
+
+/// Where a restored agent's new client starts numbering its requests: random in 2^40..2^41, far above the ids of
+/// the source's client (which counts from 1) and, with overwhelming odds, apart from any other restore's.
+fn restored_first_id() -> u64 {
+    let mut bytes = [0u8; 8];
+    let _ = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty());
+    (1 << 40) | (u64::from_le_bytes(bytes) & ((1 << 40) - 1))
 }

@@ -13,7 +13,9 @@ use crate::api::extract::{IdPath, JsonBody, QueryParams, own_sandbox, running_sa
 use crate::api::schemas::{CreateSandboxRequest, SandboxBody, SandboxList, TimeoutRequest};
 use crate::api::snapshots::snapshot_for_create;
 use crate::auth::Tenant;
-use crate::lifecycle::{abandon, check_timeout, end_running, restore_files, start_sandbox, to_completion};
+use crate::lifecycle::{
+    abandon, check_timeout, end_running, restore_files, start_from_memory, start_sandbox, to_completion,
+};
 use crate::state::AppState;
 use crate::store::SandboxState;
 use crate::validate;
@@ -50,6 +52,30 @@ pub(crate) async fn create(
         Some(id) => Some(snapshot_for_create(&state, &tenant, id).await?),
         None => None,
     };
+    if let Some(snapshot) = snapshot.as_ref().filter(|snapshot| snapshot.memory).cloned() {
+        // The processes go on where they were: the sandbox is the source's as it was.
+        if body.isolation.is_some_and(|tier| Some(tier) != snapshot.spec.isolation)
+            || body.limits.is_some()
+            || body.template.is_some()
+            || !body.env.is_empty()
+            || body.network.is_some()
+            || !body.secrets.is_empty()
+        {
+            return Err(ApiError::unprocessable(format!(
+                "snapshot {} holds a running sandbox's memory: it restores with that sandbox's spec as it was; omit \
+                 isolation, template, limits, env, network and secrets",
+                snapshot.id
+            )));
+        }
+        validate::metadata(&body.metadata).map_err(ApiError::unprocessable)?;
+        let settings = state.settings();
+        let expires_ms = check_timeout(settings, body.timeout_s.unwrap_or(settings.default_timeout_s))?;
+        let current = to_completion(async move {
+            start_from_memory(&state, &tenant, &snapshot, body.metadata, (expires_ms, body.lifecycle)).await
+        })
+        .await?;
+        return Ok((StatusCode::CREATED, Json(current.into())));
+    }
     let template: Template = body.template.map(Template::from).unwrap_or_default();
     let (isolation, limits, template) = match &snapshot {
         Some(snapshot) => {

@@ -18,8 +18,8 @@ use crate::clock::rfc3339;
 use crate::ids::is_snapshot_id;
 use crate::lifecycle;
 use crate::state::AppState;
-use crate::validate;
 use crate::store_snapshots::{SnapshotRecord, SnapshotState};
+use crate::validate;
 
 /// `POST /v1/sandboxes/{id}/snapshots`.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]

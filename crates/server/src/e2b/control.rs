@@ -209,6 +209,11 @@ pub(crate) async fn create(
     let expires_ms = check_timeout(settings, body.timeout.unwrap_or(settings.default_timeout_s))?;
     let network = network::policy(body.allow_internet_access, body.network.as_ref())?;
     let lifecycle = Lifecycle { auto_pause: body.auto_pause, auto_resume: body.auto_resume.is_some_and(|a| a.enabled) };
+    if let Some(snapshot) = snapshot.as_ref().filter(|snapshot| snapshot.memory) {
+        // A memory snapshot's processes go on with the environment they had: the spec is the source's.
+        let record = lifecycle::start_from_memory(&state, &tenant, snapshot, metadata, (expires_ms, lifecycle)).await?;
+        return created(&state, &record, &tenant, Some(&body.template_id));
+    }
     let mut spec = facade_spec(env, network);
     if let Some(snapshot) = &snapshot {
         on_snapshot(&mut spec, snapshot);

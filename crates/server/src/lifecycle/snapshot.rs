@@ -1,4 +1,4 @@
-//! Snapshots of a sandbox's files: taking one (the sandbox's writable directories as one tar, streamed from inside it
+//! Snapshots of a sandbox's files (and, on gVisor, its memory: `memory_snapshot`): taking one (the sandbox's writable directories as one tar, streamed from inside it
 //! into the snapshot store: content-addressed chunks, then the manifest), restoring one into a new sandbox, deleting
 //! one (its chunks no other snapshot uses go with it), and at start reconciling the database with the store.
 //!
@@ -13,7 +13,8 @@ use std::convert::Infallible;
 use bytes::Bytes;
 use futures::StreamExt;
 use sandkasten_runtime::writable_dirs;
-use sandkasten_snapshot_store::{Manifest, StoreError as SnapshotStoreError};
+use sandkasten_snapshot_store::{Manifest, SnapshotWriter, StoreError as SnapshotStoreError};
+use sandkasten_types::Tier;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -21,6 +22,7 @@ use crate::auth::Tenant;
 use crate::clock::now_ms;
 use crate::ids;
 use crate::lifecycle::error::LifecycleError;
+use crate::lifecycle::memory_snapshot::{clear_work_dir, save_memory};
 use crate::state::AppState;
 use crate::store::{SandboxRecord, StoreError};
 use crate::store_snapshots::{SnapshotRecord, SnapshotState};
@@ -30,8 +32,8 @@ const FILES_PART: &str = "files.tar";
 /// Archive chunks in flight between the sandbox and the store.
 const IN_FLIGHT: usize = 4;
 
-/// The tiers that can save memory as well as files.
-const MEMORY_TIERS: &str = "none yet (gVisor's checkpoint is used for pause only)";
+/// The tier that can save memory as well as files.
+const MEMORY_TIER: Tier = Tier::Gvisor;
 
 fn store_failed(what: &str, error: &SnapshotStoreError) -> LifecycleError {
     LifecycleError::SnapshotStore(format!("{what}: {error}"))
@@ -46,10 +48,11 @@ pub(crate) async fn take_snapshot(
     memory: bool,
     name: Option<String>,
 ) -> Result<SnapshotRecord, LifecycleError> {
-    if memory {
+    if memory && sandbox.spec.tier() != MEMORY_TIER {
         return Err(LifecycleError::SnapshotRefused(format!(
-            "memory snapshots need a tier that can save processes and memory ({MEMORY_TIERS}); sandbox {} is on the \
-             {} tier: take a filesystem snapshot with \"memory\": false",
+            "memory snapshots need the {MEMORY_TIER} tier (it saves processes and memory); sandbox {} is on the {} \
+             tier: take a filesystem snapshot with \"memory\": false, or create the sandbox with isolation \
+             \"{MEMORY_TIER}\"",
             sandbox.id,
             sandbox.spec.tier()
         )));
@@ -99,6 +102,10 @@ pub(crate) async fn take_snapshot(
 /// Streams the sandbox's files into the store and writes the manifest.
 async fn save(state: &AppState, record: &SnapshotRecord) -> Result<Manifest, LifecycleError> {
     let mut writer = state.snapshots().writer(&record.id).map_err(|e| store_failed("snapshot store", &e))?;
+    if record.memory {
+        save_memory(state, record, &mut writer).await?;
+        return commit(writer, record).await;
+    }
     let (sink, archive) = mpsc::channel::<Vec<u8>>(IN_FLIGHT);
     let chunks = ReceiverStream::new(archive).map(|chunk| Ok::<Bytes, Infallible>(Bytes::from(chunk)));
     let export = state.runtime().export_files(&record.source_sandbox, record.dirs.clone(), sink);
@@ -110,8 +117,13 @@ async fn save(state: &AppState, record: &SnapshotRecord) -> Result<Manifest, Lif
         )));
     }
     stored.map_err(|e| store_failed("storing the snapshot", &e))?;
+    commit(writer, record).await
+}
+
+/// Writes the manifest: the snapshot exists from here on.
+async fn commit(writer: SnapshotWriter, record: &SnapshotRecord) -> Result<Manifest, LifecycleError> {
     let metadata = serde_json::json!({
-        "tenant": record.tenant, "source_sandbox": record.source_sandbox, "dirs": record.dirs,
+        "tenant": record.tenant, "source_sandbox": record.source_sandbox, "dirs": record.dirs, "memory": record.memory,
     });
     writer.commit(metadata).await.map_err(|e| store_failed("writing the snapshot's manifest", &e))
 }
@@ -180,7 +192,7 @@ pub(crate) async fn restore_files(
     })
 }
 
-fn damaged_or_failed(id: &str, error: &SnapshotStoreError) -> LifecycleError {
+pub(crate) fn damaged_or_failed(id: &str, error: &SnapshotStoreError) -> LifecycleError {
     if matches!(error, SnapshotStoreError::NotFound { .. }) {
         return LifecycleError::SnapshotRefused(format!(
             "snapshot {id} is damaged: its manifest is missing from the store; delete it and take a new one"
@@ -217,6 +229,7 @@ pub(crate) async fn delete_snapshot(state: &AppState, tenant: &Tenant, id: &str)
 /// whose manifest is gone are removed (they could not restore), manifests no row names are deleted, and GC removes
 /// the chunks nothing references. Returns how many rows and manifests it removed.
 pub(crate) async fn reconcile_snapshots(state: &AppState) -> Result<usize, StoreError> {
+    clear_work_dir(state);
     let rows = state.store().all_snapshots().await?;
     let stored = match state.snapshots().list().await {
         Ok(stored) => stored,

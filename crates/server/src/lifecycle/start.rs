@@ -73,13 +73,34 @@ pub(crate) async fn start_sandbox(
     Ok(record)
 }
 
+/// How the runtime makes a new sandbox.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Birth<'a> {
+    /// Fresh from its spec (or a warm pool member of that spec).
+    Fresh,
+    /// From the memory snapshot in this directory (never a pool member).
+    Memory(&'a std::path::Path),
+}
+
 /// As [`start_sandbox`], keeping the zygote of a pool member: its kind and command id, when there is one.
 pub(crate) async fn start_sandbox_with_zygote(
+    state: &AppState,
+    tenant: &Tenant,
+    spec: SandboxSpec,
+    metadata: BTreeMap<String, String>,
+    expiry: (i64, Lifecycle),
+) -> Result<(SandboxRecord, Option<(ZygoteKind, String)>), LifecycleError> {
+    start_born(state, tenant, spec, metadata, expiry, Birth::Fresh).await
+}
+
+/// As [`start_sandbox`], the runtime making the sandbox as `birth` says.
+pub(crate) async fn start_born(
     state: &AppState,
     tenant: &Tenant,
     mut spec: SandboxSpec,
     metadata: BTreeMap<String, String>,
     (expires_ms, lifecycle): (i64, Lifecycle),
+    birth: Birth<'_>,
 ) -> Result<(SandboxRecord, Option<(ZygoteKind, String)>), LifecycleError> {
     // Before anything exists: a tier that cannot run here, a bad policy or an unknown secret is the caller's mistake,
     // and secrets add environment variables (which rule out a pool member, whose environment was fixed when it was
@@ -88,7 +109,10 @@ pub(crate) async fn start_sandbox_with_zygote(
     check_pids(state, spec.limits.pids)?;
     let egress = egress::prepare(state.store(), &tenant.name, &mut spec).await?;
     let claiming = Instant::now();
-    let claim = state.pools().claim(&spec, state.runtime(), state.metrics());
+    let claim = match birth {
+        Birth::Fresh => state.pools().claim(&spec, state.runtime(), state.metrics()),
+        Birth::Memory(_) => Claim::NoPool,
+    };
     let pool_outcome = claim.outcome();
     let claimed = match claim {
         Claim::Hit(claimed) => Some(claimed),
@@ -127,9 +151,14 @@ pub(crate) async fn start_sandbox_with_zygote(
         state.pools().settle(class, hit, state.metrics());
     }
     let creating = Instant::now();
-    let created = match claimed {
-        Some(_) => Ok(claim_seconds),
-        None => state.runtime().create(&id, &record.spec).await.map(|()| creating.elapsed().as_secs_f64()),
+    let created = match (claimed, birth) {
+        (Some(_), _) => Ok(claim_seconds),
+        (None, Birth::Fresh) => {
+            state.runtime().create(&id, &record.spec).await.map(|()| creating.elapsed().as_secs_f64())
+        }
+        (None, Birth::Memory(dir)) => {
+            state.runtime().create_from_memory(&id, &record.spec, dir).await.map(|()| creating.elapsed().as_secs_f64())
+        }
     };
     if let Ok(seconds) = created {
         // On a pool hit this is the claim (taking a ready sandbox), not the sandbox's creation long before.
