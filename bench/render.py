@@ -1131,8 +1131,8 @@ def render_snapshots(r: dict) -> list[str]:
                       f"{dedup['second_added_to_store_bytes'] / 1048576:.2f} MiB to the store "
                       f"({dedup['dedup_ratio'] * 100:.1f}% already there).", ""]
     lines += [
-        "Memory snapshots (and their size against memory in use) are not built yet, so they are not measured; a "
-        "gVisor pause is `runsc checkpoint`/`restore` where the pause row says so.",
+        "Memory snapshots (gVisor) are not measured here yet (their time and size against memory in use); a gVisor "
+        "pause is `runsc checkpoint`/`restore` where the pause row says so.",
     ]
     return lines
 
