@@ -61,6 +61,15 @@ fn fork_makes_independent_copies_with_the_files(tier: Tier) {
     let source = server.create_on(tier, json!({"timeout_s": 600, "metadata": {"task": "fix-42"}}));
     let prepared = server.exec(&source, PREPARE);
     assert_eq!(prepared.json["exit_code"], 0, "{prepared:?}");
+    let ticker = call(
+        &server,
+        "POST",
+        &format!("/v1/sandboxes/{source}/exec"),
+        Some(json!({"cmd": TICKER, "background": true})),
+    );
+    assert_eq!(ticker.status, 202, "{ticker:?}");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (token, _) = tick(&server, &source);
     let forked = call(&server, "POST", &format!("/v1/sandboxes/{source}/fork"), Some(json!({"count": 3})));
     assert_eq!(forked.status, 201, "{forked:?}");
     let copies: Vec<String> =
@@ -76,6 +85,16 @@ fn fork_makes_independent_copies_with_the_files(tier: Tier) {
         assert_eq!(info.json["metadata"]["task"], "fix-42", "the copy keeps the source's metadata: {info:?}");
         let seen = server.exec(copy, CHECK);
         assert_eq!(seen.json["stdout"], EXPECTED, "copy {index} on {tier}: {seen:?}");
+        // gVisor forks memory too: the source's loop runs on in each copy. The process tier copies files only: the
+        // loop's last file is there, and nothing writes it any more.
+        let (copied_token, first) = tick(&server, copy);
+        assert_eq!(copied_token, token, "copy {index}");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let (_, second) = tick(&server, copy);
+        match tier {
+            Tier::Gvisor => assert!(second > first, "the loop does not run on in copy {index}: {first} → {second}"),
+            _ => assert_eq!(second, first, "copy {index} runs a loop it should not have"),
+        }
         let wrote =
             server.exec(copy, &format!("echo copy-{index} > /workspace/src/deep/state; echo {index} > /tmp/mine"));
         assert_eq!(wrote.json["exit_code"], 0, "{wrote:?}");
@@ -86,7 +105,7 @@ fn fork_makes_independent_copies_with_the_files(tier: Tier) {
         assert_eq!(seen.json["stdout"], format!("copy-{index}\n{index}\n"), "{seen:?}");
     }
     let original = server.exec(&source, "cat /workspace/src/deep/state; ls /tmp");
-    assert_eq!(original.json["stdout"], "original\nscratch\n", "{original:?}");
+    assert_eq!(original.json["stdout"], "original\nscratch\ntick\n", "{original:?}");
     for copy in &copies {
         assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{copy}"), None).status, 204);
         assert_sandbox_gone_on(tier, copy);

@@ -1,13 +1,17 @@
 //! Forking a sandbox: `count` new sandboxes alike (the source's spec — tier, template, limits, egress policy,
 //! secrets, environment — its metadata and lifecycle), each admitted against the tenant's quota as a create is, then
-//! the source's writable files copied into all of them at once (`copy`). Memory is not copied: the copies run fresh
-//! processes on the source's files. All or nothing: when one copy cannot be made, none is kept.
+//! the source's writable files copied into all of them at once (`copy`): the copies run fresh processes on the
+//! source's files. A gVisor sandbox is forked with its memory instead (`memory_snapshot::fork_with_memory`: one
+//! checkpoint, every copy restored from it, its processes running on). All or nothing: when one copy cannot be made,
+//! none is kept.
 
 use sandkasten_runtime::writable_dirs;
+use sandkasten_types::Tier;
 
 use crate::auth::Tenant;
 use crate::lifecycle::copy::copy_files;
 use crate::lifecycle::error::LifecycleError;
+use crate::lifecycle::memory_snapshot::fork_with_memory;
 use crate::lifecycle::start::{abandon, start_sandbox};
 use crate::state::AppState;
 use crate::store::SandboxRecord;
@@ -25,6 +29,11 @@ pub(crate) async fn fork(
 ) -> Result<Vec<SandboxRecord>, LifecycleError> {
     if !(1..=MAX_FORK_COUNT).contains(&count) {
         return Err(LifecycleError::ForkCountOutOfRange { max: MAX_FORK_COUNT, got: count });
+    }
+    if source.spec.tier() == Tier::Gvisor {
+        let copies = fork_with_memory(state, tenant, source, count, expires_ms).await?;
+        tracing::info!(sandbox = %source.id, tenant = %tenant.name, copies = copies.len(), "sandbox forked with memory");
+        return Ok(copies);
     }
     let mut copies: Vec<SandboxRecord> = Vec::new();
     for _ in 0..count {

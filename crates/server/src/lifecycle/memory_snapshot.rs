@@ -16,7 +16,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::auth::Tenant;
 use crate::lifecycle::error::LifecycleError;
-use crate::lifecycle::start::{Birth, start_born};
+use crate::lifecycle::snapshot_errors::damaged_or_failed;
+use crate::lifecycle::start::{Birth, abandon, start_born};
 use crate::sandbox_lifecycle::Lifecycle;
 use crate::state::AppState;
 use crate::store::SandboxRecord;
@@ -119,11 +120,8 @@ pub(crate) async fn start_from_memory(
 
 /// Writes every `memory.` part of the snapshot into `dir` (0600 files), each chunk verified on the way.
 async fn fetch_images(state: &AppState, snapshot: &SnapshotRecord, dir: &Path) -> Result<(), LifecycleError> {
-    let manifest: Manifest = state
-        .snapshots()
-        .manifest(&snapshot.id)
-        .await
-        .map_err(|error| super::snapshot::damaged_or_failed(&snapshot.id, &error))?;
+    let manifest: Manifest =
+        state.snapshots().manifest(&snapshot.id).await.map_err(|error| damaged_or_failed(&snapshot.id, &error))?;
     for part in &manifest.parts {
         let Some(name) = part.name.strip_prefix(PART_PREFIX) else { continue };
         let path = dir.join(name);
@@ -136,10 +134,48 @@ async fn fetch_images(state: &AppState, snapshot: &SnapshotRecord, dir: &Path) -
             .map_err(|e| io_failed("creating", &path, &e))?;
         let mut chunks = std::pin::pin!(state.snapshots().read_part(&manifest, &part.name));
         while let Some(chunk) = chunks.next().await {
-            let chunk = chunk.map_err(|error| super::snapshot::damaged_or_failed(&snapshot.id, &error))?;
+            let chunk = chunk.map_err(|error| damaged_or_failed(&snapshot.id, &error))?;
             file.write_all(&chunk).await.map_err(|e| io_failed("writing", &path, &e))?;
         }
         file.flush().await.map_err(|e| io_failed("writing", &path, &e))?;
     }
     Ok(())
+}
+
+/// Forks the running gVisor sandbox `source` with its memory: one memory snapshot into a work directory, and
+/// `count` sandboxes restored from it, each admitted as a create; when one cannot be made, none is kept.
+pub(crate) async fn fork_with_memory(
+    state: &AppState,
+    tenant: &Tenant,
+    source: &SandboxRecord,
+    count: u64,
+    expires_ms: i64,
+) -> Result<Vec<SandboxRecord>, LifecycleError> {
+    let dir = private_dir(state, &format!("fork-{}-{}", source.id, crate::ids::random_hex(4)?))?;
+    let forked = async {
+        state.runtime().memory_snapshot(&source.id, &dir).await.map_err(|failure| {
+            LifecycleError::FilesNotCopied(format!(
+                "saving the memory of sandbox {} failed: {}; no copy was made",
+                source.id, failure.message
+            ))
+        })?;
+        let mut copies: Vec<SandboxRecord> = Vec::new();
+        for _ in 0..count {
+            let expiry = (expires_ms, source.lifecycle);
+            let birth = Birth::Memory(&dir);
+            match start_born(state, tenant, source.spec.clone(), source.metadata.clone(), expiry, birth).await {
+                Ok((copy, _)) => copies.push(copy),
+                Err(error) => {
+                    for copy in &copies {
+                        abandon(state, &copy.id).await;
+                    }
+                    return Err(error);
+                }
+            }
+        }
+        Ok(copies)
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    forked
 }

@@ -25,6 +25,7 @@ mod pause;
 pub mod reconcile;
 pub mod refill;
 mod snapshot;
+mod snapshot_errors;
 mod start;
 
 pub(crate) use destroy::{end_running, finish_run, note_lost};

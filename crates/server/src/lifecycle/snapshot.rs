@@ -23,6 +23,7 @@ use crate::clock::now_ms;
 use crate::ids;
 use crate::lifecycle::error::LifecycleError;
 use crate::lifecycle::memory_snapshot::{clear_work_dir, save_memory};
+use crate::lifecycle::snapshot_errors::{damaged_or_failed, store_failed};
 use crate::state::AppState;
 use crate::store::{SandboxRecord, StoreError};
 use crate::store_snapshots::{SnapshotRecord, SnapshotState};
@@ -34,10 +35,6 @@ const IN_FLIGHT: usize = 4;
 
 /// The tier that can save memory as well as files.
 const MEMORY_TIER: Tier = Tier::Gvisor;
-
-fn store_failed(what: &str, error: &SnapshotStoreError) -> LifecycleError {
-    LifecycleError::SnapshotStore(format!("{what}: {error}"))
-}
 
 /// Takes a snapshot of the running sandbox `sandbox`'s files; returns its row (`ready`). Nothing of it remains when
 /// it fails.
@@ -190,20 +187,6 @@ pub(crate) async fn restore_files(
             snapshot.id, failure.message
         ))
     })
-}
-
-pub(crate) fn damaged_or_failed(id: &str, error: &SnapshotStoreError) -> LifecycleError {
-    if matches!(error, SnapshotStoreError::NotFound { .. }) {
-        return LifecycleError::SnapshotRefused(format!(
-            "snapshot {id} is damaged: its manifest is missing from the store; delete it and take a new one"
-        ));
-    }
-    if error.damaged_snapshot().is_some() {
-        return LifecycleError::SnapshotRefused(format!(
-            "snapshot {id} is damaged and cannot be restored ({error}); delete it and take a new one"
-        ));
-    }
-    store_failed(&format!("reading snapshot {id}"), error)
 }
 
 /// Deletes the tenant's snapshot `id` with its chunks that no other snapshot uses.
