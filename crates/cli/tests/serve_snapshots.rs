@@ -33,6 +33,7 @@ per_tier!(
     the_cli_snapshots_restores_forks_lists_and_removes,
     snapshots_live_in_an_s3_store_when_one_is_configured,
     a_memory_snapshot_restores_running_processes_where_the_tier_can,
+    kill_9_during_a_restore_leaves_no_sandbox_running_and_the_snapshot_restorable,
 );
 
 fn call(server: &Server, method: &str, path: &str, body: Option<Value>) -> serve::Reply {
@@ -398,4 +399,53 @@ fn a_memory_snapshot_restores_running_processes_where_the_tier_can(tier: Tier) {
     assert_eq!(call(&server, "DELETE", &format!("/v1/snapshots/{snapshot}"), None).status, 204);
     let work = server.database().parent().unwrap().join("snapshot-work");
     assert_eq!(files_under(&work), Vec::<std::path::PathBuf>::new(), "a memory image was left on the host");
+}
+
+fn kill_9_during_a_restore_leaves_no_sandbox_running_and_the_snapshot_restorable(tier: Tier) {
+    let mut server = Server::start_with_on(tier, "[snapshots]\ngc_grace_s = 0\n");
+    let source = server.create_on(tier, json!({"timeout_s": 600, "limits": {"disk_bytes": 512 << 20}}));
+    let big =
+        server.exec(&source, "head -c 40M /dev/urandom > /workspace/big && echo kept > /workspace/kept && echo ok");
+    assert_eq!(big.json["stdout"], "ok\n", "{big:?}");
+    let snapshot = snapshot_of(&server, &source);
+    assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{source}"), None).status, 204);
+    let url = format!("{}/v1/sandboxes", server.url);
+    let agent = server.http().clone();
+    let body = json!({"snapshot": snapshot, "isolation": tier.name(), "limits": {"disk_bytes": 512 << 20}});
+    let restore = std::thread::spawn(move || {
+        agent.post(&url).header("Authorization", format!("Bearer {KEY_1}")).send_json(body).map(|r| r.status())
+    });
+    // Wait until the restore is under way: its sandbox is admitted (running) and receiving the files.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let restoring = loop {
+        let list = call(&server, "GET", "/v1/sandboxes", None);
+        if let Some(id) = list.json["sandboxes"].as_array().unwrap().first().and_then(|s| s["id"].as_str()) {
+            let id = id.to_owned();
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            break id;
+        }
+        assert!(std::time::Instant::now() < deadline, "the restore never got under way: {list:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    server.stop_with(libc::SIGKILL);
+    let answered = restore.join().unwrap();
+    assert!(answered.is_err(), "the restore finished before the kill, so this test proved nothing: {answered:?}");
+    server.relaunch();
+    // The half-restored sandbox died with the server: nothing of it runs, and it is not listed as running.
+    assert_sandbox_gone_on(tier, &restoring);
+    let running = call(&server, "GET", "/v1/sandboxes", None);
+    assert_eq!(running.json["sandboxes"], json!([]), "after the crash: {running:?}");
+    assert_ne!(call(&server, "GET", &format!("/v1/sandboxes/{restoring}"), None).json["state"], "running");
+    // The snapshot is whole and restores.
+    let again = call(
+        &server,
+        "POST",
+        "/v1/sandboxes",
+        Some(json!({"snapshot": snapshot, "isolation": tier.name(), "limits": {"disk_bytes": 512 << 20}})),
+    );
+    assert_eq!(again.status, 201, "{again:?}");
+    let copy = again.json["id"].as_str().unwrap().to_owned();
+    assert_eq!(server.exec(&copy, "cat /workspace/kept; stat -c %s /workspace/big").json["stdout"], "kept\n41943040\n");
+    assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{copy}"), None).status, 204);
+    assert_sandbox_gone_on(tier, &copy);
 }
