@@ -182,9 +182,11 @@ fn cpus_limit_throttles_parallel_busy_loops(tier: Tier) {
     let cpu = r.json["usage"]["cpu_user_ms"].as_f64().unwrap_or(0.0)
         + r.json["usage"]["cpu_system_ms"].as_f64().unwrap_or(0.0);
     // The quota covers the sandbox's whole life, not just the loops: on gVisor the sentry's own start (~1 s of CPU)
-    // is charged to the same cgroup and the sandbox lives ~2.8 s. So the bound is half a CPU of its life (plus one
-    // 100 ms CFS period of slack); unthrottled, two loops of 1.5 s alone would be more than the whole life.
+    // is charged to the same cgroup and the sandbox lives ~2.8 s. So the bound is half a CPU of its life plus two
+    // 100 ms CFS periods of slack (the quota is enforced per period, and each CPU may run a tick past it: 891 ms in a
+    // 1.57 s life was seen on the process tier); unthrottled, two loops of 1.5 s alone would be ~3 s of CPU, more than
+    // the whole life.
     let life = r.json["duration_ms"].as_f64().unwrap_or(0.0);
-    assert!(cpu > 0.0 && cpu <= 0.5 * life + 100.0, "cpu {cpu} ms in {life} ms under --cpus 0.5\n{}", r.describe());
+    assert!(cpu > 0.0 && cpu <= 0.5 * life + 200.0, "cpu {cpu} ms in {life} ms under --cpus 0.5\n{}", r.describe());
     assert_gone(tier, &r.id());
 }
