@@ -61,10 +61,6 @@ pub(crate) async fn fork(
     let settings = state.settings();
     let expires_ms = check_timeout(settings, body.timeout_s.unwrap_or(settings.default_timeout_s))?;
     let source = running_sandbox(&state, &tenant, &id).await?;
-    let copies =
-        lifecycle::to_completion(
-            async move { lifecycle::fork(&state, &tenant, &source, body.count, expires_ms).await },
-        )
-        .await?;
+    let copies = lifecycle::fork(&state, &tenant, &source, body.count, expires_ms).await?;
     Ok((StatusCode::CREATED, Json(ForkResponse { sandboxes: copies.into_iter().map(SandboxBody::from).collect() })))
 }

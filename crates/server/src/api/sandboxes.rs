@@ -13,9 +13,7 @@ use crate::api::extract::{IdPath, JsonBody, QueryParams, own_sandbox, running_sa
 use crate::api::schemas::{CreateSandboxRequest, SandboxBody, SandboxList, TimeoutRequest};
 use crate::api::snapshots::snapshot_for_create;
 use crate::auth::Tenant;
-use crate::lifecycle::{
-    abandon, check_timeout, end_running, restore_files, start_from_memory, start_sandbox, to_completion,
-};
+use crate::lifecycle::{check_timeout, end_running, start_from_memory, start_on_files, start_sandbox};
 use crate::state::AppState;
 use crate::store::SandboxState;
 use crate::validate;
@@ -70,10 +68,8 @@ pub(crate) async fn create(
         validate::metadata(&body.metadata).map_err(ApiError::unprocessable)?;
         let settings = state.settings();
         let expires_ms = check_timeout(settings, body.timeout_s.unwrap_or(settings.default_timeout_s))?;
-        let current = to_completion(async move {
-            start_from_memory(&state, &tenant, &snapshot, body.metadata, (expires_ms, body.lifecycle)).await
-        })
-        .await?;
+        let current =
+            start_from_memory(&state, &tenant, &snapshot, body.metadata, (expires_ms, body.lifecycle)).await?;
         return Ok((StatusCode::CREATED, Json(current.into())));
     }
     let template: Template = body.template.map(Template::from).unwrap_or_default();
@@ -107,16 +103,7 @@ pub(crate) async fn create(
         let current = start_sandbox(&state, &tenant, spec, body.metadata, (expires_ms, body.lifecycle)).await?;
         return Ok((StatusCode::CREATED, Json(current.into())));
     };
-    let current = to_completion(async move {
-        let current = start_sandbox(&state, &tenant, spec, body.metadata, (expires_ms, body.lifecycle)).await?;
-        if let Err(error) = restore_files(&state, &snapshot, &current.id).await {
-            // Nothing half-made: the sandbox that could not get the snapshot's files is not kept.
-            abandon(&state, &current.id).await;
-            return Err(error);
-        }
-        Ok(current)
-    })
-    .await?;
+    let current = start_on_files(&state, &tenant, spec, body.metadata, (expires_ms, body.lifecycle), &snapshot).await?;
     Ok((StatusCode::CREATED, Json(current.into())))
 }
 

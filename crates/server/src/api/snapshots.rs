@@ -131,10 +131,7 @@ pub(crate) async fn create(
         validate::snapshot_name(name).map_err(ApiError::unprocessable)?;
     }
     let sandbox = running_sandbox(&state, &tenant, &id).await?;
-    let taken = lifecycle::to_completion(async move {
-        lifecycle::take_snapshot(&state, &tenant, &sandbox, body.memory, body.name).await
-    })
-    .await?;
+    let taken = lifecycle::take_snapshot(&state, &tenant, &sandbox, body.memory, body.name).await?;
     Ok((StatusCode::CREATED, Json(taken.into())))
 }
 

@@ -218,10 +218,12 @@ pub(crate) async fn create(
     if let Some(snapshot) = &snapshot {
         on_snapshot(&mut spec, snapshot);
     }
-    let record = start_sandbox(&state, &tenant, spec, metadata, (expires_ms, lifecycle)).await?;
-    if let Some(snapshot) = &snapshot {
-        snapshots::restore_into(&state, snapshot, &record.id).await?;
-    }
+    let record = match &snapshot {
+        Some(snapshot) => {
+            lifecycle::start_on_files(&state, &tenant, spec, metadata, (expires_ms, lifecycle), snapshot).await?
+        }
+        None => start_sandbox(&state, &tenant, spec, metadata, (expires_ms, lifecycle)).await?,
+    };
     created(&state, &record, &tenant, Some(&body.template_id))
 }
 

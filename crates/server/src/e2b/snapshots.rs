@@ -1,7 +1,7 @@
 //! E2B's snapshots over sandkasten's filesystem snapshots (`lifecycle::snapshot`): `Sandbox.create_snapshot`
 //! (`POST /sandboxes/{id}/snapshots`), `Sandbox.list_snapshots` (`GET /snapshots`), `Sandbox.delete_snapshot`
 //! (`DELETE /templates/{id}`: E2B's snapshots are templates) and `Sandbox.create(snapshot_id)` (the create in
-//! `control` asks [`for_create`] and [`restore_into`]).
+//! `control` asks [`for_create`], then `lifecycle::start_on_files`).
 //!
 //! Ids: E2B's `snapshotID` is sandkasten's own snapshot id (`sn-` + 16 hex digits), unchanged, so it is what the
 //! SDK passes back as a template to `Sandbox.create` and to `delete_snapshot`; `names` holds the name the snapshot
@@ -24,7 +24,7 @@ use crate::e2b::error::{Code, E2bError};
 use crate::e2b::lookup::{TEMPLATES, usable};
 use crate::e2b::paging;
 use crate::ids::is_snapshot_id;
-use crate::lifecycle::{self, LifecycleError, abandon, restore_files};
+use crate::lifecycle::{self, LifecycleError};
 use crate::state::AppState;
 use crate::store_snapshots::{SnapshotRecord, SnapshotState};
 use crate::validate;
@@ -155,20 +155,6 @@ pub(crate) async fn for_create(state: &AppState, tenant: &Tenant, id: &str) -> R
         )));
     }
     Ok(snapshot)
-}
-
-/// Unpacks the snapshot's files into the sandbox just started for it; when that fails the sandbox is abandoned
-/// (destroyed and forgotten), so nothing half-made remains.
-pub(crate) async fn restore_into(
-    state: &AppState,
-    snapshot: &SnapshotRecord,
-    sandbox_id: &str,
-) -> Result<(), E2bError> {
-    if let Err(error) = restore_files(state, snapshot, sandbox_id).await {
-        abandon(state, sandbox_id).await;
-        return Err(error.into());
-    }
-    Ok(())
 }
 
 #[cfg(test)]

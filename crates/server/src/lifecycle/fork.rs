@@ -10,6 +10,7 @@ use sandkasten_types::Tier;
 
 use crate::auth::Tenant;
 use crate::lifecycle::copy::copy_files;
+use crate::lifecycle::detached::to_completion;
 use crate::lifecycle::error::LifecycleError;
 use crate::lifecycle::memory_snapshot::fork_with_memory;
 use crate::lifecycle::start::{abandon, start_sandbox};
@@ -21,6 +22,18 @@ pub(crate) const MAX_FORK_COUNT: u64 = 16;
 
 /// Makes `count` copies of the running sandbox `source`, each expiring at `expires_ms`; returns their rows.
 pub(crate) async fn fork(
+    state: &AppState,
+    tenant: &Tenant,
+    source: &SandboxRecord,
+    count: u64,
+    expires_ms: i64,
+) -> Result<Vec<SandboxRecord>, LifecycleError> {
+    // Its own task: a caller that goes away cannot leave copies nobody was told about.
+    let (state, tenant, source) = (state.clone(), tenant.clone(), source.clone());
+    to_completion(async move { fork_now(&state, &tenant, &source, count, expires_ms).await }).await
+}
+
+async fn fork_now(
     state: &AppState,
     tenant: &Tenant,
     source: &SandboxRecord,

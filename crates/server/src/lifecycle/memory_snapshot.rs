@@ -15,6 +15,7 @@ use sandkasten_snapshot_store::{Manifest, SnapshotWriter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::auth::Tenant;
+use crate::lifecycle::detached::to_completion;
 use crate::lifecycle::error::LifecycleError;
 use crate::lifecycle::snapshot_errors::damaged_or_failed;
 use crate::lifecycle::start::{Birth, abandon, start_born};
@@ -101,6 +102,18 @@ async fn save_images(
 
 /// Starts a sandbox of `tenant` from the memory snapshot `snapshot` (its spec as it was); returns its row.
 pub(crate) async fn start_from_memory(
+    state: &AppState,
+    tenant: &Tenant,
+    snapshot: &SnapshotRecord,
+    metadata: std::collections::BTreeMap<String, String>,
+    expiry: (i64, Lifecycle),
+) -> Result<SandboxRecord, LifecycleError> {
+    // Its own task: a caller that goes away cannot leave the image's directory or an unannounced sandbox.
+    let (state, tenant, snapshot) = (state.clone(), tenant.clone(), snapshot.clone());
+    to_completion(async move { start_from_memory_now(&state, &tenant, &snapshot, metadata, expiry).await }).await
+}
+
+async fn start_from_memory_now(
     state: &AppState,
     tenant: &Tenant,
     snapshot: &SnapshotRecord,

@@ -29,11 +29,10 @@ mod snapshot_errors;
 mod start;
 
 pub(crate) use destroy::{end_running, finish_run, note_lost};
-pub(crate) use detached::to_completion;
 pub use error::LifecycleError;
 pub(crate) use expiry::check_timeout;
 pub(crate) use fork::fork;
 pub(crate) use memory_snapshot::start_from_memory;
 pub(crate) use pause::{ensure_resumed, pause, resume};
-pub(crate) use snapshot::{delete_snapshot, reconcile_snapshots, restore_files, take_snapshot, usable_snapshot};
+pub(crate) use snapshot::{delete_snapshot, reconcile_snapshots, start_on_files, take_snapshot, usable_snapshot};
 pub(crate) use start::{SIGKILL, abandon, pids_cap, resolve_tier, start_sandbox, start_sandbox_with_zygote};

@@ -21,9 +21,16 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::auth::Tenant;
 use crate::clock::now_ms;
 use crate::ids;
+use std::collections::BTreeMap;
+
+use sandkasten_types::SandboxSpec;
+
+use crate::lifecycle::detached::to_completion;
 use crate::lifecycle::error::LifecycleError;
 use crate::lifecycle::memory_snapshot::{clear_work_dir, save_memory};
 use crate::lifecycle::snapshot_errors::{damaged_or_failed, store_failed};
+use crate::lifecycle::start::{abandon, start_sandbox};
+use crate::sandbox_lifecycle::Lifecycle;
 use crate::state::AppState;
 use crate::store::{SandboxRecord, StoreError};
 use crate::store_snapshots::{SnapshotRecord, SnapshotState};
@@ -39,6 +46,17 @@ const MEMORY_TIER: Tier = Tier::Gvisor;
 /// Takes a snapshot of the running sandbox `sandbox`'s files; returns its row (`ready`). Nothing of it remains when
 /// it fails.
 pub(crate) async fn take_snapshot(
+    state: &AppState,
+    tenant: &Tenant,
+    sandbox: &SandboxRecord,
+    memory: bool,
+    name: Option<String>,
+) -> Result<SnapshotRecord, LifecycleError> {
+    let (state, tenant, sandbox) = (state.clone(), tenant.clone(), sandbox.clone());
+    to_completion(async move { take_now(&state, &tenant, &sandbox, memory, name).await }).await
+}
+
+async fn take_now(
     state: &AppState,
     tenant: &Tenant,
     sandbox: &SandboxRecord,
@@ -154,6 +172,29 @@ pub(crate) async fn usable_snapshot(
         )));
     }
     Ok(record)
+}
+
+/// Starts a sandbox of `tenant` for `spec` on the files of the filesystem snapshot `snapshot`; when they cannot be
+/// unpacked the sandbox is abandoned (destroyed, its row removed), so nothing half-made remains. Runs to its end even
+/// when the caller goes away.
+pub(crate) async fn start_on_files(
+    state: &AppState,
+    tenant: &Tenant,
+    spec: SandboxSpec,
+    metadata: BTreeMap<String, String>,
+    expiry: (i64, Lifecycle),
+    snapshot: &SnapshotRecord,
+) -> Result<SandboxRecord, LifecycleError> {
+    let (state, tenant, snapshot) = (state.clone(), tenant.clone(), snapshot.clone());
+    to_completion(async move {
+        let current = start_sandbox(&state, &tenant, spec, metadata, expiry).await?;
+        if let Err(error) = restore_files(&state, &snapshot, &current.id).await {
+            abandon(&state, &current.id).await;
+            return Err(error);
+        }
+        Ok(current)
+    })
+    .await
 }
 
 /// Unpacks the snapshot's files into the new sandbox `sandbox_id`, each chunk verified against its hash on the way.
