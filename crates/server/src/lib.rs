@@ -25,10 +25,13 @@ pub mod state;
 pub mod store;
 mod store_paused;
 mod store_snapshots;
+mod usage_sampler;
+mod usage_samples;
 pub mod validate;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use sandkasten_runtime::SandboxRuntime;
 use sandkasten_snapshot_store::SnapshotStore;
@@ -169,10 +172,13 @@ pub async fn serve_on(
     tracing::info!(%addr, tenants = config.tenants.len(), lost, unfinished, "sandkasten server listening");
     let sweeper = tokio::spawn(lifecycle::expiry::run(state.clone()));
     let refill = tokio::spawn(lifecycle::refill::run(state.clone()));
+    let sampler =
+        tokio::spawn(usage_sampler::run(state.clone(), Duration::from_secs(config.metrics.sample_interval_s)));
     let audit = state.audit_writer().map(tokio::spawn);
     let result = http_serve::serve(listener, router(state.clone()), config.http, shutdown).await;
     sweeper.abort();
     refill.abort();
+    sampler.abort();
     if let Some(audit) = audit {
         audit.abort();
     }

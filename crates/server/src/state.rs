@@ -18,6 +18,7 @@ use crate::metrics::Metrics;
 use crate::output_budgets::OutputBudgets;
 use crate::pool::Pools;
 use crate::store::Store;
+use crate::usage_samples::UsageSamples;
 
 /// Limits and defaults taken from the config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +70,7 @@ struct Inner {
     output_budgets: OutputBudgets,
     snapshots: SnapshotStore,
     snapshot_work: std::path::PathBuf,
+    usage_samples: UsageSamples,
 }
 
 /// The audit queue's two ends, until `serve_on` starts the writer.
@@ -110,6 +112,7 @@ impl AppState {
                 output_budgets: OutputBudgets::new(config.max_retained_output_bytes),
                 snapshots,
                 snapshot_work: snapshot_work_dir(&config.database),
+                usage_samples: UsageSamples::new(config.metrics.samples_kept),
             }),
         })
     }
@@ -168,6 +171,11 @@ impl AppState {
     /// The warm pools.
     pub fn pools(&self) -> &Pools {
         &self.inner.pools
+    }
+
+    /// Each running sandbox's usage samples.
+    pub(crate) fn usage_samples(&self) -> &UsageSamples {
+        &self.inner.usage_samples
     }
 
     /// The E2B facade's sandbox sessions (access tokens).
