@@ -8,7 +8,8 @@
 //! sandboxes with the source's files (home, /tmp, /dev/shm; modes and symlinks kept, a venv with an installed module
 //! still imports) whose writes are invisible to each other and to the source; a fork the quota cannot hold keeps no
 //! copy; a count of 0 is refused before anything is made. Checked on the host: the sandboxes that remain are exactly
-//! the ones the API names, and nothing of the refused or deleted ones is left.
+//! the ones the API names, and nothing of the refused or deleted ones is left. A restore from a snapshot whose chunks
+//! went bad on disk is refused with 409 naming the snapshot as damaged, and nothing of the sandbox it began is left.
 //!
 //! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
 
@@ -34,6 +35,7 @@ per_tier!(
     snapshots_live_in_an_s3_store_when_one_is_configured,
     a_memory_snapshot_restores_running_processes_where_the_tier_can,
     kill_9_during_a_restore_leaves_no_sandbox_running_and_the_snapshot_restorable,
+    a_corrupted_chunk_fails_the_restore_naming_the_snapshot_and_leaves_nothing,
 );
 
 fn call(server: &Server, method: &str, path: &str, body: Option<Value>) -> serve::Reply {
@@ -192,6 +194,40 @@ fn a_filesystem_snapshot_restores_the_files_and_the_installed_package_into_a_new
     assert_eq!(call(&server, "DELETE", &format!("/v1/snapshots/{snapshot}"), None).status, 204);
     let chunks = server.database().parent().unwrap().join("snapshots/chunks");
     assert_eq!(files_under(&chunks), Vec::<std::path::PathBuf>::new(), "a deleted snapshot left chunks");
+}
+
+fn a_corrupted_chunk_fails_the_restore_naming_the_snapshot_and_leaves_nothing(tier: Tier) {
+    let server = Server::start_with_on(tier, "[snapshots]\ngc_grace_s = 0\n");
+    let source = server.create_on(tier, json!({"timeout_s": 600}));
+    assert_eq!(server.exec(&source, PREPARE).json["exit_code"], 0);
+    let snapshot = snapshot_of(&server, &source);
+    // The disk under the store goes bad: every chunk now holds other bytes.
+    let chunks = files_under(&server.database().parent().unwrap().join("snapshots/chunks"));
+    assert!(!chunks.is_empty());
+    for chunk in &chunks {
+        std::fs::write(chunk, b"not the chunk that was stored").unwrap();
+    }
+    let before: Vec<String> = all_ids(&server);
+    let restore = json!({"snapshot": snapshot, "isolation": tier.name()});
+    let refused = call(&server, "POST", "/v1/sandboxes", Some(restore));
+    assert_eq!(refused.status, 409, "{refused:?}");
+    let message = refused.json["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&snapshot) && message.contains("damaged"), "{message}");
+    // Nothing of the sandbox the restore began is left: not running, nothing on the host.
+    assert_eq!(running_ids(&server, KEY_1), vec![source.clone()]);
+    for id in all_ids(&server).into_iter().filter(|id| !before.contains(id)) {
+        assert_sandbox_gone_on(tier, &id);
+    }
+    // The damaged snapshot can still be deleted.
+    assert_eq!(call(&server, "DELETE", &format!("/v1/snapshots/{snapshot}"), None).status, 204);
+    assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{source}"), None).status, 204);
+    assert_sandbox_gone_on(tier, &source);
+}
+
+/// Every sandbox id of t1, in any state.
+fn all_ids(server: &Server) -> Vec<String> {
+    let listed = call(server, "GET", "/v1/sandboxes?state=all", None);
+    listed.json["sandboxes"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_owned()).collect()
 }
 
 /// Every file under `dir`, recursively.
