@@ -36,6 +36,7 @@ per_tier!(
     a_memory_snapshot_restores_running_processes_where_the_tier_can,
     kill_9_during_a_restore_leaves_no_sandbox_running_and_the_snapshot_restorable,
     a_corrupted_chunk_fails_the_restore_naming_the_snapshot_and_leaves_nothing,
+    a_save_and_a_restore_show_their_bytes_while_they_run,
 );
 
 fn call(server: &Server, method: &str, path: &str, body: Option<Value>) -> serve::Reply {
@@ -222,6 +223,66 @@ fn a_corrupted_chunk_fails_the_restore_naming_the_snapshot_and_leaves_nothing(ti
     assert_eq!(call(&server, "DELETE", &format!("/v1/snapshots/{snapshot}"), None).status, 204);
     assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{source}"), None).status, 204);
     assert_sandbox_gone_on(tier, &source);
+}
+
+/// The transfers of direction `direction` the snapshot rows `rows` show.
+fn transfers_in(rows: &[Value], direction: &str) -> Vec<(u64, Option<u64>)> {
+    rows.iter()
+        .flat_map(|row| row["transfers"].as_array().cloned().unwrap_or_default())
+        .filter(|transfer| transfer["direction"] == direction)
+        .map(|transfer| (transfer["bytes_done"].as_u64().unwrap(), transfer["bytes_total"].as_u64()))
+        .collect()
+}
+
+/// Runs `request` in a thread while polling `rows` (snapshot rows) for transfers of `direction`; returns the
+/// request's reply and every transfer seen.
+fn watching(
+    request: impl FnOnce() -> serve::Reply + Send,
+    rows: impl Fn() -> Vec<Value>,
+    direction: &str,
+) -> (serve::Reply, Vec<(u64, Option<u64>)>) {
+    std::thread::scope(|scope| {
+        let running = scope.spawn(request);
+        let mut seen = Vec::new();
+        while !running.is_finished() {
+            seen.extend(transfers_in(&rows(), direction));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        (running.join().unwrap(), seen)
+    })
+}
+
+fn a_save_and_a_restore_show_their_bytes_while_they_run(tier: Tier) {
+    let server = Server::start_with_on(tier, "[snapshots]\ngc_grace_s = 0\n");
+    let source = server.create_on(tier, json!({"timeout_s": 600, "limits": {"disk_bytes": 128u64 << 20}}));
+    assert_eq!(server.exec(&source, "head -c 12582912 /dev/urandom > ~/noise").json["exit_code"], 0);
+    let path = format!("/v1/sandboxes/{source}/snapshots");
+    let listed = || call(&server, "GET", "/v1/snapshots", None).json["snapshots"].as_array().unwrap().clone();
+    let (taken, saving) = watching(|| call(&server, "POST", &path, Some(json!({}))), listed, "saving");
+    assert_eq!(taken.status, 201, "{taken:?}");
+    let snapshot = taken.json["snapshot_id"].as_str().unwrap().to_owned();
+    assert!(
+        saving.iter().any(|&(done, total)| done > 0 && total.is_some_and(|total| total >= 12 << 20)),
+        "the save showed no progress with its expected size: {saving:?}"
+    );
+    assert_eq!(taken.json["transfers"], json!([]), "a finished save still shows a transfer");
+
+    let one = || vec![call(&server, "GET", &format!("/v1/snapshots/{snapshot}"), None).json];
+    let restore = json!({"snapshot": snapshot, "isolation": tier.name()});
+    let (restored, restoring) = watching(|| call(&server, "POST", "/v1/sandboxes", Some(restore)), one, "restoring");
+    assert_eq!(restored.status, 201, "{restored:?}");
+    let size = taken.json["size_bytes"].as_u64().unwrap();
+    assert!(
+        restoring.iter().any(|&(done, total)| done > 0 && done <= size && total == Some(size)),
+        "the restore showed no progress out of the snapshot's {size} bytes: {restoring:?}"
+    );
+    assert_eq!(one()[0]["transfers"], json!([]), "a finished restore still shows a transfer");
+    let copy = restored.json["id"].as_str().unwrap().to_owned();
+    for id in [copy, source] {
+        assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{id}"), None).status, 204);
+        assert_sandbox_gone_on(tier, &id);
+    }
+    assert_eq!(call(&server, "DELETE", &format!("/v1/snapshots/{snapshot}"), None).status, 204);
 }
 
 /// Every sandbox id of t1, in any state.

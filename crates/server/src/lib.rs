@@ -25,6 +25,7 @@ pub mod state;
 pub mod store;
 mod store_paused;
 mod store_snapshots;
+pub mod transfers;
 mod usage_sampler;
 mod usage_samples;
 pub mod validate;

@@ -18,6 +18,7 @@ use crate::metrics::Metrics;
 use crate::output_budgets::OutputBudgets;
 use crate::pool::Pools;
 use crate::store::Store;
+use crate::transfers::Transfers;
 use crate::usage_samples::UsageSamples;
 
 /// Limits and defaults taken from the config.
@@ -71,6 +72,7 @@ struct Inner {
     snapshots: SnapshotStore,
     snapshot_work: std::path::PathBuf,
     usage_samples: UsageSamples,
+    transfers: Transfers,
 }
 
 /// The audit queue's two ends, until `serve_on` starts the writer.
@@ -113,6 +115,7 @@ impl AppState {
                 snapshots,
                 snapshot_work: snapshot_work_dir(&config.database),
                 usage_samples: UsageSamples::new(config.metrics.samples_kept),
+                transfers: Transfers::default(),
             }),
         })
     }
@@ -176,6 +179,11 @@ impl AppState {
     /// Each running sandbox's usage samples.
     pub(crate) fn usage_samples(&self) -> &UsageSamples {
         &self.inner.usage_samples
+    }
+
+    /// The snapshot transfers in progress.
+    pub(crate) fn transfers(&self) -> &Transfers {
+        &self.inner.transfers
     }
 
     /// The E2B facade's sandbox sessions (access tokens).
