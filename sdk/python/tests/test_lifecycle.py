@@ -1,0 +1,61 @@
+"""Lifecycle through the sync API: create options as the server reports them, listing by metadata, the timeout,
+snapshots (take, list, get, create from, delete) and forks (independent copies)."""
+
+from __future__ import annotations
+
+import pytest
+
+import support
+from sandkasten import Client, Limits, NotFound
+
+
+def test_create_options_are_applied() -> None:
+    limits = Limits(memory_bytes=128 << 20, pids=64, timeout_ms=5000)
+    with support.create(limits=limits, env={"COLOUR": "blue"}, metadata=support.labels(role="opts")) as sandbox:
+        info = sandbox.info
+        assert info.state == "running" and info.id.startswith("sb-")
+        assert info.limits.memory_bytes == 128 << 20 and info.limits.pids == 64 and info.limits.timeout_ms == 5000
+        assert info.env_names == ["COLOUR"] and info.metadata["role"] == "opts"
+        assert sandbox.exec("echo $COLOUR").stdout == "blue\n"
+
+
+def test_list_by_metadata_and_set_timeout(client: Client) -> None:
+    sandbox = client.create_sandbox(metadata=support.labels(role="listed"), timeout=120)
+    support.record(sandbox.id)
+    listed = client.list_sandboxes(metadata={"suite": support.RUN_ID, "role": "listed"}, state="running")
+    assert [info.id for info in listed] == [sandbox.id]
+    before = sandbox.info.expires_at
+    assert sandbox.set_timeout(3600).expires_at > before
+    assert client.connect(sandbox.id).info.id == sandbox.id
+    sandbox.kill()
+
+
+def test_snapshot_restore_and_delete(client: Client) -> None:
+    with support.create() as source:
+        source.files.write("/home/user/state.txt", "saved")
+        snapshot = source.snapshot(name="sdk-suite")
+        assert snapshot.id.startswith("sn-") and snapshot.sandbox_id == source.id and snapshot.name == "sdk-suite"
+    assert client.snapshots.get(snapshot.id).state == "ready"
+    assert snapshot.id in {listed.id for listed in client.snapshots.list()}
+    restored = client.create_sandbox(snapshot=snapshot.id, metadata=support.labels())
+    support.record(restored.id)
+    assert restored.files.read_text("/home/user/state.txt") == "saved"
+    restored.kill()
+    client.snapshots.delete(snapshot.id)
+    with pytest.raises(NotFound):
+        client.snapshots.get(snapshot.id)
+
+
+def test_fork_makes_independent_copies() -> None:
+    with support.create() as source:
+        source.files.write("/home/user/shared.txt", "before")
+        copies = source.fork(2)
+        for copy in copies:
+            support.record(copy.id)
+        assert len(copies) == 2 and len({copy.id for copy in copies} | {source.id}) == 3
+        copies[0].files.write("/home/user/shared.txt", "changed")
+        assert copies[1].files.read_text("/home/user/shared.txt") == "before"
+        assert source.files.read_text("/home/user/shared.txt") == "before"
+        for copy in copies:
+            copy.kill()
+            copy.close()
