@@ -102,7 +102,7 @@ async def test_network_and_egress(asbx: AsyncSandbox) -> None:
 async def test_lifecycle_snapshot_fork(aclient: AsyncClient) -> None:
     sandbox = await aclient.create_sandbox(metadata=support.labels(), timeout=300)
     support.record(sandbox.id)
-    await sandbox.files.write("/home/user/keep.txt", "kept")
+    await sandbox.files.write("/workspace/keep.txt", "kept")
     await sandbox.set_timeout(600)
     await sandbox.pause()
     with pytest.raises(Paused):
@@ -114,12 +114,12 @@ async def test_lifecycle_snapshot_fork(aclient: AsyncClient) -> None:
     assert snapshot.id in {listed.id for listed in await aclient.snapshots.list()}
     copies = await sandbox.fork(1)
     support.record(copies[0].id)
-    assert await copies[0].files.read_text("/home/user/keep.txt") == "kept"
+    assert await copies[0].files.read_text("/workspace/keep.txt") == "kept"
     await copies[0].kill()
     await copies[0].close()
     restored = await AsyncSandbox.create(snapshot=snapshot.id, metadata=support.labels())
     support.record(restored.id)
-    assert await restored.files.read_text("/home/user/keep.txt") == "kept"
+    assert await restored.files.read_text("/workspace/keep.txt") == "kept"
     await restored.kill()
     await restored.close()
     await aclient.snapshots.delete(snapshot.id)

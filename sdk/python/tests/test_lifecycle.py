@@ -32,14 +32,14 @@ def test_list_by_metadata_and_set_timeout(client: Client) -> None:
 
 def test_snapshot_restore_and_delete(client: Client) -> None:
     with support.create() as source:
-        source.files.write("/home/user/state.txt", "saved")
+        source.files.write("/workspace/state.txt", "saved")
         snapshot = source.snapshot(name="sdk-suite")
         assert snapshot.id.startswith("sn-") and snapshot.sandbox_id == source.id and snapshot.name == "sdk-suite"
     assert client.snapshots.get(snapshot.id).state == "ready"
     assert snapshot.id in {listed.id for listed in client.snapshots.list()}
     restored = client.create_sandbox(snapshot=snapshot.id, metadata=support.labels())
     support.record(restored.id)
-    assert restored.files.read_text("/home/user/state.txt") == "saved"
+    assert restored.files.read_text("/workspace/state.txt") == "saved"
     restored.kill()
     client.snapshots.delete(snapshot.id)
     with pytest.raises(NotFound):
@@ -48,14 +48,14 @@ def test_snapshot_restore_and_delete(client: Client) -> None:
 
 def test_fork_makes_independent_copies() -> None:
     with support.create() as source:
-        source.files.write("/home/user/shared.txt", "before")
+        source.files.write("/workspace/shared.txt", "before")
         copies = source.fork(2)
         for copy in copies:
             support.record(copy.id)
         assert len(copies) == 2 and len({copy.id for copy in copies} | {source.id}) == 3
-        copies[0].files.write("/home/user/shared.txt", "changed")
-        assert copies[1].files.read_text("/home/user/shared.txt") == "before"
-        assert source.files.read_text("/home/user/shared.txt") == "before"
+        copies[0].files.write("/workspace/shared.txt", "changed")
+        assert copies[1].files.read_text("/workspace/shared.txt") == "before"
+        assert source.files.read_text("/workspace/shared.txt") == "before"
         for copy in copies:
             copy.kill()
             copy.close()

@@ -24,7 +24,7 @@ class AsyncFiles:
     @uses("files.read")
     async def read(self, path: str) -> bytes:
         """The file's bytes."""
-        return await self._transport.request(op("files.read"), self._path, params={"path": path}).content
+        return (await self._transport.request(op("files.read"), self._path, params={"path": path})).content
 
     async def read_text(self, path: str, encoding: str = "utf-8") -> str:
         return (await self.read(path)).decode(encoding)

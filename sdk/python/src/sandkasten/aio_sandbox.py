@@ -258,9 +258,12 @@ class AsyncSandbox:
         on_stderr: Optional[OutputCallback] = None,
         on_result: Optional[ResultCallback] = None,
     ) -> CodeResult:
-        """Runs a cell in a stateful context (`language` "python" or "javascript"; default the server's, Python) and
-        returns its output, rich results (`text` is the last expression's value) and error."""
+        """Runs a cell in a stateful context (`language` "python" or "javascript", or the language of `context`) and
+        returns its output, rich results (`text` is the last expression's value) and error. Without `language` or
+        `context` it runs in the default Python context."""
         context_id = context.id if isinstance(context, ContextInfo) else context
+        if language is None and context_id is None:
+            language = "python"
         body = _bodies.code_body(code, language, context_id, timeout)
         if on_stdout is None and on_stderr is None and on_result is None:
             response = await self._transport.request(op("code.run"), self._path, json=body, long=True)
