@@ -135,7 +135,11 @@ fn python_sdk_passes_its_suite_against_a_real_server() {
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     while !running_agents(&server).is_empty() {
-        assert!(Instant::now() < deadline, "sandbox agents still running after the suite: {:?}", running_agents(&server));
+        assert!(
+            Instant::now() < deadline,
+            "sandbox agents still running after the suite: {:?}",
+            running_agents(&server)
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
