@@ -14,6 +14,8 @@ RUN_ID = uuid.uuid4().hex[:12]
 CREATED: List[str] = []
 #: Another tenant's key, for the isolation tests.
 OTHER_KEY = os.environ.get("SANDKASTEN_SUITE_OTHER_API_KEY", "")
+#: The tier the server's sandboxes should be of (the Rust driver runs the suite once per tier), if known.
+TIER = os.environ.get("SANDKASTEN_SUITE_TIER")
 
 
 def labels(**extra: str) -> dict:
@@ -30,4 +32,5 @@ def create(**options: Any) -> Sandbox:
     options.setdefault("metadata", labels())
     sandbox = Sandbox.create(**options)
     record(sandbox.id)
+    assert TIER is None or sandbox.isolation == TIER, f"{sandbox.id} is on {sandbox.isolation}, not {TIER}"
     return sandbox

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import support
-from sandkasten import Client, Limits, NotFound
+from sandkasten import Client, Conflict, Limits, NotFound
 
 
 def test_create_options_are_applied() -> None:
@@ -59,3 +59,26 @@ def test_fork_makes_independent_copies() -> None:
         for copy in copies:
             copy.kill()
             copy.close()
+
+
+def test_memory_snapshot_follows_the_tier(client: Client) -> None:
+    """gVisor saves processes with the files: a restored copy's program goes on counting. The process tier cannot, and
+    says so with a Conflict that names the tier that can."""
+    with support.create() as source:
+        if source.isolation != "gvisor":
+            with pytest.raises(Conflict) as caught:
+                source.snapshot(memory=True)
+            assert "gvisor" in caught.value.message
+            return
+        ticker = "import time\nn = 0\nwhile True:\n    n += 1\n    open('/tmp/tick', 'w').write(str(n))\n    time.sleep(0.02)"
+        source.exec(["python3", "-c", ticker], background=True)
+        assert source.exec("for i in $(seq 100); do [ -s /tmp/tick ] && break; sleep 0.05; done; cat /tmp/tick").ok
+        snapshot = source.snapshot(memory=True)
+        assert snapshot.memory and snapshot.state == "ready"
+    restored = client.create_sandbox(snapshot=snapshot.id, metadata=support.labels())
+    support.record(restored.id)
+    first = int(restored.files.read_text("/tmp/tick") or 0)
+    later = [int(restored.exec("sleep 0.1; cat /tmp/tick").stdout or 0) for _ in range(20)]
+    assert any(value > first for value in later), f"the restored program did not run on: {first} then {later}"
+    restored.kill()
+    client.snapshots.delete(snapshot.id)
