@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 use common::Tier;
 use serve::{Server, assert_sandbox_gone_on, children_of};
 
-/// Longest the install or the suite may take before it is killed and the test fails; the suite takes about 15 s on
-/// the process tier and 35 s on gVisor.
-const CLIENT_LIMIT: Duration = Duration::from_secs(110);
+/// Longest the install or the suite may take before it is killed and the test fails; the suite takes about 30 s on
+/// the process tier (half of it mypy) and 45 s on gVisor.
+const CLIENT_LIMIT: Duration = Duration::from_secs(170);
 
 /// The repository's root (the venv, the SDK and its suite are found from here).
 fn repo_root() -> PathBuf {
@@ -124,7 +124,11 @@ fn python_sdk_passes_its_suite_against_a_real_server(tier: Tier) {
         ("SANDKASTEN_SUITE_IDS_FILE", ids_file.to_str().expect("utf-8 path")),
         ("SANDKASTEN_SUITE_TIER", tier.name()),
     ];
-    let args = ["-m", "pytest", "sdk/python/tests", "-q", "-rfEsx", "--tb=short", "-p", "no:cacheprovider"];
+    let mut args = vec!["-m", "pytest", "sdk/python/tests", "-q", "-rfEsx", "--tb=short", "-p", "no:cacheprovider"];
+    if tier != Tier::Process {
+        // Type-checking the package (mypy, no server) does not depend on the tier: once is enough.
+        args.push("--ignore=sdk/python/tests/test_types.py");
+    }
     let (success, output) = run_python(&args, &env, &scratch.path().join("suite.log"));
     assert!(success, "the SDK's pytest suite failed (its output is above)");
     assert!(!output.contains(" skipped"), "tests of the SDK suite were skipped (see the output above)");

@@ -10,7 +10,7 @@ from typing import AsyncIterator, List
 import pytest
 
 import support
-from sandkasten import AsyncClient, AsyncSandbox, NotFound, Paused, Unauthorized
+from sandkasten import AsyncClient, AsyncSandbox, Forbidden, NotFound, Paused, Unauthorized
 
 
 @pytest.fixture(scope="module")
@@ -141,5 +141,5 @@ async def test_errors_and_the_rest_of_the_client(aclient: AsyncClient) -> None:
     assert "SDK_ASYNC" in {secret.name for secret in await aclient.secrets.list()}
     await aclient.secrets.delete("SDK_ASYNC")
     assert isinstance(await aclient.pools.list(), list)
-    with pytest.raises(Exception):
+    with pytest.raises((Forbidden, NotFound)):
         await aclient.pools.resize("none", min=0, max=1)

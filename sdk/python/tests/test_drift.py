@@ -77,7 +77,9 @@ def test_every_spec_operation_is_in_the_sdk() -> None:
 
 def test_every_sdk_operation_is_in_the_spec() -> None:
     spec = spec_operations()
-    unknown = sorted(f"{op.name}: {op.method} {op.path}" for op in OPERATIONS.values() if (op.method, op.path) not in spec)
+    unknown = sorted(
+        f"{op.name}: {op.method} {op.path}" for op in OPERATIONS.values() if (op.method, op.path) not in spec
+    )
     assert not unknown, f"the SDK calls operations docs/api/openapi.json lacks: {unknown}"
 
 

@@ -46,7 +46,9 @@ def test_upload_and_download_a_directory(sbx: Sandbox, tmp_path: Path) -> None:
     (source / "sub" / "deeper" / "data.bin").write_bytes(b"\x00" * 1000)
     summary = sbx.files.upload_dir(source, "/workspace/project")
     assert (summary.files, summary.bytes) == (2, 1003)
-    assert sbx.exec("cat /workspace/project/top.txt; wc -c < /workspace/project/sub/deeper/data.bin").stdout == "top1000\n"
+    assert (
+        sbx.exec("cat /workspace/project/top.txt; wc -c < /workspace/project/sub/deeper/data.bin").stdout == "top1000\n"
+    )
     target = tmp_path / "copy"
     sbx.files.download_dir("/workspace/project", target)
     assert (target / "top.txt").read_text() == "top"

@@ -70,7 +70,8 @@ def test_memory_snapshot_follows_the_tier(client: Client) -> None:
                 source.snapshot(memory=True)
             assert "gvisor" in caught.value.message
             return
-        ticker = "import time\nn = 0\nwhile True:\n    n += 1\n    open('/tmp/tick', 'w').write(str(n))\n    time.sleep(0.02)"
+        ticker = "import time\nn = 0\nwhile True:\n    n += 1\n"
+        ticker += "    open('/tmp/tick', 'w').write(str(n))\n    time.sleep(0.02)"
         source.exec(["python3", "-c", ticker], background=True)
         assert source.exec("for i in $(seq 100); do [ -s /tmp/tick ] && break; sleep 0.05; done; cat /tmp/tick").ok
         snapshot = source.snapshot(memory=True)

@@ -4,6 +4,7 @@ server accepts) and unpacking a download without letting a member escape the tar
 
 from __future__ import annotations
 
+import base64
 import io
 import os
 import tarfile
@@ -125,8 +126,6 @@ def run_body(
 def _run_file(path: str, content: Union[str, bytes]) -> Json:
     if isinstance(content, str):
         return {"path": path, "content": content}
-    import base64
-
     return {"path": path, "content_base64": base64.b64encode(content).decode("ascii")}
 
 
@@ -181,5 +180,5 @@ def unpack_into(data: bytes, local_dir: Union[str, "os.PathLike[str]"]) -> None:
                 continue
             member.mode = (member.mode | 0o600) & 0o777 if member.isfile() else 0o755
             # Python's own checks as well, where it has them (3.12, and backported to later 3.9/3.10/3.11 releases).
-            safety = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            safety: Dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
             archive.extract(member, root, set_attrs=False, **safety)

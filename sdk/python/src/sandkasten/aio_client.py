@@ -4,7 +4,7 @@ it shares its connections); `async with AsyncClient(...) as client:` closes them
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, List, Mapping, Optional, Sequence, Type, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Type, Union
 
 from . import _bodies
 from ._http import DEFAULT_TIMEOUT, AsyncTransport, json_of
@@ -42,7 +42,7 @@ class AsyncClient:
         self, *, state: Optional[str] = None, metadata: Optional[Mapping[str, str]] = None
     ) -> List[SandboxInfo]:
         """The tenant's sandboxes, oldest first; `state` and `metadata` filter them."""
-        params: dict = {"state": state}
+        params: Dict[str, Any] = {"state": state}
         params.update({f"metadata.{key}": value for key, value in (metadata or {}).items()})
         response = await self._transport.request(op("sandboxes.list"), {}, params=params)
         return [SandboxInfo.from_json(item) for item in json_of(response).get("sandboxes", [])]
@@ -137,7 +137,9 @@ class AsyncSecrets:
     @uses("secrets.put")
     async def put(self, name: str, value: str, hosts: Sequence[str]) -> SecretInfo:
         body = {"value": value, "hosts": list(hosts)}
-        return SecretInfo.from_json(json_of(await self._transport.request(op("secrets.put"), {"name": name}, json=body)))
+        return SecretInfo.from_json(
+            json_of(await self._transport.request(op("secrets.put"), {"name": name}, json=body))
+        )
 
     @uses("secrets.delete")
     async def delete(self, name: str) -> None:

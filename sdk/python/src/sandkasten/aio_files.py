@@ -24,7 +24,9 @@ class AsyncFiles:
     @uses("files.read")
     async def read(self, path: str) -> bytes:
         """The file's bytes."""
-        return (await self._transport.request(op("files.read"), self._path, params={"path": path})).content
+        response = await self._transport.request(op("files.read"), self._path, params={"path": path})
+        content: bytes = response.content
+        return content
 
     async def read_text(self, path: str, encoding: str = "utf-8") -> str:
         return (await self.read(path)).decode(encoding)
@@ -34,7 +36,9 @@ class AsyncFiles:
         """Creates or replaces the file (text is written as UTF-8)."""
         content = data.encode("utf-8") if isinstance(data, str) else bytes(data)
         headers = {"Content-Type": "application/octet-stream"}
-        await self._transport.request(op("files.write"), self._path, params={"path": path}, content=content, headers=headers)
+        await self._transport.request(
+            op("files.write"), self._path, params={"path": path}, content=content, headers=headers
+        )
 
     @uses("files.list")
     async def list(self, path: str = "/workspace") -> List[FileInfo]:
@@ -45,7 +49,9 @@ class AsyncFiles:
     @uses("files.stat")
     async def stat(self, path: str) -> FileInfo:
         """Describes the path (a final symlink is not followed); NotFound when it does not exist."""
-        return FileInfo.from_json(json_of(await self._transport.request(op("files.stat"), self._path, params={"path": path})))
+        return FileInfo.from_json(
+            json_of(await self._transport.request(op("files.stat"), self._path, params={"path": path}))
+        )
 
     @uses("files.mkdir")
     async def mkdir(self, path: str, *, parents: bool = False) -> None:
@@ -80,5 +86,7 @@ class AsyncFiles:
     @uses("files.download_dir")
     async def download_dir(self, remote_dir: str, local_dir: LocalPath) -> None:
         """Copies the sandbox directory `remote_dir` (its contents) into the local directory `local_dir`."""
-        response = await self._transport.request(op("files.download_dir"), self._path, params={"path": remote_dir}, long=True)
+        response = await self._transport.request(
+            op("files.download_dir"), self._path, params={"path": remote_dir}, long=True
+        )
         _bodies.unpack_into(response.content, local_dir)

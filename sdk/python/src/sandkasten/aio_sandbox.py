@@ -132,7 +132,9 @@ class AsyncSandbox:
     @uses("sandboxes.set_timeout")
     async def set_timeout(self, seconds: int) -> SandboxInfo:
         """The sandbox is destroyed `seconds` from now."""
-        response = await self._transport.request(op("sandboxes.set_timeout"), self._path, json={"timeout_s": int(seconds)})
+        response = await self._transport.request(
+            op("sandboxes.set_timeout"), self._path, json={"timeout_s": int(seconds)}
+        )
         return self._update(response)
 
     @uses("sandboxes.pause")
@@ -162,7 +164,9 @@ class AsyncSandbox:
             body["timeout_s"] = int(timeout)
         response = await self._transport.request(op("sandboxes.fork"), self._path, json=body, long=True)
         copies = json_of(response).get("sandboxes", [])
-        return [AsyncSandbox(SandboxInfo.from_json(item), self._transport.sibling(), owns_transport=True) for item in copies]
+        return [
+            AsyncSandbox(SandboxInfo.from_json(item), self._transport.sibling(), owns_transport=True) for item in copies
+        ]
 
     def _update(self, response: Any) -> SandboxInfo:
         self.info = SandboxInfo.from_json(json_of(response))
@@ -370,7 +374,9 @@ class AsyncContexts:
 
     @uses("contexts.create")
     async def create(self, language: str = "python") -> ContextInfo:
-        response = await self._transport.request(op("contexts.create"), self._path, json={"language": language}, long=True)
+        response = await self._transport.request(
+            op("contexts.create"), self._path, json={"language": language}, long=True
+        )
         return ContextInfo.from_json(json_of(response))
 
     @uses("contexts.list")

@@ -5,7 +5,7 @@ aio_client.py is the same over asyncio."""
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, List, Mapping, Optional, Sequence, Type, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Type, Union
 
 from . import _bodies
 from ._http import DEFAULT_TIMEOUT, Transport, json_of
@@ -43,7 +43,7 @@ class Client:
         self, *, state: Optional[str] = None, metadata: Optional[Mapping[str, str]] = None
     ) -> List[SandboxInfo]:
         """The tenant's sandboxes, oldest first; `state` and `metadata` filter them."""
-        params: dict = {"state": state}
+        params: Dict[str, Any] = {"state": state}
         params.update({f"metadata.{key}": value for key, value in (metadata or {}).items()})
         response = self._transport.request(op("sandboxes.list"), {}, params=params)
         return [SandboxInfo.from_json(item) for item in json_of(response).get("sandboxes", [])]

@@ -25,7 +25,8 @@ class Files:
     @uses("files.read")
     def read(self, path: str) -> bytes:
         """The file's bytes."""
-        return self._transport.request(op("files.read"), self._path, params={"path": path}).content
+        content: bytes = self._transport.request(op("files.read"), self._path, params={"path": path}).content
+        return content
 
     def read_text(self, path: str, encoding: str = "utf-8") -> str:
         return self.read(path).decode(encoding)

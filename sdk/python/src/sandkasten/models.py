@@ -6,13 +6,18 @@ Results of running something (commands, cells, one-shot runs) are in `results.py
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 Json = Dict[str, Any]
 
 
 def _drop_none(values: Json) -> Json:
     return {key: value for key, value in values.items() if value is not None}
+
+
+def _fields(cls: Any, body: Json, *, skip: Tuple[str, ...] = ()) -> Json:
+    """The values of the dataclass `cls`'s fields from `body` (None where it has none)."""
+    return {key: body.get(key) for key in cls.__dataclass_fields__ if key not in skip}
 
 
 @dataclass(frozen=True)
@@ -31,7 +36,7 @@ class Limits:
 
     @classmethod
     def from_json(cls, body: Json) -> Limits:
-        return cls(**{key: body.get(key) for key in cls.__dataclass_fields__})
+        return cls(**_fields(cls, body))
 
 
 @dataclass(frozen=True)
@@ -169,7 +174,7 @@ class FileInfo:
 
     @classmethod
     def from_json(cls, body: Json) -> FileInfo:
-        return cls(**{key: body.get(key) for key in cls.__dataclass_fields__})
+        return cls(**_fields(cls, body))
 
 
 @dataclass(frozen=True)
@@ -196,7 +201,7 @@ class ContextInfo:
 
     @classmethod
     def from_json(cls, body: Json) -> ContextInfo:
-        return cls(**{key: body.get(key) for key in cls.__dataclass_fields__})
+        return cls(**_fields(cls, body))
 
 
 @dataclass(frozen=True)
@@ -252,5 +257,4 @@ class PoolInfo:
 
     @classmethod
     def from_json(cls, body: Json) -> PoolInfo:
-        keys = [key for key in cls.__dataclass_fields__ if key != "raw"]
-        return cls(**{key: body.get(key) for key in keys}, raw=body)
+        return cls(**_fields(cls, body, skip=("raw",)), raw=body)
