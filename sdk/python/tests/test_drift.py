@@ -110,3 +110,18 @@ def test_async_surface_mirrors_the_sync_one() -> None:
         }
 
     assert shape(SYNC) == shape(ASYNC)
+
+
+def test_async_methods_take_the_sync_methods_parameters() -> None:
+    """The async modules are kept in step with the sync ones by hand: same public methods, same parameters."""
+    for sync_cls, async_cls in zip(SYNC, ASYNC):
+        assert async_cls.__name__ == "Async" + sync_cls.__name__
+        public = {name for name in vars(sync_cls) if not name.startswith("_")}
+        assert public == {name for name in vars(async_cls) if not name.startswith("_")}, sync_cls.__name__
+        for name in public:
+            sync_member, async_member = getattr(sync_cls, name), getattr(async_cls, name)
+            if isinstance(sync_member, property) or not callable(sync_member):
+                continue
+            expected = [(p.name, p.kind, p.default) for p in inspect.signature(sync_member).parameters.values()]
+            actual = [(p.name, p.kind, p.default) for p in inspect.signature(async_member).parameters.values()]
+            assert actual == expected, f"{async_cls.__name__}.{name} takes other parameters than {sync_cls.__name__}'s"

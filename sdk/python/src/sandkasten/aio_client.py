@@ -27,10 +27,37 @@ class AsyncClient:
         self.pools = AsyncPools(self._transport)
 
     @uses("sandboxes.create")
-    async def create_sandbox(self, **options: Any) -> AsyncSandbox:
-        """`AsyncSandbox.create`'s options (isolation, template, limits, network, env, metadata, timeout, secrets,
-        snapshot, auto_pause, auto_resume); the AsyncSandbox shares this client's connections."""
-        return await AsyncSandbox._created(self._transport, _bodies.create_body(**options), owns_transport=False)
+    async def create_sandbox(
+        self,
+        *,
+        isolation: Optional[str] = None,
+        template: Optional[str] = None,
+        limits: Optional[LimitsLike] = None,
+        network: Optional[NetworkLike] = None,
+        env: Optional[Mapping[str, str]] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        timeout: Optional[int] = None,
+        secrets: Optional[Sequence[str]] = None,
+        snapshot: Optional[str] = None,
+        auto_pause: bool = False,
+        auto_resume: bool = False,
+    ) -> AsyncSandbox:
+        """Creates a sandbox with `AsyncSandbox.create`'s options (`snapshot`: an `sn-…` id to start on); it shares this
+        client's connections, so closing the client closes them."""
+        body = _bodies.create_body(
+            isolation=isolation,
+            template=template,
+            limits=limits,
+            network=network,
+            env=env,
+            metadata=metadata,
+            timeout=timeout,
+            secrets=secrets,
+            snapshot=snapshot,
+            auto_pause=auto_pause,
+            auto_resume=auto_resume,
+        )
+        return await AsyncSandbox._created(self._transport, body, owns_transport=False)
 
     @uses("sandboxes.get")
     async def connect(self, sandbox_id: str) -> AsyncSandbox:

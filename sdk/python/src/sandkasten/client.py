@@ -28,10 +28,37 @@ class Client:
         self.pools = Pools(self._transport)
 
     @uses("sandboxes.create")
-    def create_sandbox(self, **options: Any) -> Sandbox:
-        """`Sandbox.create`'s options (isolation, template, limits, network, env, metadata, timeout, secrets,
-        snapshot, auto_pause, auto_resume); the Sandbox shares this client's connections."""
-        return Sandbox._created(self._transport, _bodies.create_body(**options), owns_transport=False)
+    def create_sandbox(
+        self,
+        *,
+        isolation: Optional[str] = None,
+        template: Optional[str] = None,
+        limits: Optional[LimitsLike] = None,
+        network: Optional[NetworkLike] = None,
+        env: Optional[Mapping[str, str]] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        timeout: Optional[int] = None,
+        secrets: Optional[Sequence[str]] = None,
+        snapshot: Optional[str] = None,
+        auto_pause: bool = False,
+        auto_resume: bool = False,
+    ) -> Sandbox:
+        """Creates a sandbox with `Sandbox.create`'s options (`snapshot`: an `sn-…` id to start on); it shares this
+        client's connections, so closing the client closes them."""
+        body = _bodies.create_body(
+            isolation=isolation,
+            template=template,
+            limits=limits,
+            network=network,
+            env=env,
+            metadata=metadata,
+            timeout=timeout,
+            secrets=secrets,
+            snapshot=snapshot,
+            auto_pause=auto_pause,
+            auto_resume=auto_resume,
+        )
+        return Sandbox._created(self._transport, body, owns_transport=False)
 
     @uses("sandboxes.get")
     def connect(self, sandbox_id: str) -> Sandbox:
