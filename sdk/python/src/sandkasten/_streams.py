@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Generic, List, Optional, TypeVar
+from typing import Any, AsyncIterator, Callable, Dict, Generic, Iterator, List, Optional, TypeVar
 
 from .errors import ProtocolError, error_from_detail
 from .results import CellResult, CodeResult, ExecResult, RunResult
@@ -158,3 +158,34 @@ class CodeCollector(_Collector[CodeResult]):
         elif event.event == "failure":
             raise error_from_detail(event.json())
         return None
+
+
+def drain(events: Iterator[SseEvent], collector: _Collector[T]) -> T:
+    """Feeds `events` to `collector` until its result; the stream (and its connection) is closed either way."""
+    try:
+        for event in events:
+            result = collector.feed(event)
+            if result is not None:
+                return result
+        raise collector.ended_early()
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
+
+
+async def adrain(events: AsyncIterator[SseEvent], collector: _Collector[T]) -> T:
+    """`drain` for an async stream: awaits what async callbacks returned, in order, after each event, and closes the
+    stream before returning (an async generator left suspended would hold its connection until garbage collection)."""
+    try:
+        async for event in events:
+            result = collector.feed(event)
+            while collector.pending:
+                await collector.pending.pop(0)
+            if result is not None:
+                return result
+        raise collector.ended_early()
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()

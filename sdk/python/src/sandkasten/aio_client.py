@@ -9,10 +9,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Type, Union
 from . import _bodies
 from ._http import DEFAULT_TIMEOUT, AsyncTransport, json_of
 from ._operations import op, uses
-from ._streams import OutputCallback, RunCollector
+from ._streams import OutputCallback, RunCollector, adrain
 from .models import LimitsLike, NetworkLike, PoolInfo, SandboxInfo, SecretInfo, SnapshotInfo
 from .results import RunResult, stream_bytes
-from .aio_sandbox import AsyncSandbox, _settle
+from .aio_sandbox import AsyncSandbox
 
 
 class AsyncClient:
@@ -107,12 +107,7 @@ class AsyncClient:
             response = json_of(await self._transport.request(op("run"), {}, json=body, long=True))
             return RunResult.from_run(response, *_inline_output(response))
         collector = RunCollector(on_stdout, on_stderr)
-        async for event in self._transport.stream(op("run"), {}, json=body):
-            result = collector.feed(event)
-            await _settle(collector)
-            if result is not None:
-                return result
-        raise collector.ended_early()
+        return await adrain(self._transport.stream(op("run"), {}, json=body), collector)
 
     async def close(self) -> None:
         await self._transport.close()

@@ -10,7 +10,7 @@ from typing import Any, Awaitable, Dict, Generator, List, Literal, Mapping, Opti
 from . import _bodies
 from ._http import DEFAULT_TIMEOUT, AsyncTransport, json_of
 from ._operations import op, uses
-from ._streams import _Collector, CodeCollector, ExecCollector, OutputCallback, ResultCallback
+from ._streams import CodeCollector, adrain, ExecCollector, OutputCallback, ResultCallback
 from .aio_files import AsyncFiles
 from .models import (
     ContextInfo,
@@ -241,12 +241,7 @@ class AsyncSandbox:
             response = await self._transport.request(op("exec"), self._path, json=body, long=True)
             return ExecResult.from_json(json_of(response))
         collector = ExecCollector(on_stdout, on_stderr, self.id)
-        async for event in self._transport.stream(op("exec"), self._path, json=body):
-            result = collector.feed(event)
-            await _settle(collector)
-            if result is not None:
-                return result
-        raise collector.ended_early()
+        return await adrain(self._transport.stream(op("exec"), self._path, json=body), collector)
 
     # Code ------------------------------------------------------------------------------------------------------------
 
@@ -273,12 +268,7 @@ class AsyncSandbox:
             response = await self._transport.request(op("code.run"), self._path, json=body, long=True)
             return CodeResult.from_json(json_of(response))
         collector = CodeCollector(on_stdout, on_stderr, on_result)
-        async for event in self._transport.stream(op("code.run"), self._path, json=body):
-            result = collector.feed(event)
-            await _settle(collector)
-            if result is not None:
-                return result
-        raise collector.ended_early()
+        return await adrain(self._transport.stream(op("code.run"), self._path, json=body), collector)
 
     # Network ---------------------------------------------------------------------------------------------------------
 
@@ -319,12 +309,9 @@ class AsyncCommandHandle:
         """Follows its output from byte offset `since` (what is retained, then live) until it exits."""
         transport = self.sandbox._transport
         collector = ExecCollector(on_stdout, on_stderr, self.sandbox.id)
-        async for event in transport.stream(op("commands.stream"), self._path, params={"since": since or None}):
-            result = collector.feed(event)
-            await _settle(collector)
-            if result is not None:
-                return result
-        raise collector.ended_early()
+        return await adrain(
+            transport.stream(op("commands.stream"), self._path, params={"since": since or None}), collector
+        )
 
     @uses("commands.stdin")
     async def send_stdin(self, data: str, *, eof: bool = False) -> None:
@@ -422,9 +409,3 @@ class Creating:
     ) -> None:
         if self._sandbox is not None:
             await self._sandbox.__aexit__(kind, value, tb)
-
-
-async def _settle(collector: _Collector[Any]) -> None:
-    """Awaits what async callbacks returned for the events fed so far."""
-    while collector.pending:
-        await collector.pending.pop(0)

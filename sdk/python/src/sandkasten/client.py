@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Type, Union
 from . import _bodies
 from ._http import DEFAULT_TIMEOUT, Transport, json_of
 from ._operations import op, uses
-from ._streams import OutputCallback, RunCollector
+from ._streams import OutputCallback, RunCollector, drain
 from .models import LimitsLike, NetworkLike, PoolInfo, SandboxInfo, SecretInfo, SnapshotInfo
 from .results import RunResult, stream_bytes
 from .sandbox import Sandbox
@@ -108,11 +108,7 @@ class Client:
             response = json_of(self._transport.request(op("run"), {}, json=body, long=True))
             return RunResult.from_run(response, *_inline_output(response))
         collector = RunCollector(on_stdout, on_stderr)
-        for event in self._transport.stream(op("run"), {}, json=body):
-            result = collector.feed(event)
-            if result is not None:
-                return result
-        raise collector.ended_early()
+        return drain(self._transport.stream(op("run"), {}, json=body), collector)
 
     def close(self) -> None:
         self._transport.close()

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Type, 
 from . import _bodies
 from ._http import DEFAULT_TIMEOUT, Transport, json_of
 from ._operations import op, uses
-from ._streams import CodeCollector, ExecCollector, OutputCallback, ResultCallback
+from ._streams import CodeCollector, ExecCollector, drain, OutputCallback, ResultCallback
 from .files import Files
 from .models import (
     ContextInfo,
@@ -231,11 +231,7 @@ class Sandbox:
             response = self._transport.request(op("exec"), self._path, json=body, long=True)
             return ExecResult.from_json(json_of(response))
         collector = ExecCollector(on_stdout, on_stderr, self.id)
-        for event in self._transport.stream(op("exec"), self._path, json=body):
-            result = collector.feed(event)
-            if result is not None:
-                return result
-        raise collector.ended_early()
+        return drain(self._transport.stream(op("exec"), self._path, json=body), collector)
 
     # Code ------------------------------------------------------------------------------------------------------------
 
@@ -262,11 +258,7 @@ class Sandbox:
             response = self._transport.request(op("code.run"), self._path, json=body, long=True)
             return CodeResult.from_json(json_of(response))
         collector = CodeCollector(on_stdout, on_stderr, on_result)
-        for event in self._transport.stream(op("code.run"), self._path, json=body):
-            result = collector.feed(event)
-            if result is not None:
-                return result
-        raise collector.ended_early()
+        return drain(self._transport.stream(op("code.run"), self._path, json=body), collector)
 
     # Network ---------------------------------------------------------------------------------------------------------
 
@@ -307,11 +299,7 @@ class CommandHandle:
         """Follows its output from byte offset `since` (what is retained, then live) until it exits."""
         transport = self.sandbox._transport
         collector = ExecCollector(on_stdout, on_stderr, self.sandbox.id)
-        for event in transport.stream(op("commands.stream"), self._path, params={"since": since or None}):
-            result = collector.feed(event)
-            if result is not None:
-                return result
-        raise collector.ended_early()
+        return drain(transport.stream(op("commands.stream"), self._path, params={"since": since or None}), collector)
 
     @uses("commands.stdin")
     def send_stdin(self, data: str, *, eof: bool = False) -> None:
