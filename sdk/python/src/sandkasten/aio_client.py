@@ -10,18 +10,19 @@ from . import _bodies
 from ._http import DEFAULT_TIMEOUT, AsyncTransport, json_of
 from ._operations import op, uses
 from ._streams import OutputCallback, RunCollector, adrain
+from .aio_sandbox import AsyncSandbox
 from .models import LimitsLike, NetworkLike, PoolInfo, SandboxInfo, SecretInfo, SnapshotInfo
 from .results import RunResult, stream_bytes
-from .aio_sandbox import AsyncSandbox
 
 
 class AsyncClient:
-    """A connection to one server with one tenant key (url and key default to SANDKASTEN_URL, SANDKASTEN_API_KEY)."""
+    """A connection to one server with one tenant key (url and key default to SANDKASTEN_URL, SANDKASTEN_API_KEY;
+    `request_timeout` bounds connecting and every call that does not wait on a program, in seconds)."""
 
     def __init__(
-        self, url: Optional[str] = None, api_key: Optional[str] = None, *, timeout: float = DEFAULT_TIMEOUT
+        self, url: Optional[str] = None, api_key: Optional[str] = None, *, request_timeout: float = DEFAULT_TIMEOUT
     ) -> None:
-        self._transport = AsyncTransport(url, api_key, timeout)
+        self._transport = AsyncTransport(url, api_key, request_timeout)
         self.snapshots = AsyncSnapshots(self._transport)
         self.secrets = AsyncSecrets(self._transport)
         self.pools = AsyncPools(self._transport)

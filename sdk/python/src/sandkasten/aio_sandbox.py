@@ -10,8 +10,9 @@ from typing import Any, Awaitable, Dict, Generator, List, Literal, Mapping, Opti
 from . import _bodies
 from ._http import DEFAULT_TIMEOUT, AsyncTransport, json_of
 from ._operations import op, uses
-from ._streams import CodeCollector, adrain, ExecCollector, OutputCallback, ResultCallback
+from ._streams import CodeCollector, ExecCollector, OutputCallback, ResultCallback, adrain
 from .aio_files import AsyncFiles
+from .errors import NotFound
 from .models import (
     ContextInfo,
     EgressEvent,
@@ -185,6 +186,8 @@ class AsyncSandbox:
     ) -> None:
         try:
             await self.kill()
+        except NotFound:
+            pass  # already gone (expired and forgotten by the server): nothing left to kill
         finally:
             await self.close()
 
@@ -232,7 +235,8 @@ class AsyncSandbox:
         background: bool = False,
     ) -> Union[ExecResult, AsyncCommandHandle]:
         """Runs `command` (a shell line, or an argv list) and returns how it ended. With `on_stdout`/`on_stderr` the
-        output streams to them as it comes; with `background=True` it returns a AsyncCommandHandle at once."""
+        output streams to them as it comes; with `background=True` it returns an AsyncCommandHandle at once. `timeout`
+        is in seconds (default and maximum: the sandbox's `limits.timeout_ms`); `cwd` defaults to `/workspace`."""
         body = _bodies.exec_body(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, background=background)
         if background:
             started = json_of(await self._transport.request(op("exec"), self._path, json=body))

@@ -17,12 +17,13 @@ from .sandbox import Sandbox
 
 
 class Client:
-    """A connection to one server with one tenant key (url and key default to SANDKASTEN_URL, SANDKASTEN_API_KEY)."""
+    """A connection to one server with one tenant key (url and key default to SANDKASTEN_URL, SANDKASTEN_API_KEY;
+    `request_timeout` bounds connecting and every call that does not wait on a program, in seconds)."""
 
     def __init__(
-        self, url: Optional[str] = None, api_key: Optional[str] = None, *, timeout: float = DEFAULT_TIMEOUT
+        self, url: Optional[str] = None, api_key: Optional[str] = None, *, request_timeout: float = DEFAULT_TIMEOUT
     ) -> None:
-        self._transport = Transport(url, api_key, timeout)
+        self._transport = Transport(url, api_key, request_timeout)
         self.snapshots = Snapshots(self._transport)
         self.secrets = Secrets(self._transport)
         self.pools = Pools(self._transport)

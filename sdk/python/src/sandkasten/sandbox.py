@@ -11,7 +11,8 @@ from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Type, 
 from . import _bodies
 from ._http import DEFAULT_TIMEOUT, Transport, json_of
 from ._operations import op, uses
-from ._streams import CodeCollector, ExecCollector, drain, OutputCallback, ResultCallback
+from ._streams import CodeCollector, ExecCollector, OutputCallback, ResultCallback, drain
+from .errors import NotFound
 from .files import Files
 from .models import (
     ContextInfo,
@@ -175,6 +176,8 @@ class Sandbox:
     ) -> None:
         try:
             self.kill()
+        except NotFound:
+            pass  # already gone (expired and forgotten by the server): nothing left to kill
         finally:
             self.close()
 
@@ -222,7 +225,8 @@ class Sandbox:
         background: bool = False,
     ) -> Union[ExecResult, CommandHandle]:
         """Runs `command` (a shell line, or an argv list) and returns how it ended. With `on_stdout`/`on_stderr` the
-        output streams to them as it comes; with `background=True` it returns a CommandHandle at once."""
+        output streams to them as it comes; with `background=True` it returns a CommandHandle at once. `timeout` is
+        in seconds (default and maximum: the sandbox's `limits.timeout_ms`); `cwd` defaults to `/workspace`."""
         body = _bodies.exec_body(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, background=background)
         if background:
             started = json_of(self._transport.request(op("exec"), self._path, json=body))
