@@ -93,6 +93,12 @@ async def test_code_and_contexts(asbx: AsyncSandbox) -> None:
     await asbx.contexts.delete(context)
 
 
+async def test_metrics(asbx: AsyncSandbox) -> None:
+    metrics = await asbx.metrics()
+    assert metrics.sandbox_id == asbx.id and metrics.samples
+    assert metrics.samples[-1].disk_total_bytes > 0
+
+
 async def test_network_and_egress(asbx: AsyncSandbox) -> None:
     assert (await asbx.set_network({"mode": "allowlist", "allow": ["ok.example"]})).allow == ["ok.example"]
     await asbx.exec("curl -s -m 5 -o /dev/null http://no.example/ || true")

@@ -1,5 +1,5 @@
 """Lifecycle through the sync API: create options as the server reports them, listing by metadata, the timeout,
-snapshots (take, list, get, create from, delete) and forks (independent copies)."""
+usage metrics, snapshots (take, list, get, create from, delete) and forks (independent copies)."""
 
 from __future__ import annotations
 
@@ -30,12 +30,24 @@ def test_list_by_metadata_and_set_timeout(client: Client) -> None:
     sandbox.kill()
 
 
+def test_metrics_show_the_disk_a_file_takes() -> None:
+    with support.create() as sandbox:
+        sandbox.exec("head -c 8388608 /dev/zero > /workspace/blob")
+        metrics = sandbox.metrics()
+        assert metrics.sandbox_id == sandbox.id and metrics.cpus > 0 and metrics.memory_limit_bytes > 0
+        latest = metrics.samples[-1]
+        assert latest.disk_used_bytes >= 8 << 20 and latest.disk_total_bytes >= latest.disk_used_bytes
+        assert latest.memory_used_bytes > 0 and 0.0 <= latest.cpu_used_pct <= 100.0
+        assert sandbox.metrics(to_ms=latest.timestamp_ms - 3_600_000).samples == []
+
+
 def test_snapshot_restore_and_delete(client: Client) -> None:
     with support.create() as source:
         source.files.write("/workspace/state.txt", "saved")
         snapshot = source.snapshot(name="sdk-suite")
         assert snapshot.id.startswith("sn-") and snapshot.sandbox_id == source.id and snapshot.name == "sdk-suite"
     assert client.snapshots.get(snapshot.id).state == "ready"
+    assert client.snapshots.get(snapshot.id).transfers == [], "nothing moves once it is saved"
     assert snapshot.id in {listed.id for listed in client.snapshots.list()}
     restored = client.create_sandbox(snapshot=snapshot.id, metadata=support.labels())
     support.record(restored.id)

@@ -41,8 +41,11 @@ from .models import (
     NetworkPolicy,
     PoolInfo,
     SandboxInfo,
+    SandboxMetrics,
     SecretInfo,
     SnapshotInfo,
+    Transfer,
+    UsageSample,
 )
 from .results import (
     CellError,
@@ -103,6 +106,7 @@ __all__ = [
     "RunResult",
     "Sandbox",
     "SandboxInfo",
+    "SandboxMetrics",
     "SandkastenError",
     "SecretInfo",
     "Secrets",
@@ -111,6 +115,8 @@ __all__ = [
     "StoreFailed",
     "TierFailed",
     "TierUnavailable",
+    "Transfer",
     "Unauthorized",
     "Unprocessable",
+    "UsageSample",
 ]

@@ -46,6 +46,7 @@ OPERATIONS: Dict[str, Operation] = _table(
     ("sandboxes.resume", "POST", SB + "/resume"),
     ("sandboxes.fork", "POST", SB + "/fork"),
     ("sandboxes.snapshot", "POST", SB + "/snapshots"),
+    ("sandboxes.metrics", "GET", SB + "/metrics"),
     ("exec", "POST", SB + "/exec"),
     ("commands.list", "GET", SB + "/commands"),
     ("commands.kill", "DELETE", SB + "/commands/{command_id}"),

@@ -20,6 +20,7 @@ from .models import (
     NetworkLike,
     NetworkPolicy,
     SandboxInfo,
+    SandboxMetrics,
     SnapshotInfo,
     network_json,
 )
@@ -281,6 +282,13 @@ class AsyncSandbox:
         """Changes the network policy; new connections follow it at once (`none` also cuts open ones)."""
         response = await self._transport.request(op("network.set"), self._path, json=network_json(policy))
         return NetworkPolicy.from_json(json_of(response))
+
+    @uses("sandboxes.metrics")
+    async def metrics(self, *, from_ms: Optional[int] = None, to_ms: Optional[int] = None) -> SandboxMetrics:
+        """Its usage samples (CPU share, memory, disk), oldest first, with one taken now while it runs."""
+        params = {"from_ms": from_ms, "to_ms": to_ms}
+        response = await self._transport.request(op("sandboxes.metrics"), self._path, params=params)
+        return SandboxMetrics.from_json(json_of(response))
 
     @uses("network.egress")
     async def egress(self, limit: Optional[int] = None) -> List[EgressEvent]:

@@ -120,6 +120,66 @@ class SandboxInfo:
 
 
 @dataclass(frozen=True)
+class Transfer:
+    """A save or restore of a snapshot in progress (`TransferProgress`)."""
+
+    direction: str  #: saving or restoring
+    bytes_done: int
+    bytes_total: Optional[int]  #: None while unknown
+
+    @classmethod
+    def from_json(cls, body: Json) -> Transfer:
+        total = body.get("bytes_total")
+        return cls(
+            direction=body.get("direction", ""),
+            bytes_done=int(body.get("bytes_done", 0)),
+            bytes_total=None if total is None else int(total),
+        )
+
+
+@dataclass(frozen=True)
+class UsageSample:
+    """One sample of what a sandbox used (`UsageSample`)."""
+
+    timestamp_ms: int
+    cpu_used_pct: float  #: share of the sandbox's `limits.cpus` since the sample before
+    memory_used_bytes: int  #: held besides file cache
+    memory_cache_bytes: int
+    disk_used_bytes: int  #: home, /tmp and /dev/shm together
+    disk_total_bytes: int
+
+    @classmethod
+    def from_json(cls, body: Json) -> UsageSample:
+        return cls(
+            timestamp_ms=int(body.get("timestamp_ms", 0)),
+            cpu_used_pct=float(body.get("cpu_used_pct", 0.0)),
+            memory_used_bytes=int(body.get("memory_used_bytes", 0)),
+            memory_cache_bytes=int(body.get("memory_cache_bytes", 0)),
+            disk_used_bytes=int(body.get("disk_used_bytes", 0)),
+            disk_total_bytes=int(body.get("disk_total_bytes", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class SandboxMetrics:
+    """A sandbox's usage samples, oldest first, with its CPU and memory limits (`SandboxMetrics`)."""
+
+    sandbox_id: str
+    cpus: float
+    memory_limit_bytes: int
+    samples: List[UsageSample]
+
+    @classmethod
+    def from_json(cls, body: Json) -> SandboxMetrics:
+        return cls(
+            sandbox_id=body.get("sandbox_id", ""),
+            cpus=float(body.get("cpus", 0.0)),
+            memory_limit_bytes=int(body.get("memory_limit_bytes", 0)),
+            samples=[UsageSample.from_json(sample) for sample in body.get("samples") or []],
+        )
+
+
+@dataclass(frozen=True)
 class SnapshotInfo:
     """A snapshot (`SnapshotBody`): a sandbox's files, and with `memory` its processes too."""
 
@@ -134,6 +194,7 @@ class SnapshotInfo:
     stored_bytes: int
     dirs: List[str]
     created_at: str
+    transfers: List[Transfer]  #: its save while saving, and restores from it in progress
     raw: Json = field(repr=False, compare=False)
 
     @classmethod
@@ -150,6 +211,7 @@ class SnapshotInfo:
             stored_bytes=int(body.get("stored_bytes", 0)),
             dirs=list(body.get("dirs") or []),
             created_at=body.get("created_at", ""),
+            transfers=[Transfer.from_json(transfer) for transfer in body.get("transfers") or []],
             raw=body,
         )
 

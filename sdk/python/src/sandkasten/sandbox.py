@@ -21,6 +21,7 @@ from .models import (
     NetworkLike,
     NetworkPolicy,
     SandboxInfo,
+    SandboxMetrics,
     SnapshotInfo,
     network_json,
 )
@@ -271,6 +272,13 @@ class Sandbox:
         """Changes the network policy; new connections follow it at once (`none` also cuts open ones)."""
         response = self._transport.request(op("network.set"), self._path, json=network_json(policy))
         return NetworkPolicy.from_json(json_of(response))
+
+    @uses("sandboxes.metrics")
+    def metrics(self, *, from_ms: Optional[int] = None, to_ms: Optional[int] = None) -> SandboxMetrics:
+        """Its usage samples (CPU share, memory, disk), oldest first, with one taken now while it runs."""
+        params = {"from_ms": from_ms, "to_ms": to_ms}
+        response = self._transport.request(op("sandboxes.metrics"), self._path, params=params)
+        return SandboxMetrics.from_json(json_of(response))
 
     @uses("network.egress")
     def egress(self, limit: Optional[int] = None) -> List[EgressEvent]:
