@@ -29,8 +29,11 @@ pub enum FailureKind {
     /// The command (or the interpreter of a code context) could not be started.
     ExecFailed,
     /// The request conflicts with the target's state: a background command that has ended or whose stdin is closed,
-    /// too many commands, a full stdin buffer, a mount point in the way, a tree too deep, a port taken.
+    /// too many commands, a mount point in the way, a tree too deep, a port taken.
     Conflict,
+    /// A command's stdin buffer in the agent is full: the program has not read what was sent before. Nothing of this
+    /// request was queued; sending it again later can succeed (a writer that keeps pace waits and retries).
+    StdinFull,
     /// The sandbox died or was removed underneath the request (its agent's channel is gone).
     SandboxGone,
     /// The isolation tier could not start the sandbox (runsc refused or died); the message says what it said.

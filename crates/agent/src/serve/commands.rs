@@ -204,7 +204,10 @@ impl Commands {
     pub fn stdin_data(&mut self, id: u64, bytes: &[u8]) -> Result<(), Failure> {
         let stdin = self.open_stdin(id)?;
         if stdin.pending.len().saturating_add(bytes.len()) > MAX_STDIN_BUFFER {
-            return Err(Failure::new(FailureKind::Conflict, format!("command {id}'s stdin buffer is full")));
+            return Err(Failure::new(
+                FailureKind::StdinFull,
+                format!("command {id}'s stdin buffer is full (it has not read what was sent before): send it later"),
+            ));
         }
         stdin.pending.extend_from_slice(bytes);
         Ok(())

@@ -247,7 +247,7 @@ async fn feed_stdin(handle: &BackgroundCommand, input: Option<std::fs::File>) {
                 match handle.send_stdin(&chunk).await {
                     Ok(()) => break,
                     // The program is not reading yet and the agent's buffer is full: wait, as a pipe would.
-                    Err(failure) if failure.kind == FailureKind::Conflict => {
+                    Err(failure) if failure.kind == FailureKind::StdinFull => {
                         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
                     }
                     // The command ended (or closed its stdin): the rest of the input has no reader.

@@ -156,7 +156,7 @@ async fn send_whole(command: &super::background::BackgroundCommand, data: &[u8])
         loop {
             match command.send_stdin(piece).await {
                 Ok(()) => break,
-                Err(failure) if failure.kind == FailureKind::Conflict && failure.message.contains("buffer is full") => {
+                Err(failure) if failure.kind == FailureKind::StdinFull => {
                     tokio::time::sleep(STDIN_RETRY).await;
                 }
                 Err(failure) => return Err(failure),

@@ -205,7 +205,8 @@ impl From<Failure> for ApiError {
             | FailureKind::IsADirectory
             | FailureKind::NotEmpty
             | FailureKind::SandboxGone
-            | FailureKind::Conflict => ErrorCode::Conflict,
+            | FailureKind::Conflict
+            | FailureKind::StdinFull => ErrorCode::Conflict,
             FailureKind::TooLarge => ErrorCode::PayloadTooLarge,
             FailureKind::TierFailed => ErrorCode::TierFailed,
             FailureKind::Internal => return ApiError::internal(format!("runtime: {}", failure.message)),

@@ -168,7 +168,7 @@ impl From<Failure> for E2bError {
             | FailureKind::NotEmpty
             | FailureKind::ExecFailed
             | FailureKind::Conflict => Code::FailedPrecondition,
-            FailureKind::TooLarge => Code::ResourceExhausted,
+            FailureKind::TooLarge | FailureKind::StdinFull => Code::ResourceExhausted,
             FailureKind::SandboxGone | FailureKind::TierFailed => Code::Unavailable,
             FailureKind::Internal => return ApiError::internal(format!("runtime: {}", failure.message)).into(),
         };

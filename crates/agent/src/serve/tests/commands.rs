@@ -97,6 +97,28 @@ fn background_stdin_streams_until_closed() {
 }
 
 #[test]
+fn a_full_stdin_buffer_is_its_own_failure() {
+    let mut agent = TestAgent::start();
+    // A program that never reads its stdin: past the pipe, the agent buffers up to MAX_STDIN_BUFFER, then refuses.
+    let spec = CommandSpec { argv: Some(vec!["sleep".into(), "30".into()]), ..Default::default() };
+    assert!(matches!(agent.request(6, exec(spec, true)), Message::ExecStarted { .. }));
+    let megabyte = STANDARD.encode(vec![b'x'; 1 << 20]);
+    let limit = crate::serve::MAX_STDIN_BUFFER >> 20;
+    let refused =
+        (0..limit + 4).find_map(|sent| match agent.request(6, Message::StdinData { data: megabyte.clone() }) {
+            Message::Done => None,
+            other => Some((sent, other)),
+        });
+    let Some((sent, Message::Failed(failure))) = refused else { panic!("never refused: {refused:?}") };
+    assert_eq!(failure.kind, FailureKind::StdinFull, "{failure:?}");
+    assert!(sent >= limit, "refused after {sent} MiB, before the buffer was full");
+    assert!(failure.message.contains("send it later"), "{}", failure.message);
+    assert_eq!(agent.request(6, Message::Signal { signal: 9 }), Message::Done);
+    agent.collect(6);
+    agent.shutdown();
+}
+
+#[test]
 fn signal_reaches_the_command_and_list_shows_it_running() {
     let mut agent = TestAgent::start();
     agent.request(7, exec(CommandSpec { argv: Some(vec!["sleep".into(), "30".into()]), ..Default::default() }, true));
