@@ -51,7 +51,7 @@ fn scan_input(command: &Command) -> Option<(ScanLanguage, String)> {
         Command::Code { language: Language::Node, code } => Some((ScanLanguage::Javascript, code.clone())),
         Command::Code { language: Language::Bash, code } => Some((ScanLanguage::Bash, code.clone())),
         Command::Code { language: Language::C, .. } => None,
-        Command::Argv(argv) => Some((ScanLanguage::Bash, argv.join(" "))),
+        Command::Argv(argv) => Some((ScanLanguage::Bash, sandkasten_scan::argv_command_line(argv))),
     }
 }
 

@@ -20,6 +20,23 @@ pub use finding::{Finding, ScanLanguage, ScanReport, Severity, Verdict};
 pub use policy::{ImportPolicy, Loosening, Mode, PolicyError, ScanPolicy, ScanPolicyOverride, module_matches};
 pub use rules::Rule;
 
+/// A program and its arguments as the bash command line that runs exactly them (each word quoted where needed),
+/// for scanning an argv as bash: `["bash", "-c", "rm -rf /"]` scans `rm -rf /` too.
+pub fn argv_command_line(argv: &[String]) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c);
+    let words: Vec<String> = argv
+        .iter()
+        .map(|word| {
+            if !word.is_empty() && word.chars().all(safe) {
+                word.clone()
+            } else {
+                format!("'{}'", word.replace('\'', "'\\''"))
+            }
+        })
+        .collect();
+    words.join(" ")
+}
+
 /// Every rule of a language (the shared ones first), for documentation and listings.
 pub fn rules(language: ScanLanguage) -> Vec<&'static Rule> {
     let own: &[&Rule] = match language {
@@ -33,6 +50,15 @@ pub fn rules(language: ScanLanguage) -> Vec<&'static Rule> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_argv_becomes_the_command_line_of_the_same_words() {
+        let argv: Vec<String> = ["bash", "-c", "rm -rf /", "it's"].map(String::from).to_vec();
+        assert_eq!(argv_command_line(&argv), "bash -c 'rm -rf /' 'it'\\''s'");
+        let policy = ScanPolicy { mode: Mode::Enforce, ..ScanPolicy::default() };
+        let report = scan(ScanLanguage::Bash, &argv_command_line(&argv), &policy).map_err(|e| e.to_string());
+        assert_eq!(report.map(|r| r.verdict), Ok(Verdict::Block));
+    }
 
     #[test]
     fn every_rule_has_a_snake_case_id_and_a_one_line_explanation() {

@@ -155,7 +155,11 @@ pub(crate) async fn run_code(
 
 /// The language a cell is scanned in: the request's, else its context's (`None` for an unknown context, which the
 /// run answers 404).
-async fn cell_language(state: &AppState, id: &str, request: &CodeRun) -> Result<Option<ScanLanguage>, ApiError> {
+pub(crate) async fn cell_language(
+    state: &AppState,
+    id: &str,
+    request: &CodeRun,
+) -> Result<Option<ScanLanguage>, ApiError> {
     let language = match (request.language, &request.context_id) {
         (Some(language), _) => Some(language),
         (None, Some(context)) => {

@@ -151,7 +151,8 @@ pub(crate) async fn exec(
     let scan_policy = body.scan_policy.clone();
     let spec = command_spec(body, &sandbox)?;
     // The command line as bash (argv joined); refused before the command is recorded or started.
-    let line = spec.cmd.clone().or_else(|| spec.argv.as_ref().map(|argv| argv.join(" "))).unwrap_or_default();
+    let line =
+        spec.cmd.clone().or_else(|| spec.argv.as_deref().map(sandkasten_scan::argv_command_line)).unwrap_or_default();
     let findings = scan::gate(&tenant, scan_policy.as_ref(), ScanLanguage::Bash, &line).await?;
     let limit = sandbox.spec.limits.output_bytes;
     let isolation = sandbox.spec.tier();

@@ -120,7 +120,7 @@ impl RunRequest {
         }
         match (&self.cmd, &self.argv) {
             (Some(cmd), _) => Some((ScanLanguage::Bash, cmd.clone())),
-            (None, Some(argv)) => Some((ScanLanguage::Bash, argv.join(" "))),
+            (None, Some(argv)) => Some((ScanLanguage::Bash, sandkasten_scan::argv_command_line(argv))),
             (None, None) => None,
         }
     }
