@@ -1,5 +1,5 @@
-//! `sandkasten`: run untrusted code in a sandbox. Subcommands: `run` (one-shot), `gc` (remove leftovers of crashed
-//! runs), `doctor` (what this host supports, per tier).
+//! `sandkasten`: run untrusted code in a sandbox. Subcommands: `run` (one-shot), `scan` (the static scan, offline),
+//! `gc` (remove leftovers of crashed runs), `doctor` (what this host supports, per tier).
 
 mod client;
 mod doctor;
@@ -8,6 +8,7 @@ mod gc_command;
 mod run_command;
 mod run_input;
 mod run_remote;
+mod scan_command;
 mod serve_command;
 
 use clap::{Parser, Subcommand};
@@ -24,6 +25,8 @@ struct Cli {
 enum Command {
     /// Run code or a program once in a fresh sandbox, then destroy it.
     Run(Box<run_input::RunArgs>),
+    /// Scan code statically (no sandbox): findings with rule, line and column, and the verdict under a policy.
+    Scan(scan_command::ScanArgs),
     /// Remove sandboxes left behind by a crashed sandkasten (runs automatically when stale records exist).
     Gc {
         /// Print the report as JSON.
@@ -101,6 +104,7 @@ fn main() {
     init_logging(&cli.command);
     let code = match cli.command {
         Command::Run(args) => run_command::run(*args),
+        Command::Scan(args) => scan_command::run(&args),
         Command::Gc { json } => gc_command::run(json),
         Command::Serve(args) => serve_command::run(args),
         Command::Spawner { runsc, gvisor_platform } => serve_command::run_spawner(runsc, &gvisor_platform),

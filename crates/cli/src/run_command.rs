@@ -9,7 +9,7 @@ use sandkasten_runtime::{OneShotRunner, OutputSink, RuntimeConfig, RuntimeError,
 use sandkasten_types::{ExecResult, LimitKind, units::format_bytes, units::format_duration_ms};
 
 use crate::run_input::{self, ProgramStdin, RunArgs};
-use crate::{exit_codes, run_remote};
+use crate::{exit_codes, run_remote, scan_command};
 
 /// Streams output to this process's stdout and stderr as it arrives.
 struct Terminal;
@@ -34,6 +34,12 @@ pub fn run(args: RunArgs) -> i32 {
             return exit_codes::BAD_INPUT;
         }
     };
+    // The static scan decides before anything is created, here or on a server.
+    if let Some(policy) = &args.policy
+        && let Err(code) = scan_command::gate(policy, &input.request.command, args.json)
+    {
+        return code;
+    }
     if let Some(server) = &args.server {
         return run_remote::run(server, &input, args.json, |result| explain(result, &input.spec.limits));
     }

@@ -14,9 +14,10 @@ use sandkasten_types::{Command, ExecRequest, Language, Limits, SandboxSpec, Tier
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  sandkasten run --lang python --code 'print(2+2)'\n  \
     echo 'console.log(1)' | sandkasten run --lang node --json\n  sandkasten run --timeout 2s -- ls -la /\n  \
-    sandkasten run --server http://127.0.0.1:8080 --lang python --code 'print(1)'   # on a server's warm pool\n\n\
-    Exit codes: the program's own; 128+N when killed by signal N; 2 bad input; 121 output limit; 122 memory limit;\n  \
-    123 compile error; 124 timeout; 125 sandbox error.")]
+    sandkasten run --server http://127.0.0.1:8080 --lang python --code 'print(1)'   # on a server's warm pool\n  \
+    sandkasten run --policy policy.toml --lang python --file main.py   # the static scan first\n\n\
+    Exit codes: the program's own; 128+N when killed by signal N; 2 bad input (or refused by --policy); 121 output\n  \
+    limit; 122 memory limit; 123 compile error; 124 timeout; 125 sandbox error.")]
 pub struct RunArgs {
     /// Language of the code: python, node, bash or c (c is compiled with gcc inside the sandbox).
     #[arg(long, value_name = "LANG")]
@@ -65,6 +66,10 @@ pub struct RunArgs {
     /// Network access (with --server only): hosts the run may reach through the server's egress proxy.
     #[command(flatten)]
     pub network: crate::client::NetworkArgs,
+    /// A scan policy (TOML) applied before anything runs: in `enforce` a blocking finding exits 2 with the
+    /// findings and nothing runs; in `warn` the findings go to stderr and the run goes on.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
     /// A program and its arguments to run instead of code (after `--`).
     #[arg(last = true, value_name = "PROGRAM")]
     pub program: Vec<String>,

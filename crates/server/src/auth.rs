@@ -11,6 +11,8 @@ use std::sync::Arc;
 use axum::http::HeaderValue;
 use subtle::{Choice, ConditionallySelectable, ConstantTimeEq};
 
+use sandkasten_scan::ScanPolicy;
+
 use crate::config::{MAX_KEY_BYTES, ServerConfig};
 use crate::store::Quota;
 
@@ -23,6 +25,8 @@ pub struct Tenant {
     pub quota: Quota,
     /// Whether it may change operator-wide settings (`admin = true` in its `[[tenants]]` entry).
     pub admin: bool,
+    /// Its scan policy: its own `scan`, else the server's `[scan]`.
+    pub scan: Arc<ScanPolicy>,
 }
 
 /// Why a request's `Authorization` header authenticates no tenant (answered as 401 with this message).
@@ -68,7 +72,12 @@ impl Keyring {
         let mut entries = Vec::new();
         let mut tenants = Vec::new();
         for (index, tenant) in config.tenants.iter().enumerate() {
-            tenants.push(Tenant { name: Arc::from(tenant.name.as_str()), quota: tenant.quota(), admin: tenant.admin });
+            tenants.push(Tenant {
+                name: Arc::from(tenant.name.as_str()),
+                quota: tenant.quota(),
+                admin: tenant.admin,
+                scan: Arc::new(tenant.scan.clone().unwrap_or_else(|| config.scan.clone())),
+            });
             for key in &tenant.api_keys {
                 if let (Some(padded), Ok(tenant)) = (pad(key.as_bytes()), u32::try_from(index)) {
                     entries.push(KeyEntry { padded, len: key.as_bytes().len() as u64, tenant });
@@ -79,7 +88,12 @@ impl Keyring {
             let configured = config.tenants.iter().find(|t| t.name == UNAUTHENTICATED_TENANT);
             let default = crate::config::TenantConfig::new(UNAUTHENTICATED_TENANT);
             let tenant = configured.unwrap_or(&default);
-            Tenant { name: Arc::from(UNAUTHENTICATED_TENANT), quota: tenant.quota(), admin: tenant.admin }
+            Tenant {
+                name: Arc::from(UNAUTHENTICATED_TENANT),
+                quota: tenant.quota(),
+                admin: tenant.admin,
+                scan: Arc::new(tenant.scan.clone().unwrap_or_else(|| config.scan.clone())),
+            }
         });
         Keyring { entries, tenants, anonymous }
     }

@@ -20,6 +20,7 @@
 //! max_pids = 8192                                 # sum of the running sandboxes' pids limits
 //! max_output_bytes = 268435456                    # command output the server holds for all its sandboxes at once
 //! admin = false                                   # may resize the warm pools (PUT /v1/pools/{name})
+//! scan = { mode = "enforce", python = { allow_imports = ["numpy", "json"] } }  # the tenant's scan policy (below)
 //!
 //! [[pools]]                                       # warm pool (none by default): sandboxes created ahead of time
 //! name = "default"                                # label of the sandkasten_pool_size metric; default "pool-N"
@@ -29,6 +30,11 @@
 //! max = 8                                         # never more than this many, ready or being created
 //! zygote = "python"                               # optional: "python" or "node", an interpreter waiting in each member
 //! preload = ["json"]                              # modules the zygote imports ahead of time (needs zygote)
+//!
+//! [scan]                                          # the static scan before runs (default for tenants without scan)
+//! mode = "warn"                                   # "off" (default) | "warn" (run, carry findings) | "enforce" (refuse)
+//! block = ["high", "critical"]                    # severities that refuse code in enforce (the default)
+//! python = { deny_imports = ["ctypes"] }          # allow_imports / deny_imports per language (python, javascript)
 //!
 //! [metrics]
 //! require_auth = false                            # true: GET /metrics needs an API key (any tenant's)
@@ -81,6 +87,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use sandkasten_scan::ScanPolicy;
 use sandkasten_types::{Limits, Template, Tier};
 use serde::Deserialize;
 use thiserror::Error;
@@ -102,6 +109,14 @@ pub const MAX_KEY_BYTES: usize = 256;
 /// A configuration that cannot be used, with what to change.
 #[derive(Debug, Error)]
 pub enum ConfigError {
+    /// A scan policy (`[scan]`, or a tenant's `scan`) is unusable.
+    #[error("{}: {problem}", tenant.as_ref().map_or_else(|| "[scan]".to_owned(), |t| format!("tenant {t}: scan")))]
+    Scan {
+        /// The tenant whose policy it is; `None` for the server's `[scan]`.
+        tenant: Option<String>,
+        /// What is wrong.
+        problem: String,
+    },
     /// The `[secrets]` table is unusable.
     #[error("[secrets] {0}")]
     Secrets(String),
@@ -259,6 +274,10 @@ pub struct TenantConfig {
     /// May change operator-wide settings through the API (resize warm pools). Default false.
     #[serde(default)]
     pub admin: bool,
+    /// The tenant's scan policy (replaces the server's `[scan]` for it); requests may only tighten it. Default:
+    /// the server's `[scan]`.
+    #[serde(default)]
+    pub scan: Option<ScanPolicy>,
 }
 
 impl TenantConfig {
@@ -273,6 +292,7 @@ impl TenantConfig {
             max_output_bytes: default_max_output_bytes(),
             max_snapshot_bytes: default_max_snapshot_bytes(),
             admin: false,
+            scan: None,
         }
     }
 
@@ -439,6 +459,9 @@ pub struct ServerConfig {
     /// Where snapshots are kept (`[snapshots]`).
     #[serde(default)]
     pub snapshots: SnapshotsConfig,
+    /// The scan policy of tenants that have none of their own (`[scan]`). Default mode `off`.
+    #[serde(default)]
+    pub scan: ScanPolicy,
 }
 
 /// What the database keeps of ended sandboxes, commands and egress events (`[retention]`).
@@ -592,6 +615,7 @@ impl Default for ServerConfig {
             gvisor: sandkasten_types::GvisorSettings::default(),
             secrets: SecretsConfig::default(),
             snapshots: SnapshotsConfig::default(),
+            scan: ScanPolicy::default(),
         }
     }
 }
@@ -708,6 +732,16 @@ impl ServerConfig {
                 }
             }
         }
+        self.scan.check().map_err(|error| ConfigError::Scan { tenant: None, problem: error.to_string() })?;
+        for tenant in &self.tenants {
+            if let Some(scan) = &tenant.scan {
+                let problem = |error: sandkasten_scan::PolicyError| ConfigError::Scan {
+                    tenant: Some(tenant.name.clone()),
+                    problem: error.to_string(),
+                };
+                scan.check().map_err(problem)?;
+            }
+        }
         if !self.insecure_no_auth && keys.is_empty() {
             return Err(ConfigError::NoKeys);
         }
@@ -787,6 +821,29 @@ mod tests {
         assert_eq!(config.tenants[0].max_sandboxes, 2);
         assert_eq!(config.default_timeout_s, 60);
         assert_eq!(config.database, PathBuf::from("/tmp/x.db"));
+        Ok(())
+    }
+
+    #[test]
+    fn scan_policies_parse_per_tenant_and_bad_ones_name_their_tenant() -> Result<(), ConfigError> {
+        let text = format!(
+            "[scan]\nmode = \"warn\"\n[[tenants]]\nname = \"acme\"\napi_keys = [\"{KEY}\"]\n\
+             scan = {{ mode = \"enforce\", python = {{ allow_imports = [\"json\"] }} }}\n"
+        );
+        let config = ServerConfig::from_toml_str(&text)?;
+        config.validate()?;
+        assert_eq!(config.scan.mode, sandkasten_scan::Mode::Warn);
+        let tenant = config.tenants[0].scan.as_ref().map(|s| (s.mode, s.python.allow_imports.clone()));
+        assert_eq!(tenant, Some((sandkasten_scan::Mode::Enforce, Some(vec!["json".to_owned()]))));
+        let mut bad = config.clone();
+        bad.tenants[0].scan = Some(ScanPolicy {
+            python: sandkasten_scan::ImportPolicy { allow_imports: None, deny_imports: vec![String::new()] },
+            ..ScanPolicy::default()
+        });
+        let message = bad.validate().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains("tenant acme: scan") && message.contains("deny_imports"), "{message}");
+        let misspelt = "[scan]\nmode = \"enforcing\"\n";
+        assert!(ServerConfig::from_toml_str(misspelt).is_err());
         Ok(())
     }
 

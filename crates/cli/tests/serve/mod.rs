@@ -55,6 +55,11 @@ impl Server {
         Server::start_locked("", "", crate::common::exclusive_lock())
     }
 
+    /// As `start_with`, holding the suite lock exclusively until the server is dropped.
+    pub fn start_exclusive_with(extra: &str) -> Server {
+        Server::start_locked("", extra, crate::common::exclusive_lock())
+    }
+
     /// As `start`, with `extra` appended to the config file (e.g. `[[pools]]` tables).
     pub fn start_with(extra: &str) -> Server {
         Server::start_locked("", extra, crate::common::shared_lock())

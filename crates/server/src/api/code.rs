@@ -14,19 +14,21 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use sandkasten_types::{CellOutcome, CodeRun};
+use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::api::code_schemas::{CodeBody, CodeResponse};
 use crate::api::contexts::is_context_id;
 use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
-use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error};
+use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error, runtime_result};
 use crate::api::output::{self, json_event};
 use crate::api::running::{Started, pump};
+use crate::api::scan;
 use crate::auth::Tenant;
 use crate::state::AppState;
 use crate::store::SandboxRecord;
+use sandkasten_scan::{Finding, ScanLanguage};
 use sandkasten_types::LimitKind;
 use sandkasten_types::Tier;
 
@@ -114,7 +116,9 @@ fn stopped_at_timeout(outcome: &CellOutcome, elapsed: Duration, timeout: Duratio
         (status = 409, description = "The sandbox has ended", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 422, description = "No language, a language other than the context's, bad timeout_ms, too many \
-            contexts, or the interpreter cannot start", body = ErrorBody),
+            contexts, the interpreter cannot start, a `scan_policy` that would loosen the tenant's \
+            (`unprocessable`), or a cell the static scan refused under an `enforce` policy (`scan_refused`, with \
+            `findings`; the cell did not run)", body = ErrorBody),
     ),
     security(("api_key" = []))
 )]
@@ -126,12 +130,17 @@ pub(crate) async fn run_code(
     JsonBody(body): JsonBody<CodeBody>,
 ) -> Result<Response, ApiError> {
     let sandbox = running_sandbox(&state, &tenant, &id).await?;
+    let scan_policy = body.scan_policy.clone();
     let request = code_run(body, &sandbox)?;
+    let findings = match cell_language(&state, &id, &request).await? {
+        Some(language) => scan::gate(&tenant, scan_policy.as_ref(), language, &request.code).await?,
+        None => Vec::new(),
+    };
     let wants_stream = output::wants_stream(&headers);
     let isolation = sandbox.spec.tier();
     let started = start(&state, &id, request);
     if wants_stream {
-        return Ok(stream(state, id, isolation, started));
+        return Ok(stream(state, id, isolation, started, findings));
     }
     let started_at = started.started;
     let outcome = match pump(started, |_| std::future::ready(())).await {
@@ -139,11 +148,40 @@ pub(crate) async fn run_code(
         Err(failure) => return Err(runtime_error(&state, &id, failure).await),
     };
     let duration_ms = started_at.elapsed().as_secs_f64() * 1000.0;
-    Ok(Json(CodeResponse::new(id, isolation, outcome, duration_ms)).into_response())
+    let mut response = CodeResponse::new(id, isolation, outcome, duration_ms);
+    response.findings = findings;
+    Ok(Json(response).into_response())
+}
+
+/// The language a cell is scanned in: the request's, else its context's (`None` for an unknown context, which the
+/// run answers 404).
+pub(crate) async fn cell_language(
+    state: &AppState,
+    id: &str,
+    request: &CodeRun,
+) -> Result<Option<ScanLanguage>, ApiError> {
+    let language = match (request.language, &request.context_id) {
+        (Some(language), _) => Some(language),
+        (None, Some(context)) => {
+            let contexts = runtime_result(state, id, state.runtime().list_contexts(id).await).await?;
+            contexts.into_iter().find(|c| &c.id == context).map(|c| c.language)
+        }
+        (None, None) => None,
+    };
+    Ok(language.map(|language| match language {
+        CodeLanguage::Python => ScanLanguage::Python,
+        CodeLanguage::Javascript => ScanLanguage::Javascript,
+    }))
 }
 
 /// The SSE response: a task forwards events while the cell runs.
-fn stream(state: AppState, id: String, isolation: Tier, started: Started<CellOutcome>) -> Response {
+fn stream(
+    state: AppState,
+    id: String,
+    isolation: Tier,
+    started: Started<CellOutcome>,
+    findings: Vec<Finding>,
+) -> Response {
     let (sender, receiver) = mpsc::channel::<Result<Event, Infallible>>(64);
     tokio::spawn(async move {
         let started_at = started.started;
@@ -162,7 +200,8 @@ fn stream(state: AppState, id: String, isolation: Tier, started: Started<CellOut
         match result {
             Ok(outcome) => {
                 let duration_ms = started_at.elapsed().as_secs_f64() * 1000.0;
-                let response = CodeResponse::new(id, isolation, outcome, duration_ms);
+                let mut response = CodeResponse::new(id, isolation, outcome, duration_ms);
+                response.findings = findings;
                 for result in &response.results {
                     sender.send(Ok(json_event("result", result))).await.ok();
                 }
@@ -174,7 +213,7 @@ fn stream(state: AppState, id: String, isolation: Tier, started: Started<CellOut
             Err(failure) => {
                 let error = runtime_error(&state, &id, failure).await;
                 state.metrics().error(error.code.as_str());
-                let detail = ErrorDetail { code: error.code, message: error.message };
+                let detail = ErrorDetail::from(error);
                 sender.send(Ok(json_event("failure", &detail))).await.ok();
             }
         }

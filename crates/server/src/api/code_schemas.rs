@@ -2,6 +2,7 @@
 //! They mirror `sandkasten_types::{CodeLanguage, ContextInfo, CellResult, CellError, CellOutcome}` (same JSON);
 //! tests check each mirror against its original.
 
+use sandkasten_scan::{Finding, ScanPolicyOverride};
 use sandkasten_types::{CellError, CellOutcome, CellResult, CodeLanguage, ContextInfo};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -54,6 +55,10 @@ pub struct CodeBody {
     /// sandbox's `limits.timeout_ms`.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// Changes to the tenant's scan policy for this cell (scanned in the cell's language); they may only tighten
+    /// it (a loosening field is 422).
+    #[serde(default)]
+    pub scan_policy: Option<ScanPolicyOverride>,
 }
 
 /// One rich result of a cell, as a mime bundle. Mirrors `sandkasten_types::CellResult`.
@@ -134,6 +139,10 @@ pub struct CodeResponse {
     pub context_restarted: bool,
     /// Wall-clock time of the call, in milliseconds.
     pub duration_ms: f64,
+    /// What the static scan found before the cell ran (the tenant's scan policy in mode `warn`, or `enforce` with
+    /// nothing blocking); absent when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<Finding>,
 }
 
 impl CodeResponse {
@@ -151,6 +160,7 @@ impl CodeResponse {
             error: outcome.error.map(CellErrorBody::from),
             context_restarted: outcome.context_restarted,
             duration_ms,
+            findings: Vec::new(),
         }
     }
 }

@@ -5,6 +5,7 @@ use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use sandkasten_scan::Finding;
 use sandkasten_types::{Failure, FailureKind};
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -41,6 +42,9 @@ pub enum ErrorCode {
     /// build yet (`microvm`, `auto`), or not installed on this host (`gvisor` without `runsc`); the message says how
     /// to get it. Nothing was created.
     TierUnavailable,
+    /// 422: the static scan refused the code under the tenant's policy (mode `enforce`); `findings` says what it
+    /// found, where, and what to do instead. Nothing was started (for `POST /v1/run`: no sandbox was created).
+    ScanRefused,
     /// 429: a tenant quota would be exceeded.
     QuotaExceeded,
     /// 503: the isolation tier could not start the sandbox (runsc refused or died); the message says what it said.
@@ -67,6 +71,7 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::Unprocessable => "unprocessable",
             ErrorCode::TierUnavailable => "tier_unavailable",
+            ErrorCode::ScanRefused => "scan_refused",
             ErrorCode::QuotaExceeded => "quota_exceeded",
             ErrorCode::TierFailed => "tier_failed",
             ErrorCode::StoreFailed => "store_failed",
@@ -84,7 +89,9 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::Conflict | ErrorCode::Paused => StatusCode::CONFLICT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::Unprocessable | ErrorCode::TierUnavailable => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::Unprocessable | ErrorCode::TierUnavailable | ErrorCode::ScanRefused => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
             ErrorCode::QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::TierFailed | ErrorCode::StoreFailed => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -106,6 +113,15 @@ pub struct ErrorDetail {
     pub code: ErrorCode,
     /// What went wrong and how to fix it.
     pub message: String,
+    /// With `scan_refused`: the scan's findings (rule, severity, line, column, message).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<Finding>,
+}
+
+impl From<ApiError> for ErrorDetail {
+    fn from(error: ApiError) -> Self {
+        ErrorDetail { code: error.code, message: error.message, findings: error.findings }
+    }
 }
 
 /// An error answered to the client.
@@ -116,6 +132,8 @@ pub struct ApiError {
     pub code: ErrorCode,
     /// Message for the client.
     pub message: String,
+    /// The scan's findings, when the scan refused the code (`scan_refused`).
+    pub findings: Vec<Finding>,
 }
 
 /// Marks an error response with its code's wire name, for the errors metric (`sandkasten_errors_total{code}`); the E2B
@@ -126,7 +144,11 @@ pub(crate) struct ErrorTag(pub(crate) &'static str);
 impl ApiError {
     /// An error with a code and message.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        ApiError { code, message: message.into() }
+        ApiError { code, message: message.into(), findings: Vec::new() }
+    }
+    /// 422 `scan_refused` with the findings.
+    pub fn scan_refused(message: impl Into<String>, findings: Vec<Finding>) -> Self {
+        ApiError { code: ErrorCode::ScanRefused, message: message.into(), findings }
     }
     /// 400.
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -169,9 +191,10 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = ErrorBody { error: ErrorDetail { code: self.code, message: self.message } };
-        let mut response = (self.code.status(), Json(body)).into_response();
-        response.extensions_mut().insert(ErrorTag(self.code.as_str()));
+        let code = self.code;
+        let body = ErrorBody { error: ErrorDetail::from(self) };
+        let mut response = (code.status(), Json(body)).into_response();
+        response.extensions_mut().insert(ErrorTag(code.as_str()));
         response
     }
 }

@@ -22,6 +22,7 @@ use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::api::extract::{IdPath, JsonBody, running_sandbox, runtime_error};
 use crate::api::output::{self, Capture, json_event};
 use crate::api::running::{Started, pump};
+use crate::api::scan;
 use crate::api::schemas::{ExecBody, ExecResponse, ExitEvent};
 use crate::auth::Tenant;
 use crate::clock::now_ms;
@@ -29,6 +30,7 @@ use crate::metrics::ExecPhase;
 use crate::state::AppState;
 use crate::store::SandboxRecord;
 use crate::validate;
+use sandkasten_scan::ScanLanguage;
 use sandkasten_types::LimitKind;
 use sandkasten_types::Tier;
 
@@ -131,7 +133,9 @@ async fn start(
         (status = 409, description = "The sandbox has ended, or (background) it runs too many background commands",
             body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 422, description = "No command, both argv and cmd, bad env or timeout_ms", body = ErrorBody),
+        (status = 422, description = "No command, both argv and cmd, bad env or timeout_ms, a `scan_policy` that \
+            would loosen the tenant's (`unprocessable`), or a command line the static scan refused under an \
+            `enforce` policy (`scan_refused`, with `findings`; nothing was started)", body = ErrorBody),
     ),
     security(("api_key" = []))
 )]
@@ -144,7 +148,12 @@ pub(crate) async fn exec(
 ) -> Result<Response, ApiError> {
     let sandbox = running_sandbox(&state, &tenant, &id).await?;
     let background = body.background;
+    let scan_policy = body.scan_policy.clone();
     let spec = command_spec(body, &sandbox)?;
+    // The command line as bash (argv joined); refused before the command is recorded or started.
+    let line =
+        spec.cmd.clone().or_else(|| spec.argv.as_deref().map(sandkasten_scan::argv_command_line)).unwrap_or_default();
+    let findings = scan::gate(&tenant, scan_policy.as_ref(), ScanLanguage::Bash, &line).await?;
     let limit = sandbox.spec.limits.output_bytes;
     let isolation = sandbox.spec.tier();
     if background {
@@ -173,7 +182,9 @@ pub(crate) async fn exec(
         Err(failure) => return Err(runtime_error(&state, &id, failure).await),
     };
     let duration_ms = started_at.elapsed().as_secs_f64() * 1000.0;
-    Ok(Json(ExecResponse::new(id, isolation, exit, stdout, stderr, duration_ms)).into_response())
+    let mut response = ExecResponse::new(id, isolation, exit, stdout, stderr, duration_ms);
+    response.findings = findings;
+    Ok(Json(response).into_response())
 }
 
 /// The SSE response: a task forwards events while the command runs; a gone client does not stop the command.
@@ -211,7 +222,7 @@ fn stream(state: AppState, id: String, isolation: Tier, started: Started<Command
             Err(failure) => {
                 let error = runtime_error(&state, &id, failure).await;
                 state.metrics().error(error.code.as_str());
-                json_event("error", &ErrorDetail { code: error.code, message: error.message })
+                json_event("error", &ErrorDetail::from(error))
             }
         };
         sender.send(Ok(last)).await.ok();

@@ -25,6 +25,7 @@ pub(crate) mod request_log;
 mod run;
 pub(crate) mod running;
 pub(crate) mod sandboxes;
+pub mod scan;
 pub mod schemas;
 mod secrets;
 mod service;
@@ -85,6 +86,7 @@ pub fn router(state: AppState) -> Router {
         .route("/secrets", get(secrets::list))
         .route("/secrets/{name}", axum::routing::put(secrets::put).delete(secrets::delete))
         .route("/run", post(run::run))
+        .route("/scan", post(scan::scan_code))
         .route("/pools", get(pools::list))
         .route("/pools/{name}", axum::routing::put(pools::resize))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate::require_tenant));

@@ -8,7 +8,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::api::{
     archive, code, code_schemas, command_schemas, command_stream, commands, contexts, egress, egress_schemas, error,
-    exec, files, fork, isolation, pause, pools, run, sandboxes, schemas, secrets, service, snapshots, usage,
+    exec, files, fork, isolation, pause, pools, run, sandboxes, scan, schemas, secrets, service, snapshots, usage,
 };
 
 /// The OpenAPI description of every route.
@@ -30,7 +30,7 @@ use crate::api::{
         exec::exec,
         commands::list, command_stream::stream, commands::stdin, commands::signal, commands::kill,
         code::run_code, contexts::create, contexts::list, contexts::delete, contexts::restart,
-        run::run,
+        run::run, scan::scan_code,
         egress::set_network, egress::audit, secrets::put, secrets::list, secrets::delete,
         pools::list, pools::resize,
         files::read, files::write, files::remove, files::list, files::stat, files::mkdir, files::rename,
@@ -45,6 +45,7 @@ use crate::api::{
         command_schemas::CommandStateName,
         egress_schemas::NetworkModeName, crate::egress::store::EgressEvent,
         pools::PoolBody, pools::PoolList, pools::PoolSizes,
+        sandkasten_scan::Finding, sandkasten_scan::Severity, sandkasten_scan::Verdict,
     )),
     modifiers(&BearerAuth),
     tags(
@@ -56,6 +57,8 @@ use crate::api::{
         (name = "files", description = "Files inside a sandbox"),
         (name = "network", description = "Egress: network policy, audit, secrets"),
         (name = "pools", description = "Warm pools: sizes and counts; resizing is for admin tenants"),
+        (name = "scan", description = "Static scan of code before it runs: findings, import validation, the \
+            tenant's policy"),
         (name = "service", description = "Health, metrics, this description"),
     )
 )]

@@ -23,9 +23,11 @@ use tokio::sync::mpsc;
 use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::api::extract::JsonBody;
 use crate::api::output::{self, Capture, json_event};
+use crate::api::scan;
 use crate::auth::Tenant;
 use crate::lifecycle::resolve_tier;
 use crate::state::AppState;
+use sandkasten_scan::Finding;
 use sandkasten_types::Tier;
 
 use request::RunRequest;
@@ -50,7 +52,9 @@ use task::{RunEvent, RunOutcome};
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 413, description = "Body or a file too large", body = ErrorBody),
         (status = 422, description = "Nothing (or too much) to run, unknown language or isolation, bad env, limits \
-            or files (`unprocessable`), or an isolation tier that cannot run here (`tier_unavailable`)",
+            or files, a `scan_policy` that would loosen the tenant's (`unprocessable`), an isolation tier that \
+            cannot run here (`tier_unavailable`), or code the static scan refused under an `enforce` policy \
+            (`scan_refused`, with `findings`; no sandbox was created)",
             body = ErrorBody),
         (status = 429, description = "A tenant quota would be exceeded", body = ErrorBody),
     ),
@@ -63,25 +67,38 @@ pub(crate) async fn run(
     JsonBody(body): JsonBody<RunRequest>,
 ) -> Result<Response, ApiError> {
     let requested = Instant::now();
+    let (scan_input, scan_policy) = (body.scan_input(), body.scan_policy.clone());
     let mut plan = request::plan(body, state.settings())?;
     // Resolved here (as `start_sandbox` would) so that the answer can say which tier ran the code.
     plan.spec.isolation = Some(resolve_tier(&state, plan.spec.isolation)?);
+    // The scan refuses before the run's sandbox exists (nothing is created, nothing counts against the quota).
+    let findings = match &scan_input {
+        Some((language, code)) => scan::gate(&tenant, scan_policy.as_ref(), *language, code).await?,
+        None => Vec::new(),
+    };
     let tier = plan.spec.tier();
     let limit = plan.spec.limits.output_bytes;
     let started = task::spawn(state.clone(), tenant.clone(), plan, requested);
     let id =
         started.ready.await.map_err(|_| ApiError::internal("the run's task ended before its sandbox was ready"))??;
     if output::wants_stream(&headers) {
-        return Ok(stream(state, id, tier, started.events, limit));
+        return Ok(stream(state, id, tier, started.events, limit, findings));
     }
     let budgets = state.output_budgets();
     let captures = [budgets.hold(&tenant, &id), budgets.hold(&tenant, &id)].map(Capture::charged);
-    collect(id, tier, started.events, limit, captures).await
+    collect(id, tier, started.events, limit, captures, findings).await
 }
 
-fn result(id: String, isolation: Tier, outcome: RunOutcome, stdout: Capture, stderr: Capture) -> RunResponse {
+fn result(
+    id: String,
+    isolation: Tier,
+    outcome: RunOutcome,
+    [stdout, stderr]: [Capture; 2],
+    findings: Vec<Finding>,
+) -> RunResponse {
     let error = outcome.error();
-    let result = ExecResponse::new(id, isolation, outcome.exit, stdout, stderr, outcome.duration_ms);
+    let mut result = ExecResponse::new(id, isolation, outcome.exit, stdout, stderr, outcome.duration_ms);
+    result.findings = findings;
     RunResponse { result, error }
 }
 
@@ -92,6 +109,7 @@ async fn collect(
     mut events: mpsc::Receiver<RunEvent>,
     limit: u64,
     [mut stdout, mut stderr]: [Capture; 2],
+    findings: Vec<Finding>,
 ) -> Result<Response, ApiError> {
     while let Some(event) = events.recv().await {
         match event {
@@ -100,7 +118,7 @@ async fn collect(
                 StreamKind::Stderr => stderr.keep(&chunk.data, limit),
             },
             RunEvent::Done(outcome) => {
-                return Ok(Json(result(id, isolation, outcome?, stdout, stderr)).into_response());
+                return Ok(Json(result(id, isolation, outcome?, [stdout, stderr], findings)).into_response());
             }
         }
     }
@@ -118,6 +136,8 @@ struct StreamState {
     stderr: Capture,
     pending: VecDeque<Event>,
     done: bool,
+    /// The scan's findings (mode `warn`), sent with the `exit` event.
+    findings: Vec<Finding>,
 }
 
 impl StreamState {
@@ -154,11 +174,12 @@ impl StreamState {
                     stderr_truncated: self.stderr.truncated(),
                     duration_ms: outcome.duration_ms,
                     error: outcome.error(),
+                    findings: std::mem::take(&mut self.findings),
                 },
             ),
             Err(error) => {
                 self.state.metrics().error(error.code.as_str());
-                json_event("error", &ErrorDetail { code: error.code, message: error.message })
+                json_event("error", &ErrorDetail::from(error))
             }
         };
         self.pending.push_back(last);
@@ -166,7 +187,14 @@ impl StreamState {
 }
 
 /// The SSE answer. The stream owns the run's receiver: a client that hangs up drops it, which ends the run.
-fn stream(state: AppState, id: String, isolation: Tier, events: mpsc::Receiver<RunEvent>, limit: u64) -> Response {
+fn stream(
+    state: AppState,
+    id: String,
+    isolation: Tier,
+    events: mpsc::Receiver<RunEvent>,
+    limit: u64,
+    findings: Vec<Finding>,
+) -> Response {
     let initial = StreamState {
         state,
         id,
@@ -177,6 +205,7 @@ fn stream(state: AppState, id: String, isolation: Tier, events: mpsc::Receiver<R
         stderr: Capture::default(),
         pending: VecDeque::new(),
         done: false,
+        findings,
     };
     let events = futures::stream::unfold(initial, |mut current| async move {
         loop {

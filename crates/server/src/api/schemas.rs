@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use sandkasten_scan::{Finding, ScanPolicyOverride};
 use sandkasten_types::{CommandExit, FileInfo, FileKind, LimitKind, Limits, Template};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -265,6 +266,10 @@ pub struct ExecBody {
     /// (then it is written and closed). `timeout_ms` applies as for other commands.
     #[serde(default)]
     pub background: bool,
+    /// Changes to the tenant's scan policy for this command (the command line is scanned as bash); they may only
+    /// tighten it (a loosening field is 422).
+    #[serde(default)]
+    pub scan_policy: Option<ScanPolicyOverride>,
 }
 
 /// The result of a command.
@@ -295,6 +300,10 @@ pub struct ExecResponse {
     pub stderr_truncated: bool,
     /// Wall-clock time from the request to the result, in milliseconds.
     pub duration_ms: f64,
+    /// What the static scan found before the command ran (the tenant's scan policy in mode `warn`, or `enforce`
+    /// with nothing blocking); absent when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<Finding>,
 }
 
 /// `exit` with the output limit named when a stream was cut (after the time limit, which ended the command).
@@ -328,6 +337,7 @@ impl ExecResponse {
             stdout_truncated: stdout.truncated,
             stderr_truncated: stderr.truncated,
             duration_ms,
+            findings: Vec::new(),
         }
     }
 }

@@ -147,7 +147,7 @@ impl From<ApiError> for E2bError {
             ErrorCode::Forbidden => Code::PermissionDenied,
             ErrorCode::NotFound => Code::NotFound,
             ErrorCode::MethodNotAllowed => Code::Unimplemented,
-            ErrorCode::Conflict | ErrorCode::Paused => Code::FailedPrecondition,
+            ErrorCode::Conflict | ErrorCode::Paused | ErrorCode::ScanRefused => Code::FailedPrecondition,
             ErrorCode::PayloadTooLarge | ErrorCode::QuotaExceeded => Code::ResourceExhausted,
             ErrorCode::TierFailed | ErrorCode::StoreFailed => Code::Unavailable,
             ErrorCode::Internal => Code::Internal,

@@ -18,9 +18,10 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::api::code::start;
+use crate::api::code::{cell_language, start};
 use crate::api::contexts::is_context_id;
 use crate::api::running::pump;
+use crate::api::scan;
 use crate::e2b::auth::{runtime_failure, sandbox_access};
 use crate::e2b::error::{Code, E2bError};
 use crate::e2b::paths::E2B_HOME;
@@ -137,6 +138,10 @@ pub(crate) async fn execute(
         timeout_ms: limits.timeout_ms,
         max_output_bytes: limits.output_bytes,
     };
+    // The tenant's scan policy refuses in enforce (the facade's answers have no place for warn findings).
+    if let Some(language) = cell_language(&state, &access.id, &run).await? {
+        scan::gate(&access.tenant, None, language, &run.code).await?;
+    }
     let started = start(&state, &access.id, run);
     let (sender, receiver) = mpsc::channel::<Result<Bytes, Infallible>>(64);
     tokio::spawn(async move {

@@ -20,12 +20,14 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::api::commands::start_background;
+use crate::api::scan;
 use crate::e2b::auth::{SandboxAccess, request_user, require_default_user, runtime_failure, sandbox_access};
 use crate::e2b::connect::{self, StreamWriter};
 use crate::e2b::error::{Code, E2bError};
 use crate::e2b::paths;
 use crate::e2b::sessions::ProcessMeta;
 use crate::state::AppState;
+use sandkasten_scan::ScanLanguage;
 
 /// How often an idle stream carries a keepalive event.
 const KEEPALIVE: Duration = Duration::from_secs(30);
@@ -201,6 +203,9 @@ async fn start(
     let tag = request.tag.clone();
     let cwd = request.process.as_ref().and_then(|process| process.cwd.clone());
     let spec = command_spec(request, access, headers)?;
+    // The tenant's scan policy refuses in enforce (the facade's answers have no place for warn findings).
+    let line = spec.argv.as_deref().map(sandkasten_scan::argv_command_line).unwrap_or_default();
+    scan::gate(&access.tenant, None, ScanLanguage::Bash, &line).await?;
     let envs = spec.env.clone();
     let limit = access.record.spec.limits.output_bytes;
     let (command_id, status) = start_background(state, &access.tenant, &access.id, spec, limit).await?;

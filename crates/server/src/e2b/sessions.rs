@@ -144,6 +144,7 @@ mod tests {
                 max_snapshot_bytes: 1,
             },
             admin: false,
+            scan: Arc::default(),
         };
         let first = sessions.open("sb-1", &tenant, Some("code-interpreter-v1"))?;
         let again = sessions.open("sb-1", &tenant, None)?;

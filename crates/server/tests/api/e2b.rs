@@ -442,3 +442,27 @@ async fn metrics_are_the_sandboxs_samples_in_e2b_shape_for_the_callers_sandbox_o
     assert_eq!(backwards.status, StatusCode::BAD_REQUEST, "{}", backwards.text());
     assert_eq!(control(&h, "GET", &uri, KEY_B, None).await.status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn the_tenants_scan_policy_refuses_processes_and_cells_in_enforce() {
+    let mut config = crate::harness::test_config();
+    config.tenants[0].scan = Some(sandkasten_scan::ScanPolicy::from_toml_str("mode = \"enforce\"").unwrap());
+    let h = Harness::with_config(config);
+    let sb = open(&h, KEY_A, json!({})).await;
+    let hostile = json!({ "process": { "cmd": "/bin/bash", "args": ["-l", "-c", "rm -rf / --no-preserve-root"] } });
+    let reply =
+        sandbox_call(&h, &sb, "POST", "/process.Process/Start", "application/connect+json", envelope(0, &hostile))
+            .await;
+    let text = reply.text();
+    assert!(text.contains("failed_precondition") && text.contains("destructive_command"), "{text}");
+    assert!(h.runtime.last_command.lock().unwrap().is_none(), "the refused process reached the runtime");
+    let cell = json!({ "code": "import os\nos.system('rm -rf /')", "language": "python" }).to_string().into_bytes();
+    let reply = sandbox_call(&h, &sb, "POST", "/execute", "application/json", cell).await;
+    assert_ne!(reply.status, StatusCode::OK, "{}", reply.text());
+    assert!(reply.text().contains("destructive_command"), "{}", reply.text());
+    let clean = json!({ "process": { "cmd": "steps", "args": ["out:ok", "exit:0"] } });
+    let reply =
+        sandbox_call(&h, &sb, "POST", "/process.Process/Start", "application/connect+json", envelope(0, &clean)).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    assert!(h.runtime.last_command.lock().unwrap().is_some());
+}

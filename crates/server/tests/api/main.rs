@@ -24,6 +24,7 @@ mod openapi;
 mod pools;
 mod quotas;
 mod run;
+mod scan;
 mod secrets_at_rest;
 mod snapshots;
 mod tcp;

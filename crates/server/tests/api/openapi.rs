@@ -149,6 +149,9 @@ async fn live_responses_match_the_spec() {
     ));
     seen.push(check("POST", "/v1/run")(h.post("/v1/run", KEY_A, json!({"argv": ["echo", "x"]})).await));
     seen.push(check("POST", "/v1/run")(h.post("/v1/run", KEY_A, json!({"code": "x"})).await));
+    let hostile = json!({"language": "python", "code": "import os\nos.system('rm -rf /')\n"});
+    seen.push(check("POST", "/v1/scan")(h.post("/v1/scan", KEY_A, hostile).await));
+    seen.push(check("POST", "/v1/scan")(h.post("/v1/scan", KEY_A, json!({"language": "cobol", "code": ""})).await));
     seen.push(check("GET", "/v1/pools")(h.get("/v1/pools", KEY_A).await));
     let sizes = Body::from(r#"{"min": 1, "max": 2}"#);
     seen.push(check("PUT", "/v1/pools/{name}")(h.call("PUT", "/v1/pools/p", Some(KEY_A), sizes).await));

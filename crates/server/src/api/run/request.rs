@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
+use sandkasten_scan::{ScanLanguage, ScanPolicyOverride};
 use sandkasten_types::{CommandSpec, Language, Limits, SandboxSpec};
 use serde::Deserialize;
 use utoipa::ToSchema;
@@ -99,6 +100,30 @@ pub struct RunRequest {
     /// Files to write before running.
     #[serde(default)]
     pub files: Vec<RunFile>,
+    /// Changes to the tenant's scan policy for this run; they may only tighten it (a loosening field is 422). The
+    /// scan reads `code` (Python, Node, bash; C is not scanned), or `cmd` / `argv` as a bash command line.
+    #[serde(default)]
+    pub scan_policy: Option<ScanPolicyOverride>,
+}
+
+impl RunRequest {
+    /// What the static scan reads of this run: the code in its language, or the command as bash.
+    pub(crate) fn scan_input(&self) -> Option<(ScanLanguage, String)> {
+        if let (Some(language), Some(code)) = (self.language, &self.code) {
+            let language = match language {
+                RunLanguage::Python => ScanLanguage::Python,
+                RunLanguage::Node => ScanLanguage::Javascript,
+                RunLanguage::Bash => ScanLanguage::Bash,
+                RunLanguage::C => return None,
+            };
+            return Some((language, code.clone()));
+        }
+        match (&self.cmd, &self.argv) {
+            (Some(cmd), _) => Some((ScanLanguage::Bash, cmd.clone())),
+            (None, Some(argv)) => Some((ScanLanguage::Bash, sandkasten_scan::argv_command_line(argv))),
+            (None, None) => None,
+        }
+    }
 }
 
 /// A validated run.

@@ -5,6 +5,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::api::isolation::IsolationName;
+use sandkasten_scan::Finding;
 use sandkasten_types::{CommandExit, Tier};
 
 use crate::api::schemas::ExecResponse;
@@ -71,4 +72,7 @@ pub struct RunExitEvent {
     /// Set when the run failed before its command (`compile_error`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
+    /// What the static scan found (policy mode `warn`, or `enforce` with nothing blocking); absent when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<Finding>,
 }
