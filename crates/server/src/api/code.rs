@@ -125,21 +125,33 @@ pub(crate) async fn run_code(
     headers: HeaderMap,
     JsonBody(body): JsonBody<CodeBody>,
 ) -> Result<Response, ApiError> {
+    if !output::wants_stream(&headers) {
+        return Ok(Json(run_cell(&state, &tenant, &id, body).await?).into_response());
+    }
     let sandbox = running_sandbox(&state, &tenant, &id).await?;
     let request = code_run(body, &sandbox)?;
-    let wants_stream = output::wants_stream(&headers);
-    let isolation = sandbox.spec.tier();
     let started = start(&state, &id, request);
-    if wants_stream {
-        return Ok(stream(state, id, isolation, started));
-    }
+    Ok(stream(state, id, sandbox.spec.tier(), started))
+}
+
+/// Runs one cell in the caller's running sandbox `id` and answers its result: what `run_code` answers as JSON, and
+/// what the MCP `run_code` tool reports.
+pub(crate) async fn run_cell(
+    state: &AppState,
+    tenant: &Tenant,
+    id: &str,
+    body: CodeBody,
+) -> Result<CodeResponse, ApiError> {
+    let sandbox = running_sandbox(state, tenant, id).await?;
+    let request = code_run(body, &sandbox)?;
+    let started = start(state, id, request);
     let started_at = started.started;
     let outcome = match pump(started, |_| std::future::ready(())).await {
         Ok(outcome) => outcome,
-        Err(failure) => return Err(runtime_error(&state, &id, failure).await),
+        Err(failure) => return Err(runtime_error(state, id, failure).await),
     };
     let duration_ms = started_at.elapsed().as_secs_f64() * 1000.0;
-    Ok(Json(CodeResponse::new(id, isolation, outcome, duration_ms)).into_response())
+    Ok(CodeResponse::new(id.to_owned(), sandbox.spec.tier(), outcome, duration_ms))
 }
 
 /// The SSE response: a task forwards events while the cell runs.

@@ -156,9 +156,38 @@ pub(crate) async fn exec(
         let started = start(&state, &tenant, &id, spec, carried).await?;
         return Ok(stream(state, id, isolation, started, limit));
     }
+    Ok(Json(finish(&state, &tenant, &sandbox, spec).await?).into_response())
+}
+
+/// Runs a command in the caller's running sandbox `id` to its end and answers its result: what `exec` answers as
+/// JSON, and what the MCP `exec` tool reports. `background` must be false.
+pub(crate) async fn run_to_end(
+    state: &AppState,
+    tenant: &Tenant,
+    id: &str,
+    body: ExecBody,
+) -> Result<ExecResponse, ApiError> {
+    let sandbox = running_sandbox(state, tenant, id).await?;
+    if body.background {
+        return Err(ApiError::unprocessable("a background command has no result to wait for"));
+    }
+    let spec = command_spec(body, &sandbox)?;
+    finish(state, tenant, &sandbox, spec).await
+}
+
+/// Starts `spec` in `sandbox` and keeps its output (within the sandbox's limit) until it ends.
+async fn finish(
+    state: &AppState,
+    tenant: &Tenant,
+    sandbox: &SandboxRecord,
+    spec: CommandSpec,
+) -> Result<ExecResponse, ApiError> {
+    let id = sandbox.id.as_str();
+    let limit = sandbox.spec.limits.output_bytes;
+    let carried = state.output_budgets().stream_cap(limit);
     let budgets = state.output_budgets();
-    let [mut stdout, mut stderr] = [budgets.hold(&tenant, &id), budgets.hold(&tenant, &id)].map(Capture::charged);
-    let started = start(&state, &tenant, &id, spec, carried).await?;
+    let [mut stdout, mut stderr] = [budgets.hold(tenant, id), budgets.hold(tenant, id)].map(Capture::charged);
+    let started = start(state, tenant, id, spec, carried).await?;
     let started_at = started.started;
     let result = pump(started, |chunk| {
         match chunk.stream {
@@ -170,10 +199,10 @@ pub(crate) async fn exec(
     .await;
     let exit = match result {
         Ok(exit) => exit,
-        Err(failure) => return Err(runtime_error(&state, &id, failure).await),
+        Err(failure) => return Err(runtime_error(state, id, failure).await),
     };
     let duration_ms = started_at.elapsed().as_secs_f64() * 1000.0;
-    Ok(Json(ExecResponse::new(id, isolation, exit, stdout, stderr, duration_ms)).into_response())
+    Ok(ExecResponse::new(id.to_owned(), sandbox.spec.tier(), exit, stdout, stderr, duration_ms))
 }
 
 /// The SSE response: a task forwards events while the command runs; a gone client does not stop the command.
