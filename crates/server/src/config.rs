@@ -74,6 +74,7 @@
 //! server restarts.
 
 mod defaults;
+mod mcp;
 mod secrets;
 mod snapshots;
 
@@ -88,6 +89,7 @@ use thiserror::Error;
 use crate::store::Quota;
 
 pub use defaults::Defaults;
+pub use mcp::McpConfig;
 pub use secrets::SecretsConfig;
 pub use snapshots::SnapshotsConfig;
 
@@ -188,6 +190,9 @@ pub enum ConfigError {
     /// The `[http]` table is unusable, or the process may not open enough descriptors for it.
     #[error("[http] {0}")]
     Http(String),
+    /// The `[mcp]` table is unusable.
+    #[error("[mcp] {0}")]
+    Mcp(String),
     /// A `[[pools]]` entry is unusable.
     #[error("pool {name:?}: {problem}")]
     Pool {
@@ -436,6 +441,9 @@ pub struct ServerConfig {
     /// Where snapshots are kept (`[snapshots]`).
     #[serde(default)]
     pub snapshots: SnapshotsConfig,
+    /// Bounds of the MCP endpoint (`[mcp]`): sessions per tenant, idle expiry.
+    #[serde(default)]
+    pub mcp: McpConfig,
 }
 
 /// What the database keeps of ended sandboxes, commands and egress events (`[retention]`).
@@ -566,6 +574,7 @@ impl Default for ServerConfig {
             gvisor: sandkasten_types::GvisorSettings::default(),
             secrets: SecretsConfig::default(),
             snapshots: SnapshotsConfig::default(),
+            mcp: McpConfig::default(),
         }
     }
 }
@@ -652,6 +661,9 @@ impl ServerConfig {
         }
         if let Some(problem) = self.http.problem() {
             return Err(ConfigError::Http(problem));
+        }
+        if let Some(problem) = self.mcp.problem() {
+            return Err(ConfigError::Mcp(problem));
         }
         if let Some(problem) = self.secrets.problem() {
             return Err(ConfigError::Secrets(problem));

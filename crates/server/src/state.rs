@@ -69,6 +69,8 @@ struct Inner {
     output_budgets: OutputBudgets,
     snapshots: SnapshotStore,
     snapshot_work: std::path::PathBuf,
+    mcp: crate::mcp::McpSessions,
+    mcp_config: crate::config::McpConfig,
 }
 
 /// The audit queue's two ends, until `serve_on` starts the writer.
@@ -110,8 +112,20 @@ impl AppState {
                 output_budgets: OutputBudgets::new(config.max_retained_output_bytes),
                 snapshots,
                 snapshot_work: snapshot_work_dir(&config.database),
+                mcp: crate::mcp::McpSessions::default(),
+                mcp_config: config.mcp,
             }),
         })
+    }
+
+    /// The open MCP sessions and the sandboxes each created.
+    pub(crate) fn mcp_sessions(&self) -> &crate::mcp::McpSessions {
+        &self.inner.mcp
+    }
+
+    /// The MCP endpoint's bounds (`[mcp]`).
+    pub(crate) fn mcp_config(&self) -> crate::config::McpConfig {
+        self.inner.mcp_config
     }
 
     /// The store.
