@@ -65,6 +65,10 @@
 //! # s3_region = "eu-central-1"
 //! # s3_access_key_id = "…"                        # (prefer AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)
 //! gc_grace_s = 3600                               # unreferenced chunks younger than this survive a GC
+//!
+//! [mcp]                                           # the MCP endpoint (/mcp) and `sandkasten mcp`'s sessions
+//! max_sessions_per_tenant = 16                    # open at once per tenant (one more initialize: 429)
+//! idle_timeout_s = 600                            # a session idle this long ends, killing its sandboxes
 //! ```
 //!
 //! A create (or `POST /v1/run`) whose isolation tier, template and limits equal a pool's and whose `env` is empty

@@ -69,7 +69,7 @@ struct Inner {
     output_budgets: OutputBudgets,
     snapshots: SnapshotStore,
     snapshot_work: std::path::PathBuf,
-    mcp: crate::mcp::McpSessions,
+    mcp: crate::mcp::sessions::McpSessions,
     mcp_config: crate::config::McpConfig,
 }
 
@@ -112,14 +112,14 @@ impl AppState {
                 output_budgets: OutputBudgets::new(config.max_retained_output_bytes),
                 snapshots,
                 snapshot_work: snapshot_work_dir(&config.database),
-                mcp: crate::mcp::McpSessions::default(),
+                mcp: crate::mcp::sessions::McpSessions::default(),
                 mcp_config: config.mcp,
             }),
         })
     }
 
     /// The open MCP sessions and the sandboxes each created.
-    pub(crate) fn mcp_sessions(&self) -> &crate::mcp::McpSessions {
+    pub(crate) fn mcp_sessions(&self) -> &crate::mcp::sessions::McpSessions {
         &self.inner.mcp
     }
 

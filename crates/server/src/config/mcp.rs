@@ -32,3 +32,21 @@ impl McpConfig {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{ConfigError, ServerConfig};
+
+    #[test]
+    fn mcp_bounds_parse_and_out_of_range_ones_are_refused_naming_the_key() -> Result<(), ConfigError> {
+        let config = ServerConfig::from_toml_str("[mcp]\nmax_sessions_per_tenant = 3\n")?;
+        assert_eq!((config.mcp.max_sessions_per_tenant, config.mcp.idle_timeout_s), (3, 600));
+        for text in ["[mcp]\nidle_timeout_s = 0\n", "[mcp]\nmax_sessions_per_tenant = 0\n"] {
+            let config = ServerConfig { insecure_no_auth: true, ..ServerConfig::from_toml_str(text)? };
+            let error = config.validate().err().map(|e| e.to_string()).unwrap_or_default();
+            let key = text.lines().nth(1).and_then(|line| line.split(' ').next()).unwrap_or_default();
+            assert!(error.starts_with("[mcp]") && error.contains(key), "{text:?}: {error:?}");
+        }
+        Ok(())
+    }
+}

@@ -28,7 +28,7 @@ pub(crate) struct SandboxTools {
 impl SandboxTools {
     /// The handler of a new session.
     pub(crate) fn new(state: AppState) -> Self {
-        let tool_router = Self::sandbox_tools() + Self::run_tools() + Self::file_tools();
+        let tool_router = Self::lifecycle_tools() + Self::run_tools() + Self::file_tools();
         SandboxTools { state, tool_router }
     }
 }

@@ -6,9 +6,10 @@
 //! `[mcp] max_sessions_per_tenant` is 429. Sessions end at `DELETE`, after `[mcp] idle_timeout_s` without a request,
 //! and at shutdown; their sandboxes (not `persist`) are killed then (`sessions`, `tracked`).
 
+mod ending;
 mod handler;
 mod render;
-mod sessions;
+pub(crate) mod sessions;
 mod tools_files;
 mod tools_run;
 mod tools_sandboxes;
@@ -29,7 +30,7 @@ use crate::api::error::{ApiError, ErrorCode};
 use crate::api::request_log::LoggedTenant;
 use crate::state::AppState;
 
-pub(crate) use sessions::{McpSessions, close_all as close_sessions};
+pub(crate) use ending::close_all as close_sessions;
 
 /// The path of the endpoint.
 pub(crate) const PATH: &str = "/mcp";
@@ -65,13 +66,9 @@ async fn guard(State(state): State<AppState>, mut request: Request, next: Next) 
     };
     let session = request.headers().get("mcp-session-id").and_then(|value| value.to_str().ok()).map(str::to_owned);
     match session {
-        Some(session) => {
-            if state.mcp_sessions().owner(&session).is_some_and(|owner| owner != tenant.name) {
-                return ApiError::not_found(format!(
-                    "no MCP session {session} for this API key: initialize a new session"
-                ))
+        Some(session) if state.mcp_sessions().owner(&session).is_some_and(|owner| owner != tenant.name) => {
+            return ApiError::not_found(format!("no MCP session {session} for this API key: initialize a new session"))
                 .into_response();
-            }
         }
         None if request.method() == Method::POST => {
             let max = state.mcp_config().max_sessions_per_tenant;
@@ -87,7 +84,7 @@ async fn guard(State(state): State<AppState>, mut request: Request, next: Next) 
                 .into_response();
             }
         }
-        None => {}
+        _ => {}
     }
     let logged = LoggedTenant(Arc::clone(&tenant.name));
     let ending = request.method() == Method::DELETE;

@@ -1,13 +1,12 @@
 //! Which tenant owns each MCP session, and which sandboxes each session created: a session is bound to the tenant
 //! whose key opened it (another key naming it is answered as for an unknown session), and when it ends its
-//! sandboxes are killed unless they were created with `persist: true`.
+//! sandboxes are killed unless they were created with `persist: true` (`ending`). State only: it depends on
+//! nothing of the lifecycle (the state holds it).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::auth::Tenant;
-use crate::lifecycle::end_running;
-use crate::state::AppState;
 
 /// The session id rmcp hands out (`Mcp-Session-Id`).
 pub(crate) type SessionId = Arc<str>;
@@ -34,8 +33,10 @@ pub(crate) struct McpSessions {
 /// What a session that ended leaves to do: kill these sandboxes as this tenant.
 #[derive(Debug)]
 pub(crate) struct Leftovers {
-    tenant: Tenant,
-    sandboxes: Vec<String>,
+    /// The session's tenant.
+    pub(crate) tenant: Tenant,
+    /// Its sandboxes not created with `persist`.
+    pub(crate) sandboxes: Vec<String>,
 }
 
 impl McpSessions {
@@ -105,25 +106,4 @@ impl McpSessions {
 fn leftovers(session: Session) -> Leftovers {
     let sandboxes = session.sandboxes.into_iter().filter(|(_, persist)| !persist).map(|(id, _)| id).collect();
     Leftovers { tenant: session.tenant, sandboxes }
-}
-
-impl Leftovers {
-    /// Kills the sandboxes (one that has ended already is left as it is).
-    pub(crate) async fn kill(self, state: &AppState) {
-        for id in self.sandboxes {
-            match end_running(state, &self.tenant, &id).await {
-                Ok(()) => {
-                    tracing::info!(sandbox = %id, tenant = %self.tenant.name, "mcp session ended: sandbox killed")
-                }
-                Err(error) => tracing::debug!(sandbox = %id, %error, "mcp session ended: sandbox not killed"),
-            }
-        }
-    }
-}
-
-/// Kills what every open session created (not `persist`), when the server stops.
-pub(crate) async fn close_all(state: &AppState) {
-    for leftovers in state.mcp_sessions().close_all() {
-        leftovers.kill(state).await;
-    }
 }

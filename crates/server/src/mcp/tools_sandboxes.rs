@@ -47,7 +47,7 @@ pub(crate) struct KillSandboxArgs {
     sandbox: String,
 }
 
-#[tool_router(router = sandbox_tools, vis = "pub(super)")]
+#[tool_router(router = lifecycle_tools, vis = "pub(super)")]
 impl SandboxTools {
     /// `create_sandbox`.
     #[tool(description = "Create a sandbox to run code and commands in, and answer its id (sb-…). It is killed \

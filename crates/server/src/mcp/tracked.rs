@@ -71,7 +71,7 @@ impl SessionManager for TrackedSessions {
         let closed = self.inner.close_session(id).await;
         if let Some(leftovers) = self.state.mcp_sessions().close(id) {
             tracing::info!(session = %id, "mcp session closed");
-            leftovers.kill(&self.state).await;
+            crate::mcp::ending::kill(leftovers, &self.state).await;
         }
         Ok(closed?)
     }
