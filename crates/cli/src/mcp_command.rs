@@ -94,3 +94,14 @@ async fn relay(args: McpArgs) -> anyhow::Result<()> {
     server.close().await.ok();
     outcome
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_endpoint_is_the_servers_mcp_path_unless_a_path_is_given() {
+        assert_eq!(super::endpoint("http://h:8080").ok().as_deref(), Some("http://h:8080/mcp"));
+        assert_eq!(super::endpoint("http://h:8080/").ok().as_deref(), Some("http://h:8080/mcp"));
+        assert_eq!(super::endpoint("https://h/sk/mcp").ok().as_deref(), Some("https://h/sk/mcp"));
+        assert!(super::endpoint("h:8080").is_err());
+    }
+}

@@ -3,7 +3,7 @@
 //! a wrong one, and finds tenant t1's sandboxes invisible and unusable as tenant t2. Afterwards every sandbox its
 //! sessions created is gone from the host, except the one created with `persist: true`, which still runs.
 //!
-//! Besides, without Python: a session's sandboxes are killed when it expires idle and when the server stops, and a
+//! Besides, without Python: the tools run on the tier `create_sandbox` asks for (per tier); a session's sandboxes are killed when it expires idle and when the server stops, and a
 //! tenant cannot open more sessions than `[mcp] max_sessions_per_tenant`.
 //!
 //! The venv comes from `scripts/setup-mcp.sh` (run by `scripts/setup.sh`): a missing one fails the test.
@@ -19,8 +19,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::Tier;
 use serde_json::{Value, json};
-use serve::{KEY_1, KEY_2, Server, assert_sandbox_gone, children_of};
+use serve::{KEY_1, KEY_2, Server, assert_sandbox_gone, assert_sandbox_gone_on, children_of};
 
 /// Longest one client run may take before it is killed and the test fails (it takes a few seconds).
 const CLIENT_LIMIT: Duration = Duration::from_secs(110);
@@ -187,19 +188,57 @@ fn open_session(server: &Server, key: &str) -> String {
     session
 }
 
-/// `create_sandbox` in `session`; answers the id.
-fn create_in(server: &Server, session: &str, arguments: Value) -> String {
+/// Calls `tool` in `session` as t1; answers the text of its result (which must not be a tool error).
+fn call_tool(server: &Server, session: &str, tool: &str, arguments: Value) -> String {
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "create_sandbox", "arguments": arguments}});
+        "params": {"name": tool, "arguments": arguments}});
     let (status, _, messages) = post(server, KEY_1, Some(session), call);
     assert_eq!(status, 200, "{messages:?}");
-    let text = messages
-        .iter()
-        .find_map(|m| m["result"]["content"][0]["text"].as_str())
-        .unwrap_or_else(|| panic!("no tool result in {messages:?}"));
+    let result = messages.iter().find(|m| m.get("result").is_some()).unwrap_or_else(|| panic!("{messages:?}"));
+    assert_ne!(result["result"]["isError"], true, "{tool} failed: {result}");
+    result["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("no text in {result}")).to_owned()
+}
+
+/// `create_sandbox` in `session`; answers the id.
+fn create_in(server: &Server, session: &str, arguments: Value) -> String {
+    let text = call_tool(server, session, "create_sandbox", arguments);
     let id = text.split_whitespace().nth(1).expect("sandbox sb-… created").to_owned();
     assert!(id.starts_with("sb-"), "{text}");
     id
+}
+
+/// Ends `session` as t1 (the client's DELETE).
+fn end_session(server: &Server, session: &str) {
+    let reply = server
+        .http()
+        .delete(format!("{}/mcp", server.url))
+        .header("Authorization", format!("Bearer {KEY_1}"))
+        .header("Mcp-Session-Id", session)
+        .header("Mcp-Protocol-Version", "2025-06-18")
+        .call()
+        .expect("delete the session");
+    assert_eq!(reply.status().as_u16(), 200, "ending the session");
+}
+
+per_tier!(tools_run_on_the_tier_asked_for);
+
+/// `create_sandbox` with `isolation` puts the session's commands and code on that tier (the process tier shares the
+/// host's kernel, gVisor's Sentry is a kernel of its own), and its end removes them from the host.
+fn tools_run_on_the_tier_asked_for(tier: Tier) {
+    let server = Server::start_on(tier);
+    let session = open_session(&server, KEY_1);
+    let id = create_in(&server, &session, json!({"isolation": tier.name(), "name": "t"}));
+    let text = call_tool(&server, &session, "exec", json!({"command": "cat /proc/version", "sandbox": "t"}));
+    assert!(text.starts_with(&format!("sandbox {id} ({})", tier.name())), "{text}");
+    let host = std::fs::read_to_string("/proc/version").expect("host /proc/version");
+    match tier {
+        Tier::Process => assert!(text.contains(&host), "{text}"),
+        _ => assert!(!text.contains(&host), "the {tier} sandbox runs on the host's kernel: {text}"),
+    }
+    let text = call_tool(&server, &session, "run_code", json!({"language": "python", "code": "6 * 7", "sandbox": "t"}));
+    assert!(text.contains("--- result ---\n42"), "{text}");
+    end_session(&server, &session);
+    assert_sandbox_gone_on(tier, &id);
 }
 
 /// Waits until sandbox `id` is no longer running (the session's end kills it in the background).
@@ -257,15 +296,7 @@ fn sessions_per_tenant_are_bounded() {
     // Another tenant is not held up by t1's sessions.
     open_session(&server, KEY_2);
     // Ending one makes room.
-    let reply = server
-        .http()
-        .delete(format!("{}/mcp", server.url))
-        .header("Authorization", format!("Bearer {KEY_1}"))
-        .header("Mcp-Session-Id", &first)
-        .header("Mcp-Protocol-Version", "2025-06-18")
-        .call()
-        .expect("delete the session");
-    assert!(reply.status().is_success(), "{}", reply.status());
+    end_session(&server, &first);
     let (status, _, messages) = post(&server, KEY_1, None, init);
     assert_eq!(status, 200, "{messages:?}");
 }

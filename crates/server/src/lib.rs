@@ -172,10 +172,13 @@ pub async fn serve_on(
     let sweeper = tokio::spawn(lifecycle::expiry::run(state.clone()));
     let refill = tokio::spawn(lifecycle::refill::run(state.clone()));
     let audit = state.audit_writer().map(tokio::spawn);
-    let stopping = state.mcp_sessions().stopping().clone();
+    // At the signal: kill what MCP sessions created (first, so no session's own close races the process's end),
+    // then end the sessions, whose open streams would otherwise hold the graceful shutdown.
+    let mcp_state = state.clone();
     let shutdown = async move {
         shutdown.await;
-        stopping.cancel();
+        mcp::close_sessions(&mcp_state).await;
+        mcp_state.mcp_sessions().stopping().cancel();
     };
     let result = http_serve::serve(listener, router(state.clone()), config.http, shutdown).await;
     sweeper.abort();
@@ -186,7 +189,7 @@ pub async fn serve_on(
     // Idle pool members belong to nobody: destroy them now (a creation cut short by the abort is left to the
     // runtime, which destroys every sandbox when it goes).
     lifecycle::refill::destroy_idle(&state).await;
-    // What MCP sessions created ends with them, and they end with the server.
+    // Sessions opened after the signal, and requests in flight then, may have created more.
     mcp::close_sessions(&state).await;
     tracing::info!("sandkasten server stopped");
     result.map_err(ServerError::Serve)
