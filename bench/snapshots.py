@@ -3,7 +3,9 @@
 size against the workspace's size (random and compressible bytes), restore-from-snapshot → first output, fork of 4
 (time until all four run), and the chunk dedup of two snapshots of one sandbox a small edit apart; per tier, with the
 host's own `tar | zstd -3` of the same bytes beside the snapshot as the floor (what archiving and compressing cost
-with no sandbox, no chunking and no store).
+with no sandbox, no chunking and no store). On gVisor also memory snapshots against the memory a process holds
+(idle, 64 MiB, 256 MiB), and bare `runsc checkpoint` / `runsc restore` + `runsc exec echo` of a Python loop as the
+floor under pause and resume.
 
 Starts one server (temporary database, config and snapshot store; one tenant with a large quota) and runs each
 measurement `--rounds` times per tier; latency is `time.perf_counter_ns()` around the requests. Writes
@@ -37,6 +39,10 @@ WORKSPACES = [
     ("64 MiB text", "yes 'a line of a log file that repeats' | head -c 64M > /workspace/data", 64 * MiB),
 ]
 TIERS = ["process", "gvisor"]
+# Memory a process in the sandbox holds (random bytes: nothing to compress) when a memory snapshot is taken.
+MEMORY_IN_USE = [("idle", 0), ("64 MiB", 64), ("256 MiB", 256)]
+# The program bare runsc checkpoints and restores: a Python loop, like the one the issue's figures were taken with.
+BARE_LOOP = "import time\nwhile True:\n    time.sleep(0.05)\n"
 
 
 def ms_since(start: int) -> float:
@@ -128,6 +134,41 @@ class Bench:
             create_ms.append(ms_since(start))
         return {"fork_of_4_with_16_MiB": stats_ms(took), "create_and_delete_one": stats_ms(create_ms)}
 
+    def memory_snapshots(self, rounds: int) -> list[dict] | dict:
+        """Memory snapshot time and size, and restore → first output, against the memory a process holds."""
+        rows = []
+        for label, mib in MEMORY_IN_USE:
+            sandbox = self.create({"limits": {"memory_bytes": 1024 * MiB, "disk_bytes": 256 * MiB}})
+            if mib:
+                hold = (f"/usr/bin/python3 -c 'import os, time; b = os.urandom({mib} << 20); "
+                        "open(\"/tmp/held\", \"w\").close(); time.sleep(3600)'")
+                self.call("POST", f"/v1/sandboxes/{sandbox}/exec", {"cmd": hold, "background": True}, ok=(202,))
+                self.exec(sandbox, "for i in $(seq 600); do [ -e /tmp/held ] && exit 0; sleep 0.1; done; exit 1")
+            status, answer, _ = self.client.request("POST", f"/v1/sandboxes/{sandbox}/snapshots", {"memory": True})
+            if status != 201:
+                self.delete(sandbox)
+                return {"unavailable": answer["error"]["message"] if isinstance(answer, dict) else str(answer)}
+            ids, took, size, stored = [answer["snapshot_id"]], [], answer["size_bytes"], answer["stored_bytes"]
+            for _ in range(rounds):
+                start = time.perf_counter_ns()
+                snapshot = self.call("POST", f"/v1/sandboxes/{sandbox}/snapshots", {"memory": True})
+                took.append(ms_since(start))
+                ids.append(snapshot["snapshot_id"])
+                size, stored = snapshot["size_bytes"], snapshot["stored_bytes"]
+            restore_ms = []
+            for _ in range(rounds):
+                start = time.perf_counter_ns()
+                copy = self.call("POST", "/v1/sandboxes", {"snapshot": ids[0]})["id"]
+                self.exec(copy, "echo restored")
+                restore_ms.append(ms_since(start))
+                self.delete(copy)
+            for snapshot_id in ids:
+                self.call("DELETE", f"/v1/snapshots/{snapshot_id}")
+            self.delete(sandbox)
+            rows.append({"memory": label, "held_bytes": mib * MiB, "snapshot": stats_ms(took), "size_bytes": size,
+                         "stored_bytes": stored, "restore_to_first_output": stats_ms(restore_ms)})
+        return rows
+
     def dedup(self, store: Path) -> dict:
         sandbox = self.create()
         self.exec(sandbox, "head -c 32M /dev/urandom > /workspace/data && echo v1 > /workspace/notes")
@@ -162,6 +203,44 @@ def host_tar_zstd(fill: str, rounds: int) -> dict | None:
         return stats_ms(took)
 
 
+def bare_runsc(rounds: int) -> dict:
+    """The floor under a gVisor pause: bare `runsc checkpoint` of a Python loop (root filesystem the host's `/`,
+    read-only, no network), and `runsc restore --detach` plus `runsc exec … echo` (restore → first output), with the
+    platform the server uses. No cgroup, no bundle of ours, no agent."""
+    with tempfile.TemporaryDirectory(prefix="sandkasten-bench-runsc-") as work:
+        bundle, root, image = Path(work) / "bundle", Path(work) / "root", Path(work) / "image"
+        bundle.mkdir()
+        runsc = ["runsc", f"--root={root}", "--network=none", "--platform=systrap"]
+        subprocess.run(["runsc", "spec", "--bundle", str(bundle), "--", "/usr/bin/python3", "-c", BARE_LOOP],
+                       check=True)
+        config = json.loads((bundle / "config.json").read_text())
+        config["root"] = {"path": "/", "readonly": True}
+        config["process"]["terminal"] = False
+        config["linux"]["namespaces"] = [n for n in config["linux"]["namespaces"] if n["type"] != "network"]
+        (bundle / "config.json").write_text(json.dumps(config))
+        name = f"bench-{os.getpid()}"
+        quiet = {"check": True, "stdout": subprocess.DEVNULL}
+        subprocess.run(runsc + ["run", "--detach", "--bundle", str(bundle), name], **quiet)
+        checkpoint_ms, restore_ms = [], []
+        try:
+            for _ in range(rounds):
+                subprocess.run(["rm", "-rf", str(image)], check=True)
+                image.mkdir()
+                start = time.perf_counter_ns()
+                subprocess.run(runsc + ["checkpoint", f"--image-path={image}", name], **quiet)
+                checkpoint_ms.append(ms_since(start))
+                subprocess.run(runsc + ["delete", "--force", name], **quiet)
+                start = time.perf_counter_ns()
+                subprocess.run(runsc + ["restore", "--detach", f"--image-path={image}", "--bundle", str(bundle), name],
+                               **quiet)
+                subprocess.run(runsc + ["exec", name, "/bin/echo", "back"], **quiet)
+                restore_ms.append(ms_since(start))
+        finally:
+            subprocess.run(runsc + ["delete", "--force", name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return {"checkpoint": stats_ms(checkpoint_ms), "restore_to_first_output": stats_ms(restore_ms),
+                "image_bytes": disk_bytes(image)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sandkasten", default=str(ROOT / "target" / "release" / "sandkasten"))
@@ -183,14 +262,18 @@ def main(argv: list[str] | None = None) -> int:
         for tier in TIERS:
             bench = Bench(client, tier)
             row: dict = {}
-            for name, measure in [("pause", lambda: bench.pause_resume(rounds)),
-                                  ("snapshots", lambda: bench.snapshots(rounds)),
-                                  ("fork", lambda: bench.fork(rounds)),
-                                  ("dedup", lambda: bench.dedup(server.dir / "snapshots"))]:
+            tier_runs = [("pause", lambda: bench.pause_resume(rounds))]
+            if tier == "gvisor":
+                tier_runs += [("bare_runsc", lambda: bare_runsc(rounds)),
+                              ("memory_snapshots", lambda: bench.memory_snapshots(rounds))]
+            tier_runs += [("snapshots", lambda: bench.snapshots(rounds)),
+                          ("fork", lambda: bench.fork(rounds)),
+                          ("dedup", lambda: bench.dedup(server.dir / "snapshots"))]
+            for name, measure in tier_runs:
                 log(f"{tier}: {name}")
                 try:
                     row[name] = measure()
-                except (RuntimeError, OSError, KeyError) as error:
+                except (RuntimeError, OSError, KeyError, subprocess.CalledProcessError) as error:
                     log(f"{tier}: {name} failed: {error}")
                     row[name] = {"error": str(error)}
                     failed = True

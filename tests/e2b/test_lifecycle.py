@@ -1,7 +1,7 @@
 """Sandbox lifecycle through the sync `e2b.Sandbox`: create (template, timeout, envs, metadata), connect, list,
 set_timeout, get_info, is_running, kill, the context manager, and what the SDK raises for a killed or unknown sandbox,
-pause (and connect of a paused sandbox, auto_resume), a wrong key and the feature sandkasten does not have
-(metrics)."""
+pause (and connect of a paused sandbox, auto_resume) and a wrong key. (Metrics: test_metrics.py; snapshots and forks:
+test_snapshots.py.)"""
 
 import datetime
 import json
@@ -180,16 +180,6 @@ def test_auto_resume_resumes_on_a_request():
         assert sandbox.pause() is True
         assert sandbox.commands.run("echo resumed by a request").stdout == "resumed by a request\n"
         assert sandbox.get_info().state == SandboxState.RUNNING
-
-
-def test_metrics_answer_not_supported(sbx):
-    # sandkasten cannot report a sandbox's current usage yet: the SDK must get an error it raises, and the sandbox
-    # keeps running. (Snapshots and forks: test_snapshots.py.)
-    with pytest.raises(SandboxException) as metrics:
-        sbx.get_metrics()
-    assert "not supported" in str(metrics.value) and metrics.value.status_code == 501, metrics.value
-    assert sbx.is_running()
-    assert sbx.commands.run("echo still here").stdout == "still here\n"
 
 
 def test_exit_code_error_carries_the_command_result(sbx):

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::error::CgroupError;
-use crate::usage::{self, Usage};
+use crate::usage::{self, MemoryNow, Usage};
 use crate::{CgroupVersion, fsops, v1, v2};
 
 /// Where a cgroup lives.
@@ -120,6 +120,14 @@ impl Cgroup {
         match &self.dirs {
             Dirs::V1(dirs) => usage::read_v1(dirs),
             Dirs::V2(dir) => usage::read_v2(dir),
+        }
+    }
+
+    /// The memory the cgroup holds now (a missing memory controller counts as 0).
+    pub fn memory_now(&self) -> Result<MemoryNow, CgroupError> {
+        match &self.dirs {
+            Dirs::V1(dirs) => usage::memory_now_v1(dirs),
+            Dirs::V2(dir) => usage::memory_now_v2(dir),
         }
     }
 

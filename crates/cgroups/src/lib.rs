@@ -24,7 +24,7 @@ pub use cgroup::Cgroup;
 pub use error::CgroupError;
 pub use hierarchy::Hierarchy;
 pub use limits::CgroupLimits;
-pub use usage::Usage;
+pub use usage::{MemoryNow, Usage};
 
 /// Which cgroup interface a hierarchy uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,4 +1,5 @@
-//! Resource usage read back from a cgroup's accounting files; a missing file counts as 0.
+//! Resource usage read back from a cgroup's accounting files (what it consumed over its life, and the memory it holds
+//! now); a missing file counts as 0.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -45,6 +46,40 @@ pub(crate) fn read_v2(dir: &Path) -> Result<Usage, CgroupError> {
         oom_kills: keyed(file("memory.events"), "oom_kill")?,
         pids_limit_hits: keyed(file("pids.events"), "max")?,
     })
+}
+
+/// The memory a cgroup holds at this moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryNow {
+    /// Charged memory that is not page cache (anonymous memory, kernel memory, tmpfs and shared memory), in bytes.
+    pub used_bytes: u64,
+    /// Page cache of files, in bytes (reclaimable; tmpfs files are not counted here but in `used_bytes`).
+    pub cache_bytes: u64,
+}
+
+impl MemoryNow {
+    /// `charged` bytes in all, of which `cache` are page cache (the rest counts as used).
+    fn split(charged: u64, cache: u64) -> MemoryNow {
+        let cache_bytes = cache.min(charged);
+        MemoryNow { used_bytes: charged - cache_bytes, cache_bytes }
+    }
+}
+
+/// v1: `memory.usage_in_bytes`, and of it the `total_inactive_file` + `total_active_file` lines of `memory.stat`
+/// (file-backed pages; `total_cache` would count tmpfs and shared memory as cache too).
+pub(crate) fn memory_now_v1(dirs: &BTreeMap<String, PathBuf>) -> Result<MemoryNow, CgroupError> {
+    let stat = dirs.get("memory").map(|dir| dir.join("memory.stat"));
+    let file_pages = keyed(stat.clone(), "total_inactive_file")?.saturating_add(keyed(stat, "total_active_file")?);
+    let charged = single(dirs.get("memory").map(|dir| dir.join("memory.usage_in_bytes")))?;
+    Ok(MemoryNow::split(charged, file_pages))
+}
+
+/// v2: `memory.current`, and of it the `file` line of `memory.stat` less its `shmem` line (tmpfs and shared memory
+/// are in `file` on v2, but they are not reclaimable cache).
+pub(crate) fn memory_now_v2(dir: &Path) -> Result<MemoryNow, CgroupError> {
+    let stat = Some(dir.join("memory.stat"));
+    let file_pages = keyed(stat.clone(), "file")?.saturating_sub(keyed(stat, "shmem")?);
+    Ok(MemoryNow::split(single(Some(dir.join("memory.current")))?, file_pages))
 }
 
 /// A file holding one number; 0 when the controller or the file is missing.
@@ -121,6 +156,27 @@ mod tests {
                 pids_limit_hits: 4
             }
         );
+    }
+
+    #[test]
+    fn memory_now_separates_file_cache_from_what_is_used() {
+        let tmp = tempfile::tempdir().unwrap();
+        let memory = tmp.path().join("memory");
+        fs::create_dir(&memory).unwrap();
+        fs::write(memory.join("memory.usage_in_bytes"), "10000\n").unwrap();
+        fs::write(memory.join("memory.stat"), "cache 9000\ntotal_inactive_file 3000\ntotal_active_file 1000\n")
+            .unwrap();
+        let dirs = BTreeMap::from([("memory".to_owned(), memory)]);
+        assert_eq!(memory_now_v1(&dirs).unwrap(), MemoryNow { used_bytes: 6000, cache_bytes: 4000 });
+
+        let v2 = tmp.path().join("v2");
+        fs::create_dir(&v2).unwrap();
+        fs::write(v2.join("memory.current"), "10000\n").unwrap();
+        fs::write(v2.join("memory.stat"), "anon 2000\nfile 7000\nshmem 5000\n").unwrap();
+        assert_eq!(memory_now_v2(&v2).unwrap(), MemoryNow { used_bytes: 8000, cache_bytes: 2000 });
+        // Cache larger than the charge (the counters are read one after the other): never more used than charged.
+        fs::write(v2.join("memory.current"), "1000\n").unwrap();
+        assert_eq!(memory_now_v2(&v2).unwrap(), MemoryNow { used_bytes: 0, cache_bytes: 1000 });
     }
 
     #[test]

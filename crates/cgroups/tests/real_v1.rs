@@ -9,7 +9,7 @@ use std::os::unix::process::ExitStatusExt as _;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{Guard, assert_all_dead, is_root, open_gate, wait_for_pids};
+use common::{Guard, assert_all_dead, assert_freeze_stops_cpu_and_thaw_resumes, is_root, open_gate, wait_for_pids};
 use sandkasten_cgroups::{CgroupError, CgroupLimits, CgroupVersion, Hierarchy};
 
 /// The host's v1 hierarchy, or `None` (with the reason printed) when the test cannot run here.
@@ -140,6 +140,58 @@ fn cpu_limit_is_written_and_usage_counts_cpu_time() {
     assert!(guard.reap(pid).success());
     let usage = cgroup.usage().unwrap();
     assert!(usage.cpu_user_ns + usage.cpu_system_ns > 0, "{usage:?}");
+    let paths = cgroup.paths();
+    cgroup.remove().unwrap();
+    guard.finish(&paths);
+}
+
+#[test]
+fn freezer_stops_a_busy_loop_and_thaw_resumes_it() {
+    let Some(hierarchy) = v1_host() else { return };
+    let mut guard = Guard::new(hierarchy, "freeze");
+    let cgroup = guard.hierarchy.create(&guard.parent, "run", &CgroupLimits::default()).unwrap();
+    let (pid, gate) = guard.spawn_gated("while :; do :; done");
+    cgroup.add_process(pid).unwrap();
+    open_gate(gate);
+    wait_for_pids(&cgroup, 1);
+    assert_freeze_stops_cpu_and_thaw_resumes(&cgroup, pid);
+    cgroup.kill_all().unwrap();
+    assert_eq!(guard.reap(pid).signal(), Some(9));
+    let paths = cgroup.paths();
+    cgroup.remove().unwrap();
+    guard.finish(&paths);
+}
+
+#[test]
+fn memory_now_shows_what_a_process_holds_apart_from_file_cache() {
+    let Some(hierarchy) = v1_host() else { return };
+    let mut guard = Guard::new(hierarchy, "memory-now");
+    let limits = CgroupLimits { memory_bytes: Some(256 << 20), ..CgroupLimits::default() };
+    let cgroup = guard.hierarchy.create(&guard.parent, "run", &limits).unwrap();
+    // 48 MiB of touched anonymous memory, and a 16 MiB file written from inside (its page cache is the cgroup's).
+    // (In cargo's target directory: a disk, where `/tmp` may be a tmpfs, whose pages are not file cache.)
+    let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("memory-now-{}", std::process::id()));
+    let script = format!(
+        "exec /usr/bin/python3 -c 'import time; open(\"{}\", \"wb\").write(bytes(16 << 20)); \
+         b = bytearray(48 << 20); time.sleep(60)'",
+        file.display()
+    );
+    let (pid, gate) = guard.spawn_gated(&script);
+    cgroup.add_process(pid).unwrap();
+    open_gate(gate);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let now = loop {
+        let now = cgroup.memory_now().unwrap();
+        if (now.used_bytes >= 48 << 20 && now.cache_bytes >= 8 << 20) || Instant::now() > deadline {
+            break now;
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    let _ = fs::remove_file(&file);
+    assert!(now.used_bytes >= 48 << 20 && now.used_bytes < 200 << 20, "{now:?}");
+    assert!(now.cache_bytes >= 8 << 20, "the file's page cache is not counted apart: {now:?}");
+    cgroup.kill_all().unwrap();
+    guard.reap(pid);
     let paths = cgroup.paths();
     cgroup.remove().unwrap();
     guard.finish(&paths);

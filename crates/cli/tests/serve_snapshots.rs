@@ -8,7 +8,8 @@
 //! sandboxes with the source's files (home, /tmp, /dev/shm; modes and symlinks kept, a venv with an installed module
 //! still imports) whose writes are invisible to each other and to the source; a fork the quota cannot hold keeps no
 //! copy; a count of 0 is refused before anything is made. Checked on the host: the sandboxes that remain are exactly
-//! the ones the API names, and nothing of the refused or deleted ones is left.
+//! the ones the API names, and nothing of the refused or deleted ones is left. A restore from a snapshot whose chunks
+//! went bad on disk is refused with 409 naming the snapshot as damaged, and nothing of the sandbox it began is left.
 //!
 //! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
 
@@ -34,6 +35,8 @@ per_tier!(
     snapshots_live_in_an_s3_store_when_one_is_configured,
     a_memory_snapshot_restores_running_processes_where_the_tier_can,
     kill_9_during_a_restore_leaves_no_sandbox_running_and_the_snapshot_restorable,
+    a_corrupted_chunk_fails_the_restore_naming_the_snapshot_and_leaves_nothing,
+    a_save_and_a_restore_show_their_bytes_while_they_run,
 );
 
 fn call(server: &Server, method: &str, path: &str, body: Option<Value>) -> serve::Reply {
@@ -192,6 +195,100 @@ fn a_filesystem_snapshot_restores_the_files_and_the_installed_package_into_a_new
     assert_eq!(call(&server, "DELETE", &format!("/v1/snapshots/{snapshot}"), None).status, 204);
     let chunks = server.database().parent().unwrap().join("snapshots/chunks");
     assert_eq!(files_under(&chunks), Vec::<std::path::PathBuf>::new(), "a deleted snapshot left chunks");
+}
+
+fn a_corrupted_chunk_fails_the_restore_naming_the_snapshot_and_leaves_nothing(tier: Tier) {
+    let server = Server::start_with_on(tier, "[snapshots]\ngc_grace_s = 0\n");
+    let source = server.create_on(tier, json!({"timeout_s": 600}));
+    assert_eq!(server.exec(&source, PREPARE).json["exit_code"], 0);
+    let snapshot = snapshot_of(&server, &source);
+    // The disk under the store goes bad: every chunk now holds other bytes.
+    let chunks = files_under(&server.database().parent().unwrap().join("snapshots/chunks"));
+    assert!(!chunks.is_empty());
+    for chunk in &chunks {
+        std::fs::write(chunk, b"not the chunk that was stored").unwrap();
+    }
+    let before: Vec<String> = all_ids(&server);
+    let restore = json!({"snapshot": snapshot, "isolation": tier.name()});
+    let refused = call(&server, "POST", "/v1/sandboxes", Some(restore));
+    assert_eq!(refused.status, 409, "{refused:?}");
+    let message = refused.json["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&snapshot) && message.contains("damaged"), "{message}");
+    // Nothing of the sandbox the restore began is left: not running, nothing on the host.
+    assert_eq!(running_ids(&server, KEY_1), vec![source.clone()]);
+    for id in all_ids(&server).into_iter().filter(|id| !before.contains(id)) {
+        assert_sandbox_gone_on(tier, &id);
+    }
+    // The damaged snapshot can still be deleted.
+    assert_eq!(call(&server, "DELETE", &format!("/v1/snapshots/{snapshot}"), None).status, 204);
+    assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{source}"), None).status, 204);
+    assert_sandbox_gone_on(tier, &source);
+}
+
+/// The transfers of direction `direction` the snapshot rows `rows` show.
+fn transfers_in(rows: &[Value], direction: &str) -> Vec<(u64, Option<u64>)> {
+    rows.iter()
+        .flat_map(|row| row["transfers"].as_array().cloned().unwrap_or_default())
+        .filter(|transfer| transfer["direction"] == direction)
+        .map(|transfer| (transfer["bytes_done"].as_u64().unwrap(), transfer["bytes_total"].as_u64()))
+        .collect()
+}
+
+/// Runs `request` in a thread while polling `rows` (snapshot rows) for transfers of `direction`; returns the
+/// request's reply and every transfer seen.
+fn watching(
+    request: impl FnOnce() -> serve::Reply + Send,
+    rows: impl Fn() -> Vec<Value>,
+    direction: &str,
+) -> (serve::Reply, Vec<(u64, Option<u64>)>) {
+    std::thread::scope(|scope| {
+        let running = scope.spawn(request);
+        let mut seen = Vec::new();
+        while !running.is_finished() {
+            seen.extend(transfers_in(&rows(), direction));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        (running.join().unwrap(), seen)
+    })
+}
+
+fn a_save_and_a_restore_show_their_bytes_while_they_run(tier: Tier) {
+    let server = Server::start_with_on(tier, "[snapshots]\ngc_grace_s = 0\n");
+    let source = server.create_on(tier, json!({"timeout_s": 600, "limits": {"disk_bytes": 128u64 << 20}}));
+    assert_eq!(server.exec(&source, "head -c 12582912 /dev/urandom > ~/noise").json["exit_code"], 0);
+    let path = format!("/v1/sandboxes/{source}/snapshots");
+    let listed = || call(&server, "GET", "/v1/snapshots", None).json["snapshots"].as_array().unwrap().clone();
+    let (taken, saving) = watching(|| call(&server, "POST", &path, Some(json!({}))), listed, "saving");
+    assert_eq!(taken.status, 201, "{taken:?}");
+    let snapshot = taken.json["snapshot_id"].as_str().unwrap().to_owned();
+    assert!(
+        saving.iter().any(|&(done, total)| done > 0 && total.is_some_and(|total| total >= 12 << 20)),
+        "the save showed no progress with its expected size: {saving:?}"
+    );
+    assert_eq!(taken.json["transfers"], json!([]), "a finished save still shows a transfer");
+
+    let one = || vec![call(&server, "GET", &format!("/v1/snapshots/{snapshot}"), None).json];
+    let restore = json!({"snapshot": snapshot, "isolation": tier.name()});
+    let (restored, restoring) = watching(|| call(&server, "POST", "/v1/sandboxes", Some(restore)), one, "restoring");
+    assert_eq!(restored.status, 201, "{restored:?}");
+    let size = taken.json["size_bytes"].as_u64().unwrap();
+    assert!(
+        restoring.iter().any(|&(done, total)| done > 0 && done <= size && total == Some(size)),
+        "the restore showed no progress out of the snapshot's {size} bytes: {restoring:?}"
+    );
+    assert_eq!(one()[0]["transfers"], json!([]), "a finished restore still shows a transfer");
+    let copy = restored.json["id"].as_str().unwrap().to_owned();
+    for id in [copy, source] {
+        assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{id}"), None).status, 204);
+        assert_sandbox_gone_on(tier, &id);
+    }
+    assert_eq!(call(&server, "DELETE", &format!("/v1/snapshots/{snapshot}"), None).status, 204);
+}
+
+/// Every sandbox id of t1, in any state.
+fn all_ids(server: &Server) -> Vec<String> {
+    let listed = call(server, "GET", "/v1/sandboxes?state=all", None);
+    listed.json["sandboxes"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_owned()).collect()
 }
 
 /// Every file under `dir`, recursively.

@@ -41,6 +41,7 @@ const PER_TIER_SUITES: &[&str] = &[
     "run_limits.rs",
     "run_languages.rs",
     "serve_api.rs",
+    "serve_metrics.rs",
     "serve_code.rs",
     "serve_background.rs",
     "serve_results.rs",

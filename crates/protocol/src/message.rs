@@ -15,13 +15,14 @@
 //! | `FileWrite`, `Mkdir`, `Rename`, `Remove` | `Done` or `Failed` |
 //! | `FileList` | `FileEntries` or `Failed` |
 //! | `FileStat` | `FileStatReply` or `Failed` |
+//! | `DiskUsage` | `DiskUsageReply` or `Failed` |
 //! | `Shutdown` | `Done`, then the agent exits |
 //!
 //! Byte payloads (`data`) are standard base64 with padding.
 
 use serde::{Deserialize, Serialize};
 
-use sandkasten_types::{CommandExit, CommandSpec, Failure, FileInfo, StreamKind};
+use sandkasten_types::{CommandExit, CommandSpec, DiskUsage, Failure, FileInfo, StreamKind};
 
 use crate::plan::AgentPlan;
 use crate::serve_types::RunningCommand;
@@ -170,6 +171,8 @@ pub enum Message {
         /// Remove a directory with its contents (symlinks are removed, never followed).
         recursive: bool,
     },
+    /// host → agent: how full the sandbox's writable filesystems are (home, `/tmp`, `/dev/shm`).
+    DiskUsage,
     /// host → agent: kill every command, answer `Done` and exit.
     Shutdown,
 
@@ -211,6 +214,11 @@ pub enum Message {
     FileStatReply {
         /// The metadata.
         info: FileInfo,
+    },
+    /// agent → host: how full the writable filesystems are.
+    DiskUsageReply {
+        /// Their fill, added up.
+        usage: DiskUsage,
     },
     /// agent → host: the request succeeded (requests without a payload in their answer).
     Done,

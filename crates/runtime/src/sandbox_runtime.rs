@@ -8,7 +8,7 @@ use std::pin::Pin;
 
 use sandkasten_types::{
     CellOutcome, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus, ContextInfo, Entrance,
-    Failure, FailureKind, FileInfo, OutputChunk, SandboxSpec, Tier,
+    Failure, FailureKind, FileInfo, OutputChunk, SandboxSpec, SandboxUsage, Tier,
 };
 use tokio::sync::mpsc;
 
@@ -78,6 +78,12 @@ pub trait SandboxRuntime: Send + Sync + 'static {
     ) -> RuntimeFuture<'a, ()> {
         let _ = (id, spec, dir);
         refuse(no_memory_snapshots())
+    }
+    /// What a running sandbox uses now (CPU time, memory held, disk fill), for the server's metrics samples; a paused
+    /// sandbox is `Conflict`. Cheap enough to call every few seconds. The default refuses.
+    fn usage<'a>(&'a self, id: &'a str) -> RuntimeFuture<'a, SandboxUsage> {
+        let _ = id;
+        refuse(Failure::new(FailureKind::Conflict, "this runtime cannot report what a sandbox uses"))
     }
     /// True while the sandbox's processes are alive (used by the startup reconcile).
     fn is_alive(&self, id: &str) -> bool;

@@ -111,6 +111,9 @@ pub enum ConfigError {
     /// The `[secrets]` table is unusable.
     #[error("[secrets] {0}")]
     Secrets(String),
+    /// The `[metrics]` table is unusable.
+    #[error("[metrics] {0}")]
+    Metrics(String),
     /// The `[egress]` table is unusable (a bad CIDR, host entry or file).
     #[error("[egress]: {0}")]
     Egress(String),
@@ -506,14 +509,37 @@ impl HttpConfig {
     }
 }
 
-/// The Prometheus endpoint `GET /metrics`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The Prometheus endpoint `GET /metrics`, and the per-sandbox usage samples of `GET /v1/sandboxes/{id}/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
     /// Require an API key (any tenant's, `Authorization: Bearer KEY`) to read `/metrics`. Default false: a scraper
     /// on a trusted network reads it without one.
-    #[serde(default)]
     pub require_auth: bool,
+    /// How often every running sandbox's usage (CPU, memory, disk) is sampled, in seconds (1 to 3600). Default 5.
+    pub sample_interval_s: u64,
+    /// Samples kept per running sandbox in the server's memory (1 to 100 000; about 60 bytes each). Default 720
+    /// (an hour at the default interval).
+    pub samples_kept: usize,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig { require_auth: false, sample_interval_s: 5, samples_kept: 720 }
+    }
+}
+
+impl MetricsConfig {
+    /// What is wrong with these settings, if anything.
+    fn problem(&self) -> Option<String> {
+        if !(1..=3600).contains(&self.sample_interval_s) {
+            return Some(format!("sample_interval_s must be 1 to 3600 seconds, got {}", self.sample_interval_s));
+        }
+        if !(1..=100_000).contains(&self.samples_kept) {
+            return Some(format!("samples_kept must be 1 to 100000, got {}", self.samples_kept));
+        }
+        None
+    }
 }
 
 fn default_listen() -> String {
@@ -671,6 +697,9 @@ impl ServerConfig {
         }
         if let Some(problem) = self.secrets.problem() {
             return Err(ConfigError::Secrets(problem));
+        }
+        if let Some(problem) = self.metrics.problem() {
+            return Err(ConfigError::Metrics(problem));
         }
         if let Some(got) = self.max_pids
             && !(1..=sandkasten_types::MAX_PIDS).contains(&got)

@@ -26,10 +26,14 @@ pub mod state;
 pub mod store;
 mod store_paused;
 mod store_snapshots;
+pub mod transfers;
+mod usage_sampler;
+mod usage_samples;
 pub mod validate;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use sandkasten_runtime::SandboxRuntime;
 use sandkasten_snapshot_store::SnapshotStore;
@@ -171,6 +175,8 @@ pub async fn serve_on(
     tracing::info!(%addr, tenants = config.tenants.len(), lost, unfinished, "sandkasten server listening");
     let sweeper = tokio::spawn(lifecycle::expiry::run(state.clone()));
     let refill = tokio::spawn(lifecycle::refill::run(state.clone()));
+    let sampler =
+        tokio::spawn(usage_sampler::run(state.clone(), Duration::from_secs(config.metrics.sample_interval_s)));
     let audit = state.audit_writer().map(tokio::spawn);
     // At the signal: kill what MCP sessions created (first, so no session's own close races the process's end),
     // then end the sessions, whose open streams would otherwise hold the graceful shutdown.
@@ -183,6 +189,7 @@ pub async fn serve_on(
     let result = http_serve::serve(listener, router(state.clone()), config.http, shutdown).await;
     sweeper.abort();
     refill.abort();
+    sampler.abort();
     if let Some(audit) = audit {
         audit.abort();
     }

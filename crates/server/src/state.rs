@@ -18,6 +18,8 @@ use crate::metrics::Metrics;
 use crate::output_budgets::OutputBudgets;
 use crate::pool::Pools;
 use crate::store::Store;
+use crate::transfers::Transfers;
+use crate::usage_samples::UsageSamples;
 
 /// Limits and defaults taken from the config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +71,8 @@ struct Inner {
     output_budgets: OutputBudgets,
     snapshots: SnapshotStore,
     snapshot_work: std::path::PathBuf,
+    usage_samples: UsageSamples,
+    transfers: Transfers,
     mcp: crate::mcp::sessions::McpSessions,
     mcp_config: crate::config::McpConfig,
 }
@@ -112,6 +116,8 @@ impl AppState {
                 output_budgets: OutputBudgets::new(config.max_retained_output_bytes),
                 snapshots,
                 snapshot_work: snapshot_work_dir(&config.database),
+                usage_samples: UsageSamples::new(config.metrics.samples_kept),
+                transfers: Transfers::default(),
                 mcp: crate::mcp::sessions::McpSessions::default(),
                 mcp_config: config.mcp,
             }),
@@ -182,6 +188,16 @@ impl AppState {
     /// The warm pools.
     pub fn pools(&self) -> &Pools {
         &self.inner.pools
+    }
+
+    /// Each running sandbox's usage samples.
+    pub(crate) fn usage_samples(&self) -> &UsageSamples {
+        &self.inner.usage_samples
+    }
+
+    /// The snapshot transfers in progress.
+    pub(crate) fn transfers(&self) -> &Transfers {
+        &self.inner.transfers
     }
 
     /// The E2B facade's sandbox sessions (access tokens).

@@ -16,6 +16,7 @@ mod spec;
 mod stream;
 mod tier;
 pub mod units;
+mod usage;
 pub mod utf8;
 
 pub use background::{CommandEvent, CommandStatus};
@@ -30,3 +31,4 @@ pub use result::{ExecResult, OutputStream, PhaseTimings, ResourceUsage, json_for
 pub use spec::{Entrance, NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec, Template, proxy_environment};
 pub use stream::{OutputChunk, StreamKind};
 pub use tier::{GvisorPlatform, GvisorSettings, Tier};
+pub use usage::{DiskUsage, SandboxUsage};

@@ -215,6 +215,7 @@ fn handle_request(
         Message::StdinClose => commands.stdin_close(id).map(|()| Message::Done),
         Message::Signal { signal } => commands.signal(id, signal).map(|()| Message::Done),
         Message::ListCommands => Ok(Message::Commands { running: commands.list() }),
+        Message::DiskUsage => super::disk::usage(context.root, context.home),
         msg @ (Message::FileRead { .. }
         | Message::FileWrite { .. }
         | Message::FileList { .. }

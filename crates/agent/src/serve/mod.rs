@@ -10,6 +10,7 @@
 
 mod channel;
 mod commands;
+mod disk;
 mod errors;
 mod event_loop;
 mod files;

@@ -148,3 +148,30 @@ pub fn assert_all_dead(pids: &[u32]) {
     let alive: Vec<u32> = pids.iter().copied().filter(|pid| !is_dead(*pid)).collect();
     assert!(alive.is_empty(), "still alive: {alive:?}");
 }
+
+/// CPU time (user + system) the process `pid` has used, in clock ticks (10 ms), from `/proc/PID/stat`.
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let Some(close) = stat.rfind(')') else { return 0 };
+    let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+    let field = |i: usize| fields.get(i).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0);
+    field(11) + field(12)
+}
+
+/// With the busy process `pid` in `cgroup`: frozen, it gets no CPU for a second (measured on the host from its own
+/// CPU time); thawed, it runs again.
+pub fn assert_freeze_stops_cpu_and_thaw_resumes(cgroup: &Cgroup, pid: u32) {
+    let spins = |within: Duration| {
+        let before = cpu_ticks(pid);
+        thread::sleep(within);
+        cpu_ticks(pid) - before
+    };
+    assert!(spins(Duration::from_millis(500)) > 0, "the busy loop does not run");
+    cgroup.freeze().unwrap();
+    thread::sleep(Duration::from_millis(100));
+    let frozen = spins(Duration::from_secs(1));
+    assert!(frozen <= 1, "a frozen busy loop used {frozen} ticks of CPU in 1 s");
+    cgroup.thaw().unwrap();
+    let thawed = spins(Duration::from_secs(1));
+    assert!(thawed >= 5, "the thawed busy loop used only {thawed} ticks of CPU in 1 s");
+}

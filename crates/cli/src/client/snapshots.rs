@@ -1,6 +1,7 @@
 //! `sandkasten sandbox snapshot ID` and `sandbox fork ID`, and `sandkasten snapshot list|info|rm`: the client side of
-//! the server's snapshots and forks. The server does the copying; while it works the client shows a spinner with the
-//! time so far on a terminal (nothing when stderr is not one, so scripts see only the ids).
+//! the server's snapshots and forks. The server does the copying; while it works the client shows on a terminal a
+//! progress bar of the bytes saved or restored (read from the snapshot's `transfers` while the request runs), or a
+//! spinner with the time so far for a fork (nothing when stderr is not a terminal, so scripts see only the ids).
 
 use std::time::Duration;
 
@@ -96,7 +97,8 @@ pub fn take(client: &Client, id: &str, name: Option<&str>, memory: bool, json: b
     if let Some(name) = name {
         body["name"] = name.into();
     }
-    let snapshot = with_spinner(&format!("saving {id}"), || client.post_json(&path, &body))?;
+    let watch = Watch::Saving { sandbox: id.to_owned() };
+    let snapshot = with_transfer_bar(client, &format!("saving {id}"), &watch, || client.post_json(&path, &body))?;
     if json {
         output::print_json(&snapshot);
     } else {
@@ -121,7 +123,87 @@ pub fn fork(client: &Client, id: &str, count: u64, json: bool) -> Result<i32, Cl
 
 /// `sandbox create --from SNAPSHOT`: the create, with a spinner while the files are unpacked.
 pub fn create_from(client: &Client, snapshot: &str, body: &Value) -> Result<Value, ClientError> {
-    with_spinner(&format!("restoring {snapshot}"), || client.post_json("/v1/sandboxes", body))
+    let watch = Watch::Restoring { snapshot: snapshot.to_owned() };
+    with_transfer_bar(client, &format!("restoring {snapshot}"), &watch, || client.post_json("/v1/sandboxes", body))
+}
+
+/// Which transfer a progress bar follows.
+enum Watch {
+    /// The save of a snapshot of this sandbox (the one `saving` snapshot of it in the list).
+    Saving { sandbox: String },
+    /// A restore from this snapshot.
+    Restoring { snapshot: String },
+}
+
+/// How often the bar asks the server how far the transfer is.
+const PROGRESS_POLL: Duration = Duration::from_millis(250);
+
+/// `(bytes_done, bytes_total)` of the transfer `watch` follows, if the server shows one now.
+fn transfer_progress(client: &Client, watch: &Watch) -> Option<(u64, Option<u64>)> {
+    let (snapshots, direction) = match watch {
+        Watch::Saving { sandbox } => {
+            let listed = client.get_json("/v1/snapshots", &[]).ok()?;
+            let saving = listed["snapshots"].as_array()?.iter().find(|snapshot| {
+                snapshot["sandbox_id"].as_str() == Some(sandbox) && snapshot["state"].as_str() == Some("saving")
+            })?;
+            (vec![saving.clone()], "saving")
+        }
+        Watch::Restoring { snapshot } => {
+            (vec![client.get_json(&snapshot_path(snapshot).ok()?, &[]).ok()?], "restoring")
+        }
+    };
+    let transfer = snapshots[0]["transfers"].as_array()?.iter().find(|t| t["direction"].as_str() == Some(direction))?;
+    Some((transfer["bytes_done"].as_u64()?, transfer["bytes_total"].as_u64()))
+}
+
+/// Runs `work` (the request) while, on a terminal, a bar shows the bytes of the transfer `watch` follows (a spinner
+/// with the bytes so far while their total is unknown).
+fn with_transfer_bar<T: Send>(client: &Client, what: &str, watch: &Watch, work: impl FnOnce() -> T + Send) -> T {
+    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        return work();
+    }
+    let bar = ProgressBar::new_spinner();
+    let unknown = ProgressStyle::with_template("{spinner} {msg} {bytes} ({elapsed})")
+        .unwrap_or_else(|_| ProgressStyle::default_spinner());
+    let known = ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ({elapsed})")
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(unknown);
+    bar.set_message(what.to_owned());
+    bar.enable_steady_tick(Duration::from_millis(100));
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let result = std::thread::scope(|scope| {
+        let request = scope.spawn(|| {
+            let result = work();
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            result
+        });
+        let mut sized = false;
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Some((bytes, total)) = transfer_progress(client, watch) {
+                if let Some(total) = total
+                    && !sized
+                {
+                    bar.set_style(known.clone());
+                    sized = true;
+                    bar.set_length(total);
+                }
+                if let Some(total) = total {
+                    bar.set_length(total.max(bytes));
+                }
+                bar.set_position(bytes);
+            }
+            let asked = std::time::Instant::now();
+            while asked.elapsed() < PROGRESS_POLL && !done.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        request.join()
+    });
+    bar.finish_and_clear();
+    match result {
+        Ok(result) => result,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
 }
 
 fn list(client: &Client, json: bool) -> Result<i32, ClientError> {

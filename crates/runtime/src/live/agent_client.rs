@@ -286,6 +286,14 @@ impl AgentClient {
         }
     }
 
+    /// How full the sandbox's writable filesystems are.
+    pub async fn disk_usage(&self) -> Result<sandkasten_types::DiskUsage, Failure> {
+        match self.call(Message::DiskUsage).await? {
+            Message::DiskUsageReply { usage } => Ok(usage),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// Creates a directory.
     pub async fn mkdir(&self, path: &str, parents: bool) -> Result<(), Failure> {
         self.expect_done(Message::Mkdir { path: path.to_owned(), parents }).await

@@ -9,7 +9,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use sandkasten_types::{
-    CommandExit, CommandSpec, Entrance, Failure, FailureKind, OutputChunk, ResourceUsage, SandboxSpec, Tier,
+    CommandExit, CommandSpec, Entrance, Failure, FailureKind, OutputChunk, ResourceUsage, SandboxSpec, SandboxUsage,
+    Tier,
 };
 use tokio::sync::mpsc;
 
@@ -295,6 +296,34 @@ impl LiveRuntime {
             .ok()
             .and_then(|map| map.get(id).map(|member| (Arc::clone(&member.agent), member.cgroup.clone())))
             .ok_or_else(sandbox_gone)
+    }
+
+    /// What the running sandbox `id` uses now: CPU time and memory from its cgroup, disk fill from its agent. A
+    /// paused sandbox is `Conflict` (its agent does not answer until it runs again).
+    pub(super) async fn usage(&self, id: &str) -> Result<SandboxUsage, Failure> {
+        let (agent, cgroup, paused) = self
+            .agents
+            .lock()
+            .ok()
+            .and_then(|map| {
+                map.get(id).map(|member| (Arc::clone(&member.agent), member.cgroup.clone(), member.paused_at.is_some()))
+            })
+            .ok_or_else(sandbox_gone)?;
+        if paused {
+            return Err(Failure::new(FailureKind::Conflict, format!("sandbox {id} is paused: nothing of it runs")));
+        }
+        let disk = agent.disk_usage().await?;
+        let cgroup_failure = |e: sandkasten_cgroups::CgroupError| {
+            Failure::new(FailureKind::Internal, format!("reading the cgroup of sandbox {id}: {e}"))
+        };
+        let (cpu_ns, memory) = match cgroup {
+            Some(cgroup) => {
+                let used = cgroup.usage().map_err(cgroup_failure)?;
+                (used.cpu_user_ns.saturating_add(used.cpu_system_ns), cgroup.memory_now().map_err(cgroup_failure)?)
+            }
+            None => (0, sandkasten_cgroups::MemoryNow::default()),
+        };
+        Ok(SandboxUsage { cpu_ns, memory_used_bytes: memory.used_bytes, memory_cache_bytes: memory.cache_bytes, disk })
     }
 
     /// The agent of a live sandbox.

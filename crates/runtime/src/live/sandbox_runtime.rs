@@ -5,7 +5,7 @@
 
 use sandkasten_types::{
     CellOutcome, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus, ContextInfo, Entrance,
-    Failure, FailureKind, FileInfo, OutputChunk, SandboxSpec, Tier,
+    Failure, FailureKind, FileInfo, OutputChunk, SandboxSpec, SandboxUsage, Tier,
 };
 use tokio::sync::mpsc;
 
@@ -55,6 +55,10 @@ impl SandboxRuntime for LiveRuntime {
 
     fn destroy<'a>(&'a self, id: &'a str) -> RuntimeFuture<'a, ()> {
         Box::pin(async move { self.remove(id).await.map(drop).map_err(|e| spawner_failure(e, FailureKind::NotFound)) })
+    }
+
+    fn usage<'a>(&'a self, id: &'a str) -> RuntimeFuture<'a, SandboxUsage> {
+        Box::pin(self.usage(id))
     }
 
     fn set_paused<'a>(&'a self, id: &'a str, pause: bool) -> RuntimeFuture<'a, ()> {

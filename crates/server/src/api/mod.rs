@@ -29,6 +29,7 @@ pub mod schemas;
 mod secrets;
 mod service;
 mod snapshots;
+pub(crate) mod usage;
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -62,6 +63,7 @@ pub fn router(state: AppState) -> Router {
         .route("/snapshots", get(snapshots::list))
         .route("/snapshots/{id}", get(snapshots::get).delete(snapshots::delete))
         .route("/sandboxes/{id}/resume", post(pause::resume))
+        .route("/sandboxes/{id}/metrics", get(usage::metrics))
         .route("/sandboxes/{id}/exec", post(exec::exec))
         .route("/sandboxes/{id}/commands", get(commands::list))
         .route("/sandboxes/{id}/commands/{command_id}", axum::routing::delete(commands::kill))

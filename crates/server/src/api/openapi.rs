@@ -8,7 +8,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::api::{
     archive, code, code_schemas, command_schemas, command_stream, commands, contexts, egress, egress_schemas, error,
-    exec, files, fork, isolation, pause, pools, run, sandboxes, schemas, secrets, service, snapshots,
+    exec, files, fork, isolation, pause, pools, run, sandboxes, schemas, secrets, service, snapshots, usage,
 };
 
 /// The OpenAPI description of every route.
@@ -25,7 +25,7 @@ use crate::api::{
     ),
     paths(
         sandboxes::create, sandboxes::list, sandboxes::get, sandboxes::delete, sandboxes::set_timeout,
-        pause::pause, pause::resume, fork::fork,
+        pause::pause, pause::resume, fork::fork, usage::metrics,
         snapshots::create, snapshots::list, snapshots::get, snapshots::delete,
         exec::exec,
         commands::list, command_stream::stream, commands::stdin, commands::signal, commands::kill,

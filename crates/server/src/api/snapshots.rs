@@ -19,6 +19,7 @@ use crate::ids::is_snapshot_id;
 use crate::lifecycle;
 use crate::state::AppState;
 use crate::store_snapshots::{SnapshotRecord, SnapshotState};
+use crate::transfers::TransferProgress;
 use crate::validate;
 
 /// `POST /v1/sandboxes/{id}/snapshots`.
@@ -70,6 +71,9 @@ pub struct SnapshotBody {
     pub dirs: Vec<String>,
     /// When it was taken (RFC 3339, UTC).
     pub created_at: String,
+    /// Transfers of it in progress: its own save while `saving`, and sandboxes being restored from it, each with the
+    /// bytes moved so far (what the CLI's progress bars show).
+    pub transfers: Vec<TransferProgress>,
 }
 
 impl From<SnapshotRecord> for SnapshotBody {
@@ -89,6 +93,7 @@ impl From<SnapshotRecord> for SnapshotBody {
             stored_bytes: record.stored_bytes,
             dirs: record.dirs,
             created_at: rfc3339(record.created_ms),
+            transfers: Vec::new(),
         }
     }
 }
@@ -146,7 +151,13 @@ pub(crate) async fn create(
 )]
 pub(crate) async fn list(State(state): State<AppState>, tenant: Tenant) -> Result<Json<SnapshotList>, ApiError> {
     let records = state.store().snapshots(&tenant.name).await?;
-    Ok(Json(SnapshotList { snapshots: records.into_iter().map(SnapshotBody::from).collect() }))
+    Ok(Json(SnapshotList { snapshots: records.into_iter().map(|record| with_transfers(&state, record)).collect() }))
+}
+
+/// A snapshot's body with its transfers in progress.
+fn with_transfers(state: &AppState, record: SnapshotRecord) -> SnapshotBody {
+    let transfers = state.transfers().of(&record.id);
+    SnapshotBody { transfers, ..record.into() }
 }
 
 fn snapshot_not_found(id: &str) -> ApiError {
@@ -173,7 +184,7 @@ pub(crate) async fn get(
         return Err(snapshot_not_found(&id));
     }
     let record = state.store().snapshot(&tenant.name, &id).await?;
-    Ok(Json(record.ok_or_else(|| snapshot_not_found(&id))?.into()))
+    Ok(Json(with_transfers(&state, record.ok_or_else(|| snapshot_not_found(&id))?)))
 }
 
 /// Delete a snapshot; its chunks that no other snapshot uses are removed from the store.

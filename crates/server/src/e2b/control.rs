@@ -414,21 +414,6 @@ pub(crate) async fn unsupported(State(state): State<AppState>, headers: HeaderMa
     E2bError::unsupported(&format!("{what} (sandboxes have no logs, refreshes or network updates yet)"))
 }
 
-/// `GET /sandboxes/{id}/metrics`: 501 for a sandbox of the caller's (404 otherwise). The runtime has no call for
-/// what a sandbox uses now (memory, CPU, disk); each command's result carries what it used.
-pub(crate) async fn metrics(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Result<StatusCode, E2bError> {
-    let tenant = api_tenant(&state, &headers)?;
-    live(&state, &tenant, &id).await?;
-    Err(E2bError::unsupported(
-        "get_metrics (the runtime cannot report a sandbox's current memory, CPU and disk use yet; the native API's \
-         exec results carry each command's CPU time and peak memory in `usage`)",
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

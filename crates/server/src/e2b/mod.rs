@@ -16,6 +16,7 @@ mod filesystem;
 mod fork;
 mod interpreter;
 mod lookup;
+mod metrics;
 mod network;
 mod paging;
 mod paths;
@@ -44,7 +45,7 @@ pub(crate) fn routes(state: &AppState) -> Router<AppState> {
         .route("/sandboxes/{id}/snapshots", post(snapshots::create))
         .route("/sandboxes/{id}/fork", post(fork::fork))
         .route("/sandboxes/{id}/refreshes", post(control::unsupported))
-        .route("/sandboxes/{id}/metrics", get(control::metrics))
+        .route("/sandboxes/{id}/metrics", get(metrics::metrics))
         .route("/sandboxes/{id}/logs", get(control::unsupported))
         .route("/v2/sandboxes/{id}/logs", get(control::unsupported))
         .route("/sandboxes/{id}/network", put(control::unsupported))

@@ -8,6 +8,7 @@
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -23,6 +24,7 @@ use crate::sandbox_lifecycle::Lifecycle;
 use crate::state::AppState;
 use crate::store::SandboxRecord;
 use crate::store_snapshots::SnapshotRecord;
+use crate::transfers::{Counter, TransferDirection};
 
 /// What every part of a memory snapshot is named by: `memory.` + the image file's name.
 const PART_PREFIX: &str = "memory.";
@@ -57,9 +59,10 @@ pub(crate) async fn save_memory(
     state: &AppState,
     record: &SnapshotRecord,
     writer: &mut SnapshotWriter,
+    counter: &Arc<Counter>,
 ) -> Result<(), LifecycleError> {
     let dir = private_dir(state, &record.id)?;
-    let saved = save_images(state, record, writer, &dir).await;
+    let saved = save_images(state, record, writer, &dir, counter).await;
     let _ = std::fs::remove_dir_all(&dir);
     saved
 }
@@ -69,6 +72,7 @@ async fn save_images(
     record: &SnapshotRecord,
     writer: &mut SnapshotWriter,
     dir: &Path,
+    counter: &Arc<Counter>,
 ) -> Result<(), LifecycleError> {
     state.runtime().memory_snapshot(&record.source_sandbox, dir).await.map_err(|failure| {
         LifecycleError::FilesNotCopied(format!(
@@ -79,18 +83,24 @@ async fn save_images(
     let mut files: Vec<PathBuf> =
         std::fs::read_dir(dir).map_err(|e| io_failed("listing", dir, &e))?.flatten().map(|e| e.path()).collect();
     files.sort();
+    counter.set_total(files.iter().filter_map(|path| path.metadata().ok()).map(|m| m.len()).sum());
     for path in files.into_iter().filter(|path| path.is_file()) {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
         let file = tokio::fs::File::open(&path).await.map_err(|e| io_failed("opening", &path, &e))?;
-        let chunks = futures::stream::unfold(file, |mut file| async move {
-            let mut buffer = vec![0u8; READ_BYTES];
-            match file.read(&mut buffer).await {
-                Ok(0) => None,
-                Ok(n) => {
-                    buffer.truncate(n);
-                    Some((Ok::<Bytes, std::io::Error>(Bytes::from(buffer)), file))
+        let counter = Arc::clone(counter);
+        let chunks = futures::stream::unfold(file, move |mut file| {
+            let counter = Arc::clone(&counter);
+            async move {
+                let mut buffer = vec![0u8; READ_BYTES];
+                match file.read(&mut buffer).await {
+                    Ok(0) => None,
+                    Ok(n) => {
+                        counter.add(n as u64);
+                        buffer.truncate(n);
+                        Some((Ok::<Bytes, std::io::Error>(Bytes::from(buffer)), file))
+                    }
+                    Err(error) => Some((Err(error), file)),
                 }
-                Err(error) => Some((Err(error), file)),
             }
         });
         writer.add_part(&format!("{PART_PREFIX}{name}"), chunks, None).await.map_err(|e| {
@@ -135,6 +145,10 @@ async fn start_from_memory_now(
 async fn fetch_images(state: &AppState, snapshot: &SnapshotRecord, dir: &Path) -> Result<(), LifecycleError> {
     let manifest: Manifest =
         state.snapshots().manifest(&snapshot.id).await.map_err(|error| damaged_or_failed(&snapshot.id, &error))?;
+    let transfer = state.transfers().begin(&snapshot.id, TransferDirection::Restoring);
+    let counter = transfer.counter();
+    let images = manifest.parts.iter().filter(|part| part.name.starts_with(PART_PREFIX));
+    counter.set_total(images.map(|part| part.logical_bytes).sum());
     for part in &manifest.parts {
         let Some(name) = part.name.strip_prefix(PART_PREFIX) else { continue };
         let path = dir.join(name);
@@ -148,6 +162,7 @@ async fn fetch_images(state: &AppState, snapshot: &SnapshotRecord, dir: &Path) -
         let mut chunks = std::pin::pin!(state.snapshots().read_part(&manifest, &part.name));
         while let Some(chunk) = chunks.next().await {
             let chunk = chunk.map_err(|error| damaged_or_failed(&snapshot.id, &error))?;
+            counter.add(chunk.len() as u64);
             file.write_all(&chunk).await.map_err(|e| io_failed("writing", &path, &e))?;
         }
         file.flush().await.map_err(|e| io_failed("writing", &path, &e))?;

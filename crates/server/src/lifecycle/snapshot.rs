@@ -34,6 +34,7 @@ use crate::sandbox_lifecycle::Lifecycle;
 use crate::state::AppState;
 use crate::store::{SandboxRecord, StoreError};
 use crate::store_snapshots::{SnapshotRecord, SnapshotState};
+use crate::transfers::TransferDirection;
 
 /// The part of a snapshot that holds the files.
 const FILES_PART: &str = "files.tar";
@@ -117,12 +118,21 @@ async fn take_now(
 /// Streams the sandbox's files into the store and writes the manifest.
 async fn save(state: &AppState, record: &SnapshotRecord) -> Result<Manifest, LifecycleError> {
     let mut writer = state.snapshots().writer(&record.id).map_err(|e| store_failed("snapshot store", &e))?;
+    let transfer = state.transfers().begin(&record.id, TransferDirection::Saving);
+    let counter = transfer.counter();
     if record.memory {
-        save_memory(state, record, &mut writer).await?;
+        save_memory(state, record, &mut writer, &counter).await?;
         return commit(writer, record).await;
     }
+    // The archive is about as large as what the writable filesystems hold.
+    if let Ok(usage) = state.runtime().usage(&record.source_sandbox).await {
+        counter.set_total(usage.disk.used_bytes);
+    }
     let (sink, archive) = mpsc::channel::<Vec<u8>>(IN_FLIGHT);
-    let chunks = ReceiverStream::new(archive).map(|chunk| Ok::<Bytes, Infallible>(Bytes::from(chunk)));
+    let chunks = ReceiverStream::new(archive).map(move |chunk| {
+        counter.add(chunk.len() as u64);
+        Ok::<Bytes, Infallible>(Bytes::from(chunk))
+    });
     let export = state.runtime().export_files(&record.source_sandbox, record.dirs.clone(), sink);
     let (exported, stored) = tokio::join!(export, writer.add_part(FILES_PART, chunks, None));
     if let Err(failure) = exported {
@@ -207,12 +217,16 @@ pub(crate) async fn restore_files(
         Ok(manifest) => manifest,
         Err(error) => return Err(damaged_or_failed(&snapshot.id, &error)),
     };
+    let transfer = state.transfers().begin(&snapshot.id, TransferDirection::Restoring);
+    let counter = transfer.counter();
+    counter.set_total(manifest.part(FILES_PART).map_or(0, |part| part.logical_bytes));
     let (input, source) = mpsc::channel::<Vec<u8>>(IN_FLIGHT);
     let store = state.snapshots().clone();
     let feed = async move {
         let mut chunks = std::pin::pin!(store.read_part(&manifest, FILES_PART));
         while let Some(chunk) = chunks.next().await {
             let chunk = chunk?;
+            counter.add(chunk.len() as u64);
             if input.send(chunk.to_vec()).await.is_err() {
                 break;
             }

@@ -419,12 +419,26 @@ async fn fork_gives_independent_copies_the_sdk_can_connect_to() {
 }
 
 #[tokio::test]
-async fn metrics_answer_not_supported_for_the_callers_sandbox_only() {
+async fn metrics_are_the_sandboxs_samples_in_e2b_shape_for_the_callers_sandbox_only() {
     let h = Harness::new();
     let sb = open(&h, KEY_A, json!({})).await;
     let uri = format!("/sandboxes/{}/metrics", sb.id);
     let reply = control(&h, "GET", &uri, KEY_A, None).await;
-    assert_eq!((reply.status, reply.json()["code"].clone()), (StatusCode::NOT_IMPLEMENTED, json!(501)));
-    assert!(reply.json()["message"].as_str().unwrap().contains("get_metrics"), "{}", reply.text());
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    let samples = reply.json();
+    let sample = &samples.as_array().unwrap()[0];
+    for key in ["timestamp", "timestampUnix", "cpuCount", "cpuUsedPct", "memUsed", "memTotal", "memCache", "diskUsed"] {
+        assert!(sample.get(key).is_some(), "{key} missing: {sample}");
+    }
+    assert_eq!(sample["cpuCount"], 1);
+    assert_eq!(sample["memUsed"], 1 << 20, "what the runtime read");
+    assert_eq!(sample["diskTotal"], 128 << 20);
+    assert!(sample["timestamp"].as_str().unwrap().ends_with('Z'), "{sample}");
+    // `end` before the sample was taken: none; `start` after `end`: refused.
+    let before = sample["timestampUnix"].as_i64().unwrap() - 10;
+    let none = control(&h, "GET", &format!("{uri}?end={before}"), KEY_A, None).await;
+    assert_eq!(none.json(), json!([]), "{}", none.text());
+    let backwards = control(&h, "GET", &format!("{uri}?start=20&end=10"), KEY_A, None).await;
+    assert_eq!(backwards.status, StatusCode::BAD_REQUEST, "{}", backwards.text());
     assert_eq!(control(&h, "GET", &uri, KEY_B, None).await.status, StatusCode::NOT_FOUND);
 }

@@ -29,6 +29,8 @@ pub(crate) struct FakeRuntime {
     sandboxes: Mutex<HashMap<String, FakeSandbox>>,
     /// When set, `create` fails.
     pub(crate) fail_create: AtomicBool,
+    /// `usage` calls so far (each reading adds 10 ms of CPU time).
+    usage_readings: AtomicUsize,
     /// Tiers this "host" cannot run, with what `tier_unavailable` says (besides what the build cannot run).
     pub(crate) unavailable_tiers: Mutex<HashMap<Tier, String>>,
     /// Every `create` call (pool members included), in order: the id and the spec.
@@ -159,6 +161,20 @@ impl SandboxRuntime for FakeRuntime {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         Ok(sandkasten_types::Entrance::Tcp(listener))
+    }
+
+    /// CPU time grows by 10 ms per reading; the memory held is 1 MiB plus the files' bytes, which are the disk use.
+    fn usage<'a>(&'a self, id: &'a str) -> RuntimeFuture<'a, sandkasten_types::SandboxUsage> {
+        Box::pin(async move {
+            let readings = self.usage_readings.fetch_add(1, Ordering::SeqCst) as u64 + 1;
+            let stored = self.with(id, |sb| Ok(sb.files.values().map(|data| data.len() as u64).sum::<u64>()))?;
+            Ok(sandkasten_types::SandboxUsage {
+                cpu_ns: readings * 10_000_000,
+                memory_used_bytes: (1 << 20) + stored,
+                memory_cache_bytes: 4096,
+                disk: sandkasten_types::DiskUsage { used_bytes: stored, total_bytes: 128 << 20 },
+            })
+        })
     }
 
     fn set_paused<'a>(&'a self, id: &'a str, _pause: bool) -> RuntimeFuture<'a, ()> {

@@ -29,3 +29,4 @@ mod snapshots;
 mod tcp;
 mod tier_results;
 mod tiers;
+mod usage;

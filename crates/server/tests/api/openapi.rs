@@ -215,6 +215,9 @@ async fn live_responses_match_the_spec() {
     seen.push(check("GET", "/v1/secrets")(h.get("/v1/secrets", KEY_A).await));
     seen.push(check("DELETE", "/v1/secrets/{name}")(h.delete("/v1/secrets/TOKEN", KEY_A).await));
     seen.push(check("DELETE", "/v1/secrets/{name}")(h.delete("/v1/secrets/TOKEN", KEY_A).await));
+    seen.push(check("GET", "/v1/sandboxes/{id}/metrics")(h.get(&format!("{s}/metrics"), KEY_A).await));
+    let backwards = format!("{s}/metrics?from_ms=2&to_ms=1");
+    seen.push(check("GET", "/v1/sandboxes/{id}/metrics")(h.get(&backwards, KEY_A).await));
     seen.push(check("POST", "/v1/sandboxes/{id}/pause")(h.post(&format!("{s}/pause"), KEY_A, json!({})).await));
     seen.push(check("POST", "/v1/sandboxes/{id}/pause")(h.post(&format!("{s}/pause"), KEY_A, json!({})).await));
     seen.push(check("POST", "/v1/sandboxes/{id}/exec")(h.post(&exec, KEY_A, json!({"argv": ["echo"]})).await));

@@ -227,3 +227,15 @@ fn pipelined_requests_are_all_answered_when_replies_exceed_the_high_water_mark()
     }
     agent.shutdown();
 }
+
+#[test]
+fn disk_usage_counts_each_writable_filesystem_once() {
+    let mut agent = TestAgent::start();
+    // `/tmp` on the same filesystem as the home: one filesystem; `/dev/shm` missing: skipped.
+    std::fs::create_dir(agent.host_path("/tmp")).unwrap();
+    let Message::DiskUsageReply { usage } = agent.request(1, Message::DiskUsage) else { panic!("no disk usage") };
+    let host = rustix::fs::statfs(agent.root.path()).unwrap();
+    let block = host.f_bsize as u64;
+    assert_eq!(usage.total_bytes, host.f_blocks as u64 * block, "{usage:?}");
+    assert!(usage.used_bytes > 0 && usage.used_bytes <= usage.total_bytes, "{usage:?}");
+}

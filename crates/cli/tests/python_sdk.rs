@@ -1,0 +1,153 @@
+//! The Python SDK (`sdk/python`, package `sandkasten`) against a real `sandkasten serve`: the package is built and
+//! installed the way a user installs it (`pip install ./sdk/python`, here into a fresh directory on every run, so the
+//! suite always tests the current source and never the source tree itself), then its own pytest suite
+//! (`sdk/python/tests`: sync and async, errors, streaming, files, code, pause/snapshot/fork, and the drift check
+//! against docs/api/openapi.json) runs with SANDKASTEN_URL / SANDKASTEN_API_KEY pointing at the server. It must pass
+//! whole, skip nothing, call every operation the SDK declares on both surfaces (the suite's own session check), and
+//! afterwards no sandbox it created may have left anything on the host. It runs once per tier: the server's default
+//! tier is the tier under test, so every sandbox the suite creates without naming one is of it (the suite checks).
+//!
+//! The venv comes from `scripts/setup-python-sdk.sh` (run by `scripts/setup.sh`, so by CI): a missing one fails the
+//! test rather than skipping it, so that a broken install cannot hide a broken SDK.
+
+#![allow(unsafe_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod common;
+mod serve;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::Tier;
+use serve::{Server, assert_sandbox_gone_on, children_of};
+
+/// Longest the install or the suite may take before it is killed and the test fails; the suite takes about 30 s on
+/// the process tier (half of it mypy) and 45 s on gVisor.
+const CLIENT_LIMIT: Duration = Duration::from_secs(170);
+
+/// The repository's root (the venv, the SDK and its suite are found from here).
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
+}
+
+/// The suite's Python, or a failure telling how to make it.
+fn venv_python() -> PathBuf {
+    let python = repo_root().join("target/python-sdk-venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/setup-python-sdk.sh (scripts/setup.sh and CI run it) to make the SDK's venv",
+        python.display()
+    );
+    python
+}
+
+/// Runs `python args…` in the repository with only PATH, HOME and `env`, under a watchdog; prints its output (nextest
+/// shows it on failure) and returns whether it succeeded, with the output.
+fn run_python(args: &[&str], env: &[(&str, &str)], log_path: &Path) -> (bool, String) {
+    let log = std::fs::File::create(log_path).expect("create the log");
+    let mut child = Command::new(venv_python())
+        .args(args)
+        .current_dir(repo_root())
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("PYTHONUNBUFFERED", "1")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("dup the log"))
+        .stderr(log)
+        .spawn()
+        .expect("start the venv's python");
+    let deadline = Instant::now() + CLIENT_LIMIT;
+    let (success, timed_out) = loop {
+        if let Some(status) = child.try_wait().expect("wait for python") {
+            break (status.success(), false);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break (false, true);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let output = std::fs::read_to_string(log_path).unwrap_or_default();
+    println!("--- python {args:?} ---\n{output}--- end ---");
+    assert!(!timed_out, "python {args:?} did not finish within {CLIENT_LIMIT:?} and was killed");
+    (success, output)
+}
+
+/// Builds the SDK from `sdk/python` with its declared backend and installs it into `target` (no registry: the
+/// backend is in the venv, and httpx, its one dependency, too).
+fn install_sdk(target: &Path, log: &Path) {
+    let target = target.to_str().expect("utf-8 path");
+    let args = [
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "--target",
+        target,
+        "./sdk/python",
+    ];
+    let (success, _) = run_python(&args, &[], log);
+    assert!(success, "pip install ./sdk/python failed (its output is above)");
+    let installed = Path::new(target).join("sandkasten");
+    assert!(installed.join("py.typed").exists(), "the installed package lacks py.typed (PEP 561 typing marker)");
+}
+
+/// Sandbox agents still running under the server (its spawner's children).
+fn running_agents(server: &Server) -> Vec<u32> {
+    children_of(server.pid()).into_iter().flat_map(children_of).collect()
+}
+
+per_tier!(python_sdk_passes_its_suite_against_a_real_server);
+
+fn python_sdk_passes_its_suite_against_a_real_server(tier: Tier) {
+    let server = Server::start_on(tier);
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let site = scratch.path().join("site");
+    install_sdk(&site, &scratch.path().join("install.log"));
+    let ids_file = scratch.path().join("sandbox-ids");
+    let env = [
+        ("PYTHONPATH", site.to_str().expect("utf-8 path")),
+        ("SANDKASTEN_URL", server.url.as_str()),
+        ("SANDKASTEN_API_KEY", serve::KEY_1),
+        ("SANDKASTEN_SUITE_OTHER_API_KEY", serve::KEY_2),
+        ("SANDKASTEN_SUITE_IDS_FILE", ids_file.to_str().expect("utf-8 path")),
+        ("SANDKASTEN_SUITE_TIER", tier.name()),
+    ];
+    let mut args = vec!["-m", "pytest", "sdk/python/tests", "-q", "-rfEsx", "--tb=short", "-p", "no:cacheprovider"];
+    if tier != Tier::Process {
+        // Type-checking the package (mypy, no server) does not depend on the tier: once is enough.
+        args.push("--ignore=sdk/python/tests/test_types.py");
+    }
+    let (success, output) = run_python(&args, &env, &scratch.path().join("suite.log"));
+    assert!(success, "the SDK's pytest suite failed (its output is above)");
+    assert!(!output.contains(" skipped"), "tests of the SDK suite were skipped (see the output above)");
+    assert!(output.contains(" passed"), "the SDK suite ran no test");
+
+    let ids: Vec<String> =
+        std::fs::read_to_string(&ids_file).unwrap_or_default().lines().map(str::trim).map(str::to_owned).collect();
+    // The suite creates well over ten sandboxes; fewer recorded ids means the record, not the server, is broken.
+    assert!(ids.len() >= 10, "the suite recorded {} sandbox ids: {ids:?}", ids.len());
+    for id in &ids {
+        assert_sandbox_gone_on(tier, id);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !running_agents(&server).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "sandbox agents still running after the suite: {:?}",
+            running_agents(&server)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -1,0 +1,186 @@
+"""The async `AsyncClient`: `Client` (client.py) over asyncio, every method a coroutine (an `AsyncSandbox` made through
+it shares its connections); `async with AsyncClient(...) as client:` closes them at the end."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Type, Union
+
+from . import _bodies
+from ._http import DEFAULT_TIMEOUT, AsyncTransport, json_of
+from ._operations import op, uses
+from ._streams import OutputCallback, RunCollector, adrain
+from .aio_sandbox import AsyncSandbox
+from .models import LimitsLike, NetworkLike, PoolInfo, SandboxInfo, SecretInfo, SnapshotInfo
+from .results import RunResult, stream_bytes
+
+
+class AsyncClient:
+    """A connection to one server with one tenant key (url and key default to SANDKASTEN_URL, SANDKASTEN_API_KEY;
+    `request_timeout` bounds connecting and every call that does not wait on a program, in seconds)."""
+
+    def __init__(
+        self, url: Optional[str] = None, api_key: Optional[str] = None, *, request_timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        self._transport = AsyncTransport(url, api_key, request_timeout)
+        self.snapshots = AsyncSnapshots(self._transport)
+        self.secrets = AsyncSecrets(self._transport)
+        self.pools = AsyncPools(self._transport)
+
+    @uses("sandboxes.create")
+    async def create_sandbox(
+        self,
+        *,
+        isolation: Optional[str] = None,
+        template: Optional[str] = None,
+        limits: Optional[LimitsLike] = None,
+        network: Optional[NetworkLike] = None,
+        env: Optional[Mapping[str, str]] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        timeout: Optional[int] = None,
+        secrets: Optional[Sequence[str]] = None,
+        snapshot: Optional[str] = None,
+        auto_pause: bool = False,
+        auto_resume: bool = False,
+    ) -> AsyncSandbox:
+        """Creates a sandbox with `AsyncSandbox.create`'s options (`snapshot`: an `sn-…` id to start on); it shares this
+        client's connections, so closing the client closes them."""
+        body = _bodies.create_body(
+            isolation=isolation,
+            template=template,
+            limits=limits,
+            network=network,
+            env=env,
+            metadata=metadata,
+            timeout=timeout,
+            secrets=secrets,
+            snapshot=snapshot,
+            auto_pause=auto_pause,
+            auto_resume=auto_resume,
+        )
+        return await AsyncSandbox._created(self._transport, body, owns_transport=False)
+
+    @uses("sandboxes.get")
+    async def connect(self, sandbox_id: str) -> AsyncSandbox:
+        response = await self._transport.request(op("sandboxes.get"), {"id": sandbox_id})
+        return AsyncSandbox(SandboxInfo.from_json(json_of(response)), self._transport)
+
+    @uses("sandboxes.list")
+    async def list_sandboxes(
+        self, *, state: Optional[str] = None, metadata: Optional[Mapping[str, str]] = None
+    ) -> List[SandboxInfo]:
+        """The tenant's sandboxes, oldest first; `state` and `metadata` filter them."""
+        params: Dict[str, Any] = {"state": state}
+        params.update({f"metadata.{key}": value for key, value in (metadata or {}).items()})
+        response = await self._transport.request(op("sandboxes.list"), {}, params=params)
+        return [SandboxInfo.from_json(item) for item in json_of(response).get("sandboxes", [])]
+
+    @uses("run")
+    async def run(
+        self,
+        code: Optional[str] = None,
+        language: Optional[str] = None,
+        *,
+        command: Optional[_bodies.Command] = None,
+        files: Optional[Mapping[str, Union[str, bytes]]] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: Optional[str] = None,
+        isolation: Optional[str] = None,
+        limits: Optional[LimitsLike] = None,
+        network: Optional[NetworkLike] = None,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+    ) -> RunResult:
+        """Runs code (`language`: python, node, bash or c) or a command once in a fresh sandbox that is destroyed
+        afterwards. `error_code` is `compile_error` when C did not compile."""
+        body = _bodies.run_body(
+            code=code,
+            language=language,
+            command=command,
+            files=files,
+            env=env,
+            stdin=stdin,
+            isolation=isolation,
+            limits=limits,
+            network=network,
+        )
+        if on_stdout is None and on_stderr is None:
+            response = json_of(await self._transport.request(op("run"), {}, json=body, long=True))
+            return RunResult.from_run(response, *_inline_output(response))
+        collector = RunCollector(on_stdout, on_stderr)
+        return await adrain(self._transport.stream(op("run"), {}, json=body), collector)
+
+    async def close(self) -> None:
+        await self._transport.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self, kind: Optional[Type[BaseException]], value: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        await self.close()
+
+
+def _inline_output(body: Any) -> "tuple[bytes, bytes]":
+    return stream_bytes(body, "stdout"), stream_bytes(body, "stderr")
+
+
+class AsyncSnapshots:
+    """The tenant's snapshots (take one with `AsyncSandbox.snapshot`, start on one with `snapshot=` at create)."""
+
+    def __init__(self, transport: AsyncTransport) -> None:
+        self._transport = transport
+
+    @uses("snapshots.list")
+    async def list(self) -> List[SnapshotInfo]:
+        response = await self._transport.request(op("snapshots.list"), {})
+        return [SnapshotInfo.from_json(item) for item in json_of(response).get("snapshots", [])]
+
+    @uses("snapshots.get")
+    async def get(self, snapshot_id: str) -> SnapshotInfo:
+        return SnapshotInfo.from_json(json_of(await self._transport.request(op("snapshots.get"), {"id": snapshot_id})))
+
+    @uses("snapshots.delete")
+    async def delete(self, snapshot_id: str) -> None:
+        await self._transport.request(op("snapshots.delete"), {"id": snapshot_id}, long=True)
+
+
+class AsyncSecrets:
+    """The tenant's secrets: values stay on the server and are put into requests toward their hosts only."""
+
+    def __init__(self, transport: AsyncTransport) -> None:
+        self._transport = transport
+
+    @uses("secrets.list")
+    async def list(self) -> List[SecretInfo]:
+        response = await self._transport.request(op("secrets.list"), {})
+        return [SecretInfo.from_json(item) for item in json_of(response).get("secrets", [])]
+
+    @uses("secrets.put")
+    async def put(self, name: str, value: str, hosts: Sequence[str]) -> SecretInfo:
+        body = {"value": value, "hosts": list(hosts)}
+        return SecretInfo.from_json(
+            json_of(await self._transport.request(op("secrets.put"), {"name": name}, json=body))
+        )
+
+    @uses("secrets.delete")
+    async def delete(self, name: str) -> None:
+        await self._transport.request(op("secrets.delete"), {"name": name})
+
+
+class AsyncPools:
+    """The server's warm pools (resizing needs an admin tenant)."""
+
+    def __init__(self, transport: AsyncTransport) -> None:
+        self._transport = transport
+
+    @uses("pools.list")
+    async def list(self) -> List[PoolInfo]:
+        response = await self._transport.request(op("pools.list"), {})
+        return [PoolInfo.from_json(item) for item in json_of(response).get("pools", [])]
+
+    @uses("pools.resize")
+    async def resize(self, name: str, *, min: int, max: int) -> PoolInfo:
+        body = {"min": min, "max": max}
+        return PoolInfo.from_json(json_of(await self._transport.request(op("pools.resize"), {"name": name}, json=body)))

@@ -1,0 +1,92 @@
+"""`sandbox.files` of an AsyncSandbox: `Files` (files.py) with every method a coroutine. Packing and unpacking the tar
+archives of `upload_dir`/`download_dir` runs in the calling thread (it is local disk work)."""
+
+from __future__ import annotations
+
+import os
+from typing import List, Union
+
+from . import _bodies
+from ._http import AsyncTransport, json_of
+from ._operations import op, uses
+from .models import ArchiveSummary, FileInfo
+
+LocalPath = Union[str, "os.PathLike[str]"]
+
+
+class AsyncFiles:
+    """The files of one sandbox."""
+
+    def __init__(self, transport: AsyncTransport, sandbox_id: str) -> None:
+        self._transport = transport
+        self._path = {"id": sandbox_id}
+
+    @uses("files.read")
+    async def read(self, path: str) -> bytes:
+        """The file's bytes."""
+        response = await self._transport.request(op("files.read"), self._path, params={"path": path})
+        content: bytes = response.content
+        return content
+
+    async def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        return (await self.read(path)).decode(encoding)
+
+    @uses("files.write")
+    async def write(self, path: str, data: Union[bytes, str]) -> None:
+        """Creates or replaces the file (text is written as UTF-8)."""
+        content = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        headers = {"Content-Type": "application/octet-stream"}
+        await self._transport.request(
+            op("files.write"), self._path, params={"path": path}, content=content, headers=headers
+        )
+
+    @uses("files.list")
+    async def list(self, path: str = "/workspace") -> List[FileInfo]:
+        """The directory's entries (not recursive)."""
+        response = await self._transport.request(op("files.list"), self._path, params={"path": path})
+        return [FileInfo.from_json(item) for item in json_of(response).get("entries", [])]
+
+    @uses("files.stat")
+    async def stat(self, path: str) -> FileInfo:
+        """Describes the path (a final symlink is not followed); NotFound when it does not exist."""
+        return FileInfo.from_json(
+            json_of(await self._transport.request(op("files.stat"), self._path, params={"path": path}))
+        )
+
+    @uses("files.mkdir")
+    async def mkdir(self, path: str, *, parents: bool = False) -> None:
+        """Creates a directory (`parents=True`: missing parents too, and an existing directory is fine)."""
+        await self._transport.request(op("files.mkdir"), self._path, json={"path": path, "parents": parents})
+
+    @uses("files.rename")
+    async def rename(self, source: str, destination: str) -> None:
+        """Moves `source` to `destination`."""
+        await self._transport.request(op("files.rename"), self._path, json={"from": source, "to": destination})
+
+    @uses("files.remove")
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        """Removes a file, or a directory (non-empty ones need `recursive=True`)."""
+        params = {"path": path, "recursive": recursive or None}
+        await self._transport.request(op("files.remove"), self._path, params=params)
+
+    @uses("files.upload_dir")
+    async def upload_dir(self, local_dir: LocalPath, remote_dir: str) -> ArchiveSummary:
+        """Copies a local directory's files and subdirectories into `remote_dir` (created when missing)."""
+        headers = {"Content-Type": "application/x-tar"}
+        response = await self._transport.request(
+            op("files.upload_dir"),
+            self._path,
+            params={"path": remote_dir},
+            content=_bodies.pack_dir(local_dir),
+            headers=headers,
+            long=True,
+        )
+        return ArchiveSummary.from_json(json_of(response))
+
+    @uses("files.download_dir")
+    async def download_dir(self, remote_dir: str, local_dir: LocalPath) -> None:
+        """Copies the sandbox directory `remote_dir` (its contents) into the local directory `local_dir`."""
+        response = await self._transport.request(
+            op("files.download_dir"), self._path, params={"path": remote_dir}, long=True
+        )
+        _bodies.unpack_into(response.content, local_dir)

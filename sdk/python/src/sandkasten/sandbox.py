@@ -1,0 +1,388 @@
+"""The sync `Sandbox`: one sandbox of the server, made with `Sandbox.create(...)` (a context manager that kills it on
+exit) or found with `Sandbox.connect(id)`. Commands (`exec`, streamed with callbacks, or in the background as a
+`CommandHandle`), code cells (`run_code`, `contexts`), files (`files`), network policy and egress audit, lifecycle
+(timeout, pause, resume, snapshot, fork). `AsyncSandbox` in aio_sandbox.py is the same over asyncio."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Type, Union, overload
+
+from . import _bodies
+from ._http import DEFAULT_TIMEOUT, Transport, json_of
+from ._operations import op, uses
+from ._streams import CodeCollector, ExecCollector, OutputCallback, ResultCallback, drain
+from .errors import NotFound
+from .files import Files
+from .models import (
+    ContextInfo,
+    EgressEvent,
+    LimitsLike,
+    NetworkLike,
+    NetworkPolicy,
+    SandboxInfo,
+    SandboxMetrics,
+    SnapshotInfo,
+    network_json,
+)
+from .results import CodeResult, CommandInfo, ExecResult
+
+
+class Sandbox:
+    """A sandbox on a sandkasten server."""
+
+    def __init__(self, info: SandboxInfo, transport: Transport, owns_transport: bool = False) -> None:
+        self.info = info
+        self._transport = transport
+        self._owns_transport = owns_transport
+        self._path = {"id": info.id}
+        self.files = Files(transport, info.id)
+        self.commands = Commands(self)
+        self.contexts = Contexts(transport, info.id)
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    @property
+    def isolation(self) -> str:
+        return self.info.isolation
+
+    # Lifecycle -------------------------------------------------------------------------------------------------------
+
+    @classmethod
+    @uses("sandboxes.create")
+    def create(
+        cls,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        *,
+        isolation: Optional[str] = None,
+        template: Optional[str] = None,
+        limits: Optional[LimitsLike] = None,
+        network: Optional[NetworkLike] = None,
+        env: Optional[Mapping[str, str]] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        timeout: Optional[int] = None,
+        secrets: Optional[Sequence[str]] = None,
+        snapshot: Optional[str] = None,
+        auto_pause: bool = False,
+        auto_resume: bool = False,
+        request_timeout: float = DEFAULT_TIMEOUT,
+    ) -> Sandbox:
+        """Creates a sandbox (`timeout` is its lifetime in seconds; `snapshot` an `sn-…` id to start on)."""
+        body = _bodies.create_body(
+            isolation=isolation,
+            template=template,
+            limits=limits,
+            network=network,
+            env=env,
+            metadata=metadata,
+            timeout=timeout,
+            secrets=secrets,
+            snapshot=snapshot,
+            auto_pause=auto_pause,
+            auto_resume=auto_resume,
+        )
+        transport = Transport(url, api_key, request_timeout)
+        try:
+            return cls._created(transport, body, owns_transport=True)
+        except BaseException:
+            transport.close()
+            raise
+
+    @classmethod
+    def _created(cls, transport: Transport, body: Dict[str, Any], owns_transport: bool) -> Sandbox:
+        response = transport.request(op("sandboxes.create"), {}, json=body, long=True)
+        return cls(SandboxInfo.from_json(json_of(response)), transport, owns_transport)
+
+    @classmethod
+    @uses("sandboxes.get")
+    def connect(
+        cls,
+        sandbox_id: str,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        *,
+        request_timeout: float = DEFAULT_TIMEOUT,
+    ) -> Sandbox:
+        """Attaches to an existing sandbox of the key's tenant (NotFound when there is none)."""
+        transport = Transport(url, api_key, request_timeout)
+        try:
+            response = transport.request(op("sandboxes.get"), {"id": sandbox_id})
+            return cls(SandboxInfo.from_json(json_of(response)), transport, owns_transport=True)
+        except BaseException:
+            transport.close()
+            raise
+
+    @uses("sandboxes.get")
+    def refresh(self) -> SandboxInfo:
+        """Fetches the sandbox's current description (state, expiry) into `info`."""
+        return self._update(self._transport.request(op("sandboxes.get"), self._path))
+
+    @uses("sandboxes.delete")
+    def kill(self) -> None:
+        """Destroys the sandbox (killing one that has already ended changes nothing)."""
+        self._transport.request(op("sandboxes.delete"), self._path)
+
+    @uses("sandboxes.set_timeout")
+    def set_timeout(self, seconds: int) -> SandboxInfo:
+        """The sandbox is destroyed `seconds` from now."""
+        response = self._transport.request(op("sandboxes.set_timeout"), self._path, json={"timeout_s": int(seconds)})
+        return self._update(response)
+
+    @uses("sandboxes.pause")
+    def pause(self) -> SandboxInfo:
+        """Pauses it (process tier: frozen; gVisor: checkpointed to disk). Requests then fail with `Paused`."""
+        return self._update(self._transport.request(op("sandboxes.pause"), self._path, long=True))
+
+    @uses("sandboxes.resume")
+    def resume(self) -> SandboxInfo:
+        """Resumes a paused sandbox where it was."""
+        return self._update(self._transport.request(op("sandboxes.resume"), self._path, long=True))
+
+    @uses("sandboxes.snapshot")
+    def snapshot(self, *, memory: bool = False, name: Optional[str] = None) -> SnapshotInfo:
+        """Saves its files (and with `memory=True`, on tiers that can, its processes) as a snapshot."""
+        body: Dict[str, Any] = {"memory": memory}
+        if name is not None:
+            body["name"] = name
+        response = self._transport.request(op("sandboxes.snapshot"), self._path, json=body, long=True)
+        return SnapshotInfo.from_json(json_of(response))
+
+    @uses("sandboxes.fork")
+    def fork(self, count: int = 1, *, timeout: Optional[int] = None) -> List[Sandbox]:
+        """Independent copies of the running sandbox (each its own Sandbox; kill them when done)."""
+        body: Dict[str, Any] = {"count": count}
+        if timeout is not None:
+            body["timeout_s"] = int(timeout)
+        response = self._transport.request(op("sandboxes.fork"), self._path, json=body, long=True)
+        copies = json_of(response).get("sandboxes", [])
+        return [Sandbox(SandboxInfo.from_json(item), self._transport.sibling(), owns_transport=True) for item in copies]
+
+    def _update(self, response: Any) -> SandboxInfo:
+        self.info = SandboxInfo.from_json(json_of(response))
+        return self.info
+
+    def close(self) -> None:
+        """Closes the HTTP connections (the sandbox keeps running: `kill()` destroys it)."""
+        if self._owns_transport:
+            self._transport.close()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(
+        self, kind: Optional[Type[BaseException]], value: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        try:
+            self.kill()
+        except NotFound:
+            pass  # already gone (expired and forgotten by the server): nothing left to kill
+        finally:
+            self.close()
+
+    # Commands --------------------------------------------------------------------------------------------------------
+
+    @overload
+    def exec(
+        self,
+        command: _bodies.Command,
+        *,
+        cwd: Optional[str] = ...,
+        env: Optional[Mapping[str, str]] = ...,
+        stdin: Optional[str] = ...,
+        timeout: Optional[float] = ...,
+        on_stdout: Optional[OutputCallback] = ...,
+        on_stderr: Optional[OutputCallback] = ...,
+        background: Literal[False] = ...,
+    ) -> ExecResult: ...
+
+    @overload
+    def exec(
+        self,
+        command: _bodies.Command,
+        *,
+        cwd: Optional[str] = ...,
+        env: Optional[Mapping[str, str]] = ...,
+        stdin: Optional[str] = ...,
+        timeout: Optional[float] = ...,
+        on_stdout: Optional[OutputCallback] = ...,
+        on_stderr: Optional[OutputCallback] = ...,
+        background: Literal[True],
+    ) -> CommandHandle: ...
+
+    @uses("exec")
+    def exec(
+        self,
+        command: _bodies.Command,
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: Optional[str] = None,
+        timeout: Optional[float] = None,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+        background: bool = False,
+    ) -> Union[ExecResult, CommandHandle]:
+        """Runs `command` (a shell line, or an argv list) and returns how it ended. With `on_stdout`/`on_stderr` the
+        output streams to them as it comes; with `background=True` it returns a CommandHandle at once. `timeout` is
+        in seconds (default and maximum: the sandbox's `limits.timeout_ms`); `cwd` defaults to `/workspace`."""
+        body = _bodies.exec_body(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, background=background)
+        if background:
+            started = json_of(self._transport.request(op("exec"), self._path, json=body))
+            return CommandHandle(self, started["command_id"], started.get("pid"), started.get("started_at"))
+        if on_stdout is None and on_stderr is None:
+            response = self._transport.request(op("exec"), self._path, json=body, long=True)
+            return ExecResult.from_json(json_of(response))
+        collector = ExecCollector(on_stdout, on_stderr, self.id)
+        return drain(self._transport.stream(op("exec"), self._path, json=body), collector)
+
+    # Code ------------------------------------------------------------------------------------------------------------
+
+    @uses("code.run")
+    def run_code(
+        self,
+        code: str,
+        language: Optional[str] = None,
+        *,
+        context: Union[str, ContextInfo, None] = None,
+        timeout: Optional[float] = None,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+        on_result: Optional[ResultCallback] = None,
+    ) -> CodeResult:
+        """Runs a cell in a stateful context (`language` "python" or "javascript", or the language of `context`) and
+        returns its output, rich results (`text` is the last expression's value) and error. Without `language` or
+        `context` it runs in the default Python context."""
+        context_id = context.id if isinstance(context, ContextInfo) else context
+        if language is None and context_id is None:
+            language = "python"
+        body = _bodies.code_body(code, language, context_id, timeout)
+        if on_stdout is None and on_stderr is None and on_result is None:
+            response = self._transport.request(op("code.run"), self._path, json=body, long=True)
+            return CodeResult.from_json(json_of(response))
+        collector = CodeCollector(on_stdout, on_stderr, on_result)
+        return drain(self._transport.stream(op("code.run"), self._path, json=body), collector)
+
+    # Network ---------------------------------------------------------------------------------------------------------
+
+    @uses("network.set")
+    def set_network(self, policy: NetworkLike) -> NetworkPolicy:
+        """Changes the network policy; new connections follow it at once (`none` also cuts open ones)."""
+        response = self._transport.request(op("network.set"), self._path, json=network_json(policy))
+        return NetworkPolicy.from_json(json_of(response))
+
+    @uses("sandboxes.metrics")
+    def metrics(self, *, from_ms: Optional[int] = None, to_ms: Optional[int] = None) -> SandboxMetrics:
+        """Its usage samples (CPU share, memory, disk), oldest first, with one taken now while it runs."""
+        params = {"from_ms": from_ms, "to_ms": to_ms}
+        response = self._transport.request(op("sandboxes.metrics"), self._path, params=params)
+        return SandboxMetrics.from_json(json_of(response))
+
+    @uses("network.egress")
+    def egress(self, limit: Optional[int] = None) -> List[EgressEvent]:
+        """The egress audit: every connection attempt through the proxy with its decision, oldest first."""
+        response = self._transport.request(op("network.egress"), self._path, params={"limit": limit})
+        return [EgressEvent.from_json(item) for item in json_of(response).get("events", [])]
+
+    def __repr__(self) -> str:
+        return f"Sandbox({self.id!r}, isolation={self.isolation!r})"
+
+
+class CommandHandle:
+    """A background command: stream or wait for it, write to its stdin, signal or kill it."""
+
+    def __init__(self, sandbox: Sandbox, command_id: str, pid: Optional[int], started_at: Optional[str]) -> None:
+        self.sandbox = sandbox
+        self.id = command_id
+        self.pid = pid
+        self.started_at = started_at
+        self._path = {"id": sandbox.id, "command_id": command_id}
+
+    @uses("commands.stream")
+    def wait(
+        self,
+        *,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+        since: int = 0,
+    ) -> ExecResult:
+        """Follows its output from byte offset `since` (what is retained, then live) until it exits."""
+        transport = self.sandbox._transport
+        collector = ExecCollector(on_stdout, on_stderr, self.sandbox.id)
+        return drain(transport.stream(op("commands.stream"), self._path, params={"since": since or None}), collector)
+
+    @uses("commands.stdin")
+    def send_stdin(self, data: str, *, eof: bool = False) -> None:
+        """Writes `data` to its stdin (`eof=True` closes stdin afterwards)."""
+        self.sandbox._transport.request(op("commands.stdin"), self._path, json={"data": data, "eof": eof})
+
+    def close_stdin(self) -> None:
+        self.send_stdin("", eof=True)
+
+    @uses("commands.signal")
+    def signal(self, signal: Union[int, str]) -> None:
+        """Sends a signal (a number or a name such as "SIGTERM") to its process group."""
+        self.sandbox._transport.request(op("commands.signal"), self._path, json={"signal": signal})
+
+    @uses("commands.kill")
+    def kill(self) -> None:
+        """SIGKILL to its process group (it stays listed with its exit)."""
+        self.sandbox._transport.request(op("commands.kill"), self._path)
+
+    def __repr__(self) -> str:
+        return f"CommandHandle({self.id!r}, pid={self.pid})"
+
+
+class Commands:
+    """A sandbox's background commands."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sandbox = sandbox
+
+    @uses("commands.list")
+    def list(self) -> List[CommandInfo]:
+        """Running and recently ended background commands, oldest first."""
+        response = self._sandbox._transport.request(op("commands.list"), {"id": self._sandbox.id})
+        return [CommandInfo.from_json(item) for item in json_of(response).get("commands", [])]
+
+    def handle(self, command_id: str) -> CommandHandle:
+        """A handle on a background command known by id (e.g. from `list()`)."""
+        return CommandHandle(self._sandbox, command_id, None, None)
+
+
+class Contexts:
+    """A sandbox's stateful code contexts (interpreters whose variables persist between cells)."""
+
+    def __init__(self, transport: Transport, sandbox_id: str) -> None:
+        self._transport = transport
+        self._path = {"id": sandbox_id}
+
+    @uses("contexts.create")
+    def create(self, language: str = "python") -> ContextInfo:
+        response = self._transport.request(op("contexts.create"), self._path, json={"language": language}, long=True)
+        return ContextInfo.from_json(json_of(response))
+
+    @uses("contexts.list")
+    def list(self) -> List[ContextInfo]:
+        response = self._transport.request(op("contexts.list"), self._path)
+        return [ContextInfo.from_json(item) for item in json_of(response).get("contexts", [])]
+
+    @uses("contexts.delete")
+    def delete(self, context: Union[str, ContextInfo]) -> None:
+        self._transport.request(op("contexts.delete"), {**self._path, "context_id": _context_id(context)})
+
+    @uses("contexts.restart")
+    def restart(self, context: Union[str, ContextInfo]) -> ContextInfo:
+        """Restarts the context's interpreter (its variables are lost)."""
+        path = {**self._path, "context_id": _context_id(context)}
+        return ContextInfo.from_json(json_of(self._transport.request(op("contexts.restart"), path, long=True)))
+
+
+def _context_id(context: Union[str, ContextInfo]) -> str:
+    if isinstance(context, ContextInfo):
+        return context.id
+    if not isinstance(context, str):
+        raise TypeError(f"a context is a ContextInfo or its id, not {context!r}")
+    return context

@@ -1,0 +1,36 @@
+"""Helpers of the SDK suite: the run id every sandbox is labelled with, the record of created ids, and creation."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any, List
+
+from sandkasten import Sandbox
+
+#: Labels this run's sandboxes (`metadata.suite`), so the cleanup finds any the record missed.
+RUN_ID = uuid.uuid4().hex[:12]
+#: Every sandbox id the suite created (killed and reported at the end of the session).
+CREATED: List[str] = []
+#: Another tenant's key, for the isolation tests.
+OTHER_KEY = os.environ.get("SANDKASTEN_SUITE_OTHER_API_KEY", "")
+#: The tier the server's sandboxes should be of (the Rust driver runs the suite once per tier), if known.
+TIER = os.environ.get("SANDKASTEN_SUITE_TIER")
+
+
+def labels(**extra: str) -> dict:
+    return {"suite": RUN_ID, **extra}
+
+
+def record(sandbox_id: str) -> str:
+    CREATED.append(sandbox_id)
+    return sandbox_id
+
+
+def create(**options: Any) -> Sandbox:
+    """Sandbox.create with this run's label; the id is recorded before the caller can fail."""
+    options.setdefault("metadata", labels())
+    sandbox = Sandbox.create(**options)
+    record(sandbox.id)
+    assert TIER is None or sandbox.isolation == TIER, f"{sandbox.id} is on {sandbox.isolation}, not {TIER}"
+    return sandbox

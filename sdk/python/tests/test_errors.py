@@ -1,0 +1,79 @@
+"""Errors as exceptions carrying the API's code, message and status: unknown ids, a bad key, another tenant's sandbox,
+an ended sandbox, a paused one, invalid limits, and the admin-only pool resize."""
+
+from __future__ import annotations
+
+import pytest
+
+import support
+from sandkasten import (
+    Client,
+    Conflict,
+    Forbidden,
+    NotFound,
+    Paused,
+    Sandbox,
+    SandkastenError,
+    Unauthorized,
+    Unprocessable,
+)
+
+
+def test_unknown_sandbox_is_not_found() -> None:
+    with pytest.raises(NotFound) as caught:
+        Sandbox.connect("sb-0000000000000000")
+    assert caught.value.status == 404 and caught.value.code == "not_found" and caught.value.message
+
+
+def test_unknown_key_is_unauthorized() -> None:
+    with pytest.raises(Unauthorized) as caught:
+        Sandbox.connect("sb-0000000000000000", api_key="not-a-key-of-this-server")
+    assert caught.value.status == 401
+
+
+def test_missing_key_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SANDKASTEN_API_KEY")
+    with pytest.raises(ValueError, match="SANDKASTEN_API_KEY"):
+        Client()
+
+
+def test_another_tenants_sandbox_is_invisible(sbx: Sandbox) -> None:
+    assert support.OTHER_KEY, "SANDKASTEN_SUITE_OTHER_API_KEY is not set"
+    with pytest.raises(NotFound):
+        Sandbox.connect(sbx.id, api_key=support.OTHER_KEY)
+    with Client(api_key=support.OTHER_KEY) as other:
+        assert sbx.id not in {info.id for info in other.list_sandboxes()}
+
+
+def test_limits_out_of_range_are_unprocessable() -> None:
+    with pytest.raises(Unprocessable) as caught:
+        support.create(limits={"memory_bytes": 1})
+    assert "memory" in caught.value.message
+
+
+def test_an_ended_sandbox_is_a_conflict() -> None:
+    sandbox = support.create()
+    sandbox.kill()
+    with pytest.raises(Conflict) as caught:
+        sandbox.exec("true")
+    assert caught.value.status == 409 and not isinstance(caught.value, Paused)
+    assert sandbox.refresh().state == "destroyed"
+    sandbox.kill()  # killing it again changes nothing
+    sandbox.close()
+
+
+def test_a_paused_sandbox_raises_paused_until_resumed() -> None:
+    with support.create() as sandbox:
+        assert sandbox.pause().state == "paused"
+        with pytest.raises(Paused) as caught:
+            sandbox.exec("true")
+        assert caught.value.code == "paused" and isinstance(caught.value, Conflict)
+        assert sandbox.resume().state == "running"
+        assert sandbox.exec("echo back").stdout == "back\n"
+
+
+def test_pool_resize_needs_an_admin(client: Client) -> None:
+    assert isinstance(client.pools.list(), list)
+    with pytest.raises((Forbidden, NotFound)) as caught:
+        client.pools.resize("no-such-pool", min=0, max=1)
+    assert isinstance(caught.value, SandkastenError) and caught.value.message
