@@ -48,4 +48,5 @@ fi
 command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
 "$(dirname "$0")/setup-e2b.sh"
 "$(dirname "$0")/setup-python-sdk.sh"
+"$(dirname "$0")/setup-mcp.sh"
 "$(dirname "$0")/setup-s3-test-server.sh"

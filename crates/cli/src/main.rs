@@ -5,6 +5,7 @@ mod client;
 mod doctor;
 mod exit_codes;
 mod gc_command;
+mod mcp_command;
 mod run_command;
 mod run_input;
 mod run_remote;
@@ -49,6 +50,9 @@ enum Command {
         #[arg(long, default_value = "systrap")]
         gvisor_platform: String,
     },
+    /// MCP over stdio for desktop clients (Claude Desktop …): a relay to the `/mcp` endpoint of a `sandkasten
+    /// serve` server, with the key from SANDKASTEN_API_KEY.
+    Mcp(mcp_command::McpArgs),
     /// Check this host and say, per isolation tier, what works and what to fix.
     Doctor {
         /// Print the report as JSON.
@@ -110,6 +114,7 @@ fn main() {
         Command::Spawner { runsc, gvisor_platform } => serve_command::run_spawner(runsc, &gvisor_platform),
         Command::Sandbox(args) => client::run(*args),
         Command::Snapshot(args) => client::snapshots::run(*args),
+        Command::Mcp(args) => mcp_command::run(args),
         Command::Doctor { json } => match doctor::run(json) {
             Ok(code) => code,
             Err(error) => {

@@ -36,6 +36,7 @@ impl Severity {
 /// A language the scanner reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ScanLanguage {
     /// Python 3.
@@ -95,6 +96,17 @@ pub enum Verdict {
     Warn,
     /// The code is refused before anything starts (mode `enforce` and a finding of a blocking severity).
     Block,
+}
+
+impl Verdict {
+    /// The verdict's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allow => "allow",
+            Verdict::Warn => "warn",
+            Verdict::Block => "block",
+        }
+    }
 }
 
 /// A scan's answer: its findings (in the order of the code) and the verdict of the policy it was scanned under.

@@ -71,6 +71,10 @@
 //! # s3_region = "eu-central-1"
 //! # s3_access_key_id = "…"                        # (prefer AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)
 //! gc_grace_s = 3600                               # unreferenced chunks younger than this survive a GC
+//!
+//! [mcp]                                           # the MCP endpoint (/mcp) and `sandkasten mcp`'s sessions
+//! max_sessions_per_tenant = 16                    # open at once per tenant (one more initialize: 429)
+//! idle_timeout_s = 600                            # a session idle this long ends, killing its sandboxes
 //! ```
 //!
 //! A create (or `POST /v1/run`) whose isolation tier, template and limits equal a pool's and whose `env` is empty
@@ -80,6 +84,7 @@
 //! server restarts.
 
 mod defaults;
+mod mcp;
 mod secrets;
 mod snapshots;
 
@@ -95,6 +100,7 @@ use thiserror::Error;
 use crate::store::Quota;
 
 pub use defaults::Defaults;
+pub use mcp::McpConfig;
 pub use secrets::SecretsConfig;
 pub use snapshots::SnapshotsConfig;
 
@@ -206,6 +212,9 @@ pub enum ConfigError {
     /// The `[http]` table is unusable, or the process may not open enough descriptors for it.
     #[error("[http] {0}")]
     Http(String),
+    /// The `[mcp]` table is unusable.
+    #[error("[mcp] {0}")]
+    Mcp(String),
     /// A `[[pools]]` entry is unusable.
     #[error("pool {name:?}: {problem}")]
     Pool {
@@ -462,6 +471,9 @@ pub struct ServerConfig {
     /// The scan policy of tenants that have none of their own (`[scan]`). Default mode `off`.
     #[serde(default)]
     pub scan: ScanPolicy,
+    /// Bounds of the MCP endpoint (`[mcp]`): sessions per tenant, idle expiry.
+    #[serde(default)]
+    pub mcp: McpConfig,
 }
 
 /// What the database keeps of ended sandboxes, commands and egress events (`[retention]`).
@@ -616,6 +628,7 @@ impl Default for ServerConfig {
             secrets: SecretsConfig::default(),
             snapshots: SnapshotsConfig::default(),
             scan: ScanPolicy::default(),
+            mcp: McpConfig::default(),
         }
     }
 }
@@ -702,6 +715,9 @@ impl ServerConfig {
         }
         if let Some(problem) = self.http.problem() {
             return Err(ConfigError::Http(problem));
+        }
+        if let Some(problem) = self.mcp.problem() {
+            return Err(ConfigError::Mcp(problem));
         }
         if let Some(problem) = self.secrets.problem() {
             return Err(ConfigError::Secrets(problem));

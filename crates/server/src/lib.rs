@@ -14,6 +14,7 @@ pub mod egress;
 mod http_serve;
 pub mod ids;
 pub mod lifecycle;
+mod mcp;
 mod metrics;
 mod migrations;
 mod output_budgets;
@@ -145,8 +146,9 @@ fn reserve_descriptors(max_connections: usize, egress_connections: usize) -> Res
 
 /// Runs the server on a bound listener: checks that the configured tiers run here, reads the secrets keys, opens the
 /// store (sealing or re-sealing secret values), reconciles it with the runtime, starts the expiry sweeper and the warm
-/// pools' refill task, and serves until `shutdown` completes. Shutdown stops accepting connections and waits for the requests in flight; it destroys no sandbox (they
-/// belong to the runtime, and the next start reconciles).
+/// pools' refill task, and serves until `shutdown` completes. Shutdown stops accepting connections, ends the MCP sessions and waits for the requests in flight; it
+/// destroys no sandbox (they belong to the runtime, and the next start reconciles) but those MCP sessions created
+/// without `persist`.
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
     config: ServerConfig,
@@ -176,6 +178,14 @@ pub async fn serve_on(
     let sampler =
         tokio::spawn(usage_sampler::run(state.clone(), Duration::from_secs(config.metrics.sample_interval_s)));
     let audit = state.audit_writer().map(tokio::spawn);
+    // At the signal: kill what MCP sessions created (first, so no session's own close races the process's end),
+    // then end the sessions, whose open streams would otherwise hold the graceful shutdown.
+    let mcp_state = state.clone();
+    let shutdown = async move {
+        shutdown.await;
+        mcp::close_sessions(&mcp_state).await;
+        mcp_state.mcp_sessions().stopping().cancel();
+    };
     let result = http_serve::serve(listener, router(state.clone()), config.http, shutdown).await;
     sweeper.abort();
     refill.abort();
@@ -186,6 +196,8 @@ pub async fn serve_on(
     // Idle pool members belong to nobody: destroy them now (a creation cut short by the abort is left to the
     // runtime, which destroys every sandbox when it goes).
     lifecycle::refill::destroy_idle(&state).await;
+    // Sessions opened after the signal, and requests in flight then, may have created more.
+    mcp::close_sessions(&state).await;
     tracing::info!("sandkasten server stopped");
     result.map_err(ServerError::Serve)
 }

@@ -73,6 +73,8 @@ struct Inner {
     snapshot_work: std::path::PathBuf,
     usage_samples: UsageSamples,
     transfers: Transfers,
+    mcp: crate::mcp::sessions::McpSessions,
+    mcp_config: crate::config::McpConfig,
 }
 
 /// The audit queue's two ends, until `serve_on` starts the writer.
@@ -116,8 +118,20 @@ impl AppState {
                 snapshot_work: snapshot_work_dir(&config.database),
                 usage_samples: UsageSamples::new(config.metrics.samples_kept),
                 transfers: Transfers::default(),
+                mcp: crate::mcp::sessions::McpSessions::default(),
+                mcp_config: config.mcp,
             }),
         })
+    }
+
+    /// The open MCP sessions and the sandboxes each created.
+    pub(crate) fn mcp_sessions(&self) -> &crate::mcp::sessions::McpSessions {
+        &self.inner.mcp
+    }
+
+    /// The MCP endpoint's bounds (`[mcp]`).
+    pub(crate) fn mcp_config(&self) -> crate::config::McpConfig {
+        self.inner.mcp_config
     }
 
     /// The store.

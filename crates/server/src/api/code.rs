@@ -28,7 +28,7 @@ use crate::api::scan;
 use crate::auth::Tenant;
 use crate::state::AppState;
 use crate::store::SandboxRecord;
-use sandkasten_scan::{Finding, ScanLanguage};
+use sandkasten_scan::{Finding, ScanLanguage, ScanPolicyOverride};
 use sandkasten_types::LimitKind;
 use sandkasten_types::Tier;
 
@@ -129,28 +129,54 @@ pub(crate) async fn run_code(
     headers: HeaderMap,
     JsonBody(body): JsonBody<CodeBody>,
 ) -> Result<Response, ApiError> {
+    if !output::wants_stream(&headers) {
+        return Ok(Json(run_cell(&state, &tenant, &id, body).await?).into_response());
+    }
     let sandbox = running_sandbox(&state, &tenant, &id).await?;
     let scan_policy = body.scan_policy.clone();
     let request = code_run(body, &sandbox)?;
-    let findings = match cell_language(&state, &id, &request).await? {
-        Some(language) => scan::gate(&tenant, scan_policy.as_ref(), language, &request.code).await?,
-        None => Vec::new(),
-    };
-    let wants_stream = output::wants_stream(&headers);
-    let isolation = sandbox.spec.tier();
+    let findings = scanned(&state, &tenant, &id, scan_policy.as_ref(), &request).await?;
     let started = start(&state, &id, request);
-    if wants_stream {
-        return Ok(stream(state, id, isolation, started, findings));
-    }
+    Ok(stream(state, id, sandbox.spec.tier(), started, findings))
+}
+
+/// Runs one cell in the caller's running sandbox `id` (after the static scan, under the tenant's policy tightened
+/// by the request's) and answers its result: what `run_code` answers as JSON, and what the MCP `run_code` tool
+/// reports.
+pub(crate) async fn run_cell(
+    state: &AppState,
+    tenant: &Tenant,
+    id: &str,
+    body: CodeBody,
+) -> Result<CodeResponse, ApiError> {
+    let sandbox = running_sandbox(state, tenant, id).await?;
+    let scan_policy = body.scan_policy.clone();
+    let request = code_run(body, &sandbox)?;
+    let findings = scanned(state, tenant, id, scan_policy.as_ref(), &request).await?;
+    let started = start(state, id, request);
     let started_at = started.started;
     let outcome = match pump(started, |_| std::future::ready(())).await {
         Ok(outcome) => outcome,
-        Err(failure) => return Err(runtime_error(&state, &id, failure).await),
+        Err(failure) => return Err(runtime_error(state, id, failure).await),
     };
     let duration_ms = started_at.elapsed().as_secs_f64() * 1000.0;
-    let mut response = CodeResponse::new(id, isolation, outcome, duration_ms);
+    let mut response = CodeResponse::new(id.to_owned(), sandbox.spec.tier(), outcome, duration_ms);
     response.findings = findings;
-    Ok(Json(response).into_response())
+    Ok(response)
+}
+
+/// What the static scan says of a cell (in its language; none when the language is unknown: the run answers 404).
+async fn scanned(
+    state: &AppState,
+    tenant: &Tenant,
+    id: &str,
+    policy: Option<&ScanPolicyOverride>,
+    request: &CodeRun,
+) -> Result<Vec<Finding>, ApiError> {
+    Ok(match cell_language(state, id, request).await? {
+        Some(language) => scan::gate(tenant, policy, language, &request.code).await?,
+        None => Vec::new(),
+    })
 }
 
 /// The language a cell is scanned in: the request's, else its context's (`None` for an unknown context, which the

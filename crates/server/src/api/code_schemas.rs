@@ -11,7 +11,7 @@ use crate::api::isolation::IsolationName;
 use sandkasten_types::Tier;
 
 /// A code context's language. Mirrors `sandkasten_types::CodeLanguage`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LanguageName {
     /// Python 3 (`python3` in the sandbox).

@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 use crate::egress::store::EgressEvent;
 
 /// Network access of a sandbox. Mirrors `sandkasten_types::NetworkPolicy`.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct NetworkPolicyBody {
     /// `none` (default: loopback only), `allowlist` (only `allow`, minus `deny`) or `open` (any public address,
@@ -23,7 +23,7 @@ pub struct NetworkPolicyBody {
 }
 
 /// The network modes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum NetworkModeName {
     /// Nothing outside the sandbox.

@@ -150,10 +150,7 @@ pub(crate) async fn exec(
     let background = body.background;
     let scan_policy = body.scan_policy.clone();
     let spec = command_spec(body, &sandbox)?;
-    // The command line as bash (argv joined); refused before the command is recorded or started.
-    let line =
-        spec.cmd.clone().or_else(|| spec.argv.as_deref().map(sandkasten_scan::argv_command_line)).unwrap_or_default();
-    let findings = scan::gate(&tenant, scan_policy.as_ref(), ScanLanguage::Bash, &line).await?;
+    let findings = scanned(&tenant, scan_policy.as_ref(), &spec).await?;
     let limit = sandbox.spec.limits.output_bytes;
     let isolation = sandbox.spec.tier();
     if background {
@@ -165,9 +162,56 @@ pub(crate) async fn exec(
         let started = start(&state, &tenant, &id, spec, carried).await?;
         return Ok(stream(state, id, isolation, started, limit));
     }
+    let mut response = finish(&state, &tenant, &sandbox, spec).await?;
+    response.findings = findings;
+    Ok(Json(response).into_response())
+}
+
+/// What the static scan says of a command: its command line as bash (argv joined), under the tenant's policy
+/// tightened by the request's; refused (in `enforce`) before the command is recorded or started.
+async fn scanned(
+    tenant: &Tenant,
+    policy: Option<&sandkasten_scan::ScanPolicyOverride>,
+    spec: &CommandSpec,
+) -> Result<Vec<sandkasten_scan::Finding>, ApiError> {
+    let line =
+        spec.cmd.clone().or_else(|| spec.argv.as_deref().map(sandkasten_scan::argv_command_line)).unwrap_or_default();
+    scan::gate(tenant, policy, ScanLanguage::Bash, &line).await
+}
+
+/// Runs a command in the caller's running sandbox `id` to its end and answers its result: what `exec` answers as
+/// JSON, and what the MCP `exec` tool reports. `background` must be false.
+pub(crate) async fn run_to_end(
+    state: &AppState,
+    tenant: &Tenant,
+    id: &str,
+    body: ExecBody,
+) -> Result<ExecResponse, ApiError> {
+    let sandbox = running_sandbox(state, tenant, id).await?;
+    if body.background {
+        return Err(ApiError::unprocessable("a background command has no result to wait for"));
+    }
+    let scan_policy = body.scan_policy.clone();
+    let spec = command_spec(body, &sandbox)?;
+    let findings = scanned(tenant, scan_policy.as_ref(), &spec).await?;
+    let mut response = finish(state, tenant, &sandbox, spec).await?;
+    response.findings = findings;
+    Ok(response)
+}
+
+/// Starts `spec` in `sandbox` and keeps its output (within the sandbox's limit) until it ends.
+async fn finish(
+    state: &AppState,
+    tenant: &Tenant,
+    sandbox: &SandboxRecord,
+    spec: CommandSpec,
+) -> Result<ExecResponse, ApiError> {
+    let id = sandbox.id.as_str();
+    let limit = sandbox.spec.limits.output_bytes;
+    let carried = state.output_budgets().stream_cap(limit);
     let budgets = state.output_budgets();
-    let [mut stdout, mut stderr] = [budgets.hold(&tenant, &id), budgets.hold(&tenant, &id)].map(Capture::charged);
-    let started = start(&state, &tenant, &id, spec, carried).await?;
+    let [mut stdout, mut stderr] = [budgets.hold(tenant, id), budgets.hold(tenant, id)].map(Capture::charged);
+    let started = start(state, tenant, id, spec, carried).await?;
     let started_at = started.started;
     let result = pump(started, |chunk| {
         match chunk.stream {
@@ -179,12 +223,10 @@ pub(crate) async fn exec(
     .await;
     let exit = match result {
         Ok(exit) => exit,
-        Err(failure) => return Err(runtime_error(&state, &id, failure).await),
+        Err(failure) => return Err(runtime_error(state, id, failure).await),
     };
     let duration_ms = started_at.elapsed().as_secs_f64() * 1000.0;
-    let mut response = ExecResponse::new(id, isolation, exit, stdout, stderr, duration_ms);
-    response.findings = findings;
-    Ok(Json(response).into_response())
+    Ok(ExecResponse::new(id.to_owned(), sandbox.spec.tier(), exit, stdout, stderr, duration_ms))
 }
 
 /// The SSE response: a task forwards events while the command runs; a gone client does not stop the command.

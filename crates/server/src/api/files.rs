@@ -38,11 +38,46 @@ pub(crate) async fn read(
     IdPath(id): IdPath,
     QueryParams(query): QueryParams<PathQuery>,
 ) -> Result<Response, ApiError> {
-    running_sandbox(&state, &tenant, &id).await?;
-    checked("path", &query.path)?;
-    let max = state.settings().max_file_bytes;
-    let data = runtime_result(&state, &id, state.runtime().read_file(&id, &query.path, max).await).await?;
+    let data = read_bytes(&state, &tenant, &id, &query.path).await?;
     Ok(([(CONTENT_TYPE, "application/octet-stream")], data).into_response())
+}
+
+/// The bytes of `path` in the caller's running sandbox `id` (at most the server's `max_file_bytes`).
+pub(crate) async fn read_bytes(state: &AppState, tenant: &Tenant, id: &str, path: &str) -> Result<Vec<u8>, ApiError> {
+    running_sandbox(state, tenant, id).await?;
+    checked("path", path)?;
+    let max = state.settings().max_file_bytes;
+    runtime_result(state, id, state.runtime().read_file(id, path, max).await).await
+}
+
+/// Writes `data` to `path` (created or replaced) in the caller's running sandbox `id`.
+pub(crate) async fn write_bytes(
+    state: &AppState,
+    tenant: &Tenant,
+    id: &str,
+    path: &str,
+    data: Vec<u8>,
+) -> Result<(), ApiError> {
+    running_sandbox(state, tenant, id).await?;
+    checked("path", path)?;
+    let max = state.settings().max_file_bytes;
+    if data.len() as u64 > max {
+        return Err(ApiError::payload_too_large(format!("the file is larger than the limit of {max} bytes")));
+    }
+    runtime_result(state, id, state.runtime().write_file(id, path, data).await).await
+}
+
+/// The entries of directory `path` in the caller's running sandbox `id`.
+pub(crate) async fn list_entries(
+    state: &AppState,
+    tenant: &Tenant,
+    id: &str,
+    path: &str,
+) -> Result<FileList, ApiError> {
+    running_sandbox(state, tenant, id).await?;
+    checked("path", path)?;
+    let entries = runtime_result(state, id, state.runtime().list_dir(id, path).await).await?;
+    Ok(FileList { entries: entries.into_iter().map(FileInfoBody::from).collect() })
 }
 
 /// Write a file (created or replaced) from the raw request body.
@@ -70,7 +105,7 @@ pub(crate) async fn write(
     running_sandbox(&state, &tenant, &id).await?;
     checked("path", &query.path)?;
     let data = read_limited(request, state.settings().max_file_bytes, "the file").await?;
-    runtime_result(&state, &id, state.runtime().write_file(&id, &query.path, data).await).await?;
+    write_bytes(&state, &tenant, &id, &query.path, data).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -118,10 +153,7 @@ pub(crate) async fn list(
     IdPath(id): IdPath,
     QueryParams(query): QueryParams<PathQuery>,
 ) -> Result<Json<FileList>, ApiError> {
-    running_sandbox(&state, &tenant, &id).await?;
-    checked("path", &query.path)?;
-    let entries = runtime_result(&state, &id, state.runtime().list_dir(&id, &query.path).await).await?;
-    Ok(Json(FileList { entries: entries.into_iter().map(FileInfoBody::from).collect() }))
+    Ok(Json(list_entries(&state, &tenant, &id, &query.path).await?))
 }
 
 /// Describe a path (a final symlink is not followed).

@@ -12,9 +12,9 @@ pub(crate) mod contexts;
 mod egress;
 pub mod egress_schemas;
 pub mod error;
-mod exec;
+pub(crate) mod exec;
 pub(crate) mod extract;
-mod files;
+pub(crate) mod files;
 mod fork;
 pub mod isolation;
 mod openapi;
@@ -101,6 +101,7 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(openapi::openapi))
         .nest("/v1", v1)
         .merge(crate::e2b::routes(&state))
+        .merge(crate::mcp::routes(&state))
         .fallback(error::route_not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), count_errors))

@@ -97,6 +97,17 @@ pub(crate) async fn scan_code(
     tenant: Tenant,
     JsonBody(body): JsonBody<ScanBody>,
 ) -> Result<Json<ScanReport>, ApiError> {
-    let policy = effective_policy(&tenant, body.policy.as_ref())?;
-    Ok(Json(scan_blocking(body.language, body.code, policy).await?))
+    Ok(Json(report(&tenant, body.language, body.code, body.policy.as_ref()).await?))
+}
+
+/// The findings of `code` and the verdict under the tenant's policy tightened by `change` (what `POST /v1/scan`
+/// and the MCP `scan_code` tool answer).
+pub(crate) async fn report(
+    tenant: &Tenant,
+    language: ScanLanguage,
+    code: String,
+    change: Option<&ScanPolicyOverride>,
+) -> Result<ScanReport, ApiError> {
+    let policy = effective_policy(tenant, change)?;
+    scan_blocking(language, code, policy).await
 }

@@ -69,7 +69,7 @@ impl From<LimitsBody> for Limits {
 }
 
 /// Root filesystem template.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TemplateName {
     /// Read-only `/usr` of the host, a synthesised `/etc`.
