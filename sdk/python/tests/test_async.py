@@ -93,6 +93,11 @@ async def test_code_and_contexts(asbx: AsyncSandbox) -> None:
     await asbx.contexts.delete(context)
 
 
+async def test_scan(aclient: AsyncClient) -> None:
+    report = await aclient.scan("rm -rf /", "bash")
+    assert report.findings and report.findings[0].line == 1, report
+
+
 async def test_metrics(asbx: AsyncSandbox) -> None:
     metrics = await asbx.metrics()
     assert metrics.sandbox_id == asbx.id and metrics.samples

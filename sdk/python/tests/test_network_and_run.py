@@ -1,5 +1,5 @@
-"""Network policy changes and the egress audit, secrets, and the one-shot run (code in each language, a command,
-streamed output, a compile error)."""
+"""Network policy changes and the egress audit, secrets, the static scan, and the one-shot run (code in each language,
+a command, streamed output, a compile error)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,15 @@ def test_secrets_put_list_delete(client: Client) -> None:
     assert "SDK_SUITE_TOKEN" in {listed.name for listed in client.secrets.list()}
     client.secrets.delete("SDK_SUITE_TOKEN")
     assert "SDK_SUITE_TOKEN" not in {listed.name for listed in client.secrets.list()}
+
+
+def test_scan_names_rule_and_line_and_refuses_a_loosening_policy(client: Client) -> None:
+    report = client.scan("import os\nos.system('rm -rf /')\n", "python")
+    rules = {(finding.rule, finding.line) for finding in report.findings}
+    assert ("process_exec", 2) in rules and report.verdict in {"allow", "warn", "block"}, report
+    assert client.scan("print(1)\n", "python").findings == []
+    tightened = client.scan("import os\nos.system('rm -rf /')\n", "python", policy={"mode": "enforce"})
+    assert tightened.verdict == "block", tightened
 
 
 def test_one_shot_runs(client: Client) -> None:

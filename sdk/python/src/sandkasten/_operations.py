@@ -77,6 +77,7 @@ OPERATIONS: Dict[str, Operation] = _table(
     ("secrets.delete", "DELETE", "/v1/secrets/{name}"),
     ("pools.list", "GET", "/v1/pools"),
     ("pools.resize", "PUT", "/v1/pools/{name}"),
+    ("scan", "POST", "/v1/scan"),
 )
 
 F = TypeVar("F", bound=Callable[..., Any])

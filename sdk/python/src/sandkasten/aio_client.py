@@ -11,7 +11,7 @@ from ._http import DEFAULT_TIMEOUT, AsyncTransport, json_of
 from ._operations import op, uses
 from ._streams import OutputCallback, RunCollector, adrain
 from .aio_sandbox import AsyncSandbox
-from .models import LimitsLike, NetworkLike, PoolInfo, SandboxInfo, SecretInfo, SnapshotInfo
+from .models import LimitsLike, NetworkLike, PoolInfo, SandboxInfo, ScanReport, SecretInfo, SnapshotInfo
 from .results import RunResult, stream_bytes
 
 
@@ -74,6 +74,16 @@ class AsyncClient:
         params.update({f"metadata.{key}": value for key, value in (metadata or {}).items()})
         response = await self._transport.request(op("sandboxes.list"), {}, params=params)
         return [SandboxInfo.from_json(item) for item in json_of(response).get("sandboxes", [])]
+
+    @uses("scan")
+    async def scan(self, code: str, language: str, *, policy: Optional[Mapping[str, Any]] = None) -> ScanReport:
+        """The static scan of `code` (python, javascript or bash) without running it: the findings and the verdict a
+        run would get under the tenant's scan policy, tightened by `policy` (a loosening one raises Unprocessable)."""
+        body: Dict[str, Any] = {"language": language, "code": code}
+        if policy is not None:
+            body["policy"] = dict(policy)
+        response = await self._transport.request(op("scan"), {}, json=body)
+        return ScanReport.from_json(json_of(response))
 
     @uses("run")
     async def run(

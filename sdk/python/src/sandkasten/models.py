@@ -120,6 +120,40 @@ class SandboxInfo:
 
 
 @dataclass(frozen=True)
+class Finding:
+    """One finding of the static scan (`Finding`)."""
+
+    rule: str  #: stable rule id, e.g. process_exec
+    severity: str  #: info, low, medium, high or critical
+    line: int  #: from 1
+    column: int  #: from 1, in characters
+    message: str  #: what was found and what to do instead
+
+    @classmethod
+    def from_json(cls, body: Json) -> Finding:
+        return cls(
+            rule=body.get("rule", ""),
+            severity=body.get("severity", ""),
+            line=int(body.get("line", 0)),
+            column=int(body.get("column", 0)),
+            message=body.get("message", ""),
+        )
+
+
+@dataclass(frozen=True)
+class ScanReport:
+    """What the static scan found and the verdict a run would get (`ScanReport`)."""
+
+    findings: List[Finding]
+    verdict: str  #: allow, warn or block
+
+    @classmethod
+    def from_json(cls, body: Json) -> ScanReport:
+        findings = [Finding.from_json(finding) for finding in body.get("findings") or []]
+        return cls(findings=findings, verdict=body.get("verdict", ""))
+
+
+@dataclass(frozen=True)
 class Transfer:
     """A save or restore of a snapshot in progress (`TransferProgress`)."""
 
