@@ -71,6 +71,11 @@ const NOT_PER_TIER: &[(&str, &str)] = &[
     ),
     ("serve_pool.rs", "not per tier yet: warm pools of gVisor sandboxes (and zygotes in them) are their own item"),
     ("serve_run_cli.rs", "not per tier yet: it compares run --server with the local path through a (zygote) pool"),
+    (
+        "serve_scan.rs",
+        "the static scan refuses in the server before the runtime is asked for anything (no tier is involved); the \
+         sandbox its exec test keeps using is the default tier's",
+    ),
 ];
 
 /// Tests of per-tier suites that run on one tier only: (file, test, why).
