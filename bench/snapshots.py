@@ -41,6 +41,7 @@ WORKSPACES = [
 TIERS = ["process", "gvisor"]
 # Memory a process in the sandbox holds (random bytes: nothing to compress) when a memory snapshot is taken.
 MEMORY_IN_USE = [("idle", 0), ("64 MiB", 64), ("256 MiB", 256)]
+HOLD_MS = 30 * 60 * 1000
 # The program bare runsc checkpoints and restores: a Python loop, like the one the issue's figures were taken with.
 BARE_LOOP = "import time\nwhile True:\n    time.sleep(0.05)\n"
 
@@ -138,11 +139,14 @@ class Bench:
         """Memory snapshot time and size, and restore → first output, against the memory a process holds."""
         rows = []
         for label, mib in MEMORY_IN_USE:
-            sandbox = self.create({"limits": {"memory_bytes": 1024 * MiB, "disk_bytes": 256 * MiB}})
+            # The holder runs for the whole measurement: its command (and so the sandbox's) timeout is 30 min.
+            limits = {"memory_bytes": 1024 * MiB, "disk_bytes": 256 * MiB, "timeout_ms": HOLD_MS}
+            sandbox = self.create({"limits": limits})
             if mib:
                 hold = (f"/usr/bin/python3 -c 'import os, time; b = os.urandom({mib} << 20); "
                         "open(\"/tmp/held\", \"w\").close(); time.sleep(3600)'")
-                self.call("POST", f"/v1/sandboxes/{sandbox}/exec", {"cmd": hold, "background": True}, ok=(202,))
+                body = {"cmd": hold, "background": True, "timeout_ms": HOLD_MS}
+                self.call("POST", f"/v1/sandboxes/{sandbox}/exec", body, ok=(202,))
                 self.exec(sandbox, "for i in $(seq 600); do [ -e /tmp/held ] && exit 0; sleep 0.1; done; exit 1")
             status, answer, _ = self.client.request("POST", f"/v1/sandboxes/{sandbox}/snapshots", {"memory": True})
             if status != 201:
@@ -155,6 +159,8 @@ class Bench:
                 took.append(ms_since(start))
                 ids.append(snapshot["snapshot_id"])
                 size, stored = snapshot["size_bytes"], snapshot["stored_bytes"]
+            if size < mib * MiB:
+                raise RuntimeError(f"the {label} memory snapshot's image is {size} bytes: the holder is gone")
             restore_ms = []
             for _ in range(rounds):
                 start = time.perf_counter_ns()
