@@ -27,20 +27,9 @@ const E2B_KEY: &str = "e2b_53ae1fed82754c17ad8077fbc8bcdd90c6d3f1a2";
 /// the test fails; the suite takes about 20 s.
 const CLIENT_LIMIT: Duration = Duration::from_secs(110);
 
-/// The repository's root (the venv, the suite and the example are found from here).
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
-}
-
-/// The suite's Python, or a failure telling how to make it.
+/// The suite's Python.
 fn venv_python() -> PathBuf {
-    let python = repo_root().join("target/e2b-venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/setup-e2b.sh (scripts/setup.sh and CI run it) to install the pinned E2B SDKs",
-        python.display()
-    );
-    python
+    common::venvs::venv_python("e2b-venv", "setup-e2b.sh", "the pinned E2B SDKs")
 }
 
 /// A server with one more tenant, `e2b`, whose key is [`E2B_KEY`].
@@ -165,7 +154,7 @@ fn e2b_python_sdks_pass_the_compatibility_suite() {
     let scratch = tempfile::tempdir().expect("tempdir");
     let ids_file = scratch.path().join("sandbox-ids");
     let args = ["-m", "pytest", "tests/e2b", "-q", "-rfEsx", "--tb=short"];
-    let run = run_client(&server, &venv_python(), &args, &repo_root(), &ids_file, &[]);
+    let run = run_client(&server, &venv_python(), &args, &common::venvs::repo_root(), &ids_file, &[]);
     assert!(run.success, "the E2B pytest suite failed (its output is above)");
     // Skips are for runs by hand without a full environment; here every test must run (xfails are the documented gaps).
     assert!(!run.output.contains(" skipped"), "tests of the E2B suite were skipped (see the output above)");
@@ -193,7 +182,7 @@ fn e2b_quickstart_example_runs_unchanged_on_gvisor() {
 fn quickstart_on(server: &Server) {
     let scratch = tempfile::tempdir().expect("tempdir");
     let ids_file = scratch.path().join("sandbox-ids");
-    let script = repo_root().join("examples/e2b_quickstart.py");
+    let script = common::venvs::repo_root().join("examples/e2b_quickstart.py");
     let run =
         run_client(server, &venv_python(), &[script.to_str().expect("utf-8 path")], scratch.path(), &ids_file, &[]);
     assert!(run.success, "examples/e2b_quickstart.py failed (its output is above)");
@@ -211,7 +200,7 @@ fn quickstart_on(server: &Server) {
 #[test]
 fn e2b_node_sdk_smoke() {
     require_root!();
-    let modules = repo_root().join("target/e2b-node/node_modules");
+    let modules = common::venvs::repo_root().join("target/e2b-node/node_modules");
     assert!(
         modules.join("e2b/package.json").exists(),
         "{} lacks the e2b package: run scripts/setup-e2b.sh (scripts/setup.sh and CI run it)",
@@ -220,7 +209,7 @@ fn e2b_node_sdk_smoke() {
     let server = start_server();
     let scratch = tempfile::tempdir().expect("tempdir");
     let ids_file = scratch.path().join("sandbox-ids");
-    let script = repo_root().join("tests/e2b-node/smoke.cjs");
+    let script = common::venvs::repo_root().join("tests/e2b-node/smoke.cjs");
     let node = Path::new("/usr/bin/node");
     let args = [script.to_str().expect("utf-8 path")];
     let run = run_client(&server, node, &args, scratch.path(), &ids_file, &[("NODE_PATH", &modules)]);

@@ -15,7 +15,7 @@
 mod common;
 mod serve;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -26,18 +26,9 @@ use serve::{KEY_1, KEY_2, Server, assert_sandbox_gone, assert_sandbox_gone_on, c
 /// Longest one client run may take before it is killed and the test fails (it takes a few seconds).
 const CLIENT_LIMIT: Duration = Duration::from_secs(110);
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
-}
-
+/// The suite's Python.
 fn venv_python() -> PathBuf {
-    let python = repo_root().join("target/mcp-venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/setup-mcp.sh (scripts/setup.sh runs it) to install the pinned mcp client",
-        python.display()
-    );
-    python
+    common::venvs::venv_python("mcp-venv", "setup-mcp.sh", "the pinned mcp client")
 }
 
 /// Runs `tests/mcp/client.py KIND` against `server` under a watchdog; answers its output (printed for nextest).
@@ -46,7 +37,7 @@ fn run_client(server: &Server, kind: &str) -> String {
     let log_path = scratch.path().join("client.log");
     let log = std::fs::File::create(&log_path).expect("create the client log");
     let mut child = Command::new(venv_python())
-        .arg(repo_root().join("tests/mcp/client.py"))
+        .arg(common::venvs::repo_root().join("tests/mcp/client.py"))
         .arg(kind)
         .current_dir(scratch.path())
         .env_clear()

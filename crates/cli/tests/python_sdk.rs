@@ -28,20 +28,9 @@ use serve::{Server, assert_sandbox_gone_on, children_of};
 /// the process tier (half of it mypy) and 45 s on gVisor.
 const CLIENT_LIMIT: Duration = Duration::from_secs(170);
 
-/// The repository's root (the venv, the SDK and its suite are found from here).
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
-}
-
-/// The suite's Python, or a failure telling how to make it.
+/// The suite's Python.
 fn venv_python() -> PathBuf {
-    let python = repo_root().join("target/python-sdk-venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/setup-python-sdk.sh (scripts/setup.sh and CI run it) to make the SDK's venv",
-        python.display()
-    );
-    python
+    common::venvs::venv_python("python-sdk-venv", "setup-python-sdk.sh", "the SDK's pinned test tools")
 }
 
 /// Runs `python args…` in the repository with only PATH, HOME and `env`, under a watchdog; prints its output (nextest
@@ -50,7 +39,7 @@ fn run_python(args: &[&str], env: &[(&str, &str)], log_path: &Path) -> (bool, St
     let log = std::fs::File::create(log_path).expect("create the log");
     let mut child = Command::new(venv_python())
         .args(args)
-        .current_dir(repo_root())
+        .current_dir(common::venvs::repo_root())
         .env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("HOME", std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))

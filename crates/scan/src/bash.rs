@@ -7,7 +7,7 @@ use crate::engine::{LanguageScan, parse, walk};
 use crate::finding::Severity;
 use crate::findings::{Findings, Position};
 use crate::imports::Import;
-use crate::rules::{Rule, is_sensitive_path};
+use crate::rules::{Rule, SENSITIVE_PATH_WRITE, is_sensitive_path};
 
 /// `rm -rf /`, `mkfs`, `dd of=/dev/sda` and the like.
 pub const DESTRUCTIVE_COMMAND: Rule = Rule {
@@ -20,12 +20,6 @@ pub const FORK_BOMB: Rule = Rule {
     id: "fork_bomb",
     severity: Severity::Critical,
     explanation: "this multiplies processes until the limit kills the sandbox; start a bounded number of processes",
-};
-/// A write, removal or permission change under /etc, /proc, /sys, /dev, ~/.ssh, ...
-pub const SENSITIVE_PATH_WRITE: Rule = Rule {
-    id: "sensitive_path_write",
-    severity: Severity::High,
-    explanation: "system and credential paths are off limits; write under /workspace or /tmp instead",
 };
 /// `/dev/tcp/...`, `nc -e`: a raw network connection from the shell.
 pub const RAW_SOCKET: Rule = Rule {
@@ -60,16 +54,8 @@ pub const DOWNLOAD_EXEC: Rule = Rule {
 };
 
 /// Bash's rules, for listing.
-pub const RULES: &[&Rule] = &[
-    &DESTRUCTIVE_COMMAND,
-    &FORK_BOMB,
-    &SENSITIVE_PATH_WRITE,
-    &RAW_SOCKET,
-    &REVERSE_SHELL,
-    &DYNAMIC_EVAL,
-    &OBFUSCATED_EXEC,
-    &DOWNLOAD_EXEC,
-];
+pub const RULES: &[&Rule] =
+    &[&DESTRUCTIVE_COMMAND, &FORK_BOMB, &RAW_SOCKET, &REVERSE_SHELL, &DYNAMIC_EVAL, &OBFUSCATED_EXEC, &DOWNLOAD_EXEC];
 
 /// Targets that `rm -r` must not get: the root, the home directory, system directories, everything.
 const PRECIOUS: &[&str] =

@@ -10,7 +10,7 @@ use crate::engine::LanguageScan;
 use crate::finding::Severity;
 use crate::findings::{Findings, Position};
 use crate::imports::Import;
-use crate::rules::{Rule, is_sensitive_path};
+use crate::rules::{Rule, SENSITIVE_PATH_WRITE, is_sensitive_path};
 
 /// `child_process.exec`, `spawn`, `execSync`, ...: a new program.
 pub const PROCESS_EXEC: Rule = Rule {
@@ -44,12 +44,6 @@ pub const RAW_SOCKET: Rule = Rule {
     severity: Severity::High,
     explanation: "raw sockets from generated code look like a reverse shell; use fetch for the hosts your task needs",
 };
-/// A write, removal or permission change under /etc, /proc, /sys, /dev, ~/.ssh, ...
-pub const SENSITIVE_PATH_WRITE: Rule = Rule {
-    id: "sensitive_path_write",
-    severity: Severity::High,
-    explanation: "system and credential paths are off limits; write under /workspace or /tmp instead",
-};
 /// A require or import of a module that runs programs, opens sockets or evaluates code.
 pub const SENSITIVE_IMPORT: Rule = Rule {
     id: "sensitive_import",
@@ -58,15 +52,8 @@ pub const SENSITIVE_IMPORT: Rule = Rule {
 };
 
 /// JavaScript's rules, for listing.
-pub const RULES: &[&Rule] = &[
-    &PROCESS_EXEC,
-    &FORK_BOMB,
-    &DYNAMIC_EVAL,
-    &OBFUSCATED_EXEC,
-    &RAW_SOCKET,
-    &SENSITIVE_PATH_WRITE,
-    &SENSITIVE_IMPORT,
-];
+pub const RULES: &[&Rule] =
+    &[&PROCESS_EXEC, &FORK_BOMB, &DYNAMIC_EVAL, &OBFUSCATED_EXEC, &RAW_SOCKET, &SENSITIVE_IMPORT];
 
 /// Calls that run a program (`child_process.*`); the ones given a command line have it scanned as bash.
 const PROCESS_CALLS: &[&str] = &[

@@ -10,7 +10,7 @@ use crate::engine::LanguageScan;
 use crate::finding::Severity;
 use crate::findings::{Findings, Position};
 use crate::imports::Import;
-use crate::rules::{Rule, is_sensitive_path};
+use crate::rules::{Rule, SENSITIVE_PATH_WRITE, is_sensitive_path};
 
 /// `os.system`, `subprocess.*`, `os.exec*`, `pty.spawn`: a new program.
 pub const PROCESS_EXEC: Rule = Rule {
@@ -63,12 +63,6 @@ pub const REVERSE_SHELL: Rule = Rule {
     severity: Severity::Critical,
     explanation: "a socket with its descriptors given to a shell hands the shell to a remote host; remove it",
 };
-/// A write, removal or permission change under /etc, /proc, /sys, /dev, ~/.ssh, ...
-pub const SENSITIVE_PATH_WRITE: Rule = Rule {
-    id: "sensitive_path_write",
-    severity: Severity::High,
-    explanation: "system and credential paths are off limits; write under /workspace or /tmp instead",
-};
 /// An import of a module that runs programs, opens sockets or loads native code.
 pub const SENSITIVE_IMPORT: Rule = Rule {
     id: "sensitive_import",
@@ -86,7 +80,6 @@ pub const RULES: &[&Rule] = &[
     &RAW_SOCKET,
     &FD_REDIRECT,
     &REVERSE_SHELL,
-    &SENSITIVE_PATH_WRITE,
     &SENSITIVE_IMPORT,
 ];
 

@@ -50,8 +50,17 @@ pub const DYNAMIC_IMPORT_UNCHECKED: Rule = Rule {
                   by its literal name",
 };
 
+/// A write, removal or permission change under /etc, /proc, /sys, /dev, ~/.ssh, ... (each language finds its own
+/// ways of writing: redirections and `dd` in bash, `open(..., "w")` in Python, `fs.writeFile` in JavaScript).
+pub const SENSITIVE_PATH_WRITE: Rule = Rule {
+    id: "sensitive_path_write",
+    severity: Severity::High,
+    explanation: "system and credential paths are off limits; write under /workspace or /tmp instead",
+};
+
 /// The rules shared by every language, for listing.
-pub const SHARED_RULES: &[&Rule] = &[&SCAN_INCOMPLETE, &IMPORT_DENIED, &IMPORT_NOT_ALLOWED, &DYNAMIC_IMPORT];
+pub const SHARED_RULES: &[&Rule] =
+    &[&SCAN_INCOMPLETE, &IMPORT_DENIED, &IMPORT_NOT_ALLOWED, &DYNAMIC_IMPORT, &SENSITIVE_PATH_WRITE];
 
 /// Paths under which writes are findings (`~` is the home directory).
 pub const SENSITIVE_PATHS: &[&str] = &[

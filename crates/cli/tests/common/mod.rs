@@ -5,6 +5,8 @@
 
 #![allow(dead_code, unsafe_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod venvs;
+
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::{Read, Write};
