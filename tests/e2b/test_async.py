@@ -13,6 +13,7 @@ from e2b import (
     CommandExitException,
     FileNotFoundException,
     FileType,
+    FilesystemEventType,
     SandboxNotFoundException,
     SandboxNotRunningException,
     SandboxQuery,
@@ -77,6 +78,38 @@ async def test_pause_with_memory_and_to_the_filesystem():
         assert (await again.commands.run("echo cold boot")).stdout == "cold boot\n"
     finally:
         await sandbox.kill()
+
+
+async def test_watch_dir_streams_events_until_stopped(asbx):
+    base = support.unique("/home/user/astream")
+    await asbx.files.make_dir(base)
+    events = []
+    exits = []
+    handle = await asbx.files.watch_dir(base, on_event=events.append, on_exit=exits.append, recursive=True)
+    await asbx.files.write(f"{base}/one.txt", "1")
+    await asbx.commands.run(f"mkdir {base}/sub && echo 2 > {base}/sub/two.txt")
+    deadline = asyncio.get_running_loop().time() + 10
+    wanted = {("one.txt", FilesystemEventType.CREATE), ("sub/two.txt", FilesystemEventType.CREATE)}
+    while not wanted <= {(e.name, e.type) for e in events}:
+        assert asyncio.get_running_loop().time() < deadline, f"events seen: {events}"
+        await asyncio.sleep(0.05)
+    await handle.stop()
+    count = len(events)
+    await asbx.files.write(f"{base}/after.txt", "after the stop")
+    await asyncio.sleep(0.5)
+    assert len(events) == count, "no event after stop()"
+
+
+async def test_a_watch_of_a_removed_directory_ends(asbx):
+    base = support.unique("/home/user/agone")
+    await asbx.files.make_dir(base)
+    exits = []
+    await asbx.files.watch_dir(base, on_event=lambda e: None, on_exit=exits.append)
+    await asbx.files.remove(base)
+    deadline = asyncio.get_running_loop().time() + 10
+    while not exits:
+        assert asyncio.get_running_loop().time() < deadline, "the watch did not end"
+        await asyncio.sleep(0.05)
 
 
 async def test_command_result_and_exit_error(asbx):

@@ -169,20 +169,84 @@ def test_files_as_root(sbx):
     assert sbx.files.get_info(f"{private}/by-root.txt", user="root").owner == "root"
 
 
-@support.not_yet("files.watch_dir")
-def test_watch_dir_reports_created_and_written_files(sbx, home):
-    handle = sbx.files.watch_dir(home)
+def test_watch_dir_reports_created_written_renamed_chmodded_and_removed_files(sbx, home):
+    base = support.unique(f"{home}/watched")
+    sbx.files.make_dir(base)
+    handle = sbx.files.watch_dir(base)
+    events = []
     try:
-        sbx.files.write(f"{home}/watched.txt", "event")
-        events = []
+        sbx.files.write(f"{base}/a.txt", "event")
+        sbx.commands.run(f"echo more >> {base}/a.txt; chmod 600 {base}/a.txt; mv {base}/a.txt {base}/b.txt")
+        sbx.files.remove(f"{base}/b.txt")
 
-        def seen():
-            events.extend(handle.get_new_events())
-            return any(e.name == "watched.txt" and e.type == FilesystemEventType.CREATE for e in events)
+        def seen(name, kind):
+            def check():
+                events.extend(handle.get_new_events())
+                return any(e.name == name and e.type == kind for e in events)
 
-        support.wait_until(seen, "a CREATE event for watched.txt")
+            return check
+
+        for name, kind in [("a.txt", FilesystemEventType.CREATE), ("a.txt", FilesystemEventType.WRITE),
+                           ("a.txt", FilesystemEventType.CHMOD), ("a.txt", FilesystemEventType.RENAME),
+                           ("b.txt", FilesystemEventType.CREATE), ("b.txt", FilesystemEventType.REMOVE)]:
+            support.wait_until(seen(name, kind), f"a {kind} event for {name}")
     finally:
         handle.stop()
+    with pytest.raises(SandboxException):
+        handle.get_new_events()  # stopped
+
+
+def test_a_recursive_watch_follows_new_subdirectories(sbx, home):
+    base = support.unique(f"{home}/tree")
+    sbx.files.make_dir(f"{base}/old")
+    handle = sbx.files.watch_dir(base, recursive=True)
+    events = []
+    try:
+        sbx.files.write(f"{base}/old/deep.txt", "in an existing subdirectory")
+        sbx.commands.run(f"mkdir -p {base}/new && echo x > {base}/new/fresh.txt")
+
+        def seen(name):
+            def check():
+                events.extend(handle.get_new_events())
+                return any(e.name == name and e.type == FilesystemEventType.CREATE for e in events)
+
+            return check
+
+        support.wait_until(seen("old/deep.txt"), "a CREATE event for old/deep.txt")
+        support.wait_until(seen("new/fresh.txt"), "a CREATE event in a subdirectory made after the watch")
+        # Without recursive, nothing below the top level is reported.
+        flat = sbx.files.watch_dir(base)
+        try:
+            sbx.files.write(f"{base}/old/unseen.txt", "below the top")
+            sbx.files.write(f"{base}/seen.txt", "at the top")
+            flat_events = []
+
+            def top_seen():
+                flat_events.extend(flat.get_new_events())
+                return any(e.name == "seen.txt" for e in flat_events)
+
+            support.wait_until(top_seen, "a top-level event")
+            assert not any("unseen" in e.name for e in flat_events), flat_events
+        finally:
+            flat.stop()
+    finally:
+        handle.stop()
+
+
+def test_watching_a_file_or_a_missing_path_fails_as_envd_does(sbx, home):
+    sbx.files.write(f"{home}/plain.txt", "not a directory")
+    with pytest.raises(SandboxException) as raised:
+        sbx.files.watch_dir(f"{home}/plain.txt")
+    assert "not a directory" in str(raised.value)
+    with pytest.raises(SandboxException):
+        sbx.files.watch_dir(f"{home}/{support.unique('missing')}")
+
+
+def test_a_watch_sees_only_what_the_user_may_read(sbx):
+    private = support.unique("/tmp/private-watch")
+    sbx.commands.run(f"mkdir -m 700 {private}", user="root")
+    with pytest.raises(SandboxException):
+        sbx.files.watch_dir(private)
 
 
 def test_large_streamed_upload(sbx, home):

@@ -16,13 +16,15 @@
 //! | `FileList` | `FileEntries` or `Failed` |
 //! | `FileStat` | `FileStatReply` or `Failed` |
 //! | `DiskUsage` | `DiskUsageReply` or `Failed` |
+//! | `WatchStart` (id = the watch's id) | `Done` (then `WatchEvents`*, and `Failed` if its directory goes away) or `Failed` |
+//! | `WatchStop` (id = the watch's id) | `Done`; nothing more about the id follows |
 //! | `Shutdown` | `Done`, then the agent exits |
 //!
 //! Byte payloads (`data`) are standard base64 with padding.
 
 use serde::{Deserialize, Serialize};
 
-use sandkasten_types::{CommandExit, CommandSpec, DiskUsage, Failure, FileInfo, StreamKind};
+use sandkasten_types::{CommandExit, CommandSpec, DiskUsage, Failure, FileInfo, FsEvent, StreamKind};
 
 use crate::plan::AgentPlan;
 use crate::serve_types::RunningCommand;
@@ -173,6 +175,16 @@ pub enum Message {
     },
     /// host → agent: how full the sandbox's writable filesystems are (home, `/tmp`, `/dev/shm`).
     DiskUsage,
+    /// host → agent: watch a directory (inotify, as the sandbox user) and report what happens under it as
+    /// `WatchEvents` with this envelope id until `WatchStop`.
+    WatchStart {
+        /// Absolute path of a directory inside the sandbox.
+        path: String,
+        /// Its subdirectories too, also those created later.
+        recursive: bool,
+    },
+    /// host → agent: stop the watch with this id.
+    WatchStop,
     /// host → agent: kill every command, answer `Done` and exit.
     Shutdown,
 
@@ -219,6 +231,11 @@ pub enum Message {
     DiskUsageReply {
         /// Their fill, added up.
         usage: DiskUsage,
+    },
+    /// agent → host: events of the watch with this id, in order.
+    WatchEvents {
+        /// At most `MAX_WATCH_EVENTS_PER_FRAME`.
+        events: Vec<FsEvent>,
     },
     /// agent → host: the request succeeded (requests without a payload in their answer).
     Done,

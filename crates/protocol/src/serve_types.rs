@@ -9,6 +9,9 @@ pub const MAX_OUTPUT_CHUNK_BYTES: usize = 64 << 10;
 /// Most raw bytes of file content carried by one `FileData` frame.
 pub const MAX_FILE_CHUNK_BYTES: u64 = 1 << 20;
 
+/// Most events carried by one `WatchEvents` frame.
+pub const MAX_WATCH_EVENTS_PER_FRAME: usize = 256;
+
 /// A command the agent has started and not yet reported as exited.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunningCommand {

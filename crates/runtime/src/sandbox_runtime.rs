@@ -8,7 +8,7 @@ use std::pin::Pin;
 
 use sandkasten_types::{
     CellOutcome, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus, ContextInfo, Entrance,
-    Failure, FailureKind, FileInfo, OutputChunk, SandboxSpec, SandboxUsage, Tier,
+    Failure, FailureKind, FileInfo, FsEvent, OutputChunk, SandboxSpec, SandboxUsage, Tier,
 };
 use tokio::sync::mpsc;
 
@@ -111,6 +111,20 @@ pub trait SandboxRuntime: Send + Sync + 'static {
     fn rename<'a>(&'a self, id: &'a str, from: &'a str, to: &'a str) -> RuntimeFuture<'a, ()>;
     /// Removes a file, or a directory (with its contents when `recursive` is set).
     fn remove<'a>(&'a self, id: &'a str, path: &'a str, recursive: bool) -> RuntimeFuture<'a, ()>;
+    /// Watches the directory `path` in the sandbox (as its user; `recursive`: its subdirectories too, also those
+    /// made later) and returns once the watch runs. Its events arrive at `events` in order, a frame at a time (one
+    /// the receiver has no room for is dropped), until the receiver is dropped (the watch stops) or the directory or
+    /// the sandbox goes away (the sender is dropped). A path that is not a directory is `InvalidPath`.
+    fn watch_dir<'a>(
+        &'a self,
+        id: &'a str,
+        path: &'a str,
+        recursive: bool,
+        events: mpsc::Sender<Vec<FsEvent>>,
+    ) -> RuntimeFuture<'a, ()> {
+        let _ = (id, path, recursive, events);
+        refuse(Failure::new(FailureKind::Conflict, "this runtime cannot watch directories"))
+    }
 
     /// Creates a code context (an interpreter whose state persists across cells) and starts it. Runtimes without a
     /// code interpreter keep this default, which refuses.

@@ -18,6 +18,7 @@ mod tier;
 pub mod units;
 mod usage;
 pub mod utf8;
+mod watch;
 
 pub use background::{CommandEvent, CommandStatus};
 pub use code::{CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, ContextInfo};
@@ -32,3 +33,4 @@ pub use spec::{Entrance, NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec, Te
 pub use stream::{OutputChunk, StreamKind};
 pub use tier::{GvisorPlatform, GvisorSettings, Tier};
 pub use usage::{DiskUsage, SandboxUsage};
+pub use watch::{FsEvent, FsEventKind};

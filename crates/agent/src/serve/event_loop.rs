@@ -1,5 +1,5 @@
-//! The serve loop: one thread, one `poll` over the host channel, the SIGCHLD signalfd and every command's pipes,
-//! with the commands' deadlines as its timeout. Requests are handled as they arrive; file requests synchronously
+//! The serve loop: one thread, one `poll` over the host channel, the SIGCHLD signalfd, every command's pipes and
+//! every directory watch's inotify descriptor, with the commands' deadlines as its timeout. Requests are handled as they arrive; file requests synchronously
 //! (they touch only regular files and directories, so they cannot block on a command).
 //!
 //! Backpressure: while the outgoing queue is above the high-water mark, neither commands' output nor new requests
@@ -19,6 +19,7 @@ use super::channel::{Channel, Received};
 use super::commands::{CommandContext, Commands};
 use super::errors::ServeError;
 use super::signals::ChildSignals;
+use super::watch::Watches;
 use super::{files, output};
 
 /// Which descriptor a poll entry watches.
@@ -28,6 +29,7 @@ enum Watch {
     Children,
     Output(u64, StreamKind),
     Stdin(u64),
+    Directory(u64),
 }
 
 /// How the loop ended.
@@ -42,7 +44,8 @@ pub enum LoopEnd {
 /// Runs the loop until `Shutdown` or the host goes away; every command's process group is killed on the way out.
 pub fn run(channel: &mut Channel, signals: &ChildSignals, context: &CommandContext<'_>) -> Result<LoopEnd, ServeError> {
     let mut commands = Commands::default();
-    let result = serve_requests(channel, signals, context, &mut commands);
+    let mut directories = Watches::default();
+    let result = serve_requests(channel, signals, context, &mut commands, &mut directories);
     commands.kill_all();
     if result.as_ref().is_ok_and(|end| *end == LoopEnd::Shutdown) {
         channel.flush_for(5_000);
@@ -55,6 +58,7 @@ fn serve_requests(
     signals: &ChildSignals,
     context: &CommandContext<'_>,
     commands: &mut Commands,
+    directories: &mut Watches,
 ) -> Result<LoopEnd, ServeError> {
     loop {
         let now = monotonic_ns();
@@ -91,6 +95,10 @@ fn serve_requests(
                 fds.push(PollFd::from_borrowed_fd(stdin.fd.as_fd(), PollFlags::OUT));
             }
         }
+        for (id, fd) in directories.fds().filter(|_| !quiet) {
+            watches.push(Watch::Directory(id));
+            fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+        }
         let timeout = commands.next_due_ns(quiet).map(|due| {
             let left = due.saturating_sub(now);
             Timespec { tv_sec: (left / 1_000_000_000) as i64, tv_nsec: (left % 1_000_000_000) as i64 }
@@ -114,6 +122,16 @@ fn serve_requests(
                 }
                 Watch::Output(id, stream) => output::read_output(commands, channel, id, stream),
                 Watch::Stdin(id) => output::write_stdin(commands, id),
+                Watch::Directory(id) => {
+                    let (frames, ended) = directories.read(context.root, id);
+                    for events in frames {
+                        channel.queue(id, Message::WatchEvents { events });
+                    }
+                    if ended {
+                        let gone = "the watched directory was removed or moved away; the watch ended";
+                        channel.queue(id, Message::Failed(Failure::new(FailureKind::NotFound, gone)));
+                    }
+                }
                 Watch::Channel => {
                     if revents.contains(PollFlags::OUT) {
                         channel.flush();
@@ -133,7 +151,7 @@ fn serve_requests(
         // Requests buffered earlier (left when the queue filled up) are taken as soon as there is room again, whether
         // or not the host sent anything new.
         if !channel.congested()
-            && let Some(end) = handle_requests(channel, context, commands)?
+            && let Some(end) = handle_requests(channel, context, commands, directories)?
         {
             return Ok(end);
         }
@@ -145,6 +163,7 @@ fn handle_requests(
     channel: &mut Channel,
     context: &CommandContext<'_>,
     commands: &mut Commands,
+    directories: &mut Watches,
 ) -> Result<Option<LoopEnd>, ServeError> {
     loop {
         let envelope = match channel.next_request() {
@@ -187,7 +206,7 @@ fn handle_requests(
             }
             _ => {}
         }
-        let reply = handle_request(context, commands, id, msg).unwrap_or_else(Message::Failed);
+        let reply = handle_request(context, commands, directories, id, msg).unwrap_or_else(Message::Failed);
         channel.queue(id, reply);
         if channel.congested() {
             // The rest waits until the host has read some replies.
@@ -203,6 +222,7 @@ fn decode(data: &str, what: &str) -> Result<Vec<u8>, Failure> {
 fn handle_request(
     context: &CommandContext<'_>,
     commands: &mut Commands,
+    directories: &mut Watches,
     id: u64,
     msg: Message,
 ) -> Result<Message, Failure> {
@@ -216,6 +236,13 @@ fn handle_request(
         Message::Signal { signal } => commands.signal(id, signal).map(|()| Message::Done),
         Message::ListCommands => Ok(Message::Commands { running: commands.list() }),
         Message::DiskUsage => super::disk::usage(context.root, context.home),
+        Message::WatchStart { path, recursive } => {
+            directories.start(context.root, id, &path, recursive).map(|()| Message::Done)
+        }
+        Message::WatchStop => {
+            directories.stop(id);
+            Ok(Message::Done)
+        }
         msg @ (Message::FileRead { .. }
         | Message::FileWrite { .. }
         | Message::FileList { .. }

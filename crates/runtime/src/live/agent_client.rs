@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use sandkasten_protocol::{Envelope, FrameDecoder, Message, encode};
-use sandkasten_types::{CommandExit, CommandSpec, Failure, FailureKind, FileInfo, OutputChunk};
+use sandkasten_types::{CommandExit, CommandSpec, Failure, FailureKind, FileInfo, FsEvent, OutputChunk};
 use tokio::sync::mpsc;
 
 use super::phases::CommandClock;
@@ -307,5 +307,54 @@ impl AgentClient {
     /// Removes a path.
     pub async fn remove(&self, path: &str, recursive: bool) -> Result<(), Failure> {
         self.expect_done(Message::Remove { path: path.to_owned(), recursive }).await
+    }
+
+    /// Watches the directory `path` (as the sandbox user; `recursive`: its subdirectories too). Once the agent has
+    /// started it, its events are handed to `events` in order (a frame its receiver has no room for is dropped)
+    /// until the receiver is dropped (the watch is then stopped) or the directory goes away (`events` is then
+    /// dropped).
+    pub async fn watch(
+        self: &Arc<Self>,
+        path: &str,
+        recursive: bool,
+        events: mpsc::Sender<Vec<FsEvent>>,
+    ) -> Result<(), Failure> {
+        let (id, mut replies) = self.start(Message::WatchStart { path: path.to_owned(), recursive }).await?;
+        match replies.recv().await {
+            Some(Message::Done) => {}
+            Some(Message::Failed(failure)) => {
+                self.finish(id);
+                return Err(failure);
+            }
+            other => {
+                self.finish(id);
+                return Err(other.as_ref().map_or_else(sandbox_gone, unexpected));
+            }
+        }
+        let client = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    reply = replies.recv() => match reply {
+                        Some(Message::WatchEvents { events: frame }) => {
+                            if matches!(events.try_send(frame), Err(mpsc::error::TrySendError::Closed(_))) {
+                                break;
+                            }
+                        }
+                        // The directory went away, or the sandbox did: the watch is over.
+                        Some(Message::Failed(_)) | None => {
+                            client.finish(id);
+                            return;
+                        }
+                        Some(_) => {}
+                    },
+                    () = events.closed() => break,
+                }
+            }
+            // Nobody listens any more: stop the watch (its `Done` reaches the route, which is then removed).
+            let _ = client.send(id, Message::WatchStop).await;
+            client.finish(id);
+        });
+        Ok(())
     }
 }

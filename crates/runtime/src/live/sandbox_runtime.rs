@@ -5,7 +5,7 @@
 
 use sandkasten_types::{
     CellOutcome, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus, ContextInfo, Entrance,
-    Failure, FailureKind, FileInfo, OutputChunk, SandboxSpec, SandboxUsage, Tier,
+    Failure, FailureKind, FileInfo, FsEvent, OutputChunk, SandboxSpec, SandboxUsage, Tier,
 };
 use tokio::sync::mpsc;
 
@@ -129,6 +129,16 @@ impl SandboxRuntime for LiveRuntime {
 
     fn stat<'a>(&'a self, id: &'a str, path: &'a str) -> RuntimeFuture<'a, FileInfo> {
         Box::pin(async move { self.file_agent(id)?.stat(path).await })
+    }
+
+    fn watch_dir<'a>(
+        &'a self,
+        id: &'a str,
+        path: &'a str,
+        recursive: bool,
+        events: mpsc::Sender<Vec<FsEvent>>,
+    ) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move { self.file_agent(id)?.watch(path, recursive, events).await })
     }
 
     fn mkdir<'a>(&'a self, id: &'a str, path: &'a str, parents: bool) -> RuntimeFuture<'a, ()> {

@@ -1,6 +1,6 @@
-//! envd's filesystem service (`/filesystem.Filesystem/*`, unary calls): `Stat`, `MakeDir`, `Move`, `ListDir`
-//! (with depth) and `Remove`, over the runtime's file calls (relative paths are under `/home/user`). Watching
-//! directories is not supported.
+//! envd's filesystem service (`/filesystem.Filesystem/*`): `Stat`, `MakeDir`, `Move`, `ListDir` (with depth) and
+//! `Remove`, over the runtime's file calls (relative paths are under `/home/user`), and the directory watches
+//! (`watch`).
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -14,7 +14,7 @@ use crate::clock::rfc3339;
 use crate::e2b::auth::{SandboxAccess, request_user, require_default_user, runtime_failure, sandbox_access};
 use crate::e2b::connect;
 use crate::e2b::error::{Code, E2bError};
-use crate::e2b::paths;
+use crate::e2b::{paths, watch};
 use crate::state::AppState;
 
 /// Deepest `ListDir` recursion.
@@ -58,9 +58,10 @@ pub(crate) async fn call(
             "Move" => rename(&state, &access, &body).await,
             "ListDir" => list_dir(&state, &access, &body).await,
             "Remove" => remove(&state, &access, &body).await,
-            "WatchDir" | "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => {
-                Err(E2bError::unsupported("watching directories"))
-            }
+            "WatchDir" => watch::watch_dir(&state, &access, &body).await,
+            "CreateWatcher" => watch::create_watcher(&state, &access, &body).await,
+            "GetWatcherEvents" => watch::get_watcher_events(&state, &access, &body),
+            "RemoveWatcher" => watch::remove_watcher(&state, &access, &body),
             other => Err(E2bError::new(Code::Unimplemented, format!("filesystem.Filesystem/{other} does not exist"))),
         }
     }

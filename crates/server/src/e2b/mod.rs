@@ -23,6 +23,8 @@ mod paths;
 mod process;
 pub(crate) mod sessions;
 mod snapshots;
+mod watch;
+mod watchers;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;

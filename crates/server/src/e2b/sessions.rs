@@ -45,6 +45,8 @@ pub(crate) struct Sessions {
     by_sandbox: Mutex<HashMap<String, Session>>,
     /// By sandbox, then by command id.
     processes: Mutex<HashMap<String, HashMap<String, ProcessMeta>>>,
+    /// The non-streaming directory watchers.
+    pub(crate) watchers: crate::e2b::watchers::Watchers,
     next_order: std::sync::atomic::AtomicU64,
 }
 
@@ -78,6 +80,7 @@ impl Sessions {
     pub(crate) fn close(&self, id: &str) {
         self.by_sandbox.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(id);
         self.processes.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(id);
+        self.watchers.close_sandbox(id);
     }
 
     /// Records what command `command_id` was started with.
