@@ -255,6 +255,26 @@ def test_network_rules_become_an_egress_allowlist():
         assert native_network_policy(sandbox.sandbox_id) == {"mode": "open", "allow": [], "deny": ["198.51.100.7"]}
 
 
+def test_update_network_replaces_the_egress_policy_live():
+    network = {"deny_out": ["0.0.0.0/0"], "allow_out": ["api.example.com"]}
+    with support.create(Sandbox, network=network) as sandbox:
+        sandbox.update_network({"deny_out": ["0.0.0.0/0"], "allow_out": ["*.example.org"]})
+        policy = native_network_policy(sandbox.sandbox_id)
+        assert (policy["mode"], policy["allow"]) == ("allowlist", ["*.example.org"]), policy
+        refused = sandbox.commands.run("curl -s -m 5 http://api.example.com/; echo")
+        assert "not in the allowlist" in refused.stdout, refused.stdout
+        Sandbox.update_network(sandbox.sandbox_id, {"deny_out": ["198.51.100.7"]})
+        assert native_network_policy(sandbox.sandbox_id) == {"mode": "open", "allow": [], "deny": ["198.51.100.7"]}
+        sandbox.update_network({})
+        assert native_network_policy(sandbox.sandbox_id)["mode"] == "none", "nothing asked: no network, as at create"
+        with pytest.raises(SandboxException) as raised:
+            sandbox.update_network({"deny_out": ["10.0.0.0/8"]})
+        assert "not supported" in str(raised.value)
+        assert native_network_policy(sandbox.sandbox_id)["mode"] == "none", "a refused update changes nothing"
+    with pytest.raises(SandboxException):
+        Sandbox.update_network(sandbox.sandbox_id, {"allow_out": ["x.example"]})  # killed
+
+
 def test_features_sandkasten_lacks_are_refused_at_create():
     # Address ranges in network rules, MCP gateway or volumes: asking for them must fail loudly instead of silently
     # giving less (or more).

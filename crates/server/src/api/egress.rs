@@ -37,14 +37,27 @@ pub(crate) async fn set_network(
     JsonBody(body): JsonBody<NetworkPolicyBody>,
 ) -> Result<Json<NetworkPolicyBody>, ApiError> {
     let policy: NetworkPolicy = body.into();
+    change_policy(&state, &tenant, &id, policy.clone()).await?;
+    Ok(Json(policy.into()))
+}
+
+/// Puts `policy` in force for the tenant's running sandbox `id` (the proxy at once, then the record): this route's
+/// work, and the E2B facade's `update_network`.
+pub(crate) async fn change_policy(
+    state: &AppState,
+    tenant: &Tenant,
+    id: &str,
+    policy: NetworkPolicy,
+) -> Result<(), ApiError> {
     let compiled = egress::compile(&policy).map_err(ApiError::bad_request)?;
-    running_sandbox(&state, &tenant, &id).await?;
-    state.egress().set_policy(state.runtime(), &id, compiled)?;
-    if !state.store().set_network_policy(&tenant.name, &id, policy.clone()).await? {
+    running_sandbox(state, tenant, id).await?;
+    state.egress().set_policy(state.runtime(), id, compiled)?;
+    let mode = policy.mode;
+    if !state.store().set_network_policy(&tenant.name, id, policy).await? {
         return Err(ApiError::conflict(format!("sandbox {id} ended while its policy was changed")));
     }
-    tracing::info!(sandbox = %id, tenant = %tenant.name, mode = ?policy.mode, "network policy changed");
-    Ok(Json(policy.into()))
+    tracing::info!(sandbox = %id, tenant = %tenant.name, ?mode, "network policy changed");
+    Ok(())
 }
 
 /// The sandbox's egress audit: every connection attempt through the proxy with its decision, oldest first.

@@ -9,7 +9,7 @@ pub mod command_schemas;
 mod command_stream;
 pub(crate) mod commands;
 pub(crate) mod contexts;
-mod egress;
+pub(crate) mod egress;
 pub mod egress_schemas;
 pub mod error;
 pub(crate) mod exec;

@@ -409,13 +409,41 @@ pub(crate) async fn list(
     paging::page(listed, query.limit, query.next_token.as_deref())
 }
 
-/// Network updates, refreshes and logs: 501.
+/// `PUT /sandboxes/{id}/network` (`Sandbox.update_network`): the whole egress configuration replaced, live, as a
+/// create's `network` and `allow_internet_access` map (`network::policy`; leaving everything out means no network, as
+/// at create). 204.
+pub(crate) async fn update_network(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<StatusCode, E2bError> {
+    let tenant = api_tenant(&state, &headers)?;
+    let body: serde_json::Value = if body.is_empty() {
+        serde_json::json!({})
+    } else {
+        serde_json::from_slice(&body).map_err(|error| E2bError::invalid(format!("malformed request body: {error}")))?
+    };
+    for unsupported in ["egressProxy", "dnsServers"] {
+        if body.get(unsupported).is_some_and(|value| !value.is_null()) {
+            return Err(E2bError::unsupported(&format!("network.{unsupported}")));
+        }
+    }
+    let internet = body.get("allow_internet_access").and_then(serde_json::Value::as_bool);
+    let asked = body.as_object().is_some_and(|fields| fields.keys().any(|key| key != "allow_internet_access"));
+    let policy = network::policy(internet, asked.then_some(&body))?;
+    live(&state, &tenant, &id).await?;
+    crate::api::egress::change_policy(&state, &tenant, &id, policy).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Refreshes and logs: 501.
 pub(crate) async fn unsupported(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> E2bError {
     if let Err(error) = api_tenant(&state, &headers) {
         return error;
     }
     let what = uri.path().rsplit('/').next().unwrap_or("this operation");
-    E2bError::unsupported(&format!("{what} (sandboxes have no logs, refreshes or network updates yet)"))
+    E2bError::unsupported(&format!("{what} (sandboxes have no logs or refreshes)"))
 }
 
 #[cfg(test)]

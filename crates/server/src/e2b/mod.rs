@@ -50,7 +50,7 @@ pub(crate) fn routes(state: &AppState) -> Router<AppState> {
         .route("/sandboxes/{id}/metrics", get(metrics::metrics))
         .route("/sandboxes/{id}/logs", get(control::unsupported))
         .route("/v2/sandboxes/{id}/logs", get(control::unsupported))
-        .route("/sandboxes/{id}/network", put(control::unsupported))
+        .route("/sandboxes/{id}/network", put(control::update_network))
         .route("/snapshots", get(snapshots::list))
         .route("/templates/{id}", delete(snapshots::delete_template))
         .route("/health", get(files::health))

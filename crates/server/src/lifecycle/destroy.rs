@@ -53,7 +53,7 @@ pub(crate) async fn end_running(state: &AppState, tenant: &Tenant, id: &str) -> 
     }
     // A sandbox paused to the filesystem: its files go with it (the next start's reconcile retries a failure).
     if let Some(snapshot) = pause_snapshot
-        && let Err(error) = super::snapshot::delete_pause_snapshot(state, &snapshot).await
+        && let Err(error) = super::pause_snapshot::delete_pause_snapshot(state, &snapshot).await
     {
         tracing::warn!(sandbox = %id, %snapshot, %error, "could not delete a deleted sandbox's pause snapshot");
     }

@@ -24,6 +24,7 @@ mod fork;
 mod memory_snapshot;
 mod pause;
 mod pause_files;
+mod pause_snapshot;
 pub mod reconcile;
 pub mod refill;
 mod snapshot;

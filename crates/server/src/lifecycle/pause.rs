@@ -10,7 +10,7 @@ use crate::auth::Tenant;
 use crate::clock::now_ms;
 use crate::lifecycle::detached::to_completion;
 use crate::lifecycle::error::LifecycleError;
-use crate::lifecycle::pause_files::{pause_to_files, resume_from_files};
+use crate::lifecycle::pause_files::{admit_resume, pause_to_files, resume_from_files};
 use crate::sandbox_lifecycle::PauseMode;
 use crate::state::AppState;
 use crate::store::{SandboxRecord, SandboxState};
@@ -65,12 +65,6 @@ pub(crate) async fn resume(state: &AppState, tenant: &Tenant, id: &str) -> Resul
         Ok(())
     })
     .await
-}
-
-/// The database's resume (admitted against the quota, the expiry moved on); false when it was not paused.
-pub(super) async fn admit_resume(state: &AppState, tenant: &Tenant, id: &str) -> Result<bool, LifecycleError> {
-    let renewal_ms = i64::try_from(state.settings().default_timeout_s.saturating_mul(1000)).unwrap_or(i64::MAX);
-    Ok(state.store().resume_sandbox(&tenant.name, id, tenant.quota, (now_ms(), renewal_ms)).await??)
 }
 
 /// The tier's own resume of a sandbox paused in place.

@@ -13,8 +13,8 @@ use crate::clock::now_ms;
 use crate::egress;
 use crate::lifecycle::destroy::release_quietly;
 use crate::lifecycle::error::LifecycleError;
-use crate::lifecycle::pause::admit_resume;
-use crate::lifecycle::snapshot::{delete_pause_snapshot, restore_files, take_pause_snapshot};
+use crate::lifecycle::pause_snapshot::delete_pause_snapshot;
+use crate::lifecycle::snapshot::{restore_files, take_pause_snapshot};
 use crate::lifecycle::start::resolve_tier;
 use crate::state::AppState;
 use crate::store::SandboxRecord;
@@ -73,6 +73,12 @@ pub(super) async fn resume_from_files(
         tracing::warn!(sandbox = %id, snapshot = %snapshot.id, %error, "could not delete a used pause snapshot");
     }
     Ok(())
+}
+
+/// The database's resume (admitted against the quota, the expiry moved on); false when it was not paused.
+pub(super) async fn admit_resume(state: &AppState, tenant: &Tenant, id: &str) -> Result<bool, LifecycleError> {
+    let renewal_ms = i64::try_from(state.settings().default_timeout_s.saturating_mul(1000)).unwrap_or(i64::MAX);
+    Ok(state.store().resume_sandbox(&tenant.name, id, tenant.quota, (now_ms(), renewal_ms)).await??)
 }
 
 /// The sandbox created again under its id from its recorded spec (tier checked, egress prepared anew: new secret

@@ -28,6 +28,7 @@ use sandkasten_types::SandboxSpec;
 use crate::lifecycle::detached::to_completion;
 use crate::lifecycle::error::LifecycleError;
 use crate::lifecycle::memory_snapshot::{clear_work_dir, save_memory};
+use crate::lifecycle::pause_snapshot::delete_pause_snapshot;
 use crate::lifecycle::snapshot_errors::{damaged_or_failed, store_failed};
 use crate::lifecycle::start::{abandon, start_sandbox};
 use crate::sandbox_lifecycle::Lifecycle;
@@ -277,16 +278,6 @@ pub(crate) async fn delete_snapshot(state: &AppState, tenant: &Tenant, id: &str)
     }
     state.store().forget_snapshot(id).await?;
     tracing::info!(snapshot = %id, tenant = %tenant.name, "snapshot deleted");
-    Ok(())
-}
-
-/// Deletes the pause snapshot `id` (its sandbox was resumed or ended) with its chunks that no other snapshot uses.
-pub(crate) async fn delete_pause_snapshot(state: &AppState, id: &str) -> Result<(), LifecycleError> {
-    match state.snapshots().delete(id).await {
-        Ok(_) | Err(SnapshotStoreError::NotFound { .. }) => {}
-        Err(error) => return Err(store_failed(&format!("deleting pause snapshot {id}"), &error)),
-    }
-    state.store().forget_snapshot(id).await?;
     Ok(())
 }
 
