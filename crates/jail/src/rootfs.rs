@@ -130,6 +130,12 @@ pub enum MountStep {
         /// The path.
         target: PathBuf,
     },
+    /// Mount a devpts instance of the sandbox's own at `target` (`newinstance`: its terminals and their numbers are
+    /// the sandbox's, never the host's); `/dev/ptmx` links to its `ptmx`.
+    Devpts {
+        /// Mount point.
+        target: PathBuf,
+    },
     /// Remount an existing mount read-only.
     RemountReadOnly {
         /// The mount point.
@@ -159,6 +165,10 @@ pub const HOST_ETC_PATHS: &[&str] = &[
     "/etc/fonts",
     "/etc/matplotlibrc",
 ];
+
+/// Options of the sandbox's devpts: a new instance (not the host's terminals), whose `ptmx` anyone in the sandbox may
+/// open, and whose terminals are their owner's only (the agent hands each to the user of its command).
+pub const DEVPTS_OPTIONS: &str = "newinstance,ptmxmode=0666,mode=0620";
 
 /// Device nodes bound from the host.
 pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
@@ -252,6 +262,8 @@ pub fn plan_rootfs(spec: &RootfsSpec, host: &dyn HostFs) -> Vec<MountStep> {
     ] {
         steps.push(MountStep::Symlink { link: at("/dev").join(link), points_to: points_to.into() });
     }
+    steps.push(MountStep::Devpts { target: at("/dev/pts") });
+    steps.push(MountStep::Symlink { link: at("/dev/ptmx"), points_to: "pts/ptmx".into() });
     steps.push(MountStep::Tmpfs {
         target: at("/dev/shm"),
         options: format!("size={},mode=1777", disk.min(SHM_MAX_BYTES)),

@@ -6,7 +6,7 @@
 //! Files: `event_loop` (poll + dispatch), `channel` (non-blocking frames, outgoing queue, backpressure),
 //! `commands` (start, stdin, signals, timeouts), `output` (pipes ↔ frames, when a command is finished), `signals`
 //! (SIGCHLD + reaping), `launcher` (how a command is started), `files` + `remove` (file requests), `paths`
-//! (resolution in the root, filesystem identity), `errors`.
+//! (resolution in the root, filesystem identity), `terminal` (pseudo-terminals of `pty` commands), `errors`.
 
 mod channel;
 mod commands;
@@ -20,6 +20,7 @@ mod paths;
 mod remove;
 mod resolve;
 mod signals;
+mod terminal;
 
 #[cfg(test)]
 mod tests;
