@@ -53,6 +53,7 @@ const PER_TIER_SUITES: &[&str] = &[
     "serve_archive.rs",
     "serve_egress.rs",
     "client_cli.rs",
+    "client_shell.rs",
     "attacks_agent.rs",
     "attacks_fs.rs",
     "attacks_network.rs",
