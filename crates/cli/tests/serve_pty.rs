@@ -123,6 +123,12 @@ fn a_pty_command_is_a_session_leader_on_a_terminal_of_the_sandboxs_own_devpts(ti
     // A terminal, the session's leader, and the terminal's foreground group: its controlling terminal.
     assert_eq!(lines(reply.json["stdout"].as_str().unwrap()), ["True True True"], "{reply:?}");
 
+    // Programs may open terminals of their own (tmux, script, expect), from the sandbox's devpts too.
+    let nested = "import os; leader, follower = os.openpty(); print(os.ttyname(follower))";
+    let reply = exec(&server, &id, json!({"argv": ["/usr/bin/python3", "-c", nested]}));
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert!(reply.json["stdout"].as_str().unwrap().starts_with("/dev/pts/"), "{reply:?}");
+
     let plain = exec(&server, &id, json!({"cmd": "tty; [ -t 0 ] || echo no-terminal"}));
     assert_eq!(lines(plain.json["stdout"].as_str().unwrap()), ["not a tty", "no-terminal"], "{plain:?}");
     server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None);

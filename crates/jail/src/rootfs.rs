@@ -386,6 +386,22 @@ mod tests {
     }
 
     #[test]
+    fn terminals_come_from_a_devpts_of_the_sandboxs_own_never_the_hosts() {
+        let steps = plan_rootfs(&spec(), &merged_usr_host());
+        let devpts = steps.iter().position(|s| *s == MountStep::Devpts { target: "/tmp/dev/pts".into() });
+        let ptmx = MountStep::Symlink { link: "/tmp/dev/ptmx".into(), points_to: "pts/ptmx".into() };
+        let sealed = steps.iter().position(|s| *s == MountStep::RemountReadOnly { target: "/tmp/dev".into() });
+        assert!(devpts.is_some() && devpts < sealed, "devpts is mounted before /dev is sealed: {steps:?}");
+        assert!(steps.contains(&ptmx), "/dev/ptmx leads to the sandbox's own ptmx");
+        assert!(DEVPTS_OPTIONS.split(',').any(|option| option == "newinstance"), "a new instance, not the host's");
+        let binds_host_pts = steps.iter().any(|s| {
+            matches!(s, MountStep::BindDevice { source, .. } | MountStep::BindReadOnly { source, .. }
+                if source.starts_with("/dev/pts") || source == Path::new("/dev/ptmx"))
+        });
+        assert!(!binds_host_pts, "no host terminal is bound in");
+    }
+
+    #[test]
     fn writable_filesystems_are_size_limited() {
         let steps = plan_rootfs(&spec(), &merged_usr_host());
         for dir in ["/tmp/workspace", "/tmp/tmp"] {
