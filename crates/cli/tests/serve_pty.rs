@@ -3,7 +3,8 @@
 //! has), of the size asked for, as its controlling terminal (it is a session leader); typed input reaches it, a
 //! resize is seen (SIGWINCH and the new size), `TIOCSTI` on it is refused by seccomp (EPERM), the host's `/dev/pts`
 //! is untouched and (process tier, where the program is a host process) the program's stdin is a terminal of a
-//! devpts other than the host's. Bad sizes are 422 saying why; nothing is left after delete.
+//! devpts other than the host's. A flood on the terminal is cut at `limits.output_bytes` (the program runs on). Bad
+//! sizes are 422 saying why; nothing is left after delete.
 //!
 //! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
 
@@ -29,6 +30,7 @@ per_tier!(
     tiocsti_on_the_terminal_is_refused,
     the_host_dev_pts_is_untouched_and_nothing_is_left_after_delete,
     bad_sizes_and_resizing_a_command_without_a_terminal_are_refused,
+    a_terminal_flood_is_cut_at_the_output_limit,
 );
 
 fn exec(server: &Server, id: &str, body: Value) -> serve::Reply {
@@ -238,6 +240,23 @@ fn bad_sizes_and_resizing_a_command_without_a_terminal_are_refused(tier: Tier) {
     let on_terminal = start(&server, &id, json!({"cmd": "sleep 30", "pty": {"cols": 80, "rows": 24}}));
     let reply = post(&server, &id, &on_terminal, "resize", json!({"cols": 0, "rows": 0}));
     assert_eq!(reply.status, 422, "{reply:?}");
+    server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None);
+    assert_sandbox_gone_on(tier, &id);
+}
+
+fn a_terminal_flood_is_cut_at_the_output_limit(tier: Tier) {
+    let server = Server::start_on(tier);
+    let limit = 64u64 << 10;
+    let id = server.create_on(tier, json!({"limits": {"output_bytes": limit}}));
+    let flood = "head -c 20000000 /dev/zero | tr '\\0' x; echo; echo flood-done";
+    let reply = exec(&server, &id, json!({"cmd": flood, "pty": {"cols": 80, "rows": 24}}));
+    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body[..reply.body.len().min(300)]));
+    let stdout = reply.json["stdout"].as_str().unwrap();
+    assert!(stdout.len() as u64 <= limit, "{} bytes kept past the {limit}-byte limit", stdout.len());
+    assert!(stdout.starts_with("xxxx"), "{}", &stdout[..stdout.len().min(80)]);
+    assert_eq!(reply.json["stdout_truncated"], true);
+    // The program was not stopped by the cut: it ran to its end.
+    assert_eq!(reply.json["exit_code"], 0, "{}", reply.json);
     server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None);
     assert_sandbox_gone_on(tier, &id);
 }
