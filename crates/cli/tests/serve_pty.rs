@@ -3,7 +3,8 @@
 //! has), of the size asked for, as its controlling terminal (it is a session leader); typed input reaches it, a
 //! resize is seen (SIGWINCH and the new size), `TIOCSTI` on it is refused by seccomp (EPERM), the host's `/dev/pts`
 //! is untouched and (process tier, where the program is a host process) the program's stdin is a terminal of a
-//! devpts other than the host's. A flood on the terminal is cut at `limits.output_bytes` (the program runs on). Bad
+//! devpts other than the host's. A flood on the terminal is cut at `limits.output_bytes` (the program runs on); a
+//! terminal survives pause and resume (gVisor: checkpoint and restore). Bad
 //! sizes are 422 saying why; nothing is left after delete.
 //!
 //! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
@@ -31,6 +32,7 @@ per_tier!(
     the_host_dev_pts_is_untouched_and_nothing_is_left_after_delete,
     bad_sizes_and_resizing_a_command_without_a_terminal_are_refused,
     a_terminal_flood_is_cut_at_the_output_limit,
+    a_terminal_survives_pause_and_resume,
 );
 
 fn exec(server: &Server, id: &str, body: Value) -> serve::Reply {
@@ -257,6 +259,26 @@ fn a_terminal_flood_is_cut_at_the_output_limit(tier: Tier) {
     assert_eq!(reply.json["stdout_truncated"], true);
     // The program was not stopped by the cut: it ran to its end.
     assert_eq!(reply.json["exit_code"], 0, "{}", reply.json);
+    server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None);
+    assert_sandbox_gone_on(tier, &id);
+}
+
+fn a_terminal_survives_pause_and_resume(tier: Tier) {
+    let server = Server::start_on(tier);
+    let id = server.create_on(tier, json!({}));
+    let script = "echo waiting; read a; echo got-$a; read b; stty size";
+    let command = start(&server, &id, json!({"cmd": script, "pty": {"cols": 80, "rows": 24}}));
+    wait_for_output(&server, &id, &command, "waiting");
+    // gVisor checkpoints the whole sandbox (its devpts and the terminal with it) and restores it.
+    for what in ["pause", "resume"] {
+        let reply = server.call("POST", &format!("/v1/sandboxes/{id}/{what}"), KEY_1, None);
+        assert_eq!(reply.status, 200, "{what}: {reply:?}");
+    }
+    assert_eq!(post(&server, &id, &command, "stdin", json!({"data": "after\n"})).status, 204);
+    assert_eq!(post(&server, &id, &command, "resize", json!({"cols": 101, "rows": 51})).status, 204);
+    assert_eq!(post(&server, &id, &command, "stdin", json!({"data": "\n"})).status, 204);
+    let out = lines(&streamed_stdout(&server, &id, &command));
+    assert!(out.contains(&"got-after".to_owned()) && out.contains(&"51 101".to_owned()), "{out:?}");
     server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None);
     assert_sandbox_gone_on(tier, &id);
 }
