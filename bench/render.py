@@ -1074,7 +1074,9 @@ def render_snapshots(r: dict) -> list[str]:
         "",
         "**Method.** `bench/snapshots.py` starts one `sandkasten serve` (release build, local snapshot store) and "
         f"repeats each measurement {m['rounds']} times per tier, one request at a time from one keep-alive client. "
-        "*Pause* is `POST …/pause`; *resume → first output* is `POST …/resume` plus an `echo` exec. *Snapshot* is "
+        "*Pause* is `POST …/pause` (with memory; *to the filesystem* is `{mode: filesystem}`: the files saved, the "
+        "sandbox released, and its resume makes it again on them); *resume → first output* is `POST …/resume` plus an "
+        "`echo` exec. *Snapshot* is "
         "`POST …/snapshots` of a sandbox whose `/workspace` holds the bytes named (the archive is made inside the "
         "sandbox, chunked, hashed, compressed and stored); *host tar | zstd* archives and compresses the same bytes "
         "on the host with no sandbox, chunking or store: the floor. *Restore → first output* is `POST /v1/sandboxes "
@@ -1102,8 +1104,16 @@ def render_snapshots(r: dict) -> list[str]:
                 f"| pause | {fmt(pause['pause']['p50'])} | {fmt(pause['pause']['p99'])} |",
                 f"| resume → first output | {fmt(pause['resume_to_first_output']['p50'])} | "
                 f"{fmt(pause['resume_to_first_output']['p99'])} |",
-                "",
             ]
+            files = row.get("filesystem_pause") or {}
+            if "pause" in files:
+                lines += [
+                    f"| pause to the filesystem (4 MiB of files) | {fmt(files['pause']['p50'])} | "
+                    f"{fmt(files['pause']['p99'])} |",
+                    f"| its resume → first output | {fmt(files['resume_to_first_output']['p50'])} | "
+                    f"{fmt(files['resume_to_first_output']['p99'])} |",
+                ]
+            lines += [""]
         snaps = row.get("snapshots")
         if isinstance(snaps, list):
             lines += [

@@ -71,9 +71,14 @@ class Bench:
     def delete(self, sandbox: str) -> None:
         self.call("DELETE", f"/v1/sandboxes/{sandbox}")
 
-    def pause_resume(self, rounds: int) -> dict:
+    def pause_resume(self, rounds: int, mode: str = "memory") -> dict:
+        """Pause → resume → first output; `mode="filesystem"` with 4 MiB of files in the workspace (they are saved
+        and unpacked each round)."""
         sandbox = self.create()
-        status, answer, _ = self.client.request("POST", f"/v1/sandboxes/{sandbox}/pause", None)
+        body = {"mode": mode}
+        if mode == "filesystem":
+            self.exec(sandbox, "head -c 4194304 /dev/urandom > /workspace/fill")
+        status, answer, _ = self.client.request("POST", f"/v1/sandboxes/{sandbox}/pause", body)
         if status != 200:
             self.delete(sandbox)
             return {"unavailable": answer["error"]["message"] if isinstance(answer, dict) else str(answer)}
@@ -81,7 +86,7 @@ class Bench:
         pause_ms, resume_first_ms = [], []
         for _ in range(rounds):
             start = time.perf_counter_ns()
-            self.call("POST", f"/v1/sandboxes/{sandbox}/pause")
+            self.call("POST", f"/v1/sandboxes/{sandbox}/pause", body)
             pause_ms.append(ms_since(start))
             start = time.perf_counter_ns()
             self.call("POST", f"/v1/sandboxes/{sandbox}/resume")
@@ -268,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         for tier in TIERS:
             bench = Bench(client, tier)
             row: dict = {}
-            tier_runs = [("pause", lambda: bench.pause_resume(rounds))]
+            tier_runs = [("pause", lambda: bench.pause_resume(rounds)),
+                         ("filesystem_pause", lambda: bench.pause_resume(rounds, "filesystem"))]
             if tier == "gvisor":
                 tier_runs += [("bare_runsc", lambda: bare_runsc(rounds)),
                               ("memory_snapshots", lambda: bench.memory_snapshots(rounds))]

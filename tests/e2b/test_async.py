@@ -61,6 +61,24 @@ async def test_create_connect_list_info_timeout_kill():
         await sandbox.commands.run("true")
 
 
+async def test_pause_with_memory_and_to_the_filesystem():
+    sandbox = await support.acreate(AsyncSandbox, timeout=120)
+    try:
+        await sandbox.files.write("/home/user/kept.txt", "kept")
+        background = await sandbox.commands.run("sleep 600", background=True)
+        assert await sandbox.pause() is True
+        again = await AsyncSandbox.connect(sandbox.sandbox_id)
+        assert background.pid in [p.pid for p in await again.commands.list()], "with memory the process lives on"
+        assert await sandbox.pause(mode="filesystem") is True
+        assert (await sandbox.get_info()).state.value == "paused"
+        again = await AsyncSandbox.connect(sandbox.sandbox_id)
+        assert await again.files.read("/home/user/kept.txt") == "kept"
+        assert background.pid not in [p.pid for p in await again.commands.list()], "to the filesystem it does not"
+        assert (await again.commands.run("echo cold boot")).stdout == "cold boot\n"
+    finally:
+        await sandbox.kill()
+
+
 async def test_command_result_and_exit_error(asbx):
     result = await asbx.commands.run("echo hi; echo ho >&2", user="root")
     assert (result.stdout, result.stderr, result.exit_code) == ("hi\n", "ho\n", 0)

@@ -6,6 +6,7 @@ test_snapshots.py.)"""
 import datetime
 import json
 import os
+import time
 import urllib.request
 
 import pytest
@@ -173,6 +174,36 @@ def test_pause_keeps_the_sandbox_and_connect_resumes_it(sbx):
     assert again.files.read("/home/user/kept.txt") == "written before the pause"
     assert background.pid in [p.pid for p in again.commands.list()], "the process lived through the pause"
     assert again.commands.run("echo awake").stdout == "awake\n"
+
+
+def test_a_filesystem_pause_keeps_the_files_and_connect_starts_it_fresh_on_them():
+    # mode="filesystem" (keep_memory=False): only the files survive; everything else is released, and connect
+    # cold-boots the sandbox on them under the same id.
+    with support.create(Sandbox) as sandbox:
+        sandbox.files.write("/home/user/kept.txt", "written before the pause")
+        background = sandbox.commands.run("sleep 600", background=True)
+        assert sandbox.pause(mode="filesystem") is True
+        assert sandbox.pause(mode="filesystem") is False, "paused already"
+        assert sandbox.get_info().state == SandboxState.PAUSED
+        again = Sandbox.connect(sandbox.sandbox_id)
+        assert again.sandbox_id == sandbox.sandbox_id
+        assert again.get_info().state == SandboxState.RUNNING
+        assert again.files.read("/home/user/kept.txt") == "written before the pause"
+        assert background.pid not in [p.pid for p in again.commands.list()], "processes start fresh"
+        assert again.commands.run("echo cold boot").stdout == "cold boot\n"
+        assert sandbox.commands.run("echo same handle").stdout == "same handle\n", "the first handle works too"
+
+
+def test_on_timeout_pause_in_filesystem_mode_pauses_at_the_timeout():
+    lifecycle = {"on_timeout": {"action": "pause", "mode": "filesystem"}}
+    with support.create(Sandbox, timeout=2, lifecycle=lifecycle) as sandbox:
+        sandbox.files.write("/home/user/kept.txt", "kept")
+        deadline = time.monotonic() + 20
+        while sandbox.get_info().state != SandboxState.PAUSED:
+            assert time.monotonic() < deadline, "not paused at its timeout"
+            time.sleep(0.2)
+        again = Sandbox.connect(sandbox.sandbox_id, timeout=60)
+        assert again.files.read("/home/user/kept.txt") == "kept"
 
 
 def test_auto_resume_resumes_on_a_request():

@@ -179,6 +179,23 @@ fn e2b_quickstart_example_runs_unchanged_on_gvisor() {
     quickstart_on(&start_server_with("[defaults]\nisolation = \"gvisor\"\n"));
 }
 
+/// The pause tests of the suite (with memory: a checkpoint; to the filesystem: the files saved, the sandbox released
+/// and made again) with the real SDKs, sync and async, on a gVisor server.
+#[test]
+fn e2b_pause_tests_pass_on_gvisor() {
+    require_runsc!();
+    let server = start_server_with("[defaults]\nisolation = \"gvisor\"\n");
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let ids_file = scratch.path().join("sandbox-ids");
+    let suites = ["tests/e2b/test_lifecycle.py", "tests/e2b/test_async.py"];
+    let mut args = vec!["-m", "pytest", "-q", "-rfEsx", "--tb=short", "-k", "pause or auto_resume"];
+    args.extend(suites);
+    let run = run_client(&server, &venv_python(), &args, &common::venvs::repo_root(), &ids_file, &[]);
+    assert!(run.success, "the E2B pause tests failed on gVisor (their output is above)");
+    assert!(run.output.contains("5 passed"), "every pause test ran: {}", run.output);
+    assert_nothing_left(&server, &ids_file, 3);
+}
+
 fn quickstart_on(server: &Server) {
     let scratch = tempfile::tempdir().expect("tempdir");
     let ids_file = scratch.path().join("sandbox-ids");

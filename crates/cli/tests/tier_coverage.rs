@@ -48,6 +48,7 @@ const PER_TIER_SUITES: &[&str] = &[
     "serve_results.rs",
     "serve_output_bounds.rs",
     "serve_pause.rs",
+    "serve_pause_files.rs",
     "serve_snapshots.rs",
     "attacks_host_files.rs",
     "serve_archive.rs",

@@ -27,6 +27,7 @@ pub mod store;
 mod store_paused;
 mod store_snapshots;
 pub mod transfers;
+mod transitions;
 mod usage_sampler;
 mod usage_samples;
 pub mod validate;

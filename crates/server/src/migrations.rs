@@ -135,6 +135,9 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT;
     CREATE INDEX snapshots_by_tenant ON snapshots (tenant, created_ms);
     ALTER TABLE tenants ADD COLUMN max_snapshot_bytes INTEGER NOT NULL DEFAULT 10737418240;",
+    // 11: filesystem pauses: a snapshot `for_pause` holds the files of its source sandbox while that is paused with
+    // `pause_mode` filesystem (not listed, not restorable by the tenant; deleted by the resume or the delete).
+    "ALTER TABLE snapshots ADD COLUMN for_pause INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /// A migration's part that SQL cannot do; returns how many rows it rewrote.

@@ -19,6 +19,7 @@ use crate::output_budgets::OutputBudgets;
 use crate::pool::Pools;
 use crate::store::Store;
 use crate::transfers::Transfers;
+use crate::transitions::Transitions;
 use crate::usage_samples::UsageSamples;
 
 /// Limits and defaults taken from the config.
@@ -73,6 +74,7 @@ struct Inner {
     snapshot_work: std::path::PathBuf,
     usage_samples: UsageSamples,
     transfers: Transfers,
+    transitions: Transitions,
     mcp: crate::mcp::sessions::McpSessions,
     mcp_config: crate::config::McpConfig,
 }
@@ -118,6 +120,7 @@ impl AppState {
                 snapshot_work: snapshot_work_dir(&config.database),
                 usage_samples: UsageSamples::new(config.metrics.samples_kept),
                 transfers: Transfers::default(),
+                transitions: Transitions::default(),
                 mcp: crate::mcp::sessions::McpSessions::default(),
                 mcp_config: config.mcp,
             }),
@@ -198,6 +201,11 @@ impl AppState {
     /// The snapshot transfers in progress.
     pub(crate) fn transfers(&self) -> &Transfers {
         &self.inner.transfers
+    }
+
+    /// The pauses and resumes in progress, one per sandbox.
+    pub(crate) fn transitions(&self) -> &Transitions {
+        &self.inner.transitions
     }
 
     /// The E2B facade's sandbox sessions (access tokens).

@@ -143,6 +143,9 @@ pub struct SandboxRecord {
     pub paused_ms: Option<i64>,
     /// What happens at its timeout and to requests while it is paused.
     pub lifecycle: Lifecycle,
+    /// The snapshot holding its files while it is paused to the filesystem (`PauseMode::Filesystem`); a paused
+    /// sandbox without one is paused with its memory.
+    pub pause_snapshot: Option<String>,
     /// When it stopped running, ms since the Unix epoch.
     pub ended_ms: Option<i64>,
     /// Why it stopped running.
@@ -269,8 +272,11 @@ impl fmt::Debug for Store {
     }
 }
 
+/// The last column is the sandbox's pause snapshot, if any (a ready snapshot `for_pause` of it): one fact, kept with
+/// the snapshot.
 const SANDBOX_COLUMNS: &str = "id, tenant, state, spec_json, metadata_json, created_ms, expires_ms, ended_ms, \
-     end_reason, isolation, paused_ms, lifecycle_json";
+     end_reason, isolation, paused_ms, lifecycle_json, (SELECT s.id FROM snapshots s WHERE s.for_pause = 1 \
+     AND s.source_sandbox = sandboxes.id AND s.state = 'ready' ORDER BY s.created_ms DESC LIMIT 1)";
 
 /// A sandbox row before its text columns are parsed.
 struct SandboxRow {
@@ -295,6 +301,7 @@ fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<SandboxRow> {
         end_reason: row.get(8)?,
         paused_ms: row.get(10)?,
         lifecycle: Lifecycle::default(),
+        pause_snapshot: row.get(12)?,
     };
     Ok(SandboxRow {
         record,
@@ -514,20 +521,10 @@ impl Store {
         .await
     }
 
-    /// Ids (with their lifecycle) of running (not paused) sandboxes whose expiry is at or before `now_ms`.
-    pub async fn expired_sandboxes(&self, now_ms: i64) -> Result<Vec<(String, Lifecycle)>, StoreError> {
+    /// Running (not paused) sandboxes whose expiry is at or before `now_ms`.
+    pub async fn expired_sandboxes(&self, now_ms: i64) -> Result<Vec<SandboxRecord>, StoreError> {
         self.call(move |conn| {
-            let mut statement = conn.prepare_cached(
-                "SELECT id, lifecycle_json FROM sandboxes \
-                 WHERE state = 'running' AND paused_ms IS NULL AND expires_ms <= ?1 ORDER BY expires_ms",
-            )?;
-            let rows = statement.query_map(params![now_ms], |row| Ok((row.get(0)?, row.get::<_, String>(1)?)))?;
-            let mut expired = Vec::new();
-            for row in rows {
-                let (id, lifecycle): (String, String) = row?;
-                expired.push((id, serde_json::from_str(&lifecycle)?));
-            }
-            Ok(expired)
+            query_sandboxes(conn, "state = 'running' AND paused_ms IS NULL AND expires_ms <= ?1", params![now_ms])
         })
         .await
     }
@@ -730,6 +727,7 @@ mod tests {
             ended_ms: None,
             end_reason: None,
             paused_ms: None,
+            pause_snapshot: None,
             lifecycle: Default::default(),
         }
     }
@@ -833,7 +831,11 @@ mod tests {
         assert!(!store.set_expiry("t2", "a", 500).await?);
         assert!(store.set_expiry("t1", "a", 500).await?);
         assert_eq!(store.expired_sandboxes(499).await?, Vec::new());
-        assert_eq!(store.expired_sandboxes(500).await?, vec![("a".to_owned(), Lifecycle::default())]);
+        let expired = store.expired_sandboxes(500).await?;
+        assert_eq!(
+            expired.iter().map(|r| (r.id.as_str(), r.lifecycle)).collect::<Vec<_>>(),
+            [("a", Lifecycle::default())]
+        );
         assert!(store.mark_lost("a", "gone").await?);
         assert_eq!(store.running_sandboxes().await?.len(), 0);
         assert_eq!(store.sandboxes("t1", Some(SandboxState::Lost)).await?.len(), 1);

@@ -53,10 +53,13 @@ pub struct SnapshotRecord {
     pub stored_bytes: u64,
     /// When it was taken, ms since the Unix epoch.
     pub created_ms: i64,
+    /// It holds the files of its source sandbox while that is paused to the filesystem: not the tenant's to list,
+    /// restore or delete (the resume or the sandbox's delete removes it); charged like any other.
+    pub for_pause: bool,
 }
 
-const COLUMNS: &str =
-    "id, tenant, name, source_sandbox, memory, spec_json, dirs_json, state, size_bytes, stored_bytes, created_ms";
+const COLUMNS: &str = "id, tenant, name, source_sandbox, memory, spec_json, dirs_json, state, size_bytes, \
+     stored_bytes, created_ms, for_pause";
 
 fn from_row(row: &rusqlite::Row<'_>) -> Result<SnapshotRecord, StoreError> {
     let spec_json: String = row.get(5)?;
@@ -74,6 +77,7 @@ fn from_row(row: &rusqlite::Row<'_>) -> Result<SnapshotRecord, StoreError> {
         size_bytes: row.get::<_, i64>(8)?.max(0) as u64,
         stored_bytes: row.get::<_, i64>(9)?.max(0) as u64,
         created_ms: row.get(10)?,
+        for_pause: row.get::<_, i64>(11)? != 0,
     })
 }
 
@@ -92,7 +96,9 @@ impl Store {
                 return Ok(Err(QuotaExceeded::SnapshotBytes { used, asked: 0, limit: quota.max_snapshot_bytes }));
             }
             tx.execute(
-                &format!("INSERT INTO snapshots ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'saving', 0, 0, ?8)"),
+                &format!(
+                    "INSERT INTO snapshots ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'saving', 0, 0, ?8, ?9)"
+                ),
                 params![
                     record.id,
                     record.tenant,
@@ -101,7 +107,8 @@ impl Store {
                     i64::from(record.memory),
                     serde_json::to_string(&record.spec)?,
                     serde_json::to_string(&record.dirs)?,
-                    record.created_ms
+                    record.created_ms,
+                    i64::from(record.for_pause)
                 ],
             )?;
             tx.commit()?;
@@ -144,11 +151,11 @@ impl Store {
         self.call(move |conn| Ok(conn.execute("DELETE FROM snapshots WHERE id = ?1", params![id])? == 1)).await
     }
 
-    /// The tenant's snapshot `id`, in any state.
+    /// The tenant's snapshot `id`, in any state (never a pause snapshot: those are not the tenant's to use).
     pub async fn snapshot(&self, tenant: &str, id: &str) -> Result<Option<SnapshotRecord>, StoreError> {
         let (tenant, id) = (tenant.to_owned(), id.to_owned());
         self.call(move |conn| {
-            let sql = format!("SELECT {COLUMNS} FROM snapshots WHERE id = ?1 AND tenant = ?2");
+            let sql = format!("SELECT {COLUMNS} FROM snapshots WHERE id = ?1 AND tenant = ?2 AND for_pause = 0");
             let mut statement = conn.prepare_cached(&sql)?;
             let mut rows = statement.query(params![id, tenant])?;
             rows.next()?.map(from_row).transpose()
@@ -156,11 +163,40 @@ impl Store {
         .await
     }
 
-    /// The tenant's snapshots, oldest first.
+    /// The pause snapshot `id` (one holding a paused sandbox's files), in any state.
+    pub async fn pause_snapshot(&self, id: &str) -> Result<Option<SnapshotRecord>, StoreError> {
+        let id = id.to_owned();
+        self.call(move |conn| {
+            let sql = format!("SELECT {COLUMNS} FROM snapshots WHERE id = ?1 AND for_pause = 1");
+            let mut statement = conn.prepare_cached(&sql)?;
+            let mut rows = statement.query(params![id])?;
+            rows.next()?.map(from_row).transpose()
+        })
+        .await
+    }
+
+    /// Pause snapshots whose sandbox is no longer paused (it was resumed, or it ended, and a crash kept the
+    /// snapshot from being deleted): ids, to delete.
+    pub async fn orphaned_pause_snapshots(&self) -> Result<Vec<String>, StoreError> {
+        self.call(|conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT id FROM snapshots s WHERE s.for_pause = 1 AND s.state = 'ready' AND NOT EXISTS \
+                 (SELECT 1 FROM sandboxes b WHERE b.id = s.source_sandbox AND b.state = 'running' \
+                 AND b.paused_ms IS NOT NULL)",
+            )?;
+            let rows = statement.query_map([], |row| row.get(0))?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    /// The tenant's snapshots, oldest first (pause snapshots are not listed).
     pub async fn snapshots(&self, tenant: &str) -> Result<Vec<SnapshotRecord>, StoreError> {
         let tenant = tenant.to_owned();
         self.call(move |conn| {
-            let sql = format!("SELECT {COLUMNS} FROM snapshots WHERE tenant = ?1 ORDER BY created_ms, rowid");
+            let sql = format!(
+                "SELECT {COLUMNS} FROM snapshots WHERE tenant = ?1 AND for_pause = 0 ORDER BY created_ms, rowid"
+            );
             let mut statement = conn.prepare_cached(&sql)?;
             let mut rows = statement.query(params![tenant])?;
             let mut records = Vec::new();
@@ -218,6 +254,7 @@ mod tests {
             size_bytes: 0,
             stored_bytes: 0,
             created_ms: 5,
+            for_pause: false,
         }
     }
 
@@ -238,6 +275,24 @@ mod tests {
         store.begin_snapshot(record("sn-3", "t1"), quota(60)).await?.expect_err("60 of 60 used: no room");
         assert_eq!(store.snapshots("t1").await?.len(), 1);
         assert_eq!(store.all_snapshots().await?, vec![("sn-1".to_owned(), SnapshotState::Ready)]);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_pause_snapshot_is_charged_but_not_the_tenants_to_see() -> Result<(), StoreError> {
+        let store = Store::open_in_memory()?;
+        let paused = SnapshotRecord { for_pause: true, ..record("sn-p", "t1") };
+        store.begin_snapshot(paused, quota(100)).await?.expect("room");
+        store.finish_snapshot("sn-p", (500, 70), quota(100)).await?.expect("70 of 100");
+        assert_eq!(store.snapshot("t1", "sn-p").await?, None, "not the tenant's to restore or delete");
+        assert!(store.snapshots("t1").await?.is_empty(), "not listed");
+        assert_eq!(store.pause_snapshot("sn-p").await?.map(|r| r.stored_bytes), Some(70));
+        assert_eq!(store.pause_snapshot("sn-1").await?, None);
+        store.begin_snapshot(record("sn-1", "t1"), quota(100)).await?.expect("70 < 100");
+        let over = store.finish_snapshot("sn-1", (500, 31), quota(100)).await?;
+        assert_eq!(over, Err(QuotaExceeded::SnapshotBytes { used: 70, asked: 31, limit: 100 }), "it is charged");
+        // Its sandbox does not exist (is not paused): an orphan.
+        assert_eq!(store.orphaned_pause_snapshots().await?, vec!["sn-p".to_owned()]);
         Ok(())
     }
 }

@@ -127,6 +127,7 @@ mod tests {
             created_ms: 10_000,
             expires_ms: 99_000,
             paused_ms: None,
+            pause_snapshot: None,
             lifecycle: Default::default(),
             ended_ms: None,
             end_reason: None,

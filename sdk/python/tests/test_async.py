@@ -129,6 +129,9 @@ async def test_lifecycle_snapshot_fork(aclient: AsyncClient) -> None:
         await sandbox.exec("true")
     assert (await sandbox.resume()).state == "running"
     assert (await sandbox.refresh()).state == "running"
+    assert (await sandbox.pause(mode="filesystem")).pause_mode == "filesystem"
+    assert (await sandbox.resume()).state == "running"
+    assert await sandbox.files.read_text("/workspace/keep.txt") == "kept"
     snapshot = await sandbox.snapshot()
     assert (await aclient.snapshots.get(snapshot.id)).id == snapshot.id
     assert snapshot.id in {listed.id for listed in await aclient.snapshots.list()}

@@ -72,6 +72,18 @@ def test_a_paused_sandbox_raises_paused_until_resumed() -> None:
         assert sandbox.exec("echo back").stdout == "back\n"
 
 
+def test_a_filesystem_pause_keeps_the_files_and_the_resume_starts_fresh_processes() -> None:
+    with support.create() as sandbox:
+        sandbox.files.write("/workspace/kept.txt", "kept")
+        paused = sandbox.pause(mode="filesystem")
+        assert (paused.state, paused.pause_mode) == ("paused", "filesystem")
+        with pytest.raises(Paused):
+            sandbox.exec("true")
+        resumed = sandbox.resume()
+        assert (resumed.state, resumed.pause_mode) == ("running", None)
+        assert sandbox.files.read_text("/workspace/kept.txt") == "kept"
+
+
 def test_pool_resize_needs_an_admin(client: Client) -> None:
     assert isinstance(client.pools.list(), list)
     with pytest.raises((Forbidden, NotFound)) as caught:

@@ -160,13 +160,16 @@ pub fn info(client: &Client, id: &str, json: bool) -> Result<i32, ClientError> {
     Ok(0)
 }
 
-/// `sandbox pause` / `resume`: each sandbox in turn, its id printed when done, failures reported one by one; exit 0
-/// only when all went.
-pub fn set_paused(client: &Client, ids: &[String], pause: bool) -> Result<i32, ClientError> {
-    let action = if pause { "pause" } else { "resume" };
+/// `sandbox pause` (in `pause_mode`) / `resume` (`None`): each sandbox in turn, its id printed when done, failures
+/// reported one by one; exit 0 only when all went.
+pub fn set_paused(client: &Client, ids: &[String], pause_mode: Option<&str>) -> Result<i32, ClientError> {
+    let (action, body) = match pause_mode {
+        Some(mode) => ("pause", serde_json::json!({ "mode": mode })),
+        None => ("resume", Value::Null),
+    };
     let mut code = 0;
     for id in ids {
-        match sandbox_path(id).and_then(|path| client.post_json(&format!("{path}/{action}"), &Value::Null)) {
+        match sandbox_path(id).and_then(|path| client.post_json(&format!("{path}/{action}"), &body)) {
             Ok(_) => println!("{id}"),
             Err(error) => {
                 eprintln!("sandkasten: {}", error.message);

@@ -158,13 +158,18 @@ pub enum SandboxCommand {
     /// Manage your secrets (values reach only their hosts, through the egress proxy).
     #[command(subcommand)]
     Secret(network::SecretCommand),
-    /// Pause sandboxes: no CPU, out of your running quota, their timeout clock stopped (process tier).
+    /// Pause sandboxes: out of your running quota, their timeout clock stopped; with their processes and memory
+    /// (process tier: frozen; gVisor: checkpointed to disk), or with `--filesystem` only their files, everything else
+    /// released (the resume starts fresh processes on them).
     Pause {
         /// Sandbox ids.
         #[arg(required = true)]
         ids: Vec<String>,
+        /// Keep only the files (home, /tmp, /dev/shm, in the snapshot store); processes end.
+        #[arg(long)]
+        filesystem: bool,
     },
-    /// Resume paused sandboxes where they were.
+    /// Resume paused sandboxes: where they were, or on their files when paused with `--filesystem`.
     Resume {
         /// Sandbox ids.
         #[arg(required = true)]
@@ -233,8 +238,11 @@ fn dispatch(client: &Client, command: SandboxCommand) -> Result<i32, ClientError
         SandboxCommand::Shell(args) => shell::shell(client, args),
         SandboxCommand::Code(args) => code::code(client, args),
         SandboxCommand::Cp { source, destination } => cp::copy(client, &source, &destination),
-        SandboxCommand::Pause { ids } => commands::set_paused(client, &ids, true),
-        SandboxCommand::Resume { ids } => commands::set_paused(client, &ids, false),
+        SandboxCommand::Pause { ids, filesystem } => {
+            let mode = if filesystem { "filesystem" } else { "memory" };
+            commands::set_paused(client, &ids, Some(mode))
+        }
+        SandboxCommand::Resume { ids } => commands::set_paused(client, &ids, None),
         SandboxCommand::Snapshot { id, name, memory, json } => {
             snapshots::take(client, &id, name.as_deref(), memory, json)
         }

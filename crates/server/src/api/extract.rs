@@ -98,6 +98,8 @@ pub(crate) async fn own_sandbox(state: &AppState, tenant: &Tenant, id: &str) -> 
 
 /// The caller's sandbox `id`, which must be running: 404 as in `own_sandbox`, 409 when it has ended.
 pub(crate) async fn running_sandbox(state: &AppState, tenant: &Tenant, id: &str) -> Result<SandboxRecord, ApiError> {
+    // A pause or resume in progress settles first: nothing reaches a sandbox half paused.
+    state.transitions().settled(id).await;
     let mut record = own_sandbox(state, tenant, id).await?;
     if record.state == SandboxState::Paused {
         if !record.lifecycle.auto_resume {

@@ -13,6 +13,7 @@ use crate::api::isolation::IsolationName;
 use crate::api::output::Capture;
 pub use crate::api::output::OutputEvent;
 use crate::clock::rfc3339;
+use crate::sandbox_lifecycle::PauseMode;
 use crate::store::{Lifecycle, SandboxRecord, SandboxState};
 use sandkasten_types::Tier;
 
@@ -176,6 +177,10 @@ pub struct SandboxBody {
     pub tenant: String,
     /// State.
     pub state: SandboxStateName,
+    /// While paused: how (`memory`: its processes and memory kept; `filesystem`: only its files, in the snapshot
+    /// store, and the resume starts fresh processes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause_mode: Option<PauseMode>,
     /// The isolation tier it runs on (the request's, or the server's default when it named none).
     #[schema(value_type = IsolationName)]
     pub isolation: Tier,
@@ -208,6 +213,11 @@ impl From<SandboxRecord> for SandboxBody {
         SandboxBody {
             id: record.id,
             tenant: record.tenant,
+            pause_mode: (record.state == SandboxState::Paused).then_some(if record.pause_snapshot.is_some() {
+                PauseMode::Filesystem
+            } else {
+                PauseMode::Memory
+            }),
             state: record.state.into(),
             isolation: record.spec.tier(),
             template: record.spec.template.into(),

@@ -70,6 +70,8 @@ pub(crate) async fn sandbox_access(state: &AppState, headers: &HeaderMap) -> Res
     if !valid {
         return Err(E2bError::new(Code::Unauthenticated, format!("missing or wrong access token for sandbox {id}")));
     }
+    // A pause or resume in progress settles first: nothing reaches a sandbox half paused.
+    state.transitions().settled(id).await;
     let record = state.store().sandbox(&session.tenant.name, id).await.map_err(crate::api::error::ApiError::from)?;
     match record {
         Some(record) if record.state == SandboxState::Running => {

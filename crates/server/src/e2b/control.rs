@@ -21,6 +21,7 @@ use crate::e2b::lookup::{TEMPLATES, live, running};
 use crate::e2b::{network, paging, snapshots};
 use crate::ids::is_snapshot_id;
 use crate::lifecycle::{self, check_timeout, end_running, start_sandbox};
+use crate::sandbox_lifecycle::PauseMode;
 use crate::state::AppState;
 use crate::store::{Lifecycle, SandboxRecord, SandboxState};
 use crate::store_snapshots::SnapshotRecord;
@@ -51,7 +52,7 @@ pub(crate) struct NewSandbox {
     /// `{"enabled": bool}`.
     #[serde(default)]
     auto_resume: Option<AutoResume>,
-    /// `false` asks for a filesystem-only pause at the timeout, which sandkasten does not do.
+    /// `false` asks for a filesystem-only pause at the timeout (`PauseMode::Filesystem`).
     #[serde(default)]
     auto_pause_memory: Option<bool>,
     #[serde(rename = "allow_internet_access")]
@@ -116,9 +117,6 @@ pub(crate) struct TimeoutBody {
 }
 
 fn refuse_unsupported(body: &NewSandbox) -> Result<(), E2bError> {
-    if body.auto_pause_memory == Some(false) {
-        return Err(E2bError::unsupported("a filesystem-only pause (sandkasten pauses with memory kept)"));
-    }
     if body.mcp.is_some() {
         return Err(E2bError::unsupported("mcp"));
     }
@@ -208,7 +206,11 @@ pub(crate) async fn create(
     let settings = state.settings();
     let expires_ms = check_timeout(settings, body.timeout.unwrap_or(settings.default_timeout_s))?;
     let network = network::policy(body.allow_internet_access, body.network.as_ref())?;
-    let lifecycle = Lifecycle { auto_pause: body.auto_pause, auto_resume: body.auto_resume.is_some_and(|a| a.enabled) };
+    let lifecycle = Lifecycle {
+        auto_pause: body.auto_pause,
+        auto_resume: body.auto_resume.is_some_and(|a| a.enabled),
+        pause_mode: pause_mode(body.auto_pause_memory),
+    };
     if let Some(snapshot) = snapshot.as_ref().filter(|snapshot| snapshot.memory) {
         // A memory snapshot's processes go on with the environment they had: the spec is the source's.
         let record = lifecycle::start_from_memory(&state, &tenant, snapshot, metadata, (expires_ms, lifecycle)).await?;
@@ -227,8 +229,13 @@ pub(crate) async fn create(
     created(&state, &record, &tenant, Some(&body.template_id))
 }
 
-/// `POST /sandboxes/{id}/pause`: 204; 409 when it is paused already (the SDK answers `False`). A filesystem-only
-/// pause (`memory: false`) is not something sandkasten does: 501.
+/// E2B's `memory: false` (`keep_memory=False`, lifecycle `mode: "filesystem"`) is a filesystem pause.
+fn pause_mode(memory: Option<bool>) -> PauseMode {
+    if memory == Some(false) { PauseMode::Filesystem } else { PauseMode::Memory }
+}
+
+/// `POST /sandboxes/{id}/pause`: 204; 409 when it is paused already (the SDK answers `False`). `memory: false` pauses
+/// to the filesystem (its files kept, everything else released; the resume starts fresh processes on them).
 pub(crate) async fn pause(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -237,14 +244,11 @@ pub(crate) async fn pause(
 ) -> Result<StatusCode, E2bError> {
     let tenant = api_tenant(&state, &headers)?;
     let memory = serde_json::from_slice::<serde_json::Value>(&body).ok().and_then(|b| b["memory"].as_bool());
-    if memory == Some(false) {
-        return Err(E2bError::unsupported("a filesystem-only pause (sandkasten pauses with memory kept)"));
-    }
     let record = live(&state, &tenant, &id).await?;
     if record.state == SandboxState::Paused {
         return Err(E2bError::new(Code::AlreadyExists, format!("sandbox {id} is already paused")));
     }
-    lifecycle::pause(&state, &id).await?;
+    lifecycle::pause(&state, &tenant, &id, pause_mode(memory)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -24,6 +24,7 @@ pub(crate) async fn running(state: &AppState, tenant: &Tenant, id: &str) -> Resu
 /// The tenant's running sandbox `id` for an operation on its files (a snapshot, a fork): a paused one is resumed
 /// when it was created with `autoResume`, and refused otherwise; an unknown or ended one is `sandbox_not_found`.
 pub(crate) async fn usable(state: &AppState, tenant: &Tenant, id: &str) -> Result<SandboxRecord, E2bError> {
+    state.transitions().settled(id).await;
     let record = live(state, tenant, id).await?;
     if record.state == SandboxState::Paused {
         if !record.lifecycle.auto_resume {

@@ -269,6 +269,7 @@ mod tests {
             ended_ms: None,
             end_reason: None,
             paused_ms: None,
+            pause_snapshot: None,
             lifecycle: Default::default(),
         };
         let quota = crate::store::Quota {

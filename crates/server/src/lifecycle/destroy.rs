@@ -13,13 +13,20 @@ use crate::store::{SandboxState, StoreError};
 
 /// Destroys a sandbox in the runtime, treating "already gone" as done (its E2B session, if any, goes with it).
 pub(crate) async fn destroy_quietly(state: &AppState, id: &str) -> bool {
+    let destroyed = release_quietly(state, id).await;
+    if destroyed {
+        state.e2b().close(id);
+    }
+    destroyed
+}
+
+/// Destroys a sandbox in the runtime with its egress door, keeping what belongs to its id beyond this life (its E2B
+/// session): a filesystem pause releases it this way and its resume makes it again under the same id.
+pub(crate) async fn release_quietly(state: &AppState, id: &str) -> bool {
     state.egress().detach(id);
     let destroyed = destroy_in_runtime(state, id).await;
     // Again after the destroy: an attach racing this delete may have opened a door in between.
     state.egress().detach(id);
-    if destroyed {
-        state.e2b().close(id);
-    }
     destroyed
 }
 
@@ -39,9 +46,16 @@ pub(crate) async fn end_running(state: &AppState, tenant: &Tenant, id: &str) -> 
     if !destroy_quietly(state, id).await {
         return Err(LifecycleError::DestroyFailed(id.to_owned()));
     }
+    let pause_snapshot = state.store().sandbox(&tenant.name, id).await?.and_then(|record| record.pause_snapshot);
     if state.store().end_sandbox(id, SandboxState::Destroyed, "deleted", now_ms()).await? {
         state.metrics().sandbox_exited(ExitReason::Deleted);
         tracing::info!(sandbox = %id, tenant = %tenant.name, "sandbox deleted");
+    }
+    // A sandbox paused to the filesystem: its files go with it (the next start's reconcile retries a failure).
+    if let Some(snapshot) = pause_snapshot
+        && let Err(error) = super::snapshot::delete_pause_snapshot(state, &snapshot).await
+    {
+        tracing::warn!(sandbox = %id, %snapshot, %error, "could not delete a deleted sandbox's pause snapshot");
     }
     Ok(())
 }

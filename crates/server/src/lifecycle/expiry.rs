@@ -27,14 +27,15 @@ pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// returns how many were expired.
 pub async fn sweep(state: &AppState, now_ms: i64) -> Result<usize, StoreError> {
     let mut expired = 0;
-    for (id, lifecycle) in state.store().expired_sandboxes(now_ms).await? {
-        if lifecycle.auto_pause && super::pause::pause_at_timeout(state, &id).await {
+    for record in state.store().expired_sandboxes(now_ms).await? {
+        let id = record.id.as_str();
+        if record.lifecycle.auto_pause && super::pause::pause_at_timeout(state, &record).await {
             continue;
         }
-        if !destroy_quietly(state, &id).await {
+        if !destroy_quietly(state, id).await {
             continue;
         }
-        if state.store().end_sandbox(&id, SandboxState::Expired, "timeout", now_ms).await? {
+        if state.store().end_sandbox(id, SandboxState::Expired, "timeout", now_ms).await? {
             state.metrics().sandbox_exited(ExitReason::Expired);
             tracing::info!(sandbox = %id, "sandbox expired");
             expired += 1;

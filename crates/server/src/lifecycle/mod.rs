@@ -6,7 +6,8 @@
 //! - [`expiry`]: a timeout's expiry time, and the sweeper that ends (or, with `auto_pause`, pauses) expired sandboxes;
 //! - `fork`: copies of a running sandbox (`copy`: its files into others, at once);
 //! - `snapshot`: filesystem snapshots taken, restored into new sandboxes, deleted, reconciled with the store at start;
-//! - `pause`: pausing and resuming (database and runtime together, a resume admitted like a create);
+//! - `pause`: pausing and resuming (database and runtime together, a resume admitted like a create), with memory
+//!   or to the filesystem (`pause_files`: the files saved, the sandbox released, made again by the resume);
 //! - [`reconcile`]: at start, tenants recorded and sandboxes (and commands) the runtime no longer has marked lost;
 //! - [`refill`]: the warm pools' refill task, resizes that destroy surplus members, idle members at shutdown.
 //!
@@ -22,6 +23,7 @@ pub mod expiry;
 mod fork;
 mod memory_snapshot;
 mod pause;
+mod pause_files;
 pub mod reconcile;
 pub mod refill;
 mod snapshot;

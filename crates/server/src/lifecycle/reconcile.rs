@@ -1,6 +1,7 @@
 //! The startup reconcile: the config's tenants are recorded in the store; every sandbox the store says is running but
 //! whose processes the runtime no longer has (the daemon was killed, the host rebooted) is marked lost, and the
-//! runtime is asked to remove what is left of it; every command still recorded as running is marked ended, `lost`
+//! runtime is asked to remove what is left of it, except a sandbox paused to the filesystem, which needs no processes
+//! and stays paused; every command still recorded as running is marked ended, `lost`
 //! (the server that watched it is gone, so its end would never be recorded).
 
 use crate::clock::now_ms;
@@ -26,6 +27,15 @@ pub async fn reconcile(state: &AppState) -> Result<usize, StoreError> {
             continue;
         }
         destroy_quietly(state, &record.id).await;
+        if record.pause_snapshot.is_some() {
+            // Paused to the filesystem, its files in the store: it stays paused (a resume the crash cut short is
+            // paused again on the same files).
+            if record.paused_ms.is_none() {
+                state.store().pause_sandbox(&record.id, now_ms()).await?;
+            }
+            tracing::info!(sandbox = %record.id, tenant = %record.tenant, "sandbox stays paused on its saved files");
+            continue;
+        }
         if state.store().mark_lost(&record.id, "not alive when the server started").await? {
             state.metrics().sandbox_exited(ExitReason::Lost);
             tracing::warn!(sandbox = %record.id, tenant = %record.tenant, "sandbox lost");

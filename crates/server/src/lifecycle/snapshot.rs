@@ -54,15 +54,27 @@ pub(crate) async fn take_snapshot(
     name: Option<String>,
 ) -> Result<SnapshotRecord, LifecycleError> {
     let (state, tenant, sandbox) = (state.clone(), tenant.clone(), sandbox.clone());
-    to_completion(async move { take_now(&state, &tenant, &sandbox, memory, name).await }).await
+    to_completion(async move { take_now(&state, &tenant, &sandbox, (memory, name), false).await }).await
+}
+
+/// Takes the snapshot of the running sandbox `sandbox`'s files that holds them while it is paused to the filesystem
+/// (`for_pause`: the tenant neither sees nor restores it); returns its row (`ready`). Nothing of it remains when it
+/// fails.
+pub(crate) async fn take_pause_snapshot(
+    state: &AppState,
+    tenant: &Tenant,
+    sandbox: &SandboxRecord,
+) -> Result<SnapshotRecord, LifecycleError> {
+    let (state, tenant, sandbox) = (state.clone(), tenant.clone(), sandbox.clone());
+    to_completion(async move { take_now(&state, &tenant, &sandbox, (false, None), true).await }).await
 }
 
 async fn take_now(
     state: &AppState,
     tenant: &Tenant,
     sandbox: &SandboxRecord,
-    memory: bool,
-    name: Option<String>,
+    (memory, name): (bool, Option<String>),
+    for_pause: bool,
 ) -> Result<SnapshotRecord, LifecycleError> {
     if memory && sandbox.spec.tier() != MEMORY_TIER {
         return Err(LifecycleError::SnapshotRefused(format!(
@@ -85,6 +97,7 @@ async fn take_now(
         size_bytes: 0,
         stored_bytes: 0,
         created_ms: now_ms(),
+        for_pause,
     };
     state.store().begin_snapshot(record.clone(), tenant.quota).await??;
     match save(state, &record).await {
@@ -105,7 +118,11 @@ async fn take_now(
                 snapshot = %record.id, sandbox = %sandbox.id, tenant = %tenant.name,
                 bytes = manifest.logical_bytes, stored = manifest.stored_bytes, "snapshot taken"
             );
-            let taken = state.store().snapshot(&tenant.name, &record.id).await?;
+            let taken = if for_pause {
+                state.store().pause_snapshot(&record.id).await?
+            } else {
+                state.store().snapshot(&tenant.name, &record.id).await?
+            };
             taken.ok_or_else(|| LifecycleError::SnapshotNotFound(record.id.clone()))
         }
         Err(error) => {
@@ -263,11 +280,30 @@ pub(crate) async fn delete_snapshot(state: &AppState, tenant: &Tenant, id: &str)
     Ok(())
 }
 
+/// Deletes the pause snapshot `id` (its sandbox was resumed or ended) with its chunks that no other snapshot uses.
+pub(crate) async fn delete_pause_snapshot(state: &AppState, id: &str) -> Result<(), LifecycleError> {
+    match state.snapshots().delete(id).await {
+        Ok(_) | Err(SnapshotStoreError::NotFound { .. }) => {}
+        Err(error) => return Err(store_failed(&format!("deleting pause snapshot {id}"), &error)),
+    }
+    state.store().forget_snapshot(id).await?;
+    Ok(())
+}
+
 /// At start: rows still `saving` (a crash cut them off) are removed with what the store has of them, `ready` rows
 /// whose manifest is gone are removed (they could not restore), manifests no row names are deleted, and GC removes
 /// the chunks nothing references. Returns how many rows and manifests it removed.
 pub(crate) async fn reconcile_snapshots(state: &AppState) -> Result<usize, StoreError> {
     clear_work_dir(state);
+    let mut removed = 0;
+    // A pause snapshot whose sandbox is no longer paused (a crash came between its resume or end and the delete).
+    for id in state.store().orphaned_pause_snapshots().await? {
+        tracing::warn!(snapshot = %id, "deleting the pause snapshot of a sandbox that is no longer paused");
+        match delete_pause_snapshot(state, &id).await {
+            Ok(()) => removed += 1,
+            Err(error) => tracing::warn!(snapshot = %id, %error, "could not delete a pause snapshot"),
+        }
+    }
     let rows = state.store().all_snapshots().await?;
     let stored = match state.snapshots().list().await {
         Ok(stored) => stored,
@@ -276,7 +312,6 @@ pub(crate) async fn reconcile_snapshots(state: &AppState) -> Result<usize, Store
             return Ok(0);
         }
     };
-    let mut removed = 0;
     for (id, row_state) in &rows {
         let has_manifest = stored.binary_search(id).is_ok();
         if *row_state == SnapshotState::Saving || !has_manifest {

@@ -135,6 +135,7 @@ pub(crate) async fn start_born(
         ended_ms: None,
         end_reason: None,
         paused_ms: None,
+        pause_snapshot: None,
         lifecycle,
     };
     // The row (and the quota it takes) exists before the sandbox is handed out; a failed create removes it again.

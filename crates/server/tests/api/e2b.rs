@@ -98,13 +98,21 @@ async fn control_plane_speaks_e2b_json() {
     let paused = control(&h, "GET", &format!("/sandboxes/{}", sb.id), KEY_A, None).await.json();
     assert_eq!(paused["state"], "paused");
     let filesystem_only = control(&h, "POST", &pause, KEY_A, Some(json!({"memory": false}))).await;
-    assert_eq!(filesystem_only.status, StatusCode::NOT_IMPLEMENTED);
+    assert_eq!(filesystem_only.status, StatusCode::CONFLICT, "paused already, whatever the mode");
     let resumed = control(&h, "POST", &format!("/sandboxes/{}/resume", sb.id), KEY_A, None).await;
     assert_eq!(resumed.status, StatusCode::CREATED);
     assert_eq!(
         control(&h, "POST", &format!("/sandboxes/{}/resume", sb.id), KEY_A, None).await.status,
         StatusCode::CONFLICT
     );
+    // Filesystem only: released in the runtime, made again by the resume under the same id and token.
+    let filesystem_only = control(&h, "POST", &pause, KEY_A, Some(json!({"memory": false}))).await;
+    assert_eq!(filesystem_only.status, StatusCode::NO_CONTENT, "{}", filesystem_only.text());
+    assert!(!h.runtime.is_alive_here(&sb.id));
+    let connected = control(&h, "POST", &uri, KEY_A, Some(json!({"timeout": 10}))).await;
+    assert_eq!(connected.status, StatusCode::OK, "{}", connected.text());
+    assert_eq!(connected.json()["envdAccessToken"].as_str(), Some(sb.token.as_str()));
+    assert!(h.runtime.is_alive_here(&sb.id), "connect resumed it");
 
     assert_eq!(
         control(&h, "DELETE", &format!("/sandboxes/{}", sb.id), KEY_A, None).await.status,

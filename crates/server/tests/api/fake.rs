@@ -77,6 +77,11 @@ fn info(path: &str, kind: FileKind, size: u64) -> FileInfo {
 }
 
 impl FakeRuntime {
+    /// Whether the runtime holds sandbox `id` now.
+    pub(crate) fn is_alive_here(&self, id: &str) -> bool {
+        self.sandboxes.lock().unwrap().contains_key(id)
+    }
+
     /// The tier each `create` call was given (`None` when the server left it unset, which it must not).
     pub(crate) fn created_tiers(&self) -> Vec<Option<Tier>> {
         self.created.lock().unwrap().iter().map(|(_, spec)| spec.isolation).collect()

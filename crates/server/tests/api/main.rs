@@ -21,6 +21,7 @@ mod lifecycle;
 mod logs;
 mod metrics;
 mod openapi;
+mod pause_files;
 mod pools;
 mod quotas;
 mod run;

@@ -30,6 +30,7 @@ def create_body(
     snapshot: Optional[str] = None,
     auto_pause: bool = False,
     auto_resume: bool = False,
+    pause_mode: str = "memory",
 ) -> Json:
     body: Json = {}
     if isolation is not None:
@@ -50,8 +51,8 @@ def create_body(
         body["secrets"] = list(secrets)
     if snapshot is not None:
         body["snapshot"] = snapshot
-    if auto_pause or auto_resume:
-        body["lifecycle"] = {"auto_pause": auto_pause, "auto_resume": auto_resume}
+    if auto_pause or auto_resume or pause_mode != "memory":
+        body["lifecycle"] = {"auto_pause": auto_pause, "auto_resume": auto_resume, "pause_mode": pause_mode}
     return body
 
 

@@ -42,6 +42,7 @@ class AsyncClient:
         snapshot: Optional[str] = None,
         auto_pause: bool = False,
         auto_resume: bool = False,
+        pause_mode: str = "memory",
     ) -> AsyncSandbox:
         """Creates a sandbox with `AsyncSandbox.create`'s options (`snapshot`: an `sn-…` id to start on); it shares this
         client's connections, so closing the client closes them."""
@@ -57,6 +58,7 @@ class AsyncClient:
             snapshot=snapshot,
             auto_pause=auto_pause,
             auto_resume=auto_resume,
+            pause_mode=pause_mode,
         )
         return await AsyncSandbox._created(self._transport, body, owns_transport=False)
 

@@ -67,6 +67,7 @@ class AsyncSandbox:
         snapshot: Optional[str] = None,
         auto_pause: bool = False,
         auto_resume: bool = False,
+        pause_mode: str = "memory",
         request_timeout: float = DEFAULT_TIMEOUT,
     ) -> Creating:
         """Creates a sandbox (`timeout` is its lifetime in seconds; `snapshot` an `sn-…` id to start on): await the
@@ -83,6 +84,7 @@ class AsyncSandbox:
             snapshot=snapshot,
             auto_pause=auto_pause,
             auto_resume=auto_resume,
+            pause_mode=pause_mode,
         )
         return Creating(cls._create_owned(url, api_key, request_timeout, body))
 
@@ -140,13 +142,16 @@ class AsyncSandbox:
         return self._update(response)
 
     @uses("sandboxes.pause")
-    async def pause(self) -> SandboxInfo:
-        """Pauses it (process tier: frozen; gVisor: checkpointed to disk). Requests then fail with `Paused`."""
-        return self._update(await self._transport.request(op("sandboxes.pause"), self._path, long=True))
+    async def pause(self, *, mode: str = "memory") -> SandboxInfo:
+        """Pauses it. `mode="memory"`: with its processes (process tier: frozen; gVisor: checkpointed to disk);
+        `mode="filesystem"`: its files saved, everything else released (the resume starts fresh processes on them).
+        Requests then fail with `Paused`."""
+        body: Dict[str, Any] = {"mode": mode}
+        return self._update(await self._transport.request(op("sandboxes.pause"), self._path, json=body, long=True))
 
     @uses("sandboxes.resume")
     async def resume(self) -> SandboxInfo:
-        """Resumes a paused sandbox where it was."""
+        """Resumes a paused sandbox: where it was, or (paused with `mode="filesystem"`) on its files."""
         return self._update(await self._transport.request(op("sandboxes.resume"), self._path, long=True))
 
     @uses("sandboxes.snapshot")

@@ -43,6 +43,7 @@ class Client:
         snapshot: Optional[str] = None,
         auto_pause: bool = False,
         auto_resume: bool = False,
+        pause_mode: str = "memory",
     ) -> Sandbox:
         """Creates a sandbox with `Sandbox.create`'s options (`snapshot`: an `sn-…` id to start on); it shares this
         client's connections, so closing the client closes them."""
@@ -58,6 +59,7 @@ class Client:
             snapshot=snapshot,
             auto_pause=auto_pause,
             auto_resume=auto_resume,
+            pause_mode=pause_mode,
         )
         return Sandbox._created(self._transport, body, owns_transport=False)
 

@@ -85,6 +85,7 @@ class SandboxInfo:
     id: str
     tenant: str
     state: str  #: running, paused, destroyed, expired or lost
+    pause_mode: Optional[str]  #: while paused: memory or filesystem
     isolation: str
     template: str
     limits: Limits
@@ -104,6 +105,7 @@ class SandboxInfo:
             id=body["id"],
             tenant=body.get("tenant", ""),
             state=body.get("state", ""),
+            pause_mode=body.get("pause_mode"),
             isolation=body.get("isolation", ""),
             template=body.get("template", ""),
             limits=Limits.from_json(body.get("limits") or {}),

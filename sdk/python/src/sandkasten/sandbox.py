@@ -68,6 +68,7 @@ class Sandbox:
         snapshot: Optional[str] = None,
         auto_pause: bool = False,
         auto_resume: bool = False,
+        pause_mode: str = "memory",
         request_timeout: float = DEFAULT_TIMEOUT,
     ) -> Sandbox:
         """Creates a sandbox (`timeout` is its lifetime in seconds; `snapshot` an `sn-…` id to start on)."""
@@ -83,6 +84,7 @@ class Sandbox:
             snapshot=snapshot,
             auto_pause=auto_pause,
             auto_resume=auto_resume,
+            pause_mode=pause_mode,
         )
         transport = Transport(url, api_key, request_timeout)
         try:
@@ -132,13 +134,16 @@ class Sandbox:
         return self._update(response)
 
     @uses("sandboxes.pause")
-    def pause(self) -> SandboxInfo:
-        """Pauses it (process tier: frozen; gVisor: checkpointed to disk). Requests then fail with `Paused`."""
-        return self._update(self._transport.request(op("sandboxes.pause"), self._path, long=True))
+    def pause(self, *, mode: str = "memory") -> SandboxInfo:
+        """Pauses it. `mode="memory"`: with its processes (process tier: frozen; gVisor: checkpointed to disk);
+        `mode="filesystem"`: its files saved, everything else released (the resume starts fresh processes on them).
+        Requests then fail with `Paused`."""
+        body: Dict[str, Any] = {"mode": mode}
+        return self._update(self._transport.request(op("sandboxes.pause"), self._path, json=body, long=True))
 
     @uses("sandboxes.resume")
     def resume(self) -> SandboxInfo:
-        """Resumes a paused sandbox where it was."""
+        """Resumes a paused sandbox: where it was, or (paused with `mode="filesystem"`) on its files."""
         return self._update(self._transport.request(op("sandboxes.resume"), self._path, long=True))
 
     @uses("sandboxes.snapshot")
