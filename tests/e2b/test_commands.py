@@ -188,19 +188,3 @@ def test_connect_to_an_unknown_pid_fails(sbx):
 def test_binary_and_large_output_survive(sbx):
     result = sbx.commands.run("head -c 300000 /dev/zero | tr '\\0' 'x'; printf '\\xc3\\xa4\\n'")
     assert result.stdout == "x" * 300000 + "ä\n"
-
-
-@support.not_yet("PTY (`sandbox.pty`)")
-def test_pty_runs_an_interactive_shell(sbx):
-    from e2b import PtySize
-
-    terminal = sbx.pty.create(PtySize(rows=24, cols=80), timeout=20)
-    try:
-        sbx.pty.send_stdin(terminal.pid, b"echo pty-$((20 + 22)); exit\n")
-        output = b""
-        for _stdout, _stderr, pty in terminal:
-            if pty:
-                output += pty
-        assert b"pty-42" in output
-    finally:
-        sbx.pty.kill(terminal.pid)

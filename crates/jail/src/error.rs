@@ -102,6 +102,9 @@ pub enum JailError {
     /// setsid(2) failed.
     #[error("setsid failed: {0}")]
     Setsid(#[source] io::Error),
+    /// ioctl(TIOCSCTTY) on the program's terminal failed.
+    #[error("making the pseudo-terminal the controlling terminal (TIOCSCTTY) failed: {0}")]
+    ControllingTerminal(#[source] io::Error),
     /// Closing inherited file descriptors failed.
     #[error("closing inherited file descriptors failed: {0}")]
     CloseFds(#[source] io::Error),

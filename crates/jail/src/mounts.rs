@@ -187,6 +187,10 @@ fn execute_step(step: &MountStep, uid: u32, gid: u32) -> Result<(), JailError> {
             sys_mount(&target.to_string_lossy(), target, "", libc::MS_BIND | libc::MS_REC, "")?;
             remount_read_only(target, libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC)
         }
+        MountStep::Devpts { target } => {
+            create_dir_all(target)?;
+            sys_mount("devpts", target, "devpts", libc::MS_NOSUID | libc::MS_NOEXEC, crate::rootfs::DEVPTS_OPTIONS)
+        }
         MountStep::RemountReadOnly { target } => remount_read_only(target, 0),
     }
 }

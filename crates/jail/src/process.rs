@@ -2,7 +2,7 @@
 //!
 //! `contain_and_exec` reads as the ordered list of steps (nsjail's `containProc`): default signal actions, the
 //! owner's OOM score, session,
-//! standard streams, rlimits,
+//! standard streams (and the controlling terminal, for a program on a pseudo-terminal), rlimits,
 //! capability bounding set, unprivileged ids, remaining capabilities, no_new_privs, landlock, file descriptors,
 //! working directory, seccomp (last: it also forbids the steps before it), execve.
 
@@ -51,6 +51,9 @@ pub struct Stdio {
     pub stdout: RawFd,
     /// Standard error.
     pub stderr: RawFd,
+    /// Standard input is a terminal (a pseudo-terminal's slave) that becomes the program's controlling terminal,
+    /// after `setsid` made it a session leader without one.
+    pub controlling_terminal: bool,
 }
 
 /// A program with argv and environment converted to C strings and its path resolved.
@@ -199,6 +202,11 @@ fn contain(jail: &ProcessJail<'_>, stdio: Stdio, keep_fd: RawFd) -> Result<(), J
         .map_err(|source| JailError::Prctl { option: "oom_score_adj", source })?;
     rustix::process::setsid().map_err(|e| JailError::Setsid(e.into()))?;
     connect_stdio(stdio)?;
+    if stdio.controlling_terminal {
+        // SAFETY: descriptor 0 is open (connect_stdio just placed it) for the duration of the call.
+        let stdin = unsafe { std::os::fd::BorrowedFd::borrow_raw(0) };
+        rustix::process::ioctl_tiocsctty(stdin).map_err(|e| JailError::ControllingTerminal(e.into()))?;
+    }
     rlimits::apply(&jail.rlimits)?;
     capabilities::drop_bounding_and_ambient()?;
     switch_ids(jail.uid, jail.gid)?;

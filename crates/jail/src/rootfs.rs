@@ -130,6 +130,12 @@ pub enum MountStep {
         /// The path.
         target: PathBuf,
     },
+    /// Mount a devpts instance of the sandbox's own at `target` (`newinstance`: its terminals and their numbers are
+    /// the sandbox's, never the host's); `/dev/ptmx` links to its `ptmx`.
+    Devpts {
+        /// Mount point.
+        target: PathBuf,
+    },
     /// Remount an existing mount read-only.
     RemountReadOnly {
         /// The mount point.
@@ -159,6 +165,10 @@ pub const HOST_ETC_PATHS: &[&str] = &[
     "/etc/fonts",
     "/etc/matplotlibrc",
 ];
+
+/// Options of the sandbox's devpts: a new instance (not the host's terminals), whose `ptmx` anyone in the sandbox may
+/// open, and whose terminals are their owner's only (the agent hands each to the user of its command).
+pub const DEVPTS_OPTIONS: &str = "newinstance,ptmxmode=0666,mode=0620";
 
 /// Device nodes bound from the host.
 pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
@@ -252,6 +262,8 @@ pub fn plan_rootfs(spec: &RootfsSpec, host: &dyn HostFs) -> Vec<MountStep> {
     ] {
         steps.push(MountStep::Symlink { link: at("/dev").join(link), points_to: points_to.into() });
     }
+    steps.push(MountStep::Devpts { target: at("/dev/pts") });
+    steps.push(MountStep::Symlink { link: at("/dev/ptmx"), points_to: "pts/ptmx".into() });
     steps.push(MountStep::Tmpfs {
         target: at("/dev/shm"),
         options: format!("size={},mode=1777", disk.min(SHM_MAX_BYTES)),
@@ -371,6 +383,22 @@ mod tests {
         let proc_at = steps.iter().position(|s| matches!(s, MountStep::Proc { .. }));
         let first_mask = steps.iter().position(|s| matches!(s, MountStep::MaskFile { .. }));
         assert!(proc_at < first_mask, "masks must come after procfs is mounted");
+    }
+
+    #[test]
+    fn terminals_come_from_a_devpts_of_the_sandboxs_own_never_the_hosts() {
+        let steps = plan_rootfs(&spec(), &merged_usr_host());
+        let devpts = steps.iter().position(|s| *s == MountStep::Devpts { target: "/tmp/dev/pts".into() });
+        let ptmx = MountStep::Symlink { link: "/tmp/dev/ptmx".into(), points_to: "pts/ptmx".into() };
+        let sealed = steps.iter().position(|s| *s == MountStep::RemountReadOnly { target: "/tmp/dev".into() });
+        assert!(devpts.is_some() && devpts < sealed, "devpts is mounted before /dev is sealed: {steps:?}");
+        assert!(steps.contains(&ptmx), "/dev/ptmx leads to the sandbox's own ptmx");
+        assert!(DEVPTS_OPTIONS.split(',').any(|option| option == "newinstance"), "a new instance, not the host's");
+        let binds_host_pts = steps.iter().any(|s| {
+            matches!(s, MountStep::BindDevice { source, .. } | MountStep::BindReadOnly { source, .. }
+                if source.starts_with("/dev/pts") || source == Path::new("/dev/ptmx"))
+        });
+        assert!(!binds_host_pts, "no host terminal is bound in");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! | request | reply |
 //! |---|---|
 //! | `Exec` | `ExecStarted` (then `Output`* and one `ExecExited`) or `Failed` |
-//! | `StdinData`, `StdinClose`, `Signal` (id = the command's id) | `Done` or `Failed` |
+//! | `StdinData`, `StdinClose`, `Signal`, `Resize` (id = the command's id) | `Done` or `Failed` |
 //! | `StopOutput` (id = the command's id), `Resumed` | none |
 //! | `ListCommands` | `Commands` |
 //! | `Quiesce` | `Done` |
@@ -24,7 +24,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use sandkasten_types::{CommandExit, CommandSpec, DiskUsage, Failure, FileInfo, FsEvent, StreamKind};
+use sandkasten_types::{CommandExit, CommandSpec, DiskUsage, Failure, FileInfo, FsEvent, PtySize, StreamKind};
 
 use crate::plan::AgentPlan;
 use crate::serve_types::RunningCommand;
@@ -101,6 +101,12 @@ pub enum Message {
     Signal {
         /// Signal number (1..=64).
         signal: i32,
+    },
+    /// host → agent: give a command's pseudo-terminal (`spec.pty`) a new size; its foreground process group gets
+    /// `SIGWINCH`. A command without one is `Failed`.
+    Resize {
+        /// The new size.
+        size: PtySize,
     },
     /// host → agent: the host keeps no more of this stream of the command with this id (its output budget ran
     /// out): discard the rest of it. No reply; an id that is not running is ignored.

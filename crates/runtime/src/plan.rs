@@ -198,7 +198,8 @@ pub fn agent_plan(spec: &SandboxSpec, run_plan: RunPlan, oom_score_adj: i32) -> 
         disk_bytes: spec.limits.disk_bytes,
         // The agent counts as one of the sandbox's processes, as in the process tier's pids cgroup.
         processes: gvisor.then_some(spec.limits.pids.saturating_sub(1).max(1)),
-        writable_dirs: vec![home.to_owned(), "/tmp".to_owned(), "/dev/shm".to_owned()],
+        // `/dev/pts`: the sandbox's own terminals (a program may reopen its terminal or open new ones via `/dev/ptmx`).
+        writable_dirs: [home, "/tmp", "/dev/shm", "/dev/pts"].map(str::to_owned).to_vec(),
         writable_files: ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"].map(str::to_owned).to_vec(),
         seccomp: SeccompPolicy::Sandbox,
         root_files: if gvisor { Vec::new() } else { run_plan.files },

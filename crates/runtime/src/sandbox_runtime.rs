@@ -8,7 +8,7 @@ use std::pin::Pin;
 
 use sandkasten_types::{
     CellOutcome, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus, ContextInfo, Entrance,
-    Failure, FailureKind, FileInfo, FsEvent, OutputChunk, SandboxSpec, SandboxUsage, Tier,
+    Failure, FailureKind, FileInfo, FsEvent, OutputChunk, PtySize, SandboxSpec, SandboxUsage, Tier,
 };
 use tokio::sync::mpsc;
 
@@ -223,6 +223,12 @@ pub trait SandboxRuntime: Send + Sync + 'static {
     /// then a no-op).
     fn signal_command<'a>(&'a self, id: &'a str, command_id: &'a str, signal: i32) -> RuntimeFuture<'a, ()> {
         let _ = (id, command_id, signal);
+        refuse(no_background_commands())
+    }
+    /// Gives a background command's pseudo-terminal (`spec.pty`) a new size; its foreground process group gets
+    /// `SIGWINCH` (`Conflict` once it ended, or when it has no pseudo-terminal).
+    fn resize_command<'a>(&'a self, id: &'a str, command_id: &'a str, size: PtySize) -> RuntimeFuture<'a, ()> {
+        let _ = (id, command_id, size);
         refuse(no_background_commands())
     }
     /// Streams a tar of the directories `dirs` (absolute, inside the sandbox) to `sink`, at the sink's pace, as the

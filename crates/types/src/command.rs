@@ -35,6 +35,35 @@ pub struct CommandSpec {
     /// Who runs it inside the sandbox. Default: the sandbox user (uid 1000).
     #[serde(default, skip_serializing_if = "CommandUser::is_sandbox")]
     pub user: CommandUser,
+    /// Run it on a new pseudo-terminal of this size instead of pipes: it is the session leader with the terminal as
+    /// its controlling terminal and its stdin, stdout and stderr, and everything it writes arrives as stdout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<PtySize>,
+}
+
+/// The size of a pseudo-terminal, in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PtySize {
+    /// Columns (1..=1000 through the API).
+    pub cols: u16,
+    /// Rows (1..=1000 through the API).
+    pub rows: u16,
+}
+
+impl PtySize {
+    /// The most columns or rows the API accepts.
+    pub const MAX: u16 = 1000;
+
+    /// Why this size is refused by the API (each side 1..=`MAX`), if it is.
+    pub fn invalid_reason(&self) -> Option<String> {
+        let max = Self::MAX;
+        let bad = |n: u16| !(1..=max).contains(&n);
+        (bad(self.cols) || bad(self.rows)).then(|| {
+            format!("pty cols and rows must each be between 1 and {max}, got {} cols and {} rows", self.cols, self.rows)
+        })
+    }
 }
 
 /// The user a command runs as, inside the sandbox's user namespace. Either way the command holds no capability and

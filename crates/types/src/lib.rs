@@ -22,7 +22,7 @@ mod watch;
 
 pub use background::{CommandEvent, CommandStatus};
 pub use code::{CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, ContextInfo};
-pub use command::{CommandExit, CommandSpec, CommandUser};
+pub use command::{CommandExit, CommandSpec, CommandUser, PtySize};
 pub use error::{ErrorCode, ErrorInfo};
 pub use exec::{Command, ExecRequest, Language, Upload};
 pub use failure::{Failure, FailureKind};

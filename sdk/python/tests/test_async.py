@@ -63,6 +63,15 @@ async def test_background_commands(asbx: AsyncSandbox) -> None:
     assert {reader.id, sleeper.id, killed.id} <= {command.id for command in await asbx.commands.list()}
 
 
+async def test_a_pty_command_runs_on_a_terminal_that_can_be_resized(asbx: AsyncSandbox) -> None:
+    once = await asbx.exec("stty size", pty=(100, 30))
+    assert once.stdout == "30 100\r\n"
+    handle = await asbx.exec("read line; stty size", background=True, pty=(80, 24))
+    await handle.resize(132, 43)
+    await handle.send_stdin("\n")
+    assert "43 132" in (await handle.wait()).stdout
+
+
 async def test_files(asbx: AsyncSandbox, tmp_path: Path) -> None:
     await asbx.files.mkdir("/workspace/a/b", parents=True)
     await asbx.files.write("/workspace/a/b/f.txt", "content")

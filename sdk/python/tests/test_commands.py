@@ -78,3 +78,12 @@ def test_background_output_replays_from_an_offset(sbx: Sandbox) -> None:
     assert handle.wait().stdout == "0123456789\n"
     again = sbx.commands.handle(handle.id)
     assert again.wait(since=5).stdout == "56789\n"
+
+
+def test_a_pty_command_runs_on_a_terminal_that_can_be_resized(sbx: Sandbox) -> None:
+    once = sbx.exec("tty; stty size", pty=(100, 30))
+    assert once.stdout == "/dev/pts/0\r\n30 100\r\n" and once.exit_code == 0
+    handle = sbx.exec("read line; stty size", background=True, pty=(80, 24))
+    handle.resize(132, 43)
+    handle.send_stdin("\n")
+    assert "43 132" in handle.wait().stdout

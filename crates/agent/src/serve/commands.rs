@@ -11,11 +11,12 @@ use rustix::pipe::PipeFlags;
 use rustix::process::{Pid, Signal};
 use sandkasten_jail::process::Stdio;
 use sandkasten_protocol::RunningCommand;
-use sandkasten_types::{CommandExit, CommandSpec, CommandUser, Failure, FailureKind, LimitKind};
+use sandkasten_types::{CommandExit, CommandSpec, CommandUser, Failure, FailureKind, LimitKind, PtySize};
 
 use super::errors::sys_failure;
 use super::launcher::{LaunchRequest, Launcher};
 use super::paths::SandboxRoot;
+use super::terminal;
 use crate::reaper::ExitStatus;
 
 /// Working directory of a command that names none, in a sandbox of the host template.
@@ -24,6 +25,8 @@ pub const DEFAULT_CWD: &str = "/workspace";
 pub const MAX_COMMANDS: usize = 256;
 /// Most stdin bytes buffered for one command (the host must wait for `Done` before sending more).
 pub const MAX_STDIN_BUFFER: usize = 8 << 20;
+/// What a terminal in canonical mode reads as end of file (`^D`).
+const END_OF_TRANSMISSION: u8 = 0x04;
 /// How long output pipes may stay open after the command's process exited (a daemon it left behind holds them).
 pub const DRAIN_NS: u64 = 50_000_000;
 
@@ -64,6 +67,8 @@ pub struct Command {
     pub(super) exit: Option<ExitStatus>,
     pub(super) exited_at_ns: u64,
     pub(super) killed_by_timeout: bool,
+    /// It runs on a pseudo-terminal: `stdout` reads its master, `stdin` writes it, there is no `stderr`.
+    pub(super) terminal: bool,
 }
 
 impl Command {
@@ -102,6 +107,13 @@ pub struct Commands {
     /// Between `Quiesce` and `Resumed`: commands run on, but their output and exits are not reported (they wait in
     /// the pipes and the table), so that the agent's outgoing queue stays empty for a checkpoint.
     pub(super) quiet: bool,
+}
+
+/// The descriptors the child takes as its standard streams (pipe ends, or a pseudo-terminal's terminal as all
+/// three), held until it has started.
+struct ChildEnds {
+    stdio: Stdio,
+    _held: Vec<OwnedFd>,
 }
 
 fn nonblocking(fd: &OwnedFd) -> Result<(), Failure> {
@@ -148,24 +160,51 @@ impl Commands {
                 _ => exec_failed(format!("working directory {cwd_path}: {}", e.message)),
             })?;
 
-        let (stdin_read, stdin_write) = pipe()?;
-        let (stdout_read, stdout_write) = pipe()?;
-        let (stderr_read, stderr_write) = pipe()?;
-        for fd in [&stdin_write, &stdout_read, &stderr_read] {
+        let as_root = spec.user == CommandUser::Root;
+        let (child_ends, stdin_write, stdout_read, stderr_read, terminal) = match spec.pty {
+            Some(size) => {
+                let owner = if as_root { Some((0, 0)) } else { context.root.identity().map(|i| (i.uid, i.gid)) };
+                let pair = terminal::open(size, owner)?;
+                // Input and output are the master: one descriptor is written (stdin), a duplicate read (stdout).
+                let reader = rustix::io::fcntl_dupfd_cloexec(&pair.master, 3)
+                    .map_err(|e| sys_failure("duplicating", "the pseudo-terminal", e))?;
+                let stdio = Stdio {
+                    stdin: pair.terminal.as_raw_fd(),
+                    stdout: pair.terminal.as_raw_fd(),
+                    stderr: pair.terminal.as_raw_fd(),
+                    controlling_terminal: true,
+                };
+                (ChildEnds { stdio, _held: vec![pair.terminal] }, pair.master, reader, None, true)
+            }
+            None => {
+                let (stdin_read, stdin_write) = pipe()?;
+                let (stdout_read, stdout_write) = pipe()?;
+                let (stderr_read, stderr_write) = pipe()?;
+                let stdio = Stdio {
+                    stdin: stdin_read.as_raw_fd(),
+                    stdout: stdout_write.as_raw_fd(),
+                    stderr: stderr_write.as_raw_fd(),
+                    controlling_terminal: false,
+                };
+                let held = vec![stdin_read, stdout_write, stderr_write];
+                (ChildEnds { stdio, _held: held }, stdin_write, stdout_read, Some(stderr_read), false)
+            }
+        };
+        for fd in [Some(&stdin_write), Some(&stdout_read), stderr_read.as_ref()].into_iter().flatten() {
             nonblocking(fd)?;
         }
-        let stdio =
-            Stdio { stdin: stdin_read.as_raw_fd(), stdout: stdout_write.as_raw_fd(), stderr: stderr_write.as_raw_fd() };
-        let as_root = spec.user == CommandUser::Root;
-        let request = LaunchRequest { argv: &argv, env: &env, cwd_path, cwd: cwd.as_fd(), stdio, as_root };
+        let request =
+            LaunchRequest { argv: &argv, env: &env, cwd_path, cwd: cwd.as_fd(), stdio: child_ends.stdio, as_root };
         let pid = context.launcher.launch(&request).map_err(exec_failed)?;
-        drop((stdin_read, stdout_write, stderr_write));
+        // The child has its ends; the agent keeps none (a terminal the agent held open would never hang up).
+        drop(child_ends);
 
         let pending = spec.stdin.clone().map(String::into_bytes).unwrap_or_default();
-        let stdin = (background || !pending.is_empty()).then_some(StdinPipe {
+        // A terminal's input stays open while the command runs (`spec.stdin` is typed into it first).
+        let stdin = (background || terminal || !pending.is_empty()).then_some(StdinPipe {
             fd: stdin_write,
             pending,
-            close_when_drained: !background,
+            close_when_drained: !background && !terminal,
         });
         self.table.insert(
             id,
@@ -173,7 +212,7 @@ impl Commands {
                 pid,
                 argv,
                 stdout: Some(stdout_read),
-                stderr: Some(stderr_read),
+                stderr: stderr_read,
                 sent: [0; 2],
                 output_limit,
                 discarding: [false; 2],
@@ -182,6 +221,7 @@ impl Commands {
                 exit: None,
                 exited_at_ns: 0,
                 killed_by_timeout: false,
+                terminal,
             },
         );
         Ok(pid)
@@ -213,9 +253,16 @@ impl Commands {
         Ok(())
     }
 
-    /// Closes a command's stdin once its buffered bytes are written.
+    /// Closes a command's stdin once its buffered bytes are written. A terminal's input cannot be closed without
+    /// hanging it up: it gets the end-of-file character (`^D`, which ends a line-reading program's input) instead.
     pub fn stdin_close(&mut self, id: u64) -> Result<(), Failure> {
         let command = self.get_mut(id)?;
+        if command.terminal {
+            if let Some(stdin) = &mut command.stdin {
+                stdin.pending.push(END_OF_TRANSMISSION);
+            }
+            return Ok(());
+        }
         match &mut command.stdin {
             Some(stdin) if stdin.pending.is_empty() => command.stdin = None,
             Some(stdin) => stdin.close_when_drained = true,
@@ -234,6 +281,23 @@ impl Commands {
             Errno::SRCH => Failure::new(FailureKind::NotFound, format!("command {id} has no process left")),
             other => sys_failure("signal", &format!("command {id}"), other),
         })
+    }
+
+    /// Gives a command's pseudo-terminal a new size.
+    pub fn resize(&mut self, id: u64, size: PtySize) -> Result<(), Failure> {
+        let command = self.get_mut(id)?;
+        match (&command.stdout, command.terminal) {
+            (Some(master), true) => {
+                terminal::resize(master, size)?;
+                terminal::signal_resized(master, command.pid);
+                Ok(())
+            }
+            (None, true) => Err(Failure::new(FailureKind::NotFound, format!("command {id}'s terminal is closed"))),
+            (_, false) => Err(Failure::new(
+                FailureKind::Conflict,
+                format!("command {id} has no pseudo-terminal to resize (start it with pty)"),
+            )),
+        }
     }
 
     /// The commands not yet reported, sorted by id.

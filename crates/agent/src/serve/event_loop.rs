@@ -234,6 +234,7 @@ fn handle_request(
         Message::StdinData { data } => commands.stdin_data(id, &decode(&data, "stdin data")?).map(|()| Message::Done),
         Message::StdinClose => commands.stdin_close(id).map(|()| Message::Done),
         Message::Signal { signal } => commands.signal(id, signal).map(|()| Message::Done),
+        Message::Resize { size } => commands.resize(id, size).map(|()| Message::Done),
         Message::ListCommands => Ok(Message::Commands { running: commands.list() }),
         Message::DiskUsage => super::disk::usage(context.root, context.home),
         Message::WatchStart { path, recursive } => {

@@ -6,7 +6,8 @@
 //! Files: `event_loop` (poll + dispatch), `channel` (non-blocking frames, outgoing queue, backpressure),
 //! `commands` (start, stdin, signals, timeouts), `output` (pipes ↔ frames, when a command is finished), `signals`
 //! (SIGCHLD + reaping), `launcher` (how a command is started), `files` + `remove` (file requests), `paths`
-//! (resolution in the root, filesystem identity), `watch` (directory watches: inotify), `errors`.
+//! (resolution in the root, filesystem identity), `terminal` (pseudo-terminals of `pty` commands), `watch`
+//! (directory watches: inotify), `errors`.
 
 mod channel;
 mod commands;
@@ -20,6 +21,7 @@ mod paths;
 mod remove;
 mod resolve;
 mod signals;
+mod terminal;
 mod watch;
 
 #[cfg(test)]

@@ -45,6 +45,11 @@ impl SandboxRoot {
         Ok(SandboxRoot { fd, identity })
     }
 
+    /// The sandbox user's identity, when file operations take it (`None`: the agent's own, in tests without root).
+    pub fn identity(&self) -> Option<FsIdentity> {
+        self.identity
+    }
+
     /// Runs `op` with the sandbox user's filesystem identity, restoring the agent's afterwards.
     pub fn as_sandbox_user<T>(&self, op: impl FnOnce() -> Result<T, Failure>) -> Result<T, Failure> {
         let Some(identity) = self.identity else { return op() };

@@ -51,6 +51,7 @@ pub fn from_status(status: u16, body: &[u8]) -> ClientError {
 }
 
 /// A sandkasten server.
+#[derive(Clone)]
 pub struct Client {
     base: String,
     key: Option<String>,
@@ -134,6 +135,13 @@ impl Client {
     pub fn post_stream(&self, path: &str, body: &Value) -> Result<impl BufRead + use<>, ClientError> {
         let request = self.authed(self.agent.post(self.url(path))).header("Accept", "text/event-stream");
         let response = self.check(request.send_json(body))?;
+        Ok(std::io::BufReader::new(response.into_body().into_reader()))
+    }
+
+    /// `GET path` of an event stream; the answer's body as lines.
+    pub fn get_stream(&self, path: &str) -> Result<impl BufRead + use<>, ClientError> {
+        let request = self.authed(self.agent.get(self.url(path))).header("Accept", "text/event-stream");
+        let response = self.check(request.call())?;
         Ok(std::io::BufReader::new(response.into_body().into_reader()))
     }
 

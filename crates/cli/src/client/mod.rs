@@ -1,4 +1,4 @@
-//! `sandkasten sandbox …`: the client of a `sandkasten serve` server: create, list, info, exec, code, cp and rm
+//! `sandkasten sandbox …`: the client of a `sandkasten serve` server: create, list, info, exec, shell, code, cp and rm
 //! long-lived sandboxes. The server comes from `--url` or `SANDKASTEN_URL`, the API key from `SANDKASTEN_API_KEY`.
 //! Human output by default, `--json` for machine output; errors are one line `sandkasten: <message>`, exit 2 for
 //! input errors (the server's 4xx), 125 when the server fails or cannot be reached.
@@ -11,6 +11,7 @@ pub(crate) mod exec;
 pub(crate) mod http;
 mod network;
 mod output;
+mod shell;
 pub mod snapshots;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -33,7 +34,7 @@ const DEFAULT_URL: &str = "http://127.0.0.1:8080";
     exec: the command's own code, 124 when its timeout killed it; code: 1 when the cell raised an error.")]
 pub struct SandboxArgs {
     /// URL of the sandkasten server.
-    #[arg(long, global = true, env = "SANDKASTEN_URL", hide_env_values = true, default_value = DEFAULT_URL, value_name = "URL")]
+    #[arg(long, visible_alias = "server", global = true, env = "SANDKASTEN_URL", hide_env_values = true, default_value = DEFAULT_URL, value_name = "URL")]
     pub url: String,
     #[command(subcommand)]
     pub command: SandboxCommand,
@@ -120,6 +121,9 @@ pub enum SandboxCommand {
     },
     /// Run a command in a sandbox: output is streamed, and the exit code is the command's.
     Exec(exec::ExecArgs),
+    /// An interactive terminal in a sandbox (`bash -i -l`, or the command after `--`), sized like this one; exits with
+    /// the command's code.
+    Shell(shell::ShellArgs),
     /// Run a cell in the sandbox's stateful interpreter (variables persist between calls).
     Code(code::CodeArgs),
     /// Copy a file or directory into or out of a sandbox: `cp LOCAL ID:PATH` or `cp ID:PATH LOCAL` (`-` = stdin/stdout;
@@ -231,6 +235,7 @@ fn dispatch(client: &Client, command: SandboxCommand) -> Result<i32, ClientError
         SandboxCommand::List { metadata, all, json } => commands::list(client, &metadata, all, json),
         SandboxCommand::Info { id, json } => commands::info(client, &id, json),
         SandboxCommand::Exec(args) => exec::exec(client, args),
+        SandboxCommand::Shell(args) => shell::shell(client, args),
         SandboxCommand::Code(args) => code::code(client, args),
         SandboxCommand::Cp { source, destination } => cp::copy(client, &source, &destination),
         SandboxCommand::Pause { ids, filesystem } => {

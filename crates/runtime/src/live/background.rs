@@ -13,7 +13,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use sandkasten_protocol::Message;
-use sandkasten_types::{CommandExit, CommandSpec, Failure, FailureKind, StreamKind};
+use sandkasten_types::{CommandExit, CommandSpec, Failure, FailureKind, PtySize, StreamKind};
 use tokio::sync::{mpsc, oneshot};
 
 use super::agent_client::{AgentClient, sandbox_gone, unexpected};
@@ -163,6 +163,11 @@ impl BackgroundCommand {
     /// Sends a signal to the command's process group.
     pub async fn signal(&self, signal: i32) -> Result<(), Failure> {
         self.control(Message::Signal { signal }).await
+    }
+
+    /// Gives the command's pseudo-terminal a new size.
+    pub async fn resize(&self, size: PtySize) -> Result<(), Failure> {
+        self.control(Message::Resize { size }).await
     }
 
     /// SIGKILLs the command's process group.

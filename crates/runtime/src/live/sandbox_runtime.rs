@@ -5,7 +5,7 @@
 
 use sandkasten_types::{
     CellOutcome, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus, ContextInfo, Entrance,
-    Failure, FailureKind, FileInfo, FsEvent, OutputChunk, SandboxSpec, SandboxUsage, Tier,
+    Failure, FailureKind, FileInfo, FsEvent, OutputChunk, PtySize, SandboxSpec, SandboxUsage, Tier,
 };
 use tokio::sync::mpsc;
 
@@ -271,6 +271,13 @@ impl SandboxRuntime for LiveRuntime {
                 return self.commands().kill(id, command_id).await;
             }
             self.commands().signal(id, command_id, signal).await
+        })
+    }
+
+    fn resize_command<'a>(&'a self, id: &'a str, command_id: &'a str, size: PtySize) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            self.running_agent(id)?;
+            self.commands().resize(id, command_id, size).await
         })
     }
 

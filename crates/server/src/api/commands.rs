@@ -1,5 +1,6 @@
 //! Background commands: `POST …/exec` with `background: true` starts one (202 with its id; its start and end are
-//! recorded in the store), and `/v1/sandboxes/{id}/commands` lists them, writes their stdin, signals and kills them.
+//! recorded in the store), and `/v1/sandboxes/{id}/commands` lists them, writes their stdin, resizes their
+//! pseudo-terminal, signals and kills them.
 //! Their output is streamed by `command_stream`.
 
 use axum::Json;
@@ -7,7 +8,7 @@ use axum::extract::{FromRequestParts, Path, State};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
-use sandkasten_types::{CommandEvent, CommandExit, CommandSpec, CommandStatus};
+use sandkasten_types::{CommandEvent, CommandExit, CommandSpec, CommandStatus, PtySize};
 
 use crate::api::command_schemas::{BackgroundStarted, CommandBody, CommandList, SignalBody, StdinBody, signal_number};
 use crate::api::error::{ApiError, ErrorBody};
@@ -210,6 +211,40 @@ pub(crate) async fn signal(
     own_command(&state, &tenant, &id, &command).await?;
     let signal = signal_number(&body.signal).map_err(ApiError::unprocessable)?;
     runtime_result(&state, &id, state.runtime().signal_command(&id, &command, signal).await).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Resize a background command's pseudo-terminal (started with `pty`); its foreground processes get SIGWINCH.
+#[utoipa::path(
+    post, path = "/v1/sandboxes/{id}/commands/{command_id}/resize", tag = "exec",
+    params(
+        ("id" = String, Path, description = "Sandbox id"),
+        ("command_id" = String, Path, description = "Command id"),
+    ),
+    request_body = PtySize,
+    responses(
+        (status = 204, description = "Resized"),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 401, description = "Missing or unknown API key", body = ErrorBody),
+        (status = 404, description = "No such sandbox or command for this tenant", body = ErrorBody),
+        (status = 409, description = "The sandbox or the command has ended, or the command has no pseudo-terminal",
+            body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 422, description = "cols or rows outside 1..=1000, unknown fields or wrong types", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub(crate) async fn resize(
+    State(state): State<AppState>,
+    tenant: Tenant,
+    CommandPath(id, command): CommandPath,
+    JsonBody(size): JsonBody<PtySize>,
+) -> Result<StatusCode, ApiError> {
+    if let Some(reason) = size.invalid_reason() {
+        return Err(ApiError::unprocessable(reason));
+    }
+    own_command(&state, &tenant, &id, &command).await?;
+    runtime_result(&state, &id, state.runtime().resize_command(&id, &command, size).await).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

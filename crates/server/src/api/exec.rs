@@ -12,7 +12,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use sandkasten_types::{CommandExit, CommandSpec, OutputChunk, StreamKind};
+use sandkasten_types::{CommandExit, CommandSpec, OutputChunk, PtySize, StreamKind};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -47,6 +47,9 @@ fn command_spec(body: ExecBody, sandbox: &SandboxRecord) -> Result<CommandSpec, 
         validate::sandbox_path("cwd", cwd).map_err(ApiError::bad_request)?;
     }
     validate::environment(&body.env).map_err(ApiError::unprocessable)?;
+    if let Some(reason) = body.pty.as_ref().and_then(PtySize::invalid_reason) {
+        return Err(ApiError::unprocessable(reason));
+    }
     let spec = CommandSpec {
         argv: body.argv,
         cmd: body.cmd,
@@ -54,6 +57,7 @@ fn command_spec(body: ExecBody, sandbox: &SandboxRecord) -> Result<CommandSpec, 
         cwd: body.cwd,
         stdin: body.stdin,
         timeout_ms: Some(timeout_ms),
+        pty: body.pty,
         ..CommandSpec::default()
     };
     let argv = spec.resolved_argv().map_err(ApiError::unprocessable)?;
@@ -133,7 +137,7 @@ async fn start(
         (status = 409, description = "The sandbox has ended, or (background) it runs too many background commands",
             body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 422, description = "No command, both argv and cmd, bad env or timeout_ms, a `scan_policy` that \
+        (status = 422, description = "No command, both argv and cmd, bad env, timeout_ms or pty size, a `scan_policy` that \
             would loosen the tenant's (`unprocessable`), or a command line the static scan refused under an \
             `enforce` policy (`scan_refused`, with `findings`; nothing was started)", body = ErrorBody),
     ),

@@ -71,6 +71,7 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes/{id}/commands/{command_id}/stream", get(command_stream::stream))
         .route("/sandboxes/{id}/commands/{command_id}/stdin", post(commands::stdin))
         .route("/sandboxes/{id}/commands/{command_id}/signal", post(commands::signal))
+        .route("/sandboxes/{id}/commands/{command_id}/resize", post(commands::resize))
         .route("/sandboxes/{id}/code", post(code::run_code))
         .route("/sandboxes/{id}/contexts", post(contexts::create).get(contexts::list))
         .route("/sandboxes/{id}/contexts/{context_id}", axum::routing::delete(contexts::delete))

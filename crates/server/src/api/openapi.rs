@@ -28,7 +28,7 @@ use crate::api::{
         pause::pause, pause::resume, fork::fork, usage::metrics,
         snapshots::create, snapshots::list, snapshots::get, snapshots::delete,
         exec::exec,
-        commands::list, command_stream::stream, commands::stdin, commands::signal, commands::kill,
+        commands::list, command_stream::stream, commands::stdin, commands::signal, commands::resize, commands::kill,
         code::run_code, contexts::create, contexts::list, contexts::delete, contexts::restart,
         run::run, scan::scan_code,
         egress::set_network, egress::audit, secrets::put, secrets::list, secrets::delete,

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use sandkasten_scan::{Finding, ScanPolicyOverride};
-use sandkasten_types::{CommandExit, FileInfo, FileKind, LimitKind, Limits, Template};
+use sandkasten_types::{CommandExit, FileInfo, FileKind, LimitKind, Limits, PtySize, Template};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -280,6 +280,13 @@ pub struct ExecBody {
     /// tighten it (a loosening field is 422).
     #[serde(default)]
     pub scan_policy: Option<ScanPolicyOverride>,
+    /// Run it on a pseudo-terminal of this size (`cols` and `rows` each 1 to 1000) inside the sandbox: it becomes a
+    /// session leader with the terminal as its controlling terminal and as stdin, stdout and stderr; all its output
+    /// arrives as `stdout` (with the terminal's `\r\n` line ends and echo). `stdin` is typed into the terminal, whose
+    /// input stays open while it runs. Usually with `background: true`: stream `…/commands/{command_id}/stream`,
+    /// type with `…/stdin`, resize with `…/resize`.
+    #[serde(default)]
+    pub pty: Option<PtySize>,
 }
 
 /// The result of a command.

@@ -1,9 +1,12 @@
 //! envd's process service (`/process.Process/*`) over the runtime's background commands: `Start` runs a command
 //! and streams a start event (its pid), its output and an end event (exit code); `Connect` re-attaches to a running
-//! one by pid or tag (replaying its retained output first); `List`, `SendInput`, `StreamInput`, `CloseStdin` and `SendSignal` act on running commands by pid.
+//! one by pid or tag (replaying its retained output first); `List`, `SendInput`, `StreamInput`, `CloseStdin`,
+//! `SendSignal` and `Update` (a PTY's size) act on running commands by pid.
 //! Foreground and background are the same to the server: the SDK decides whether it waits. A stream the client
 //! drops does not stop its command (E2B's `disconnect`). `user="root"` runs the command as the sandbox's root (uid 0
-//! inside its user namespace, no capabilities). PTYs (`pty`, `Update`) are not supported.
+//! inside its user namespace, no capabilities). `pty` in `StartRequest` runs the command on a pseudo-terminal of the
+//! sandbox (the runtime's `spec.pty`): its output arrives as `pty` data, input is `pty` bytes, `Update` resizes it. As
+//! envd, a size of 0 is taken as it is (a terminal of unknown size); more than 1000 columns or rows is refused.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -14,7 +17,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use sandkasten_types::{CommandEvent, CommandSpec, CommandStatus, CommandUser};
+use sandkasten_types::{CommandEvent, CommandSpec, CommandStatus, CommandUser, PtySize};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -41,11 +44,45 @@ struct ProcessConfig {
     cwd: Option<String>,
 }
 
+/// envd's `PTY` message: `{"size": {"cols", "rows"}}`; proto3 JSON leaves out zeros.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Pty {
+    size: PtySizeMessage,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct PtySizeMessage {
+    cols: u32,
+    rows: u32,
+}
+
+impl Pty {
+    /// The size asked for: each side up to `PtySize::MAX` (0 allowed, as envd allows it).
+    fn size(&self) -> Result<PtySize, E2bError> {
+        let side = |n: u32, what: &str| {
+            u16::try_from(n)
+                .ok()
+                .filter(|n| *n <= PtySize::MAX)
+                .ok_or_else(|| E2bError::invalid(format!("the pty's {what} must be at most {}, got {n}", PtySize::MAX)))
+        };
+        Ok(PtySize { cols: side(self.size.cols, "cols")?, rows: side(self.size.rows, "rows")? })
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct UpdateRequest {
+    process: Option<Selector>,
+    pty: Option<Pty>,
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 struct StartRequest {
     process: Option<ProcessConfig>,
-    pty: Option<Value>,
+    pty: Option<Pty>,
     tag: Option<String>,
     stdin: Option<bool>,
 }
@@ -148,7 +185,7 @@ pub(crate) async fn call(
         "StreamInput" => stream_input(&state, &access, &body).await,
         "CloseStdin" => close_stdin(&state, &access, &body).await,
         "SendSignal" => send_signal(&state, &access, &body).await,
-        "Update" => Err(E2bError::unsupported("Update (PTY)")),
+        "Update" => update(&state, &access, &body).await,
         other => Err(E2bError::new(Code::Unimplemented, format!("process.Process/{other} does not exist"))),
     };
     match result {
@@ -166,9 +203,7 @@ fn command_spec(request: StartRequest, access: &SandboxAccess, headers: &HeaderM
             CommandUser::Sandbox
         }
     };
-    if request.pty.is_some() {
-        return Err(E2bError::unsupported("a PTY"));
-    }
+    let pty = request.pty.as_ref().map(Pty::size).transpose()?;
     let process = request.process.ok_or_else(|| E2bError::invalid("give the process to start"))?;
     if process.cmd.is_empty() {
         return Err(E2bError::invalid("the process's cmd is empty"));
@@ -185,10 +220,11 @@ fn command_spec(request: StartRequest, access: &SandboxAccess, headers: &HeaderM
         argv: Some(argv),
         env: process.envs,
         cwd,
-        // Without `stdin: true` the command's stdin is closed at once (E2B's default).
-        stdin: if request.stdin == Some(true) { None } else { Some(String::new()) },
+        // Without `stdin: true` the command's stdin is closed at once (E2B's default); a terminal's input stays open.
+        stdin: if request.stdin == Some(true) || pty.is_some() { None } else { Some(String::new()) },
         timeout_ms: Some(timeout_ms),
         user,
+        pty,
         ..CommandSpec::default()
     })
 }
@@ -207,17 +243,17 @@ async fn start(
     let line = spec.argv.as_deref().map(sandkasten_scan::argv_command_line).unwrap_or_default();
     scan::gate(&access.tenant, None, ScanLanguage::Bash, &line).await?;
     let envs = spec.env.clone();
+    let pty = spec.pty.is_some();
     let limit = access.record.spec.limits.output_bytes;
     let (command_id, status) = start_background(state, &access.tenant, &access.id, spec, limit).await?;
-    state
-        .e2b()
-        .started(&command_id, ProcessMeta { sandbox: access.id.clone(), envs, cwd, tag, ..ProcessMeta::default() });
+    let meta = ProcessMeta { sandbox: access.id.clone(), envs, cwd, tag, pty, ..ProcessMeta::default() };
+    state.e2b().started(&command_id, meta);
     let events = match state.runtime().stream_command(&access.id, &command_id, 0).await {
         Ok(events) => events,
         Err(failure) => return Err(runtime_failure(state, &access.id, failure).await),
     };
     let (writer, response) = connect::stream();
-    tokio::spawn(forward(writer, status.pid, events));
+    tokio::spawn(forward(writer, status.pid, pty, events));
     Ok(response)
 }
 
@@ -249,8 +285,9 @@ async fn attach(state: &AppState, access: &SandboxAccess, body: &[u8]) -> Result
         Ok(events) => events,
         Err(failure) => return Err(runtime_failure(state, &access.id, failure).await),
     };
+    let pty = state.e2b().process(&access.id, &command.id).is_some_and(|meta| meta.pty);
     let (writer, response) = connect::stream();
-    tokio::spawn(forward(writer, command.pid, events));
+    tokio::spawn(forward(writer, command.pid, pty, events));
     Ok(response)
 }
 
@@ -274,8 +311,9 @@ fn end_event(status: &CommandStatus) -> Result<Value, E2bError> {
     Ok(event(json!({ "end": end })))
 }
 
-/// Streams a command's events to the client: start, data, end (or the error that ended it), keepalives between.
-async fn forward(writer: StreamWriter, pid: u32, mut events: mpsc::Receiver<CommandEvent>) {
+/// Streams a command's events to the client: start, data (a terminal's as `pty`), end (or the error that ended it),
+/// keepalives between.
+async fn forward(writer: StreamWriter, pid: u32, pty: bool, mut events: mpsc::Receiver<CommandEvent>) {
     if !writer.send(&event(json!({ "start": { "pid": pid } }))).await {
         return;
     }
@@ -284,7 +322,7 @@ async fn forward(writer: StreamWriter, pid: u32, mut events: mpsc::Receiver<Comm
         tokio::select! {
             received = events.recv() => match received {
                 Some(CommandEvent::Output { chunk, .. }) => {
-                    let stream = chunk.stream.as_str();
+                    let stream = if pty { "pty" } else { chunk.stream.as_str() };
                     let data = event(json!({ "data": { stream: STANDARD.encode(&chunk.data) } }));
                     if !writer.send(&data).await {
                         return;
@@ -336,13 +374,15 @@ async fn list(state: &AppState, access: &SandboxAccess) -> Result<Response, E2bE
     Ok(connect::unary(&json!({ "processes": processes })))
 }
 
+/// The bytes of an input message: `stdin` for a process on pipes, `pty` for one on a terminal (both go to the
+/// command's input; the terminal is its stdin).
 fn stdin_bytes(input: Option<Input>) -> Result<Vec<u8>, E2bError> {
     let input = input.unwrap_or_default();
-    if input.pty.is_some() {
-        return Err(E2bError::unsupported("PTY input"));
-    }
-    let data = input.stdin.unwrap_or_default();
-    STANDARD.decode(data.as_bytes()).map_err(|_| E2bError::invalid("stdin is not base64"))
+    let (data, what) = match (input.pty, input.stdin) {
+        (Some(pty), _) => (pty, "pty input"),
+        (None, stdin) => (stdin.unwrap_or_default(), "stdin"),
+    };
+    STANDARD.decode(data.as_bytes()).map_err(|_| E2bError::invalid(format!("{what} is not base64")))
 }
 
 async fn write_stdin(
@@ -392,6 +432,19 @@ async fn stream_input(state: &AppState, access: &SandboxAccess, body: &[u8]) -> 
     writer.send(&json!({})).await;
     writer.finish(None).await;
     Ok(response)
+}
+
+/// `Update`: a new size for a process's terminal (a request without `pty` changes nothing, as in envd).
+async fn update(state: &AppState, access: &SandboxAccess, body: &[u8]) -> Result<Response, E2bError> {
+    let request: UpdateRequest = connect::decode(body)?;
+    let command = find(state, access, request.process).await?;
+    if let Some(pty) = request.pty {
+        let size = pty.size()?;
+        if let Err(failure) = state.runtime().resize_command(&access.id, &command.id, size).await {
+            return Err(runtime_failure(state, &access.id, failure).await);
+        }
+    }
+    Ok(connect::unary(&json!({})))
 }
 
 fn signal_number(signal: Option<SignalValue>) -> Result<i32, E2bError> {

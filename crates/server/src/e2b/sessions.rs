@@ -31,6 +31,8 @@ pub(crate) struct ProcessMeta {
     pub(crate) cwd: Option<String>,
     /// The client's tag.
     pub(crate) tag: Option<String>,
+    /// It runs on a pseudo-terminal (its output is sent as `pty` data).
+    pub(crate) pty: bool,
     /// Order of starting within the server (`started` sets it; give the default).
     pub(crate) order: u64,
 }

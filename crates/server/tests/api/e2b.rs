@@ -150,16 +150,68 @@ async fn a_process_streams_start_output_and_exit_code() {
     let exit = &messages[messages.len() - 2].1["event"]["end"];
     assert_eq!((exit["exitCode"].as_i64(), exit["exited"].as_bool()), (Some(3), Some(true)));
 
-    // Unary calls: an unknown pid is a Connect not_found; a PTY is unimplemented (in the stream's end message).
+    // Unary calls: an unknown pid is a Connect not_found.
     let body = json!({ "process": { "pid": 999_999 }, "signal": "SIGNAL_SIGKILL" }).to_string().into_bytes();
     let signal = sandbox_call(&h, &sb, "POST", "/process.Process/SendSignal", "application/json", body).await;
     assert_eq!((signal.status, signal.json()["code"].clone()), (StatusCode::NOT_FOUND, json!("not_found")));
-    let pty = json!({ "process": { "cmd": "steps" }, "pty": { "size": { "cols": 80, "rows": 24 } } });
-    let reply =
-        sandbox_call(&h, &sb, "POST", "/process.Process/Start", "application/connect+json", envelope(0, &pty)).await;
-    let end = envelopes(&reply.body);
-    assert_eq!(end.len(), 1);
-    assert_eq!(end[0].1["error"]["code"], "unimplemented");
+}
+
+#[tokio::test]
+async fn a_pty_process_sends_pty_data_resizes_and_refuses_oversized_terminals() {
+    let h = Harness::new();
+    let sb = open(&h, KEY_A, json!({})).await;
+    let start = |body: Value| {
+        let (h, sb) = (&h, &sb);
+        async move {
+            let reply =
+                sandbox_call(h, sb, "POST", "/process.Process/Start", "application/connect+json", envelope(0, &body))
+                    .await;
+            envelopes(&reply.body)
+        }
+    };
+    let messages = start(
+        json!({ "process": { "cmd": "steps", "args": ["out:hello"] }, "pty": { "size": { "cols": 80, "rows": 24 } } }),
+    )
+    .await;
+    let pty: Vec<u8> = messages
+        .iter()
+        .filter_map(|(_, m)| m["event"]["data"]["pty"].as_str())
+        .flat_map(|data| STANDARD.decode(data).unwrap())
+        .collect();
+    assert_eq!(pty, b"hello", "a terminal's output is pty data: {messages:?}");
+    assert!(messages.iter().all(|(_, m)| m["event"]["data"]["stdout"].is_null()), "{messages:?}");
+
+    // Zero is a terminal of unknown size (as envd takes it); past 1000 is invalid_argument.
+    let zero = start(json!({ "process": { "cmd": "steps" }, "pty": { "size": {} } })).await;
+    assert!(zero[0].1["event"]["start"]["pid"].as_u64().is_some(), "{zero:?}");
+    let huge =
+        start(json!({ "process": { "cmd": "steps" }, "pty": { "size": { "cols": 100_000, "rows": 24 } } })).await;
+    assert_eq!(huge.len(), 1);
+    assert_eq!(huge[0].1["error"]["code"], "invalid_argument", "{huge:?}");
+    assert!(huge[0].1["error"]["message"].as_str().unwrap().contains("cols must be at most 1000"), "{huge:?}");
+
+    // A terminal that runs on (started natively; the fake gives every command pid 100, the newest running wins).
+    let exec = format!("/v1/sandboxes/{}/exec", sb.id);
+    let body = json!({"argv": ["sleep-ms", "60000"], "background": true, "pty": {"cols": 80, "rows": 24}});
+    assert_eq!(h.post(&exec, KEY_A, body).await.status, StatusCode::ACCEPTED);
+    let update = |body: Value| {
+        let (h, sb) = (&h, &sb);
+        async move {
+            sandbox_call(h, sb, "POST", "/process.Process/Update", "application/json", body.to_string().into_bytes())
+                .await
+        }
+    };
+    let resized = update(json!({ "process": { "pid": 100 }, "pty": { "size": { "cols": 120, "rows": 40 } } })).await;
+    assert_eq!(resized.status, StatusCode::OK, "{}", resized.text());
+    let oversized = update(json!({ "process": { "pid": 100 }, "pty": { "size": { "cols": 80, "rows": 5000 } } })).await;
+    assert_eq!(oversized.json()["code"], "invalid_argument", "{}", oversized.text());
+    let unknown = update(json!({ "process": { "pid": 999_999 }, "pty": { "size": { "cols": 80, "rows": 24 } } })).await;
+    assert_eq!(unknown.json()["code"], "not_found", "{}", unknown.text());
+    let input = json!({ "process": { "pid": 100 }, "input": { "pty": STANDARD.encode("ls\n") } });
+    let sent =
+        sandbox_call(&h, &sb, "POST", "/process.Process/SendInput", "application/json", input.to_string().into_bytes())
+            .await;
+    assert_eq!(sent.status, StatusCode::OK, "{}", sent.text());
 }
 
 #[tokio::test]

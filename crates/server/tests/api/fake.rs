@@ -12,7 +12,7 @@ use std::time::Duration;
 use sandkasten_runtime::{OutputRetention, RuntimeFuture, SandboxRuntime};
 use sandkasten_types::{
     CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus,
-    ContextInfo, Failure, FailureKind, FileInfo, FileKind, OutputChunk, SandboxSpec, StreamKind, Tier,
+    ContextInfo, Failure, FailureKind, FileInfo, FileKind, OutputChunk, PtySize, SandboxSpec, StreamKind, Tier,
 };
 use tokio::sync::mpsc;
 
@@ -595,6 +595,13 @@ impl SandboxRuntime for FakeRuntime {
         Box::pin(async move {
             self.with(id, |_| Ok(()))?;
             self.commands.signal(id, command_id, signal)
+        })
+    }
+
+    fn resize_command<'a>(&'a self, id: &'a str, command_id: &'a str, size: PtySize) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            self.with(id, |_| Ok(()))?;
+            self.commands.resize(id, command_id, size)
         })
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sandkasten_types::{
-    CommandEvent, CommandExit, CommandSpec, CommandStatus, Failure, FailureKind, OutputChunk, StreamKind,
+    CommandEvent, CommandExit, CommandSpec, CommandStatus, Failure, FailureKind, OutputChunk, PtySize, StreamKind,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -34,6 +34,8 @@ struct Command {
     changed: watch::Sender<u64>,
     control: mpsc::UnboundedSender<Control>,
     stdin_open: AtomicBool,
+    /// Started with `spec.pty`: its size, changed by resizes.
+    pty: Mutex<Option<PtySize>>,
 }
 
 impl Command {
@@ -207,6 +209,7 @@ impl FakeCommands {
             changed: watch::channel(0).0,
             control,
             stdin_open: AtomicBool::new(given_stdin.is_none()),
+            pty: Mutex::new(spec.pty),
         });
         if let Some(text) = given_stdin {
             command.control.send(Control::Stdin(text.into_bytes())).ok();
@@ -260,6 +263,18 @@ impl FakeCommands {
             };
         }
         command.control.send(Control::Signal(signal)).ok();
+        Ok(())
+    }
+
+    pub(crate) fn resize(&self, id: &str, command_id: &str, size: PtySize) -> Result<(), Failure> {
+        let command = self.find(id, command_id)?;
+        if !command.running() {
+            return Err(failure(FailureKind::Conflict, format!("command {command_id} has ended")));
+        }
+        match &mut *command.pty.lock().unwrap() {
+            Some(current) => *current = size,
+            None => return Err(failure(FailureKind::Conflict, format!("command {command_id} has no pseudo-terminal"))),
+        }
         Ok(())
     }
 

@@ -143,6 +143,16 @@ async fn live_responses_match_the_spec() {
     let signal = format!("{sleeper}/signal");
     seen.push(check("POST", "/v1/sandboxes/{id}/commands/{command_id}/signal")(h.post(&signal, KEY_A, bogus).await));
     seen.push(check("POST", "/v1/sandboxes/{id}/commands/{command_id}/signal")(h.post(&signal, KEY_A, term).await));
+    let terminal = h
+        .post(&exec, KEY_A, json!({"argv": ["sleep-ms", "60000"], "background": true, "pty": {"cols": 80, "rows": 24}}))
+        .await;
+    let resize = format!("{s}/commands/{}/resize", terminal.json()["command_id"].as_str().unwrap());
+    let resized = h.post(&resize, KEY_A, json!({"cols": 120, "rows": 40})).await;
+    seen.push(check("POST", "/v1/sandboxes/{id}/commands/{command_id}/resize")(resized));
+    let zero = h.post(&resize, KEY_A, json!({"cols": 0, "rows": 40})).await;
+    seen.push(check("POST", "/v1/sandboxes/{id}/commands/{command_id}/resize")(zero));
+    let no_terminal = h.post(&format!("{sleeper}/resize"), KEY_A, json!({"cols": 80, "rows": 24})).await;
+    seen.push(check("POST", "/v1/sandboxes/{id}/commands/{command_id}/resize")(no_terminal));
     seen.push(check("DELETE", "/v1/sandboxes/{id}/commands/{command_id}")(h.delete(&command, KEY_A).await));
     seen.push(check("DELETE", "/v1/sandboxes/{id}/commands/{command_id}")(
         h.delete(&format!("{s}/commands/cmd-0000000000000000"), KEY_A).await,

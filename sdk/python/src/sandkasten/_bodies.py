@@ -8,7 +8,7 @@ import base64
 import io
 import os
 import tarfile
-from typing import Any, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from .models import LimitsLike, NetworkLike, limits_json, network_json
 
@@ -77,6 +77,7 @@ def exec_body(
     stdin: Optional[str],
     timeout: Optional[float],
     background: bool,
+    pty: Optional[Tuple[int, int]] = None,
 ) -> Json:
     body = command_fields(command)
     if cwd is not None:
@@ -89,6 +90,9 @@ def exec_body(
         body["timeout_ms"] = seconds_to_ms(timeout)
     if background:
         body["background"] = True
+    if pty is not None:
+        cols, rows = pty
+        body["pty"] = {"cols": cols, "rows": rows}
     return body
 
 

@@ -50,6 +50,7 @@ OPERATIONS: Dict[str, Operation] = _table(
     ("exec", "POST", SB + "/exec"),
     ("commands.list", "GET", SB + "/commands"),
     ("commands.kill", "DELETE", SB + "/commands/{command_id}"),
+    ("commands.resize", "POST", SB + "/commands/{command_id}/resize"),
     ("commands.signal", "POST", SB + "/commands/{command_id}/signal"),
     ("commands.stdin", "POST", SB + "/commands/{command_id}/stdin"),
     ("commands.stream", "GET", SB + "/commands/{command_id}/stream"),

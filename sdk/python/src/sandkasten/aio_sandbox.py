@@ -5,7 +5,7 @@ Output callbacks may be plain functions or coroutine functions (their coroutines
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Awaitable, Dict, Generator, List, Literal, Mapping, Optional, Sequence, Type, Union, overload
+from typing import Any, Awaitable, Dict, Generator, List, Literal, Mapping, Optional, Sequence, Tuple, Type, Union, overload
 
 from . import _bodies
 from ._http import DEFAULT_TIMEOUT, AsyncTransport, json_of
@@ -211,6 +211,7 @@ class AsyncSandbox:
         on_stdout: Optional[OutputCallback] = ...,
         on_stderr: Optional[OutputCallback] = ...,
         background: Literal[False] = ...,
+        pty: Optional[Tuple[int, int]] = ...,
     ) -> ExecResult: ...
 
     @overload
@@ -225,6 +226,7 @@ class AsyncSandbox:
         on_stdout: Optional[OutputCallback] = ...,
         on_stderr: Optional[OutputCallback] = ...,
         background: Literal[True],
+        pty: Optional[Tuple[int, int]] = ...,
     ) -> AsyncCommandHandle: ...
 
     @uses("exec")
@@ -239,11 +241,15 @@ class AsyncSandbox:
         on_stdout: Optional[OutputCallback] = None,
         on_stderr: Optional[OutputCallback] = None,
         background: bool = False,
+        pty: Optional[Tuple[int, int]] = None,
     ) -> Union[ExecResult, AsyncCommandHandle]:
         """Runs `command` (a shell line, or an argv list) and returns how it ended. With `on_stdout`/`on_stderr` the
         output streams to them as it comes; with `background=True` it returns an AsyncCommandHandle at once. `timeout`
-        is in seconds (default and maximum: the sandbox's `limits.timeout_ms`); `cwd` defaults to `/workspace`."""
-        body = _bodies.exec_body(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, background=background)
+        is in seconds (default and maximum: the sandbox's `limits.timeout_ms`); `cwd` defaults to `/workspace`. `pty=(cols,
+        rows)` runs it on a pseudo-terminal of that size: all its output is stdout, `resize` changes the size."""
+        body = _bodies.exec_body(
+            command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, background=background, pty=pty
+        )
         if background:
             started = json_of(await self._transport.request(op("exec"), self._path, json=body))
             return AsyncCommandHandle(self, started["command_id"], started.get("pid"), started.get("started_at"))
@@ -337,6 +343,11 @@ class AsyncCommandHandle:
 
     async def close_stdin(self) -> None:
         await self.send_stdin("", eof=True)
+
+    @uses("commands.resize")
+    async def resize(self, cols: int, rows: int) -> None:
+        """Gives its pseudo-terminal (it was started with `pty`) a new size; its foreground processes get SIGWINCH."""
+        await self.sandbox._transport.request(op("commands.resize"), self._path, json={"cols": cols, "rows": rows})
 
     @uses("commands.signal")
     async def signal(self, signal: Union[int, str]) -> None:

@@ -6,7 +6,7 @@ exit) or found with `Sandbox.connect(id)`. Commands (`exec`, streamed with callb
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Type, Union, overload
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Type, Union, overload
 
 from . import _bodies
 from ._http import DEFAULT_TIMEOUT, Transport, json_of
@@ -201,6 +201,7 @@ class Sandbox:
         on_stdout: Optional[OutputCallback] = ...,
         on_stderr: Optional[OutputCallback] = ...,
         background: Literal[False] = ...,
+        pty: Optional[Tuple[int, int]] = ...,
     ) -> ExecResult: ...
 
     @overload
@@ -215,6 +216,7 @@ class Sandbox:
         on_stdout: Optional[OutputCallback] = ...,
         on_stderr: Optional[OutputCallback] = ...,
         background: Literal[True],
+        pty: Optional[Tuple[int, int]] = ...,
     ) -> CommandHandle: ...
 
     @uses("exec")
@@ -229,11 +231,15 @@ class Sandbox:
         on_stdout: Optional[OutputCallback] = None,
         on_stderr: Optional[OutputCallback] = None,
         background: bool = False,
+        pty: Optional[Tuple[int, int]] = None,
     ) -> Union[ExecResult, CommandHandle]:
         """Runs `command` (a shell line, or an argv list) and returns how it ended. With `on_stdout`/`on_stderr` the
         output streams to them as it comes; with `background=True` it returns a CommandHandle at once. `timeout` is
-        in seconds (default and maximum: the sandbox's `limits.timeout_ms`); `cwd` defaults to `/workspace`."""
-        body = _bodies.exec_body(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, background=background)
+        in seconds (default and maximum: the sandbox's `limits.timeout_ms`); `cwd` defaults to `/workspace`. `pty=(cols,
+        rows)` runs it on a pseudo-terminal of that size: all its output is stdout, `resize` changes the size."""
+        body = _bodies.exec_body(
+            command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, background=background, pty=pty
+        )
         if background:
             started = json_of(self._transport.request(op("exec"), self._path, json=body))
             return CommandHandle(self, started["command_id"], started.get("pid"), started.get("started_at"))
@@ -325,6 +331,11 @@ class CommandHandle:
 
     def close_stdin(self) -> None:
         self.send_stdin("", eof=True)
+
+    @uses("commands.resize")
+    def resize(self, cols: int, rows: int) -> None:
+        """Gives its pseudo-terminal (it was started with `pty`) a new size; its foreground processes get SIGWINCH."""
+        self.sandbox._transport.request(op("commands.resize"), self._path, json={"cols": cols, "rows": rows})
 
     @uses("commands.signal")
     def signal(self, signal: Union[int, str]) -> None:

@@ -5,6 +5,7 @@
 
 mod commands;
 mod files;
+mod terminal;
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -51,6 +52,9 @@ impl Launcher for ForkExecLauncher {
                 libc::dup2(request.stdio.stdin, 0);
                 libc::dup2(request.stdio.stdout, 1);
                 libc::dup2(request.stdio.stderr, 2);
+                if request.stdio.controlling_terminal {
+                    libc::ioctl(0, libc::TIOCSCTTY, 0);
+                }
                 libc::fchdir(request.cwd.as_raw_fd());
                 libc::syscall(libc::SYS_close_range, 3u32, (error_fd - 1) as u32, 0u32);
                 libc::syscall(libc::SYS_close_range, (error_fd + 1) as u32, u32::MAX, 0u32);

@@ -149,6 +149,13 @@ fn base_mounts(spec: &BundleSpec<'_>) -> Result<Vec<Mount>, RuntimeError> {
     Ok(vec![
         mount("/proc", "proc", "proc", &flags("noexec"))?,
         mount("/dev", "tmpfs", "tmpfs", &["nosuid".into(), "noexec".into(), "mode=0755".into()])?,
+        // The sandbox's own terminals (gVisor's devpts; `/dev/ptmx` in the Sentry's /dev leads to it).
+        mount(
+            "/dev/pts",
+            "devpts",
+            "devpts",
+            &["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"].map(str::to_owned),
+        )?,
         mount("/dev/shm", "tmpfs", "shm", &flags(&format!("noexec,mode=1777,size={}", disk.min(SHM_MAX_BYTES))))?,
         mount(spec.home, "tmpfs", "tmpfs", &flags(&format!("mode=0755,size={disk}")))?,
         mount("/tmp", "tmpfs", "tmpfs", &flags(&format!("mode=1777,size={disk}")))?,

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use sandkasten_types::{CommandEvent, CommandSpec, CommandStatus, Failure, FailureKind};
+use sandkasten_types::{CommandEvent, CommandSpec, CommandStatus, Failure, FailureKind, PtySize};
 use tokio::sync::mpsc;
 
 pub use log::{Ending, OutputLog};
@@ -149,7 +149,8 @@ impl BackgroundCommands {
             Ok(())
         })??;
         let argv = spec.resolved_argv().map_err(|message| Failure::new(FailureKind::ExecFailed, message))?;
-        let given_stdin = spec.stdin.is_some();
+        // A terminal's input is never closed (`spec.stdin` is typed into it and it stays open).
+        let given_stdin = spec.stdin.is_some() && spec.pty.is_none();
         let counters = Counters::before(cgroup);
         // One stream can never keep more than the whole budget: the agent need not read more of it.
         let agent_limit = retention.per_stream.min(retention.budget.limit());
@@ -225,6 +226,15 @@ impl BackgroundCommands {
             return Err(error::ended(id));
         }
         entry.handle.signal(signal).await.map_err(|f| entry.control_error(f))
+    }
+
+    /// Gives the command's pseudo-terminal a new size.
+    pub async fn resize(&self, sandbox: &str, id: &str, size: PtySize) -> Result<(), Failure> {
+        let entry = self.find(sandbox, id)?;
+        if !entry.shared.running() {
+            return Err(error::ended(id));
+        }
+        entry.handle.resize(size).await.map_err(|f| entry.control_error(f))
     }
 
     /// SIGKILLs the command's process group; a command that has ended already is left as it is.
