@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[allow(unused_macros)] // `require_root!`: nothing here needs root
 mod common;
 
 use std::path::{Path, PathBuf};

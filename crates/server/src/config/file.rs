@@ -114,7 +114,9 @@ impl<'t> Parsed<'t> {
     /// dropped).
     fn covers(&self, path: &str) -> bool {
         let within = |inner: &str, outer: &str| {
-            inner.strip_prefix(outer).is_some_and(|rest| rest.is_empty() || rest.starts_with('.') || rest.starts_with('['))
+            inner
+                .strip_prefix(outer)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('.') || rest.starts_with('['))
         };
         self.config.is_none()
             || self.replaced.iter().any(|replaced| {
@@ -151,8 +153,8 @@ fn parent(path: &str) -> Option<&str> {
     }
     let cut = if path.ends_with(']') {
         path.rfind('[')
-    } else if path.ends_with('"') {
-        path[..path.len() - 1].rfind('"').map(|quote| quote.saturating_sub(1))
+    } else if let Some(open) = path.strip_suffix('"') {
+        open.rfind('"').map(|quote| quote.saturating_sub(1))
     } else {
         Some(path.rfind('.').unwrap_or(0))
     };
@@ -250,21 +252,19 @@ impl<'s> Walk<'s, '_, '_> {
                     self.problem(path, offset, format!("{integer} is out of range"));
                     return None;
                 };
-                let bound = |key| schema.get(key).and_then(Schema::as_f64);
-                #[expect(clippy::cast_precision_loss, reason = "a bound check, to the schema's precision")]
-                let as_float = number as f64;
+                let bound = |key| schema.get(key).and_then(Schema::as_i64);
                 if let Some(minimum) = bound("minimum")
-                    && as_float < minimum
+                    && number < minimum
                 {
-                    let message = match minimum == 0.0 {
-                        true => format!("must not be negative, got {number}"),
-                        false => format!("must be at least {minimum}, got {number}"),
+                    let message = match minimum {
+                        0 => format!("must not be negative, got {number}"),
+                        _ => format!("must be at least {minimum}, got {number}"),
                     };
                     self.problem(path, offset, message);
                     return None;
                 }
                 if let Some(maximum) = bound("maximum")
-                    && as_float > maximum
+                    && number > maximum
                 {
                     self.problem(path, offset, format!("must be at most {maximum}, got {number}"));
                     return None;
@@ -420,12 +420,15 @@ fn fits(schema: &Schema, item: &DeValue<'_>) -> bool {
 }
 
 fn matches(kind: &str, item: &DeValue<'_>) -> bool {
-    match (kind, item) {
-        ("object", DeValue::Table(_)) | ("array", DeValue::Array(_)) | ("string", DeValue::String(_)) => true,
-        ("integer", DeValue::Integer(_)) | ("boolean", DeValue::Boolean(_)) => true,
-        ("number", DeValue::Integer(_) | DeValue::Float(_)) => true,
-        _ => false,
-    }
+    matches!(
+        (kind, item),
+        ("object", DeValue::Table(_))
+            | ("array", DeValue::Array(_))
+            | ("string", DeValue::String(_))
+            | ("integer", DeValue::Integer(_))
+            | ("boolean", DeValue::Boolean(_))
+            | ("number", DeValue::Integer(_) | DeValue::Float(_))
+    )
 }
 
 fn article(kind: &str) -> &'static str {
@@ -510,10 +513,9 @@ mod tests {
         assert_eq!(
             problems(&text),
             [
-                format!(
-                    "6:13: tenants[1].api_keys[0]: this API key (not shown) is configured more than once: also at \
-                         tenants[0].api_keys[0]"
-                ),
+                "6:13: tenants[1].api_keys[0]: this API key (not shown) is configured more than once: also at \
+                 tenants[0].api_keys[0]"
+                    .to_owned(),
                 "8:1: pools[0].min: must be 1 to max (2), got 9".to_owned(),
                 "11:7: pools[1].min: expected an integer, found the string \"x\"".to_owned(),
                 "13:16: egress.allow_cidrs[0]: invalid CIDR \"nope\": write an address with a prefix length, e.g. \
@@ -534,6 +536,18 @@ mod tests {
     fn missing_required_keys_are_named() {
         let found = problems("insecure_no_auth = true\n[[tenants]]\nmax_sandboxes = 1\n");
         assert_eq!(found, ["2:1: tenants[0]: \"name\" is missing: tenants[0] needs one"], "{found:?}");
+    }
+
+    #[test]
+    fn numbers_out_of_the_types_range_and_floats_for_integers_are_named() {
+        let found = problems("insecure_no_auth = true\nmax_pids = -1\n[http]\nmax_connections = 1.5\n");
+        assert_eq!(
+            found,
+            [
+                "2:12: max_pids: must not be negative, got -1",
+                "4:19: http.max_connections: expected an integer, found the number 1.5",
+            ]
+        );
     }
 
     #[test]
