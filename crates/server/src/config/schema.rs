@@ -4,19 +4,12 @@
 
 use crate::config::server::ServerConfig;
 
-/// Where the committed schema is published (the `$id` editors may fetch it under).
-const SCHEMA_ID: &str = "https://example.invalid/sandkasten/docs/config.schema.json";
-
 /// The JSON schema (draft 2020-12) of the server's config file.
 pub fn json_schema() -> serde_json::Value {
-    let mut schema = schemars::generate::SchemaSettings::draft2020_12()
+    schemars::generate::SchemaSettings::draft2020_12()
         .into_generator()
         .into_root_schema_for::<ServerConfig>()
-        .to_value();
-    if let Some(object) = schema.as_object_mut() {
-        object.insert("$id".to_owned(), SCHEMA_ID.into());
-    }
-    schema
+        .to_value()
 }
 
 #[cfg(test)]
