@@ -18,8 +18,10 @@ pub struct ConfigArgs {
 
 #[derive(Debug, Subcommand)]
 enum ConfigCommand {
-    /// Check a server config file: every problem with its key path, line and column (exit 2), or a summary (exit 0).
-    #[command(after_help = "The file's JSON schema is docs/config.schema.json. Exit codes: 0 valid; 2 problems.")]
+    /// Check a server config file as `sandkasten serve` reads it (with the keys of SANDKASTEN_API_KEYS): every
+    /// problem with its key path, line and column (exit 2), or a summary (exit 0).
+    #[command(after_help = "The file's JSON schema is docs/config.schema.json (see docs/config.md).\n\nExit codes: 0 \
+        valid; 2 problems, or the file cannot be read.")]
     Check {
         /// The config file (TOML), as given to `sandkasten serve --config`.
         #[arg(value_name = "FILE")]
