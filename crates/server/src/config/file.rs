@@ -278,6 +278,17 @@ impl<'s> Walk<'s, '_, '_> {
                     None
                 }
             },
+            DeValue::String(text)
+                if schema.get("format").and_then(Schema::as_str) == Some("ip")
+                    && text.parse::<std::net::IpAddr>().is_err() =>
+            {
+                self.problem(
+                    path,
+                    offset,
+                    format!("{text:?} is not an IP address, e.g. \"10.200.1.2\" or \"fd00::2\""),
+                );
+                None
+            }
             DeValue::String(text) => Some(toml::Value::String(text.to_string())),
             DeValue::Boolean(value) => Some(toml::Value::Boolean(*value)),
             DeValue::Datetime(value) => Some(toml::Value::Datetime(*value)),
@@ -392,6 +403,7 @@ impl<'s> Walk<'s, '_, '_> {
             "integer" => toml::Value::Integer(0),
             "number" => toml::Value::Float(0.0),
             "boolean" => toml::Value::Boolean(false),
+            _ if schema.get("format").and_then(Schema::as_str) == Some("ip") => toml::Value::String("0.0.0.0".into()),
             _ => toml::Value::String(String::new()),
         })
     }
@@ -549,6 +561,14 @@ mod tests {
                 "4:19: http.max_connections: expected an integer, found the number 1.5",
             ]
         );
+    }
+
+    #[test]
+    fn a_bad_address_of_a_static_host_is_named() {
+        let found = problems("insecure_no_auth = true\n[egress.hosts]\n\"a.test\" = [\"10.0.0.1\", \"10.0.0.300\"]\n");
+        let expected =
+            "3:25: egress.hosts.\"a.test\"[1]: \"10.0.0.300\" is not an IP address, e.g. \"10.200.1.2\" or \"fd00::2\"";
+        assert_eq!(found, [expected]);
     }
 
     #[test]
