@@ -1,7 +1,9 @@
 //! `sandkasten`: run untrusted code in a sandbox. Subcommands: `run` (one-shot), `scan` (the static scan, offline),
-//! `gc` (remove leftovers of crashed runs), `doctor` (what this host supports, per tier).
+//! `gc` (remove leftovers of crashed runs), `doctor` (what this host supports, per tier), `serve` and `config check`
+//! (the server and its config file), and the clients of a server.
 
 mod client;
+mod config_command;
 mod doctor;
 mod exit_codes;
 mod gc_command;
@@ -36,6 +38,8 @@ enum Command {
     },
     /// Serve the HTTP API (long-lived sandboxes: exec with streaming, files) until SIGTERM.
     Serve(serve_command::ServeArgs),
+    /// The server's config file: `config check FILE` reports every problem with its key path, line and column.
+    Config(config_command::ConfigArgs),
     /// Client of a `sandkasten serve` server: create, list, info, exec, code, cp and rm long-lived sandboxes.
     Sandbox(Box<client::SandboxArgs>),
     /// Your snapshots on a `sandkasten serve` server: list, info, rm (take them with `sandbox snapshot`).
@@ -111,6 +115,7 @@ fn main() {
         Command::Scan(args) => scan_command::run(&args),
         Command::Gc { json } => gc_command::run(json),
         Command::Serve(args) => serve_command::run(args),
+        Command::Config(args) => config_command::run(&args),
         Command::Spawner { runsc, gvisor_platform } => serve_command::run_spawner(runsc, &gvisor_platform),
         Command::Sandbox(args) => client::run(*args),
         Command::Snapshot(args) => client::snapshots::run(*args),

@@ -31,22 +31,19 @@ pub struct ServeArgs {
 }
 
 fn load_config(args: &ServeArgs) -> Result<ServerConfig, String> {
-    // Not `ServerConfig::load`: it validates before the command line's overrides (e.g. --insecure-no-auth) apply.
-    let mut config = match &args.config {
-        Some(path) => ServerConfig::from_file(path).map_err(|e| e.to_string())?,
-        None => ServerConfig::default(),
-    };
-    if let Ok(keys) = std::env::var("SANDKASTEN_API_KEYS") {
-        config.add_env_keys(&keys).map_err(|e| e.to_string())?;
-    }
-    if let Some(listen) = &args.listen {
-        config.listen.clone_from(listen);
-    }
-    if let Some(database) = &args.database {
-        config.database.clone_from(database);
-    }
-    config.insecure_no_auth |= args.insecure_no_auth;
-    config.validate().map_err(|e| e.to_string())?;
+    // The command line's overrides (e.g. --insecure-no-auth) apply before validation; the problems are the ones
+    // `sandkasten config check` prints.
+    let config = ServerConfig::load_with(args.config.as_deref(), |config| {
+        if let Some(listen) = &args.listen {
+            config.listen.clone_from(listen);
+        }
+        if let Some(database) = &args.database {
+            config.database.clone_from(database);
+        }
+        config.insecure_no_auth |= args.insecure_no_auth;
+        Ok(())
+    })
+    .map_err(|e| e.to_string())?;
     if let Some(parent) = config.database.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| format!("creating {}: {e}", parent.display()))?;
     }

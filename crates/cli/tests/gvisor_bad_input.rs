@@ -235,7 +235,7 @@ fn a_gvisor_default_without_runsc_stops_the_server_at_start_saying_how_to_instal
     let (code, stderr) =
         serve_refusing_to_start("[defaults]\nisolation = \"gvisor\"\n\n[gvisor]\nrunsc = \"/nonexistent/runsc\"\n");
     assert_ne!(code, 0, "{stderr}");
-    for needle in ["[defaults] isolation", "/nonexistent/runsc", "install", "setup.sh"] {
+    for needle in ["defaults.isolation", "/nonexistent/runsc", "install", "setup.sh"] {
         assert!(stderr.contains(needle), "the refusal should name {needle:?} (exit {code}): {stderr}");
     }
 }

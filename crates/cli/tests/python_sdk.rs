@@ -99,8 +99,12 @@ fn running_agents(server: &Server) -> Vec<u32> {
 
 per_tier!(python_sdk_passes_its_suite_against_a_real_server);
 
+/// An admin tenant: the suite reads `GET /v1/config` with its key.
+const ADMIN_KEY: &str = "ops-key-0123456789abcdefghij";
+
 fn python_sdk_passes_its_suite_against_a_real_server(tier: Tier) {
-    let server = Server::start_on(tier);
+    let admin = format!("[[tenants]]\nname = \"ops\"\napi_keys = [\"{ADMIN_KEY}\"]\nadmin = true\nmax_sandboxes = 1\n");
+    let server = Server::start_with_on(tier, &admin);
     let scratch = tempfile::tempdir().expect("tempdir");
     let site = scratch.path().join("site");
     install_sdk(&site, &scratch.path().join("install.log"));
@@ -110,6 +114,7 @@ fn python_sdk_passes_its_suite_against_a_real_server(tier: Tier) {
         ("SANDKASTEN_URL", server.url.as_str()),
         ("SANDKASTEN_API_KEY", serve::KEY_1),
         ("SANDKASTEN_SUITE_OTHER_API_KEY", serve::KEY_2),
+        ("SANDKASTEN_SUITE_ADMIN_API_KEY", ADMIN_KEY),
         ("SANDKASTEN_SUITE_IDS_FILE", ids_file.to_str().expect("utf-8 path")),
         ("SANDKASTEN_SUITE_TIER", tier.name()),
     ];

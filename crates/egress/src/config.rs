@@ -24,6 +24,7 @@ pub const DEFAULT_MAX_TENANT_CONNECTIONS: usize = 1024;
 
 /// The server config file's `[egress]` table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct EgressConfig {
     /// Static resolver entries consulted before the system resolver, e.g. `"allowed.test" = ["10.200.1.2"]`.
@@ -65,11 +66,11 @@ impl Default for EgressConfig {
     }
 }
 
-/// What is wrong with an `[egress]` table; names the offending entry.
+/// What is wrong with an `[egress]` table; [`ConfigError::key`] names the offending entry.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// A `hosts` key that is not a valid host name.
-    #[error("egress.hosts: invalid host name {name:?}: {reason}")]
+    #[error("invalid host name {name:?}: {reason}")]
     BadHostName {
         /// The key as written.
         name: String,
@@ -77,25 +78,38 @@ pub enum ConfigError {
         reason: String,
     },
     /// A `hosts` entry with no addresses.
-    #[error("egress.hosts: {0:?} has no addresses: give at least one, e.g. [\"10.200.1.2\"]")]
+    #[error("{0:?} has no addresses: give at least one, e.g. [\"10.200.1.2\"]")]
     NoAddresses(String),
     /// An `allow_cidrs` entry that does not parse.
-    #[error("egress.allow_cidrs: invalid CIDR {0:?}: write an address with a prefix length, e.g. \"10.200.1.0/24\"")]
-    BadCidr(String),
+    #[error("invalid CIDR {1:?}: write an address with a prefix length, e.g. \"10.200.1.0/24\"")]
+    BadCidr(usize, String),
     /// A zero timeout or limit.
-    #[error("egress.{0} must be greater than 0")]
+    #[error("must be greater than 0")]
     Zero(&'static str),
     /// The TLS client configuration for upstreams could not be built.
-    #[error("egress: upstream tls configuration failed: {0}")]
+    #[error("upstream tls configuration failed: {0}")]
     Tls(String),
     /// The upstream CA file could not be read.
-    #[error("egress.upstream_ca_file {path:?}: {reason}")]
+    #[error("{path:?}: {reason}")]
     UpstreamCa {
         /// The file.
         path: PathBuf,
         /// What went wrong.
         reason: String,
     },
+}
+
+impl ConfigError {
+    /// The key of the `[egress]` table the problem is in, as a path below it (`hosts."name"`, `allow_cidrs[2]`,
+    /// `idle_timeout_ms`).
+    pub fn key(&self) -> String {
+        match self {
+            ConfigError::BadHostName { name, .. } | ConfigError::NoAddresses(name) => format!("hosts.{name:?}"),
+            ConfigError::BadCidr(index, _) => format!("allow_cidrs[{index}]"),
+            ConfigError::Zero(field) => (*field).to_owned(),
+            ConfigError::Tls(_) | ConfigError::UpstreamCa { .. } => "upstream_ca_file".to_owned(),
+        }
+    }
 }
 
 /// A checked configuration, ready for the resolver.
@@ -111,41 +125,19 @@ pub struct ValidatedConfig {
 }
 
 impl EgressConfig {
-    /// Checks every entry; the error names the first bad one. (The upstream CA file is read by `Proxy::new`.)
+    /// Checks every entry; the error is the first of [`EgressConfig::problems`]. (The upstream CA file is read by
+    /// `Proxy::new`.)
     pub fn validate(&self) -> Result<ValidatedConfig, ConfigError> {
+        if let Some(first) = self.problems().into_iter().next() {
+            return Err(first);
+        }
         let mut hosts = HashMap::new();
         for (name, addrs) in &self.hosts {
-            let canonical = match canonicalize_host(name) {
-                Ok(Host::Name(n)) => n,
-                Ok(Host::Ip(_)) => {
-                    return Err(ConfigError::BadHostName {
-                        name: name.clone(),
-                        reason: "an IP address needs no resolver entry".into(),
-                    });
-                }
-                Err(e) => return Err(ConfigError::BadHostName { name: name.clone(), reason: e.to_string() }),
-            };
-            if addrs.is_empty() {
-                return Err(ConfigError::NoAddresses(name.clone()));
+            if let Ok(Host::Name(canonical)) = canonicalize_host(name) {
+                hosts.insert(canonical, addrs.clone());
             }
-            hosts.insert(canonical, addrs.clone());
         }
-        let allow_cidrs = self.allow_cidrs.iter().map(|c| parse_cidr(c)).collect::<Result<_, _>>()?;
-        if self.connect_timeout_ms == 0 {
-            return Err(ConfigError::Zero("connect_timeout_ms"));
-        }
-        if self.idle_timeout_ms == 0 {
-            return Err(ConfigError::Zero("idle_timeout_ms"));
-        }
-        if self.max_connections == 0 {
-            return Err(ConfigError::Zero("max_connections"));
-        }
-        if self.max_total_connections == 0 {
-            return Err(ConfigError::Zero("max_total_connections"));
-        }
-        if self.max_tenant_connections == 0 {
-            return Err(ConfigError::Zero("max_tenant_connections"));
-        }
+        let allow_cidrs = self.allow_cidrs.iter().filter_map(|c| parse_cidr(c)).collect();
         Ok(ValidatedConfig {
             hosts,
             allow_cidrs,
@@ -156,14 +148,49 @@ impl EgressConfig {
             max_tenant_connections: self.max_tenant_connections,
         })
     }
+
+    /// Every problem of the table, in the order of its keys.
+    pub fn problems(&self) -> Vec<ConfigError> {
+        let mut problems = Vec::new();
+        for (name, addrs) in &self.hosts {
+            match canonicalize_host(name) {
+                Ok(Host::Name(_)) => {}
+                Ok(Host::Ip(_)) => problems.push(ConfigError::BadHostName {
+                    name: name.clone(),
+                    reason: "an IP address needs no resolver entry".into(),
+                }),
+                Err(e) => problems.push(ConfigError::BadHostName { name: name.clone(), reason: e.to_string() }),
+            }
+            if addrs.is_empty() {
+                problems.push(ConfigError::NoAddresses(name.clone()));
+            }
+        }
+        for (index, cidr) in self.allow_cidrs.iter().enumerate() {
+            if parse_cidr(cidr).is_none() {
+                problems.push(ConfigError::BadCidr(index, cidr.clone()));
+            }
+        }
+        for (name, zero) in [
+            ("connect_timeout_ms", self.connect_timeout_ms == 0),
+            ("idle_timeout_ms", self.idle_timeout_ms == 0),
+            ("max_connections", self.max_connections == 0),
+            ("max_total_connections", self.max_total_connections == 0),
+            ("max_tenant_connections", self.max_tenant_connections == 0),
+        ] {
+            if zero {
+                problems.push(ConfigError::Zero(name));
+            }
+        }
+        problems
+    }
 }
 
-fn parse_cidr(text: &str) -> Result<IpNet, ConfigError> {
+fn parse_cidr(text: &str) -> Option<IpNet> {
     let trimmed = text.trim();
     if let Ok(net) = trimmed.parse::<IpNet>() {
-        return Ok(net.trunc());
+        return Some(net.trunc());
     }
-    trimmed.parse::<IpAddr>().map(IpNet::from).map_err(|_| ConfigError::BadCidr(text.to_owned()))
+    trimmed.parse::<IpAddr>().map(IpNet::from).ok()
 }
 
 #[cfg(test)]
@@ -204,6 +231,15 @@ mod tests {
         assert!(cfg.validate().unwrap_err().to_string().contains("empty.test"));
         cfg.hosts.clear();
         cfg.idle_timeout_ms = 0;
-        assert!(cfg.validate().unwrap_err().to_string().contains("idle_timeout_ms"));
+        assert_eq!(cfg.validate().unwrap_err().key(), "idle_timeout_ms");
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_key() {
+        let mut cfg = EgressConfig { allow_cidrs: vec!["10.0.0.0/8".into(), "nope".into()], ..Default::default() };
+        cfg.hosts.insert("bad host".into(), vec![]);
+        cfg.max_connections = 0;
+        let keys: Vec<String> = cfg.problems().iter().map(ConfigError::key).collect();
+        assert_eq!(keys, ["hosts.\"bad host\"", "hosts.\"bad host\"", "allow_cidrs[1]", "max_connections"]);
     }
 }

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 /// How bad a finding is; a policy's `block` list names the severities that refuse code in `enforce` mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
     /// Worth knowing, never harmful by itself.

@@ -22,6 +22,7 @@ use crate::finding::{Finding, ScanLanguage, ScanReport, Severity, Verdict};
 /// What the policy does before code runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// No scan before runs (`POST /v1/scan` still answers findings).
@@ -47,6 +48,7 @@ impl Mode {
 /// Which modules one language may import.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ImportPolicy {
     /// When set, every import of a module not on it (nor under one on it: `os.path` is under `os`) is a finding
@@ -61,6 +63,7 @@ pub struct ImportPolicy {
 /// A scan policy: one per tenant (or the server's default), or a file given to `sandkasten run --policy`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ScanPolicy {
     /// `off`, `warn` or `enforce`.
@@ -154,15 +157,16 @@ impl ImportPolicy {
         self.deny_imports.iter().any(|entry| module_matches(entry, module))
     }
 
-    fn check(&self, field: &str) -> Result<(), PolicyError> {
+    fn problems(&self, field: &str) -> Vec<PolicyError> {
         let empty = |list: &[String]| list.iter().any(|m| m.trim().is_empty());
+        let mut problems = Vec::new();
         if self.allow_imports.as_deref().is_some_and(empty) {
-            return Err(PolicyError::EmptyModule(format!("{field}.allow_imports")));
+            problems.push(PolicyError::EmptyModule(format!("{field}.allow_imports")));
         }
         if empty(&self.deny_imports) {
-            return Err(PolicyError::EmptyModule(format!("{field}.deny_imports")));
+            problems.push(PolicyError::EmptyModule(format!("{field}.deny_imports")));
         }
-        Ok(())
+        problems
     }
 
     fn tightened(&self, change: &ImportPolicy, field: &str) -> Result<ImportPolicy, Loosening> {
@@ -204,8 +208,14 @@ impl ScanPolicy {
 
     /// Checks what serde cannot (no empty module names).
     pub fn check(&self) -> Result<(), PolicyError> {
-        self.python.check("python")?;
-        self.javascript.check("javascript")
+        self.problems().into_iter().next().map_or(Ok(()), Err)
+    }
+
+    /// Every problem of the policy (what [`ScanPolicy::check`] reports the first of).
+    pub fn problems(&self) -> Vec<PolicyError> {
+        let mut problems = self.python.problems("python");
+        problems.extend(self.javascript.problems("javascript"));
+        problems
     }
 
     /// The import rules of a language (bash has none: an empty policy).

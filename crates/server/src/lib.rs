@@ -40,7 +40,7 @@ use sandkasten_runtime::SandboxRuntime;
 use sandkasten_snapshot_store::SnapshotStore;
 
 pub use api::{ApiDoc, openapi_json, router};
-pub use config::{ConfigError, PoolConfig, ServerConfig};
+pub use config::{ConfigError, PoolConfig, Problem, Problems, ServerConfig};
 pub use metrics::{ExecPhase, ExitReason, Metrics};
 pub use state::AppState;
 pub use store::{Store, StoreError};
@@ -95,24 +95,27 @@ pub async fn serve(
 /// naming no tier, or every refill of such a pool, would fail.
 fn check_tiers(config: &ServerConfig, runtime: &dyn SandboxRuntime) -> Result<(), ConfigError> {
     let default = config.defaults.isolation;
-    let pools = config
-        .pools
-        .iter()
-        .enumerate()
-        .map(|(index, pool)| (format!("[[pools]] {:?}: isolation", pool.name_at(index)), pool.tier(default)));
-    for (setting, tier) in std::iter::once(("[defaults] isolation".to_owned(), default)).chain(pools) {
-        if let Some(reason) = runtime.tier_unavailable(tier) {
-            return Err(ConfigError::Isolation(format!("{setting} = \"{tier}\": {reason}")));
-        }
+    let mut problems = Vec::new();
+    if let Some(reason) = runtime.tier_unavailable(default) {
+        problems.push(Problem::new("defaults.isolation", format!("\"{default}\": {reason}")));
     }
     let cap = lifecycle::pids_cap(config.max_pids, runtime);
     for (index, pool) in config.pools.iter().enumerate() {
+        let tier = pool.tier(default);
+        if let Some(reason) = runtime.tier_unavailable(tier)
+            && pool.isolation.is_some()
+        {
+            problems.push(Problem::new(format!("pools[{index}].isolation"), format!("\"{tier}\": {reason}")));
+        }
         if pool.limits.pids > cap {
-            let problem = format!("limits.pids {} is more than one sandbox may have here ({cap})", pool.limits.pids);
-            return Err(ConfigError::Pool { name: pool.name_at(index), problem });
+            let problem = format!("{} is more than one sandbox may have here ({cap})", pool.limits.pids);
+            problems.push(Problem::new(format!("pools[{index}].limits.pids"), problem));
         }
     }
-    Ok(())
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(ConfigError::Invalid(Problems::new(problems))),
+    }
 }
 
 /// Descriptors the server needs besides its connections (database, spawner, agents' channels, egress listeners).
@@ -136,11 +139,14 @@ fn reserve_descriptors(max_connections: usize, egress_connections: usize) -> Res
     let egress = 2 * egress_connections as u64;
     let needed = (max_connections as u64).saturating_add(egress).saturating_add(OTHER_DESCRIPTORS);
     if soft < needed {
-        return Err(ConfigError::Http(format!(
-            "[http] max_connections = {max_connections} and [egress] max_total_connections = {egress_connections} \
-             need {needed} file descriptors, but RLIMIT_NOFILE allows {soft}: lower them or raise the limit \
-             (ulimit -n, LimitNOFILE= in systemd)"
-        )));
+        return Err(ConfigError::at(
+            "http.max_connections",
+            format!(
+                "{max_connections}, with egress.max_total_connections = {egress_connections}, needs {needed} file \
+                 descriptors, but RLIMIT_NOFILE allows {soft}: lower them or raise the limit (ulimit -n, \
+                 LimitNOFILE= in systemd)"
+            ),
+        ));
     }
     Ok(())
 }
@@ -163,9 +169,9 @@ pub async fn serve_on(
     let store = Store::open(&config.database, keys)
         .map_err(|source| ServerError::Store { path: config.database.clone(), source })?;
     let snapshots = SnapshotStore::open(&config.snapshots.store_config(&config.database))
-        .map_err(|e| ServerError::Config(ConfigError::Snapshots(e.to_string())))?;
+        .map_err(|e| ServerError::Config(ConfigError::at("snapshots.store", e)))?;
     let state = AppState::new(&config, store, snapshots, runtime)
-        .map_err(|e| ServerError::Config(ConfigError::Egress(e.to_string())))?;
+        .map_err(|e| ServerError::Config(ConfigError::at(format!("egress.{}", e.key()), e)))?;
     lifecycle::reconcile::register_tenants(&state).await.map_err(ServerError::Reconcile)?;
     let lost = lifecycle::reconcile::reconcile(&state).await.map_err(ServerError::Reconcile)?;
     let unfinished = lifecycle::reconcile_snapshots(&state).await.map_err(ServerError::Reconcile)?;

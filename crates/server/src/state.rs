@@ -77,6 +77,7 @@ struct Inner {
     transitions: Transitions,
     mcp: crate::mcp::sessions::McpSessions,
     mcp_config: crate::config::McpConfig,
+    effective_config: ServerConfig,
 }
 
 /// The audit queue's two ends, until `serve_on` starts the writer.
@@ -107,7 +108,6 @@ impl AppState {
         Ok(AppState {
             inner: Arc::new(Inner {
                 store,
-                runtime,
                 keyring: Keyring::from_config(config),
                 settings: Settings::from_config(config),
                 metrics: Metrics::new(),
@@ -123,6 +123,8 @@ impl AppState {
                 transitions: Transitions::default(),
                 mcp: crate::mcp::sessions::McpSessions::default(),
                 mcp_config: config.mcp,
+                effective_config: config.effective(runtime.max_pids()),
+                runtime,
             }),
         })
     }
@@ -130,6 +132,11 @@ impl AppState {
     /// The open MCP sessions and the sandboxes each created.
     pub(crate) fn mcp_sessions(&self) -> &crate::mcp::sessions::McpSessions {
         &self.inner.mcp
+    }
+
+    /// The config as the server applies it (`GET /v1/config`): every default filled in.
+    pub(crate) fn effective_config(&self) -> &ServerConfig {
+        &self.inner.effective_config
     }
 
     /// The MCP endpoint's bounds (`[mcp]`).

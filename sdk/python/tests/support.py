@@ -14,6 +14,8 @@ RUN_ID = uuid.uuid4().hex[:12]
 CREATED: List[str] = []
 #: Another tenant's key, for the isolation tests.
 OTHER_KEY = os.environ.get("SANDKASTEN_SUITE_OTHER_API_KEY", "")
+#: An admin tenant's key (reads the server's config), and the keys whose values must never appear in it.
+ADMIN_KEY = os.environ.get("SANDKASTEN_SUITE_ADMIN_API_KEY", "")
 #: The tier the server's sandboxes should be of (the Rust driver runs the suite once per tier), if known.
 TIER = os.environ.get("SANDKASTEN_SUITE_TIER")
 

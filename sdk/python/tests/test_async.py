@@ -166,3 +166,8 @@ async def test_errors_and_the_rest_of_the_client(aclient: AsyncClient) -> None:
     assert isinstance(await aclient.pools.list(), list)
     with pytest.raises((Forbidden, NotFound)):
         await aclient.pools.resize("none", min=0, max=1)
+    with pytest.raises(Forbidden):
+        await aclient.config()
+    async with AsyncClient(api_key=support.ADMIN_KEY) as admin:
+        info = await admin.config()
+    assert "ops" in [tenant["name"] for tenant in info.config["tenants"]] and info.tiers

@@ -1,5 +1,5 @@
 """Errors as exceptions carrying the API's code, message and status: unknown ids, a bad key, another tenant's sandbox,
-an ended sandbox, a paused one, invalid limits, and the admin-only pool resize."""
+an ended sandbox, a paused one, invalid limits, and the admin-only pool resize and config."""
 
 from __future__ import annotations
 
@@ -89,3 +89,16 @@ def test_pool_resize_needs_an_admin(client: Client) -> None:
     with pytest.raises((Forbidden, NotFound)) as caught:
         client.pools.resize("no-such-pool", min=0, max=1)
     assert isinstance(caught.value, SandkastenError) and caught.value.message
+
+
+def test_the_config_is_for_admins_and_shows_no_key(client: Client) -> None:
+    with pytest.raises(Forbidden) as caught:
+        client.config()
+    assert "admin" in caught.value.message
+    with Client(api_key=support.ADMIN_KEY) as admin:
+        info = admin.config()
+    names = [tenant["name"] for tenant in info.config["tenants"]]
+    assert "t1" in names and "ops" in names
+    assert all(key == "<redacted>" for tenant in info.config["tenants"] for key in tenant["api_keys"])
+    assert support.ADMIN_KEY not in str(info.config) and support.OTHER_KEY not in str(info.config)
+    assert info.default_limits.memory_bytes and any(tier.tier == "process" and tier.available for tier in info.tiers)

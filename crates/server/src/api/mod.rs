@@ -8,6 +8,7 @@ pub mod code_schemas;
 pub mod command_schemas;
 mod command_stream;
 pub(crate) mod commands;
+pub mod config;
 pub(crate) mod contexts;
 pub(crate) mod egress;
 pub mod egress_schemas;
@@ -90,6 +91,7 @@ pub fn router(state: AppState) -> Router {
         .route("/scan", post(scan::scan_code))
         .route("/pools", get(pools::list))
         .route("/pools/{name}", axum::routing::put(pools::resize))
+        .route("/config", get(config::get))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate::require_tenant));
     let metrics = match state.settings().metrics_require_auth {
         true => get(service::metrics)

@@ -7,8 +7,9 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::api::{
-    archive, code, code_schemas, command_schemas, command_stream, commands, contexts, egress, egress_schemas, error,
-    exec, files, fork, isolation, pause, pools, run, sandboxes, scan, schemas, secrets, service, snapshots, usage,
+    archive, code, code_schemas, command_schemas, command_stream, commands, config, contexts, egress, egress_schemas,
+    error, exec, files, fork, isolation, pause, pools, run, sandboxes, scan, schemas, secrets, service, snapshots,
+    usage,
 };
 
 /// The OpenAPI description of every route.
@@ -35,7 +36,7 @@ use crate::api::{
         pools::list, pools::resize,
         files::read, files::write, files::remove, files::list, files::stat, files::mkdir, files::rename,
         archive::upload, archive::download,
-        service::healthz, service::metrics, openapi,
+        config::get, service::healthz, service::metrics, openapi,
     ),
     components(schemas(
         error::ErrorBody, error::ErrorDetail, error::ErrorCode, isolation::IsolationName,
@@ -59,7 +60,7 @@ use crate::api::{
         (name = "pools", description = "Warm pools: sizes and counts; resizing is for admin tenants"),
         (name = "scan", description = "Static scan of code before it runs: findings, import validation, the \
             tenant's policy"),
-        (name = "service", description = "Health, metrics, this description"),
+        (name = "service", description = "Health, metrics, the effective config (admin tenants), this description"),
     )
 )]
 pub struct ApiDoc;

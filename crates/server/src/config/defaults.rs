@@ -2,22 +2,17 @@
 //! tier (`[defaults] isolation = "gvisor"`).
 
 use sandkasten_types::Tier;
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// Defaults for requests that leave a setting out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Defaults {
     /// The isolation tier of a sandbox whose create (`POST /v1/sandboxes`, `POST /v1/run`, the E2B facade's create)
     /// names none, and of a warm pool without its own `isolation`: `"process"` (the default) or `"gvisor"`.
     #[serde(default)]
     pub isolation: Tier,
-}
-
-/// Why a tier named by the config cannot be used by this build (`microvm`, `auto`), as a message naming the
-/// setting.
-pub(crate) fn tier_problem(setting: &str, tier: Tier) -> Option<String> {
-    tier.unavailable_reason().map(|reason| format!("{setting} = \"{tier}\": {reason}"))
 }
 
 #[cfg(test)]
@@ -33,12 +28,5 @@ mod tests {
         assert!(message.contains("gvisor") && message.contains("process"), "{message}");
         assert!(toml::from_str::<Defaults>("tier = \"gvisor\"").is_err());
         Ok(())
-    }
-
-    #[test]
-    fn only_the_available_tiers_may_be_configured() {
-        assert_eq!(tier_problem("[defaults] isolation", Tier::Gvisor), None);
-        let problem = tier_problem("[defaults] isolation", Tier::Microvm).unwrap_or_default();
-        assert!(problem.starts_with("[defaults] isolation = \"microvm\": isolation \"microvm\" is not"), "{problem}");
     }
 }

@@ -1,10 +1,13 @@
 //! `[mcp]`: how much the MCP endpoint (`/mcp`) lets each tenant hold: open sessions, and how long an idle session
 //! lives before it ends (killing the sandboxes it created).
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::config::problem::Found;
 
 /// The MCP endpoint's bounds (`[mcp]`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct McpConfig {
     /// MCP sessions one tenant may have open at once; one more `initialize` is refused with 429. Default 16.
@@ -21,15 +24,15 @@ impl Default for McpConfig {
 }
 
 impl McpConfig {
-    /// Why these values are unusable.
-    pub(crate) fn problem(&self) -> Option<String> {
+    /// Records what is wrong with these values.
+    pub(crate) fn check(&self, found: &mut Found) {
         if !(1..=10_000).contains(&self.max_sessions_per_tenant) {
-            return Some(format!("max_sessions_per_tenant must be 1 to 10000, got {}", self.max_sessions_per_tenant));
+            let got = self.max_sessions_per_tenant;
+            found.add("mcp.max_sessions_per_tenant", format!("must be 1 to 10000, got {got}"));
         }
         if !(1..=86_400).contains(&self.idle_timeout_s) {
-            return Some(format!("idle_timeout_s must be 1 to 86400, got {}", self.idle_timeout_s));
+            found.add("mcp.idle_timeout_s", format!("must be 1 to 86400, got {}", self.idle_timeout_s));
         }
-        None
     }
 }
 
@@ -43,9 +46,10 @@ mod tests {
         assert_eq!((config.mcp.max_sessions_per_tenant, config.mcp.idle_timeout_s), (3, 600));
         for text in ["[mcp]\nidle_timeout_s = 0\n", "[mcp]\nmax_sessions_per_tenant = 0\n"] {
             let config = ServerConfig { insecure_no_auth: true, ..ServerConfig::from_toml_str(text)? };
-            let error = config.validate().err().map(|e| e.to_string()).unwrap_or_default();
+            let error = config.validate().err();
+            let paths: Vec<&str> = error.iter().flat_map(|e| e.problems()).map(|p| p.path.as_str()).collect();
             let key = text.lines().nth(1).and_then(|line| line.split(' ').next()).unwrap_or_default();
-            assert!(error.starts_with("[mcp]") && error.contains(key), "{text:?}: {error:?}");
+            assert_eq!(paths, [format!("mcp.{key}")], "{text:?}");
         }
         Ok(())
     }

@@ -6,10 +6,13 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::config::problem::Found;
 
 /// Where the secrets key comes from.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SecretsConfig {
     /// File holding the key: 32 bytes as 64 hex characters or base64, mode 0600 or stricter (a file group or others
@@ -27,8 +30,12 @@ pub struct SecretsConfig {
 }
 
 impl SecretsConfig {
-    /// Why these settings are unusable (the keys themselves are read at start, by `seal::key_source`).
-    pub(crate) fn problem(&self) -> Option<String> {
+    /// Records what is wrong with these settings (the keys themselves are read at start, by `seal::key_source`).
+    pub(crate) fn check(&self, found: &mut Found) {
+        found.check("secrets.key_env", self.problem());
+    }
+
+    fn problem(&self) -> Option<String> {
         if self.key_file.is_some() && self.key_env.is_some() {
             return Some("set key_file or key_env, not both".into());
         }
@@ -36,7 +43,7 @@ impl SecretsConfig {
             && (name.is_empty() || name.contains(['=', '\0']))
         {
             return Some(format!(
-                "key_env = {name:?} is not an environment variable name; name one, e.g. \"SANDKASTEN_SECRETS_KEY\""
+                "{name:?} is not an environment variable name; name one, e.g. \"SANDKASTEN_SECRETS_KEY\""
             ));
         }
         None

@@ -5,10 +5,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use sandkasten_snapshot_store::{S3Options, StoreConfig};
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize, Serializer};
 
 /// Where snapshots are kept.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SnapshotsConfig {
     /// `file:///absolute/dir` or `s3://bucket/prefix`. Default: `file://<the database's directory>/snapshots`.
@@ -20,11 +21,13 @@ pub struct SnapshotsConfig {
     /// Region; unset: `AWS_REGION`, else `us-east-1`.
     #[serde(default)]
     pub s3_region: Option<String>,
-    /// Access key id; unset: `AWS_ACCESS_KEY_ID` (or instance credentials).
-    #[serde(default)]
+    /// Access key id; unset: `AWS_ACCESS_KEY_ID` (or instance credentials). Written out (`GET /v1/config`) as
+    /// `"<redacted>"`.
+    #[serde(default, serialize_with = "redacted")]
     pub s3_access_key_id: Option<String>,
-    /// Secret access key; unset: `AWS_SECRET_ACCESS_KEY`. Prefer the environment to the config file.
-    #[serde(default)]
+    /// Secret access key; unset: `AWS_SECRET_ACCESS_KEY`. Prefer the environment to the config file. Written out
+    /// as `"<redacted>"`.
+    #[serde(default, serialize_with = "redacted")]
     pub s3_secret_access_key: Option<String>,
     /// Allow an `http://` endpoint (a test server on loopback only: keys and snapshots travel in the clear).
     #[serde(default)]
@@ -33,6 +36,11 @@ pub struct SnapshotsConfig {
     /// chunks). Default 3600.
     #[serde(default)]
     pub gc_grace_s: Option<u64>,
+}
+
+/// Writes a credential as `"<redacted>"` (or nothing when unset): whether it is set shows, never what it is.
+fn redacted<S: Serializer>(value: &Option<String>, serializer: S) -> Result<S::Ok, S::Error> {
+    value.as_ref().map(|_| "<redacted>").serialize(serializer)
 }
 
 /// How long GC spares an unreferenced chunk unless configured.

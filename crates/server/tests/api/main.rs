@@ -12,6 +12,7 @@ mod auth;
 mod background;
 mod bad_input;
 mod code;
+mod config;
 mod e2b;
 mod exec;
 mod files;

@@ -163,6 +163,9 @@ async fn live_responses_match_the_spec() {
     seen.push(check("POST", "/v1/scan")(h.post("/v1/scan", KEY_A, hostile).await));
     seen.push(check("POST", "/v1/scan")(h.post("/v1/scan", KEY_A, json!({"language": "cobol", "code": ""})).await));
     seen.push(check("GET", "/v1/pools")(h.get("/v1/pools", KEY_A).await));
+    seen.push(check("GET", "/v1/config")(h.get("/v1/config", KEY_A).await));
+    let admin = crate::config::admin_harness();
+    seen.push(check("GET", "/v1/config")(admin.get("/v1/config", crate::config::KEY_OPS).await));
     let sizes = Body::from(r#"{"min": 1, "max": 2}"#);
     seen.push(check("PUT", "/v1/pools/{name}")(h.call("PUT", "/v1/pools/p", Some(KEY_A), sizes).await));
     let code = format!("{s}/code");

@@ -214,7 +214,8 @@ async fn the_server_does_not_start_on_a_tier_the_host_cannot_run() {
     runtime.unavailable_tiers.lock().unwrap().insert(Tier::Gvisor, NO_RUNSC.into());
     let mut pooled = test_config();
     pooled.pools = vec![pool("strong", Some(Tier::Gvisor), 64)];
-    for (config, setting) in [(with_default(Tier::Gvisor), "[defaults] isolation"), (pooled, "[[pools]] \"strong\"")] {
+    let settings = [(with_default(Tier::Gvisor), "defaults.isolation"), (pooled, "pools[0].isolation")];
+    for (config, setting) in settings {
         let config = ServerConfig { database: dir.path().join("sandkasten.db"), ..config };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let ended = sandkasten_server::serve_on(listener, config, runtime.clone(), std::future::pending::<()>()).await;
@@ -222,7 +223,7 @@ async fn the_server_does_not_start_on_a_tier_the_host_cannot_run() {
             Err(ServerError::Config(error)) => error.to_string(),
             other => panic!("expected a config error, got {other:?}"),
         };
-        assert!(message.starts_with(setting) && message.ends_with(NO_RUNSC), "{message}");
+        assert!(message.ends_with(&format!("\n  {setting}: \"gvisor\": {NO_RUNSC}")), "{message}");
     }
     assert!(runtime.created_tiers().is_empty());
 }

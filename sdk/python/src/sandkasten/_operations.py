@@ -79,6 +79,7 @@ OPERATIONS: Dict[str, Operation] = _table(
     ("pools.list", "GET", "/v1/pools"),
     ("pools.resize", "PUT", "/v1/pools/{name}"),
     ("scan", "POST", "/v1/scan"),
+    ("config", "GET", "/v1/config"),
 )
 
 F = TypeVar("F", bound=Callable[..., Any])

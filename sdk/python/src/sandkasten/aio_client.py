@@ -11,7 +11,16 @@ from ._http import DEFAULT_TIMEOUT, AsyncTransport, json_of
 from ._operations import op, uses
 from ._streams import OutputCallback, RunCollector, adrain
 from .aio_sandbox import AsyncSandbox
-from .models import LimitsLike, NetworkLike, PoolInfo, SandboxInfo, ScanReport, SecretInfo, SnapshotInfo
+from .models import (
+    LimitsLike,
+    NetworkLike,
+    PoolInfo,
+    SandboxInfo,
+    ScanReport,
+    SecretInfo,
+    ServerConfigInfo,
+    SnapshotInfo,
+)
 from .results import RunResult, stream_bytes
 
 
@@ -76,6 +85,13 @@ class AsyncClient:
         params.update({f"metadata.{key}": value for key, value in (metadata or {}).items()})
         response = await self._transport.request(op("sandboxes.list"), {}, params=params)
         return [SandboxInfo.from_json(item) for item in json_of(response).get("sandboxes", [])]
+
+    @uses("config")
+    async def config(self) -> ServerConfigInfo:
+        """The config the server applies, every default filled in and secrets redacted (admin tenants only: others
+        raise Forbidden)."""
+        response = await self._transport.request(op("config"), {})
+        return ServerConfigInfo.from_json(json_of(response))
 
     @uses("scan")
     async def scan(self, code: str, language: str, *, policy: Optional[Mapping[str, Any]] = None) -> ScanReport:

@@ -337,6 +337,33 @@ class SecretInfo:
 
 
 @dataclass(frozen=True)
+class TierStatus:
+    """Whether one isolation tier runs on the server's host (`TierStatus`)."""
+
+    tier: str
+    available: bool
+    reason: Optional[str]  #: why not, when it is not available
+
+
+@dataclass(frozen=True)
+class ServerConfigInfo:
+    """The config the server applies (`ConfigBody`, admin tenants only): `config` has the config file's keys and shape
+    (docs/config.schema.json) with every default filled in; API keys and S3 credentials read "<redacted>"."""
+
+    config: Json
+    default_limits: Limits
+    tiers: List[TierStatus]
+
+    @classmethod
+    def from_json(cls, body: Json) -> ServerConfigInfo:
+        return cls(
+            config=body.get("config") or {},
+            default_limits=Limits.from_json(body.get("default_limits") or {}),
+            tiers=[TierStatus(**_fields(TierStatus, tier)) for tier in body.get("tiers") or []],
+        )
+
+
+@dataclass(frozen=True)
 class PoolInfo:
     """A warm pool (`PoolBody`)."""
 
