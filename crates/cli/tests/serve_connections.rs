@@ -2,7 +2,7 @@
 //! hundreds of half-open connections (a partial request head, then silence) from one address get that address's
 //! share and no more (the rest are closed at once), `/healthz` still answers another client meanwhile, the server's
 //! descriptors stay bounded, and the held connections are closed at the header-read timeout, after which the first
-//! client is served again.
+//! client is served again. A start whose descriptor limit cannot hold its connection caps is refused.
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -108,4 +108,30 @@ fn half_open_connections_get_one_clients_share_and_are_closed_at_the_header_time
     }
     // Its slots are back: the first client is served again.
     assert_eq!(healthz_from([127, 0, 0, 1], port), "HTTP/1.1 200 OK");
+}
+
+/// The caps are sized against the server's descriptors at start: a `RLIMIT_NOFILE` (hard, so it cannot be raised)
+/// too small for `[http] max_connections` plus two descriptors per `[egress] max_total_connections` (defaults: 4096
+/// and 4096) makes `serve` refuse to start, naming both and the limit, instead of running out under load.
+#[test]
+fn a_start_without_descriptors_for_its_connection_caps_is_refused_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        "ulimit -n 2000 && exec {} serve --insecure-no-auth --listen 127.0.0.1:0 --database {}",
+        common::bin(),
+        dir.path().join("sandkasten.db").display()
+    );
+    let started = Instant::now();
+    let output = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .env_remove("SANDKASTEN_API_KEYS")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "serve started with 2000 descriptors for 4096 + 2 × 4096 connections: {stderr}");
+    for needle in ["max_connections = 4096", "max_total_connections = 4096", "RLIMIT_NOFILE allows 2000"] {
+        assert!(stderr.contains(needle), "the refusal does not say {needle:?}: {stderr}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(20), "serve took {:?} to refuse", started.elapsed());
 }

@@ -51,6 +51,7 @@ const PER_TIER_SUITES: &[&str] = &[
     "attacks_host_files.rs",
     "serve_archive.rs",
     "serve_egress.rs",
+    "serve_egress_descriptors.rs",
     "client_cli.rs",
     "attacks_agent.rs",
     "attacks_fs.rs",
