@@ -26,6 +26,7 @@ pub mod state;
 pub mod store;
 mod store_paused;
 mod store_snapshots;
+mod supervised;
 pub mod transfers;
 mod usage_sampler;
 mod usage_samples;
@@ -173,10 +174,15 @@ pub async fn serve_on(
         tracing::warn!(%addr, "authentication is off (insecure_no_auth): every request acts as tenant 'default'");
     }
     tracing::info!(%addr, tenants = config.tenants.len(), lost, unfinished, "sandkasten server listening");
-    let sweeper = tokio::spawn(lifecycle::expiry::run(state.clone()));
-    let refill = tokio::spawn(lifecycle::refill::run(state.clone()));
-    let sampler =
-        tokio::spawn(usage_sampler::run(state.clone(), Duration::from_secs(config.metrics.sample_interval_s)));
+    let (sweeper_state, refill_state, sampler_state) = (state.clone(), state.clone(), state.clone());
+    let sweeper =
+        tokio::spawn(supervised::supervise("expiry sweeper", move || lifecycle::expiry::run(sweeper_state.clone())));
+    let refill =
+        tokio::spawn(supervised::supervise("pool refill", move || lifecycle::refill::run(refill_state.clone())));
+    let sample_every = Duration::from_secs(config.metrics.sample_interval_s);
+    let sampler = tokio::spawn(supervised::supervise("usage sampler", move || {
+        usage_sampler::run(sampler_state.clone(), sample_every)
+    }));
     let audit = state.audit_writer().map(tokio::spawn);
     // At the signal: kill what MCP sessions created (first, so no session's own close races the process's end),
     // then end the sessions, whose open streams would otherwise hold the graceful shutdown.
