@@ -11,6 +11,7 @@ pub mod clock;
 pub mod config;
 mod e2b;
 pub mod egress;
+mod http_connections;
 mod http_serve;
 pub mod ids;
 pub mod lifecycle;
