@@ -300,4 +300,72 @@ mod tests {
         assert_eq!(unescape_mountinfo("/a\\134b\\011c"), "/a\\b\tc");
         assert_eq!(unescape_mountinfo("/plain\\x"), "/plain\\x");
     }
+
+    /// Runs `check` in a forked child in a mount namespace of its own (nothing it mounts is seen outside) and
+    /// returns its exit code.
+    fn in_private_mount_namespace(check: impl FnOnce() -> i32) -> i32 {
+        // SAFETY: the child only calls async-signal-tolerant code of this test and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            // SAFETY: unshare with a flag constant; no pointers.
+            let code = if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0
+                || execute_step(&MountStep::MakeEverythingPrivate, 0, 0).is_err()
+            {
+                100
+            } else {
+                check()
+            };
+            // SAFETY: leave the forked child without running any of the parent's code.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child with a valid status pointer.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "child died: status {status:#x}");
+        libc::WEXITSTATUS(status)
+    }
+
+    #[test]
+    fn an_overlay_of_a_host_directory_is_read_only_and_carries_the_mounts_beneath_it() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: mounting needs root");
+            return;
+        }
+        let base = std::env::temp_dir().join(format!("sandkasten-overlay-test-{}", std::process::id()));
+        let (source, target) = (base.join("source"), base.join("target"));
+        fs::create_dir_all(source.join("beneath")).unwrap_or_default();
+        fs::write(source.join("top.txt"), "top").unwrap_or_default();
+        let code = in_private_mount_namespace(|| {
+            let beneath = source.join("beneath");
+            if sys_mount("tmpfs", &beneath, "tmpfs", 0, "size=1m").is_err()
+                || fs::write(beneath.join("inner.txt"), "inner").is_err()
+            {
+                return 101;
+            }
+            if overlay_read_only(&source, &target).is_err() {
+                return 102;
+            }
+            let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+            let overlay = mounts.lines().any(|l| l.contains(" - overlay ") && l.contains(&*target.to_string_lossy()));
+            match (
+                overlay,
+                fs::read_to_string(target.join("top.txt")).ok().as_deref(),
+                fs::read_to_string(target.join("beneath/inner.txt")).ok().as_deref(),
+                fs::write(target.join("new.txt"), "x").map_err(|e| e.raw_os_error()),
+                fs::write(target.join("beneath/new.txt"), "x").map_err(|e| e.raw_os_error()),
+            ) {
+                (false, ..) => 103,
+                (_, Some("top"), Some("inner"), Err(Some(libc::EROFS)), Err(Some(libc::EROFS))) => 0,
+                (_, _, None, ..) => 104,
+                _ => 105,
+            }
+        });
+        let _ = fs::remove_dir_all(&base);
+        assert_eq!(
+            code, 0,
+            "100 namespace, 101 setup, 102 overlay, 103 no overlay, 104 mount beneath lost, 105 writable"
+        );
+    }
 }
