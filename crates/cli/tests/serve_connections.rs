@@ -168,7 +168,8 @@ fn half_open_connections_from_many_clients_cannot_keep_healthz_from_answering() 
 
 /// The caps are sized against the server's descriptors at start: a `RLIMIT_NOFILE` (hard, so it cannot be raised)
 /// too small for `[http] max_connections` plus two descriptors per `[egress] max_total_connections` (defaults: 4096
-/// and 4096) makes `serve` refuse to start, naming both and the limit, instead of running out under load.
+/// and 4096), or for the sandboxes the tenants may run besides, makes `serve` refuse to start, naming them and the
+/// limit, instead of running out under load.
 #[test]
 fn a_start_without_descriptors_for_its_connection_caps_is_refused_naming_them() {
     let dir = tempfile::tempdir().unwrap();
@@ -190,4 +191,26 @@ fn a_start_without_descriptors_for_its_connection_caps_is_refused_naming_them() 
         assert!(stderr.contains(needle), "the refusal does not say {needle:?}: {stderr}");
     }
     assert!(started.elapsed() < Duration::from_secs(20), "serve took {:?} to refuse", started.elapsed());
+    // The sandboxes the tenants may run count too (a few descriptors each): 16 384 would do for the connections alone.
+    let config = dir.path().join("sandkasten.toml");
+    std::fs::write(
+        &config,
+        "[[tenants]]\nname = \"big\"\napi_keys = [\"big-key-0123456789abcdefghij\"]\nmax_sandboxes = 1000\n",
+    )
+    .unwrap();
+    let script = format!(
+        "ulimit -n 18000 && exec {} serve --listen 127.0.0.1:0 --config {} --database {}",
+        common::bin(),
+        config.display(),
+        dir.path().join("sandkasten.db").display()
+    );
+    let output = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .env_remove("SANDKASTEN_API_KEYS")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "serve started with 18000 descriptors for 1000 sandboxes too: {stderr}");
+    assert!(stderr.contains("1000 sandboxes") && stderr.contains("RLIMIT_NOFILE allows 18000"), "{stderr}");
 }

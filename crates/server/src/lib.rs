@@ -116,14 +116,30 @@ fn check_tiers(config: &ServerConfig, runtime: &dyn SandboxRuntime) -> Result<()
     Ok(())
 }
 
-/// Descriptors the server needs besides its connections (database, spawner, agents' channels, egress listeners).
+/// Descriptors the server needs besides its connections and sandboxes (database, spawner, MCP sessions, snapshot
+/// transfers, logs).
 const OTHER_DESCRIPTORS: u64 = 4096;
+
+/// Descriptors the server holds per running sandbox, at most: its agent's channel and the spawner's handle of it, and
+/// the egress door's listener (2 measured for a sandbox without a network policy, 3 with one, on both tiers).
+const DESCRIPTORS_PER_SANDBOX: u64 = 4;
+
+/// The sandboxes this server may run at once: every tenant's `max_sandboxes` (the unauthenticated tenant's too when
+/// authentication is off) and every warm pool's `max` (idle members belong to no tenant).
+fn most_sandboxes(config: &ServerConfig) -> u64 {
+    let tenants = config.tenants.iter().map(|t| t.max_sandboxes).fold(0u64, u64::saturating_add);
+    let anonymous = (config.insecure_no_auth && !config.tenants.iter().any(|t| t.name == auth::UNAUTHENTICATED_TENANT))
+        .then(|| config::TenantConfig::new(auth::UNAUTHENTICATED_TENANT).max_sandboxes)
+        .unwrap_or(0);
+    let pools = config.pools.iter().map(|p| p.max as u64).fold(0u64, u64::saturating_add);
+    tenants.saturating_add(anonymous).saturating_add(pools)
+}
 
 /// Raises this process's `RLIMIT_NOFILE` soft limit to its hard limit, and refuses to start when that is still too
 /// few for the API's `max_connections`, the egress proxy's connections (`max_total_connections`, two descriptors
-/// each: the sandbox's and the upstream's) and everything else (so running out is a configuration error at start, not
-/// a silent failure under load).
-fn reserve_descriptors(max_connections: usize, egress_connections: usize) -> Result<(), ConfigError> {
+/// each: the sandbox's and the upstream's), the sandboxes the tenants and pools may run (`DESCRIPTORS_PER_SANDBOX`
+/// each) and everything else (so running out is a configuration error at start, not a silent failure under load).
+fn reserve_descriptors(max_connections: usize, egress_connections: usize, sandboxes: u64) -> Result<(), ConfigError> {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let mut limit = getrlimit(Resource::Nofile);
     let hard = limit.maximum.unwrap_or(u64::MAX);
@@ -135,12 +151,16 @@ fn reserve_descriptors(max_connections: usize, egress_connections: usize) -> Res
     }
     let soft = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
     let egress = 2 * egress_connections as u64;
-    let needed = (max_connections as u64).saturating_add(egress).saturating_add(OTHER_DESCRIPTORS);
+    let needed = (max_connections as u64)
+        .saturating_add(egress)
+        .saturating_add(sandboxes.saturating_mul(DESCRIPTORS_PER_SANDBOX))
+        .saturating_add(OTHER_DESCRIPTORS);
     if soft < needed {
         return Err(ConfigError::Http(format!(
-            "[http] max_connections = {max_connections} and [egress] max_total_connections = {egress_connections} \
-             need {needed} file descriptors, but RLIMIT_NOFILE allows {soft}: lower them or raise the limit \
-             (ulimit -n, LimitNOFILE= in systemd)"
+            "[http] max_connections = {max_connections}, [egress] max_total_connections = {egress_connections} and \
+             {sandboxes} sandboxes at once (the tenants' max_sandboxes and the pools' max) need {needed} file \
+             descriptors, but RLIMIT_NOFILE allows {soft}: lower them or raise the limit (ulimit -n, LimitNOFILE= in \
+             systemd)"
         )));
     }
     Ok(())
@@ -159,7 +179,7 @@ pub async fn serve_on(
 ) -> Result<(), ServerError> {
     config.validate()?;
     check_tiers(&config, runtime.as_ref())?;
-    reserve_descriptors(config.http.max_connections, config.egress.max_total_connections)?;
+    reserve_descriptors(config.http.max_connections, config.egress.max_total_connections, most_sandboxes(&config))?;
     let keys = seal::key_source::load(&config.secrets, &config.database)?;
     let store = Store::open(&config.database, keys)
         .map_err(|source| ServerError::Store { path: config.database.clone(), source })?;
@@ -207,4 +227,24 @@ pub async fn serve_on(
     mcp::close_sessions(&state).await;
     tracing::info!("sandkasten server stopped");
     result.map_err(ServerError::Serve)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sandboxes_reserved_for_are_every_tenants_and_the_anonymous_ones_when_authentication_is_off() {
+        let tenant =
+            |name: &str, max: u64| config::TenantConfig { max_sandboxes: max, ..config::TenantConfig::new(name) };
+        let config = ServerConfig { tenants: vec![tenant("a", 64), tenant("b", 8)], ..ServerConfig::default() };
+        assert_eq!(most_sandboxes(&config), 72);
+        let open = ServerConfig { insecure_no_auth: true, ..config.clone() };
+        assert_eq!(most_sandboxes(&open), 72 + config::TenantConfig::new("x").max_sandboxes);
+        let named =
+            ServerConfig { insecure_no_auth: true, tenants: vec![tenant(auth::UNAUTHENTICATED_TENANT, 5)], ..config };
+        assert_eq!(most_sandboxes(&named), 5, "a configured default tenant is counted once");
+        let huge = ServerConfig { tenants: vec![tenant("a", u64::MAX), tenant("b", 1)], ..ServerConfig::default() };
+        assert_eq!(most_sandboxes(&huge), u64::MAX, "saturates");
+    }
 }
