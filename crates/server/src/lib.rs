@@ -128,9 +128,12 @@ const DESCRIPTORS_PER_SANDBOX: u64 = 4;
 /// authentication is off) and every warm pool's `max` (idle members belong to no tenant).
 fn most_sandboxes(config: &ServerConfig) -> u64 {
     let tenants = config.tenants.iter().map(|t| t.max_sandboxes).fold(0u64, u64::saturating_add);
-    let anonymous = (config.insecure_no_auth && !config.tenants.iter().any(|t| t.name == auth::UNAUTHENTICATED_TENANT))
-        .then(|| config::TenantConfig::new(auth::UNAUTHENTICATED_TENANT).max_sandboxes)
-        .unwrap_or(0);
+    let configured = config.tenants.iter().any(|t| t.name == auth::UNAUTHENTICATED_TENANT);
+    let anonymous = if config.insecure_no_auth && !configured {
+        config::TenantConfig::new(auth::UNAUTHENTICATED_TENANT).max_sandboxes
+    } else {
+        0
+    };
     let pools = config.pools.iter().map(|p| p.max as u64).fold(0u64, u64::saturating_add);
     tenants.saturating_add(anonymous).saturating_add(pools)
 }
