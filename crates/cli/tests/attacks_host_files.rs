@@ -112,8 +112,9 @@ fn the_hosts_boot_id_is_not_visible(tier: Tier) {
 /// inotify watches inodes: were `/usr` and the `/etc` files bound into the sandbox (the same inodes as the host's), a
 /// watch inside would report every open of them by the host and by neighbouring sandboxes (which programs run, when,
 /// how often). The sandbox watches `/usr/bin`, `/usr/bin/true`, libc and `/etc/ld.so.cache` (which the dynamic loader
-/// opens for every program started); meanwhile the host reads and runs `/usr/bin/true` and lists `/usr/bin`. The
-/// sandbox must see none of it, and must see its own open of `/usr/bin/true` (the watches are live).
+/// opens for every program started); meanwhile the host, then a neighbouring sandbox, read and run `/usr/bin/true`
+/// and list `/usr/bin`. The sandbox must see none of it, and must see its own open of `/usr/bin/true` (the watches
+/// are live).
 fn inotify_on_host_files_sees_nothing_of_the_hosts_opens(tier: Tier) {
     use std::io::{BufRead, BufReader, Write};
     use std::process::{Command, Stdio};
@@ -164,6 +165,15 @@ fn inotify_on_host_files_sees_nothing_of_the_hosts_opens(tier: Tier) {
         assert!(Command::new("/usr/bin/true").status().unwrap().success());
         std::fs::read_dir("/usr/bin").unwrap().count();
     }
+    // And a neighbouring sandbox of the same tier runs the same program and reads the same files.
+    let neighbour = Command::new(bin())
+        .args(["run", "--isolation", tier.name(), "--", "/bin/sh", "-c"])
+        .arg(format!(
+            "/usr/bin/true && cat /usr/bin/true {libc_path} /etc/ld.so.cache > /dev/null && ls /usr/bin > /dev/null"
+        ))
+        .output()
+        .unwrap();
+    assert!(neighbour.status.success(), "the neighbour's run failed: {neighbour:?}");
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(b"go\n").unwrap();
     drop(stdin);
