@@ -53,6 +53,7 @@ const PER_TIER_SUITES: &[&str] = &[
     "attacks_host_files.rs",
     "serve_archive.rs",
     "serve_egress.rs",
+    "serve_egress_descriptors.rs",
     "client_cli.rs",
     "client_shell.rs",
     "attacks_agent.rs",

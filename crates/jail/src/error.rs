@@ -54,6 +54,15 @@ pub enum JailError {
         #[source]
         source: io::Error,
     },
+    /// Reading a host file to copy it into the new root, or the mount table, failed.
+    #[error("reading the host's {path} failed: {source}")]
+    ReadHost {
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
     /// Creating a directory, file or symlink of the new root failed.
     #[error("creating {path} in the new root failed: {source}")]
     CreatePath {

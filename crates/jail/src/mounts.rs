@@ -10,7 +10,7 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{JailError, last_os_error};
-use crate::rootfs::{BindKind, MountStep, SandboxFile};
+use crate::rootfs::{BindKind, COPY_MAX_BYTES, MountStep, SandboxFile};
 
 /// Calls mount(2). `source`, `fstype` and `data` may be empty to pass NULL.
 fn sys_mount(source: &str, target: &Path, fstype: &str, flags: u64, data: &str) -> Result<(), JailError> {
@@ -136,11 +136,8 @@ fn execute_step(step: &MountStep, uid: u32, gid: u32) -> Result<(), JailError> {
             create_dir_all(target)?;
             sys_mount("tmpfs", target, "tmpfs", *flags, options)
         }
-        MountStep::BindReadOnly { source, target, kind } => {
-            create_mount_point(target, *kind)?;
-            sys_mount(&source.to_string_lossy(), target, "", libc::MS_BIND | libc::MS_REC, "")?;
-            remount_read_only(target, libc::MS_NOSUID | libc::MS_NODEV)
-        }
+        MountStep::OverlayReadOnly { source, target } => overlay_read_only(source, target),
+        MountStep::CopyReadOnly { source, target } => copy_read_only(source, target),
         MountStep::BindDevice { source, target } => {
             create_mount_point(target, BindKind::File)?;
             sys_mount(&source.to_string_lossy(), target, "", libc::MS_BIND, "")
@@ -195,6 +192,94 @@ fn execute_step(step: &MountStep, uid: u32, gid: u32) -> Result<(), JailError> {
     }
 }
 
+/// Binds the host path `source` at `target` read-only (keeping the source mount's locked flags), with the mounts
+/// beneath it.
+fn bind_read_only(source: &Path, target: &Path, kind: BindKind) -> Result<(), JailError> {
+    create_mount_point(target, kind)?;
+    sys_mount(&source.to_string_lossy(), target, "", libc::MS_BIND | libc::MS_REC, "")?;
+    remount_read_only(target, libc::MS_NOSUID | libc::MS_NODEV)
+}
+
+/// See `MountStep::OverlayReadOnly`. Overlay options separate layers with `:` and options with `,`: a path holding
+/// either (or `\\`) is bound instead of being quoted.
+fn overlay_read_only(source: &Path, target: &Path) -> Result<(), JailError> {
+    create_dir_all(target)?;
+    let (lower, empty) = (source.to_string_lossy(), target.to_string_lossy());
+    let plain = |path: &str| !path.contains([':', ',', '\\']);
+    let options = format!("lowerdir={lower}:{empty}");
+    let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
+    if !plain(&lower) || !plain(&empty) || sys_mount("overlay", target, "overlay", flags, &options).is_err() {
+        return bind_read_only(source, target, BindKind::Dir);
+    }
+    for beneath in top_mounts_beneath(source)? {
+        let Ok(relative) = beneath.strip_prefix(source) else { continue };
+        bind_read_only(&beneath, &target.join(relative), BindKind::Dir)?;
+    }
+    Ok(())
+}
+
+/// The mount points strictly beneath `dir` in this mount namespace (`/proc/self/mountinfo`), without those beneath
+/// another of them (a recursive bind carries those).
+fn top_mounts_beneath(dir: &Path) -> Result<Vec<PathBuf>, JailError> {
+    let mountinfo = Path::new("/proc/self/mountinfo");
+    let text = fs::read_to_string(mountinfo)
+        .map_err(|source| JailError::ReadHost { path: mountinfo.to_path_buf(), source })?;
+    let mut points: Vec<PathBuf> = text
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|escaped| PathBuf::from(unescape_mountinfo(escaped)))
+        .filter(|point| point != dir && point.starts_with(dir))
+        .collect();
+    points.sort();
+    let mut top: Vec<PathBuf> = Vec::new();
+    for point in points {
+        if !top.iter().any(|above| point.starts_with(above)) {
+            top.push(point);
+        }
+    }
+    Ok(top)
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space, `\011`, `\012`, `\134`).
+fn unescape_mountinfo(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes.get(i + 1..i + 4).and_then(|d| u8::from_str_radix(std::str::from_utf8(d).ok()?, 8).ok());
+        match (bytes[i], octal) {
+            (b'\\', Some(byte)) => {
+                out.push(byte);
+                i += 4;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// See `MountStep::CopyReadOnly`.
+fn copy_read_only(source: &Path, target: &Path) -> Result<(), JailError> {
+    use std::io::Read;
+    let fail = |source| JailError::CreatePath { path: target.to_path_buf(), source };
+    let read_fail = |e| JailError::ReadHost { path: source.to_path_buf(), source: e };
+    let file = fs::File::open(source).map_err(read_fail)?;
+    let meta = file.metadata().map_err(read_fail)?;
+    if !meta.is_file() || meta.len() > COPY_MAX_BYTES {
+        return bind_read_only(source, target, BindKind::File);
+    }
+    let mut contents = Vec::new();
+    file.take(COPY_MAX_BYTES).read_to_end(&mut contents).map_err(read_fail)?;
+    if let Some(parent) = target.parent() {
+        create_dir_all(parent)?;
+    }
+    fs::write(target, &contents).map_err(fail)?;
+    fs::set_permissions(target, fs::Permissions::from_mode(0o444)).map_err(fail)
+}
+
 /// Makes `new_root` the root of the mount namespace and detaches the old root entirely, so no host path remains
 /// reachable. Uses the `pivot_root(".", ".")` idiom: no directory for the old root is needed in the (read-only) new
 /// root.
@@ -207,4 +292,84 @@ pub fn pivot_into(new_root: &Path) -> Result<(), JailError> {
     rustix::mount::unmount(".", rustix::mount::UnmountFlags::DETACH)
         .map_err(|e| JailError::UnmountOldRoot(e.into()))?;
     chdir(&PathBuf::from("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape_mountinfo("/usr/my\\040dir"), "/usr/my dir");
+        assert_eq!(unescape_mountinfo("/a\\134b\\011c"), "/a\\b\tc");
+        assert_eq!(unescape_mountinfo("/plain\\x"), "/plain\\x");
+    }
+
+    /// Runs `check` in a forked child in a mount namespace of its own (nothing it mounts is seen outside) and
+    /// returns its exit code.
+    fn in_private_mount_namespace(check: impl FnOnce() -> i32) -> i32 {
+        // SAFETY: the child only calls async-signal-tolerant code of this test and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            // SAFETY: unshare with a flag constant; no pointers.
+            let code = if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0
+                || execute_step(&MountStep::MakeEverythingPrivate, 0, 0).is_err()
+            {
+                100
+            } else {
+                check()
+            };
+            // SAFETY: leave the forked child without running any of the parent's code.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child with a valid status pointer.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "child died: status {status:#x}");
+        libc::WEXITSTATUS(status)
+    }
+
+    #[test]
+    fn an_overlay_of_a_host_directory_is_read_only_and_carries_the_mounts_beneath_it() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: mounting needs root");
+            return;
+        }
+        let base = std::env::temp_dir().join(format!("sandkasten-overlay-test-{}", std::process::id()));
+        let (source, target) = (base.join("source"), base.join("target"));
+        fs::create_dir_all(source.join("beneath")).unwrap_or_default();
+        fs::write(source.join("top.txt"), "top").unwrap_or_default();
+        let code = in_private_mount_namespace(|| {
+            let beneath = source.join("beneath");
+            if sys_mount("tmpfs", &beneath, "tmpfs", 0, "size=1m").is_err()
+                || fs::write(beneath.join("inner.txt"), "inner").is_err()
+            {
+                return 101;
+            }
+            if overlay_read_only(&source, &target).is_err() {
+                return 102;
+            }
+            let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+            let overlay = mounts.lines().any(|l| l.contains(" - overlay ") && l.contains(&*target.to_string_lossy()));
+            match (
+                overlay,
+                fs::read_to_string(target.join("top.txt")).ok().as_deref(),
+                fs::read_to_string(target.join("beneath/inner.txt")).ok().as_deref(),
+                fs::write(target.join("new.txt"), "x").map_err(|e| e.raw_os_error()),
+                fs::write(target.join("beneath/new.txt"), "x").map_err(|e| e.raw_os_error()),
+            ) {
+                (false, ..) => 103,
+                (_, Some("top"), Some("inner"), Err(Some(libc::EROFS)), Err(Some(libc::EROFS))) => 0,
+                (_, _, None, ..) => 104,
+                _ => 105,
+            }
+        });
+        let _ = fs::remove_dir_all(&base);
+        assert_eq!(
+            code, 0,
+            "100 namespace, 101 setup, 102 overlay, 103 no overlay, 104 mount beneath lost, 105 writable"
+        );
+    }
 }

@@ -55,7 +55,7 @@ pub struct RootfsSpec {
     pub files: Vec<SandboxFile>,
 }
 
-/// Kind of a bind mount's target, created before the bind.
+/// Kind of a bind mount's target, created before the bind (`mounts` falls back to binds of host paths).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BindKind {
     /// Create an empty directory as mount point.
@@ -78,14 +78,26 @@ pub enum MountStep {
         /// Extra MS_* flags (nosuid, nodev, noexec).
         flags: u64,
     },
-    /// Create `target` and bind `source` there read-only (keeping the source mount's locked flags).
-    BindReadOnly {
-        /// Host path.
+    /// Create the directory `target` and mount there a read-only overlay whose only content is the host directory
+    /// `source` (the empty `target` itself is the second, lower layer an overlay without an upper one needs). The
+    /// files are the host's, page cache included, but their inodes belong to this sandbox's overlay: inotify on them
+    /// sees this sandbox's own accesses only, where a bind shares the host's inodes and shows every open by the host
+    /// and by neighbouring sandboxes. Mounts beneath `source` on the host are bound read-only on top; where overlayfs
+    /// cannot be mounted (no overlay in user namespaces, before Linux 5.11) the directory is bound instead.
+    OverlayReadOnly {
+        /// Host directory.
         source: PathBuf,
         /// Mount point.
         target: PathBuf,
-        /// Directory or file mount point.
-        kind: BindKind,
+    },
+    /// Copy the small host file `source` to `target` (mode 0444, root's), so the sandbox never holds the host's
+    /// inode (inotify on a bound `/etc/ld.so.cache` shows every dynamically linked program the host starts). Files
+    /// larger than `COPY_MAX_BYTES` and anything but a regular file are bound read-only instead.
+    CopyReadOnly {
+        /// Host file.
+        source: PathBuf,
+        /// Where the copy goes.
+        target: PathBuf,
     },
     /// Create `target` and bind the host device node `source` there (read-write).
     BindDevice {
@@ -170,6 +182,9 @@ pub const HOST_ETC_PATHS: &[&str] = &[
 /// open, and whose terminals are their owner's only (the agent hands each to the user of its command).
 pub const DEVPTS_OPTIONS: &str = "newinstance,ptmxmode=0666,mode=0620";
 
+/// A host file larger than this is bound (sharing its inode) rather than copied into the sandbox's root tmpfs.
+pub const COPY_MAX_BYTES: u64 = 1 << 20;
+
 /// Device nodes bound from the host.
 pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
@@ -223,12 +238,8 @@ pub fn plan_rootfs(spec: &RootfsSpec, host: &dyn HostFs) -> Vec<MountStep> {
     for path in HOST_SYSTEM_PATHS.iter().chain(HOST_ETC_PATHS) {
         match host.entry(Path::new(path)) {
             Some(HostEntry::Symlink(points_to)) => steps.push(MountStep::Symlink { link: at(path), points_to }),
-            Some(HostEntry::Dir) => {
-                steps.push(MountStep::BindReadOnly { source: path.into(), target: at(path), kind: BindKind::Dir })
-            }
-            Some(HostEntry::File) => {
-                steps.push(MountStep::BindReadOnly { source: path.into(), target: at(path), kind: BindKind::File })
-            }
+            Some(HostEntry::Dir) => steps.push(MountStep::OverlayReadOnly { source: path.into(), target: at(path) }),
+            Some(HostEntry::File) => steps.push(MountStep::CopyReadOnly { source: path.into(), target: at(path) }),
             None => {}
         }
     }
@@ -341,15 +352,18 @@ mod tests {
     fn merged_usr_links_are_recreated_not_bound() {
         let steps = plan_rootfs(&spec(), &merged_usr_host());
         assert!(steps.contains(&MountStep::Symlink { link: "/tmp/bin".into(), points_to: "usr/bin".into() }));
-        assert!(steps.contains(&MountStep::BindReadOnly {
-            source: "/usr".into(),
-            target: "/tmp/usr".into(),
-            kind: BindKind::Dir
-        }));
-        assert!(steps.contains(&MountStep::BindReadOnly {
+    }
+
+    #[test]
+    fn host_directories_are_overlays_and_host_files_copies() {
+        let steps = plan_rootfs(&spec(), &merged_usr_host());
+        assert!(steps.contains(&MountStep::OverlayReadOnly { source: "/usr".into(), target: "/tmp/usr".into() }));
+        assert!(
+            steps.contains(&MountStep::OverlayReadOnly { source: "/etc/ssl".into(), target: "/tmp/etc/ssl".into() })
+        );
+        assert!(steps.contains(&MountStep::CopyReadOnly {
             source: "/etc/ld.so.cache".into(),
             target: "/tmp/etc/ld.so.cache".into(),
-            kind: BindKind::File
         }));
     }
 
@@ -395,7 +409,8 @@ mod tests {
         assert!(steps.contains(&ptmx), "/dev/ptmx leads to the sandbox's own ptmx");
         assert!(DEVPTS_OPTIONS.split(',').any(|option| option == "newinstance"), "a new instance, not the host's");
         let binds_host_pts = steps.iter().any(|s| {
-            matches!(s, MountStep::BindDevice { source, .. } | MountStep::BindReadOnly { source, .. }
+            matches!(s, MountStep::BindDevice { source, .. } | MountStep::OverlayReadOnly { source, .. }
+                | MountStep::CopyReadOnly { source, .. }
                 if source.starts_with("/dev/pts") || source == Path::new("/dev/ptmx"))
         });
         assert!(!binds_host_pts, "no host terminal is bound in");

@@ -2,9 +2,10 @@
 //! their request head stayed open until the server ran out of descriptors (and `/healthz` with it). Here every
 //! connection is served by hyper's HTTP/1 with a header-read timeout (a connection whose request head does not arrive
 //! in time is closed, between keep-alive requests too); at most `max_connections` are open at once (beyond it the
-//! loop stops accepting and the kernel's backlog holds the rest until one closes) and at most
-//! `max_connections_per_client` from one address (more are closed at once), so one client cannot take them all. At
-//! shutdown the loop stops accepting, asks every connection to finish its request in flight, and waits for them.
+//! loop closes the connection idle longest, see `http_connections`, or, when all are busy, stops accepting and the
+//! kernel's backlog holds the rest until one closes) and at most `max_connections_per_client` from one address (more
+//! are closed at once), so one client cannot take them all. At shutdown the loop stops accepting, asks every
+//! connection to finish its request in flight, and waits for them.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -15,11 +16,11 @@ use std::time::Duration;
 use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
 use crate::config::HttpConfig;
+use crate::http_connections::Connections;
 
 /// Largest request head (request line and headers), in bytes.
 const MAX_HEAD_BYTES: usize = 64 << 10;
@@ -69,13 +70,21 @@ pub(crate) async fn serve(
 ) -> std::io::Result<()> {
     let open = Arc::new(Semaphore::new(limits.max_connections));
     let clients = Arc::new(PerClient::default());
+    let connections = Arc::new(Connections::default());
     let (closing, closed) = watch::channel(false);
     let header_timeout = Duration::from_millis(limits.header_read_timeout_ms);
     tokio::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            () = &mut shutdown => break,
-            permit = Arc::clone(&open).acquire_owned() => permit.map_err(std::io::Error::other)?,
+        let permit = match Arc::clone(&open).try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                // Every slot is taken: the connection idle longest makes room (its permit comes back as it ends).
+                connections.close_longest_idle();
+                tokio::select! {
+                    () = &mut shutdown => break,
+                    permit = Arc::clone(&open).acquire_owned() => permit.map_err(std::io::Error::other)?,
+                }
+            }
         };
         let (stream, peer) = tokio::select! {
             () = &mut shutdown => break,
@@ -93,10 +102,13 @@ pub(crate) async fn serve(
             tracing::debug!(client = %peer.ip(), "too many connections from one client; closing the new one");
             continue;
         };
-        let service = TowerToHyperService::new(router.clone());
+        let registered = connections.register();
+        let service = crate::http_connections::service(router.clone(), Arc::clone(&registered.connection));
         let mut closed = closed.clone();
         tokio::spawn(async move {
             let _held = (permit, slot);
+            let connection_state = Arc::clone(&registered.connection);
+            let _registered = registered;
             let connection = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_timeout)
@@ -109,6 +121,10 @@ pub(crate) async fn serve(
                 _ = closed.changed() => {
                     connection.as_mut().graceful_shutdown();
                     connection.await
+                }
+                () = connection_state.closing() => {
+                    tracing::debug!(client = %peer.ip(), "closing an idle connection to make room for a new one");
+                    Ok(())
                 }
             };
             if let Err(error) = ended {

@@ -11,6 +11,7 @@ pub mod clock;
 pub mod config;
 mod e2b;
 pub mod egress;
+mod http_connections;
 mod http_serve;
 pub mod ids;
 pub mod lifecycle;
@@ -26,6 +27,7 @@ pub mod state;
 pub mod store;
 mod store_paused;
 mod store_snapshots;
+mod supervised;
 pub mod transfers;
 mod transitions;
 mod usage_sampler;
@@ -118,14 +120,33 @@ fn check_tiers(config: &ServerConfig, runtime: &dyn SandboxRuntime) -> Result<()
     }
 }
 
-/// Descriptors the server needs besides its connections (database, spawner, agents' channels, egress listeners).
+/// Descriptors the server needs besides its connections and sandboxes (database, spawner, MCP sessions, snapshot
+/// transfers, logs).
 const OTHER_DESCRIPTORS: u64 = 4096;
+
+/// Descriptors the server holds per running sandbox, at most: its agent's channel and the spawner's handle of it, and
+/// the egress door's listener (2 measured for a sandbox without a network policy, 3 with one, on both tiers).
+const DESCRIPTORS_PER_SANDBOX: u64 = 4;
+
+/// The sandboxes this server may run at once: every tenant's `max_sandboxes` (the unauthenticated tenant's too when
+/// authentication is off) and every warm pool's `max` (idle members belong to no tenant).
+fn most_sandboxes(config: &ServerConfig) -> u64 {
+    let tenants = config.tenants.iter().map(|t| t.max_sandboxes).fold(0u64, u64::saturating_add);
+    let configured = config.tenants.iter().any(|t| t.name == auth::UNAUTHENTICATED_TENANT);
+    let anonymous = if config.insecure_no_auth && !configured {
+        config::TenantConfig::new(auth::UNAUTHENTICATED_TENANT).max_sandboxes
+    } else {
+        0
+    };
+    let pools = config.pools.iter().map(|p| p.max as u64).fold(0u64, u64::saturating_add);
+    tenants.saturating_add(anonymous).saturating_add(pools)
+}
 
 /// Raises this process's `RLIMIT_NOFILE` soft limit to its hard limit, and refuses to start when that is still too
 /// few for the API's `max_connections`, the egress proxy's connections (`max_total_connections`, two descriptors
-/// each: the sandbox's and the upstream's) and everything else (so running out is a configuration error at start, not
-/// a silent failure under load).
-fn reserve_descriptors(max_connections: usize, egress_connections: usize) -> Result<(), ConfigError> {
+/// each: the sandbox's and the upstream's), the sandboxes the tenants and pools may run (`DESCRIPTORS_PER_SANDBOX`
+/// each) and everything else (so running out is a configuration error at start, not a silent failure under load).
+fn reserve_descriptors(max_connections: usize, egress_connections: usize, sandboxes: u64) -> Result<(), ConfigError> {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let mut limit = getrlimit(Resource::Nofile);
     let hard = limit.maximum.unwrap_or(u64::MAX);
@@ -137,14 +158,17 @@ fn reserve_descriptors(max_connections: usize, egress_connections: usize) -> Res
     }
     let soft = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
     let egress = 2 * egress_connections as u64;
-    let needed = (max_connections as u64).saturating_add(egress).saturating_add(OTHER_DESCRIPTORS);
+    let needed = (max_connections as u64)
+        .saturating_add(egress)
+        .saturating_add(sandboxes.saturating_mul(DESCRIPTORS_PER_SANDBOX))
+        .saturating_add(OTHER_DESCRIPTORS);
     if soft < needed {
         return Err(ConfigError::at(
             "http.max_connections",
             format!(
-                "{max_connections}, with egress.max_total_connections = {egress_connections}, needs {needed} file \
-                 descriptors, but RLIMIT_NOFILE allows {soft}: lower them or raise the limit (ulimit -n, \
-                 LimitNOFILE= in systemd)"
+                "{max_connections}, with egress.max_total_connections = {egress_connections} and {sandboxes} \
+                 sandboxes at once (the tenants' max_sandboxes and the pools' max), needs {needed} file descriptors, \
+                 but RLIMIT_NOFILE allows {soft}: lower them or raise the limit (ulimit -n, LimitNOFILE= in systemd)"
             ),
         ));
     }
@@ -164,7 +188,7 @@ pub async fn serve_on(
 ) -> Result<(), ServerError> {
     config.validate()?;
     check_tiers(&config, runtime.as_ref())?;
-    reserve_descriptors(config.http.max_connections, config.egress.max_total_connections)?;
+    reserve_descriptors(config.http.max_connections, config.egress.max_total_connections, most_sandboxes(&config))?;
     let keys = seal::key_source::load(&config.secrets, &config.database)?;
     let store = Store::open(&config.database, keys)
         .map_err(|source| ServerError::Store { path: config.database.clone(), source })?;
@@ -180,10 +204,15 @@ pub async fn serve_on(
         tracing::warn!(%addr, "authentication is off (insecure_no_auth): every request acts as tenant 'default'");
     }
     tracing::info!(%addr, tenants = config.tenants.len(), lost, unfinished, "sandkasten server listening");
-    let sweeper = tokio::spawn(lifecycle::expiry::run(state.clone()));
-    let refill = tokio::spawn(lifecycle::refill::run(state.clone()));
-    let sampler =
-        tokio::spawn(usage_sampler::run(state.clone(), Duration::from_secs(config.metrics.sample_interval_s)));
+    let (sweeper_state, refill_state, sampler_state) = (state.clone(), state.clone(), state.clone());
+    let sweeper =
+        tokio::spawn(supervised::supervise("expiry sweeper", move || lifecycle::expiry::run(sweeper_state.clone())));
+    let refill =
+        tokio::spawn(supervised::supervise("pool refill", move || lifecycle::refill::run(refill_state.clone())));
+    let sample_every = Duration::from_secs(config.metrics.sample_interval_s);
+    let sampler = tokio::spawn(supervised::supervise("usage sampler", move || {
+        usage_sampler::run(sampler_state.clone(), sample_every)
+    }));
     let audit = state.audit_writer().map(tokio::spawn);
     // At the signal: kill what MCP sessions created (first, so no session's own close races the process's end),
     // then end the sessions, whose open streams would otherwise hold the graceful shutdown.
@@ -207,4 +236,24 @@ pub async fn serve_on(
     mcp::close_sessions(&state).await;
     tracing::info!("sandkasten server stopped");
     result.map_err(ServerError::Serve)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sandboxes_reserved_for_are_every_tenants_and_the_anonymous_ones_when_authentication_is_off() {
+        let tenant =
+            |name: &str, max: u64| config::TenantConfig { max_sandboxes: max, ..config::TenantConfig::new(name) };
+        let config = ServerConfig { tenants: vec![tenant("a", 64), tenant("b", 8)], ..ServerConfig::default() };
+        assert_eq!(most_sandboxes(&config), 72);
+        let open = ServerConfig { insecure_no_auth: true, ..config.clone() };
+        assert_eq!(most_sandboxes(&open), 72 + config::TenantConfig::new("x").max_sandboxes);
+        let named =
+            ServerConfig { insecure_no_auth: true, tenants: vec![tenant(auth::UNAUTHENTICATED_TENANT, 5)], ..config };
+        assert_eq!(most_sandboxes(&named), 5, "a configured default tenant is counted once");
+        let huge = ServerConfig { tenants: vec![tenant("a", u64::MAX), tenant("b", 1)], ..ServerConfig::default() };
+        assert_eq!(most_sandboxes(&huge), u64::MAX, "saturates");
+    }
 }
