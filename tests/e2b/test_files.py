@@ -265,7 +265,6 @@ def test_gzip_download(sbx, home):
     assert sbx.files.read(f"{home}/gzip.txt", gzip=True) == text
 
 
-@support.not_yet("files.write(gzip=True)")
 def test_gzip_upload(sbx, home):
     text = "compressible line\n" * 10_000
     sbx.files.write(f"{home}/gzip-up.txt", text, gzip=True)

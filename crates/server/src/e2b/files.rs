@@ -106,9 +106,12 @@ pub(crate) async fn upload(
     let access = sandbox_access(&state, &headers).await?;
     let Query(query) = query.map_err(|rejection| E2bError::invalid(rejection.body_text()))?;
     user_of(&query, &headers)?;
-    if headers.get("content-encoding").is_some_and(|value| value.as_bytes() != b"identity") {
-        return Err(E2bError::unsupported("a compressed upload"));
-    }
+    let encoding = headers.get("content-encoding").map(|value| value.as_bytes().to_ascii_lowercase());
+    let gzip = match encoding.as_deref() {
+        None | Some(b"identity") => false,
+        Some(b"gzip") => true,
+        Some(_) => return Err(E2bError::unsupported("an upload compressed other than with gzip")),
+    };
     let content_type = headers.get(CONTENT_TYPE).and_then(|value| value.to_str().ok()).unwrap_or_default();
     let max = state.settings().max_file_bytes;
     let too_large = || E2bError::new(Code::ResourceExhausted, format!("the upload is larger than {max} bytes"));
@@ -117,7 +120,12 @@ pub(crate) async fn upload(
         let body = axum::body::to_bytes(request.into_body(), usize::try_from(max).unwrap_or(usize::MAX))
             .await
             .map_err(|_| too_large())?;
-        return Ok(Json(vec![write_one(&state, &access, &wanted, body.to_vec()).await?]));
+        let data = if gzip { gunzip(&body, max)? } else { body.to_vec() };
+        return Ok(Json(vec![write_one(&state, &access, &wanted, data).await?]));
+    }
+    if gzip {
+        // The SDK compresses octet-stream uploads only.
+        return Err(E2bError::unsupported("a gzip-compressed multipart upload (send it as application/octet-stream)"));
     }
     let mut multipart =
         Multipart::from_request(request, &()).await.map_err(|rejection| E2bError::invalid(rejection.body_text()))?;
@@ -141,4 +149,42 @@ pub(crate) async fn upload(
         return Err(E2bError::invalid("the upload holds no file"));
     }
     Ok(Json(written))
+}
+
+/// A gzip upload's bytes, at most `max` of them once unpacked (more is refused, however well it compresses).
+fn gunzip(compressed: &[u8], max: u64) -> Result<Vec<u8>, E2bError> {
+    use std::io::Read as _;
+    let mut data = Vec::new();
+    let mut decoder = flate2::read::GzDecoder::new(compressed).take(max.saturating_add(1));
+    decoder
+        .read_to_end(&mut data)
+        .map_err(|error| E2bError::invalid(format!("the upload is not valid gzip: {error}")))?;
+    if data.len() as u64 > max {
+        return Err(E2bError::new(Code::ResourceExhausted, format!("the upload unpacks to more than {max} bytes")));
+    }
+    Ok(data)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod gzip_tests {
+    use std::io::Write as _;
+
+    use super::*;
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        encoder.write_all(data).unwrap();
+        encoder.finish().unwrap()
+    }
+
+    #[test]
+    fn a_gzip_upload_unpacks_within_the_bound_and_a_bomb_is_refused() {
+        assert_eq!(gunzip(&gzip(b"hello"), 5).unwrap(), b"hello");
+        let bomb = gzip(&vec![0u8; 10 << 20]);
+        assert!(bomb.len() < 64 << 10, "it compresses well");
+        let refused = gunzip(&bomb, 1 << 20).unwrap_err();
+        assert!(refused.to_string().contains("more than 1048576 bytes"), "{refused}");
+        assert!(gunzip(b"not gzip at all", 100).unwrap_err().to_string().contains("not valid gzip"));
+    }
 }
