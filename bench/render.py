@@ -320,7 +320,7 @@ def render_warm(w: dict, cold: dict | None) -> list[str]:
         f"average {w['loadavg_before'][0]:.2f} before, {w['loadavg_after'][0]:.2f} after.",
         "",
         "**Method.** `bench/warm.py` starts `target/release/sandkasten serve` on a free loopback port with a temporary "
-        "database and config (one tenant, `max_sandboxes = 2000`, `max_memory_bytes` 1 TiB, `max_pids` 10⁹), waits for `/healthz`, "
+        "database and config (one tenant, `max_sandboxes = 2000`, `max_memory_bytes` 1 TiB, `max_pids` 10⁹, `[http] max_connections` and `[egress] max_total_connections` 1024), waits for `/healthz`, "
         "measures, and stops it with SIGTERM. It does so "
         + ("three times" if (w.get("gvisor") or {}).get("pool") else "twice")
         + ": without a pool (sections 1–5) and with "

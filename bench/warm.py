@@ -105,6 +105,14 @@ class Server:
             "max_sandboxes = 2000",
             f"max_memory_bytes = {1 << 40}",
             "max_pids = 1000000000",
+            "",
+            # Few clients and no egress: the default connection caps plus 2000 sandboxes' descriptors would not fit a
+            # 20 000 descriptor limit, which the server refuses at start.
+            "[http]",
+            "max_connections = 1024",
+            "",
+            "[egress]",
+            "max_total_connections = 1024",
         ]
         if self.pooled:
             config += ["", "[[pools]]", 'name = "default"', f"min = {POOL_MIN}", f"max = {POOL_MAX}"]

@@ -212,11 +212,6 @@ fn host_abstract_unix_socket_is_unreachable(tier: Tier) {
     assert_gone(tier, &r.id());
 }
 
-/// Pages of TCP buffer memory the host's kernel holds (`/proc/net/sockstat`, global across network namespaces).
-fn host_tcp_memory_pages() -> u64 {
-    host_socket_memory_pages("TCP:")
-}
-
 /// Pages of buffer memory the host's kernel holds for one protocol's sockets (`TCP:`, `UDP:` in `/proc/net/sockstat`,
 /// global across network namespaces).
 fn host_socket_memory_pages(protocol: &str) -> u64 {
@@ -227,12 +222,37 @@ fn host_socket_memory_pages(protocol: &str) -> u64 {
     fields[at + 1].parse().unwrap()
 }
 
+/// Runs Python `code` in a 64 MiB sandbox of `tier` and measures, on the host, how much `protocol`'s socket memory
+/// grew by the time the code printed its first line (while it still holds its sockets): that line, the growth in
+/// bytes, and how the run ended.
+fn socket_memory_while_it_runs(
+    tier: Tier,
+    code: &str,
+    timeout: &str,
+    protocol: &str,
+) -> (String, u64, std::process::ExitStatus) {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let before = host_socket_memory_pages(protocol);
+    let mut child = Command::new(bin())
+        .args(["run", "--isolation", tier.name(), "--memory", "64MiB", "--timeout", timeout, "--lang", "python"])
+        .args(["--code", code])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let during = host_socket_memory_pages(protocol);
+    let status = child.wait().unwrap();
+    (line, during.saturating_sub(before) * 4096, status)
+}
+
 /// 40 loopback TCP connections inside a 64 MiB sandbox, each written to until the kernel refuses more (the reader
 /// never reads): the host's TCP memory grows by about the sandbox's memory limit at most (unbounded on cgroup v1
 /// without the sandbox's `memory.kmem.tcp.limit_in_bytes`: 419 MiB was measured), while the sandbox holds them.
 fn socket_buffers_cannot_take_host_tcp_memory_beyond_the_memory_limit(tier: Tier) {
-    use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
     let code = "import socket, time\n\
         srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen(64)\n\
         port = srv.getsockname()[1]\n\
@@ -247,20 +267,7 @@ fn socket_buffers_cannot_take_host_tcp_memory_beyond_the_memory_limit(tier: Tier
         \x20           break\n\
         print('full', total, flush=True)\n\
         time.sleep(3)\n";
-    let before = host_tcp_memory_pages();
-    let mut child = Command::new(bin())
-        .args(["run", "--isolation", tier.name(), "--memory", "64MiB", "--timeout", "30s", "--lang", "python"])
-        .args(["--code", code])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let during = host_tcp_memory_pages();
-    let status = child.wait().unwrap();
-    let grown = during.saturating_sub(before) * 4096;
+    let (line, grown, status) = socket_memory_while_it_runs(tier, code, "30s", "TCP:");
     eprintln!("{tier}: {line:?}, host TCP memory grew by {grown} bytes, run ended {status}");
     assert!(grown < 96 << 20, "the sandbox's sockets took {grown} bytes of the host's TCP memory ({line:?})");
     if tier == Tier::Process {
@@ -303,8 +310,6 @@ fn one_tcp_connection_queues_at_most_its_namespaces_buffer_sizes(tier: Tier) {
 /// the same `memory.kmem.tcp.limit_in_bytes` as TCP's (without it, 317 MiB were measured here); on v2 to `memory.max`;
 /// on gVisor they are the Sentry's netstack memory, not the host kernel's.
 fn udp_buffers_cannot_take_host_udp_memory_beyond_the_memory_limit(tier: Tier) {
-    use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
     let code = "import socket, time\n\
         held = []; payload = b'x' * 60000\n\
         for i in range(40):\n\
@@ -324,20 +329,7 @@ fn udp_buffers_cannot_take_host_udp_memory_beyond_the_memory_limit(tier: Tier) {
         \x20   queued = -1\n\
         print('queued', queued, held[0].getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF), flush=True)\n\
         time.sleep(3)\n";
-    let before = host_socket_memory_pages("UDP:");
-    let mut child = Command::new(bin())
-        .args(["run", "--isolation", tier.name(), "--memory", "64MiB", "--timeout", "60s", "--lang", "python"])
-        .args(["--code", code])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let during = host_socket_memory_pages("UDP:");
-    let status = child.wait().unwrap();
-    let grown = during.saturating_sub(before) * 4096;
+    let (line, grown, status) = socket_memory_while_it_runs(tier, code, "60s", "UDP:");
     eprintln!("{tier}: {line:?}, host UDP memory grew by {grown} bytes, run ended {status}");
     assert!(grown < 96 << 20, "the sandbox's UDP sockets took {grown} bytes of the host's UDP memory ({line:?})");
     if tier == Tier::Process {
