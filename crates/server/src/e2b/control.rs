@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::auth::Tenant;
 use crate::clock::rfc3339;
 use crate::e2b::auth::api_tenant;
-use crate::e2b::error::{Code, E2bError};
+use crate::e2b::error::{Code, E2bError, json_body};
 use crate::e2b::lookup::{TEMPLATES, live, running};
 use crate::e2b::{network, paging, snapshots};
 use crate::ids::is_snapshot_id;
@@ -229,6 +229,13 @@ pub(crate) async fn create(
     created(&state, &record, &tenant, Some(&body.template_id))
 }
 
+/// `POST /sandboxes/{id}/pause` body (none from older SDKs).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct PauseBody {
+    #[serde(default)]
+    memory: Option<bool>,
+}
+
 /// E2B's `memory: false` (`keep_memory=False`, lifecycle `mode: "filesystem"`) is a filesystem pause.
 fn pause_mode(memory: Option<bool>) -> PauseMode {
     if memory == Some(false) { PauseMode::Filesystem } else { PauseMode::Memory }
@@ -243,7 +250,7 @@ pub(crate) async fn pause(
     body: axum::body::Bytes,
 ) -> Result<StatusCode, E2bError> {
     let tenant = api_tenant(&state, &headers)?;
-    let memory = serde_json::from_slice::<serde_json::Value>(&body).ok().and_then(|b| b["memory"].as_bool());
+    let memory = json_body::<PauseBody>(&body)?.memory;
     let record = live(&state, &tenant, &id).await?;
     if record.state == SandboxState::Paused {
         return Err(E2bError::new(Code::AlreadyExists, format!("sandbox {id} is already paused")));
@@ -267,13 +274,6 @@ pub(crate) async fn resume(
     created(&state, &record, &tenant, None)
 }
 
-fn parse_timeout(body: &[u8]) -> Result<TimeoutBody, E2bError> {
-    if body.is_empty() {
-        return Ok(TimeoutBody::default());
-    }
-    serde_json::from_slice(body).map_err(|error| E2bError::invalid(format!("malformed request body: {error}")))
-}
-
 /// `POST /v2/sandboxes/{id}/connect` (and `/sandboxes/{id}/connect`): reconnect to a running sandbox; its timeout
 /// is extended to `timeout` seconds from now when that is later.
 pub(crate) async fn connect(
@@ -289,7 +289,7 @@ pub(crate) async fn connect(
         lifecycle::ensure_resumed(&state, &tenant, &id).await?;
     }
     let record = running(&state, &tenant, &id).await?;
-    if let Some(timeout) = parse_timeout(&body)?.timeout {
+    if let Some(timeout) = json_body::<TimeoutBody>(&body)?.timeout {
         let expires_ms = check_timeout(state.settings(), timeout)?;
         if expires_ms > record.expires_ms {
             state.store().set_expiry(&tenant.name, &id, expires_ms).await.map_err(crate::api::error::ApiError::from)?;
@@ -309,7 +309,8 @@ pub(crate) async fn set_timeout(
 ) -> Result<StatusCode, E2bError> {
     let tenant = api_tenant(&state, &headers)?;
     running(&state, &tenant, &id).await?;
-    let timeout = parse_timeout(&body)?.timeout.ok_or_else(|| E2bError::invalid("give the timeout in seconds"))?;
+    let timeout =
+        json_body::<TimeoutBody>(&body)?.timeout.ok_or_else(|| E2bError::invalid("give the timeout in seconds"))?;
     let expires_ms = check_timeout(state.settings(), timeout)?;
     if !state.store().set_expiry(&tenant.name, &id, expires_ms).await.map_err(crate::api::error::ApiError::from)? {
         return Err(E2bError::sandbox_not_found(&id));
@@ -419,11 +420,8 @@ pub(crate) async fn update_network(
     body: axum::body::Bytes,
 ) -> Result<StatusCode, E2bError> {
     let tenant = api_tenant(&state, &headers)?;
-    let body: serde_json::Value = if body.is_empty() {
-        serde_json::json!({})
-    } else {
-        serde_json::from_slice(&body).map_err(|error| E2bError::invalid(format!("malformed request body: {error}")))?
-    };
+    // Empty is `null`: nothing asked, as `{}`.
+    let body: serde_json::Value = json_body(&body)?;
     for unsupported in ["egressProxy", "dnsServers"] {
         if body.get(unsupported).is_some_and(|value| !value.is_null()) {
             return Err(E2bError::unsupported(&format!("network.{unsupported}")));

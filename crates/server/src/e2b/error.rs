@@ -176,6 +176,19 @@ impl From<Failure> for E2bError {
     }
 }
 
+/// A request body the facade reads as JSON: empty is `T`'s default (the SDK sends none for some calls), anything
+/// that is not `T` is `invalid_argument` naming the field and why.
+pub(crate) fn json_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, E2bError> {
+    if body.is_empty() {
+        return Ok(T::default());
+    }
+    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(body)).map_err(|error| {
+        let at = error.path().to_string();
+        let field = if at == "." { String::new() } else { format!("{at}: ") };
+        E2bError::invalid(format!("malformed request body: {field}{}", error.inner()))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

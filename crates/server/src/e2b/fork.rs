@@ -45,11 +45,7 @@ pub(crate) async fn fork(
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<Vec<ForkResult>>), E2bError> {
     let tenant = api_tenant(&state, &headers)?;
-    let request: ForkRequest = if body.is_empty() {
-        ForkRequest::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|error| E2bError::invalid(format!("malformed request body: {error}")))?
-    };
+    let request: ForkRequest = crate::e2b::error::json_body(&body)?;
     let settings = state.settings();
     let expires_ms = check_timeout(settings, request.timeout.unwrap_or(settings.default_timeout_s))?;
     let source = usable(&state, &tenant, &id).await?;

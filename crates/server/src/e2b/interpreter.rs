@@ -23,7 +23,7 @@ use crate::api::contexts::is_context_id;
 use crate::api::running::pump;
 use crate::api::scan;
 use crate::e2b::auth::{runtime_failure, sandbox_access};
-use crate::e2b::error::{Code, E2bError};
+use crate::e2b::error::{Code, E2bError, json_body};
 use crate::e2b::paths::E2B_HOME;
 use crate::state::AppState;
 
@@ -49,13 +49,6 @@ fn language(name: Option<&str>) -> Result<CodeLanguage, E2bError> {
         "javascript" | "js" => Ok(CodeLanguage::Javascript),
         other => Err(E2bError::invalid(format!("language {other:?} is not supported: use python or javascript"))),
     }
-}
-
-fn parse<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, E2bError> {
-    if body.is_empty() {
-        return Ok(T::default());
-    }
-    serde_json::from_slice(body).map_err(|error| E2bError::invalid(format!("malformed request body: {error}")))
 }
 
 fn context_json(context: &ContextInfo) -> Value {
@@ -109,7 +102,7 @@ pub(crate) async fn execute(
     body: Bytes,
 ) -> Result<Response, E2bError> {
     let access = sandbox_access(&state, &headers).await?;
-    let request: ExecuteRequest = parse(&body)?;
+    let request: ExecuteRequest = json_body(&body)?;
     if request.env_vars.as_ref().is_some_and(|vars| !vars.is_empty()) {
         return Err(E2bError::unsupported("envs for run_code"));
     }
@@ -177,7 +170,7 @@ pub(crate) async fn create_context(
     body: Bytes,
 ) -> Result<Json<Value>, E2bError> {
     let access = sandbox_access(&state, &headers).await?;
-    let request: ContextRequest = parse(&body)?;
+    let request: ContextRequest = json_body(&body)?;
     if let Some(cwd) = request.cwd.as_deref().filter(|cwd| *cwd != E2B_HOME) {
         return Err(E2bError::unsupported(&format!("a context working directory other than {E2B_HOME} ({cwd})")));
     }

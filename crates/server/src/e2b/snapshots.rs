@@ -72,11 +72,7 @@ pub(crate) async fn create(
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<SnapshotInfo>), E2bError> {
     let tenant = api_tenant(&state, &headers)?;
-    let request: SnapshotRequest = if body.is_empty() {
-        SnapshotRequest::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|error| E2bError::invalid(format!("malformed request body: {error}")))?
-    };
+    let request: SnapshotRequest = crate::e2b::error::json_body(&body)?;
     if let Some(name) = &request.name {
         validate::snapshot_name(name).map_err(E2bError::invalid)?;
     }

@@ -92,6 +92,9 @@ async fn control_plane_speaks_e2b_json() {
     let connected = control(&h, "POST", &uri, KEY_A, Some(json!({"timeout": 10}))).await;
     assert_eq!(connected.json()["envdAccessToken"].as_str(), Some(sb.token.as_str()));
     let pause = format!("/sandboxes/{}/pause", sb.id);
+    let bad = control(&h, "POST", &pause, KEY_A, Some(json!({"memory": "no"}))).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST, "a malformed pause body is refused, not ignored");
+    assert!(bad.json()["message"].as_str().is_some_and(|m| m.contains("memory")), "{}", bad.text());
     assert_eq!(control(&h, "POST", &pause, KEY_A, None).await.status, StatusCode::NO_CONTENT);
     let again = control(&h, "POST", &pause, KEY_A, None).await;
     assert_eq!((again.status, again.json()["code"].clone()), (StatusCode::CONFLICT, json!(409)), "paused already");
