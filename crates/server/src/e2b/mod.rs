@@ -20,6 +20,7 @@ mod metrics;
 mod network;
 mod paging;
 mod paths;
+mod ports;
 mod process;
 pub(crate) mod sessions;
 mod snapshots;
@@ -31,6 +32,8 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post, put};
 
 use crate::state::AppState;
+
+pub(crate) use ports::route_by_host;
 
 /// The facade's routes.
 pub(crate) fn routes(state: &AppState) -> Router<AppState> {
