@@ -87,8 +87,8 @@ async fn serve(state: &AppState, id: &str, port: u16, request: Request) -> Respo
         Ok(None) => return gone(),
         Err(error) => return crate::api::error::ApiError::from(error).into_response(),
     };
-    if let Err(response) = allowed(request.headers(), &session.token, record.spec.network.allow_public_traffic, id) {
-        return response;
+    if let Some(message) = refusal(request.headers(), &session.token, record.spec.network.allow_public_traffic) {
+        return refuse(StatusCode::FORBIDDEN, id, None, message);
     }
     match record.state {
         SandboxState::Running => {}
@@ -124,26 +124,16 @@ async fn serve(state: &AppState, id: &str, port: u16, request: Request) -> Respo
     }
 }
 
-/// Whether the request may reach the sandbox's ports: always when its traffic is public, else with the token.
-fn allowed(headers: &HeaderMap, token: &str, public: bool, id: &str) -> Result<(), Response> {
-    if public {
-        return Ok(());
-    }
-    match headers.get(TOKEN_HEADER) {
-        None => Err(refuse(
-            StatusCode::FORBIDDEN,
-            id,
-            None,
-            format!("Sandbox is secured with traffic access token. Token header '{TOKEN_HEADER}' is missing"),
-        )),
-        Some(presented) if bool::from(token.as_bytes().ct_eq(presented.as_bytes())) => Ok(()),
-        Some(_) => Err(refuse(
-            StatusCode::FORBIDDEN,
-            id,
-            None,
-            format!("Sandbox is secured with traffic access token. Token header '{TOKEN_HEADER}' is invalid"),
-        )),
-    }
+/// Why the request may not reach the sandbox's ports (E2B's words), if it may not: it always may when the sandbox's
+/// traffic is public, else only with the token.
+fn refusal(headers: &HeaderMap, token: &str, public: bool) -> Option<String> {
+    let why = match headers.get(TOKEN_HEADER) {
+        _ if public => return None,
+        Some(presented) if bool::from(token.as_bytes().ct_eq(presented.as_bytes())) => return None,
+        Some(_) => "is invalid",
+        None => "is missing",
+    };
+    Some(format!("Sandbox is secured with traffic access token. Token header '{TOKEN_HEADER}' {why}"))
 }
 
 #[cfg(test)]
