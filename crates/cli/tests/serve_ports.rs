@@ -4,7 +4,8 @@
 //! `python3 -m http.server` serves a file; an echo server sees the method, path, query and whole bodies (megabytes,
 //! through the port stream's window) and never the caller's API key or token; a WebSocket is bridged both ways.
 //! Nothing listening is a 502 naming the port, a bad port a 400. The connection is made by the sandbox's agent
-//! inside the sandbox: a listener on the host's own `127.0.0.1:PORT` is never what a port reaches.
+//! inside the sandbox: a listener on the host's own `127.0.0.1:PORT` is never what a port reaches. A sandbox has at
+//! most 32 port connections at once (the 33rd is a 409 until one ends).
 //!
 //! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
 
@@ -32,6 +33,7 @@ per_tier!(
     nothing_listening_is_a_502_naming_the_port_and_bad_ports_are_400,
     the_hosts_loopback_is_never_what_a_port_reaches,
     a_port_host_name_needs_the_traffic_token_unless_the_sandbox_is_public,
+    a_sandbox_has_at_most_32_port_connections_at_once,
 );
 
 /// An HTTP/1.1 server inside the sandbox: answers every request with what it saw (JSON), `/big/N` with N bytes, and
@@ -463,4 +465,37 @@ fn a_port_host_name_needs_the_traffic_token_unless_the_sandbox_is_public(tier: T
         assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{sandbox}"), KEY_1, None).status, 204);
         assert_sandbox_gone_on(tier, &sandbox);
     }
+}
+
+fn a_sandbox_has_at_most_32_port_connections_at_once(tier: Tier) {
+    let server = Server::start_on(tier);
+    let id = sandbox(&server, tier);
+    start_echo(&server, &id, 9002);
+    let auth = format!("Bearer {KEY_1}");
+    let path = format!("/v1/sandboxes/{id}/ports/9002/ws");
+    // The readiness probes' connections end on their own (both sides' EOF travel back): give them a moment.
+    std::thread::sleep(Duration::from_secs(1));
+    let mut open: Vec<_> = (0..32).map(|_| ws_open(&server, &path, &[("Authorization", &auth)])).collect();
+    let refused = native(&server, &id, 9002, "GET", "/one-more", b"");
+    assert_eq!(refused.status, 409, "{refused:?}");
+    assert!(refused.text().contains("32 port connections open already"), "{refused:?}");
+    // Every connection still works, and one ending makes room.
+    for socket in &mut open {
+        socket.get_mut().write_all(&ws_frame("still here")).unwrap();
+        assert_eq!(ws_read(socket), b"echo:still here");
+    }
+    drop(open.pop());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let answer = native(&server, &id, 9002, "GET", "/after", b"");
+        if answer.status == 200 {
+            break;
+        }
+        assert_eq!(answer.status, 409, "{answer:?}");
+        assert!(Instant::now() < deadline, "no room came back after a connection ended");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(open);
+    assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
+    assert_sandbox_gone_on(tier, &id);
 }
