@@ -5,7 +5,8 @@
 //! through the port stream's window) and never the caller's API key or token; a WebSocket is bridged both ways.
 //! Nothing listening is a 502 naming the port, a bad port a 400. The connection is made by the sandbox's agent
 //! inside the sandbox: a listener on the host's own `127.0.0.1:PORT` is never what a port reaches. A sandbox has at
-//! most 32 port connections at once (the 33rd is a 409 until one ends).
+//! most 32 port connections at once (the 33rd is a 409 until one ends); an open WebSocket survives a pause and resume
+//! (gVisor: checkpoint and restore, the connection inside the sandbox saved with it).
 //!
 //! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
 
@@ -34,6 +35,7 @@ per_tier!(
     the_hosts_loopback_is_never_what_a_port_reaches,
     a_port_host_name_needs_the_traffic_token_unless_the_sandbox_is_public,
     a_sandbox_has_at_most_32_port_connections_at_once,
+    an_open_websocket_survives_pause_and_resume,
 );
 
 /// An HTTP/1.1 server inside the sandbox: answers every request with what it saw (JSON), `/big/N` with N bytes, and
@@ -496,6 +498,25 @@ fn a_sandbox_has_at_most_32_port_connections_at_once(tier: Tier) {
         std::thread::sleep(Duration::from_millis(100));
     }
     drop(open);
+    assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
+    assert_sandbox_gone_on(tier, &id);
+}
+
+fn an_open_websocket_survives_pause_and_resume(tier: Tier) {
+    let server = Server::start_on(tier);
+    let id = sandbox(&server, tier);
+    start_echo(&server, &id, 9003);
+    let auth = format!("Bearer {KEY_1}");
+    let mut socket = ws_open(&server, &format!("/v1/sandboxes/{id}/ports/9003/ws"), &[("Authorization", &auth)]);
+    socket.get_mut().write_all(&ws_frame("before")).unwrap();
+    assert_eq!(ws_read(&mut socket), b"echo:before");
+    for what in ["pause", "resume"] {
+        let reply = server.call("POST", &format!("/v1/sandboxes/{id}/{what}"), KEY_1, None);
+        assert_eq!(reply.status, 200, "{what}: {reply:?}");
+    }
+    socket.get_mut().write_all(&ws_frame("after")).unwrap();
+    assert_eq!(ws_read(&mut socket), b"echo:after");
+    drop(socket);
     assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
     assert_sandbox_gone_on(tier, &id);
 }
