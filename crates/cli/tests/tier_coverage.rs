@@ -45,6 +45,7 @@ const PER_TIER_SUITES: &[&str] = &[
     "serve_code.rs",
     "serve_background.rs",
     "serve_pty.rs",
+    "serve_ports.rs",
     "serve_results.rs",
     "serve_output_bounds.rs",
     "serve_pause.rs",

@@ -18,9 +18,17 @@
 //! | `DiskUsage` | `DiskUsageReply` or `Failed` |
 //! | `WatchStart` (id = the watch's id) | `Done` (then `WatchEvents`*, and `Failed` if its directory goes away) or `Failed` |
 //! | `WatchStop` (id = the watch's id) | `Done`; nothing more about the id follows |
+//! | `PortOpen` (id = the stream's id) | `Done` once connected (then `PortData`*, `PortAck`*, `PortEof`, and `Failed` if the connection breaks) or `Failed` |
+//! | `PortData`, `PortAck`, `PortEof`, `PortClose` (id = the stream's id) | none |
 //! | `Shutdown` | `Done`, then the agent exits |
 //!
 //! Byte payloads (`data`) are standard base64 with padding.
+//!
+//! A port stream (`PortOpen`) is a TCP connection the agent opens to `127.0.0.1:port` inside the sandbox; its bytes
+//! travel both ways as `PortData`, with credit-based flow control: neither side has more than
+//! `PORT_WINDOW_BYTES` of a stream sent and not yet acknowledged (`PortAck`, sent as the receiver passes bytes on).
+//! `PortEof` ends a direction (a half-close); the stream is over once both have ended, when either side fails it
+//! (the agent's `Failed`, the host's `PortClose`), or with the sandbox.
 
 use serde::{Deserialize, Serialize};
 
@@ -191,6 +199,29 @@ pub enum Message {
     },
     /// host → agent: stop the watch with this id.
     WatchStop,
+    /// host → agent: connect to `127.0.0.1:port` inside the sandbox (its own network namespace or network stack);
+    /// the envelope id becomes the stream's id. `Done` once connected; `Failed` (`nothing_listening`) when nothing
+    /// listens there, (`conflict`) when the sandbox has `MAX_PORT_STREAMS` open.
+    PortOpen {
+        /// The port inside the sandbox (1..=65535).
+        port: u16,
+    },
+    /// both ways: bytes of the port stream with this id, in order.
+    PortData {
+        /// Base64 of at most `MAX_PORT_CHUNK_BYTES` raw bytes.
+        data: String,
+    },
+    /// both ways: this many more bytes of the stream were passed on by the receiver (the sender may send as many
+    /// more).
+    PortAck {
+        /// Bytes passed on since the last acknowledgement.
+        bytes: u64,
+    },
+    /// both ways: the sender sends no more data on this stream (its write side is shut down).
+    PortEof,
+    /// host → agent: the host's end of the stream is gone: close the connection at once (nothing more about the id
+    /// follows).
+    PortClose,
     /// host → agent: kill every command, answer `Done` and exit.
     Shutdown,
 

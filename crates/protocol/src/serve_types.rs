@@ -12,6 +12,16 @@ pub const MAX_FILE_CHUNK_BYTES: u64 = 1 << 20;
 /// Most events carried by one `WatchEvents` frame.
 pub const MAX_WATCH_EVENTS_PER_FRAME: usize = 256;
 
+/// Most raw bytes carried by one `PortData` frame.
+pub const MAX_PORT_CHUNK_BYTES: usize = 64 << 10;
+
+/// Most bytes of one port stream, per direction, sent and not yet acknowledged (`PortAck`): what each side may have
+/// to hold for it.
+pub const PORT_WINDOW_BYTES: u64 = 256 << 10;
+
+/// Most port streams one sandbox has open at once.
+pub const MAX_PORT_STREAMS: usize = 32;
+
 /// A command the agent has started and not yet reported as exited.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunningCommand {

@@ -250,6 +250,14 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         let _ = (id, source);
         refuse(Failure::new(FailureKind::Conflict, "this runtime cannot unpack files into a sandbox"))
     }
+    /// Opens a connection to `127.0.0.1:port` inside the sandbox, made by its agent in the sandbox's own network
+    /// namespace (process tier) or network stack (gVisor), so no host port is opened and nothing of the host's
+    /// network is reachable; its bytes travel over the agent's channel. Nothing listening there is
+    /// `NothingListening`; more than `sandkasten_protocol::MAX_PORT_STREAMS` open at once is `Conflict`.
+    fn open_port<'a>(&'a self, id: &'a str, port: u16) -> RuntimeFuture<'a, crate::live::PortStream> {
+        let _ = (id, port);
+        refuse(Failure::new(FailureKind::Conflict, "this runtime cannot connect to a sandbox's ports"))
+    }
     /// The sandbox's entrance to the egress proxy for `127.0.0.1:port` inside: a non-blocking TCP listener in the
     /// sandbox's own network namespace (process tier) or a unix socket its agent bridges that port to (gVisor), held
     /// by the server: the egress proxy accepts the sandbox's connections on it. A port that code inside holds already

@@ -86,6 +86,7 @@
 //! server restarts.
 
 mod defaults;
+mod e2b;
 mod effective;
 mod file;
 mod mcp;
@@ -101,6 +102,7 @@ mod tenants;
 use std::path::Path;
 
 pub use defaults::Defaults;
+pub use e2b::E2bConfig;
 pub use mcp::McpConfig;
 pub use pools::{MAX_POOL_SIZE, MAX_PRELOAD, PoolConfig, ZygoteKind, valid_module_name};
 pub use problem::{ConfigError, Problem, Problems};

@@ -20,6 +20,7 @@ mod metrics;
 mod migrations;
 mod output_budgets;
 pub mod pool;
+mod port_forward;
 pub mod retention;
 mod sandbox_lifecycle;
 pub mod seal;

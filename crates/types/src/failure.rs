@@ -39,6 +39,8 @@ pub enum FailureKind {
     /// The isolation tier could not start the sandbox (runsc refused or died); the message says what it said.
     /// Never the client's fault; nothing of the sandbox is left.
     TierFailed,
+    /// Nothing in the sandbox listens on the port a connection was opened to (it was refused inside the sandbox).
+    NothingListening,
     /// Anything else, including malformed requests between host and agent; never the client's fault.
     Internal,
 }

@@ -65,6 +65,11 @@ pub struct NetworkPolicy {
     pub allow: Vec<String>,
     /// Host patterns never reached, whatever `allow` says (deny wins). Valid with `allowlist` and `open`.
     pub deny: Vec<String>,
+    /// Inbound: requests to the sandbox's ports through its host name (`PORT-ID.DOMAIN`, E2B's `get_host`) are
+    /// served without the sandbox's traffic access token. Default false: only callers holding the token are
+    /// served (the owner's `/v1/sandboxes/{id}/ports/…` route needs its API key either way).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub allow_public_traffic: bool,
 }
 
 impl NetworkPolicy {

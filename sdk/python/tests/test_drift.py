@@ -18,6 +18,11 @@ NOT_IN_SDK: Dict[Tuple[str, str], str] = {
     ("GET", "/healthz"): "liveness probe for load balancers, not an API call an agent makes",
     ("GET", "/metrics"): "Prometheus text for the operator's scraper",
     ("GET", "/openapi.json"): "the spec itself, which this test reads from the repository",
+    **{
+        (method, "/v1/sandboxes/{id}/ports/{port}/{path}"): "forwards any HTTP request (or WebSocket) to a server in "
+        "the sandbox: callers speak that server's own protocol with their HTTP library, not an SDK call"
+        for method in ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS")
+    },
 }
 
 SPEC = os.environ.get(

@@ -1,5 +1,6 @@
-//! The serve loop: one thread, one `poll` over the host channel, the SIGCHLD signalfd, every command's pipes and
-//! every directory watch's inotify descriptor, with the commands' deadlines as its timeout. Requests are handled as they arrive; file requests synchronously
+//! The serve loop: one thread, one `poll` over the host channel, the SIGCHLD signalfd, every command's pipes,
+//! every directory watch's inotify descriptor and every port stream's connection, with the commands' deadlines as
+//! its timeout. Requests are handled as they arrive; file requests synchronously
 //! (they touch only regular files and directories, so they cannot block on a command).
 //!
 //! Backpressure: while the outgoing queue is above the high-water mark, neither commands' output nor new requests
@@ -18,6 +19,7 @@ use sandkasten_types::{Failure, FailureKind, StreamKind};
 use super::channel::{Channel, Received};
 use super::commands::{CommandContext, Commands};
 use super::errors::ServeError;
+use super::ports::PortStreams;
 use super::signals::ChildSignals;
 use super::watch::Watches;
 use super::{files, output};
@@ -30,6 +32,7 @@ enum Watch {
     Output(u64, StreamKind),
     Stdin(u64),
     Directory(u64),
+    Port(u64),
 }
 
 /// How the loop ended.
@@ -44,8 +47,8 @@ pub enum LoopEnd {
 /// Runs the loop until `Shutdown` or the host goes away; every command's process group is killed on the way out.
 pub fn run(channel: &mut Channel, signals: &ChildSignals, context: &CommandContext<'_>) -> Result<LoopEnd, ServeError> {
     let mut commands = Commands::default();
-    let mut directories = Watches::default();
-    let result = serve_requests(channel, signals, context, &mut commands, &mut directories);
+    let mut served = Served::default();
+    let result = serve_requests(channel, signals, context, &mut commands, &mut served);
     commands.kill_all();
     if result.as_ref().is_ok_and(|end| *end == LoopEnd::Shutdown) {
         channel.flush_for(5_000);
@@ -53,12 +56,19 @@ pub fn run(channel: &mut Channel, signals: &ChildSignals, context: &CommandConte
     result
 }
 
+/// What the loop serves besides commands: directory watches and port streams.
+#[derive(Default)]
+struct Served {
+    directories: Watches,
+    ports: PortStreams,
+}
+
 fn serve_requests(
     channel: &mut Channel,
     signals: &ChildSignals,
     context: &CommandContext<'_>,
     commands: &mut Commands,
-    directories: &mut Watches,
+    served: &mut Served,
 ) -> Result<LoopEnd, ServeError> {
     loop {
         let now = monotonic_ns();
@@ -95,9 +105,14 @@ fn serve_requests(
                 fds.push(PollFd::from_borrowed_fd(stdin.fd.as_fd(), PollFlags::OUT));
             }
         }
-        for (id, fd) in directories.fds().filter(|_| !quiet) {
+        for (id, fd) in served.directories.fds().filter(|_| !quiet) {
             watches.push(Watch::Directory(id));
             fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+        }
+        // Nothing about a port stream is sent while quiesced; while congested, acknowledgements still are (small).
+        for (id, fd, interest) in served.ports.interests(!paused).filter(|_| !commands.quiet) {
+            watches.push(Watch::Port(id));
+            fds.push(PollFd::from_borrowed_fd(fd, interest));
         }
         let timeout = commands.next_due_ns(quiet).map(|due| {
             let left = due.saturating_sub(now);
@@ -123,7 +138,7 @@ fn serve_requests(
                 Watch::Output(id, stream) => output::read_output(commands, channel, id, stream),
                 Watch::Stdin(id) => output::write_stdin(commands, id),
                 Watch::Directory(id) => {
-                    let (frames, ended) = directories.read(context.root, id);
+                    let (frames, ended) = served.directories.read(context.root, id);
                     for events in frames {
                         channel.queue(id, Message::WatchEvents { events });
                     }
@@ -132,6 +147,7 @@ fn serve_requests(
                         channel.queue(id, Message::Failed(Failure::new(FailureKind::NotFound, gone)));
                     }
                 }
+                Watch::Port(id) => served.ports.ready(channel, id, revents),
                 Watch::Channel => {
                     if revents.contains(PollFlags::OUT) {
                         channel.flush();
@@ -151,7 +167,7 @@ fn serve_requests(
         // Requests buffered earlier (left when the queue filled up) are taken as soon as there is room again, whether
         // or not the host sent anything new.
         if !channel.congested()
-            && let Some(end) = handle_requests(channel, context, commands, directories)?
+            && let Some(end) = handle_requests(channel, context, commands, served)?
         {
             return Ok(end);
         }
@@ -163,7 +179,7 @@ fn handle_requests(
     channel: &mut Channel,
     context: &CommandContext<'_>,
     commands: &mut Commands,
-    directories: &mut Watches,
+    served: &mut Served,
 ) -> Result<Option<LoopEnd>, ServeError> {
     loop {
         let envelope = match channel.next_request() {
@@ -196,6 +212,14 @@ fn handle_requests(
                 }
                 continue;
             }
+            msg @ (Message::PortOpen { .. }
+            | Message::PortData { .. }
+            | Message::PortAck { .. }
+            | Message::PortEof
+            | Message::PortClose) => {
+                served.ports.handle(channel, id, msg);
+                continue;
+            }
             Message::Quiesce => {
                 if let Some(holder) = context.host_connections {
                     holder.close_all();
@@ -206,7 +230,7 @@ fn handle_requests(
             }
             _ => {}
         }
-        let reply = handle_request(context, commands, directories, id, msg).unwrap_or_else(Message::Failed);
+        let reply = handle_request(context, commands, &mut served.directories, id, msg).unwrap_or_else(Message::Failed);
         channel.queue(id, reply);
         if channel.congested() {
             // The rest waits until the host has read some replies.

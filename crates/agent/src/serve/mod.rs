@@ -7,7 +7,7 @@
 //! `commands` (start, stdin, signals, timeouts), `output` (pipes ↔ frames, when a command is finished), `signals`
 //! (SIGCHLD + reaping), `launcher` (how a command is started), `files` + `remove` (file requests), `paths`
 //! (resolution in the root, filesystem identity), `terminal` (pseudo-terminals of `pty` commands), `watch`
-//! (directory watches: inotify), `errors`.
+//! (directory watches: inotify), `ports` (connections to ports inside the sandbox for the host), `errors`.
 
 mod channel;
 mod commands;
@@ -18,6 +18,7 @@ mod files;
 mod launcher;
 pub(crate) mod output;
 mod paths;
+mod ports;
 mod remove;
 mod resolve;
 mod signals;

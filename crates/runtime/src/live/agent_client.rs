@@ -3,6 +3,9 @@
 //! socket under it may be replaced while routes stay (a gVisor pause: `link`).
 
 mod link;
+mod ports;
+
+pub use ports::PortStream;
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;

@@ -1,6 +1,6 @@
 //! Long-lived sandboxes for an async owner (the server): the spawner creates them, and each agent is then driven over
 //! its protocol channel by an `AgentClient` — commands with streamed output, background commands, file operations —
-//! and code-interpreter contexts run as background kernels (`contexts`); background commands started through the API
+//! connections to its ports (`agent_client/ports`), and code-interpreter contexts run as background kernels (`contexts`); background commands started through the API
 //! are kept per sandbox with their retained output (`commands`). `LiveRuntime` implements the server's
 //! `SandboxRuntime` (`sandbox_runtime`).
 
@@ -15,7 +15,7 @@ mod runtime;
 mod sandbox_runtime;
 mod supervisor;
 
-pub use agent_client::AgentClient;
+pub use agent_client::{AgentClient, PortStream};
 pub use background::{BackgroundCommand, BackgroundEvent};
 pub use commands::BackgroundCommands;
 pub use contexts::Contexts;

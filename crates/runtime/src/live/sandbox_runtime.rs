@@ -141,6 +141,10 @@ impl SandboxRuntime for LiveRuntime {
         Box::pin(async move { self.file_agent(id)?.watch(path, recursive, events).await })
     }
 
+    fn open_port<'a>(&'a self, id: &'a str, port: u16) -> RuntimeFuture<'a, super::PortStream> {
+        Box::pin(async move { self.file_agent(id)?.open_port(port).await })
+    }
+
     fn mkdir<'a>(&'a self, id: &'a str, path: &'a str, parents: bool) -> RuntimeFuture<'a, ()> {
         Box::pin(async move { self.file_agent(id)?.mkdir(path, parents).await })
     }

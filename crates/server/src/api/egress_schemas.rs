@@ -20,6 +20,10 @@ pub struct NetworkPolicyBody {
     pub allow: Vec<String>,
     /// Host patterns never reached; deny wins over allow.
     pub deny: Vec<String>,
+    /// Inbound: requests to the sandbox's ports through its host name (`PORT-ID.DOMAIN`) are served without the
+    /// sandbox's traffic access token. Default false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub allow_public_traffic: bool,
 }
 
 /// The network modes.
@@ -42,7 +46,7 @@ impl From<NetworkPolicyBody> for NetworkPolicy {
             NetworkModeName::Allowlist => NetworkMode::Allowlist,
             NetworkModeName::Open => NetworkMode::Open,
         };
-        NetworkPolicy { mode, allow: body.allow, deny: body.deny }
+        NetworkPolicy { mode, allow: body.allow, deny: body.deny, allow_public_traffic: body.allow_public_traffic }
     }
 }
 
@@ -53,7 +57,12 @@ impl From<NetworkPolicy> for NetworkPolicyBody {
             NetworkMode::Allowlist => NetworkModeName::Allowlist,
             NetworkMode::Open => NetworkModeName::Open,
         };
-        NetworkPolicyBody { mode, allow: policy.allow, deny: policy.deny }
+        NetworkPolicyBody {
+            mode,
+            allow: policy.allow,
+            deny: policy.deny,
+            allow_public_traffic: policy.allow_public_traffic,
+        }
     }
 }
 

@@ -53,6 +53,9 @@ pub enum ErrorCode {
     /// 503: the snapshot store failed (unreachable, or it refused a write); the message names the operation. Nothing
     /// was kept; retrying may help, and the operator should look at the store (`[snapshots] store`).
     StoreFailed,
+    /// 502: a request to a sandbox's port (`…/ports/{port}/…`) found nothing listening on that port inside the
+    /// sandbox; start the server there first.
+    NothingListening,
     /// 500: the server or runtime failed; never caused by input.
     Internal,
 }
@@ -75,6 +78,7 @@ impl ErrorCode {
             ErrorCode::QuotaExceeded => "quota_exceeded",
             ErrorCode::TierFailed => "tier_failed",
             ErrorCode::StoreFailed => "store_failed",
+            ErrorCode::NothingListening => "nothing_listening",
             ErrorCode::Internal => "internal",
         }
     }
@@ -94,6 +98,7 @@ impl ErrorCode {
             }
             ErrorCode::QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::TierFailed | ErrorCode::StoreFailed => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::NothingListening => StatusCode::BAD_GATEWAY,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -232,6 +237,7 @@ impl From<Failure> for ApiError {
             | FailureKind::StdinFull => ErrorCode::Conflict,
             FailureKind::TooLarge => ErrorCode::PayloadTooLarge,
             FailureKind::TierFailed => ErrorCode::TierFailed,
+            FailureKind::NothingListening => ErrorCode::NothingListening,
             FailureKind::Internal => return ApiError::internal(format!("runtime: {}", failure.message)),
         };
         ApiError::new(code, failure.message)

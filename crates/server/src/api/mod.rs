@@ -22,6 +22,7 @@ mod openapi;
 mod output;
 mod pause;
 pub mod pools;
+mod ports;
 pub(crate) mod request_log;
 mod run;
 pub(crate) mod running;
@@ -37,7 +38,7 @@ use axum::Router;
 use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 
 use crate::api::error::ErrorTag;
 use crate::state::AppState;
@@ -83,6 +84,9 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes/{id}/files/mkdir", post(files::mkdir))
         .route("/sandboxes/{id}/files/rename", post(files::rename))
         .route("/sandboxes/{id}/files/archive", get(archive::download).put(archive::upload))
+        .route("/sandboxes/{id}/ports/{port}", any(ports::forward_root))
+        .route("/sandboxes/{id}/ports/{port}/", any(ports::forward_root))
+        .route("/sandboxes/{id}/ports/{port}/{*path}", any(ports::forward_path))
         .route("/sandboxes/{id}/network", axum::routing::put(egress::set_network))
         .route("/sandboxes/{id}/egress", get(egress::audit))
         .route("/secrets", get(secrets::list))
@@ -107,6 +111,7 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::mcp::routes(&state))
         .fallback(error::route_not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), crate::e2b::route_by_host))
         .layer(middleware::from_fn_with_state(state.clone(), count_errors))
         .layer(middleware::from_fn(request_log::log_request))
         .with_state(state)

@@ -8,8 +8,8 @@ use utoipa::{Modify, OpenApi};
 
 use crate::api::{
     archive, code, code_schemas, command_schemas, command_stream, commands, config, contexts, egress, egress_schemas,
-    error, exec, files, fork, isolation, pause, pools, run, sandboxes, scan, schemas, secrets, service, snapshots,
-    usage,
+    error, exec, files, fork, isolation, pause, pools, ports, run, sandboxes, scan, schemas, secrets, service,
+    snapshots, usage,
 };
 
 /// The OpenAPI description of every route.
@@ -35,7 +35,7 @@ use crate::api::{
         egress::set_network, egress::audit, secrets::put, secrets::list, secrets::delete,
         pools::list, pools::resize,
         files::read, files::write, files::remove, files::list, files::stat, files::mkdir, files::rename,
-        archive::upload, archive::download,
+        archive::upload, archive::download, ports::forward_path,
         config::get, service::healthz, service::metrics, openapi,
     ),
     components(schemas(

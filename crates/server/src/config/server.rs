@@ -9,6 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::config::defaults::Defaults;
+use crate::config::e2b::E2bConfig;
 use crate::config::mcp::McpConfig;
 use crate::config::pools::{self, PoolConfig};
 use crate::config::problem::{ConfigError, Found, Problem, Problems};
@@ -90,6 +91,9 @@ pub struct ServerConfig {
     /// Bounds of the MCP endpoint (`[mcp]`): sessions per tenant, idle expiry.
     #[serde(default)]
     pub mcp: McpConfig,
+    /// The E2B facade (`[e2b]`): the domain of sandbox port host names.
+    #[serde(default)]
+    pub e2b: E2bConfig,
 }
 
 fn default_listen() -> String {
@@ -139,6 +143,7 @@ impl Default for ServerConfig {
             snapshots: SnapshotsConfig::default(),
             scan: ScanPolicy::default(),
             mcp: McpConfig::default(),
+            e2b: E2bConfig::default(),
         }
     }
 }
@@ -244,6 +249,7 @@ impl ServerConfig {
         self.secrets.check(&mut found);
         tenants::check_scan(&self.scan, "scan", &mut found);
         self.mcp.check(&mut found);
+        self.e2b.check(&mut found);
         found.0
     }
 }

@@ -162,7 +162,7 @@ pub(crate) fn session_of(
         envd_version: ENVD_VERSION,
         envd_access_token: session.token.clone(),
         traffic_access_token: session.token,
-        domain: None,
+        domain: state.effective_config().e2b.domain.clone(),
     })
 }
 
@@ -412,7 +412,7 @@ pub(crate) async fn list(
 
 /// `PUT /sandboxes/{id}/network` (`Sandbox.update_network`): the whole egress configuration replaced, live, as a
 /// create's `network` and `allow_internet_access` map (`network::policy`; leaving everything out means no network, as
-/// at create). 204.
+/// at create; `allowPublicTraffic` is kept as created). 204.
 pub(crate) async fn update_network(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -429,8 +429,10 @@ pub(crate) async fn update_network(
     }
     let internet = body.get("allow_internet_access").and_then(serde_json::Value::as_bool);
     let asked = body.as_object().is_some_and(|fields| fields.keys().any(|key| key != "allow_internet_access"));
-    let policy = network::policy(internet, asked.then_some(&body))?;
-    live(&state, &tenant, &id).await?;
+    let mut policy = network::policy(internet, asked.then_some(&body))?;
+    let record = live(&state, &tenant, &id).await?;
+    // Inbound access is chosen at create (as in E2B): an egress update keeps it.
+    policy.allow_public_traffic = record.spec.network.allow_public_traffic;
     crate::api::egress::change_policy(&state, &tenant, &id, policy).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -149,7 +149,7 @@ impl From<ApiError> for E2bError {
             ErrorCode::MethodNotAllowed => Code::Unimplemented,
             ErrorCode::Conflict | ErrorCode::Paused | ErrorCode::ScanRefused => Code::FailedPrecondition,
             ErrorCode::PayloadTooLarge | ErrorCode::QuotaExceeded => Code::ResourceExhausted,
-            ErrorCode::TierFailed | ErrorCode::StoreFailed => Code::Unavailable,
+            ErrorCode::TierFailed | ErrorCode::StoreFailed | ErrorCode::NothingListening => Code::Unavailable,
             ErrorCode::Internal => Code::Internal,
         };
         E2bError::new(code, error.message)
@@ -169,7 +169,7 @@ impl From<Failure> for E2bError {
             | FailureKind::ExecFailed
             | FailureKind::Conflict => Code::FailedPrecondition,
             FailureKind::TooLarge | FailureKind::StdinFull => Code::ResourceExhausted,
-            FailureKind::SandboxGone | FailureKind::TierFailed => Code::Unavailable,
+            FailureKind::SandboxGone | FailureKind::TierFailed | FailureKind::NothingListening => Code::Unavailable,
             FailureKind::Internal => return ApiError::internal(format!("runtime: {}", failure.message)).into(),
         };
         E2bError::new(code, failure.message)

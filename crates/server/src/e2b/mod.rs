@@ -5,7 +5,9 @@
 //! `/snapshots`, `/templates/…`, `/health`, `/process.Process/…`, `/filesystem.Filesystem/…`, `/execute`,
 //! `/contexts`) do not meet the native API's (`/v1/…`, `/healthz`, `/metrics`, `/openapi.json`). Everything goes
 //! through the same runtime, store, quotas, snapshot store and expiry as the native API. Facade sandboxes use the
-//! `e2b` template (user `user`, home `/home/user`). See docs/e2b-compat.md for what is supported.
+//! `e2b` template (user `user`, home `/home/user`). A request whose `Host` is a sandbox's port name
+//! (`PORT-SANDBOXID.DOMAIN`, the SDK's `get_host`) goes to that port instead (`ports`, a layer in front of every
+//! route). See docs/e2b-compat.md for what is supported.
 
 mod auth;
 mod connect;
@@ -20,6 +22,7 @@ mod metrics;
 mod network;
 mod paging;
 mod paths;
+mod ports;
 mod process;
 pub(crate) mod sessions;
 mod snapshots;
@@ -31,6 +34,8 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post, put};
 
 use crate::state::AppState;
+
+pub(crate) use ports::route_by_host;
 
 /// The facade's routes.
 pub(crate) fn routes(state: &AppState) -> Router<AppState> {

@@ -24,6 +24,12 @@ pub(crate) struct NetworkOptions {
     rules: Option<serde_json::Value>,
     #[serde(default)]
     mask_request_host: Option<String>,
+    /// Inbound, not egress: whether `get_host` URLs are served without the traffic access token.
+    #[serde(default)]
+    allow_public_traffic: Option<bool>,
+    /// Ports served as HTTPS inside: the port streams carry plain HTTP only.
+    #[serde(default)]
+    https_ports: Option<Vec<u16>>,
 }
 
 /// Whether `entry` means "all IPv4 traffic".
@@ -60,23 +66,29 @@ pub(crate) fn policy(internet: Option<bool>, network: Option<&serde_json::Value>
     if options.rules.is_some() {
         return Err(E2bError::unsupported("network.rules (request transforms; use sandkasten secrets)"));
     }
+    if options.https_ports.as_ref().is_some_and(|ports| !ports.is_empty()) {
+        return Err(E2bError::unsupported("network.httpsPorts (ports are reached over plain HTTP)"));
+    }
     if options.mask_request_host.is_some() {
         return Err(E2bError::unsupported("network.maskRequestHost"));
     }
+    // `allowPublicTraffic` alone asks nothing of egress.
+    let nothing_asked = internet.is_none() && options.allow_out.is_none() && options.deny_out.is_none();
     let allow = options.allow_out.unwrap_or_default();
     let deny = options.deny_out.unwrap_or_default();
     let deny_all = internet == Some(false) || deny.iter().any(|entry| is_everything(entry));
     let allow_all = allow.iter().any(|entry| is_everything(entry));
-    let nothing_asked = internet.is_none() && network.is_none();
+    let public =
+        NetworkPolicy { allow_public_traffic: options.allow_public_traffic == Some(true), ..Default::default() };
     if nothing_asked || (deny_all && allow.is_empty()) {
-        return Ok(NetworkPolicy::none());
+        return Ok(public);
     }
     if deny_all && !allow_all {
         let allow = allow
             .iter()
             .map(|entry| if entry.contains('/') { address_pattern(entry) } else { Ok(entry.trim().to_owned()) })
             .collect::<Result<_, _>>()?;
-        return Ok(NetworkPolicy { mode: NetworkMode::Allowlist, allow, deny: Vec::new() });
+        return Ok(NetworkPolicy { mode: NetworkMode::Allowlist, allow, ..public });
     }
     // Everything allowed, except the listed addresses (allowed entries win over denied ones, as in E2B).
     let deny = deny
@@ -84,7 +96,7 @@ pub(crate) fn policy(internet: Option<bool>, network: Option<&serde_json::Value>
         .filter(|entry| !allow.iter().any(|allowed| allowed.trim() == entry.trim()))
         .map(|entry| address_pattern(entry))
         .collect::<Result<_, _>>()?;
-    Ok(NetworkPolicy { mode: NetworkMode::Open, allow: Vec::new(), deny })
+    Ok(NetworkPolicy { mode: NetworkMode::Open, deny, ..public })
 }
 
 #[cfg(test)]
@@ -125,12 +137,24 @@ mod tests {
     }
 
     #[test]
+    fn public_traffic_is_inbound_and_asks_nothing_of_egress() {
+        let public = mode(None, Some(json!({"allowPublicTraffic": true})));
+        assert_eq!(public, NetworkPolicy { allow_public_traffic: true, ..NetworkPolicy::none() });
+        let closed = mode(Some(true), Some(json!({"allowPublicTraffic": false})));
+        assert_eq!((closed.mode, closed.allow_public_traffic), (NetworkMode::Open, false));
+        let listed =
+            mode(None, Some(json!({"allowPublicTraffic": true, "denyOut": ["0.0.0.0/0"], "allowOut": ["a.example"]})));
+        assert_eq!((listed.mode, listed.allow_public_traffic), (NetworkMode::Allowlist, true));
+    }
+
+    #[test]
     fn what_has_no_equivalent_is_refused_not_widened() {
         for network in [
             json!({"denyOut": ["10.0.0.0/8"]}),
             json!({"denyOut": ["0.0.0.0/0"], "allowOut": ["203.0.113.0/24"]}),
             json!({"rules": {"api.example.com": []}}),
             json!({"maskRequestHost": "x"}),
+            json!({"httpsPorts": [8443]}),
         ] {
             assert!(policy(None, Some(&network)).is_err(), "{network}");
         }

@@ -196,6 +196,10 @@ async fn live_responses_match_the_spec() {
         h.get(&format!("{s}/files/stat?path=/workspace/f"), KEY_A).await,
     ));
     seen.push(check("GET", "/v1/sandboxes/{id}/files/stat")(h.get(&format!("{s}/files/stat?path=x"), KEY_A).await));
+    let ports = "/v1/sandboxes/{id}/ports/{port}/{path}";
+    seen.push(check("GET", ports)(h.get(&format!("{s}/ports/0/index.html"), KEY_A).await));
+    // The fake runtime connects to no port: its refusal is the documented 409.
+    seen.push(check("GET", ports)(h.get(&format!("{s}/ports/8000/index.html"), KEY_A).await));
     let mkdir = json!({"path": "/workspace/d"});
     seen.push(check("POST", "/v1/sandboxes/{id}/files/mkdir")(
         h.post(&format!("{s}/files/mkdir"), KEY_A, mkdir.clone()).await,
