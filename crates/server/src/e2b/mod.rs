@@ -15,6 +15,7 @@ mod files;
 mod filesystem;
 mod fork;
 mod interpreter;
+mod listing;
 mod lookup;
 mod metrics;
 mod network;
@@ -36,9 +37,9 @@ use crate::state::AppState;
 pub(crate) fn routes(state: &AppState) -> Router<AppState> {
     let max_upload = usize::try_from(state.settings().max_file_bytes).unwrap_or(usize::MAX).saturating_add(1 << 20);
     Router::new()
-        .route("/v2/sandboxes", post(control::create).get(control::list))
+        .route("/v2/sandboxes", post(control::create).get(listing::list))
         .route("/sandboxes", post(control::create))
-        .route("/sandboxes/{id}", get(control::info).delete(control::kill))
+        .route("/sandboxes/{id}", get(listing::info).delete(control::kill))
         .route("/sandboxes/{id}/timeout", post(control::set_timeout))
         .route("/sandboxes/{id}/connect", post(control::connect))
         .route("/v2/sandboxes/{id}/connect", post(control::connect))
