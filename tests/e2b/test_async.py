@@ -14,6 +14,7 @@ from e2b import (
     FileNotFoundException,
     FileType,
     FilesystemEventType,
+    InvalidArgumentException,
     SandboxException,
     SandboxNotFoundException,
     SandboxNotRunningException,
@@ -203,6 +204,23 @@ async def test_files(asbx):
     assert not await asbx.files.exists(f"{base}/d")
     with pytest.raises(FileNotFoundException):
         await asbx.files.read(f"{base}/missing")
+
+
+async def test_files_answer_as_envd_does(asbx):
+    base = support.unique("/home/user/async-envd")
+    await asbx.files.write(f"{base}/a/z.txt", "x")
+    await asbx.files.write(f"{base}/b.txt", "12345")
+    await asbx.commands.run(f"cd {base} && ln -s b.txt link && ln -s a dirlink")
+    assert await asbx.files.remove(f"{base}/missing") is None
+    assert await asbx.files.make_dir(f"{base}/a") is False
+    with pytest.raises(InvalidArgumentException, match="not a directory"):
+        await asbx.files.make_dir(f"{base}/b.txt")
+    link = await asbx.files.get_info(f"{base}/link")
+    assert (link.type, link.symlink_target, link.permissions) == (FileType.SYMLINK, f"{base}/b.txt", "Lrwxrwxrwx")
+    listed = [entry.path.removeprefix(base + "/") for entry in await asbx.files.list(base, depth=2)]
+    assert listed == ["a", "a/z.txt", "b.txt", "dirlink", "link"]
+    with pytest.raises(InvalidArgumentException, match="not a directory"):
+        await asbx.files.list(f"{base}/b.txt")
 
 
 async def test_list_pages_by_cursor_filters_and_reports_info():

@@ -10,6 +10,7 @@
 mod auth;
 mod connect;
 mod control;
+mod entries;
 mod error;
 mod files;
 mod filesystem;
