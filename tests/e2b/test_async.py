@@ -238,13 +238,15 @@ async def test_list_pages_by_cursor_filters_and_reports_info():
         since = infos[1].started_at
         oldest_first = [
             info.sandbox_id
-            for info in sorted(sorted(by_id, key=lambda info: info.sandbox_id, reverse=True), key=lambda i: i.started_at)
+            for info in sorted(sorted(by_id, key=lambda i: i.sandbox_id, reverse=True), key=lambda i: i.started_at)
             if info.started_at >= since
         ]
         query = SandboxQuery(metadata={"tag": tag}, started_after=since, template="base")
-        assert [info.sandbox_id for info in await AsyncSandbox.list(query=query, order="asc").next_items()] == oldest_first
+        ascending = await AsyncSandbox.list(query=query, order="asc").next_items()
+        assert [info.sandbox_id for info in ascending] == oldest_first
         info = await sandboxes[0].get_info()
-        assert (info.name, info.envd_version, info.lifecycle) == ("base", "0.5.7", {"on_timeout": "kill", "auto_resume": False})
+        assert (info.name, info.envd_version) == ("base", "0.5.7")
+        assert info.lifecycle == {"on_timeout": "kill", "auto_resume": False}
         assert info.allow_internet_access is False and info.network["deny_out"] == ["0.0.0.0/0"]
         with pytest.raises(SandboxException, match="400: Invalid next token"):
             await AsyncSandbox.list(next_token="not-a-token").next_items()

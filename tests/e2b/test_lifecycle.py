@@ -175,7 +175,8 @@ def test_bad_list_parameters_are_refused_with_e2b_s_error():
         paginator = Sandbox.list(query=SandboxQuery(metadata={"tag": tag}), limit=1)
         paginator.next_items()
         with pytest.raises(SandboxException, match="400: Invalid next token"):
-            Sandbox.list(query=SandboxQuery(metadata={"tag": tag}), next_token=paginator.next_token, order="asc").next_items()
+            query = SandboxQuery(metadata={"tag": tag})
+            Sandbox.list(query=query, next_token=paginator.next_token, order="asc").next_items()
         with pytest.raises(SandboxException, match="400: Invalid template: tags are not supported"):
             Sandbox.list(query=SandboxQuery(metadata={"tag": tag}, template="base:v1")).next_items()
     finally:

@@ -38,7 +38,8 @@ def test_list_in_pages_follows_the_cursor_and_misses_nothing(client: Client) -> 
     query = {"suite": support.RUN_ID, "role": "paged"}
     whole = [info.id for info in client.list_sandboxes(metadata=query)]
     assert sorted(whole) == sorted(made)
-    assert [info.id for info in client.list_sandboxes(metadata=query, page_size=1)] == whole, "oldest first, page by page"
+    paged = [info.id for info in client.list_sandboxes(metadata=query, page_size=1)]
+    assert paged == whole, "oldest first, page by page"
     assert [info.id for info in client.list_sandboxes(metadata=query, page_size=2)] == whole
     with pytest.raises(BadRequest):
         client.list_sandboxes(page_size=0)
