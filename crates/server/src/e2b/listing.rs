@@ -1,15 +1,15 @@
 //! E2B's sandbox listing (`GET /v2/sandboxes`, the SDK's `Sandbox.list` paginator) and details (`GET /sandboxes/{id}`,
 //! `get_info`), with the fields, filters, order and paging of E2B's API: running and paused sandboxes (both unless
 //! `state` says), newest first unless `order=asc`, filtered by `metadata`, `startedAfter` (inclusive) and `template`,
-//! paged by `limit` (1 to 100, default 100) and `nextToken` on (start time, id) keys (`crate::listing`), the next
-//! page's token in `x-next-token` and the matching running sandboxes' count in `x-total-running`.
+//! paged by `limit` and `nextToken` on (start time, id) keys (`e2b::paging`), and the matching running sandboxes'
+//! count in `x-total-running`.
 
 use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, Uri};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use sandkasten_types::{NetworkMode, NetworkPolicy};
 use serde::{Deserialize, Serialize};
 
@@ -18,13 +18,11 @@ use crate::e2b::auth::api_tenant;
 use crate::e2b::control::{CLIENT_ID, ENVD_VERSION};
 use crate::e2b::error::E2bError;
 use crate::e2b::lookup::live;
-use crate::listing::{Cursor, CursorError, Order, page};
+use crate::e2b::paging;
+use crate::listing::{Cursor, Order, Page, page};
 use crate::sandbox_lifecycle::Lifecycle;
 use crate::state::AppState;
 use crate::store::{SandboxRecord, SandboxState};
-
-/// E2B's page size bounds (`paginationLimit` in its OpenAPI spec).
-const MAX_LIMIT: i64 = 100;
 
 /// E2B's `ListedSandbox` and, with the details only `get_info` answers, `SandboxDetail`.
 #[derive(Debug, Serialize)]
@@ -187,17 +185,6 @@ fn metadata_filter(encoded: &str) -> Result<BTreeMap<String, String>, E2bError> 
     Ok(pairs.into_iter().collect())
 }
 
-fn parse_limit(limit: Option<&str>) -> Result<usize, E2bError> {
-    let Some(text) = limit else { return Ok(MAX_LIMIT as usize) };
-    let problem = match text.parse::<i64>() {
-        Ok(n) if n < 1 => "number must be at least 1".to_owned(),
-        Ok(n) if n > MAX_LIMIT => format!("number must be at most {MAX_LIMIT}"),
-        Ok(n) => return Ok(usize::try_from(n).unwrap_or(usize::MAX)),
-        Err(_) => format!("value {text:?} is not an integer"),
-    };
-    Err(E2bError::invalid(format!("parameter \"limit\" in query has an error: {problem}")))
-}
-
 fn parse_request(query: ListQuery) -> Result<ListRequest, E2bError> {
     let metadata = metadata_filter(query.metadata.as_deref().unwrap_or(""))?;
     // No `state`: both (E2B's default).
@@ -233,14 +220,8 @@ fn parse_request(query: ListQuery) -> Result<ListRequest, E2bError> {
             "Invalid template: tags are not supported here because sandboxes are not tag-scoped",
         ));
     }
-    let limit = parse_limit(query.limit.as_deref())?;
-    let after = match query.next_token.as_deref().filter(|token| !token.is_empty()) {
-        None => None,
-        Some(token) => Some(Cursor::parse(token, order).map_err(|error| match error {
-            CursorError::Malformed => E2bError::invalid("Invalid next token"),
-            CursorError::OtherOrder => E2bError::invalid(format!("Invalid next token: {error}")),
-        })?),
-    };
+    let limit = paging::limit(query.limit.as_deref())?;
+    let after = paging::after(query.next_token.as_deref(), order)?;
     Ok(ListRequest { metadata, running, paused, order, started_after_us, template: query.template, limit, after })
 }
 
@@ -277,13 +258,10 @@ pub(crate) async fn list(
     let running = shown.iter().filter(|(_, item)| item.state == "running").count();
     let page =
         page(shown, |(ms, item)| (*ms, item.sandbox_id.as_str()), request.order, request.limit, request.after.as_ref());
-    let items: Vec<SandboxListed> = page.items.into_iter().map(|(_, item)| item).collect();
-    let mut response = Json(items).into_response();
+    let page = Page { items: page.items.into_iter().map(|(_, item)| item).collect::<Vec<_>>(), next: page.next };
+    let mut response = paging::answer(page);
     if request.running {
         response.headers_mut().insert("x-total-running", HeaderValue::from(running));
-    }
-    if let Some(token) = page.next.and_then(|token| HeaderValue::from_str(&token).ok()) {
-        response.headers_mut().insert("x-next-token", token);
     }
     Ok(response)
 }
@@ -300,16 +278,6 @@ mod tests {
         assert_eq!(filter.get("x").map(String::as_str), Some("1&2"));
         assert!(metadata_filter("")?.is_empty());
         Ok(())
-    }
-
-    #[test]
-    fn limits_outside_e2b_s_bounds_are_refused_in_its_words() {
-        assert_eq!(parse_limit(None).ok(), Some(100));
-        assert_eq!(parse_limit(Some("1")).ok(), Some(1));
-        for (bad, words) in [("0", "at least 1"), ("-3", "at least 1"), ("101", "at most 100"), ("ten", "integer")] {
-            let error = parse_limit(Some(bad)).err().map(|error| error.message).unwrap_or_default();
-            assert!(error.contains(words), "{bad}: {error}");
-        }
     }
 
     #[test]

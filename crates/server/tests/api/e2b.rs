@@ -354,16 +354,26 @@ async fn filesystem_snapshots_are_listed_restored_by_create_and_deleted_as_templ
     let id = info["snapshotID"].as_str().unwrap().to_owned();
     assert!(id.starts_with("sn-") && id.len() == 19, "{info}");
     assert_eq!(info, json!({"snapshotID": id, "names": ["before"]}));
+    // A later creation time (ms), so the order below is the creation order.
+    tokio::time::sleep(std::time::Duration::from_millis(3)).await;
     let unnamed = control(&h, "POST", &uri, KEY_A, Some(json!({"memory": false}))).await.json();
     assert_eq!(unnamed["names"], json!([]));
 
-    // Listing: the SDK's filters and paging.
+    // Listing: the SDK's filters and paging, newest first as E2B lists them, by cursor.
     let all = control(&h, "GET", "/snapshots", KEY_A, None).await.json();
-    assert_eq!(all, json!([info, unnamed]));
+    assert_eq!(all, json!([unnamed, info]));
     let paged = control(&h, "GET", "/snapshots?limit=1", KEY_A, None).await;
-    assert_eq!((paged.json(), paged.headers.get("x-next-token").unwrap().to_str().unwrap()), (json!([info]), "1"));
-    let rest = control(&h, "GET", "/snapshots?limit=1&nextToken=1", KEY_A, None).await;
-    assert_eq!((rest.json(), rest.headers.get("x-next-token")), (json!([unnamed]), None));
+    assert_eq!(paged.json(), json!([unnamed]));
+    let token = paged.headers.get("x-next-token").unwrap().to_str().unwrap().to_owned();
+    let rest = control(&h, "GET", &format!("/snapshots?limit=1&nextToken={token}"), KEY_A, None).await;
+    assert_eq!((rest.json(), rest.headers.get("x-next-token")), (json!([info]), None));
+    for (query, words) in
+        [("limit=0", "at least 1"), ("limit=101", "at most 100"), ("nextToken=1", "Invalid next token")]
+    {
+        let refused = control(&h, "GET", &format!("/snapshots?{query}"), KEY_A, None).await;
+        assert_eq!((refused.status, refused.json()["code"].clone()), (StatusCode::BAD_REQUEST, json!(400)), "{query}");
+        assert!(refused.json()["message"].as_str().unwrap().contains(words), "{query}: {}", refused.text());
+    }
     assert_eq!(control(&h, "GET", "/snapshots?name=before", KEY_A, None).await.json(), json!([info]));
     let by_source = format!("/snapshots?sandboxID={}", sb.id);
     assert_eq!(control(&h, "GET", &by_source, KEY_A, None).await.json().as_array().unwrap().len(), 2);
