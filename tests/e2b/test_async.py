@@ -14,6 +14,8 @@ from e2b import (
     FileNotFoundException,
     FileType,
     FilesystemEventType,
+    InvalidArgumentException,
+    SandboxException,
     SandboxNotFoundException,
     SandboxNotRunningException,
     SandboxQuery,
@@ -202,6 +204,57 @@ async def test_files(asbx):
     assert not await asbx.files.exists(f"{base}/d")
     with pytest.raises(FileNotFoundException):
         await asbx.files.read(f"{base}/missing")
+
+
+async def test_files_answer_as_envd_does(asbx):
+    base = support.unique("/home/user/async-envd")
+    await asbx.files.write(f"{base}/a/z.txt", "x")
+    await asbx.files.write(f"{base}/b.txt", "12345")
+    await asbx.commands.run(f"cd {base} && ln -s b.txt link && ln -s a dirlink")
+    assert await asbx.files.remove(f"{base}/missing") is None
+    assert await asbx.files.make_dir(f"{base}/a") is False
+    with pytest.raises(InvalidArgumentException, match="not a directory"):
+        await asbx.files.make_dir(f"{base}/b.txt")
+    link = await asbx.files.get_info(f"{base}/link")
+    assert (link.type, link.symlink_target, link.permissions) == (FileType.SYMLINK, f"{base}/b.txt", "Lrwxrwxrwx")
+    listed = [entry.path.removeprefix(base + "/") for entry in await asbx.files.list(base, depth=2)]
+    assert listed == ["a", "a/z.txt", "b.txt", "dirlink", "link"]
+    with pytest.raises(InvalidArgumentException, match="not a directory"):
+        await asbx.files.list(f"{base}/b.txt")
+
+
+async def test_list_pages_by_cursor_filters_and_reports_info():
+    tag = support.unique("async-paging")
+    sandboxes = [await support.acreate(AsyncSandbox, metadata={"tag": tag}) for _ in range(3)]
+    try:
+        infos = [await AsyncSandbox.get_info(sandbox.sandbox_id) for sandbox in sandboxes]
+        by_id = sorted(infos, key=lambda info: info.sandbox_id)
+        newest_first = [info.sandbox_id for info in sorted(by_id, key=lambda info: info.started_at, reverse=True)]
+        paginator = AsyncSandbox.list(query=SandboxQuery(metadata={"tag": tag}), limit=2)
+        pages = []
+        while paginator.has_next:
+            pages.append([info.sandbox_id for info in await paginator.next_items()])
+        assert pages == [newest_first[:2], newest_first[2:]]
+        since = infos[1].started_at
+        oldest_first = [
+            info.sandbox_id
+            for info in sorted(sorted(by_id, key=lambda i: i.sandbox_id, reverse=True), key=lambda i: i.started_at)
+            if info.started_at >= since
+        ]
+        query = SandboxQuery(metadata={"tag": tag}, started_after=since, template="base")
+        ascending = await AsyncSandbox.list(query=query, order="asc").next_items()
+        assert [info.sandbox_id for info in ascending] == oldest_first
+        info = await sandboxes[0].get_info()
+        assert (info.name, info.envd_version) == ("base", "0.5.7")
+        assert info.lifecycle == {"on_timeout": "kill", "auto_resume": False}
+        assert info.allow_internet_access is False and info.network["deny_out"] == ["0.0.0.0/0"]
+        with pytest.raises(SandboxException, match="400: Invalid next token"):
+            await AsyncSandbox.list(next_token="not-a-token").next_items()
+        with pytest.raises(SandboxException, match="at most 100"):
+            await AsyncSandbox.list(limit=500).next_items()
+    finally:
+        for sandbox in sandboxes:
+            await sandbox.kill()
 
 
 async def test_code_interpreter_async():

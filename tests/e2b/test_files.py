@@ -5,7 +5,14 @@ Each test works in its own directory of the module's sandbox."""
 import pytest
 
 import support
-from e2b import FileNotFoundException, FileType, FilesystemEventType, NotFoundException, SandboxException
+from e2b import (
+    FileNotFoundException,
+    FileType,
+    FilesystemEventType,
+    InvalidArgumentException,
+    NotFoundException,
+    SandboxException,
+)
 
 
 @pytest.fixture
@@ -145,8 +152,65 @@ def test_missing_paths_raise_not_found(sbx, home):
         sbx.files.list(f"{home}/missing-dir")
     with pytest.raises(NotFoundException):
         sbx.files.rename(missing, f"{home}/elsewhere.txt")
-    with pytest.raises(NotFoundException):
-        sbx.files.remove(missing)
+
+
+def test_removing_a_missing_path_succeeds_as_envd_s_remove_all_does(sbx, home):
+    sbx.files.write(f"{home}/kept.txt", "x")
+    assert sbx.files.remove(f"{home}/missing.txt") is None
+    assert sbx.files.remove(f"{home}/missing-dir/deeper") is None
+    assert [entry.name for entry in sbx.files.list(home)] == ["kept.txt"]
+
+
+def test_make_dir_of_something_that_is_not_a_directory_is_invalid(sbx, home):
+    sbx.files.write(f"{home}/plain.txt", "x")
+    with pytest.raises(InvalidArgumentException, match="not a directory"):
+        sbx.files.make_dir(f"{home}/plain.txt")
+    assert sbx.files.read(f"{home}/plain.txt") == "x"
+    # envd's os.Stat follows a link: a link to a directory is a directory that exists.
+    sbx.files.make_dir(f"{home}/real")
+    sbx.commands.run(f"ln -s real {home}/to-real")
+    assert sbx.files.make_dir(f"{home}/to-real") is False
+
+
+def test_get_info_of_a_symlink_reports_the_link_and_its_resolved_target(sbx, home):
+    sbx.files.write(f"{home}/target.txt", "12345")
+    sbx.files.make_dir(f"{home}/dir")
+    sbx.commands.run(
+        f"cd {home} && chmod 640 target.txt && ln -s target.txt link && ln -s link chain && ln -s dir/../dir dirlink"
+        " && ln -s nowhere dangling"
+    )
+    link = sbx.files.get_info(f"{home}/link")
+    assert (link.name, link.path, link.type) == ("link", f"{home}/link", FileType.SYMLINK)
+    assert link.symlink_target == f"{home}/target.txt"
+    assert link.permissions == "Lrwxrwxrwx"
+    assert link.mode == 0o640, "the target's mode, as envd reports it"
+    assert link.size == len("target.txt"), "the link's own size"
+    # A chain resolves to its end; a relative target with .. resolves lexically.
+    assert sbx.files.get_info(f"{home}/chain").symlink_target == f"{home}/target.txt"
+    assert sbx.files.get_info(f"{home}/dirlink").symlink_target == f"{home}/dir"
+    dangling = sbx.files.get_info(f"{home}/dangling")
+    assert (dangling.type, dangling.symlink_target, dangling.mode) == (FileType.SYMLINK, f"{home}/dangling", 0)
+    assert sbx.files.get_info(f"{home}/target.txt").symlink_target is None
+
+
+def test_list_walks_depth_first_in_name_order_like_envd(sbx, home):
+    for path in ["b.txt", "a/z.txt", "a/inner/deep.txt", "c/.hidden"]:
+        sbx.files.write(f"{home}/{path}", "x")
+    sbx.commands.run(f"ln -s a {home}/link-to-a")
+    relative = lambda entries: [entry.path.removeprefix(home + "/") for entry in entries]  # noqa: E731
+    assert relative(sbx.files.list(home)) == ["a", "b.txt", "c", "link-to-a"]
+    two_deep = ["a", "a/inner", "a/z.txt", "b.txt", "c", "c/.hidden", "link-to-a"]
+    assert relative(sbx.files.list(home, depth=2)) == two_deep
+    # Each directory's entries right after it, and never through a symlinked directory.
+    assert relative(sbx.files.list(home, depth=3)) == [
+        "a", "a/inner", "a/inner/deep.txt", "a/z.txt", "b.txt", "c", "c/.hidden", "link-to-a",
+    ]  # fmt: skip
+    linked = [entry for entry in sbx.files.list(home) if entry.name == "link-to-a"][0]
+    assert (linked.type, linked.symlink_target) == (FileType.SYMLINK, f"{home}/a")
+    # Listing through a link lists its directory, under the path asked for.
+    assert relative(sbx.files.list(f"{home}/link-to-a")) == ["link-to-a/inner", "link-to-a/z.txt"]
+    with pytest.raises(InvalidArgumentException, match="not a directory"):
+        sbx.files.list(f"{home}/b.txt")
 
 
 def test_root_owned_files_are_closed_to_the_default_user(sbx):

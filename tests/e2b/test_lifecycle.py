@@ -7,6 +7,7 @@ import datetime
 import json
 import os
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -104,6 +105,118 @@ def test_list_shows_the_sandbox_with_its_metadata():
         sandbox.kill()
 
 
+def _newest_first(infos):
+    """E2B's default order: start time descending, ties by id ascending."""
+    by_id = sorted(infos, key=lambda info: info.sandbox_id)
+    return [info.sandbox_id for info in sorted(by_id, key=lambda info: info.started_at, reverse=True)]
+
+
+def test_list_pages_by_cursor_stay_stable_while_sandboxes_come_and_go():
+    tag = support.unique("paging")
+    first = [support.create(Sandbox, metadata={"tag": tag}) for _ in range(3)]
+    later = []
+    try:
+        infos = [Sandbox.get_info(sandbox.sandbox_id) for sandbox in first]
+        expected = _newest_first(infos)
+        paginator = Sandbox.list(query=SandboxQuery(metadata={"tag": tag}), limit=2)
+        page = paginator.next_items()
+        assert [info.sandbox_id for info in page] == expected[:2], "newest first, two per page"
+        assert paginator.has_next and paginator.next_token
+        # Between two pages: a newer sandbox starts and one already listed ends. An offset would now skip the
+        # oldest; the cursor (start time, id of the last one listed) does not.
+        later.append(support.create(Sandbox, metadata={"tag": tag}))
+        Sandbox.kill(expected[0])
+        rest = paginator.next_items()
+        assert [info.sandbox_id for info in rest] == expected[2:]
+        assert paginator.has_next is False and paginator.next_token is None
+
+        oldest_first = Sandbox.list(query=SandboxQuery(metadata={"tag": tag}), order="asc", limit=1)
+        ids = []
+        while oldest_first.has_next:
+            ids.extend(info.sandbox_id for info in oldest_first.next_items())
+        assert ids == list(reversed(expected[1:])) + [later[0].sandbox_id]
+    finally:
+        for sandbox in first + later:
+            Sandbox.kill(sandbox.sandbox_id)
+
+
+def test_list_filters_by_start_time_and_template():
+    tag = support.unique("filters")
+    base = support.create(Sandbox, metadata={"tag": tag})
+    host = support.create(Sandbox, template="host", metadata={"tag": tag})
+    try:
+        base_info, host_info = Sandbox.get_info(base.sandbox_id), Sandbox.get_info(host.sandbox_id)
+        assert host_info.started_at > base_info.started_at
+        ids = lambda query: [info.sandbox_id for info in Sandbox.list(query=query).next_items()]  # noqa: E731
+        # started_after is inclusive (at or after), whatever the caller's time zone.
+        since = SandboxQuery(metadata={"tag": tag}, started_after=host_info.started_at.astimezone())
+        assert ids(since) == [host.sandbox_id]
+        assert set(ids(SandboxQuery(metadata={"tag": tag}, started_after=base_info.started_at))) == {
+            base.sandbox_id,
+            host.sandbox_id,
+        }
+        assert ids(SandboxQuery(metadata={"tag": tag}, template="host")) == [host.sandbox_id]
+        assert ids(SandboxQuery(metadata={"tag": tag}, template="base")) == [base.sandbox_id]
+        assert ids(SandboxQuery(metadata={"tag": tag}, template="no-such-template")) == []
+    finally:
+        base.kill()
+        host.kill()
+
+
+def test_bad_list_parameters_are_refused_with_e2b_s_error():
+    with pytest.raises(SandboxException, match="400.*limit.*at most 100"):
+        Sandbox.list(limit=101).next_items()
+    with pytest.raises(SandboxException, match="400: Invalid next token"):
+        Sandbox.list(next_token="not-a-token").next_items()
+    # A token of a newest-first list replayed for an oldest-first one would re-serve what was seen.
+    tag = support.unique("order")
+    sandboxes = [support.create(Sandbox, metadata={"tag": tag}) for _ in range(2)]
+    try:
+        paginator = Sandbox.list(query=SandboxQuery(metadata={"tag": tag}), limit=1)
+        paginator.next_items()
+        with pytest.raises(SandboxException, match="400: Invalid next token"):
+            query = SandboxQuery(metadata={"tag": tag})
+            Sandbox.list(query=query, next_token=paginator.next_token, order="asc").next_items()
+        with pytest.raises(SandboxException, match="400: Invalid template: tags are not supported"):
+            Sandbox.list(query=SandboxQuery(metadata={"tag": tag}, template="base:v1")).next_items()
+    finally:
+        for sandbox in sandboxes:
+            sandbox.kill()
+    # The SDK never sends limit=0 (it drops a falsy limit); on the wire it is E2B's 400 too.
+    url = os.environ["E2B_API_URL"].rstrip("/") + "/v2/sandboxes?limit=0"
+    request = urllib.request.Request(url, headers={"X-API-KEY": os.environ["E2B_API_KEY"]})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request)
+    assert refused.value.code == 400
+    body = json.loads(refused.value.read())
+    assert body["code"] == 400 and "at least 1" in body["message"], body
+
+
+def test_get_info_reports_what_e2b_returns():
+    with support.create(Sandbox, lifecycle={"on_timeout": "pause", "auto_resume": True}) as sandbox:
+        info = sandbox.get_info()
+        assert (info.sandbox_id, info.template_id, info.name) == (sandbox.sandbox_id, "base", "base")
+        assert info.cpu_count >= 1 and info.memory_mb > 0
+        assert info.envd_version == "0.5.7"
+        assert info.sandbox_domain is None
+        assert info.lifecycle == {"on_timeout": "pause", "auto_resume": True}
+        # No network options: sandkasten gives no network at all (E2B's default would be the internet).
+        assert info.allow_internet_access is False
+        assert info.network["deny_out"] == ["0.0.0.0/0"] and info.network["allow_out"] == []
+        assert info.volume_mounts == []
+        listed = Sandbox.list(query=SandboxQuery(metadata={"suite": support.RUN_ID})).next_items()
+        mine = [item for item in listed if item.sandbox_id == sandbox.sandbox_id]
+        assert len(mine) == 1 and (mine[0].cpu_count, mine[0].memory_mb) == (info.cpu_count, info.memory_mb)
+    with support.create(Sandbox, network={"deny_out": ["0.0.0.0/0"], "allow_out": ["api.example.com"]}) as sandbox:
+        info = sandbox.get_info()
+        assert info.lifecycle == {"on_timeout": "kill", "auto_resume": False}
+        assert (info.network["allow_out"], info.network["deny_out"]) == (["api.example.com"], ["0.0.0.0/0"])
+    with support.create(Sandbox, allow_internet_access=True) as sandbox:
+        info = sandbox.get_info()
+        assert info.allow_internet_access is True
+        assert info.network["deny_out"] == []
+
+
 def test_set_timeout_moves_end_at_and_get_info_reports_it(sbx):
     sbx.set_timeout(600)
     first = sbx.get_info()
@@ -169,6 +282,11 @@ def test_pause_keeps_the_sandbox_and_connect_resumes_it(sbx):
     assert sbx.get_info().state == SandboxState.PAUSED
     listed = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()
     assert sbx.sandbox_id in [item.sandbox_id for item in listed]
+    # Without a state filter E2B lists running and paused sandboxes alike.
+    everything = Sandbox.list(query=SandboxQuery(metadata={"suite": support.RUN_ID})).next_items()
+    assert [item.state for item in everything if item.sandbox_id == sbx.sandbox_id] == [SandboxState.PAUSED]
+    running = Sandbox.list(query=SandboxQuery(metadata={"suite": support.RUN_ID}, state=[SandboxState.RUNNING]))
+    assert sbx.sandbox_id not in [item.sandbox_id for item in running.next_items()]
     again = Sandbox.connect(sbx.sandbox_id)
     assert again.get_info().state == SandboxState.RUNNING
     assert again.files.read("/home/user/kept.txt") == "written before the pause"

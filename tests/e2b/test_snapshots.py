@@ -19,6 +19,25 @@ def list_all(**kwargs) -> list:
     raise AssertionError("list_snapshots never ended")
 
 
+def test_list_snapshots_pages_newest_first_by_cursor():
+    with support.create(Sandbox) as sandbox:
+        first = sandbox.create_snapshot(mode="filesystem")
+        second = sandbox.create_snapshot(mode="filesystem")
+        try:
+            paginator = Sandbox.list_snapshots(sandbox_id=sandbox.sandbox_id, limit=1)
+            pages = []
+            while paginator.has_next:
+                pages.append([info.snapshot_id for info in paginator.next_items()])
+            assert pages == [[second.snapshot_id], [first.snapshot_id]], "newest first, one per page"
+            with pytest.raises(SandboxException, match="400: Invalid next token"):
+                Sandbox.list_snapshots(next_token="1").next_items()
+            with pytest.raises(SandboxException, match="at most 100"):
+                Sandbox.list_snapshots(limit=101).next_items()
+        finally:
+            Sandbox.delete_snapshot(first.snapshot_id)
+            Sandbox.delete_snapshot(second.snapshot_id)
+
+
 def test_a_full_snapshot_is_refused_naming_the_filesystem_mode(sbx):
     # The SDK's default mode is "full" (memory and files), which no sandkasten tier can save yet: it must raise,
     # tell the caller what to pass instead, and take no snapshot in its place.

@@ -199,6 +199,18 @@ fn the_client_drives_a_sandbox_from_create_to_rm(tier: Tier) {
     let filtered = server.run(KEY_1, &["list", "--json", "--metadata", "purpose=client-test"]);
     let filtered: Value = serde_json::from_slice(&filtered.stdout).unwrap();
     assert_eq!(filtered["sandboxes"][0]["id"], json!(id));
+    // One sandbox per request: the client follows the cursor and lists both, oldest first.
+    let second = server.run(KEY_1, &["create", "--isolation", tier.name(), "--metadata", "purpose=client-test"]);
+    expect_code(&second, 0);
+    let second = second.stdout_text().trim().to_owned();
+    let paged = server.run(KEY_1, &["list", "--json", "--page-size", "1", "--metadata", "purpose=client-test"]);
+    expect_code(&paged, 0);
+    let paged: Value = serde_json::from_slice(&paged.stdout).unwrap();
+    let paged: Vec<&str> = paged["sandboxes"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
+    assert_eq!(paged, [id.as_str(), second.as_str()]);
+    expect_code(&server.run(KEY_1, &["list", "--page-size", "0"]), 2);
+    expect_code(&server.run(KEY_1, &["rm", &second]), 0);
+    common::assert_gone(tier, &second);
     let info = server.run(KEY_1, &["info", &id]);
     expect_code(&info, 0);
     assert!(info.stdout_text().contains("state:") && info.stdout_text().contains("running"), "{}", info.describe());

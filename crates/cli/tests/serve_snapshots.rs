@@ -336,6 +336,11 @@ fn kill_9_during_a_snapshot_upload_leaves_no_snapshot_that_lists_and_no_orphaned
     let listed: Vec<&str> =
         list.json["snapshots"].as_array().unwrap().iter().map(|s| s["snapshot_id"].as_str().unwrap()).collect();
     assert_eq!(listed, vec![finished.as_str()], "after the crash: {list:?}");
+    // `files_under` lists every file, so this also catches the `<hash>.zst#N` staging file object_store was writing
+    // when the server died (object_store's own listing hides those; GC deletes them: snapshot-store's `staging`).
+    let left = files_under(&store);
+    let staging: Vec<_> = left.iter().filter(|path| path.to_string_lossy().contains('#')).collect();
+    assert_eq!(staging, Vec::<&std::path::PathBuf>::new(), "the cut-off upload left staging files");
     assert_eq!(files_under(&store.join("chunks")), chunks_of_finished, "the cut-off upload left chunks");
     assert_eq!(files_under(&store.join("manifests")).len(), 1);
     // The sandbox died with the server (lost); the finished snapshot still restores.

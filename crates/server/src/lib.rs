@@ -15,6 +15,7 @@ mod http_connections;
 mod http_serve;
 pub mod ids;
 pub mod lifecycle;
+mod listing;
 mod mcp;
 mod metrics;
 mod migrations;

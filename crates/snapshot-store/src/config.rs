@@ -101,6 +101,11 @@ pub(crate) fn open_object_store(config: &StoreConfig) -> Result<Arc<dyn ObjectSt
     Err(invalid("the scheme is neither file:// nor s3://"))
 }
 
+/// The directory of a local (`file://`) store, `None` for S3.
+pub(crate) fn local_directory(config: &StoreConfig) -> Option<PathBuf> {
+    config.url.strip_prefix("file://").filter(|dir| dir.starts_with('/')).map(PathBuf::from)
+}
+
 /// The environment's AWS settings, overridden by the configured ones.
 fn s3_builder(bucket: &str, options: &S3Options) -> AmazonS3Builder {
     // reqwest is built without a crypto provider of its own (see the workspace Cargo.toml): use ring, as the rest of

@@ -141,6 +141,16 @@ pub enum StoreError {
         /// What object_store said.
         source: object_store::Error,
     },
+    /// A file operation on a local store's directory failed (GC's sweep of crash-left staging files).
+    #[error("{operation} of {path} in the snapshot store failed: {source}")]
+    LocalFile {
+        /// `read_dir`, `stat` or `remove`.
+        operation: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The error of the call.
+        source: std::io::Error,
+    },
     /// A blocking worker (compression, verification) panicked or was cancelled.
     #[error("a chunk worker failed: {0}")]
     Worker(#[from] tokio::task::JoinError),

@@ -1,4 +1,5 @@
-//! Garbage collection: delete every chunk that no manifest references and that is older than the grace period.
+//! Garbage collection: delete every chunk that no manifest references and that is older than the grace period
+//! (and a local store's crash-left staging files: the `staging` module).
 //!
 //! What keeps a chunk a put still needs:
 //! - in this process, the put's pins (the `pins` module): GC never deletes a chunk a put found already stored
@@ -37,6 +38,8 @@ pub struct GcReport {
     pub chunks_deleted: usize,
     /// Stored (compressed) bytes of the deleted chunks.
     pub bytes_deleted: u64,
+    /// Staging files of chunk writes a crash cut off (local stores only: the `staging` module) deleted.
+    pub staging_files_deleted: usize,
 }
 
 /// Runs one collection over `store` (after any other running one).
@@ -86,11 +89,15 @@ pub(crate) async fn collect(store: &SnapshotStore, grace: Duration) -> Result<Gc
         report.chunks_deleted += 1;
         report.bytes_deleted += object.size;
     }
+    if let Some(directory) = store.local_directory() {
+        report.staging_files_deleted = crate::staging::sweep(directory, grace, &collection).await?;
+    }
     tracing::info!(
         manifests = report.manifests,
         chunks_deleted = report.chunks_deleted,
         bytes_deleted = report.bytes_deleted,
         chunks_too_young = report.chunks_too_young,
+        staging_files_deleted = report.staging_files_deleted,
         "snapshot gc done"
     );
     Ok(report)

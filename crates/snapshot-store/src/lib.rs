@@ -6,7 +6,8 @@
 //! the `chunker` module says why), each chunk is named by the BLAKE3 hash of its bytes and stored zstd-compressed
 //! at `chunks/<first 2 hex>/<hash>.zst` unless the store already has it, so snapshots of one sandbox share their
 //! unchanged chunks. The manifest (`manifests/<id>.json`) is written last: a put that fails or crashes leaves only
-//! orphan chunks, which [`SnapshotStore::gc`] removes.
+//! orphan chunks, which [`SnapshotStore::gc`] removes (in a local store also the
+//! half-written staging file of a chunk write a crash cut off: the `staging` module).
 //!
 //! BLAKE3 rather than SHA-256: a content address needs collision resistance, not a standard; BLAKE3 gives 256 bits
 //! of it at several GB/s per core (SHA-256 without SHA extensions manages a few hundred MB/s), which matters on the
@@ -35,6 +36,7 @@ mod gc;
 mod manifest;
 mod pins;
 mod reader;
+mod staging;
 mod store;
 mod writer;
 

@@ -1,5 +1,6 @@
 //! [`SnapshotStore`]: the handle the server keeps (cheap to clone) and the operations on stored snapshots.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use futures::{Stream, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 
-use crate::config::{StoreConfig, open_object_store};
+use crate::config::{StoreConfig, local_directory, open_object_store};
 use crate::error::StoreError;
 use crate::gc::{GcReport, collect};
 use crate::manifest::{MANIFESTS_PREFIX, Manifest, manifest_path, snapshot_id_of, validate_snapshot_id};
@@ -26,6 +27,8 @@ pub struct SnapshotStore {
 struct Inner {
     objects: Arc<dyn ObjectStore>,
     gc_grace: Duration,
+    /// The directory of a local store (where crash-left staging files are looked for), `None` for S3.
+    local_directory: Option<PathBuf>,
     /// Which chunks this process's puts are using (see the `pins` module).
     pins: Arc<ChunkPins>,
 }
@@ -35,7 +38,13 @@ impl SnapshotStore {
     /// the store yet: an unreachable bucket shows at the first operation.
     pub fn open(config: &StoreConfig) -> Result<SnapshotStore, StoreError> {
         let objects = open_object_store(config)?;
-        Ok(SnapshotStore { inner: Arc::new(Inner { objects, gc_grace: config.gc_grace, pins: Arc::default() }) })
+        let inner = Inner {
+            objects,
+            gc_grace: config.gc_grace,
+            local_directory: local_directory(config),
+            pins: Arc::default(),
+        };
+        Ok(SnapshotStore { inner: Arc::new(inner) })
     }
 
     /// A writer for a new snapshot `snapshot_id` (`[a-z0-9-]{1,64}`). Nothing is visible until its commit.
@@ -90,7 +99,7 @@ impl SnapshotStore {
     }
 
     /// Deletes every chunk no manifest references that is older than the grace period and that no put of this
-    /// process is using. One collection runs at a time; puts go on meanwhile.
+    /// process is using (and, in a local store, the staging files crashed chunk writes left, on the same terms). One collection runs at a time; puts go on meanwhile.
     pub async fn gc(&self) -> Result<GcReport, StoreError> {
         collect(self, self.inner.gc_grace).await
     }
@@ -113,6 +122,10 @@ impl SnapshotStore {
 
     pub(crate) fn objects(&self) -> Arc<dyn ObjectStore> {
         self.inner.objects.clone()
+    }
+
+    pub(crate) fn local_directory(&self) -> Option<&std::path::Path> {
+        self.inner.local_directory.as_deref()
     }
 
     pub(crate) fn pins(&self) -> Arc<ChunkPins> {

@@ -148,6 +148,8 @@ async def test_lifecycle_snapshot_fork(aclient: AsyncClient) -> None:
     await aclient.snapshots.delete(snapshot.id)
     listed = await aclient.list_sandboxes(metadata={"suite": support.RUN_ID}, state="running")
     assert sandbox.id in {info.id for info in listed}
+    paged = await aclient.list_sandboxes(metadata={"suite": support.RUN_ID}, state="running", page_size=1)
+    assert [info.id for info in paged] == [info.id for info in listed], "page by page, the same list"
     await sandbox.kill()
 
 

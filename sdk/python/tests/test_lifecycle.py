@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import support
-from sandkasten import Client, Conflict, Limits, NotFound
+from sandkasten import BadRequest, Client, Conflict, Limits, NotFound
 
 
 def test_create_options_are_applied() -> None:
@@ -28,6 +28,23 @@ def test_list_by_metadata_and_set_timeout(client: Client) -> None:
     assert sandbox.set_timeout(3600).expires_at > before
     assert client.connect(sandbox.id).info.id == sandbox.id
     sandbox.kill()
+
+
+def test_list_in_pages_follows_the_cursor_and_misses_nothing(client: Client) -> None:
+    made = []
+    for _ in range(3):
+        sandbox = client.create_sandbox(metadata=support.labels(role="paged"), timeout=120)
+        made.append(support.record(sandbox.id))
+    query = {"suite": support.RUN_ID, "role": "paged"}
+    whole = [info.id for info in client.list_sandboxes(metadata=query)]
+    assert sorted(whole) == sorted(made)
+    paged = [info.id for info in client.list_sandboxes(metadata=query, page_size=1)]
+    assert paged == whole, "oldest first, page by page"
+    assert [info.id for info in client.list_sandboxes(metadata=query, page_size=2)] == whole
+    with pytest.raises(BadRequest):
+        client.list_sandboxes(page_size=0)
+    for sandbox_id in made:
+        client.connect(sandbox_id).kill()
 
 
 def test_metrics_show_the_disk_a_file_takes() -> None:

@@ -122,8 +122,8 @@ pub fn create(client: &Client, options: CreateOptions, json: bool) -> Result<i32
     Ok(0)
 }
 
-/// `sandbox list`.
-pub fn list(client: &Client, metadata: &[String], all: bool, json: bool) -> Result<i32, ClientError> {
+/// `sandbox list`: every page of `GET /v1/sandboxes`, `page_size` at a time, each after the previous one's cursor.
+pub fn list(client: &Client, metadata: &[String], all: bool, page_size: u16, json: bool) -> Result<i32, ClientError> {
     let mut query: Vec<(String, String)> = pairs("--metadata", metadata)?
         .into_iter()
         .map(|(key, value)| (format!("metadata.{key}"), value.as_str().unwrap_or_default().to_owned()))
@@ -131,11 +131,18 @@ pub fn list(client: &Client, metadata: &[String], all: bool, json: bool) -> Resu
     if all {
         query.push(("state".into(), "all".into()));
     }
-    let answer = client.get_json("/v1/sandboxes", &query)?;
+    query.push(("limit".into(), page_size.to_string()));
+    let mut sandboxes = Vec::new();
+    loop {
+        let answer = client.get_json("/v1/sandboxes", &query)?;
+        sandboxes.extend(answer["sandboxes"].as_array().cloned().unwrap_or_default());
+        let Some(cursor) = answer["next_cursor"].as_str() else { break };
+        query.retain(|(key, _)| key != "cursor");
+        query.push(("cursor".into(), cursor.to_owned()));
+    }
     if json {
-        output::print_json(&answer);
+        output::print_json(&serde_json::json!({ "sandboxes": sandboxes }));
     } else {
-        let sandboxes = answer["sandboxes"].as_array().cloned().unwrap_or_default();
         print!("{}", output::table(&sandboxes));
     }
     Ok(0)

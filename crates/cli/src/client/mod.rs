@@ -107,6 +107,10 @@ pub enum SandboxCommand {
         /// Include ended sandboxes (destroyed, expired, lost).
         #[arg(long)]
         all: bool,
+        /// Sandboxes fetched per request (1 to 1000): the list is read page by page, each after the last one's
+        /// cursor, so sandboxes starting or ending meanwhile are neither repeated nor skipped.
+        #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        page_size: u16,
         /// Print `{"sandboxes": [...]}` as JSON.
         #[arg(long)]
         json: bool,
@@ -232,7 +236,9 @@ fn dispatch(client: &Client, command: SandboxCommand) -> Result<i32, ClientError
         SandboxCommand::Network { id, network, json } => network::set_network(client, &id, &network, json),
         SandboxCommand::Egress { id, limit, json } => network::egress(client, &id, limit, json),
         SandboxCommand::Secret(command) => network::secret(client, command),
-        SandboxCommand::List { metadata, all, json } => commands::list(client, &metadata, all, json),
+        SandboxCommand::List { metadata, all, page_size, json } => {
+            commands::list(client, &metadata, all, page_size, json)
+        }
         SandboxCommand::Info { id, json } => commands::info(client, &id, json),
         SandboxCommand::Exec(args) => exec::exec(client, args),
         SandboxCommand::Shell(args) => shell::shell(client, args),

@@ -1,4 +1,4 @@
-//! Sandbox routes: create, list (with metadata filters), get, delete, and set the timeout (the work of each is
+//! Sandbox routes: create, list (with metadata filters, paged by `crate::listing`'s cursors), get, delete, and set the timeout (the work of each is
 //! `lifecycle`'s).
 
 use std::collections::BTreeMap;
@@ -14,6 +14,7 @@ use crate::api::schemas::{CreateSandboxRequest, SandboxBody, SandboxList, Timeou
 use crate::api::snapshots::snapshot_for_create;
 use crate::auth::Tenant;
 use crate::lifecycle::{check_timeout, end_running, start_from_memory, start_on_files, start_sandbox};
+use crate::listing::{Cursor, Order, page};
 use crate::state::AppState;
 use crate::store::SandboxState;
 use crate::validate;
@@ -107,14 +108,21 @@ pub(crate) async fn create(
     Ok((StatusCode::CREATED, Json(current.into())))
 }
 
-/// Which sandboxes a list request wants.
+/// Largest `limit` of a native list page.
+const MAX_LIST_LIMIT: usize = 1000;
+
+/// Which sandboxes a list request wants, and which page of them.
 struct ListFilter {
     state: Option<SandboxState>,
     metadata: BTreeMap<String, String>,
+    /// Page size; `None`: every match in one answer.
+    limit: Option<usize>,
+    cursor: Option<Cursor>,
 }
 
 fn parse_list_query(pairs: Vec<(String, String)>) -> Result<ListFilter, ApiError> {
-    let mut filter = ListFilter { state: Some(SandboxState::Running), metadata: BTreeMap::new() };
+    let mut filter =
+        ListFilter { state: Some(SandboxState::Running), metadata: BTreeMap::new(), limit: None, cursor: None };
     for (key, value) in pairs {
         if key == "state" {
             filter.state = match value.as_str() {
@@ -125,14 +133,27 @@ fn parse_list_query(pairs: Vec<(String, String)>) -> Result<ListFilter, ApiError
                     ))
                 })?),
             };
+        } else if key == "limit" {
+            let limit = value.parse::<usize>().ok().filter(|limit| (1..=MAX_LIST_LIMIT).contains(limit));
+            filter.limit = Some(limit.ok_or_else(|| {
+                ApiError::bad_request(format!("limit={value:?} is not a page size: use 1 to {MAX_LIST_LIMIT}"))
+            })?);
+        } else if key == "cursor" {
+            let cursor = Cursor::parse(&value, Order::Asc).map_err(|error| {
+                ApiError::bad_request(format!("cursor={value:?}: {error} (next_cursor of the previous page)"))
+            })?;
+            filter.cursor = Some(cursor);
         } else if let Some(meta_key) = key.strip_prefix("metadata.") {
             validate::metadata_key(meta_key).map_err(ApiError::bad_request)?;
             filter.metadata.insert(meta_key.to_owned(), value);
         } else {
             return Err(ApiError::bad_request(format!(
-                "unknown query parameter {key:?}: filter with state=… or metadata.KEY=VALUE"
+                "unknown query parameter {key:?}: filter with state=… or metadata.KEY=VALUE, page with limit and cursor"
             )));
         }
+    }
+    if filter.cursor.is_some() && filter.limit.is_none() {
+        return Err(ApiError::bad_request("cursor needs limit: pass the same limit as for the previous page"));
     }
     Ok(filter)
 }
@@ -144,10 +165,15 @@ fn parse_list_query(pairs: Vec<(String, String)>) -> Result<ListFilter, ApiError
         ("state" = Option<String>, Query, description = "running (default), destroyed, lost, expired or all"),
         ("metadata.KEY" = Option<String>, Query,
             description = "Only sandboxes whose metadata KEY equals the value; repeat for several keys (all must match)"),
+        ("limit" = Option<usize>, Query, description = "Page size, 1 to 1000; without it every match is answered"),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page (with `limit`): the \
+            page after its last sandbox by (creation time, id), so sandboxes created or ended meanwhile shift nothing"),
     ),
     responses(
-        (status = 200, description = "The caller's sandboxes, oldest first", body = SandboxList),
-        (status = 400, description = "Unknown query parameter or state", body = ErrorBody),
+        (status = 200, description = "The caller's sandboxes, oldest first (a page of them with `limit`)",
+            body = SandboxList),
+        (status = 400, description = "Unknown query parameter or state, a limit out of range, a malformed cursor",
+            body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
     ),
     security(("api_key" = []))
@@ -159,12 +185,13 @@ pub(crate) async fn list(
 ) -> Result<Json<SandboxList>, ApiError> {
     let filter = parse_list_query(pairs)?;
     let records = state.store().sandboxes(&tenant.name, filter.state).await?;
-    let sandboxes = records
-        .into_iter()
-        .filter(|r| filter.metadata.iter().all(|(k, v)| r.metadata.get(k) == Some(v)))
-        .map(SandboxBody::from)
-        .collect();
-    Ok(Json(SandboxList { sandboxes }))
+    let matching: Vec<_> =
+        records.into_iter().filter(|r| filter.metadata.iter().all(|(k, v)| r.metadata.get(k) == Some(v))).collect();
+    let limit = filter.limit.unwrap_or(usize::MAX);
+    let page =
+        page(matching, |record| (record.created_ms, record.id.as_str()), Order::Asc, limit, filter.cursor.as_ref());
+    let sandboxes = page.items.into_iter().map(SandboxBody::from).collect();
+    Ok(Json(SandboxList { sandboxes, next_cursor: page.next }))
 }
 
 /// Get one sandbox (in any state).

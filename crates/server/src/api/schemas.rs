@@ -237,8 +237,11 @@ impl From<SandboxRecord> for SandboxBody {
 /// `GET /v1/sandboxes`.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct SandboxList {
-    /// The tenant's sandboxes, oldest first.
+    /// The tenant's sandboxes, oldest first (ties by id, descending); with `limit`, one page of them.
     pub sandboxes: Vec<SandboxBody>,
+    /// Pass as `cursor` for the next page; absent on the last page (and when no `limit` was given).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 /// `POST /v1/sandboxes/{id}/timeout`.

@@ -1,5 +1,5 @@
-//! E2B's control plane (`E2B_API_URL`): create (`POST /v2/sandboxes`), connect, list (`GET /v2/sandboxes`), kill,
-//! set the timeout and get the info of sandboxes, with E2B's JSON shapes, over the same store, quotas, warm pools
+//! E2B's control plane (`E2B_API_URL`): create (`POST /v2/sandboxes`), connect, kill and set the timeout of
+//! sandboxes (listing them and their info: `e2b::listing`), with E2B's JSON shapes, over the same store, quotas, warm pools
 //! and expiry as the native API. Pause and resume (and `autoPause`/`autoResume`, and `connect` of a paused sandbox)
 //! are the native API's (`lifecycle::pause`/`resume`). A create whose template is one of the caller's snapshot ids
 //! (`sn-…`) starts the sandbox on that snapshot's files (`snapshots`).
@@ -7,18 +7,17 @@
 use std::collections::BTreeMap;
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use sandkasten_types::{Limits, NetworkPolicy, SandboxSpec, Template};
 use serde::{Deserialize, Serialize};
 
 use crate::auth::Tenant;
-use crate::clock::rfc3339;
 use crate::e2b::auth::api_tenant;
 use crate::e2b::error::{Code, E2bError, json_body};
 use crate::e2b::lookup::{TEMPLATES, live, running};
-use crate::e2b::{network, paging, snapshots};
+use crate::e2b::{network, snapshots};
 use crate::ids::is_snapshot_id;
 use crate::lifecycle::{self, check_timeout, end_running, start_sandbox};
 use crate::sandbox_lifecycle::PauseMode;
@@ -31,7 +30,7 @@ use crate::validate;
 /// octet-stream uploads yes; file metadata and watch options, from 0.6, no).
 pub(crate) const ENVD_VERSION: &str = "0.5.7";
 /// The client id answered (E2B's is an internal node id).
-const CLIENT_ID: &str = "sandkasten";
+pub(crate) const CLIENT_ID: &str = "sandkasten";
 /// Longest a facade command or cell may run (its sandbox's `limits.timeout_ms`): E2B programs run servers and long
 /// jobs, and bound them with their own timeouts.
 const FACADE_COMMAND_TIMEOUT_MS: u64 = 3_600_000;
@@ -83,30 +82,6 @@ pub(crate) struct SandboxCreated {
     envd_access_token: String,
     traffic_access_token: String,
     domain: Option<String>,
-}
-
-/// E2B's `ListedSandbox` and, with the token, `SandboxDetail`.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct SandboxListed {
-    #[serde(rename = "templateID")]
-    template_id: String,
-    #[serde(rename = "sandboxID")]
-    sandbox_id: String,
-    #[serde(rename = "clientID")]
-    client_id: &'static str,
-    started_at: String,
-    end_at: String,
-    cpu_count: u64,
-    #[serde(rename = "memoryMB")]
-    memory_mb: u64,
-    #[serde(rename = "diskSizeMB")]
-    disk_size_mb: u64,
-    state: &'static str,
-    envd_version: &'static str,
-    metadata: BTreeMap<String, String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    envd_access_token: Option<String>,
 }
 
 /// `{"timeout": seconds}` of set_timeout and connect.
@@ -330,86 +305,6 @@ pub(crate) async fn kill(
     Ok(StatusCode::NO_CONTENT)
 }
 
-fn listed(state: &AppState, record: SandboxRecord, with_token: bool) -> SandboxListed {
-    let session = state.e2b().get(&record.id);
-    let limits = &record.spec.limits;
-    SandboxListed {
-        template_id: session.as_ref().map_or_else(|| String::from("base"), |s| s.template.clone()),
-        sandbox_id: record.id,
-        client_id: CLIENT_ID,
-        started_at: rfc3339(record.created_ms),
-        end_at: rfc3339(record.expires_ms),
-        cpu_count: limits.cpus.ceil().max(1.0) as u64,
-        memory_mb: limits.memory_bytes >> 20,
-        disk_size_mb: limits.disk_bytes >> 20,
-        state: if record.state == SandboxState::Paused { "paused" } else { "running" },
-        envd_version: ENVD_VERSION,
-        metadata: record.metadata,
-        envd_access_token: if with_token { session.map(|s| s.token) } else { None },
-    }
-}
-
-/// `GET /sandboxes/{id}`: a running sandbox's details.
-pub(crate) async fn info(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Result<Json<SandboxListed>, E2bError> {
-    let tenant = api_tenant(&state, &headers)?;
-    let record = live(&state, &tenant, &id).await?;
-    Ok(Json(listed(&state, record, true)))
-}
-
-/// The query of `GET /v2/sandboxes`.
-#[derive(Debug, Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct ListQuery {
-    metadata: Option<String>,
-    state: Option<String>,
-    limit: Option<usize>,
-    next_token: Option<String>,
-}
-
-/// E2B sends metadata filters as one url-encoded `k=v&k2=v2` string (keys and values quoted once more).
-fn metadata_filter(encoded: &str) -> Result<BTreeMap<String, String>, E2bError> {
-    let uri: Uri = format!("/?{encoded}").parse().map_err(|_| E2bError::invalid("malformed metadata filter"))?;
-    let Query(pairs) = Query::<Vec<(String, String)>>::try_from_uri(&uri)
-        .map_err(|error| E2bError::invalid(format!("malformed metadata filter: {error}")))?;
-    Ok(pairs.into_iter().collect())
-}
-
-/// `GET /v2/sandboxes`: the caller's sandboxes, filtered by metadata and state (`running`, `paused`), paged by `limit`
-/// and `nextToken` (answered in `x-next-token`).
-pub(crate) async fn list(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Response, E2bError> {
-    let tenant = api_tenant(&state, &headers)?;
-    let Query(query) = query.map_err(|rejection| E2bError::invalid(rejection.body_text()))?;
-    let wanted = metadata_filter(query.metadata.as_deref().unwrap_or(""))?;
-    let states = query.state.as_deref().unwrap_or("running");
-    for name in states.split(',').filter(|name| !name.is_empty()) {
-        if !matches!(name, "running" | "paused") {
-            return Err(E2bError::invalid(format!("state {name:?} is unknown: use running or paused")));
-        }
-    }
-    let mut records = Vec::new();
-    for (name, wanted_state) in [("running", SandboxState::Running), ("paused", SandboxState::Paused)] {
-        if states.split(',').any(|asked| asked == name) {
-            let found = state.store().sandboxes(&tenant.name, Some(wanted_state)).await;
-            records.extend(found.map_err(crate::api::error::ApiError::from)?);
-        }
-    }
-    records.sort_by_key(|record| record.created_ms);
-    let matching: Vec<SandboxRecord> = records
-        .into_iter()
-        .filter(|record| wanted.iter().all(|(key, value)| record.metadata.get(key) == Some(value)))
-        .collect();
-    let listed: Vec<SandboxListed> = matching.into_iter().map(|r| listed(&state, r, false)).collect();
-    paging::page(listed, query.limit, query.next_token.as_deref())
-}
-
 /// `PUT /sandboxes/{id}/network` (`Sandbox.update_network`): the whole egress configuration replaced, live, as a
 /// create's `network` and `allow_internet_access` map (`network::policy`; leaving everything out means no network, as
 /// at create; `allowPublicTraffic` is kept as created). 204.
@@ -449,16 +344,6 @@ pub(crate) async fn unsupported(State(state): State<AppState>, headers: HeaderMa
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn metadata_filters_are_decoded_twice() -> Result<(), E2bError> {
-        // What `urlencode({quote(k): quote(v)})` sends for {"user": "a b", "x": "1&2"}, once decoded by the router.
-        let filter = metadata_filter("user=a%20b&x=1%262")?;
-        assert_eq!(filter.get("user").map(String::as_str), Some("a b"));
-        assert_eq!(filter.get("x").map(String::as_str), Some("1&2"));
-        assert!(metadata_filter("")?.is_empty());
-        Ok(())
-    }
 
     #[test]
     fn created_shape_is_what_the_sdk_parses() -> Result<(), serde_json::Error> {

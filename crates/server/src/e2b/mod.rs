@@ -12,11 +12,13 @@
 mod auth;
 mod connect;
 mod control;
+mod entries;
 mod error;
 mod files;
 mod filesystem;
 mod fork;
 mod interpreter;
+mod listing;
 mod lookup;
 mod metrics;
 mod network;
@@ -41,9 +43,9 @@ pub(crate) use ports::route_by_host;
 pub(crate) fn routes(state: &AppState) -> Router<AppState> {
     let max_upload = usize::try_from(state.settings().max_file_bytes).unwrap_or(usize::MAX).saturating_add(1 << 20);
     Router::new()
-        .route("/v2/sandboxes", post(control::create).get(control::list))
+        .route("/v2/sandboxes", post(control::create).get(listing::list))
         .route("/sandboxes", post(control::create))
-        .route("/sandboxes/{id}", get(control::info).delete(control::kill))
+        .route("/sandboxes/{id}", get(listing::info).delete(control::kill))
         .route("/sandboxes/{id}/timeout", post(control::set_timeout))
         .route("/sandboxes/{id}/connect", post(control::connect))
         .route("/v2/sandboxes/{id}/connect", post(control::connect))

@@ -1,6 +1,6 @@
-//! E2B's paging of list answers: `limit` and `nextToken` in the query, the next page's token in the `x-next-token`
-//! response header (absent on the last page; the SDK's paginators stop there). The token is the offset of the next
-//! page's first item in the full, ordered list.
+//! E2B's paging of list answers (sandboxes and snapshots) over `crate::listing`'s keyset cursors: `limit` (1 to 100,
+//! default 100: E2B's `paginationLimit`) and `nextToken` in the query, the next page's token in the `x-next-token`
+//! response header (absent on the last page; the SDK's paginators stop there). Bad values are E2B's 400s.
 
 use axum::Json;
 use axum::http::HeaderValue;
@@ -8,51 +8,60 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::e2b::error::E2bError;
+use crate::listing::{Cursor, CursorError, Order, Page};
 
-/// The page of `items` that `limit` (none or 0: all) and `next_token` ask for, as a JSON array answer with the
-/// `x-next-token` header when more follow.
-pub(crate) fn page<T: Serialize>(
-    items: Vec<T>,
-    limit: Option<usize>,
-    next_token: Option<&str>,
-) -> Result<Response, E2bError> {
-    let start = match next_token {
-        Some(token) => token.parse::<usize>().map_err(|_| E2bError::invalid("malformed nextToken"))?,
-        None => 0,
+/// E2B's page size bound and default.
+const MAX_LIMIT: i64 = 100;
+
+/// The page size `limit` asks for (none: 100).
+pub(crate) fn limit(limit: Option<&str>) -> Result<usize, E2bError> {
+    let Some(text) = limit else { return Ok(MAX_LIMIT as usize) };
+    let problem = match text.parse::<i64>() {
+        Ok(n) if n < 1 => "number must be at least 1".to_owned(),
+        Ok(n) if n > MAX_LIMIT => format!("number must be at most {MAX_LIMIT}"),
+        Ok(n) => return Ok(usize::try_from(n).unwrap_or(usize::MAX)),
+        Err(_) => format!("value {text:?} is not an integer"),
     };
-    let total = items.len();
-    let limit = limit.filter(|limit| *limit > 0).unwrap_or(usize::MAX);
-    let end = start.saturating_add(limit).min(total);
-    let page: Vec<T> = items.into_iter().skip(start).take(end.saturating_sub(start)).collect();
-    let mut response = Json(page).into_response();
-    if end < total
-        && let Ok(value) = HeaderValue::from_str(&end.to_string())
-    {
-        response.headers_mut().insert("x-next-token", value);
+    Err(E2bError::invalid(format!("parameter \"limit\" in query has an error: {problem}")))
+}
+
+/// Where the page `next_token` asks for starts, in a list in `order` (none or empty: the first page).
+pub(crate) fn after(next_token: Option<&str>, order: Order) -> Result<Option<Cursor>, E2bError> {
+    let Some(token) = next_token.filter(|token| !token.is_empty()) else { return Ok(None) };
+    Cursor::parse(token, order).map(Some).map_err(|error| match error {
+        CursorError::Malformed => E2bError::invalid("Invalid next token"),
+        CursorError::OtherOrder => E2bError::invalid(format!("Invalid next token: {error}")),
+    })
+}
+
+/// `page` as E2B's answer: the items as a JSON array, the next page's token in `x-next-token`.
+pub(crate) fn answer<T: Serialize>(page: Page<T>) -> Response {
+    let mut response = Json(page.items).into_response();
+    if let Some(token) = page.next.and_then(|token| HeaderValue::from_str(&token).ok()) {
+        response.headers_mut().insert("x-next-token", token);
     }
-    Ok(response)
+    response
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    async fn body(response: Response) -> serde_json::Value {
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap_or_default();
-        serde_json::from_slice(&bytes).unwrap_or_default()
+    #[test]
+    fn limits_outside_e2b_s_bounds_are_refused_in_its_words() {
+        assert_eq!(limit(None).ok(), Some(100));
+        assert_eq!(limit(Some("1")).ok(), Some(1));
+        for (bad, words) in [("0", "at least 1"), ("-3", "at least 1"), ("101", "at most 100"), ("ten", "integer")] {
+            let error = limit(Some(bad)).err().map(|error| error.message).unwrap_or_default();
+            assert!(error.contains(words), "{bad}: {error}");
+        }
     }
 
-    #[tokio::test]
-    async fn pages_follow_the_token_until_the_last() -> Result<(), E2bError> {
-        let first = page(vec![1, 2, 3], Some(2), None)?;
-        assert_eq!(first.headers().get("x-next-token").map(|v| v.as_bytes()), Some(&b"2"[..]));
-        assert_eq!(body(first).await, serde_json::json!([1, 2]));
-        let last = page(vec![1, 2, 3], Some(2), Some("2"))?;
-        assert!(last.headers().get("x-next-token").is_none());
-        assert_eq!(body(last).await, serde_json::json!([3]));
-        let beyond = page(vec![1, 2, 3], None, Some("9"))?;
-        assert_eq!(body(beyond).await, serde_json::json!([]));
-        assert!(page(vec![1], None, Some("x")).is_err());
-        Ok(())
+    #[test]
+    fn tokens_are_checked_for_the_order() {
+        assert_eq!(after(None, Order::Desc).ok(), Some(None));
+        assert_eq!(after(Some(""), Order::Desc).ok(), Some(None));
+        let malformed = after(Some("1"), Order::Desc).err().map(|error| error.message);
+        assert_eq!(malformed.as_deref(), Some("Invalid next token"));
     }
 }

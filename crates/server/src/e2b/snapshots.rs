@@ -25,6 +25,7 @@ use crate::e2b::lookup::{TEMPLATES, usable};
 use crate::e2b::paging;
 use crate::ids::is_snapshot_id;
 use crate::lifecycle::{self, LifecycleError};
+use crate::listing::{Order, Page, page};
 use crate::state::AppState;
 use crate::store_snapshots::{SnapshotRecord, SnapshotState};
 use crate::validate;
@@ -92,12 +93,13 @@ pub(crate) struct ListQuery {
     #[serde(rename = "sandboxID")]
     sandbox_id: Option<String>,
     name: Option<String>,
-    limit: Option<usize>,
+    limit: Option<String>,
     next_token: Option<String>,
 }
 
-/// `GET /snapshots`: the caller's ready snapshots, oldest first, filtered by source sandbox (`sandboxID`) and by
-/// name or id (`name`), paged by `limit` and `nextToken`. One still being saved is not listed (it cannot be used yet).
+/// `GET /snapshots`: the caller's ready snapshots, newest first (E2B's order), filtered by source sandbox
+/// (`sandboxID`) and by name or id (`name`), paged by `limit` and `nextToken` on (creation time, id) cursors
+/// (`e2b::paging`). One still being saved is not listed (it cannot be used yet).
 pub(crate) async fn list(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -105,17 +107,22 @@ pub(crate) async fn list(
 ) -> Result<Response, E2bError> {
     let tenant = api_tenant(&state, &headers)?;
     let Query(query) = query.map_err(|rejection| E2bError::invalid(rejection.body_text()))?;
+    let limit = paging::limit(query.limit.as_deref())?;
+    let after = paging::after(query.next_token.as_deref(), Order::Desc)?;
     let records = state.store().snapshots(&tenant.name).await.map_err(crate::api::error::ApiError::from)?;
-    let matching: Vec<SnapshotInfo> = records
+    let matching: Vec<SnapshotRecord> = records
         .into_iter()
         .filter(|record| record.state == SnapshotState::Ready)
         .filter(|record| query.sandbox_id.as_ref().is_none_or(|sandbox| &record.source_sandbox == sandbox))
         .filter(|record| {
             query.name.as_ref().is_none_or(|name| &record.id == name || record.name.as_ref() == Some(name))
         })
-        .map(SnapshotInfo::from)
         .collect();
-    paging::page(matching, query.limit, query.next_token.as_deref())
+    let page = page(matching, |record| (record.created_ms, record.id.as_str()), Order::Desc, limit, after.as_ref());
+    Ok(paging::answer(Page {
+        items: page.items.into_iter().map(SnapshotInfo::from).collect::<Vec<_>>(),
+        next: page.next,
+    }))
 }
 
 /// `DELETE /templates/{id}`, which `Sandbox.delete_snapshot` calls: 204 when the caller's snapshot is deleted, 404

@@ -87,8 +87,13 @@ pub async fn run(state: AppState) {
             }
             // Chunks that deletes spared (younger than the store's grace) or crashes left go now.
             match state.snapshots().gc().await {
-                Ok(report) if report.chunks_deleted > 0 => {
-                    tracing::info!(chunks = report.chunks_deleted, bytes = report.bytes_deleted, "snapshot store gc");
+                Ok(report) if report.chunks_deleted > 0 || report.staging_files_deleted > 0 => {
+                    tracing::info!(
+                        chunks = report.chunks_deleted,
+                        bytes = report.bytes_deleted,
+                        staging_files = report.staging_files_deleted,
+                        "snapshot store gc"
+                    );
                 }
                 Ok(_) => {}
                 Err(error) => tracing::error!(%error, "snapshot store gc failed"),

@@ -73,7 +73,7 @@ async fn control_plane_speaks_e2b_json() {
     assert_eq!(listed[0]["state"], "running");
     let paged = control(&h, "GET", "/v2/sandboxes?limit=1", KEY_A, None).await;
     assert_eq!(paged.json().as_array().unwrap().len(), 1);
-    assert_eq!(paged.headers.get("x-next-token").unwrap(), "1");
+    assert!(paged.headers.get("x-next-token").is_some(), "{:?}", paged.headers);
     // Another tenant sees none of them.
     assert_eq!(control(&h, "GET", "/v2/sandboxes", KEY_B, None).await.json(), json!([]));
     assert_eq!(control(&h, "GET", &format!("/sandboxes/{}", sb.id), KEY_B, None).await.status, StatusCode::NOT_FOUND);
@@ -354,16 +354,26 @@ async fn filesystem_snapshots_are_listed_restored_by_create_and_deleted_as_templ
     let id = info["snapshotID"].as_str().unwrap().to_owned();
     assert!(id.starts_with("sn-") && id.len() == 19, "{info}");
     assert_eq!(info, json!({"snapshotID": id, "names": ["before"]}));
+    // A later creation time (ms), so the order below is the creation order.
+    tokio::time::sleep(std::time::Duration::from_millis(3)).await;
     let unnamed = control(&h, "POST", &uri, KEY_A, Some(json!({"memory": false}))).await.json();
     assert_eq!(unnamed["names"], json!([]));
 
-    // Listing: the SDK's filters and paging.
+    // Listing: the SDK's filters and paging, newest first as E2B lists them, by cursor.
     let all = control(&h, "GET", "/snapshots", KEY_A, None).await.json();
-    assert_eq!(all, json!([info, unnamed]));
+    assert_eq!(all, json!([unnamed, info]));
     let paged = control(&h, "GET", "/snapshots?limit=1", KEY_A, None).await;
-    assert_eq!((paged.json(), paged.headers.get("x-next-token").unwrap().to_str().unwrap()), (json!([info]), "1"));
-    let rest = control(&h, "GET", "/snapshots?limit=1&nextToken=1", KEY_A, None).await;
-    assert_eq!((rest.json(), rest.headers.get("x-next-token")), (json!([unnamed]), None));
+    assert_eq!(paged.json(), json!([unnamed]));
+    let token = paged.headers.get("x-next-token").unwrap().to_str().unwrap().to_owned();
+    let rest = control(&h, "GET", &format!("/snapshots?limit=1&nextToken={token}"), KEY_A, None).await;
+    assert_eq!((rest.json(), rest.headers.get("x-next-token")), (json!([info]), None));
+    for (query, words) in
+        [("limit=0", "at least 1"), ("limit=101", "at most 100"), ("nextToken=1", "Invalid next token")]
+    {
+        let refused = control(&h, "GET", &format!("/snapshots?{query}"), KEY_A, None).await;
+        assert_eq!((refused.status, refused.json()["code"].clone()), (StatusCode::BAD_REQUEST, json!(400)), "{query}");
+        assert!(refused.json()["message"].as_str().unwrap().contains(words), "{query}: {}", refused.text());
+    }
     assert_eq!(control(&h, "GET", "/snapshots?name=before", KEY_A, None).await.json(), json!([info]));
     let by_source = format!("/snapshots?sandboxID={}", sb.id);
     assert_eq!(control(&h, "GET", &by_source, KEY_A, None).await.json().as_array().unwrap().len(), 2);
@@ -528,4 +538,73 @@ async fn the_tenants_scan_policy_refuses_processes_and_cells_in_enforce() {
         sandbox_call(&h, &sb, "POST", "/process.Process/Start", "application/connect+json", envelope(0, &clean)).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     assert!(h.runtime.last_command.lock().unwrap().is_some());
+}
+
+#[tokio::test]
+async fn listing_pages_by_cursor_newest_first_with_e2b_s_filters_and_errors() {
+    let h = Harness::new();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(open(&h, KEY_A, json!({"team": "p"})).await.id);
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    let listed = |reply: &Reply| -> Vec<String> {
+        reply.json().as_array().unwrap().iter().map(|s| s["sandboxID"].as_str().unwrap().to_owned()).collect()
+    };
+    let first = control(&h, "GET", "/v2/sandboxes?metadata=team%3Dp&limit=2", KEY_A, None).await;
+    assert_eq!(listed(&first), vec![ids[2].clone(), ids[1].clone()], "newest first");
+    assert_eq!(first.headers.get("x-total-running").unwrap(), "3");
+    let token = first.headers.get("x-next-token").unwrap().to_str().unwrap().to_owned();
+    let uri = format!("/v2/sandboxes?metadata=team%3Dp&limit=2&nextToken={token}");
+    let last = control(&h, "GET", &uri, KEY_A, None).await;
+    assert_eq!(listed(&last), vec![ids[0].clone()]);
+    assert!(last.headers.get("x-next-token").is_none(), "the last page has no token");
+    let asc = control(&h, "GET", "/v2/sandboxes?metadata=team%3Dp&order=asc", KEY_A, None).await;
+    assert_eq!(listed(&asc), ids);
+    // startedAfter is inclusive; E2B's startedAt read back is a valid bound.
+    let second = control(&h, "GET", &format!("/sandboxes/{}", ids[1]), KEY_A, None).await.json();
+    let since = second["startedAt"].as_str().unwrap().replace(':', "%3A");
+    let uri = format!("/v2/sandboxes?metadata=team%3Dp&order=asc&startedAfter={since}");
+    assert_eq!(listed(&control(&h, "GET", &uri, KEY_A, None).await), ids[1..]);
+    let by_template = control(&h, "GET", "/v2/sandboxes?metadata=team%3Dp&template=host", KEY_A, None).await;
+    assert_eq!(listed(&by_template), Vec::<String>::new());
+    let paused_only = control(&h, "GET", "/v2/sandboxes?state=paused", KEY_A, None).await;
+    assert!(paused_only.headers.get("x-total-running").is_none(), "only when running ones were asked for");
+
+    let desc_token = token;
+    for (query, words) in [
+        ("limit=0", "at least 1"),
+        ("limit=101", "at most 100"),
+        ("limit=x", "not an integer"),
+        ("nextToken=garbage", "Invalid next token"),
+        (&*format!("order=asc&nextToken={desc_token}"), "other sort order"),
+        ("order=sideways", "Invalid order"),
+        ("state=dead", "not one of running, paused"),
+        ("startedAfter=yesterday", "startedAfter"),
+        ("template=base%3Av1", "tags are not supported"),
+    ] {
+        let refused = control(&h, "GET", &format!("/v2/sandboxes?{query}"), KEY_A, None).await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{query}: {}", refused.text());
+        let body = refused.json();
+        assert_eq!(body["code"], 400, "{query}: {body}");
+        assert!(body["message"].as_str().unwrap().contains(words), "{query}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn get_info_has_e2b_s_detail_fields() {
+    let h = Harness::new();
+    let sb = open(&h, KEY_A, json!({})).await;
+    let info = control(&h, "GET", &format!("/sandboxes/{}", sb.id), KEY_A, None).await.json();
+    assert_eq!((info["alias"].as_str(), info["domain"].clone()), (Some("base"), Value::Null));
+    assert_eq!(info["lifecycle"], json!({"autoResume": false, "onTimeout": "kill"}));
+    assert_eq!(info["allowInternetAccess"], false);
+    assert_eq!(info["network"]["denyOut"], json!(["0.0.0.0/0"]));
+    assert_eq!(info["volumeMounts"], json!([]));
+    assert!(info["cpuCount"].as_u64().unwrap() >= 1 && info["memoryMB"].as_u64().unwrap() > 0, "{info}");
+    assert!(info.get("pauseMode").is_none(), "only a paused sandbox has one");
+    // The list carries ListedSandbox's fields, not the details.
+    let listed = control(&h, "GET", "/v2/sandboxes", KEY_A, None).await.json();
+    assert!(listed[0].get("envdAccessToken").is_none() && listed[0].get("lifecycle").is_none(), "{listed}");
+    assert_eq!(listed[0]["alias"], "base");
 }

@@ -57,6 +57,50 @@ async fn list_filters_by_metadata_and_state() {
 }
 
 #[tokio::test]
+async fn list_pages_by_cursor_without_shifting_while_sandboxes_come_and_go() {
+    let h = Harness::new();
+    let mut made = Vec::new();
+    // Three: the harness tenant's max_sandboxes.
+    for _ in 0..3 {
+        made.push(h.create(KEY_A, json!({"metadata": {"team": "p"}})).await);
+        // Distinct creation times (ms), so the expected order is the creation order.
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    let page = |uri: String| {
+        let h = &h;
+        async move {
+            let reply = h.get(&uri, KEY_A).await;
+            assert_eq!(reply.status, 200, "{}", reply.text());
+            let json = reply.json();
+            let ids: Vec<String> =
+                json["sandboxes"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_owned()).collect();
+            (ids, json["next_cursor"].as_str().map(str::to_owned))
+        }
+    };
+    // Oldest first, as without paging.
+    let (all, none) = page("/v1/sandboxes?metadata.team=p".into()).await;
+    assert_eq!((&all, none), (&made, None), "without limit: everything, no cursor");
+    let (first, cursor) = page("/v1/sandboxes?metadata.team=p&limit=2".into()).await;
+    assert_eq!(first, all[..2]);
+    let cursor = cursor.expect("more follow");
+    // Between two pages one listed sandbox ends and a new one starts: the next page still starts right after the last
+    // one listed (an offset of 2 would now skip all[2]).
+    h.delete(&format!("/v1/sandboxes/{}", all[0]), KEY_A).await;
+    let newest = h.create(KEY_A, json!({"metadata": {"team": "p"}})).await;
+    let (second, cursor) = page(format!("/v1/sandboxes?metadata.team=p&limit=2&cursor={cursor}")).await;
+    assert_eq!(second, vec![all[2].clone(), newest.clone()]);
+    assert_eq!(cursor, None, "the last page has no cursor");
+    // Exactly a page left: no cursor either.
+    let (exact, cursor) = page("/v1/sandboxes?metadata.team=p&limit=3".into()).await;
+    assert_eq!((exact, cursor), (vec![all[1].clone(), all[2].clone(), newest], None));
+    // The cursor pages whatever the filter: state=all lists the ended one first.
+    let (ended_first, cursor) = page("/v1/sandboxes?state=all&metadata.team=p&limit=1".into()).await;
+    assert_eq!(ended_first, vec![all[0].clone()]);
+    let (then, _) = page(format!("/v1/sandboxes?state=all&metadata.team=p&limit=1&cursor={}", cursor.unwrap())).await;
+    assert_eq!(then, vec![all[1].clone()]);
+}
+
+#[tokio::test]
 async fn timeout_moves_the_expiry() {
     let h = Harness::new();
     let id = h.create(KEY_A, json!({"timeout_s": 10})).await;

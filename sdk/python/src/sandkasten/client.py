@@ -79,13 +79,25 @@ class Client:
 
     @uses("sandboxes.list")
     def list_sandboxes(
-        self, *, state: Optional[str] = None, metadata: Optional[Mapping[str, str]] = None
+        self,
+        *,
+        state: Optional[str] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        page_size: Optional[int] = None,
     ) -> List[SandboxInfo]:
-        """The tenant's sandboxes, oldest first; `state` and `metadata` filter them."""
-        params: Dict[str, Any] = {"state": state}
+        """The tenant's sandboxes, oldest first; `state` and `metadata` filter them. With `page_size` (1 to 1000)
+        they are fetched that many per request, each page following the last one's cursor (`next_cursor`), so a long
+        list neither arrives in one answer nor repeats or skips sandboxes that start or end meanwhile."""
+        params: Dict[str, Any] = {"state": state, "limit": page_size}
         params.update({f"metadata.{key}": value for key, value in (metadata or {}).items()})
-        response = self._transport.request(op("sandboxes.list"), {}, params=params)
-        return [SandboxInfo.from_json(item) for item in json_of(response).get("sandboxes", [])]
+        listed: List[SandboxInfo] = []
+        while True:
+            answer = json_of(self._transport.request(op("sandboxes.list"), {}, params=params))
+            listed.extend(SandboxInfo.from_json(item) for item in answer.get("sandboxes", []))
+            cursor = answer.get("next_cursor")
+            if page_size is None or not cursor:
+                return listed
+            params["cursor"] = cursor
 
     @uses("config")
     def config(self) -> ServerConfigInfo:
