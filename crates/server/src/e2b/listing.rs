@@ -74,7 +74,7 @@ struct SandboxDetail {
 struct NetworkInfo {
     allow_out: Vec<String>,
     deny_out: Vec<String>,
-    /// Sandbox URLs need the access token: the facade routes no public traffic to sandboxes.
+    /// Whether its ports serve requests without the traffic access token (`allow_public_traffic` of its policy).
     allow_public_traffic: bool,
 }
 
@@ -95,7 +95,7 @@ fn network_info(policy: &NetworkPolicy) -> (bool, NetworkInfo) {
         NetworkMode::Allowlist => (false, policy.allow.clone(), everything()),
         NetworkMode::Open => (true, Vec::new(), policy.deny.clone()),
     };
-    (internet, NetworkInfo { allow_out, deny_out, allow_public_traffic: false })
+    (internet, NetworkInfo { allow_out, deny_out, allow_public_traffic: policy.allow_public_traffic })
 }
 
 fn lifecycle_info(lifecycle: &Lifecycle) -> LifecycleInfo {
@@ -287,15 +287,24 @@ mod tests {
             (internet, none.allow_out.len(), none.deny_out.as_slice()),
             (false, 0, ["0.0.0.0/0".to_owned()].as_slice())
         );
-        let allowlist =
-            NetworkPolicy { mode: NetworkMode::Allowlist, allow: vec!["api.example.com".into()], deny: Vec::new() };
+        let allowlist = NetworkPolicy {
+            mode: NetworkMode::Allowlist,
+            allow: vec!["api.example.com".into()],
+            ..NetworkPolicy::none()
+        };
         let (internet, info) = network_info(&allowlist);
         assert_eq!(
             (internet, info.allow_out, info.deny_out),
             (false, vec!["api.example.com".to_owned()], vec!["0.0.0.0/0".to_owned()])
         );
-        let open = NetworkPolicy { mode: NetworkMode::Open, allow: Vec::new(), deny: vec!["198.51.100.1".into()] };
+        let open = NetworkPolicy {
+            mode: NetworkMode::Open,
+            allow: Vec::new(),
+            deny: vec!["198.51.100.1".into()],
+            allow_public_traffic: true,
+        };
         let (internet, info) = network_info(&open);
         assert_eq!((internet, info.allow_out.len(), info.deny_out), (true, 0, vec!["198.51.100.1".to_owned()]));
+        assert!(info.allow_public_traffic && !none.allow_public_traffic);
     }
 }
