@@ -1,7 +1,7 @@
 """sandkasten Python kernel: one long-running interpreter per code context.
 
 Protocol (one JSON object per line):
-  stdin (private copy of fd 0):     {"id": ..., "code": "..."}
+  stdin (private copy of fd 0):     {"id": ..., "code": "...", "env": {"NAME": "value", ...}}
   stdout (private copy of fd 1):    {"type": "ready", "language": "python"}
                                     {"type": "stream", "id": ..., "name": "stdout"|"stderr", "text": "..."}
                                     {"type": "reply", "id": ..., "execution_count": N, "results": [...], "error": ...}
@@ -231,13 +231,32 @@ def _run_cell(code, count):
     return eval(compile(last, filename, "eval"), _globals)
 
 
+def _set_cell_env(env, previous):
+    """Sets the cell's own environment variables, noting each one's previous value (None: unset) in `previous`."""
+    if not isinstance(env, dict):
+        return
+    for name, value in env.items():
+        previous.setdefault(name, os.environ.get(name))
+        os.environ[name] = str(value)
+
+
+def _restore_env(previous):
+    for name, value in previous.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def _handle(request):
     _state["count"] += 1
     count = _state["count"]
     _state["id"] = request.get("id")
     results, error = [], None
+    previous_env = {}
     _state["in_cell"] = True
     try:
+        _set_cell_env(request.get("env") or {}, previous_env)
         value = _run_cell(str(request.get("code", "")), count)
         shown = []
         if value is not None:
@@ -254,6 +273,7 @@ def _handle(request):
             pass
     finally:
         _state["in_cell"] = False
+        _restore_env(previous_env)
     _flush_streams()
     _send({"type": "reply", "id": request.get("id"), "execution_count": count, "results": results, "error": error})
 

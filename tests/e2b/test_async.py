@@ -220,11 +220,51 @@ async def test_code_interpreter_async():
         await sandbox.run_code("globalThis.kept = 5", context=context)
         assert context.id in [c.id for c in await sandbox.list_code_contexts()]
         await sandbox.restart_code_context(context)
-        assert (await sandbox.run_code("typeof kept", context=context)).text == "'undefined'"
+        assert (await sandbox.run_code("typeof kept", context=context)).text == "undefined"
         await sandbox.remove_code_context(context)
         assert context.id not in [c.id for c in await sandbox.list_code_contexts()]
         with pytest.raises(TimeoutException):
             stuck = await sandbox.create_code_context()
             await sandbox.run_code("import time; time.sleep(30)", timeout=2, context=stuck)
+    finally:
+        await sandbox.kill()
+
+
+async def test_code_interpreter_envs_and_cwd_async():
+    sandbox = await support.acreate(AsyncCodeSandbox)
+    try:
+        execution = await sandbox.run_code("import os; os.environ.get('FOO')", envs={"FOO": "bar"})
+        assert execution.text == "bar"
+        assert (await sandbox.run_code("import os; os.environ.get('FOO', 'default')")).text == "default"
+        js = await sandbox.run_code("process.env.FOO", envs={"FOO": "js"}, language="js")
+        assert js.text == "js"
+        await sandbox.files.make_dir("/home/user/async-ctx")
+        context = await sandbox.create_code_context(cwd="/home/user/async-ctx")
+        assert context.cwd == "/home/user/async-ctx"
+        assert (await sandbox.run_code("import os; os.getcwd()", context=context)).text == "/home/user/async-ctx"
+        listed = {c.id: c.cwd for c in await sandbox.list_code_contexts()}
+        assert listed[context.id] == "/home/user/async-ctx"
+    finally:
+        await sandbox.kill()
+
+
+async def test_code_interpreter_recovers_async():
+    sandbox = await support.acreate(AsyncCodeSandbox)
+    try:
+        killed = await sandbox.run_code("import os\nos.kill(os.getpid(), 9)")
+        assert killed.error is not None and killed.error.name == "ContextRestarting"
+        assert (await sandbox.run_code("1 + 1")).text == "2"
+        with pytest.raises(TimeoutException):
+            await sandbox.run_code("import time\nwhile True:\n    time.sleep(0.05)", timeout=2)
+        assert (await sandbox.run_code("2 + 2", timeout=20)).text == "4", "the abandoned cell was interrupted"
+
+        async def kill_soon():
+            await asyncio.sleep(2)
+            await sandbox.kill()
+
+        killer = asyncio.create_task(kill_soon())
+        with pytest.raises(TimeoutException, match="sandbox was killed while the request was in progress"):
+            await sandbox.run_code("import time; time.sleep(300)", timeout=300)
+        await killer
     finally:
         await sandbox.kill()

@@ -3,6 +3,8 @@ PNG (matplotlib) and HTML (pandas), logs streamed to callbacks while the cell ru
 execution_count, envs, timeouts, JavaScript, and create/list/restart/remove of contexts."""
 
 import base64
+import threading
+import time
 
 import pytest
 
@@ -61,7 +63,8 @@ def test_stdout_reaches_the_callback_while_the_cell_runs(ci):
 def test_result_and_error_callbacks(ci):
     results, errors = [], []
     ci.run_code("'value'", on_result=results.append, on_error=errors.append)
-    assert [r.text for r in results] == ["'value'"]
+    # E2B's server takes the quotes off a string's text (Python's repr and JavaScript's inspect alike).
+    assert [r.text for r in results] == ["value"]
     ci.run_code("raise KeyError('k')", on_result=results.append, on_error=errors.append)
     assert [e.name for e in errors] == ["KeyError"]
 
@@ -73,7 +76,7 @@ def test_error_has_name_value_and_traceback(ci):
     assert "division by zero" in execution.error.value
     assert "inner" in execution.error.traceback and "ZeroDivisionError" in execution.error.traceback
     # The context survives an error.
-    assert ci.run_code("'alive'").text == "'alive'"
+    assert ci.run_code("'alive'").text == "alive"
 
 
 def test_matplotlib_plot_gives_a_png(ci):
@@ -102,9 +105,33 @@ def test_display_html_object(ci):
     assert execution.results[0].html == "<b>bold</b>"
 
 
-@support.not_yet("run_code(envs=…)")
-def test_envs_apply_to_one_run(ci):
-    assert ci.run_code("import os; os.environ.get('RUN_VAR')", envs={"RUN_VAR": "set"}).text == "'set'"
+def test_envs_apply_to_one_run_and_are_put_back(ci):
+    code = "import os, subprocess\nprint(subprocess.run(['sh', '-c', 'echo $RUN_VAR'], capture_output=True, text=True).stdout, end='')\nos.environ.get('RUN_VAR')"
+    execution = ci.run_code(code, envs={"RUN_VAR": "set"})
+    assert execution.error is None, execution.error
+    assert execution.text == "set"
+    assert execution.logs.stdout == ["set\n"], "a subprocess of the cell sees it too"
+    assert ci.run_code("import os; os.environ.get('RUN_VAR', 'default')").text == "default", "removed after the cell"
+    # A variable the sandbox already has is overwritten for the one cell, then has its own value again.
+    assert ci.run_code("import os; os.environ['HOME']", envs={"HOME": "/tmp/elsewhere"}).text == "/tmp/elsewhere"
+    assert ci.run_code("import os; os.environ['HOME']").text == "/home/user"
+    # Also when the cell raises.
+    failed = ci.run_code("raise ValueError('x')", envs={"RUN_VAR": "set"})
+    assert failed.error is not None and failed.error.name == "ValueError"
+    assert ci.run_code("import os; 'RUN_VAR' in os.environ").text == "False"
+
+
+def test_envs_apply_to_one_javascript_run(ci):
+    assert ci.run_code("process.env.JS_VAR", envs={"JS_VAR": "bar"}, language="javascript").text == "bar"
+    assert ci.run_code("process.env.JS_VAR || 'default'", language="javascript").text == "default"
+
+
+def test_envs_with_a_bad_name_are_refused(ci):
+    from e2b import SandboxException
+
+    with pytest.raises(SandboxException) as raised:
+        ci.run_code("1", envs={"NOT=A NAME": "x"})
+    assert "400" in str(raised.value) and "environment variable name" in str(raised.value)
 
 
 def test_execution_timeout_raises(ci):
@@ -113,6 +140,69 @@ def test_execution_timeout_raises(ci):
     with pytest.raises(TimeoutException):
         ci.run_code("import time\ntime.sleep(30)", timeout=2, context=context)
     ci.remove_code_context(context)
+
+
+def test_a_cell_whose_client_timed_out_is_interrupted_so_the_next_one_runs(ci):
+    # In the default context, as E2B's own test does: without the interrupt the next cell would wait behind the
+    # abandoned one (the sandbox lets a cell run an hour).
+    with pytest.raises(TimeoutException):
+        ci.run_code("import time\nwhile True:\n    time.sleep(0.05)", timeout=2)
+    started = time.monotonic()
+    assert ci.run_code("1 + 1", timeout=20).text == "2"
+    assert time.monotonic() - started < 15
+
+
+def test_a_timed_out_cell_that_ignores_interrupts_is_stopped_too(ci):
+    context = ci.create_code_context()
+    try:
+        ci.run_code("stays = 1", context=context)
+        with pytest.raises(TimeoutException):
+            ci.run_code("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(300)",
+                        timeout=2, context=context)
+        after = ci.run_code("'stays' in globals()", timeout=30, context=context)
+        assert after.error is None and after.text == "False", "the kernel had to be killed and started again"
+    finally:
+        ci.remove_code_context(context)
+
+
+def test_an_interpreter_killed_by_its_cell_comes_back_fresh(ci):
+    context = ci.create_code_context()
+    try:
+        ci.run_code("kept = 1", context=context)
+        killed = ci.run_code("import os\nos.kill(os.getpid(), 9)", context=context)
+        assert killed.error is not None and killed.error.name == "ContextRestarting", killed.error
+        after = ci.run_code("'kept' in globals()", context=context)
+        assert after.error is None and after.text == "False"
+        assert ci.run_code("1 + 1", context=context).text == "2"
+    finally:
+        ci.remove_code_context(context)
+
+
+def test_an_interpreter_killed_between_cells_comes_back(ci):
+    context = ci.create_code_context(language="javascript")
+    try:
+        pid = ci.run_code("process.pid", context=context).text
+        # The cell answers, then its interpreter dies (commands run in a PID namespace of their own: no kill from
+        # there).
+        ci.run_code("setTimeout(() => process.kill(process.pid, 'SIGKILL'), 100); 'bye'", context=context)
+        time.sleep(1)
+        after = ci.run_code("1 + 1", context=context)
+        assert after.error is None and after.text == "2"
+        assert ci.run_code("process.pid", context=context).text != pid
+    finally:
+        ci.remove_code_context(context)
+
+
+def test_killing_the_sandbox_during_a_cell_raises_the_killed_error():
+    sandbox = support.create(Sandbox)
+    timer = threading.Timer(2.0, sandbox.kill)
+    timer.start()
+    try:
+        # The code interpreter SDK's words (envd's "killed or reached its end of life" is the commands' error).
+        with pytest.raises(TimeoutException, match="sandbox was killed while the request was in progress"):
+            sandbox.run_code("import time; time.sleep(300)", timeout=300)
+    finally:
+        timer.cancel()
 
 
 def test_javascript_keeps_state_and_returns_values(ci):
@@ -129,7 +219,7 @@ def test_javascript_keeps_state_and_returns_values(ci):
 def test_created_context_is_separate_listed_restarted_and_removed(ci):
     context = ci.create_code_context(language="python")
     assert context.id and context.language == "python" and context.cwd == "/home/user"
-    assert ci.run_code("import os; os.getcwd()", context=context).text == "'/home/user'"
+    assert ci.run_code("import os; os.getcwd()", context=context).text == "/home/user"
     ci.run_code("only_here = 1", context=context)
     assert ci.run_code("'only_here' in globals()", context=context).text == "True"
     assert ci.run_code("'only_here' in globals()").text == "False"
@@ -144,15 +234,38 @@ def test_created_context_is_separate_listed_restarted_and_removed(ci):
         ci.run_code("1", context=context)
 
 
-@support.not_yet("create_code_context(cwd=…) other than /home/user")
 def test_created_context_uses_its_cwd(ci):
     ci.files.make_dir("/home/user/ctx-dir")
     context = ci.create_code_context(cwd="/home/user/ctx-dir")
+    js = ci.create_code_context(cwd="/tmp", language="javascript")
     try:
         assert context.cwd == "/home/user/ctx-dir"
-        assert ci.run_code("import os; os.getcwd()", context=context).text == "'/home/user/ctx-dir'"
+        assert ci.run_code("import os; os.getcwd()", context=context).text == "/home/user/ctx-dir"
+        assert ci.run_code("open('here.txt', 'w').write('x')", context=context).error is None
+        assert ci.files.read("/home/user/ctx-dir/here.txt") == "x"
+        assert ci.run_code("process.cwd()", context=js).text == "/tmp"
+        listed = {c.id: c.cwd for c in ci.list_code_contexts()}
+        assert listed[context.id] == "/home/user/ctx-dir" and listed[js.id] == "/tmp"
+        # A restart keeps the directory.
+        ci.restart_code_context(context)
+        assert ci.run_code("import os; os.getcwd()", context=context).text == "/home/user/ctx-dir"
+        # The default context stays in the home.
+        assert ci.run_code("import os; os.getcwd()").text == "/home/user"
     finally:
         ci.remove_code_context(context)
+        ci.remove_code_context(js)
+
+
+def test_a_context_in_a_missing_directory_is_refused(ci):
+    with pytest.raises(NotFoundException) as raised:
+        ci.create_code_context(cwd="/home/user/no-such-dir")
+    assert "/home/user/no-such-dir does not exist" in str(raised.value)
+    ci.files.write("/home/user/a-file", "")
+    from e2b import SandboxException
+
+    with pytest.raises(SandboxException) as raised:
+        ci.create_code_context(cwd="/home/user/a-file")
+    assert "is not a directory" in str(raised.value)
 
 
 def test_javascript_context(ci):
@@ -185,12 +298,12 @@ def test_language_and_context_together_are_refused(ci):
 def test_code_interpreter_sandbox_also_runs_commands_and_files(ci):
     ci.files.write("/home/user/from-files.py", "print('via commands')")
     assert ci.commands.run("python3 /home/user/from-files.py").stdout == "via commands\n"
-    assert ci.run_code("open('/home/user/from-files.py').read()").text == "\"print('via commands')\""
+    assert ci.run_code("open('/home/user/from-files.py').read()").text == "print('via commands')"
 
 
 def test_create_envs_reach_run_code_and_a_killed_sandbox_fails():
     sandbox = support.create(Sandbox, envs={"SANDBOX_VAR": "from create"})
-    assert sandbox.run_code("import os; os.environ.get('SANDBOX_VAR')").text == "'from create'"
+    assert sandbox.run_code("import os; os.environ.get('SANDBOX_VAR')").text == "from create"
     sandbox.kill()
     with pytest.raises(TimeoutException):
         sandbox.run_code("1")

@@ -1,6 +1,8 @@
 //! The stateful code interpreter's vocabulary: languages, contexts, and what one cell answers (captured output, rich
 //! results as Jupyter-style mime bundles, a structured error, an execution count).
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +37,9 @@ pub struct ContextInfo {
     pub default: bool,
     /// Cells run so far (since the last restart).
     pub execution_count: u64,
+    /// The interpreter's working directory; absent: the sandbox's default working directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
 }
 
 /// One rich result of a cell, as a mime bundle. `text/plain` is always there for the last expression's value.
@@ -104,4 +109,8 @@ pub struct CodeRun {
     pub timeout_ms: u64,
     /// Most bytes kept per output stream.
     pub max_output_bytes: u64,
+    /// Environment variables for this cell only: set in the interpreter before it runs, put back as they were
+    /// (or removed) after it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
 }

@@ -2,6 +2,8 @@
 //! They mirror `sandkasten_types::{CodeLanguage, ContextInfo, CellResult, CellError, CellOutcome}` (same JSON);
 //! tests check each mirror against its original.
 
+use std::collections::BTreeMap;
+
 use sandkasten_scan::{Finding, ScanPolicyOverride};
 use sandkasten_types::{CellError, CellOutcome, CellResult, CodeLanguage, ContextInfo};
 use serde::{Deserialize, Serialize};
@@ -59,6 +61,10 @@ pub struct CodeBody {
     /// it (a loosening field is 422).
     #[serde(default)]
     pub scan_policy: Option<ScanPolicyOverride>,
+    /// Environment variables for this cell only: set in the interpreter before the cell runs, put back as they were
+    /// (or removed) after it. POSIX names; invalid ones are 422.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 /// One rich result of a cell, as a mime bundle. Mirrors `sandkasten_types::CellResult`.
@@ -171,6 +177,10 @@ impl CodeResponse {
 pub struct CreateContextBody {
     /// The context's language.
     pub language: LanguageName,
+    /// The interpreter's working directory (absolute; it must exist); default: the sandbox's default working
+    /// directory.
+    #[serde(default)]
+    pub cwd: Option<String>,
 }
 
 /// A code context. Mirrors `sandkasten_types::ContextInfo`.
@@ -185,6 +195,9 @@ pub struct ContextBody {
     pub default: bool,
     /// Cells run since the interpreter started.
     pub execution_count: u64,
+    /// The interpreter's working directory; absent: the sandbox's default working directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
 }
 
 impl From<ContextInfo> for ContextBody {
@@ -194,6 +207,7 @@ impl From<ContextInfo> for ContextBody {
             language: info.language.into(),
             default: info.default,
             execution_count: info.execution_count,
+            cwd: info.cwd,
         }
     }
 }
@@ -223,8 +237,10 @@ mod tests {
         assert_eq!(serde_json::to_value(CellErrorBody::from(error.clone()))?, serde_json::to_value(&error)?);
         for language in [CodeLanguage::Python, CodeLanguage::Javascript] {
             assert_eq!(serde_json::to_value(LanguageName::from(language))?, serde_json::to_value(language)?);
-            let info = ContextInfo { id: "ctx-1".into(), language, default: true, execution_count: 3 };
-            assert_eq!(serde_json::to_value(ContextBody::from(info.clone()))?, serde_json::to_value(&info)?);
+            for cwd in [None, Some("/home/user/work".to_owned())] {
+                let info = ContextInfo { id: "ctx-1".into(), language, default: true, execution_count: 3, cwd };
+                assert_eq!(serde_json::to_value(ContextBody::from(info.clone()))?, serde_json::to_value(&info)?);
+            }
         }
         Ok(())
     }

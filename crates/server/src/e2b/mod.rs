@@ -15,6 +15,7 @@ mod files;
 mod filesystem;
 mod fork;
 mod interpreter;
+mod languages;
 mod lookup;
 mod metrics;
 mod network;
