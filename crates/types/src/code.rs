@@ -14,14 +14,17 @@ pub enum CodeLanguage {
     Python,
     /// JavaScript (`node` in the sandbox).
     Javascript,
+    /// Bash (`bash` in the sandbox, driven by `python3`): a cell is a script sourced by one long-running shell.
+    Bash,
 }
 
 impl CodeLanguage {
-    /// The name used in the API (`python`, `javascript`).
+    /// The name used in the API (`python`, `javascript`, `bash`).
     pub fn as_str(self) -> &'static str {
         match self {
             CodeLanguage::Python => "python",
             CodeLanguage::Javascript => "javascript",
+            CodeLanguage::Bash => "bash",
         }
     }
 }

@@ -36,7 +36,7 @@ use sandkasten_types::Tier;
 /// Checks the request against the sandbox and builds the runtime's request (timeout always set).
 fn code_run(body: CodeBody, sandbox: &SandboxRecord) -> Result<CodeRun, ApiError> {
     if body.language.is_none() && body.context_id.is_none() {
-        return Err(ApiError::unprocessable("give the language (python or javascript), or a context_id"));
+        return Err(ApiError::unprocessable("give the language (python, javascript or bash), or a context_id"));
     }
     if let Some(context) = &body.context_id
         && !is_context_id(context)
@@ -206,6 +206,7 @@ pub(crate) async fn cell_language(
     Ok(language.map(|language| match language {
         CodeLanguage::Python => ScanLanguage::Python,
         CodeLanguage::Javascript => ScanLanguage::Javascript,
+        CodeLanguage::Bash => ScanLanguage::Bash,
     }))
 }
 

@@ -20,6 +20,9 @@ pub enum LanguageName {
     Python,
     /// JavaScript (`node` in the sandbox).
     Javascript,
+    /// Bash (`bash` in the sandbox, driven by `python3`): a cell is a script sourced by one long-running shell;
+    /// a non-zero exit status is the cell's error.
+    Bash,
 }
 
 impl From<LanguageName> for CodeLanguage {
@@ -27,6 +30,7 @@ impl From<LanguageName> for CodeLanguage {
         match language {
             LanguageName::Python => CodeLanguage::Python,
             LanguageName::Javascript => CodeLanguage::Javascript,
+            LanguageName::Bash => CodeLanguage::Bash,
         }
     }
 }
@@ -36,6 +40,7 @@ impl From<CodeLanguage> for LanguageName {
         match language {
             CodeLanguage::Python => LanguageName::Python,
             CodeLanguage::Javascript => LanguageName::Javascript,
+            CodeLanguage::Bash => LanguageName::Bash,
         }
     }
 }
@@ -235,7 +240,7 @@ mod tests {
         assert_eq!(serde_json::to_value(CellResultBody::from(result.clone()))?, serde_json::to_value(&result)?);
         let error = CellError { name: "E".into(), value: "v".into(), traceback: vec!["t".into()] };
         assert_eq!(serde_json::to_value(CellErrorBody::from(error.clone()))?, serde_json::to_value(&error)?);
-        for language in [CodeLanguage::Python, CodeLanguage::Javascript] {
+        for language in [CodeLanguage::Python, CodeLanguage::Javascript, CodeLanguage::Bash] {
             assert_eq!(serde_json::to_value(LanguageName::from(language))?, serde_json::to_value(language)?);
             for cwd in [None, Some("/home/user/work".to_owned())] {
                 let info = ContextInfo { id: "ctx-1".into(), language, default: true, execution_count: 3, cwd };

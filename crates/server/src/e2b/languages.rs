@@ -1,7 +1,8 @@
 //! The languages E2B's code interpreter names (`python`, `js`/`javascript`, `ts`/`typescript`, `bash`, `r`, `java`,
-//! any case), normalised as E2B's server does, and mapped onto sandkasten's kernels. A language sandkasten has no
-//! kernel for is a 400 that says what is missing: the runtime the template lacks (looked up in the sandbox, whose
-//! `/usr` is the host's) and how to install it, or, when the runtime is there, that no kernel drives it yet.
+//! any case), normalised as E2B's server does, and mapped onto sandkasten's kernels (Python, JavaScript, bash). A
+//! language sandkasten has no kernel for is a 400 that says what is missing: the runtime the template lacks (looked
+//! up in the sandbox, whose `/usr` is the host's) and how to install it, or, when the runtime is there, that no
+//! kernel drives it yet.
 
 use sandkasten_types::CodeLanguage;
 
@@ -19,8 +20,7 @@ struct Missing {
     install: &'static str,
 }
 
-const MISSING: [Missing; 4] = [
-    Missing { name: "bash", evidence: &["/usr/bin/bash", "/bin/bash"], install: "bash on the server's host" },
+const MISSING: [Missing; 3] = [
     Missing {
         name: "typescript",
         evidence: &["/usr/lib/node_modules/typescript", "/usr/local/lib/node_modules/typescript", "/usr/bin/tsx"],
@@ -59,6 +59,7 @@ pub(crate) async fn kernel_for(
     match name.as_str() {
         "python" => return Ok(CodeLanguage::Python),
         "javascript" => return Ok(CodeLanguage::Javascript),
+        "bash" => return Ok(CodeLanguage::Bash),
         _ => {}
     }
     let Some(missing) = MISSING.iter().find(|missing| missing.name == name) else {
@@ -72,7 +73,8 @@ pub(crate) async fn kernel_for(
     }
     Err(E2bError::invalid(if installed {
         format!(
-            "language {name:?}: its runtime is installed, but sandkasten has no {name} kernel yet: use python or javascript"
+            "language {name:?}: its runtime is installed, but sandkasten has no {name} kernel yet: use python, \
+             javascript or bash"
         )
     } else {
         format!(

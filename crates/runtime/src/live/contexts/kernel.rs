@@ -22,6 +22,8 @@ use crate::sandbox_runtime::CellInterrupt;
 pub const PYTHON_KERNEL: &str = include_str!("../../../../../resources/kernels/python_kernel.py");
 /// The JavaScript kernel's source (run with `node -e`).
 pub const NODE_KERNEL: &str = include_str!("../../../../../resources/kernels/node_kernel.js");
+/// The bash kernel's source (run with `python3 -c`; it drives one `bash`).
+pub const BASH_KERNEL: &str = include_str!("../../../../../resources/kernels/bash_kernel.py");
 
 /// How long a kernel may take to start (a spare kernel: with importing its preload modules).
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -52,6 +54,7 @@ pub fn kernel_command(language: CodeLanguage, preload: &[String], cwd: Option<&s
     let head = match language {
         CodeLanguage::Python => ["python3", "-c", PYTHON_KERNEL],
         CodeLanguage::Javascript => ["node", "-e", NODE_KERNEL],
+        CodeLanguage::Bash => ["python3", "-c", BASH_KERNEL],
     };
     let argv = head.into_iter().map(str::to_owned).chain(preload.iter().cloned()).collect();
     let env = [("PYTHONDONTWRITEBYTECODE", "1"), ("MPLBACKEND", "Agg"), ("NODE_NO_WARNINGS", "1")]
@@ -159,7 +162,11 @@ impl Kernel {
         };
         let deadline = Instant::now() + START_TIMEOUT;
         let mut stderr = Vec::new();
-        let program = if language == CodeLanguage::Python { "python3" } else { "node" };
+        let program = match language {
+            CodeLanguage::Python => "python3",
+            CodeLanguage::Javascript => "node",
+            CodeLanguage::Bash => "bash",
+        };
         loop {
             let event = tokio::time::timeout_at(deadline, kernel.events.recv()).await;
             match event {

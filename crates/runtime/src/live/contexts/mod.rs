@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun, ContextInfo, Failure, FailureKind, FileKind};
 
-pub use kernel::{CellOutput, NODE_KERNEL, PYTHON_KERNEL, kernel_command};
+pub use kernel::{BASH_KERNEL, CellOutput, NODE_KERNEL, PYTHON_KERNEL, kernel_command};
 
 use super::agent_client::{AgentClient, sandbox_gone};
 use super::background::BackgroundCommand;
