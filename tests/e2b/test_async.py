@@ -268,3 +268,21 @@ async def test_code_interpreter_recovers_async():
         await killer
     finally:
         await sandbox.kill()
+
+
+async def test_code_interpreter_languages_async():
+    sandbox = await support.acreate(AsyncCodeSandbox)
+    try:
+        assert (await sandbox.run_code("'text'", language="js")).text == "text"
+        assert (await sandbox.run_code("await Promise.resolve(41 + 1)", language="js")).text == "42"
+        imported = await sandbox.run_code("import { join } from 'path'\njoin('a', 'b')", language="js")
+        assert imported.text == "a/b"
+        await sandbox.run_code("X=7", language="bash")
+        assert (await sandbox.run_code("echo $X", language="bash")).logs.stdout == ["7\n"]
+        from e2b import SandboxException
+
+        with pytest.raises(SandboxException) as raised:
+            await sandbox.run_code("1", language="r")
+        assert str(raised.value).startswith("400")
+    finally:
+        await sandbox.kill()
