@@ -286,3 +286,17 @@ async def test_code_interpreter_languages_async():
         assert str(raised.value).startswith("400")
     finally:
         await sandbox.kill()
+
+
+async def test_code_interpreter_display_async():
+    sandbox = await support.acreate(AsyncCodeSandbox)
+    try:
+        shown = []
+        execution = await sandbox.run_code(
+            "from IPython.display import display, HTML\ndisplay(HTML('<p>x</p>'))\n41 + 1", on_result=shown.append
+        )
+        assert [r.html for r in execution.results] == ["<p>x</p>", None]
+        assert execution.text == "42"
+        assert [r.is_main_result for r in shown] == [False, True]
+    finally:
+        await sandbox.kill()

@@ -363,3 +363,41 @@ def test_bash_cells_share_one_shell(ci):
         ci.remove_code_context(context)
     by_language = ci.run_code("echo via-language", language="bash")
     assert by_language.logs.stdout == ["via-language\n"] and by_language.results == []
+
+
+def test_display_outputs_come_in_order_before_the_main_result(ci):
+    code = (
+        "from IPython.display import display, HTML, Markdown, JSON\n"
+        "display(HTML('<b>first</b>'))\n"
+        "print('between')\n"
+        "display(Markdown('**second**'), JSON({'third': [1, 2]}))\n"
+        "display('fourth')\n"
+        "'main'"
+    )
+    execution = ci.run_code(code)
+    assert execution.error is None, execution.error
+    results = execution.results
+    assert [r.is_main_result for r in results] == [False, False, False, False, True]
+    assert results[0].html == "<b>first</b>"
+    assert results[1].markdown == "**second**" and "markdown" in list(results[1].formats())
+    assert results[2].json == {"third": [1, 2]}
+    assert results[3].text == "fourth"
+    assert execution.text == "main"
+    assert execution.logs.stdout == ["between\n"]
+
+
+def test_displayed_matplotlib_figures_are_pngs_shown_once(ci):
+    execution = ci.run_code(
+        "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 2, 3])\n"
+        "display(fig)\ndisplay('after the figure')\nNone"
+    )
+    assert execution.error is None, execution.error
+    assert [bool(r.png) for r in execution.results] == [True, False], execution.results
+    assert base64.b64decode(execution.results[0].png).startswith(b"\x89PNG")
+    assert execution.results[1].text == "after the figure"
+
+
+def test_display_output_is_kept_when_the_cell_raises(ci):
+    execution = ci.run_code("display({'shown': True})\nraise RuntimeError('after display')")
+    assert execution.error is not None and execution.error.name == "RuntimeError"
+    assert [r.text for r in execution.results] == ["{'shown': True}"]

@@ -60,7 +60,21 @@ pub struct CellResult {
     /// An SVG image (`_repr_svg_`).
     #[serde(rename = "image/svg+xml", default, skip_serializing_if = "Option::is_none")]
     pub image_svg: Option<String>,
-    /// True for the value of the cell's last expression; false for figures and other side results.
+    /// Markdown (`_repr_markdown_`, IPython's `Markdown`).
+    #[serde(rename = "text/markdown", default, skip_serializing_if = "Option::is_none")]
+    pub text_markdown: Option<String>,
+    /// LaTeX (`_repr_latex_`).
+    #[serde(rename = "text/latex", default, skip_serializing_if = "Option::is_none")]
+    pub text_latex: Option<String>,
+    /// A JPEG image, standard base64 (`_repr_jpeg_`).
+    #[serde(rename = "image/jpeg", default, skip_serializing_if = "Option::is_none")]
+    pub image_jpeg: Option<String>,
+    /// JSON data (`_repr_json_`, IPython's `JSON`).
+    #[serde(rename = "application/json", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Value>")]
+    pub application_json: Option<serde_json::Value>,
+    /// True for the value of the cell's last expression; false for figures, `display()` calls and other side
+    /// results.
     #[serde(default)]
     pub is_main_result: bool,
 }

@@ -87,6 +87,19 @@ pub struct CellResultBody {
     /// An SVG image (`_repr_svg_`).
     #[serde(rename = "image/svg+xml", skip_serializing_if = "Option::is_none")]
     pub image_svg: Option<String>,
+    /// Markdown (`_repr_markdown_`).
+    #[serde(rename = "text/markdown", skip_serializing_if = "Option::is_none")]
+    pub text_markdown: Option<String>,
+    /// LaTeX (`_repr_latex_`).
+    #[serde(rename = "text/latex", skip_serializing_if = "Option::is_none")]
+    pub text_latex: Option<String>,
+    /// A JPEG image in standard base64 (`_repr_jpeg_`).
+    #[serde(rename = "image/jpeg", skip_serializing_if = "Option::is_none")]
+    pub image_jpeg: Option<String>,
+    /// JSON data (`_repr_json_`).
+    #[serde(rename = "application/json", skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub application_json: Option<serde_json::Value>,
     /// True for the value of the cell's last expression; false for figures and other side results.
     pub is_main_result: bool,
 }
@@ -98,6 +111,10 @@ impl From<CellResult> for CellResultBody {
             text_html: r.text_html,
             image_png: r.image_png,
             image_svg: r.image_svg,
+            text_markdown: r.text_markdown,
+            text_latex: r.text_latex,
+            image_jpeg: r.image_jpeg,
+            application_json: r.application_json,
             is_main_result: r.is_main_result,
         }
     }
@@ -235,6 +252,10 @@ mod tests {
             text_html: Some("<b>".into()),
             image_png: Some("iVBO".into()),
             image_svg: None,
+            text_markdown: Some("**b**".into()),
+            text_latex: None,
+            image_jpeg: None,
+            application_json: Some(serde_json::json!({"a": [1]})),
             is_main_result: true,
         };
         assert_eq!(serde_json::to_value(CellResultBody::from(result.clone()))?, serde_json::to_value(&result)?);

@@ -74,13 +74,23 @@ fn outcome_lines(outcome: &CellOutcome) -> Vec<Value> {
     for result in &outcome.results {
         let mut line = json!({ "type": "result", "is_main_result": result.is_main_result });
         let text = result.text_plain.as_deref().map(e2b_text);
-        let fields =
-            [("text", &text), ("html", &result.text_html), ("png", &result.image_png), ("svg", &result.image_svg)];
+        let fields = [
+            ("text", &text),
+            ("html", &result.text_html),
+            ("png", &result.image_png),
+            ("svg", &result.image_svg),
+            ("markdown", &result.text_markdown),
+            ("latex", &result.text_latex),
+            ("jpeg", &result.image_jpeg),
+        ];
         if let Some(object) = line.as_object_mut() {
             for (name, value) in fields {
                 if let Some(value) = value {
                     object.insert(name.into(), Value::String(value.clone()));
                 }
+            }
+            if let Some(data) = &result.application_json {
+                object.insert("json".into(), data.clone());
             }
         }
         lines.push(line);
