@@ -186,6 +186,7 @@ def _bundle(value, main):
         bundle[mime] = data
     if _is_figure(value) and "image/png" not in bundle:
         bundle["image/png"] = _figure_png(value)
+        _add_chart(bundle, value)
     bundle["text/plain"] = repr(value)
     return bundle
 
@@ -270,6 +271,13 @@ def _figure_png(figure):
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+def _add_chart(bundle, figure):
+    """The figure's structured chart data (python_charts.py), when it has any; the figure was drawn by savefig."""
+    chart = _figure_chart(figure)
+    if chart is not None:
+        bundle["chart"] = chart
+
+
 def _open_figures(shown):
     """PNGs of the pyplot figures left open by the cell (then closed)."""
     pyplot = sys.modules.get("matplotlib.pyplot")
@@ -279,7 +287,9 @@ def _open_figures(shown):
     for number in pyplot.get_fignums():
         figure = pyplot.figure(number)
         if figure not in shown:
-            results.append({"is_main_result": False, "image/png": _figure_png(figure), "text/plain": repr(figure)})
+            bundle = {"is_main_result": False, "image/png": _figure_png(figure), "text/plain": repr(figure)}
+            _add_chart(bundle, figure)
+            results.append(bundle)
     pyplot.close("all")
     return results
 

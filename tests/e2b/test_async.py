@@ -300,3 +300,18 @@ async def test_code_interpreter_display_async():
         assert [r.is_main_result for r in shown] == [False, True]
     finally:
         await sandbox.kill()
+
+
+async def test_code_interpreter_chart_async():
+    from e2b_code_interpreter.charts import BarChart
+
+    sandbox = await support.acreate(AsyncCodeSandbox)
+    try:
+        execution = await sandbox.run_code(
+            "import matplotlib.pyplot as plt\nplt.bar(['a', 'b'], [3, 4], label='n')\nplt.title('T')\nplt.show()"
+        )
+        chart = execution.results[0].chart
+        assert isinstance(chart, BarChart) and chart.title == "T"
+        assert [(b.label, b.value, b.group) for b in chart.elements] == [("a", 3, "n"), ("b", 4, "n")]
+    finally:
+        await sandbox.kill()

@@ -401,3 +401,72 @@ def test_display_output_is_kept_when_the_cell_raises(ci):
     execution = ci.run_code("display({'shown': True})\nraise RuntimeError('after display')")
     assert execution.error is not None and execution.error.name == "RuntimeError"
     assert [r.text for r in execution.results] == ["{'shown': True}"]
+
+
+CHART_CELLS = {
+    "line": (
+        "import matplotlib.pyplot as plt\nimport numpy as np\nx = np.linspace(0, 10, 5)\n"
+        "plt.plot(x, np.sin(x), label='sin(x)')\nplt.plot(x, np.cos(x), label='cos(x)')\n"
+        "plt.title('Waves'); plt.xlabel('Time (s)'); plt.ylabel('Amplitude')\nplt.show()"
+    ),
+    "bar": (
+        "import matplotlib.pyplot as plt\nplt.figure()\n"
+        "plt.bar(['Author A', 'Author B', 'Author C'], [100, 200, 300], label='Books Sold')\n"
+        "plt.title('Book Sales'); plt.xlabel('Authors'); plt.ylabel('Sold')\nplt.show()"
+    ),
+    "scatter": "import matplotlib.pyplot as plt\nplt.figure()\nplt.scatter([1, 2, 3], [4, 5, 6], label='points')\nplt.show()",
+    "pie": "import matplotlib.pyplot as plt\nplt.figure()\nplt.pie([1, 3], labels=['a', 'b'])\nplt.title('Shares')\nplt.show()",
+    "box_and_whisker": (
+        "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
+        "data = {'Class A': [85, 90, 78, 92, 88], 'Class B': [95, 89, 76, 91, 84, 87], 'Class C': [75, 82, 88, 79, 86]}\n"
+        "ax.boxplot(data.values(), labels=data.keys(), patch_artist=True)\nax.set_title('Exam Scores')\n"
+        "ax.set_xlabel('Class'); ax.set_ylabel('Score')\nplt.show()"
+    ),
+}
+
+
+def test_matplotlib_charts_come_with_their_data(ci):
+    from e2b_code_interpreter.charts import (
+        BarChart, BoxAndWhiskerChart, ChartType, LineChart, PieChart, ScatterChart, SuperChart,
+    )
+
+    charts = {}
+    for kind, code in CHART_CELLS.items():
+        execution = ci.run_code(code)
+        assert execution.error is None, execution.error
+        assert execution.results and execution.results[0].png, kind
+        charts[kind] = execution.results[0].chart
+    line = charts["line"]
+    assert isinstance(line, LineChart) and line.type == ChartType.LINE and line.title == "Waves"
+    assert (line.x_label, line.y_label) == ("Time (s)", "Amplitude")
+    assert [e.label for e in line.elements] == ["sin(x)", "cos(x)"]
+    assert line.elements[1].points[0] == (0.0, 1.0) and len(line.elements[0].points) == 5
+    assert line.x_scale.value == "linear"
+    bar = charts["bar"]
+    assert isinstance(bar, BarChart) and bar.title == "Book Sales" and bar.x_label == "Authors"
+    assert [(b.label, b.value, b.group) for b in bar.elements] == [
+        ("Author A", 100, "Books Sold"), ("Author B", 200, "Books Sold"), ("Author C", 300, "Books Sold"),
+    ]
+    scatter = charts["scatter"]
+    assert isinstance(scatter, ScatterChart) and scatter.elements[0].points == [(1, 4), (2, 5), (3, 6)]
+    pie = charts["pie"]
+    assert isinstance(pie, PieChart) and pie.title == "Shares"
+    assert [(p.label, p.angle) for p in pie.elements] == [("a", 90), ("b", 270)]
+    box = charts["box_and_whisker"]
+    assert isinstance(box, BoxAndWhiskerChart) and (box.x_label, box.y_label) == ("Class", "Score")
+    # The numbers E2B's own test expects for this plot.
+    assert [b.label for b in box.elements] == ["Class A", "Class B", "Class C"]
+    assert [b.outliers for b in box.elements] == [[], [76], []]
+    assert [b.min for b in box.elements] == [78, 84, 75]
+    assert [b.first_quartile for b in box.elements] == [85, 84.75, 79]
+    assert [b.median for b in box.elements] == [88, 88, 82]
+    assert [b.third_quartile for b in box.elements] == [90, 90.5, 86]
+    assert [b.max for b in box.elements] == [92, 95, 88]
+
+    both = ci.run_code(
+        "import matplotlib.pyplot as plt\nfig, (a, b) = plt.subplots(1, 2)\nfig.suptitle('Both')\n"
+        "a.plot([1, 2], [3, 4])\nb.bar(['x', 'y'], [1, 2])\nplt.show()"
+    ).results[0].chart
+    assert isinstance(both, SuperChart) and both.title == "Both"
+    assert [type(c) for c in both.elements] == [LineChart, BarChart]
+    assert ci.run_code("import matplotlib.pyplot as plt\nplt.figure()\nplt.show()").results[0].chart is None

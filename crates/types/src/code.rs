@@ -73,6 +73,11 @@ pub struct CellResult {
     #[serde(rename = "application/json", default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<serde_json::Value>")]
     pub application_json: Option<serde_json::Value>,
+    /// A matplotlib figure's structured data (`type` line, scatter, bar, pie, box_and_whisker or superchart, its
+    /// `title`, axis labels and `elements`), as the `e2b-code-interpreter` SDK reads `result.chart`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Value>")]
+    pub chart: Option<serde_json::Value>,
     /// True for the value of the cell's last expression; false for figures, `display()` calls and other side
     /// results.
     #[serde(default)]

@@ -100,6 +100,11 @@ pub struct CellResultBody {
     #[serde(rename = "application/json", skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub application_json: Option<serde_json::Value>,
+    /// A matplotlib figure's structured data (`type` line, scatter, bar, pie, box_and_whisker or superchart,
+    /// `title`, axis labels, `elements`), as E2B's `result.chart`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub chart: Option<serde_json::Value>,
     /// True for the value of the cell's last expression; false for figures and other side results.
     pub is_main_result: bool,
 }
@@ -115,6 +120,7 @@ impl From<CellResult> for CellResultBody {
             text_latex: r.text_latex,
             image_jpeg: r.image_jpeg,
             application_json: r.application_json,
+            chart: r.chart,
             is_main_result: r.is_main_result,
         }
     }
@@ -256,6 +262,7 @@ mod tests {
             text_latex: None,
             image_jpeg: None,
             application_json: Some(serde_json::json!({"a": [1]})),
+            chart: Some(serde_json::json!({"type": "pie", "title": null, "elements": []})),
             is_main_result: true,
         };
         assert_eq!(serde_json::to_value(CellResultBody::from(result.clone()))?, serde_json::to_value(&result)?);

@@ -92,6 +92,9 @@ fn outcome_lines(outcome: &CellOutcome) -> Vec<Value> {
             if let Some(data) = &result.application_json {
                 object.insert("json".into(), data.clone());
             }
+            if let Some(chart) = &result.chart {
+                object.insert("chart".into(), chart.clone());
+            }
         }
         lines.push(line);
     }

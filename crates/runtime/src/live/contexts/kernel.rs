@@ -18,8 +18,11 @@ use crate::live::agent_client::{AgentClient, sandbox_gone};
 use crate::live::background::{BackgroundCommand, BackgroundEvent};
 use crate::sandbox_runtime::CellInterrupt;
 
-/// The Python kernel's source (run with `python3 -c`).
-pub const PYTHON_KERNEL: &str = include_str!("../../../../../resources/kernels/python_kernel.py");
+/// The Python kernel's source (run with `python3 -c`): the chart reader, then the kernel.
+pub const PYTHON_KERNEL: &str = concat!(
+    include_str!("../../../../../resources/kernels/python_charts.py"),
+    include_str!("../../../../../resources/kernels/python_kernel.py")
+);
 /// The JavaScript kernel's source (run with `node -e`).
 pub const NODE_KERNEL: &str = include_str!("../../../../../resources/kernels/node_kernel.js");
 /// The bash kernel's source (run with `python3 -c`; it drives one `bash`).
