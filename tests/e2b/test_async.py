@@ -278,7 +278,7 @@ async def test_code_interpreter_languages_async():
         imported = await sandbox.run_code("import { join } from 'path'\njoin('a', 'b')", language="js")
         assert imported.text == "a/b"
         await sandbox.run_code("X=7", language="bash")
-        assert (await sandbox.run_code("echo $X", language="bash")).logs.stdout == ["7\n"]
+        assert "".join((await sandbox.run_code("echo $X", language="bash")).logs.stdout) == "7\n"
         from e2b import SandboxException
 
         with pytest.raises(SandboxException) as raised:
