@@ -1,7 +1,7 @@
 // sandkasten JavaScript kernel: one long-running node process per code context, code run in one `vm` context.
 //
 // Protocol (one JSON object per line):
-//   stdin:  {"id": ..., "code": "...", "timeout_ms": N}
+//   stdin:  {"id": ..., "code": "...", "env": {"NAME": "value", ...}, "timeout_ms": N}
 //   stdout: {"type": "ready", "language": "javascript"}
 //           {"type": "stream", "id": ..., "name": "stdout"|"stderr", "text": "..."}
 //           {"type": "reply", "id": ..., "execution_count": N, "results": [...], "error": ...}
@@ -86,6 +86,7 @@ const sandbox = {
   clearImmediate,
   queueMicrotask,
   module: { exports: {} },
+  __sandkastenDefault: (loaded) => (loaded && loaded.__esModule ? loaded.default : loaded),
   __dirname: process.cwd(),
   __filename: 'cell.js',
 };
@@ -130,7 +131,41 @@ function bundle(value) {
   return result;
 }
 
-function compile(code, filename) {
+// ESM `import` declarations (a cell is a script, not a module) become `require`s binding the same names, as `var`s
+// so that a cell can be run again; a line count is kept so that error positions stay right.
+const IMPORT_FROM = /^([ \t]*)import\s+(?!\(|type\s)([\w$*{][\s\S]*?)\s+from\s*(['"])([^'"\n]+)\3[ \t]*;?/gm;
+const IMPORT_BARE = /^([ \t]*)import\s*(['"])([^'"\n]+)\2[ \t]*;?/gm;
+
+function requireBindings(clause, source) {
+  const from = `require(${JSON.stringify(source)})`;
+  const statements = [];
+  let rest = clause.trim();
+  const defaultName = /^([\w$]+)\s*(,|$)/.exec(rest);
+  if (defaultName) {
+    statements.push(`var ${defaultName[1]} = __sandkastenDefault(${from});`);
+    rest = rest.slice(defaultName[0].length).trim();
+  }
+  const namespace = /^\*\s*as\s+([\w$]+)$/.exec(rest);
+  if (namespace) statements.push(`var ${namespace[1]} = ${from};`);
+  const named = /^\{([\s\S]*)\}$/.exec(rest);
+  if (named) {
+    const names = named[1].split(',').map((name) => name.trim()).filter((name) => name && !name.startsWith('type '));
+    const bindings = names.map((name) => name.replace(/^([\w$]+)\s+as\s+([\w$]+)$/, '$1: $2'));
+    statements.push(`var { ${bindings.join(', ')} } = ${from};`);
+  }
+  return statements.join(' ');
+}
+
+function withoutImports(code) {
+  const keepLines = (text) => '\n'.repeat((text.match(/\n/g) || []).length);
+  return code
+    .replace(IMPORT_FROM, (whole, indent, clause, _quote, source) =>
+      indent + requireBindings(clause, source) + keepLines(whole))
+    .replace(IMPORT_BARE, (whole, indent, _quote, source) => `${indent}require(${JSON.stringify(source)});`);
+}
+
+function compile(source, filename) {
+  const code = withoutImports(source);
   try {
     return new vm.Script(code, { filename });
   } catch (error) {
@@ -152,9 +187,28 @@ function withTimeout(promise, ms) {
   return Promise.race([promise, expired]).finally(() => clearTimeout(timer));
 }
 
+// Sets the cell's own environment variables; returns their previous values (undefined: unset) to put back.
+function setCellEnv(env) {
+  const previous = new Map();
+  if (env === null || typeof env !== 'object') return previous;
+  for (const [name, value] of Object.entries(env)) {
+    previous.set(name, Object.prototype.hasOwnProperty.call(process.env, name) ? process.env[name] : undefined);
+    process.env[name] = String(value);
+  }
+  return previous;
+}
+
+function restoreEnv(previous) {
+  for (const [name, value] of previous) {
+    if (value === undefined) delete process.env[name];
+    else process.env[name] = value;
+  }
+}
+
 async function handle(request) {
   count += 1;
   currentId = request.id;
+  const previousEnv = setCellEnv(request.env);
   const timeoutMs = Number.isInteger(request.timeout_ms) && request.timeout_ms > 0 ? request.timeout_ms : 2 ** 31 - 1;
   const started = Date.now();
   const results = [];
@@ -171,6 +225,8 @@ async function handle(request) {
     }
   } catch (thrown) {
     error = describeError(thrown, timeoutMs);
+  } finally {
+    restoreEnv(previousEnv);
   }
   send({ type: 'reply', id: request.id, execution_count: count, results, error });
 }

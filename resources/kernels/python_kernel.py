@@ -1,7 +1,7 @@
 """sandkasten Python kernel: one long-running interpreter per code context.
 
 Protocol (one JSON object per line):
-  stdin (private copy of fd 0):     {"id": ..., "code": "..."}
+  stdin (private copy of fd 0):     {"id": ..., "code": "...", "env": {"NAME": "value", ...}}
   stdout (private copy of fd 1):    {"type": "ready", "language": "python"}
                                     {"type": "stream", "id": ..., "name": "stdout"|"stderr", "text": "..."}
                                     {"type": "reply", "id": ..., "execution_count": N, "results": [...], "error": ...}
@@ -46,7 +46,7 @@ if "FONTCONFIG_FILE" not in os.environ and not os.path.exists("/etc/fonts/fonts.
 _requests = os.fdopen(os.dup(0), "rb", buffering=0)
 _channel_fd = os.dup(1)
 _channel_lock = threading.Lock()
-_state = {"in_cell": False, "id": None, "count": 0}
+_state = {"in_cell": False, "id": None, "count": 0, "displayed": [], "shown": []}
 
 
 def _send(message):
@@ -150,28 +150,114 @@ def _flush_streams():
         forwarder.sync(fd)
 
 
+_RENDERERS = (
+    ("_repr_html_", "text/html"),
+    ("_repr_markdown_", "text/markdown"),
+    ("_repr_svg_", "image/svg+xml"),
+    ("_repr_png_", "image/png"),
+    ("_repr_jpeg_", "image/jpeg"),
+    ("_repr_latex_", "text/latex"),
+    ("_repr_json_", "application/json"),
+)
+_BINARY = ("image/png", "image/jpeg")
+
+
 def _bundle(value, main):
     """Jupyter-like mime bundle of one value."""
     bundle = {"is_main_result": main}
-    for method, mime in (("_repr_html_", "text/html"), ("_repr_png_", "image/png"), ("_repr_svg_", "image/svg+xml")):
+    for method, mime in _RENDERERS:
         render = getattr(value, method, None)
         if render is None or isinstance(value, type):
             continue
         try:
             data = render()
+            if isinstance(data, tuple):  # (data, metadata), as IPython allows
+                data = data[0]
+            if mime == "application/json":
+                json.dumps(data)
         except Exception:
             continue
         if data is None:
             continue
-        if mime == "image/png":
+        if mime in _BINARY:
             if isinstance(data, str):
                 data = data.encode("latin-1", "replace")
             data = base64.b64encode(data).decode("ascii")
         bundle[mime] = data
     if _is_figure(value) and "image/png" not in bundle:
         bundle["image/png"] = _figure_png(value)
+        _add_chart(bundle, value)
     bundle["text/plain"] = repr(value)
     return bundle
+
+
+def display(*objs, raw=False, **_ignored):
+    """IPython's `display()`: each object's mime bundle becomes a result of the cell (not the main one), in order."""
+    for obj in objs:
+        if raw and isinstance(obj, dict):
+            bundle = {"is_main_result": False}
+            bundle.update({mime: data for mime, data in obj.items() if isinstance(mime, str) and "/" in mime})
+        else:
+            bundle = _bundle(obj, False)
+            if _is_figure(obj):
+                _state["shown"].append(obj)
+        _state["displayed"].append(bundle)
+
+
+_globals["display"] = display
+
+
+class _Displayable:
+    """IPython.display's wrappers (`HTML`, `Markdown`, …) for kernels where IPython is not installed."""
+
+    def __init__(self, data=None, url=None, filename=None, **_ignored):
+        if data is None and filename is not None:
+            with open(filename, "rb" if self._binary else "r") as source:
+                data = source.read()
+        self.data = data
+
+    _binary = False
+
+    def __repr__(self):
+        return "<IPython.core.display.%s object>" % type(self).__name__
+
+
+def _displayable(name, method, binary=False):
+    def render(self):
+        return self.data
+
+    return type(name, (_Displayable,), {method: render, "_binary": binary})
+
+
+def _install_ipython_display():
+    """Makes `from IPython.display import display, HTML, …` work (IPython itself is used when it is installed)."""
+    import importlib.util
+    import types
+
+    if importlib.util.find_spec("IPython") is not None:
+        try:
+            import IPython.display as shown
+
+            shown.display = display
+            import IPython.core.display_functions as functions
+
+            functions.display = display
+        except Exception:
+            pass
+        return
+    package = types.ModuleType("IPython")
+    module = types.ModuleType("IPython.display")
+    module.display = display
+    for name, method, binary in (
+        ("HTML", "_repr_html_", False), ("Markdown", "_repr_markdown_", False), ("SVG", "_repr_svg_", False),
+        ("Latex", "_repr_latex_", False), ("Math", "_repr_latex_", False), ("JSON", "_repr_json_", False),
+        ("Image", "_repr_png_", True),
+    ):
+        setattr(module, name, _displayable(name, method, binary))
+    package.display = module
+    package.get_ipython = lambda: None  # no IPython shell here (matplotlib and pandas ask)
+    sys.modules["IPython"] = package
+    sys.modules["IPython.display"] = module
 
 
 def _is_figure(value):
@@ -185,6 +271,13 @@ def _figure_png(figure):
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+def _add_chart(bundle, figure):
+    """The figure's structured chart data (python_charts.py), when it has any; the figure was drawn by savefig."""
+    chart = _figure_chart(figure)
+    if chart is not None:
+        bundle["chart"] = chart
+
+
 def _open_figures(shown):
     """PNGs of the pyplot figures left open by the cell (then closed)."""
     pyplot = sys.modules.get("matplotlib.pyplot")
@@ -194,7 +287,9 @@ def _open_figures(shown):
     for number in pyplot.get_fignums():
         figure = pyplot.figure(number)
         if figure not in shown:
-            results.append({"is_main_result": False, "image/png": _figure_png(figure), "text/plain": repr(figure)})
+            bundle = {"is_main_result": False, "image/png": _figure_png(figure), "text/plain": repr(figure)}
+            _add_chart(bundle, figure)
+            results.append(bundle)
     pyplot.close("all")
     return results
 
@@ -231,29 +326,51 @@ def _run_cell(code, count):
     return eval(compile(last, filename, "eval"), _globals)
 
 
+def _set_cell_env(env, previous):
+    """Sets the cell's own environment variables, noting each one's previous value (None: unset) in `previous`."""
+    if not isinstance(env, dict):
+        return
+    for name, value in env.items():
+        previous.setdefault(name, os.environ.get(name))
+        os.environ[name] = str(value)
+
+
+def _restore_env(previous):
+    for name, value in previous.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def _handle(request):
     _state["count"] += 1
     count = _state["count"]
     _state["id"] = request.get("id")
     results, error = [], None
+    previous_env = {}
+    _state["displayed"], _state["shown"] = [], []
     _state["in_cell"] = True
     try:
+        _set_cell_env(request.get("env") or {}, previous_env)
         value = _run_cell(str(request.get("code", "")), count)
-        shown = []
+        shown = _state["shown"]
         if value is not None:
             _globals["_"] = value
             if _is_figure(value):
                 shown.append(value)
             results.append(_bundle(value, True))
-        results = _open_figures(shown) + results
+        results = _state["displayed"] + _open_figures(shown) + results
     except BaseException as exc:  # KeyboardInterrupt and SystemExit included: the kernel survives them.
         error = _error(exc)
+        results = list(_state["displayed"])
         try:
             _open_figures([])
         except BaseException:
             pass
     finally:
         _state["in_cell"] = False
+        _restore_env(previous_env)
     _flush_streams()
     _send({"type": "reply", "id": request.get("id"), "execution_count": count, "results": results, "error": error})
 
@@ -269,6 +386,7 @@ def _preload(names):
 
 
 def main():
+    _install_ipython_display()
     _preload(sys.argv[1:])
     del sys.argv[1:]
     _flush_streams()

@@ -273,11 +273,98 @@ async def test_code_interpreter_async():
         await sandbox.run_code("globalThis.kept = 5", context=context)
         assert context.id in [c.id for c in await sandbox.list_code_contexts()]
         await sandbox.restart_code_context(context)
-        assert (await sandbox.run_code("typeof kept", context=context)).text == "'undefined'"
+        assert (await sandbox.run_code("typeof kept", context=context)).text == "undefined"
         await sandbox.remove_code_context(context)
         assert context.id not in [c.id for c in await sandbox.list_code_contexts()]
         with pytest.raises(TimeoutException):
             stuck = await sandbox.create_code_context()
             await sandbox.run_code("import time; time.sleep(30)", timeout=2, context=stuck)
+    finally:
+        await sandbox.kill()
+
+
+async def test_code_interpreter_envs_and_cwd_async():
+    sandbox = await support.acreate(AsyncCodeSandbox)
+    try:
+        execution = await sandbox.run_code("import os; os.environ.get('FOO')", envs={"FOO": "bar"})
+        assert execution.text == "bar"
+        assert (await sandbox.run_code("import os; os.environ.get('FOO', 'default')")).text == "default"
+        js = await sandbox.run_code("process.env.FOO", envs={"FOO": "js"}, language="js")
+        assert js.text == "js"
+        await sandbox.files.make_dir("/home/user/async-ctx")
+        context = await sandbox.create_code_context(cwd="/home/user/async-ctx")
+        assert context.cwd == "/home/user/async-ctx"
+        assert (await sandbox.run_code("import os; os.getcwd()", context=context)).text == "/home/user/async-ctx"
+        listed = {c.id: c.cwd for c in await sandbox.list_code_contexts()}
+        assert listed[context.id] == "/home/user/async-ctx"
+    finally:
+        await sandbox.kill()
+
+
+async def test_code_interpreter_recovers_async():
+    sandbox = await support.acreate(AsyncCodeSandbox)
+    try:
+        killed = await sandbox.run_code("import os\nos.kill(os.getpid(), 9)")
+        assert killed.error is not None and killed.error.name == "ContextRestarting"
+        assert (await sandbox.run_code("1 + 1")).text == "2"
+        with pytest.raises(TimeoutException):
+            await sandbox.run_code("import time\nwhile True:\n    time.sleep(0.05)", timeout=2)
+        assert (await sandbox.run_code("2 + 2", timeout=20)).text == "4", "the abandoned cell was interrupted"
+
+        async def kill_soon():
+            await asyncio.sleep(2)
+            await sandbox.kill()
+
+        killer = asyncio.create_task(kill_soon())
+        with pytest.raises(TimeoutException, match="sandbox was killed while the request was in progress"):
+            await sandbox.run_code("import time; time.sleep(300)", timeout=300)
+        await killer
+    finally:
+        await sandbox.kill()
+
+
+async def test_code_interpreter_languages_async():
+    sandbox = await support.acreate(AsyncCodeSandbox)
+    try:
+        assert (await sandbox.run_code("'text'", language="js")).text == "text"
+        assert (await sandbox.run_code("await Promise.resolve(41 + 1)", language="js")).text == "42"
+        imported = await sandbox.run_code("import { join } from 'path'\njoin('a', 'b')", language="js")
+        assert imported.text == "a/b"
+        await sandbox.run_code("X=7", language="bash")
+        assert "".join((await sandbox.run_code("echo $X", language="bash")).logs.stdout) == "7\n"
+        from e2b import SandboxException
+
+        with pytest.raises(SandboxException) as raised:
+            await sandbox.run_code("1", language="r")
+        assert str(raised.value).startswith("400")
+    finally:
+        await sandbox.kill()
+
+
+async def test_code_interpreter_display_async():
+    sandbox = await support.acreate(AsyncCodeSandbox)
+    try:
+        shown = []
+        execution = await sandbox.run_code(
+            "from IPython.display import display, HTML\ndisplay(HTML('<p>x</p>'))\n41 + 1", on_result=shown.append
+        )
+        assert [r.html for r in execution.results] == ["<p>x</p>", None]
+        assert execution.text == "42"
+        assert [r.is_main_result for r in shown] == [False, True]
+    finally:
+        await sandbox.kill()
+
+
+async def test_code_interpreter_chart_async():
+    from e2b_code_interpreter.charts import BarChart
+
+    sandbox = await support.acreate(AsyncCodeSandbox)
+    try:
+        execution = await sandbox.run_code(
+            "import matplotlib.pyplot as plt\nplt.bar(['a', 'b'], [3, 4], label='n')\nplt.title('T')\nplt.show()"
+        )
+        chart = execution.results[0].chart
+        assert isinstance(chart, BarChart) and chart.title == "T"
+        assert [(b.label, b.value, b.group) for b in chart.elements] == [("a", 3, "n"), ("b", 4, "n")]
     finally:
         await sandbox.kill()

@@ -10,9 +10,12 @@ use sandkasten_types::{
     CellOutcome, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus, ContextInfo, Entrance,
     Failure, FailureKind, FileInfo, FsEvent, OutputChunk, PtySize, SandboxSpec, SandboxUsage, Tier,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::retained::OutputRetention;
+
+/// Interrupts a running cell (as its timeout does) when a value arrives; a dropped sender never interrupts.
+pub type CellInterrupt = oneshot::Receiver<()>;
 
 /// What an async `SandboxRuntime` method returns: a boxed future of its result (write the body as
 /// `Box::pin(async move { … })`).
@@ -126,10 +129,15 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         refuse(Failure::new(FailureKind::Conflict, "this runtime cannot watch directories"))
     }
 
-    /// Creates a code context (an interpreter whose state persists across cells) and starts it. Runtimes without a
-    /// code interpreter keep this default, which refuses.
-    fn create_context<'a>(&'a self, id: &'a str, language: CodeLanguage) -> RuntimeFuture<'a, ContextInfo> {
-        let _ = (id, language);
+    /// Creates a code context (an interpreter whose state persists across cells) in `cwd` (`None`: the sandbox's
+    /// default working directory) and starts it. Runtimes without a code interpreter keep this default, which refuses.
+    fn create_context<'a>(
+        &'a self,
+        id: &'a str,
+        language: CodeLanguage,
+        cwd: Option<String>,
+    ) -> RuntimeFuture<'a, ContextInfo> {
+        let _ = (id, language, cwd);
         refuse(no_code_interpreter())
     }
     /// Starts a spare interpreter of `language` in the sandbox, with the `preload` modules loaded, which the sandbox's
@@ -166,14 +174,16 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         refuse(no_code_interpreter())
     }
     /// Runs one cell in a context (the language's default context when `request.context_id` is `None`); its output
-    /// is sent to `events` as it arrives. `request.timeout_ms` is always set by the server.
+    /// is sent to `events` as it arrives. `request.timeout_ms` is always set by the server; a value sent on
+    /// `interrupt` stops the cell earlier, as its timeout would. A sandbox that ends during the cell is `SandboxGone`.
     fn run_code<'a>(
         &'a self,
         id: &'a str,
         request: CodeRun,
         events: mpsc::Sender<OutputChunk>,
+        interrupt: Option<CellInterrupt>,
     ) -> RuntimeFuture<'a, CellOutcome> {
-        let _ = (id, request, events);
+        let _ = (id, request, events, interrupt);
         refuse(no_code_interpreter())
     }
 

@@ -6,12 +6,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use base64::Engine as _;
-use sandkasten_runtime::live::contexts::{NODE_KERNEL, PYTHON_KERNEL};
+use sandkasten_runtime::live::contexts::{BASH_KERNEL, NODE_KERNEL, PYTHON_KERNEL};
 use serde_json::{Value, json};
 
 struct Kernel {
@@ -47,7 +48,9 @@ impl Kernel {
             return None;
         }
         let config = tempfile::tempdir().unwrap();
+        // In a process group of its own, as in a sandbox (the host's interrupt goes to the group).
         let mut child = Command::new(program)
+            .process_group(0)
             .args([flag, source])
             .args(preload)
             .env("MPLCONFIGDIR", config.path())
@@ -70,6 +73,20 @@ impl Kernel {
 
     fn node() -> Option<Kernel> {
         Kernel::node_with(&[])
+    }
+
+    fn bash() -> Option<Kernel> {
+        Kernel::start("/usr/bin/python3", "-c", BASH_KERNEL)
+    }
+
+    /// Runs `code` with `env` for this cell only.
+    fn run_with_env(&mut self, code: &str, env: Value) -> Cell {
+        let id = self.next;
+        self.next += 1;
+        let request = json!({"id": id, "code": code, "env": env, "timeout_ms": 30_000});
+        writeln!(self.stdin, "{request}").unwrap();
+        self.stdin.flush().unwrap();
+        self.wait(id)
     }
 
     fn node_with(preload: &[&str]) -> Option<Kernel> {
@@ -269,4 +286,41 @@ fn javascript_preloads_its_arguments_before_ready_and_hides_them() {
     let cached = format!("[process.argv.length, {:?} in require.cache]", module.to_str().unwrap());
     assert_eq!(spare.run(&cached).text(), Some("[ 1, true ]"));
     assert_eq!(spare.run("let n = 1; n + 1").text(), Some("2"));
+}
+
+#[test]
+fn a_cells_env_is_put_back_after_it_in_every_kernel() {
+    let checks: [(Option<Kernel>, &str); 3] = [
+        (Kernel::python(), "import os; print(os.environ.get('CELL_VAR', 'unset'), os.environ['HOME'])"),
+        (Kernel::node(), "console.log(process.env.CELL_VAR || 'unset', process.env.HOME)"),
+        (Kernel::bash(), "echo ${CELL_VAR:-unset} $HOME"),
+    ];
+    for (kernel, code) in checks {
+        let Some(mut k) = kernel else { continue };
+        let home = std::env::var("HOME").unwrap();
+        let inside = k.run_with_env(code, json!({"CELL_VAR": "set", "HOME": "/elsewhere"}));
+        assert_eq!(inside.stdout, "set /elsewhere\n", "{code}");
+        let after = k.run(code);
+        assert_eq!(after.stdout, format!("unset {home}\n"), "{code}: removed, and HOME has its own value again");
+    }
+}
+
+#[test]
+fn bash_cells_share_one_shell_and_an_interrupt_stops_only_the_cell() {
+    let Some(mut k) = Kernel::bash() else { return };
+    let first = k.run("cd /tmp; X=41; echo out; echo err >&2");
+    assert_eq!((first.stdout.as_str(), first.stderr.as_str()), ("out\n", "err\n"));
+    assert_eq!(first.reply["error"], Value::Null);
+    assert_eq!(k.run("echo $((X + 1)) $(pwd)").stdout, "42 /tmp\n");
+    let failed = k.run("exit_with() { return $1; }; exit_with 3");
+    assert_eq!(failed.reply["error"]["value"], "3", "{}", failed.reply);
+    let id = k.send("sleep 30; echo not-reached", 30_000);
+    std::thread::sleep(Duration::from_millis(300));
+    // The host signals the kernel's whole process group.
+    let group = format!("-{}", k.child.id());
+    let _ = Command::new("kill").args(["-INT", "--", &group]).status();
+    let interrupted = k.wait(id);
+    assert_eq!(interrupted.stdout, "");
+    assert_eq!(interrupted.reply["error"]["value"], "130", "{}", interrupted.reply);
+    assert_eq!(k.run("echo $X").stdout, "41\n", "the shell lives on");
 }

@@ -1,6 +1,8 @@
 //! The stateful code interpreter's vocabulary: languages, contexts, and what one cell answers (captured output, rich
 //! results as Jupyter-style mime bundles, a structured error, an execution count).
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -12,14 +14,17 @@ pub enum CodeLanguage {
     Python,
     /// JavaScript (`node` in the sandbox).
     Javascript,
+    /// Bash (`bash` in the sandbox, driven by `python3`): a cell is a script sourced by one long-running shell.
+    Bash,
 }
 
 impl CodeLanguage {
-    /// The name used in the API (`python`, `javascript`).
+    /// The name used in the API (`python`, `javascript`, `bash`).
     pub fn as_str(self) -> &'static str {
         match self {
             CodeLanguage::Python => "python",
             CodeLanguage::Javascript => "javascript",
+            CodeLanguage::Bash => "bash",
         }
     }
 }
@@ -35,6 +40,9 @@ pub struct ContextInfo {
     pub default: bool,
     /// Cells run so far (since the last restart).
     pub execution_count: u64,
+    /// The interpreter's working directory; absent: the sandbox's default working directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
 }
 
 /// One rich result of a cell, as a mime bundle. `text/plain` is always there for the last expression's value.
@@ -52,7 +60,26 @@ pub struct CellResult {
     /// An SVG image (`_repr_svg_`).
     #[serde(rename = "image/svg+xml", default, skip_serializing_if = "Option::is_none")]
     pub image_svg: Option<String>,
-    /// True for the value of the cell's last expression; false for figures and other side results.
+    /// Markdown (`_repr_markdown_`, IPython's `Markdown`).
+    #[serde(rename = "text/markdown", default, skip_serializing_if = "Option::is_none")]
+    pub text_markdown: Option<String>,
+    /// LaTeX (`_repr_latex_`).
+    #[serde(rename = "text/latex", default, skip_serializing_if = "Option::is_none")]
+    pub text_latex: Option<String>,
+    /// A JPEG image, standard base64 (`_repr_jpeg_`).
+    #[serde(rename = "image/jpeg", default, skip_serializing_if = "Option::is_none")]
+    pub image_jpeg: Option<String>,
+    /// JSON data (`_repr_json_`, IPython's `JSON`).
+    #[serde(rename = "application/json", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Value>")]
+    pub application_json: Option<serde_json::Value>,
+    /// A matplotlib figure's structured data (`type` line, scatter, bar, pie, box_and_whisker or superchart, its
+    /// `title`, axis labels and `elements`), as the `e2b-code-interpreter` SDK reads `result.chart`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Value>")]
+    pub chart: Option<serde_json::Value>,
+    /// True for the value of the cell's last expression; false for figures, `display()` calls and other side
+    /// results.
     #[serde(default)]
     pub is_main_result: bool,
 }
@@ -104,4 +131,8 @@ pub struct CodeRun {
     pub timeout_ms: u64,
     /// Most bytes kept per output stream.
     pub max_output_bytes: u64,
+    /// Environment variables for this cell only: set in the interpreter before it runs, put back as they were
+    /// (or removed) after it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
 }

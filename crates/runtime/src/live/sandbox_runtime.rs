@@ -13,7 +13,7 @@ use super::agent_client::sandbox_gone;
 use super::runtime::LiveRuntime;
 use crate::error::RuntimeError;
 use crate::retained::OutputRetention;
-use crate::sandbox_runtime::{RuntimeFuture, SandboxRuntime};
+use crate::sandbox_runtime::{CellInterrupt, RuntimeFuture, SandboxRuntime};
 
 /// A spawner failure as the server answers it: a refused request is `refused`, anything else `Internal`.
 fn spawner_failure(error: RuntimeError, refused: FailureKind) -> Failure {
@@ -157,10 +157,15 @@ impl SandboxRuntime for LiveRuntime {
         Box::pin(async move { self.file_agent(id)?.remove(path, recursive).await })
     }
 
-    fn create_context<'a>(&'a self, id: &'a str, language: CodeLanguage) -> RuntimeFuture<'a, ContextInfo> {
+    fn create_context<'a>(
+        &'a self,
+        id: &'a str,
+        language: CodeLanguage,
+        cwd: Option<String>,
+    ) -> RuntimeFuture<'a, ContextInfo> {
         Box::pin(async move {
             let agent = self.running_agent(id)?;
-            self.contexts().create(&agent, id, language).await
+            self.contexts().create(&agent, id, language, cwd).await
         })
     }
 
@@ -209,10 +214,16 @@ impl SandboxRuntime for LiveRuntime {
         id: &'a str,
         request: CodeRun,
         events: mpsc::Sender<OutputChunk>,
+        interrupt: Option<CellInterrupt>,
     ) -> RuntimeFuture<'a, CellOutcome> {
         Box::pin(async move {
             let agent = self.running_agent(id)?;
-            self.contexts().run(&agent, id, request, events).await
+            let outcome = self.contexts().run(&agent, id, request, events, interrupt).await;
+            if !self.is_alive(id) {
+                // Killed or ended during the cell: that, not the lost interpreter, is the answer.
+                return Err(sandbox_gone());
+            }
+            outcome
         })
     }
 

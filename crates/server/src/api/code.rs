@@ -14,6 +14,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use sandkasten_runtime::CellInterrupt;
 use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
@@ -35,13 +36,14 @@ use sandkasten_types::Tier;
 /// Checks the request against the sandbox and builds the runtime's request (timeout always set).
 fn code_run(body: CodeBody, sandbox: &SandboxRecord) -> Result<CodeRun, ApiError> {
     if body.language.is_none() && body.context_id.is_none() {
-        return Err(ApiError::unprocessable("give the language (python or javascript), or a context_id"));
+        return Err(ApiError::unprocessable("give the language (python, javascript or bash), or a context_id"));
     }
     if let Some(context) = &body.context_id
         && !is_context_id(context)
     {
         return Err(ApiError::not_found(format!("no code context {context} in this sandbox")));
     }
+    crate::validate::environment(&body.env).map_err(ApiError::unprocessable)?;
     let max_timeout = sandbox.spec.limits.timeout_ms;
     let timeout_ms = body.timeout_ms.unwrap_or(max_timeout);
     if !(1..=max_timeout).contains(&timeout_ms) {
@@ -55,18 +57,25 @@ fn code_run(body: CodeBody, sandbox: &SandboxRecord) -> Result<CodeRun, ApiError
         context_id: body.context_id,
         timeout_ms,
         max_output_bytes: sandbox.spec.limits.output_bytes,
+        env: body.env,
     })
 }
 
-/// Starts a cell in its own task (a client that leaves does not cut it in half).
-pub(crate) fn start(state: &AppState, id: &str, request: CodeRun) -> Started<CellOutcome> {
+/// Starts a cell in its own task (a client that leaves does not cut it in half, unless the caller passes an
+/// `interrupt` it fires then).
+pub(crate) fn start(
+    state: &AppState,
+    id: &str,
+    request: CodeRun,
+    interrupt: Option<CellInterrupt>,
+) -> Started<CellOutcome> {
     let (events, chunks) = mpsc::channel(64);
     let (finished, done) = oneshot::channel();
     let (state, id) = (state.clone(), id.to_owned());
     let started = Instant::now();
     tokio::spawn(async move {
         let timeout = Duration::from_millis(request.timeout_ms);
-        let result = state.runtime().run_code(&id, request, events).await;
+        let result = state.runtime().run_code(&id, request, events, interrupt).await;
         if let Ok(outcome) = &result
             && stopped_at_timeout(outcome, started.elapsed(), timeout)
         {
@@ -136,7 +145,7 @@ pub(crate) async fn run_code(
     let scan_policy = body.scan_policy.clone();
     let request = code_run(body, &sandbox)?;
     let findings = scanned(&state, &tenant, &id, scan_policy.as_ref(), &request).await?;
-    let started = start(&state, &id, request);
+    let started = start(&state, &id, request, None);
     Ok(stream(state, id, sandbox.spec.tier(), started, findings))
 }
 
@@ -153,7 +162,7 @@ pub(crate) async fn run_cell(
     let scan_policy = body.scan_policy.clone();
     let request = code_run(body, &sandbox)?;
     let findings = scanned(state, tenant, id, scan_policy.as_ref(), &request).await?;
-    let started = start(state, id, request);
+    let started = start(state, id, request, None);
     let started_at = started.started;
     let outcome = match pump(started, |_| std::future::ready(())).await {
         Ok(outcome) => outcome,
@@ -197,6 +206,7 @@ pub(crate) async fn cell_language(
     Ok(language.map(|language| match language {
         CodeLanguage::Python => ScanLanguage::Python,
         CodeLanguage::Javascript => ScanLanguage::Javascript,
+        CodeLanguage::Bash => ScanLanguage::Bash,
     }))
 }
 

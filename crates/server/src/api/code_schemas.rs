@@ -2,6 +2,8 @@
 //! They mirror `sandkasten_types::{CodeLanguage, ContextInfo, CellResult, CellError, CellOutcome}` (same JSON);
 //! tests check each mirror against its original.
 
+use std::collections::BTreeMap;
+
 use sandkasten_scan::{Finding, ScanPolicyOverride};
 use sandkasten_types::{CellError, CellOutcome, CellResult, CodeLanguage, ContextInfo};
 use serde::{Deserialize, Serialize};
@@ -18,6 +20,9 @@ pub enum LanguageName {
     Python,
     /// JavaScript (`node` in the sandbox).
     Javascript,
+    /// Bash (`bash` in the sandbox, driven by `python3`): a cell is a script sourced by one long-running shell;
+    /// a non-zero exit status is the cell's error.
+    Bash,
 }
 
 impl From<LanguageName> for CodeLanguage {
@@ -25,6 +30,7 @@ impl From<LanguageName> for CodeLanguage {
         match language {
             LanguageName::Python => CodeLanguage::Python,
             LanguageName::Javascript => CodeLanguage::Javascript,
+            LanguageName::Bash => CodeLanguage::Bash,
         }
     }
 }
@@ -34,6 +40,7 @@ impl From<CodeLanguage> for LanguageName {
         match language {
             CodeLanguage::Python => LanguageName::Python,
             CodeLanguage::Javascript => LanguageName::Javascript,
+            CodeLanguage::Bash => LanguageName::Bash,
         }
     }
 }
@@ -59,6 +66,10 @@ pub struct CodeBody {
     /// it (a loosening field is 422).
     #[serde(default)]
     pub scan_policy: Option<ScanPolicyOverride>,
+    /// Environment variables for this cell only: set in the interpreter before the cell runs, put back as they were
+    /// (or removed) after it. POSIX names; invalid ones are 422.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 /// One rich result of a cell, as a mime bundle. Mirrors `sandkasten_types::CellResult`.
@@ -76,6 +87,24 @@ pub struct CellResultBody {
     /// An SVG image (`_repr_svg_`).
     #[serde(rename = "image/svg+xml", skip_serializing_if = "Option::is_none")]
     pub image_svg: Option<String>,
+    /// Markdown (`_repr_markdown_`).
+    #[serde(rename = "text/markdown", skip_serializing_if = "Option::is_none")]
+    pub text_markdown: Option<String>,
+    /// LaTeX (`_repr_latex_`).
+    #[serde(rename = "text/latex", skip_serializing_if = "Option::is_none")]
+    pub text_latex: Option<String>,
+    /// A JPEG image in standard base64 (`_repr_jpeg_`).
+    #[serde(rename = "image/jpeg", skip_serializing_if = "Option::is_none")]
+    pub image_jpeg: Option<String>,
+    /// JSON data (`_repr_json_`).
+    #[serde(rename = "application/json", skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub application_json: Option<serde_json::Value>,
+    /// A matplotlib figure's structured data (`type` line, scatter, bar, pie, box_and_whisker or superchart,
+    /// `title`, axis labels, `elements`), as E2B's `result.chart`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub chart: Option<serde_json::Value>,
     /// True for the value of the cell's last expression; false for figures and other side results.
     pub is_main_result: bool,
 }
@@ -87,6 +116,11 @@ impl From<CellResult> for CellResultBody {
             text_html: r.text_html,
             image_png: r.image_png,
             image_svg: r.image_svg,
+            text_markdown: r.text_markdown,
+            text_latex: r.text_latex,
+            image_jpeg: r.image_jpeg,
+            application_json: r.application_json,
+            chart: r.chart,
             is_main_result: r.is_main_result,
         }
     }
@@ -171,6 +205,10 @@ impl CodeResponse {
 pub struct CreateContextBody {
     /// The context's language.
     pub language: LanguageName,
+    /// The interpreter's working directory (absolute; it must exist); default: the sandbox's default working
+    /// directory.
+    #[serde(default)]
+    pub cwd: Option<String>,
 }
 
 /// A code context. Mirrors `sandkasten_types::ContextInfo`.
@@ -185,6 +223,9 @@ pub struct ContextBody {
     pub default: bool,
     /// Cells run since the interpreter started.
     pub execution_count: u64,
+    /// The interpreter's working directory; absent: the sandbox's default working directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
 }
 
 impl From<ContextInfo> for ContextBody {
@@ -194,6 +235,7 @@ impl From<ContextInfo> for ContextBody {
             language: info.language.into(),
             default: info.default,
             execution_count: info.execution_count,
+            cwd: info.cwd,
         }
     }
 }
@@ -216,15 +258,22 @@ mod tests {
             text_html: Some("<b>".into()),
             image_png: Some("iVBO".into()),
             image_svg: None,
+            text_markdown: Some("**b**".into()),
+            text_latex: None,
+            image_jpeg: None,
+            application_json: Some(serde_json::json!({"a": [1]})),
+            chart: Some(serde_json::json!({"type": "pie", "title": null, "elements": []})),
             is_main_result: true,
         };
         assert_eq!(serde_json::to_value(CellResultBody::from(result.clone()))?, serde_json::to_value(&result)?);
         let error = CellError { name: "E".into(), value: "v".into(), traceback: vec!["t".into()] };
         assert_eq!(serde_json::to_value(CellErrorBody::from(error.clone()))?, serde_json::to_value(&error)?);
-        for language in [CodeLanguage::Python, CodeLanguage::Javascript] {
+        for language in [CodeLanguage::Python, CodeLanguage::Javascript, CodeLanguage::Bash] {
             assert_eq!(serde_json::to_value(LanguageName::from(language))?, serde_json::to_value(language)?);
-            let info = ContextInfo { id: "ctx-1".into(), language, default: true, execution_count: 3 };
-            assert_eq!(serde_json::to_value(ContextBody::from(info.clone()))?, serde_json::to_value(&info)?);
+            for cwd in [None, Some("/home/user/work".to_owned())] {
+                let info = ContextInfo { id: "ctx-1".into(), language, default: true, execution_count: 3, cwd };
+                assert_eq!(serde_json::to_value(ContextBody::from(info.clone()))?, serde_json::to_value(&info)?);
+            }
         }
         Ok(())
     }

@@ -60,7 +60,11 @@ pub(crate) async fn create(
     JsonBody(body): JsonBody<CreateContextBody>,
 ) -> Result<Response, ApiError> {
     running_sandbox(&state, &tenant, &id).await?;
-    let info = runtime_result(&state, &id, state.runtime().create_context(&id, body.language.into()).await).await?;
+    if let Some(cwd) = &body.cwd {
+        crate::validate::sandbox_path("cwd", cwd).map_err(ApiError::bad_request)?;
+    }
+    let created = state.runtime().create_context(&id, body.language.into(), body.cwd).await;
+    let info = runtime_result(&state, &id, created).await?;
     Ok((StatusCode::CREATED, Json(ContextBody::from(info))).into_response())
 }
 

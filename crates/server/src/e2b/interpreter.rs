@@ -1,10 +1,14 @@
 //! The code interpreter's routes (port 49999 in E2B): `POST /execute` runs a cell in a Python or JavaScript context
 //! and streams one JSON object per line (`stdout`, `stderr`, `result` with `text`/`html`/`png`/`svg`, `error`
-//! with `name`/`value`/`traceback`, `number_of_executions`, `end_of_execution`); `/contexts` creates, lists,
-//! removes and restarts contexts. Both map onto the runtime's code contexts.
+//! with `name`/`value`/`traceback`, `number_of_executions`, `end_of_execution`, and a `keepalive` every few seconds
+//! while nothing else is sent); `/contexts` creates, lists, removes and restarts contexts. Both map onto the
+//! runtime's code contexts.
+//!
+//! As E2B's server does, a cell whose client leaves (the SDK's `timeout` ran out) is interrupted so the context's
+//! next cell can run (the keepalives make a gone client noticed), and a sandbox killed during a cell breaks the
+//! stream off (the SDK then finds the sandbox gone and raises its "killed" error) instead of ending it normally.
 
-use std::convert::Infallible;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Json;
 use axum::body::{Body, Bytes};
@@ -12,10 +16,10 @@ use axum::extract::{Path, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun, ContextInfo};
+use sandkasten_types::{CellOutcome, CodeRun, ContextInfo, FailureKind};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::api::code::{cell_language, start};
@@ -24,7 +28,8 @@ use crate::api::running::pump;
 use crate::api::scan;
 use crate::e2b::auth::{runtime_failure, sandbox_access};
 use crate::e2b::error::{Code, E2bError, json_body};
-use crate::e2b::paths::E2B_HOME;
+use crate::e2b::languages::kernel_for;
+use crate::e2b::paths::{E2B_HOME, to_sandbox};
 use crate::state::AppState;
 
 #[derive(Debug, Default, Deserialize)]
@@ -43,32 +48,40 @@ struct ContextRequest {
     cwd: Option<String>,
 }
 
-fn language(name: Option<&str>) -> Result<CodeLanguage, E2bError> {
-    match name.unwrap_or("python") {
-        "python" | "python3" => Ok(CodeLanguage::Python),
-        "javascript" | "js" => Ok(CodeLanguage::Javascript),
-        other => Err(E2bError::invalid(format!("language {other:?} is not supported: use python or javascript"))),
-    }
-}
-
 fn context_json(context: &ContextInfo) -> Value {
-    json!({ "id": context.id, "language": context.language.as_str(), "cwd": E2B_HOME })
+    let cwd = context.cwd.as_deref().unwrap_or(E2B_HOME);
+    json!({ "id": context.id, "language": context.language.as_str(), "cwd": cwd })
 }
 
 fn timestamp_ns() -> u128 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default()
 }
 
+/// A value's text as E2B's server hands it on: one pair of enclosing quotes taken off (`'abc'` → `abc`, for every
+/// language: a Python `repr` and a JavaScript `util.inspect` of a string alike).
+fn e2b_text(text: &str) -> String {
+    let quoted = text.len() >= 2
+        && ((text.starts_with('\'') && text.ends_with('\'')) || (text.starts_with('"') && text.ends_with('"')));
+    if quoted { text[1..text.len() - 1].to_owned() } else { text.to_owned() }
+}
+
+/// The error name E2B's server gives a cell whose interpreter died under it (and was started again).
+const CONTEXT_RESTARTING: &str = "ContextRestarting";
+
 /// The lines that follow a cell's output: its results, its error, its execution count and the end.
 fn outcome_lines(outcome: &CellOutcome) -> Vec<Value> {
     let mut lines = Vec::new();
     for result in &outcome.results {
         let mut line = json!({ "type": "result", "is_main_result": result.is_main_result });
+        let text = result.text_plain.as_deref().map(e2b_text);
         let fields = [
-            ("text", &result.text_plain),
+            ("text", &text),
             ("html", &result.text_html),
             ("png", &result.image_png),
             ("svg", &result.image_svg),
+            ("markdown", &result.text_markdown),
+            ("latex", &result.text_latex),
+            ("jpeg", &result.image_jpeg),
         ];
         if let Some(object) = line.as_object_mut() {
             for (name, value) in fields {
@@ -76,12 +89,23 @@ fn outcome_lines(outcome: &CellOutcome) -> Vec<Value> {
                     object.insert(name.into(), Value::String(value.clone()));
                 }
             }
+            if let Some(data) = &result.application_json {
+                object.insert("json".into(), data.clone());
+            }
+            if let Some(chart) = &result.chart {
+                object.insert("chart".into(), chart.clone());
+            }
         }
         lines.push(line);
     }
     if let Some(error) = &outcome.error {
+        let name = if outcome.context_restarted && error.name == "KernelRestarted" {
+            CONTEXT_RESTARTING
+        } else {
+            error.name.as_str()
+        };
         lines.push(json!({
-            "type": "error", "name": error.name, "value": error.value, "traceback": error.traceback.join("\n"),
+            "type": "error", "name": name, "value": error.value, "traceback": error.traceback.join("\n"),
         }));
     }
     lines.push(json!({ "type": "number_of_executions", "execution_count": outcome.execution_count }));
@@ -89,7 +113,7 @@ fn outcome_lines(outcome: &CellOutcome) -> Vec<Value> {
     lines
 }
 
-fn line(value: &Value) -> Result<Bytes, Infallible> {
+fn line(value: &Value) -> Result<Bytes, std::io::Error> {
     let mut text = value.to_string();
     text.push('\n');
     Ok(Bytes::from(text))
@@ -103,15 +127,14 @@ pub(crate) async fn execute(
 ) -> Result<Response, E2bError> {
     let access = sandbox_access(&state, &headers).await?;
     let request: ExecuteRequest = json_body(&body)?;
-    if request.env_vars.as_ref().is_some_and(|vars| !vars.is_empty()) {
-        return Err(E2bError::unsupported("envs for run_code"));
-    }
+    let env = request.env_vars.unwrap_or_default();
+    crate::validate::environment(&env).map_err(E2bError::invalid)?;
     let (language, context_id) = match request.context_id {
         Some(context) if !is_context_id(&context) => {
             return Err(E2bError::new(Code::NotFound, format!("context {context} not found")));
         }
         Some(context) => (None, Some(context)),
-        None => (Some(language(request.language.as_deref())?), None),
+        None => (Some(kernel_for(&state, &access, request.language.as_deref()).await?), None),
     };
     if let Some(context) = &context_id {
         // An unknown context is a 404 before anything streams, as E2B answers it (`NotFoundException`).
@@ -130,13 +153,16 @@ pub(crate) async fn execute(
         context_id,
         timeout_ms: limits.timeout_ms,
         max_output_bytes: limits.output_bytes,
+        env,
     };
     // The tenant's scan policy refuses in enforce (the facade's answers have no place for warn findings).
     if let Some(language) = cell_language(&state, &access.id, &run).await? {
         scan::gate(&access.tenant, None, language, &run.code).await?;
     }
-    let started = start(&state, &access.id, run);
-    let (sender, receiver) = mpsc::channel::<Result<Bytes, Infallible>>(64);
+    let (interrupt, interrupted) = oneshot::channel();
+    let started = start(&state, &access.id, run, Some(interrupted));
+    let (sender, receiver) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    let watcher = tokio::spawn(watch_client(sender.clone(), interrupt));
     tokio::spawn(async move {
         let result = pump(started, |chunk| {
             let kind = chunk.stream.as_str();
@@ -148,10 +174,18 @@ pub(crate) async fn execute(
             }
         })
         .await;
+        watcher.abort();
         let lines = match result {
             Ok(outcome) => outcome_lines(&outcome),
             Err(failure) => {
+                let gone = failure.kind == FailureKind::SandboxGone;
                 let error = runtime_failure(&state, &access.id, failure).await;
+                if gone {
+                    // Broken off, as a killed sandbox's connection is: the SDK then asks whether it still runs.
+                    let broken = std::io::Error::new(std::io::ErrorKind::ConnectionAborted, error.message);
+                    sender.send(Err(broken)).await.ok();
+                    return;
+                }
                 vec![json!({ "type": "error", "name": "SandboxError", "value": error.message, "traceback": "" })]
             }
         };
@@ -163,6 +197,27 @@ pub(crate) async fn execute(
     Ok(([(CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"))], body).into_response())
 }
 
+/// How often a cell's stream carries a `keepalive` line while it runs (as E2B's server sends them): writing is how a
+/// client that has left is noticed.
+const KEEPALIVE: Duration = Duration::from_secs(2);
+
+/// Sends keepalives to the cell's client until it leaves, then interrupts the cell (aborted when the cell ends).
+async fn watch_client(sender: mpsc::Sender<Result<Bytes, std::io::Error>>, interrupt: oneshot::Sender<()>) {
+    let keepalive = json!({ "type": "keepalive" });
+    loop {
+        tokio::select! {
+            () = sender.closed() => break,
+            () = tokio::time::sleep(KEEPALIVE) => {
+                if sender.send(line(&keepalive)).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    tracing::info!("the client of a cell left; interrupting the cell");
+    interrupt.send(()).ok();
+}
+
 /// `POST /contexts`.
 pub(crate) async fn create_context(
     State(state): State<AppState>,
@@ -171,11 +226,9 @@ pub(crate) async fn create_context(
 ) -> Result<Json<Value>, E2bError> {
     let access = sandbox_access(&state, &headers).await?;
     let request: ContextRequest = json_body(&body)?;
-    if let Some(cwd) = request.cwd.as_deref().filter(|cwd| *cwd != E2B_HOME) {
-        return Err(E2bError::unsupported(&format!("a context working directory other than {E2B_HOME} ({cwd})")));
-    }
-    let language = language(request.language.as_deref())?;
-    match state.runtime().create_context(&access.id, language).await {
+    let cwd = request.cwd.as_deref().map(to_sandbox).transpose()?;
+    let language = kernel_for(&state, &access, request.language.as_deref()).await?;
+    match state.runtime().create_context(&access.id, language, cwd).await {
         Ok(context) => Ok(Json(context_json(&context))),
         Err(failure) => Err(runtime_failure(&state, &access.id, failure).await),
     }
@@ -257,9 +310,21 @@ mod tests {
     }
 
     #[test]
-    fn languages() {
-        assert_eq!(language(None).ok(), Some(CodeLanguage::Python));
-        assert_eq!(language(Some("js")).ok(), Some(CodeLanguage::Javascript));
-        assert!(language(Some("r")).is_err());
+    fn texts_lose_one_pair_of_enclosing_quotes_as_e2b_gives_them() {
+        assert_eq!(e2b_text("'abc'"), "abc");
+        assert_eq!(e2b_text("\"it's\""), "it's");
+        assert_eq!(e2b_text("42"), "42");
+        assert_eq!(e2b_text("'"), "'", "a lone quote is no pair");
+        assert_eq!(e2b_text("['a', 'b']"), "['a', 'b']");
+    }
+
+    #[test]
+    fn a_lost_interpreter_is_context_restarting() {
+        let outcome = CellOutcome {
+            error: Some(CellError { name: "KernelRestarted".into(), value: "ended".into(), traceback: Vec::new() }),
+            context_restarted: true,
+            ..CellOutcome::default()
+        };
+        assert_eq!(outcome_lines(&outcome)[0]["name"], "ContextRestarting");
     }
 }

@@ -18,6 +18,7 @@ mod files;
 mod filesystem;
 mod fork;
 mod interpreter;
+mod languages;
 mod listing;
 mod lookup;
 mod metrics;

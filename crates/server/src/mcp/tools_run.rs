@@ -88,6 +88,7 @@ impl SandboxTools {
             context_id: None,
             timeout_ms: args.timeout_ms,
             scan_policy: None,
+            env: std::collections::BTreeMap::new(),
         };
         let result = run_cell(&self.state, &caller.tenant, &id, body).await;
         if one_shot {

@@ -608,3 +608,80 @@ async fn get_info_has_e2b_s_detail_fields() {
     assert!(listed[0].get("envdAccessToken").is_none() && listed[0].get("lifecycle").is_none(), "{listed}");
     assert_eq!(listed[0]["alias"], "base");
 }
+
+#[tokio::test]
+async fn execute_hands_the_cells_envs_to_the_runtime_and_refuses_bad_names() {
+    let h = Harness::new();
+    let sb = open(&h, KEY_A, json!({})).await;
+    let cell = json!({ "code": "env:FOO", "language": "python", "env_vars": { "FOO": "bar" } });
+    let reply = sandbox_call(&h, &sb, "POST", "/execute", "application/json", cell.to_string().into_bytes()).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    let result =
+        reply.text().lines().map(|line| serde_json::from_str::<Value>(line).unwrap()).find(|l| l["type"] == "result");
+    assert_eq!(result.map(|r| r["text"].clone()), Some(json!("bar")));
+    for bad in [json!({ "A=B": "x" }), json!({ "": "x" }), json!({ "OK": "nul\u{0}" })] {
+        let cell = json!({ "code": "1", "env_vars": bad });
+        let reply = sandbox_call(&h, &sb, "POST", "/execute", "application/json", cell.to_string().into_bytes()).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{bad}: {}", reply.text());
+        assert!(reply.text().contains("environment variable"), "{}", reply.text());
+    }
+}
+
+#[tokio::test]
+async fn a_cell_whose_client_leaves_is_interrupted() {
+    let h = Harness::new();
+    let sb = open(&h, KEY_A, json!({})).await;
+    let cell = json!({ "code": "hang", "language": "python" }).to_string();
+    let request = axum::http::Request::post("/execute")
+        .header("e2b-sandbox-id", sb.id.as_str())
+        .header("x-access-token", sb.token.as_str())
+        .header("content-type", "application/json")
+        .body(Body::from(cell))
+        .unwrap();
+    let response = h.send(request).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    // The client goes away without reading: the cell (an hour's timeout) is interrupted at once.
+    drop(response);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while h.runtime.interrupted_cells.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(std::time::Instant::now() < deadline, "the abandoned cell was not interrupted");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn languages_without_a_kernel_are_400_naming_what_to_install() {
+    let h = Harness::new();
+    let sb = open(&h, KEY_A, json!({})).await;
+    for (language, expected) in [
+        ("r", "install R on the server's host"),
+        ("JAVA", "install a JDK"),
+        ("ts", "npm install -g typescript"),
+        ("cobol", "use python, javascript"),
+    ] {
+        let cell = json!({ "code": "1", "language": language }).to_string().into_bytes();
+        let reply = sandbox_call(&h, &sb, "POST", "/execute", "application/json", cell).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{language}: {}", reply.text());
+        assert!(reply.text().contains(expected), "{language}: {}", reply.text());
+        let context = json!({ "language": language }).to_string().into_bytes();
+        let reply = sandbox_call(&h, &sb, "POST", "/contexts", "application/json", context).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{language}: {}", reply.text());
+    }
+    let upper = json!({ "code": "1", "language": " Python " }).to_string().into_bytes();
+    assert_eq!(sandbox_call(&h, &sb, "POST", "/execute", "application/json", upper).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_context_keeps_its_cwd() {
+    let h = Harness::new();
+    let sb = open(&h, KEY_A, json!({})).await;
+    let body = json!({ "language": "python", "cwd": "work" }).to_string().into_bytes();
+    let created = sandbox_call(&h, &sb, "POST", "/contexts", "application/json", body).await.json();
+    assert_eq!(created["cwd"], "/home/user/work", "relative to the home, as E2B paths are");
+    let listed = sandbox_call(&h, &sb, "GET", "/contexts", "application/json", Vec::new()).await.json();
+    let found = listed.as_array().unwrap().iter().find(|c| c["id"] == created["id"]).cloned();
+    assert_eq!(found.map(|c| c["cwd"].clone()), Some(json!("/home/user/work")));
+    let escape = json!({ "cwd": "/home/user/../../etc" }).to_string().into_bytes();
+    let reply = sandbox_call(&h, &sb, "POST", "/contexts", "application/json", escape).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.text());
+}

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use sandkasten_runtime::{OutputRetention, RuntimeFuture, SandboxRuntime};
+use sandkasten_runtime::{CellInterrupt, OutputRetention, RuntimeFuture, SandboxRuntime};
 use sandkasten_types::{
     CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus,
     ContextInfo, Failure, FailureKind, FileInfo, FileKind, OutputChunk, PtySize, SandboxSpec, StreamKind, Tier,
@@ -45,6 +45,8 @@ pub(crate) struct FakeRuntime {
     pub(crate) spares: Mutex<HashMap<String, (CodeLanguage, Vec<String>)>>,
     /// Sandboxes whose spare kernels were discarded, in order.
     pub(crate) discarded: Mutex<Vec<String>>,
+    /// `hang` cells their caller interrupted.
+    pub(crate) interrupted_cells: AtomicUsize,
     /// What `unhealthy` says (a failed part of the runtime).
     pub(crate) unhealthy: Mutex<Option<String>>,
     /// Sandboxes that died on their own, for `take_lost`.
@@ -432,11 +434,16 @@ impl SandboxRuntime for FakeRuntime {
         })
     }
 
-    fn create_context<'a>(&'a self, id: &'a str, language: CodeLanguage) -> RuntimeFuture<'a, ContextInfo> {
+    fn create_context<'a>(
+        &'a self,
+        id: &'a str,
+        language: CodeLanguage,
+        cwd: Option<String>,
+    ) -> RuntimeFuture<'a, ContextInfo> {
         Box::pin(async move {
             self.with(id, |sb| {
                 let context_id = format!("ctx-{:016x}", sb.contexts.len() + 1);
-                let info = ContextInfo { id: context_id.clone(), language, default: false, execution_count: 0 };
+                let info = ContextInfo { id: context_id.clone(), language, default: false, execution_count: 0, cwd };
                 sb.contexts.insert(context_id, info.clone());
                 Ok(info)
             })
@@ -495,6 +502,7 @@ impl SandboxRuntime for FakeRuntime {
         id: &'a str,
         request: CodeRun,
         events: mpsc::Sender<OutputChunk>,
+        interrupt: Option<CellInterrupt>,
     ) -> RuntimeFuture<'a, CellOutcome> {
         Box::pin(async move {
             let info = self.with(id, |sb| {
@@ -506,7 +514,13 @@ impl SandboxRuntime for FakeRuntime {
                             Some(info) => info.id.clone(),
                             None => {
                                 let key = format!("ctx-{:016x}", 0xd000 + sb.contexts.len());
-                                let info = ContextInfo { id: key.clone(), language, default: true, execution_count: 0 };
+                                let info = ContextInfo {
+                                    id: key.clone(),
+                                    language,
+                                    default: true,
+                                    execution_count: 0,
+                                    cwd: None,
+                                };
                                 sb.contexts.insert(key.clone(), info);
                                 key
                             }
@@ -529,8 +543,25 @@ impl SandboxRuntime for FakeRuntime {
             if let Some(text) = request.code.strip_prefix("print:") {
                 send(&events, StreamKind::Stdout, text.as_bytes()).await;
                 outcome.stdout = text.to_owned();
+            } else if let Some(name) = request.code.strip_prefix("env:") {
+                let value = request.env.get(name).cloned().unwrap_or_else(|| "(unset)".to_owned());
+                let result = CellResult { text_plain: Some(value), is_main_result: true, ..CellResult::default() };
+                outcome.results.push(result);
             } else if request.code == "hang" {
-                tokio::time::sleep(Duration::from_millis(request.timeout_ms)).await;
+                // Until its timeout, or until the caller interrupts it (counted in `interrupted_cells`).
+                let sleep = tokio::time::sleep(Duration::from_millis(request.timeout_ms));
+                let fired = async {
+                    match interrupt {
+                        Some(receiver) => receiver.await.is_ok(),
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    () = sleep => {}
+                    true = fired => {
+                        self.interrupted_cells.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
                 outcome.error =
                     Some(CellError { name: "KeyboardInterrupt".into(), value: String::new(), traceback: Vec::new() });
             } else if request.code == "raise" {

@@ -27,3 +27,8 @@ pub(super) fn start_failed(message: String) -> Failure {
 pub(super) fn no_id(why: impl std::fmt::Display) -> Failure {
     Failure::new(FailureKind::Internal, format!("cannot make a context id: {why}"))
 }
+
+/// A context's working directory that its kernel cannot start in.
+pub(super) fn cwd_unusable(kind: FailureKind, dir: &str, why: &str) -> Failure {
+    Failure::new(kind, format!("the context's working directory {dir} {why}"))
+}

@@ -4,6 +4,7 @@
 //! (SIGINT); a kernel that does not answer within the grace period after that is killed. Its events are drained as
 //! they come into a bounded queue (`QUEUED_EVENTS`): output nobody reads (between cells) is dropped, not held.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,11 +16,17 @@ use super::error;
 use super::wire::{KernelMessage, Line, LineSplitter, Reply};
 use crate::live::agent_client::{AgentClient, sandbox_gone};
 use crate::live::background::{BackgroundCommand, BackgroundEvent};
+use crate::sandbox_runtime::CellInterrupt;
 
-/// The Python kernel's source (run with `python3 -c`).
-pub const PYTHON_KERNEL: &str = include_str!("../../../../../resources/kernels/python_kernel.py");
+/// The Python kernel's source (run with `python3 -c`): the chart reader, then the kernel.
+pub const PYTHON_KERNEL: &str = concat!(
+    include_str!("../../../../../resources/kernels/python_charts.py"),
+    include_str!("../../../../../resources/kernels/python_kernel.py")
+);
 /// The JavaScript kernel's source (run with `node -e`).
 pub const NODE_KERNEL: &str = include_str!("../../../../../resources/kernels/node_kernel.js");
+/// The bash kernel's source (run with `python3 -c`; it drives one `bash`).
+pub const BASH_KERNEL: &str = include_str!("../../../../../resources/kernels/bash_kernel.py");
 
 /// How long a kernel may take to start (a spare kernel: with importing its preload modules).
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -31,19 +38,33 @@ const START_STDERR_BYTES: usize = 4096;
 /// What to send a cell's output to, as it arrives (each chunk's bytes are whole UTF-8 characters).
 pub type CellOutput = mpsc::Sender<OutputChunk>;
 
+/// One cell as a kernel runs it.
+#[derive(Debug, Clone, Copy)]
+pub struct Cell<'a> {
+    /// Its source.
+    pub code: &'a str,
+    /// Environment variables for this cell only (the kernel puts them back after it).
+    pub env: &'a BTreeMap<String, String>,
+    /// When to interrupt it.
+    pub timeout: Duration,
+    /// Most bytes kept per output stream.
+    pub limit: usize,
+}
+
 /// The command that runs a kernel of `language`, importing (Python) or requiring (Node) the `preload` modules before
-/// it reports ready.
-pub fn kernel_command(language: CodeLanguage, preload: &[String]) -> CommandSpec {
+/// it reports ready, in `cwd` (`None`: the sandbox's default working directory).
+pub fn kernel_command(language: CodeLanguage, preload: &[String], cwd: Option<&str>) -> CommandSpec {
     let head = match language {
         CodeLanguage::Python => ["python3", "-c", PYTHON_KERNEL],
         CodeLanguage::Javascript => ["node", "-e", NODE_KERNEL],
+        CodeLanguage::Bash => ["python3", "-c", BASH_KERNEL],
     };
     let argv = head.into_iter().map(str::to_owned).chain(preload.iter().cloned()).collect();
     let env = [("PYTHONDONTWRITEBYTECODE", "1"), ("MPLBACKEND", "Agg"), ("NODE_NO_WARNINGS", "1")]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
-    CommandSpec { argv: Some(argv), env, ..CommandSpec::default() }
+    CommandSpec { argv: Some(argv), env, cwd: cwd.map(str::to_owned), ..CommandSpec::default() }
 }
 
 /// How a cell ended, before it becomes a `CellOutcome`.
@@ -127,13 +148,14 @@ fn describe_exit(exit: &CommandExit) -> String {
 }
 
 impl Kernel {
-    /// Starts a kernel with the `preload` modules loaded and waits until it is ready.
+    /// Starts a kernel in `cwd` with the `preload` modules loaded and waits until it is ready.
     pub async fn start(
         agent: &Arc<AgentClient>,
         language: CodeLanguage,
         preload: &[String],
+        cwd: Option<&str>,
     ) -> Result<Kernel, Failure> {
-        let (command, events) = agent.spawn_background(kernel_command(language, preload), None).await?;
+        let (command, events) = agent.spawn_background(kernel_command(language, preload, cwd), None).await?;
         let mut kernel = Kernel {
             command: Arc::new(command),
             events: bounded(events),
@@ -143,7 +165,11 @@ impl Kernel {
         };
         let deadline = Instant::now() + START_TIMEOUT;
         let mut stderr = Vec::new();
-        let program = if language == CodeLanguage::Python { "python3" } else { "node" };
+        let program = match language {
+            CodeLanguage::Python => "python3",
+            CodeLanguage::Javascript => "node",
+            CodeLanguage::Bash => "bash",
+        };
         loop {
             let event = tokio::time::timeout_at(deadline, kernel.events.recv()).await;
             match event {
@@ -212,8 +238,10 @@ impl Kernel {
         }
     }
 
-    /// Runs one cell: at most `timeout` before it is interrupted, output kept up to `limit` bytes per stream.
-    pub async fn run(&mut self, code: &str, timeout: Duration, limit: usize, output: &CellOutput) -> CellRun {
+    /// Runs one cell with its own `env`: at most `timeout` before it is interrupted (or sooner, when `interrupt`
+    /// fires), output kept up to `limit` bytes per stream.
+    pub async fn run(&mut self, cell: Cell<'_>, output: &CellOutput, mut interrupt: Option<CellInterrupt>) -> CellRun {
+        let Cell { code, env, timeout, limit } = cell;
         let mut run = CellRun::default();
         // Whatever arrived between cells (output of threads or timers of earlier cells) is not this cell's.
         while let Ok(event) = self.events.try_recv() {
@@ -226,7 +254,7 @@ impl Kernel {
         }
         let id = self.next_request;
         self.next_request += 1;
-        let request = serde_json::json!({"id": id, "code": code, "timeout_ms": timeout.as_millis() as u64});
+        let request = serde_json::json!({"id": id, "code": code, "env": env, "timeout_ms": timeout.as_millis() as u64});
         let mut line = request.to_string();
         line.push('\n');
         if let Err(failure) = self.command.send_stdin(line.as_bytes()).await {
@@ -235,7 +263,18 @@ impl Kernel {
         let mut deadline = Instant::now() + timeout;
         let mut interrupted = false;
         loop {
-            let event = match tokio::time::timeout_at(deadline, self.events.recv()).await {
+            let waited = tokio::select! {
+                waited = tokio::time::timeout_at(deadline, self.events.recv()) => waited,
+                fired = interrupted_by(&mut interrupt) => {
+                    // Interrupted from outside (its client left): as at the timeout, from now on.
+                    interrupt = None;
+                    if fired && !interrupted {
+                        deadline = Instant::now();
+                    }
+                    continue;
+                }
+            };
+            let event = match waited {
                 Ok(event) => event,
                 Err(_) if !interrupted => {
                     interrupted = true;
@@ -311,6 +350,15 @@ impl Kernel {
     }
 }
 
+/// Fires when the caller interrupts the cell: true when it did, false when it dropped its sender (it never will);
+/// never resolves without one.
+async fn interrupted_by(interrupt: &mut Option<CellInterrupt>) -> bool {
+    match interrupt {
+        Some(receiver) => receiver.await.is_ok(),
+        None => std::future::pending().await,
+    }
+}
+
 async fn forward(run: &mut CellRun, output: &CellOutput, stream: StreamKind, text: &str, limit: usize) {
     if let Some(kept) = run.keep(stream, text, limit) {
         // The caller may have stopped listening (a client hung up): the cell goes on.
@@ -325,10 +373,12 @@ mod tests {
     #[test]
     fn preload_modules_follow_the_kernel_program() {
         let preload = ["fractions".to_owned(), "json".to_owned()];
-        let python = kernel_command(CodeLanguage::Python, &preload).argv.unwrap_or_default();
-        assert_eq!(python, ["python3", "-c", PYTHON_KERNEL, "fractions", "json"]);
-        let node = kernel_command(CodeLanguage::Javascript, &[]).argv.unwrap_or_default();
-        assert_eq!(node, ["node", "-e", NODE_KERNEL], "a cold kernel has no arguments");
+        let python = kernel_command(CodeLanguage::Python, &preload, None);
+        assert_eq!(python.argv.unwrap_or_default(), ["python3", "-c", PYTHON_KERNEL, "fractions", "json"]);
+        assert_eq!(python.cwd, None, "the sandbox's default working directory");
+        let node = kernel_command(CodeLanguage::Javascript, &[], Some("/home/user/work"));
+        assert_eq!(node.argv.unwrap_or_default(), ["node", "-e", NODE_KERNEL], "a cold kernel has no arguments");
+        assert_eq!(node.cwd.as_deref(), Some("/home/user/work"));
     }
 
     #[tokio::test]

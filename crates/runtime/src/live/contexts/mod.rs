@@ -1,8 +1,10 @@
 //! Stateful code-interpreter contexts: per sandbox, any number (up to `MAX_CONTEXTS`) of Python or JavaScript
 //! kernels whose variables persist across cells. A language's default context is registered on first use and its
 //! kernel started lazily; contexts created explicitly start their kernel at once (so a broken interpreter is an error
-//! of the create call). Cells of one context run one at a time; a kernel that is lost (killed at a timeout, died) is
-//! restarted and the cell's answer says so.
+//! of the create call), in the context's own working directory if it has one. Cells of one context run one at a time,
+//! each with its own environment variables if it has any (the kernel sets them for the cell and puts them back
+//! after it); a kernel that is lost (killed at a timeout, died during the cell or between cells) is restarted and the
+//! cell's answer says so. A cell is interrupted at its timeout, or earlier when its caller asks (a client that left).
 //!
 //! A sandbox may hold a spare kernel per language (`prepare`: a warm pool member's, started with the pool's preload
 //! modules before any caller had the sandbox). The first kernel a context of that language starts (an explicit create,
@@ -21,13 +23,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun, ContextInfo, Failure};
+use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun, ContextInfo, Failure, FailureKind, FileKind};
 
-pub use kernel::{CellOutput, NODE_KERNEL, PYTHON_KERNEL, kernel_command};
+pub use kernel::{BASH_KERNEL, CellOutput, NODE_KERNEL, PYTHON_KERNEL, kernel_command};
 
 use super::agent_client::{AgentClient, sandbox_gone};
 use super::background::BackgroundCommand;
-use kernel::Kernel;
+use crate::sandbox_runtime::CellInterrupt;
+use kernel::{Cell, Kernel};
 use spare::Spares;
 
 /// Most contexts one sandbox may have at once.
@@ -38,6 +41,8 @@ struct Context {
     id: String,
     language: CodeLanguage,
     default: bool,
+    /// The kernel's working directory (`None`: the sandbox's default).
+    cwd: Option<String>,
     kernel: tokio::sync::Mutex<Option<Kernel>>,
     /// The running kernel's handle, to kill it without waiting for a running cell.
     running: Mutex<Option<Arc<BackgroundCommand>>>,
@@ -52,6 +57,7 @@ impl Context {
             language: self.language,
             default: self.default,
             execution_count: self.count.load(Ordering::Relaxed),
+            cwd: self.cwd.clone(),
         }
     }
 
@@ -77,7 +83,7 @@ impl Context {
     ) -> Result<(), Failure> {
         let kernel = match spare {
             Some(kernel) => kernel,
-            None => Kernel::start(agent, self.language, &[]).await?,
+            None => Kernel::start(agent, self.language, &[], self.cwd.as_deref()).await?,
         };
         self.set_running(Some(kernel.command()));
         self.count.store(0, Ordering::Relaxed);
@@ -99,6 +105,19 @@ pub struct Contexts {
     spares: Mutex<Spares<Kernel>>,
 }
 
+/// Checks that `dir` is a directory of the sandbox (as its user sees it), so a context is never made in a place its
+/// kernel cannot start in.
+async fn usable_cwd(agent: &Arc<AgentClient>, dir: &str) -> Result<(), Failure> {
+    match agent.stat(dir).await {
+        Ok(info) if info.kind == FileKind::Dir => Ok(()),
+        Ok(_) => Err(error::cwd_unusable(FailureKind::NotADirectory, dir, "is not a directory")),
+        Err(failure) if failure.kind == FailureKind::NotFound => {
+            Err(error::cwd_unusable(FailureKind::NotFound, dir, "does not exist in the sandbox"))
+        }
+        Err(failure) => Err(failure),
+    }
+}
+
 fn new_context_id() -> Result<String, Failure> {
     let mut bytes = [0u8; 8];
     let mut filled = 0;
@@ -115,7 +134,13 @@ impl Contexts {
         Ok(f(map.entry(sandbox.to_owned()).or_default()))
     }
 
-    fn register(&self, sandbox: &str, language: CodeLanguage, default: bool) -> Result<Arc<Context>, Failure> {
+    fn register(
+        &self,
+        sandbox: &str,
+        language: CodeLanguage,
+        default: bool,
+        cwd: Option<String>,
+    ) -> Result<Arc<Context>, Failure> {
         let id = new_context_id()?;
         self.with(sandbox, |contexts| {
             if default && let Some(existing) = contexts.defaults.get(&language).and_then(|id| contexts.by_id.get(id)) {
@@ -128,6 +153,7 @@ impl Contexts {
                 id: id.clone(),
                 language,
                 default,
+                cwd,
                 kernel: tokio::sync::Mutex::new(None),
                 running: Mutex::new(None),
                 count: AtomicU64::new(0),
@@ -163,7 +189,7 @@ impl Contexts {
         language: CodeLanguage,
         preload: &[String],
     ) -> Result<(), Failure> {
-        let kernel = Kernel::start(agent, language, preload).await?;
+        let kernel = Kernel::start(agent, language, preload, None).await?;
         let replaced = self.spares.lock().map_err(|_| sandbox_gone())?.put(sandbox, language, kernel);
         // Dropping a kernel kills it.
         drop(replaced);
@@ -190,16 +216,22 @@ impl Contexts {
         None
     }
 
-    /// Creates a context and starts its kernel.
+    /// Creates a context whose kernel runs in `cwd` (`None`: the sandbox's default working directory) and starts
+    /// it. A spare kernel (started in the default directory) is adopted only by a context without a `cwd`.
     pub async fn create(
         &self,
         agent: &Arc<AgentClient>,
         sandbox: &str,
         language: CodeLanguage,
+        cwd: Option<String>,
     ) -> Result<ContextInfo, Failure> {
-        let context = self.register(sandbox, language, false)?;
+        if let Some(dir) = &cwd {
+            usable_cwd(agent, dir).await?;
+        }
+        let context = self.register(sandbox, language, false, cwd)?;
         let mut slot = context.kernel.lock().await;
-        if let Err(error) = context.start(agent, &mut slot, self.adopt_spare(sandbox, language)).await {
+        let spare = if context.cwd.is_none() { self.adopt_spare(sandbox, language) } else { None };
+        if let Err(error) = context.start(agent, &mut slot, spare).await {
             drop(slot);
             self.unregister(sandbox, &context.id);
             return Err(error);
@@ -269,37 +301,53 @@ impl Contexts {
                     _ => Ok(context),
                 }
             }
-            (None, Some(language)) => self.register(sandbox, language, true),
+            (None, Some(language)) => self.register(sandbox, language, true, None),
             (None, None) => Err(error::not_found("(none given and no language)")),
         }
     }
 
-    /// Runs one cell.
+    /// Runs one cell; `interrupt` stops it early as its timeout would. A kernel that ended since the last cell
+    /// (killed from outside) is started again first, and the answer says the context was restarted.
     pub async fn run(
         &self,
         agent: &Arc<AgentClient>,
         sandbox: &str,
         request: CodeRun,
         output: CellOutput,
+        interrupt: Option<CellInterrupt>,
     ) -> Result<CellOutcome, Failure> {
         let context = self.resolve(sandbox, &request)?;
         let mut slot = context.kernel.lock().await;
         if context.removed.load(Ordering::Relaxed) {
             return Err(error::not_found(&context.id));
         }
+        let mut restarted = false;
+        if let Some(ended) = slot.take_if(|kernel| !kernel.is_running()) {
+            tracing::info!(sandbox, context = %context.id, "the context's interpreter had ended; starting it again");
+            ended.shutdown().await;
+            context.set_running(None);
+            restarted = true;
+        }
         if slot.is_none() {
-            context.start(agent, &mut slot, self.adopt_spare(sandbox, context.language)).await?;
+            let spare = if restarted { None } else { self.adopt_spare(sandbox, context.language) };
+            context.start(agent, &mut slot, spare).await?;
         }
         let Some(kernel) = slot.as_mut() else {
             return Err(error::not_found(&context.id));
         };
-        let limit = usize::try_from(request.max_output_bytes).unwrap_or(usize::MAX);
-        let run = kernel.run(&request.code, Duration::from_millis(request.timeout_ms), limit, &output).await;
+        let cell = Cell {
+            code: &request.code,
+            env: &request.env,
+            timeout: Duration::from_millis(request.timeout_ms),
+            limit: usize::try_from(request.max_output_bytes).unwrap_or(usize::MAX),
+        };
+        let run = kernel.run(cell, &output, interrupt).await;
         let mut outcome = CellOutcome {
             context_id: context.id.clone(),
             stdout: run.stdout,
             stderr: run.stderr,
             output_truncated: run.truncated,
+            context_restarted: restarted,
             ..CellOutcome::default()
         };
         match run.reply {

@@ -1,0 +1,99 @@
+//! The languages E2B's code interpreter names (`python`, `js`/`javascript`, `ts`/`typescript`, `bash`, `r`, `java`,
+//! any case), normalised as E2B's server does, and mapped onto sandkasten's kernels (Python, JavaScript, bash). A
+//! language sandkasten has no kernel for is a 400 that says what is missing: the runtime the template lacks (looked
+//! up in the sandbox, whose `/usr` is the host's) and how to install it, or, when the runtime is there, that no
+//! kernel drives it yet.
+
+use sandkasten_types::CodeLanguage;
+
+use crate::e2b::auth::SandboxAccess;
+use crate::e2b::error::E2bError;
+use crate::state::AppState;
+
+/// A language without a sandkasten kernel: the files that show its runtime is installed, and what installs it.
+struct Missing {
+    /// E2B's name for it.
+    name: &'static str,
+    /// Any one of these in the sandbox means the runtime is there.
+    evidence: &'static [&'static str],
+    /// What to install on the host to have it.
+    install: &'static str,
+}
+
+const MISSING: [Missing; 3] = [
+    Missing {
+        name: "typescript",
+        evidence: &["/usr/lib/node_modules/typescript", "/usr/local/lib/node_modules/typescript", "/usr/bin/tsx"],
+        install: "the npm package typescript on the server's host (npm install -g typescript)",
+    },
+    Missing {
+        name: "r",
+        evidence: &["/usr/bin/Rscript", "/usr/lib/R/bin/R"],
+        install: "R on the server's host (Debian: apt-get install r-base)",
+    },
+    Missing {
+        name: "java",
+        evidence: &["/usr/bin/jshell", "/usr/lib/jvm"],
+        install: "a JDK on the server's host (Debian: apt-get install openjdk-17-jdk-headless)",
+    },
+];
+
+/// E2B's normal form of a language name: trimmed, lowercase, `js` → `javascript`, `ts` → `typescript`.
+fn normalized(name: Option<&str>) -> String {
+    let name = name.map(|name| name.trim().to_ascii_lowercase()).unwrap_or_default();
+    match name.as_str() {
+        "" | "python3" => "python".to_owned(),
+        "js" => "javascript".to_owned(),
+        "ts" => "typescript".to_owned(),
+        _ => name,
+    }
+}
+
+/// The kernel for `name` (absent: Python), or a 400 saying why there is none.
+pub(crate) async fn kernel_for(
+    state: &AppState,
+    access: &SandboxAccess,
+    name: Option<&str>,
+) -> Result<CodeLanguage, E2bError> {
+    let name = normalized(name);
+    match name.as_str() {
+        "python" => return Ok(CodeLanguage::Python),
+        "javascript" => return Ok(CodeLanguage::Javascript),
+        "bash" => return Ok(CodeLanguage::Bash),
+        _ => {}
+    }
+    let Some(missing) = MISSING.iter().find(|missing| missing.name == name) else {
+        return Err(E2bError::invalid(format!(
+            "language {name:?} is not supported: use python, javascript (js), typescript (ts), bash, r or java"
+        )));
+    };
+    let mut installed = false;
+    for path in missing.evidence {
+        installed |= state.runtime().stat(&access.id, path).await.is_ok();
+    }
+    Err(E2bError::invalid(if installed {
+        format!(
+            "language {name:?}: its runtime is installed, but sandkasten has no {name} kernel yet: use python, \
+             javascript or bash"
+        )
+    } else {
+        format!(
+            "language {name:?} needs its runtime in the sandbox, which the template lacks: install {}",
+            missing.install
+        )
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_normalised_as_e2b_does() {
+        assert_eq!(normalized(None), "python");
+        assert_eq!(normalized(Some(" JS ")), "javascript");
+        assert_eq!(normalized(Some("TS")), "typescript");
+        assert_eq!(normalized(Some("Python")), "python");
+        assert_eq!(normalized(Some("r")), "r");
+    }
+}
