@@ -64,7 +64,7 @@ impl<'a> MicrovmTier<'a> {
 }
 
 /// Why this host cannot run microVMs as configured, if it cannot.
-fn unusable(settings: &sandkasten_types::MicrovmSettings) -> Option<String> {
+pub(crate) fn unusable(settings: &sandkasten_types::MicrovmSettings) -> Option<String> {
     if resolve_qemu(settings).is_none() {
         return Some(format!(
             "isolation \"microvm\" needs QEMU, which is not installed ({} not found): scripts/setup.sh installs it (on \
