@@ -72,8 +72,10 @@ pub(crate) fn agent_disk(settings: &MicrovmSettings, agent: &Path) -> Result<Pat
         meta.ino()
     ));
     if image.is_file() {
+        mark_used(&image);
         return Ok(image);
     }
+    prune_agent_disks(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| RuntimeError::sys_owned(format!("creating {}", dir.display()), e))?;
     let staging = Staging(dir.join(format!(".build-{}-{}", std::process::id(), crate::ids::new_sandbox_id()?)));
     std::fs::create_dir(&staging.0)
@@ -81,11 +83,20 @@ pub(crate) fn agent_disk(settings: &MicrovmSettings, agent: &Path) -> Result<Pat
     let contents = staging.0.join("contents");
     std::fs::create_dir(&contents).map_err(|e| RuntimeError::sys("creating the agent disk's contents", e))?;
     let binary = contents.join("sandkasten");
-    if std::fs::hard_link(agent, &binary).is_err() {
+    // Without its debug information (a debug build's binary is four times the size); a copy where binutils' objcopy
+    // is missing.
+    let stripped = Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(agent)
+        .arg(&binary)
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !stripped {
         std::fs::copy(agent, &binary).map_err(|e| RuntimeError::sys("copying the agent binary", e))?;
     }
+    let binary_size = std::fs::metadata(&binary).map_err(|e| RuntimeError::sys("reading the agent copy", e))?.len();
     let built = staging.0.join("agent.ext4");
-    let size = meta.size().saturating_mul(11) / 10 + (16 << 20);
+    let size = binary_size.saturating_mul(11) / 10 + (16 << 20);
     let file = std::fs::File::create(&built).map_err(|e| RuntimeError::sys("creating the agent disk", e))?;
     file.set_len(size).map_err(|e| RuntimeError::sys("sizing the agent disk", e))?;
     drop(file);
@@ -104,6 +115,36 @@ pub(crate) fn agent_disk(settings: &MicrovmSettings, agent: &Path) -> Result<Pat
     )?;
     std::fs::rename(&built, &image).map_err(|e| RuntimeError::sys("placing the agent disk", e))?;
     Ok(image)
+}
+
+/// How long an agent disk no VM started from is kept (older builds' disks; a running VM keeps its open copy).
+const AGENT_DISK_UNUSED: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Notes that `image` was used now (its mtime), so that pruning keeps it.
+fn mark_used(image: &Path) {
+    let now = rustix::fs::Timestamps {
+        last_access: rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_NOW },
+        last_modification: rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_NOW },
+    };
+    let _ = rustix::fs::utimensat(rustix::fs::CWD, image, &now, rustix::fs::AtFlags::empty());
+}
+
+/// Removes agent disks no VM started from for `AGENT_DISK_UNUSED` (each is the size of a build's binary) and
+/// staging directories of builds that died.
+fn prune_agent_disks(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let old = entry
+            .metadata()
+            .and_then(|meta| meta.modified())
+            .is_ok_and(|modified| modified.elapsed().is_ok_and(|age| age > AGENT_DISK_UNUSED));
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if old && name.starts_with("agent-") && name.ends_with(".ext4") {
+            let _ = std::fs::remove_file(entry.path());
+        } else if old && name.starts_with(".build-") {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// A directory removed when dropped (a half-built agent disk).
