@@ -154,6 +154,8 @@ pub(crate) fn build_root(plan: &AgentPlan) -> Result<(), String> {
         .map_err(|e| format!("mounting /dev/shm: {e}"))?;
     sandkasten_jail::mounts::write_files(&plan.root_files, plan.uid, plan.gid).map_err(|e| e.to_string())?;
     sandkasten_jail::namespaces::set_hostname("sandbox").map_err(|e| e.to_string())?;
+    // The guest kernel is this sandbox's alone: its OOM kills are the sandbox's memory limit firing.
+    crate::serve::guest_oom::own_the_kernel();
     sandkasten_jail::net::bring_up_loopback().map_err(|e| e.to_string())
 }
 
