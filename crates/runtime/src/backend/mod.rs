@@ -93,6 +93,18 @@ pub(crate) trait TierBackend {
     }
 }
 
+/// A tier's helper program (runsc, QEMU): `program` itself when it is a path, else the first executable of that
+/// name on this process's PATH (what the availability check and the start both use, so they cannot disagree).
+pub(crate) fn resolve_program(program: &Path) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |path: &Path| path.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if program.components().count() > 1 {
+        return executable(program).then(|| program.to_path_buf());
+    }
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths).map(|dir| dir.join(program)).find(|candidate| executable(candidate))
+}
+
 /// Why a tier cannot snapshot a sandbox's memory.
 pub(crate) fn no_memory_snapshots(tier: Tier) -> RuntimeError {
     RuntimeError::InvalidInput(format!(

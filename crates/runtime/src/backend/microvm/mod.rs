@@ -99,14 +99,7 @@ pub(crate) fn accel(settings: &sandkasten_types::MicrovmSettings) -> MicrovmAcce
 
 /// The QEMU to run: the configured path, or the configured name found on this process's PATH.
 fn resolve_qemu(settings: &sandkasten_types::MicrovmSettings) -> Option<std::path::PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let program = &settings.qemu;
-    let executable = |path: &Path| path.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
-    if program.components().count() > 1 {
-        return executable(program).then(|| program.clone());
-    }
-    let paths = std::env::var_os("PATH")?;
-    std::env::split_paths(&paths).map(|dir| dir.join(program)).find(|candidate| executable(candidate))
+    super::resolve_program(&settings.qemu)
 }
 
 impl TierBackend for MicrovmTier<'_> {
