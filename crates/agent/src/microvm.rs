@@ -52,14 +52,18 @@ pub(crate) fn open_channel() -> Result<(), String> {
 /// The device of the virtio-serial port named `name` (`/sys/class/virtio-ports/vportNpM/name`); there is no udev in
 /// the guest to make `/dev/virtio-ports/NAME`.
 fn find_port(name: &str) -> Result<PathBuf, String> {
-    let ports = std::fs::read_dir("/sys/class/virtio-ports").map_err(|e| format!("listing the virtio ports: {e}"))?;
-    for port in ports.flatten() {
-        let named = std::fs::read_to_string(port.path().join("name")).unwrap_or_default();
-        if named.trim() == name {
-            return Ok(Path::new("/dev").join(port.file_name()));
+    find_device("/sys/class/virtio-ports", "name", name).map_err(|e| format!("{e} (virtio-serial port {name})"))
+}
+
+/// The `/dev` node of the entry of the sysfs directory `class` whose file `attribute` holds `value`.
+fn find_device(class: &str, attribute: &str, value: &str) -> Result<PathBuf, String> {
+    let entries = std::fs::read_dir(class).map_err(|e| format!("listing {class}: {e}"))?;
+    for entry in entries.flatten() {
+        if std::fs::read_to_string(entry.path().join(attribute)).is_ok_and(|found| found.trim() == value) {
+            return Ok(Path::new("/dev").join(entry.file_name()));
         }
     }
-    Err(format!("the VM has no virtio-serial port named {name}"))
+    Err(format!("the VM has no device whose {attribute} is {value}"))
 }
 
 /// Copies bytes both ways between the port and the socket, each way on its own thread, until either side ends; the
@@ -161,14 +165,7 @@ pub(crate) fn build_root(plan: &AgentPlan) -> Result<(), String> {
 
 /// The block device whose virtio serial number is `serial`.
 fn find_disk(serial: &str) -> Result<PathBuf, String> {
-    let blocks = std::fs::read_dir("/sys/block").map_err(|e| format!("listing the block devices: {e}"))?;
-    for block in blocks.flatten() {
-        let named = std::fs::read_to_string(block.path().join("serial")).unwrap_or_default();
-        if named.trim() == serial {
-            return Ok(Path::new("/dev").join(block.file_name()));
-        }
-    }
-    Err(format!("the VM has no disk with serial {serial}"))
+    find_device("/sys/block", "serial", serial)
 }
 
 fn set_mode(path: &str, mode: u32) -> Result<(), String> {
