@@ -2,7 +2,8 @@
 //! under a 256 MiB limit) dies inside the guest while the VMM, its cgroup (sized for the guest's RAM plus the VMM's
 //! overhead) and every host process live on; the wall timeout kills the VM (no VMM of it remains); a fork bomb is
 //! held by the guest's process limit, the sandbox's host cgroup stays at the VMM's few tasks and the host's
-//! process count does not grow. Nothing of any sandbox is left afterwards.
+//! process count does not grow; filling the disk stops at the disk limit, and its image on the host does not grow
+//! past its size. Nothing of any sandbox is left afterwards.
 //!
 //! The microvm tier is not in `Tier::AVAILABLE` yet: plain tests, each skipping when QEMU or the boot files are
 //! missing. Each test boots one VM.
@@ -72,6 +73,7 @@ fn memory_bomb_dies_inside_the_guest_and_nothing_on_the_host() {
     // counts no OOM kill when the guest's kernel kills); this asserts the weaker true thing, that the program died
     // inside a VM that lived on, under a host cgroup that held the VMM to its size. Assert
     // `r.flag("oom_killed") && r.limit() == Some("memory")` once the guest's agent reports it.
+    assert!(r.limit().is_none_or(|l| l == "memory"), "the memory bomb is reported as another limit\n{}", r.describe());
     let limit = limit.expect("the sandbox's memory cgroup was never read while it ran");
     assert!(
         limit <= memory + VMM_OVERHEAD_BYTES,
@@ -95,7 +97,8 @@ fn wall_timeout_kills_the_vm() {
     assert!(r.flag("timed_out"), "sleep 100 under a 3 s timeout did not time out\n{}", r.describe());
     assert_eq!(r.limit().as_deref(), Some("time"), "{}", r.describe());
     assert_eq!(r.exit_code(), None, "{}", r.describe());
-    // The timeout counts from the start, boot included: the run ends long before sleep 100 could.
+    // The timeout counts from the run's start, the boot included (~3 s under software emulation, so a 3 s timeout
+    // leaves the command almost nothing): the run ends long before sleep 100 could.
     assert!(
         started.elapsed() < Duration::from_secs(60),
         "the timed-out run took {:?}\n{}",
@@ -152,6 +155,9 @@ fn fork_bomb_is_held_by_the_guests_process_limit() {
         r.describe()
     );
     assert!(stdout.contains("still answering"), "the guest stopped answering under the bomb\n{}", r.describe());
+    // TODO(#13): nothing counts the guest's refused forks yet, so the result cannot name the limit (as on gVisor);
+    // it must not name another one. Assert `r.limit() == Some("pids")` once the guest's agent reports it.
+    assert!(r.limit().is_none_or(|l| l == "pids"), "the fork bomb is reported as another limit\n{}", r.describe());
     let host_tasks = host_tasks.expect("the sandbox's pids cgroup was never read while it ran");
     assert!(
         host_tasks <= VMM_HOST_TASKS,
@@ -162,4 +168,34 @@ fn fork_bomb_is_held_by_the_guests_process_limit() {
     // Other tests may start processes meanwhile: the bomb's hundreds would show far above this margin.
     let host_after = host_pids().len();
     assert!(host_after <= host_before + 48, "the host has {host_after} processes after the bomb, {host_before} before");
+}
+
+#[test]
+fn disk_fill_stops_at_the_sandboxs_disk_image() {
+    require_microvm!();
+    let disk: u64 = 32 << 20;
+    // 256 MiB asked of a 32 MiB disk, synced, its size reported; then a pause in which the host looks at the image.
+    let code = "dd if=/dev/zero of=/workspace/fill bs=1M count=256 2>/dev/null; sync; \
+                echo written $(stat -c %s /workspace/fill); sleep 2";
+    let mut run = Watched::start(&["--disk", "32MiB", "--timeout", "120s", "--", "/bin/sh", "-c", code]);
+    let id = run.sandbox_id(Duration::from_secs(30));
+    let image = common::microvm::state_dir_of(&id).join("disk.ext4");
+    let largest = largest_while_running(&mut run, Duration::from_secs(200), || {
+        let meta = std::fs::metadata(&image).ok()?;
+        use std::os::unix::fs::MetadataExt;
+        Some(meta.len().max(meta.blocks() * 512))
+    });
+    let r = run.finish(Duration::from_secs(30));
+    let written: u64 = r
+        .stdout()
+        .lines()
+        .find_map(|l| l.strip_prefix("written ")?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the filler did not report\n{}", r.describe()));
+    assert!(written > disk / 2, "positive control: the guest could write to its disk\n{}", r.describe());
+    assert!(written <= disk, "the guest wrote {written} bytes to a {disk}-byte disk\n{}", r.describe());
+    // The image is the disk limit plus ext4's metadata (1/16 and 8 MiB): the guest cannot grow it on the host.
+    let largest = largest.expect("the sandbox's disk image was never seen while it ran");
+    let image_bytes = disk + disk / 16 + (8 << 20);
+    assert!(largest <= image_bytes, "the disk image took {largest} bytes on the host, past its {image_bytes}");
+    assert_no_microvm_leaks(&id);
 }
