@@ -1,7 +1,8 @@
 //! What a microVM guest can reach of its host, attacked from inside and asserted on the host: the guest runs a
 //! kernel of its own (not the host's), has no network device (only `lo`) and reaches no host listener (on the
 //! host's loopback or its outward address; the listener sees no connection), and sees no host file (canaries the
-//! test writes in the host's /tmp and /root just before the run, the host's `/var/lib/sandkasten`). After every
+//! test writes in the host's /tmp and /root just before the run, the host's `/var/lib/sandkasten`), and its program
+//! (the sandbox user) opens neither the agent's port, the raw disks nor the guest's memory. After every
 //! run nothing of the sandbox is left (record, cgroups, VMM process, its directory under the state dir).
 //!
 //! The microvm tier is not in `Tier::AVAILABLE` yet: plain tests, each skipping when QEMU or the boot files are
@@ -140,5 +141,48 @@ fn host_files_are_not_visible_in_the_guest() {
     for path in &probes[..5] {
         assert!(line(path).starts_with(&format!("{path} absent")), "{path} is visible in the guest\n{}", r.describe());
     }
+    assert_no_microvm_leaks(&r.id());
+}
+
+/// The modification time and size of a host file, to see whether anything wrote it.
+fn written_state(path: &std::path::Path) -> (std::time::SystemTime, u64) {
+    let meta = std::fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    (meta.modified().unwrap(), meta.len())
+}
+
+#[test]
+fn guest_program_cannot_open_the_agent_port_the_raw_disks_or_guest_memory() {
+    require_microvm!();
+    let shared = [
+        std::path::PathBuf::from("/var/lib/sandkasten/microvm/rootfs.ext4"),
+        std::path::PathBuf::from("/var/lib/sandkasten/microvm/vmlinuz"),
+    ];
+    let before: Vec<_> = shared.iter().map(|p| written_state(p)).collect();
+    // Whoever opens the agent's port speaks for the agent to the host; a raw disk is the template every sandbox
+    // boots from, or the agent itself; /dev/mem and /proc/1/mem are the guest kernel's and the agent's memory.
+    let code = "import glob, os\n\
+                targets = sorted(glob.glob('/dev/vport*') + glob.glob('/dev/vd*')) + ['/dev/mem', '/dev/ttyS0', \
+                '/dev/console', '/dev/kmsg', '/proc/1/mem', '/.sandkasten/agent/sandkasten', '/dev/null']\n\
+                print('ports', len(glob.glob('/dev/vport*')), 'disks', len(glob.glob('/dev/vd*')), flush=True)\n\
+                for path in targets:\n\
+                \x20   try:\n\
+                \x20       os.close(os.open(path, os.O_RDWR))\n\
+                \x20       print(path, 'OPENED', flush=True)\n\
+                \x20   except OSError as e:\n\
+                \x20       print(path, 'refused', e.errno, flush=True)\n\
+                raise SystemExit(7)\n";
+    let r = vm_run(["--timeout", "60s", "--", "/usr/bin/python3", "-c", code]).json();
+    r.assert_exit(7);
+    let stdout = r.stdout();
+    let counts = stdout.lines().next().unwrap_or_default();
+    assert!(counts.starts_with("ports 1 disks 3"), "the guest's devices are not the ones expected\n{}", r.describe());
+    // Positive control: the probe opens what it may.
+    assert!(stdout.lines().any(|l| l == "/dev/null OPENED"), "positive control\n{}", r.describe());
+    let opened: Vec<&str> = stdout.lines().filter(|l| l.ends_with(" OPENED") && !l.starts_with("/dev/null ")).collect();
+    assert!(opened.is_empty(), "the sandbox's program opened {opened:?}\n{}", r.describe());
+    let refused = stdout.lines().filter(|l| l.contains(" refused ")).count();
+    assert_eq!(refused, 4 + 6, "every target but /dev/null is probed and refused\n{}", r.describe());
+    let after: Vec<_> = shared.iter().map(|p| written_state(p)).collect();
+    assert_eq!(before, after, "a shared boot file changed on the host during the run");
     assert_no_microvm_leaks(&r.id());
 }
