@@ -159,9 +159,14 @@ pub struct Watched {
 }
 
 impl Watched {
-    /// Starts `sandkasten run --isolation microvm --json <args...>`.
+    /// Starts `sandkasten run --isolation microvm --json <args...>`, holding the suite lock shared.
     pub fn start(args: &[&str]) -> Watched {
-        let lock = super::shared_lock();
+        Watched::start_locked(args, super::shared_lock())
+    }
+
+    /// As `start`, holding `lock` (the suite lock exclusively: no other test's sandbox runs meanwhile) until the run
+    /// ends.
+    pub fn start_locked(args: &[&str], lock: SuiteLock) -> Watched {
         let mut child = Command::new(bin())
             .args(["run", "--isolation", "microvm", "--json"])
             .args(args)
@@ -249,6 +254,18 @@ impl Drop for Watched {
             let _ = child.wait();
         }
     }
+}
+
+/// The processes `pid`'s threads started (its children, from `/proc/PID/task/*/children`).
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    tasks
+        .flatten()
+        .flat_map(|task| {
+            let listed = fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            listed.split_whitespace().filter_map(|child| child.parse().ok()).collect::<Vec<u32>>()
+        })
+        .collect()
 }
 
 /// One field of `/proc/PID/status` (`Uid`, `CapEff`, `NSpid`, …), its words.
