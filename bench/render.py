@@ -22,6 +22,7 @@ WARM_JSON = ROOT / "bench" / "results" / "warm.json"
 RUNS_JSON = ROOT / "bench" / "results" / "runs.json"
 EGRESS_JSON = ROOT / "bench" / "results" / "egress.json"
 SNAPSHOTS_JSON = ROOT / "bench" / "results" / "snapshots.json"
+MICROVM_JSON = ROOT / "bench" / "results" / "microvm.json"
 DOC = ROOT / "docs" / "benchmarks.md"
 SVG = ROOT / "docs" / "benchmarks-latency.svg"
 
@@ -1190,12 +1191,73 @@ def ratio_or_none(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
+def render_microvm(m: dict) -> list[str]:
+    """The microvm tier against a bare QEMU boot of the same kernel and root."""
+    bare, sk = m["bare_qemu"], m["sandkasten"]
+    ratio = sk["wall_ms"]["p50"] / bare["wall_ms"]["p50"]
+    cpu_ratio = sk["cpu_ms"]["p50"] / bare["cpu_ms"]["p50"]
+    mem = m.get("idle_memory", {})
+    over = None
+    if mem.get("cgroup_charge_bytes") is not None:
+        over = (mem["cgroup_charge_bytes"] - mem["guest_ram_bytes"]) / (1 << 20)
+    phases = sk.get("phases_ms", {})
+    lines = [
+        "## microVM tier: `sandkasten run --isolation microvm` vs a bare `qemu-system-x86_64 -M microvm` boot",
+        "",
+        f"**Method.** `bench/microvm.py` ({m['date']}, {m['host']['cpus']} cores, load {m['host']['load'][0]:.1f}; "
+        f"acceleration **{m['accel']}**, {m['guest_mib']} MiB guests), {sk['wall_ms']['n']} interleaved rounds: "
+        "`sandkasten run --isolation microvm -- /bin/true` (record, cgroup, sandbox disk, the VMM's jail, QEMU, "
+        "guest boot, the agent, one command, destroy) against QEMU started by hand with the same machine, kernel, "
+        "modules and root image, whose initramfs runs the root's `/bin/true` and powers off (no jail, no agent, "
+        "no sandbox disk). Wall time and CPU time (user + system of the processes) per operation.",
+        "",
+        "| | wall p50 | wall p99 | CPU p50 |",
+        "|---|---:|---:|---:|",
+        f"| bare QEMU boot to `/bin/true` | {fmt(bare['wall_ms']['p50'], 0)} ms | {fmt(bare['wall_ms']['p99'], 0)} ms "
+        f"| {fmt(bare['cpu_ms']['p50'], 0)} ms |",
+        f"| sandkasten microvm run | {fmt(sk['wall_ms']['p50'], 0)} ms | {fmt(sk['wall_ms']['p99'], 0)} ms "
+        f"| {fmt(sk['cpu_ms']['p50'], 0)} ms |",
+        f"| ratio | **{ratio:.2f}×** | | {cpu_ratio:.2f}× |",
+        "",
+        "Phases of the sandkasten run (p50, ms from the start): "
+        + ", ".join(f"{name} {fmt(phases[name]['p50'], 0)}" for name in
+                    ["allocate", "filesystem_ready", "runtime_ready", "first_command"] if name in phases) + ".",
+        "",
+        f"**Goal ≤ 1.1×: {'met' if ratio <= 1.1 else 'not met'}** ({ratio:.2f}×). What sandkasten adds to the "
+        "bare boot: the VMM's process-tier jail, the sandbox's own formatted disk, a second disk for the agent, the "
+        "virtio-serial channel, the agent's root setup and protocol, one command and the teardown; under software "
+        "emulation every instruction of the guest agent is emulated too, so the part the guest runs weighs more "
+        "than it would on KVM.",
+        "",
+    ]
+    if over is not None:
+        rss = mem.get("qemu_rss_bytes") or 0
+        lines += [
+            f"**Idle memory.** An idle microVM sandbox ({m['guest_mib']} MiB of guest RAM, booted, one `sleep` "
+            f"running) is charged {mem['cgroup_charge_bytes'] / (1 << 20):.0f} MiB on the host (its cgroup; QEMU's "
+            f"RSS {rss / (1 << 20):.0f} MiB), {over:+.0f} MiB against the guest's RAM size: guest pages become host "
+            "memory only once the guest touches them, and QEMU's own heap and translation cache (capped at 32 MiB) "
+            "come on top. The goal (≤ 5 MiB above guest RAM) is about QEMU's own share, which this figure does not "
+            "separate yet.",
+            "",
+        ]
+    lines += [
+        "**On hardware KVM** the same code runs the guest's instructions natively: the kernel boots to the "
+        "initramfs in ~100–150 ms (Firecracker's figure for a comparable guest), the agent's setup in a few ms, so "
+        "create → first command should reach a few hundred ms and the ratio to a bare boot the same orchestration "
+        "cost in absolute terms (the jail, the disk's mkfs, the protocol: tens of ms). Pooled creates and memory "
+        "snapshots are not on this tier yet.",
+    ]
+    return lines
+
+
 def render_doc(
     cold: dict | None,
     warm: dict | None,
     runs: dict | None = None,
     egress: dict | None = None,
     snapshots: dict | None = None,
+    microvm: dict | None = None,
 ) -> str:
     if cold is not None:
         text = render_cold(cold)
@@ -1226,6 +1288,13 @@ def render_doc(
             print(f"render: cannot render bench/results/snapshots.json ({e!r}); rerun it", file=sys.stderr)
             text += ("\n## Pause, snapshots, restore and fork\n\n`bench/results/snapshots.json` is missing fields; "
                      "rerun `scripts/bench.sh --snapshots-only`.\n")
+    if microvm is not None:
+        try:
+            text += "\n" + "\n".join(render_microvm(microvm)) + "\n"
+        except (KeyError, TypeError, IndexError, ZeroDivisionError) as e:
+            print(f"render: cannot render bench/results/microvm.json ({e!r}); rerun it", file=sys.stderr)
+            text += ("\n## microVM tier\n\n`bench/results/microvm.json` is missing fields; "
+                     "rerun `scripts/bench.sh --microvm-only`.\n")
     return text
 
 
@@ -1238,7 +1307,7 @@ def write(
     egress: Path = EGRESS_JSON,
 ) -> None:
     doc.parent.mkdir(parents=True, exist_ok=True)
-    doc.write_text(render_doc(cold, warm, load(runs), load(egress), load(SNAPSHOTS_JSON)))
+    doc.write_text(render_doc(cold, warm, load(runs), load(egress), load(SNAPSHOTS_JSON), load(MICROVM_JSON)))
     chart = render_svg(cold, warm)
     if chart is not None:
         svg.write_text(chart)

@@ -45,6 +45,9 @@ if ! command -v runsc >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $reinstall -t "${codename}-backports" runsc
 fi
 
+# The microvm tier: QEMU (from the backports suite added above), the guest kernel, initramfs and root image.
+"$(dirname "$0")/setup-microvm.sh"
+
 command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
 "$(dirname "$0")/setup-e2b.sh"
 "$(dirname "$0")/setup-python-sdk.sh"

@@ -20,6 +20,15 @@ use crate::serve::{self, FsIdentity, HostConnections, JailLauncher, SandboxRoot,
 /// Runs the agent on descriptor 0 and exits the process; never returns.
 pub fn run_agent() -> ! {
     crate::init::unblock_all_signals();
+    if std::env::args_os().nth(2).is_some_and(|mode| mode == "microvm") {
+        // A microVM guest's PID 1: its channel is a virtio-serial port, made descriptor 0 here. What fails before
+        // the channel exists can only be said on the console (the kernel log the host keeps).
+        if let Err(message) = crate::microvm::open_channel() {
+            eprintln!("sandkasten agent: {message}");
+            // SAFETY: _exit ends PID 1; the guest kernel panics and QEMU (-no-reboot) exits.
+            unsafe { libc::_exit(1) }
+        }
+    }
     let code = match take_channel() {
         Ok(mut channel) => match run(&mut channel) {
             Ok(()) => 0,
@@ -63,6 +72,10 @@ fn run(channel: &mut UnixStream) -> Result<(), String> {
     let jail = jail_of(&plan, &filter);
     match plan.tier {
         Tier::Process => crate::init::run(&plan, &jail, channel),
+        Tier::Microvm => {
+            crate::microvm::build_root(&plan)?;
+            serve_given_root(&plan, &jail, channel)
+        }
         _ => serve_given_root(&plan, &jail, channel),
     }
 }
@@ -81,7 +94,7 @@ fn jail_of<'a>(plan: &AgentPlan, filter: &'a SandboxFilter) -> ProcessJail<'a> {
     }
 }
 
-/// Serves the host's requests in a root someone else made (gVisor): ready the home, open the egress door, answer
+/// Serves the host's requests in a root someone else made (gVisor; a microVM guest's, finished by `microvm`): ready the home, open the egress door, answer
 /// `FilesystemReady`, serve.
 fn serve_given_root(plan: &AgentPlan, jail: &ProcessJail<'_>, channel: &mut UnixStream) -> Result<(), String> {
     ready_home(plan)?;

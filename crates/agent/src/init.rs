@@ -42,6 +42,7 @@ pub(crate) fn run(plan: &AgentPlan, jail: &ProcessJail<'_>, channel: &mut UnixSt
         sandbox_uid: plan.uid,
         sandbox_gid: plan.gid,
         files: plan.root_files.clone(),
+        host_read_only: plan.vmm.iter().flat_map(|vmm| vmm.host_read_only.iter().map(PathBuf::from)).collect(),
     };
     build_sandbox(&rootfs).map_err(|e| e.to_string())?;
     send(channel, Message::FilesystemReady { at_ns: monotonic_ns() });
@@ -52,7 +53,31 @@ pub(crate) fn run(plan: &AgentPlan, jail: &ProcessJail<'_>, channel: &mut UnixSt
     // Now that the agent is in the sandbox's cgroup, that cgroup becomes the root of its cgroup namespace, and what is
     // written from here on is charged to the sandbox.
     namespaces::enter_cgroup_namespace().map_err(|e| e.to_string())?;
-    crate::guest::serve_root(plan, jail, channel, None)
+    match &plan.vmm {
+        Some(vmm) => Err(become_vmm(vmm, jail)),
+        None => crate::guest::serve_root(plan, jail, channel, None),
+    }
+}
+
+/// The jail of a microVM's VMM: this process (the sandbox's PID 1, in its cgroup) becomes the VMM through the jail
+/// (unprivileged ids, no capabilities, no_new_privs, landlock, seccomp), keeping the descriptors the host passed for
+/// it. The host sees its channel close at the execve (close-on-exec), or `SetupFailed` with the returned reason.
+fn become_vmm(vmm: &sandkasten_protocol::VmmPlan, jail: &ProcessJail<'_>) -> String {
+    use sandkasten_jail::process::{PreparedExec, Stdio, contain_and_exec_keeping};
+    for fd in &vmm.keep_fds {
+        // SAFETY: fcntl on a descriptor the starter kept for the VMM; integers only.
+        if unsafe { libc::fcntl(*fd, libc::F_SETFD, 0) } < 0 {
+            return format!("the VMM's descriptor {fd} is not open: {}", std::io::Error::last_os_error());
+        }
+    }
+    let env = std::collections::BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]);
+    let exec = match PreparedExec::new(&vmm.argv, &env) {
+        Ok(exec) => exec,
+        Err(error) => return format!("preparing the VMM: {error}"),
+    };
+    // Its input and output are /dev/null (the guest's console is a descriptor of its own); errors go to the log.
+    let stdio = Stdio { stdin: 0, stdout: 0, stderr: vmm.stderr_fd, controlling_terminal: false };
+    format!("starting the VMM: {}", contain_and_exec_keeping(jail, &exec, stdio, &vmm.keep_fds))
 }
 
 /// True when the host's end of the channel is closed (the host died).

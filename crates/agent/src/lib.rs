@@ -7,6 +7,7 @@
 mod door;
 mod guest;
 mod init;
+mod microvm;
 mod reaper;
 pub mod serve;
 mod step;

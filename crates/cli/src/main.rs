@@ -53,6 +53,9 @@ enum Command {
         /// gVisor's platform (from `[gvisor] platform`).
         #[arg(long, default_value = "systrap")]
         gvisor_platform: String,
+        /// The microvm tier's settings as JSON (the server's `[microvm]` table).
+        #[arg(long, default_value = "{}")]
+        microvm: String,
     },
     /// MCP over stdio for desktop clients (Claude Desktop …): a relay to the `/mcp` endpoint of a `sandkasten
     /// serve` server, with the key from SANDKASTEN_API_KEY.
@@ -116,7 +119,9 @@ fn main() {
         Command::Gc { json } => gc_command::run(json),
         Command::Serve(args) => serve_command::run(args),
         Command::Config(args) => config_command::run(&args),
-        Command::Spawner { runsc, gvisor_platform } => serve_command::run_spawner(runsc, &gvisor_platform),
+        Command::Spawner { runsc, gvisor_platform, microvm } => {
+            serve_command::run_spawner(runsc, &gvisor_platform, &microvm)
+        }
         Command::Sandbox(args) => client::run(*args),
         Command::Snapshot(args) => client::snapshots::run(*args),
         Command::Mcp(args) => mcp_command::run(args),

@@ -81,7 +81,8 @@ pub fn run(args: ServeArgs) -> i32 {
         }
     };
     // The spawner starts before the tokio runtime exists: from here on this process has threads and never forks.
-    let runtime_config = RuntimeConfig { gvisor: config.gvisor.clone(), ..RuntimeConfig::default() };
+    let runtime_config =
+        RuntimeConfig { gvisor: config.gvisor.clone(), microvm: config.microvm.clone(), ..RuntimeConfig::default() };
     let live = match LiveRuntime::start(&program, runtime_config) {
         Ok(live) => live,
         Err(error) => {
@@ -111,7 +112,7 @@ pub fn run(args: ServeArgs) -> i32 {
 }
 
 /// `sandkasten spawner`: serves the control socket the server passed as standard input.
-pub fn run_spawner(runsc: std::path::PathBuf, platform: &str) -> i32 {
+pub fn run_spawner(runsc: std::path::PathBuf, platform: &str, microvm: &str) -> i32 {
     let platform = match serde_json::from_value(serde_json::Value::String(platform.to_owned())) {
         Ok(platform) => platform,
         Err(error) => {
@@ -119,7 +120,14 @@ pub fn run_spawner(runsc: std::path::PathBuf, platform: &str) -> i32 {
             return exit_codes::BAD_INPUT;
         }
     };
-    let config = RuntimeConfig { gvisor: GvisorSettings { runsc, platform }, ..RuntimeConfig::default() };
+    let microvm = match serde_json::from_str(microvm) {
+        Ok(microvm) => microvm,
+        Err(error) => {
+            eprintln!("sandkasten spawner: --microvm {microvm}: {error}");
+            return exit_codes::BAD_INPUT;
+        }
+    };
+    let config = RuntimeConfig { gvisor: GvisorSettings { runsc, platform }, microvm, ..RuntimeConfig::default() };
     let control = match std::io::stdin().as_fd().try_clone_to_owned() {
         Ok(fd) => fd,
         Err(error) => {

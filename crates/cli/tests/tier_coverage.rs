@@ -69,6 +69,10 @@ const PER_TIER_SUITES: &[&str] = &[
 
 /// Behaviour suites (by file name) that are not per tier, and why.
 const NOT_PER_TIER: &[(&str, &str)] = &[
+    ("attacks_microvm.rs", "microvm-only until the tier joins Tier::AVAILABLE"),
+    ("attacks_microvm_limits.rs", "microvm-only until the tier joins Tier::AVAILABLE"),
+    ("attacks_microvm_vmm.rs", "microvm-only until the tier joins Tier::AVAILABLE"),
+    ("serve_microvm.rs", "microvm-only until the tier joins Tier::AVAILABLE"),
     ("serve_connections.rs", "the HTTP server's connection limits hold before any sandbox exists: no tier is involved"),
     (
         "serve_crash.rs",

@@ -116,7 +116,7 @@ fn connect_stdio(stdio: Stdio) -> Result<(), JailError> {
     Ok(())
 }
 
-fn close_fds_except(keep: RawFd) -> Result<(), JailError> {
+fn close_fds_except(keep: &[RawFd]) -> Result<(), JailError> {
     let close_range = |first: RawFd, last: libc::c_uint| -> Result<(), JailError> {
         // SAFETY: close_range(2) takes integers; closing descriptors this process no longer uses is the point.
         let ret = unsafe { libc::syscall(libc::SYS_close_range, first as libc::c_uint, last, 0 as libc::c_uint) };
@@ -125,11 +125,18 @@ fn close_fds_except(keep: RawFd) -> Result<(), JailError> {
         }
         Ok(())
     };
+    let mut kept: Vec<RawFd> = keep.iter().copied().filter(|fd| *fd > 2).collect();
+    kept.sort_unstable();
+    kept.dedup();
     let result = (|| {
-        if keep > 3 {
-            close_range(3, (keep - 1) as libc::c_uint)?;
+        let mut next: RawFd = 3;
+        for fd in &kept {
+            if *fd > next {
+                close_range(next, (*fd - 1) as libc::c_uint)?;
+            }
+            next = fd + 1;
         }
-        close_range(keep.max(2) + 1, libc::c_uint::MAX)
+        close_range(next, libc::c_uint::MAX)
     })();
     match result {
         // gVisor has no close_range: close the open ones as /proc/self/fd lists them (each system call costs
@@ -140,7 +147,7 @@ fn close_fds_except(keep: RawFd) -> Result<(), JailError> {
                 .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
                 .collect();
             for fd in open {
-                if fd > 2 && fd != keep {
+                if fd > 2 && !kept.contains(&fd) {
                     // SAFETY: closing a descriptor this process no longer uses (the listing's own descriptor is
                     // closed already: EBADF).
                     unsafe { libc::close(fd) };
@@ -164,7 +171,18 @@ fn switch_ids(uid: u32, gid: u32) -> Result<(), JailError> {
 ///
 /// `keep_fd` is a close-on-exec descriptor that survives until execve (the caller's exec-error pipe).
 pub fn contain_and_exec(jail: &ProcessJail<'_>, exec: &PreparedExec, stdio: Stdio, keep_fd: RawFd) -> JailError {
-    match contain(jail, stdio, keep_fd) {
+    contain_and_exec_keeping(jail, exec, stdio, &[keep_fd])
+}
+
+/// `contain_and_exec` keeping every descriptor in `keep` open up to execve (and beyond, for those without
+/// close-on-exec: a VMM's disks and channels, which its command line names by number).
+pub fn contain_and_exec_keeping(
+    jail: &ProcessJail<'_>,
+    exec: &PreparedExec,
+    stdio: Stdio,
+    keep: &[RawFd],
+) -> JailError {
+    match contain(jail, stdio, keep) {
         Err(error) => error,
         Ok(()) => execve(exec),
     }
@@ -193,7 +211,7 @@ fn reset_signals() {
     }
 }
 
-fn contain(jail: &ProcessJail<'_>, stdio: Stdio, keep_fd: RawFd) -> Result<(), JailError> {
+fn contain(jail: &ProcessJail<'_>, stdio: Stdio, keep: &[RawFd]) -> Result<(), JailError> {
     reset_signals();
     // The agent's id switch made this process non-dumpable, which hands /proc/self to the host's root (unmapped
     // here): make it ours again to set the OOM score. execve decides dumpability afresh for the program.
@@ -215,7 +233,7 @@ fn contain(jail: &ProcessJail<'_>, stdio: Stdio, keep_fd: RawFd) -> Result<(), J
     let dirs: Vec<&Path> = jail.writable_dirs.iter().map(PathBuf::as_path).collect();
     let files: Vec<&Path> = jail.writable_files.iter().map(PathBuf::as_path).collect();
     landlock::restrict(&dirs, &files)?;
-    close_fds_except(keep_fd)?;
+    close_fds_except(keep)?;
     rustix::process::chdir(&jail.cwd).map_err(|e| JailError::Chdir { path: jail.cwd.clone(), source: e.into() })?;
     jail.filter.apply()?;
     Ok(())

@@ -53,6 +53,8 @@ pub struct RootfsSpec {
     pub sandbox_gid: u32,
     /// Files created in the sandbox (synthesised `/etc` files, code under `/sandbox`, uploads under `/workspace`).
     pub files: Vec<SandboxFile>,
+    /// Further host directories shown read-only at the same path (a VMM's jail: the guest kernel and images).
+    pub host_read_only: Vec<PathBuf>,
 }
 
 /// Kind of a bind mount's target, created before the bind (`mounts` falls back to binds of host paths).
@@ -244,6 +246,12 @@ pub fn plan_rootfs(spec: &RootfsSpec, host: &dyn HostFs) -> Vec<MountStep> {
         }
     }
 
+    for path in &spec.host_read_only {
+        if host.entry(path) == Some(HostEntry::Dir) {
+            steps.push(MountStep::OverlayReadOnly { source: path.clone(), target: at(&path.to_string_lossy()) });
+        }
+    }
+
     let disk = spec.disk_bytes;
     let (uid, gid) = (spec.sandbox_uid, spec.sandbox_gid);
     steps.push(MountStep::Tmpfs {
@@ -345,7 +353,22 @@ mod tests {
                 mode: 0o444,
                 owned_by_sandbox_user: false,
             }],
+            host_read_only: Vec::new(),
         }
+    }
+
+    #[test]
+    fn further_host_directories_are_read_only_overlays_at_their_path() {
+        let mut host = merged_usr_host();
+        host.0.insert("/var/lib/sandkasten/microvm", HostEntry::Dir);
+        let steps =
+            plan_rootfs(&RootfsSpec { host_read_only: vec!["/var/lib/sandkasten/microvm".into()], ..spec() }, &host);
+        assert!(steps.contains(&MountStep::OverlayReadOnly {
+            source: "/var/lib/sandkasten/microvm".into(),
+            target: "/tmp/var/lib/sandkasten/microvm".into(),
+        }));
+        let missing = plan_rootfs(&RootfsSpec { host_read_only: vec!["/nonexistent".into()], ..spec() }, &host);
+        assert!(!format!("{missing:?}").contains("/nonexistent"));
     }
 
     #[test]

@@ -79,6 +79,12 @@ pub enum Message {
         /// CLOCK_MONOTONIC, ns.
         at_ns: u64,
     },
+    /// microVM guest agent → host, its first frame: the guest kernel booted and the agent holds its port open, so the
+    /// plan may be sent (a virtio-serial port drops what arrives before the guest opens it).
+    GuestBooted {
+        /// The guest's CLOCK_MONOTONIC, ns (its time since boot).
+        at_ns: u64,
+    },
     /// agent → host: a containment step failed; the sandbox is unusable.
     SetupFailed {
         /// Which step failed and why.

@@ -43,6 +43,25 @@ pub struct AgentPlan {
     /// connection to the unix socket at `socket` (a host socket bind-mounted into the sandbox), behind which the
     /// host's egress proxy decides.
     pub door: Option<DoorPlan>,
+    /// Set for the jail of a microVM's VMM (a process-tier sandbox of its own): instead of serving, the agent
+    /// executes this program through the jail once it is in the cgroup, keeping the descriptors it names open.
+    #[serde(default)]
+    pub vmm: Option<VmmPlan>,
+}
+
+/// The VMM a process-tier agent becomes (`AgentPlan::vmm`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VmmPlan {
+    /// Its command line, program first (a path inside the jail's root).
+    pub argv: Vec<String>,
+    /// Descriptors the agent inherited from its starter that the VMM keeps (its disks, kernel, channels), by the
+    /// numbers its command line uses.
+    pub keep_fds: Vec<i32>,
+    /// Its standard error (one of `keep_fds`: the host's log of the VMM, where QEMU says why it failed).
+    pub stderr_fd: i32,
+    /// Host directories the jail shows read-only at the same path (the guest kernel and initramfs, which QEMU's
+    /// loader opens by path).
+    pub host_read_only: Vec<String>,
 }
 
 /// The seccomp policies the agent knows by name.

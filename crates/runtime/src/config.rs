@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use sandkasten_types::GvisorSettings;
+use sandkasten_types::{GvisorSettings, MicrovmSettings};
 
 /// Where the runtime keeps state and which host resources it may use.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +17,8 @@ pub struct RuntimeConfig {
     pub host_id_base: u32,
     /// How the gvisor tier runs runsc (binary, platform).
     pub gvisor: GvisorSettings,
+    /// How the microvm tier runs its VMs (QEMU, guest kernel and images, acceleration).
+    pub microvm: MicrovmSettings,
     /// The agent executable every sandbox runs as its init (`PATH agent`). Default: this process's own executable
     /// (the `sandkasten` binary, whose `agent` subcommand is the agent).
     pub agent_program: Option<PathBuf>,
@@ -29,6 +31,7 @@ impl Default for RuntimeConfig {
             cgroup_parent: "sandkasten".to_owned(),
             host_id_base: 1_000_000_000,
             gvisor: GvisorSettings::default(),
+            microvm: MicrovmSettings::default(),
             agent_program: None,
         }
     }

@@ -27,6 +27,7 @@ pub fn collect(config: &RuntimeConfig, hierarchy: &Hierarchy) -> Result<GcReport
     // listed here that belongs to a live sandbox has its record in the listing below.
     let cgroups = hierarchy.list(&config.cgroup_parent)?;
     let gvisor_candidates = crate::backend::gvisor::leftover_candidates(config);
+    let microvm_candidates = crate::backend::microvm::leftover_candidates(config);
     let mut report = GcReport::default();
     let mut described = BTreeSet::new();
     let mut live = BTreeSet::new();
@@ -60,6 +61,12 @@ pub fn collect(config: &RuntimeConfig, hierarchy: &Hierarchy) -> Result<GcReport
     }
     // gVisor sandboxes also leave runsc state and a bundle; their processes died with their cgroups above.
     for id in crate::backend::gvisor::remove_leftovers(config, gvisor_candidates, &|id| live.contains(id)) {
+        if !report.removed.contains(&id) {
+            report.removed.push(id);
+        }
+    }
+    // microVM sandboxes leave their directory (disk, logs); their VMMs died with their cgroups above.
+    for id in crate::backend::microvm::remove_leftovers(config, microvm_candidates, &|id| live.contains(id)) {
         if !report.removed.contains(&id) {
             report.removed.push(id);
         }

@@ -8,6 +8,7 @@ use sandkasten_cgroups::{Cgroup, CgroupLimits, Usage};
 use sandkasten_types::Tier;
 
 use crate::backend::gvisor::GvisorFiles;
+use crate::backend::microvm::MicrovmFiles;
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
 use crate::id_ranges::IdRange;
@@ -28,6 +29,8 @@ pub(crate) struct SandboxGuard {
     pub(crate) init_pid: Option<u32>,
     /// The gVisor sandbox's bundle and runsc state (gvisor tier only), removed after its processes.
     pub(crate) gvisor: Option<GvisorFiles>,
+    /// The microVM sandbox's directory (disk, console, VMM log; microvm tier only), removed after its VMM.
+    pub(crate) microvm: Option<MicrovmFiles>,
     /// The sandbox's host id range (process tier only), released after everything else.
     pub(crate) id_range: Option<IdRange>,
 }
@@ -53,6 +56,7 @@ impl SandboxGuard {
             earlier_usage: Usage::default(),
             init_pid: None,
             gvisor: None,
+            microvm: None,
             id_range,
         })
     }
@@ -105,6 +109,12 @@ impl SandboxGuard {
                 RuntimeError::sys_owned(format!("removing the gVisor bundle {}", files.bundle.display()), e)
             })?;
             self.gvisor = None;
+        }
+        if let Some(files) = &self.microvm {
+            files.remove().map_err(|e| {
+                RuntimeError::sys_owned(format!("removing the microVM's files {}", files.dir.display()), e)
+            })?;
+            self.microvm = None;
         }
         if let Some(cgroup) = &self.cgroup {
             cgroup.clone().remove()?;

@@ -189,6 +189,9 @@ pub fn agent_plan(spec: &SandboxSpec, run_plan: RunPlan, oom_score_adj: i32) -> 
     let home = user_of(spec.template).home;
     let tier = spec.tier();
     let gvisor = tier == Tier::Gvisor;
+    // Where the host's cgroup cannot count the sandbox's processes (the Sentry's threads; a guest kernel's), the
+    // agent limits them with RLIMIT_NPROC.
+    let counted_inside = matches!(tier, Tier::Gvisor | Tier::Microvm);
     AgentPlan {
         tier,
         home: home.to_owned(),
@@ -197,7 +200,7 @@ pub fn agent_plan(spec: &SandboxSpec, run_plan: RunPlan, oom_score_adj: i32) -> 
         env: run_plan.env,
         disk_bytes: spec.limits.disk_bytes,
         // The agent counts as one of the sandbox's processes, as in the process tier's pids cgroup.
-        processes: gvisor.then_some(spec.limits.pids.saturating_sub(1).max(1)),
+        processes: counted_inside.then_some(spec.limits.pids.saturating_sub(1).max(1)),
         // `/dev/pts`: the sandbox's own terminals (a program may reopen its terminal or open new ones via `/dev/ptmx`).
         writable_dirs: [home, "/tmp", "/dev/shm", "/dev/pts"].map(str::to_owned).to_vec(),
         writable_files: ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"].map(str::to_owned).to_vec(),
@@ -207,6 +210,7 @@ pub fn agent_plan(spec: &SandboxSpec, run_plan: RunPlan, oom_score_adj: i32) -> 
         // Where the host cannot listen inside (gVisor's network stack is the Sentry's), the agent opens the door.
         door: gvisor
             .then(|| DoorPlan { port: PROXY_PORT, socket: crate::backend::gvisor::DOOR_SOCKET_INSIDE.to_owned() }),
+        vmm: None,
     }
 }
 

@@ -12,7 +12,7 @@
 //! max_retained_output_bytes = 67108864            # command output the server holds for one sandbox at once
 //!
 //! [defaults]                                      # what a request that does not say gets
-//! isolation = "gvisor"                            # tier of creates naming none: "process" (default) or "gvisor"
+//! isolation = "gvisor"                            # tier of creates naming none: "process" (default), "gvisor", "microvm"
 //!
 //! [[tenants]]
 //! name = "acme"
@@ -50,6 +50,11 @@
 //! days = 7                                        # ended sandboxes, commands, egress events older are removed
 //! max_ended_sandboxes = 100000                    # and the oldest ended sandboxes beyond this many
 //!
+//! [microvm]                                       # the microvm tier (scripts/setup-microvm.sh builds its images)
+//! dir = "/var/lib/sandkasten/microvm"              # guest kernel, initramfs, root image; agent disks cached here
+//! qemu = "qemu-system-x86_64"                      # a path, or a name on PATH
+//! accel = "auto"                                   # "auto" (TCG unless set to "kvm"), "kvm" or "tcg"
+//! allow_emulation = true                           # false: refuse software emulation
 //! [egress]                                        # the egress proxy (sandboxes with a network policy other than none)
 //! hosts = { "allowed.test" = ["10.200.1.2"] }     # static resolver entries (air-gapped setups, tests)
 //!                                                 # (names only in /etc/hosts: list them here; the proxy

@@ -67,6 +67,8 @@ pub struct Command {
     pub(super) exit: Option<ExitStatus>,
     pub(super) exited_at_ns: u64,
     pub(super) killed_by_timeout: bool,
+    /// The guest kernel's OOM kills when it started (a microVM's agent only: `guest_oom`).
+    pub(super) oom_kills_at_start: Option<u64>,
     /// It runs on a pseudo-terminal: `stdout` reads its master, `stdin` writes it, there is no `stderr`.
     pub(super) terminal: bool,
 }
@@ -82,14 +84,25 @@ impl Command {
     pub fn command_exit(&self, disk_full: bool) -> CommandExit {
         let status = self.exit.unwrap_or(ExitStatus { exit_code: None, signal: Some(libc::SIGKILL) });
         let timed_out = self.killed_by_timeout && status.signal.is_some();
+        let oom_killed =
+            self.oom_kills_at_start.zip(super::guest_oom::count()).is_some_and(|(at_start, now)| now > at_start);
         let limit = if timed_out {
             Some(LimitKind::Time)
+        } else if oom_killed {
+            Some(LimitKind::Memory)
         } else if disk_full || status.signal == Some(libc::SIGXFSZ) {
             Some(LimitKind::Disk)
         } else {
             None
         };
-        CommandExit { exit_code: status.exit_code, signal: status.signal, timed_out, limit, ..CommandExit::default() }
+        CommandExit {
+            exit_code: status.exit_code,
+            signal: status.signal,
+            timed_out,
+            oom_killed,
+            limit,
+            ..CommandExit::default()
+        }
     }
 
     fn kill_group(&self, signal: Signal) -> Result<(), Errno> {
@@ -221,6 +234,7 @@ impl Commands {
                 exit: None,
                 exited_at_ns: 0,
                 killed_by_timeout: false,
+                oom_kills_at_start: super::guest_oom::count(),
                 terminal,
             },
         );

@@ -15,6 +15,7 @@ mod disk;
 mod errors;
 mod event_loop;
 mod files;
+pub(crate) mod guest_oom;
 mod launcher;
 pub(crate) mod output;
 mod paths;

@@ -7,6 +7,7 @@ mod host;
 mod kernel;
 mod kvm;
 mod kvm_probe;
+mod microvm;
 mod namespaces;
 mod report;
 mod tiers;
@@ -47,7 +48,7 @@ fn collect() -> Report {
         kernel::filesystems(),
     ];
     checks.extend(gvisor::checks());
-    checks.extend([kvm::device(), kvm::speed()]);
+    checks.extend([microvm::qemu(), microvm::boot_files(), kvm::device(), kvm::speed()]);
     let tiers = tiers::summarize(&checks);
     Report { checks, tiers }
 }
@@ -69,7 +70,7 @@ mod tests {
         let json = String::from_utf8_lossy(&out);
         let value: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
         let checks = value["checks"].as_array().cloned().unwrap_or_default();
-        assert_eq!(checks.len(), 10, "{json}");
+        assert_eq!(checks.len(), 12, "{json}");
         for check in &checks {
             assert!(check["name"].is_string() && check["detail"].is_string(), "{check}");
             if check["status"] != "ok" {

@@ -50,6 +50,10 @@ pub enum CheckId {
     Runsc,
     /// `runsc` starts a sandbox (`runsc do /bin/true`).
     RunscStart,
+    /// QEMU (`qemu-system-x86_64`) is installed and answers `--version`.
+    Qemu,
+    /// The microvm tier's guest kernel, initramfs and root image are in `[microvm] dir`.
+    MicrovmBoot,
     /// `/dev/kvm` exists and opens read-write.
     KvmDevice,
     /// KVM runs guest code at hardware speed.
@@ -68,6 +72,8 @@ impl CheckId {
             CheckId::Filesystems => "tmpfs/overlay",
             CheckId::Runsc => "runsc (gvisor)",
             CheckId::RunscStart => "runsc start",
+            CheckId::Qemu => "qemu (microvm)",
+            CheckId::MicrovmBoot => "microvm images",
             CheckId::KvmDevice => "kvm device",
             CheckId::KvmSpeed => "kvm speed",
         }

@@ -11,7 +11,7 @@ pub enum Tier {
     Process,
     /// gVisor's `runsc`.
     Gvisor,
-    /// A KVM microVM.
+    /// A guest kernel in QEMU (KVM where it runs at hardware speed, else software emulation).
     Microvm,
 }
 
@@ -41,7 +41,8 @@ impl Tier {
                 CheckId::Filesystems,
             ],
             Tier::Gvisor => &[CheckId::Runsc, CheckId::RunscStart],
-            Tier::Microvm => &[CheckId::KvmDevice, CheckId::KvmSpeed],
+            // KVM is not required: without it at hardware speed guests run under software emulation (TCG).
+            Tier::Microvm => &[CheckId::Qemu, CheckId::MicrovmBoot],
         }
     }
 }
@@ -81,6 +82,18 @@ fn summarize_tier(tier: Tier, checks: &[Check]) -> TierSummary {
     }
     if !failed.is_empty() {
         TierSummary { usable: false, reason: format!("failed: {}", failed.join(", ")) }
+    } else if tier == Tier::Microvm {
+        let kvm_at_speed = [CheckId::KvmDevice, CheckId::KvmSpeed]
+            .iter()
+            .all(|id| checks.iter().any(|check| check.id == *id && check.status == Status::Ok));
+        let accel = if kvm_at_speed {
+            "KVM at hardware speed: set [microvm] accel = \"kvm\""
+        } else {
+            "software emulation: isolation as strong, guests much slower; KVM is not usable at hardware speed here"
+        };
+        let warnings =
+            if warned.is_empty() { String::new() } else { format!("; with warnings: {}", warned.join(", ")) };
+        TierSummary { usable: true, reason: format!("{accel}{warnings}") }
     } else if !warned.is_empty() {
         TierSummary { usable: true, reason: format!("with warnings: {}", warned.join(", ")) }
     } else {
@@ -102,6 +115,8 @@ mod tests {
             CheckId::Filesystems,
             CheckId::Runsc,
             CheckId::RunscStart,
+            CheckId::Qemu,
+            CheckId::MicrovmBoot,
             CheckId::KvmDevice,
             CheckId::KvmSpeed,
         ]
@@ -121,10 +136,25 @@ mod tests {
     #[test]
     fn every_tier_is_usable_when_every_check_passes() {
         let tiers = summarize(&all_ok());
-        for tier in Tier::ALL {
+        for tier in [Tier::Process, Tier::Gvisor] {
             assert!(tiers.get(tier).usable, "{}", tier.name());
             assert_eq!(tiers.get(tier).reason, "all requirements met");
         }
+        assert!(tiers.microvm.usable);
+        assert!(tiers.microvm.reason.starts_with("KVM at hardware speed"), "{}", tiers.microvm.reason);
+    }
+
+    #[test]
+    fn the_microvm_tier_runs_under_emulation_without_fast_kvm_and_not_at_all_without_qemu() {
+        let mut checks = all_ok();
+        replace(&mut checks, Check::fail(CheckId::KvmSpeed, "3 ms per exit", "use bare metal"));
+        let tiers = summarize(&checks);
+        assert!(tiers.microvm.usable);
+        assert!(tiers.microvm.reason.starts_with("software emulation"), "{}", tiers.microvm.reason);
+        replace(&mut checks, Check::fail(CheckId::Qemu, "not found", "install it"));
+        let tiers = summarize(&checks);
+        assert!(!tiers.microvm.usable);
+        assert_eq!(tiers.microvm.reason, "failed: qemu (microvm)");
     }
 
     #[test]
@@ -141,13 +171,13 @@ mod tests {
         let mut checks = all_ok();
         replace(&mut checks, Check::fail(CheckId::Root, "uid 1000", "run as root"));
         replace(&mut checks, Check::fail(CheckId::Cgroups, "read-only", "run as root"));
-        replace(&mut checks, Check::fail(CheckId::KvmSpeed, "3 ms per exit", "use bare metal"));
+        replace(&mut checks, Check::fail(CheckId::MicrovmBoot, "no rootfs.ext4", "run setup"));
         let tiers = summarize(&checks);
         assert!(!tiers.process.usable);
         assert_eq!(tiers.process.reason, "failed: root, cgroups");
         assert!(tiers.gvisor.usable);
         assert!(!tiers.microvm.usable);
-        assert_eq!(tiers.microvm.reason, "failed: kvm speed");
+        assert_eq!(tiers.microvm.reason, "failed: microvm images");
     }
 
     #[test]

@@ -5,6 +5,8 @@
 
 #![allow(dead_code, unsafe_code, clippy::unwrap_used, clippy::expect_used)]
 
+#[macro_use]
+pub mod microvm;
 pub mod venvs;
 
 use std::collections::BTreeSet;

@@ -6,11 +6,13 @@
 //! same for every tier (kill the cgroup, reap, read usage, release: `SandboxGuard`). Everything above the seam
 //! (commands, files, code contexts, pools, the server) speaks the agent protocol and is written once for all tiers.
 //!
-//! One folder per tier: `process/` (namespaces + pivot_root + seccomp + landlock + cgroups) and `gvisor/` (runsc).
+//! One folder per tier: `process/` (namespaces + pivot_root + seccomp + landlock + cgroups), `gvisor/` (runsc) and
+//! `microvm/` (a guest kernel in QEMU, the VMM itself in a process-tier jail).
 //! `runner` runs one-shot executions on either; `oneshot` is that run over the agent protocol (spawn → uploads → exec
 //! → destroy), the same protocol long-lived sandboxes speak.
 
 pub mod gvisor;
+pub(crate) mod microvm;
 pub(crate) mod oneshot;
 pub(crate) mod process;
 pub mod runner;
@@ -91,6 +93,18 @@ pub(crate) trait TierBackend {
     }
 }
 
+/// A tier's helper program (runsc, QEMU): `program` itself when it is a path, else the first executable of that
+/// name on this process's PATH (what the availability check and the start both use, so they cannot disagree).
+pub(crate) fn resolve_program(program: &Path) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |path: &Path| path.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if program.components().count() > 1 {
+        return executable(program).then(|| program.to_path_buf());
+    }
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths).map(|dir| dir.join(program)).find(|candidate| executable(candidate))
+}
+
 /// Why a tier cannot snapshot a sandbox's memory.
 pub(crate) fn no_memory_snapshots(tier: Tier) -> RuntimeError {
     RuntimeError::InvalidInput(format!(
@@ -130,16 +144,33 @@ pub(crate) fn wait_until_serving(channel: &mut UnixStream) -> Result<(), NotServ
     }
 }
 
+/// Every tier's backend, as one owner sees them.
+pub(crate) struct Tiers<'a> {
+    pub(crate) process: process::ProcessTier<'a>,
+    pub(crate) gvisor: gvisor::GvisorTier<'a>,
+    pub(crate) microvm: microvm::MicrovmTier<'a>,
+}
+
+impl<'a> Tiers<'a> {
+    /// The tiers of `launcher`'s owner; gVisor sandboxes get `launcher` to restore into when `pausing`.
+    pub(crate) fn new(launcher: process::launch::Launcher<'a>, pausing: bool) -> Tiers<'a> {
+        let agent = launcher.agent.path.as_path();
+        let gvisor = gvisor::GvisorTier::new(launcher.config, agent);
+        Tiers {
+            process: process::ProcessTier { launcher },
+            gvisor: if pausing { gvisor.pausing(launcher) } else { gvisor },
+            microvm: microvm::MicrovmTier::new(launcher, agent),
+        }
+    }
+}
+
 /// The tier backend for `tier`, or why it cannot be used.
-pub(crate) fn backend_for<'a>(
-    tier: Tier,
-    process: &'a process::ProcessTier<'a>,
-    gvisor: &'a gvisor::GvisorTier<'a>,
-) -> Result<&'a dyn TierBackend, RuntimeError> {
+pub(crate) fn backend_for<'a>(tier: Tier, tiers: &'a Tiers<'a>) -> Result<&'a dyn TierBackend, RuntimeError> {
     let backend: &dyn TierBackend = match tier {
-        Tier::Process => process,
-        Tier::Gvisor => gvisor,
-        Tier::Microvm | Tier::Auto => {
+        Tier::Process => &tiers.process,
+        Tier::Gvisor => &tiers.gvisor,
+        Tier::Microvm => &tiers.microvm,
+        Tier::Auto => {
             let reason = tier.unavailable_reason().unwrap_or("this tier is not available");
             return Err(RuntimeError::InvalidInput(reason.to_owned()));
         }
@@ -158,7 +189,6 @@ mod tests {
     #[test]
     fn tiers_that_are_not_built_yet_are_refused_with_their_reason_and_hooks_say_not_supported() {
         let config = RuntimeConfig::default();
-        let gvisor = gvisor::GvisorTier::new(&config, std::path::Path::new("/nonexistent"));
         let hierarchy = sandkasten_cgroups::Hierarchy::detect();
         let Ok(hierarchy) = hierarchy else { return };
         let Ok(agent) = process::launch::AgentBinary::open(&RuntimeConfig {
@@ -167,14 +197,11 @@ mod tests {
         }) else {
             return;
         };
-        let process = process::ProcessTier {
-            launcher: process::launch::Launcher { config: &config, hierarchy: &hierarchy, agent: &agent },
-        };
-        for tier in [Tier::Microvm, Tier::Auto] {
-            let refused = backend_for(tier, &process, &gvisor).err().map(|e| e.to_string()).unwrap_or_default();
-            assert!(refused.contains("not available yet"), "{tier}: {refused}");
-        }
-        assert_eq!(backend_for(Tier::Process, &process, &gvisor).map(|b| b.tier()).ok(), Some(Tier::Process));
+        let launcher = process::launch::Launcher { config: &config, hierarchy: &hierarchy, agent: &agent };
+        let tiers = Tiers::new(launcher, false);
+        let refused = backend_for(Tier::Auto, &tiers).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(refused.contains("not available yet"), "auto: {refused}");
+        assert_eq!(backend_for(Tier::Process, &tiers).map(|b| b.tier()).ok(), Some(Tier::Process));
         let hook = not_supported(Tier::Gvisor, "pause").to_string();
         assert!(hook.contains("pause is not supported by the gvisor tier"), "{hook}");
     }

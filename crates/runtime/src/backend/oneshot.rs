@@ -366,8 +366,10 @@ fn result(id: String, end: End, observed: Observed, usage: Usage, memory_limit: 
     };
     // gVisor's memory is the Sentry's: when the cgroup's limit is hit the host may kill the whole sandbox rather
     // than one process, which shows as the sandbox dying with the limit's failures counted.
+    // A microVM's guest kernel kills inside the VM: its agent says so.
+    let guest_oom = matches!(&end, End::Exited(exit) if exit.oom_killed);
     result.oom_killed =
-        usage.oom_kills > 0 || (died && usage.memory_peak_bytes.saturating_add(1 << 20) >= memory_limit);
+        guest_oom || usage.oom_kills > 0 || (died && usage.memory_peak_bytes.saturating_add(1 << 20) >= memory_limit);
     match end {
         End::Exited(exit) => {
             result.exit_code = exit.exit_code;

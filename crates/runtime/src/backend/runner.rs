@@ -8,10 +8,8 @@ use sandkasten_cgroups::Hierarchy;
 use sandkasten_jail::seccomp::SandboxFilter;
 use sandkasten_types::{ExecRequest, ExecResult, SandboxSpec};
 
-use super::gvisor::GvisorTier;
-use super::process::ProcessTier;
 use super::process::launch::{AgentBinary, Launcher};
-use super::{backend_for, oneshot};
+use super::{Tiers, backend_for, oneshot};
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
 use crate::gc;
@@ -88,9 +86,8 @@ impl OneShotRunner {
         started_ns: u64,
     ) -> Result<ExecResult, RuntimeError> {
         let launcher = Launcher { config: &self.config, hierarchy: &self.hierarchy, agent: &self.agent };
-        let process = ProcessTier { launcher };
-        let gvisor = GvisorTier::new(&self.config, &self.agent.path);
-        let backend = backend_for(spec.tier(), &process, &gvisor)?;
+        let tiers = Tiers::new(launcher, false);
+        let backend = backend_for(spec.tier(), &tiers)?;
         self.collect_stale();
         let result = oneshot::run(spec, request, stdin, sink, started_ns, &launcher, backend);
         // The shared parent goes when the last sandbox does (ENOTEMPTY while others run: fine).

@@ -32,7 +32,8 @@ impl Counters {
 
 /// Completes `exit` from the sandbox's cgroup counters taken when the command started (`before`) and ended.
 pub(crate) fn annotate(exit: &mut CommandExit, before: &Usage, after: &Usage) {
-    exit.oom_killed = after.oom_kills > before.oom_kills;
+    // A microVM's agent reports its guest kernel's OOM kills itself; the host's cgroup sees the others.
+    exit.oom_killed |= after.oom_kills > before.oom_kills;
     let pids_hit = after.pids_limit_hits > before.pids_limit_hits;
     exit.limit = match exit.limit {
         Some(LimitKind::Time) => Some(LimitKind::Time),

@@ -87,7 +87,7 @@ impl LiveRuntime {
                 lost.extend(gone);
             }
         });
-        let spawner = Supervisor::start(program.to_owned(), config.gvisor.clone(), on_event)?;
+        let spawner = Supervisor::start(program.to_owned(), config.gvisor.clone(), config.microvm.clone(), on_event)?;
         let hierarchy = Hierarchy::detect().ok();
         Ok(LiveRuntime { config, hierarchy, spawner, agents, lost, contexts, commands })
     }
@@ -352,6 +352,12 @@ impl LiveRuntime {
         Some(match tier {
             // The Sentry's network stack is its own: the agent bridges the port to this socket instead.
             Tier::Gvisor => listen_on_door_socket(&self.config, id),
+            // The guest has no network device; its door (a second virtio-serial port) is not built yet.
+            Tier::Microvm => Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "egress from microVM sandboxes is not available yet: create the sandbox without a network policy, \
+                 or on the process or gvisor tier",
+            )),
             _ => crate::backend::process::netns_listener::listen_in_netns(pidfd.as_fd(), port).map(Entrance::Tcp),
         })
     }
@@ -360,6 +366,12 @@ impl LiveRuntime {
     /// so a runsc removed or installed while the server runs is a 422 saying so, not a failed start.
     pub(super) fn runsc_missing(&self) -> Option<String> {
         (!gvisor::runsc_installed(&self.config)).then(|| gvisor::runsc_missing(&self.config))
+    }
+
+    /// Why microVM sandboxes cannot start here (QEMU or the boot files missing, emulation forbidden), looked up on
+    /// every request like `runsc_missing`.
+    pub(super) fn microvm_unusable(&self) -> Option<String> {
+        crate::backend::microvm::unusable(&self.config.microvm)
     }
 
     pub(super) fn contexts(&self) -> &Contexts {

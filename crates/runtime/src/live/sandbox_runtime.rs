@@ -31,10 +31,11 @@ impl SandboxRuntime for LiveRuntime {
         if let Some(reason) = tier.unavailable_reason() {
             return Some(reason.to_owned());
         }
-        if tier == Tier::Gvisor {
-            return self.runsc_missing();
+        match tier {
+            Tier::Gvisor => self.runsc_missing(),
+            Tier::Microvm => self.microvm_unusable(),
+            _ => None,
         }
-        None
     }
 
     fn unhealthy(&self) -> Option<String> {

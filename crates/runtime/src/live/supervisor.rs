@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
-use sandkasten_types::GvisorSettings;
+use sandkasten_types::{GvisorSettings, MicrovmSettings};
 
 use crate::error::RuntimeError;
 use crate::spawner::{SpawnerClient, SpawnerEvent};
@@ -23,6 +23,7 @@ const LAST_RETRY: Duration = Duration::from_secs(5);
 pub(super) struct Supervisor {
     program: PathBuf,
     gvisor: GvisorSettings,
+    microvm: MicrovmSettings,
     on_event: EventHandler,
     current: RwLock<Option<Arc<SpawnerClient>>>,
     down: Mutex<Option<String>>,
@@ -38,11 +39,13 @@ impl Supervisor {
     pub(super) fn start(
         program: PathBuf,
         gvisor: GvisorSettings,
+        microvm: MicrovmSettings,
         on_event: EventHandler,
     ) -> Result<Arc<Supervisor>, RuntimeError> {
         let supervisor = Arc::new(Supervisor {
             program,
             gvisor,
+            microvm,
             on_event,
             current: RwLock::new(None),
             down: Mutex::new(None),
@@ -57,7 +60,7 @@ impl Supervisor {
 
     fn launch(self: &Arc<Self>) -> Result<Arc<SpawnerClient>, RuntimeError> {
         let me: Weak<Supervisor> = Arc::downgrade(self);
-        let client = SpawnerClient::start(&self.program, &self.gvisor, move |event| {
+        let client = SpawnerClient::start(&self.program, &self.gvisor, &self.microvm, move |event| {
             if let Some(supervisor) = me.upgrade() {
                 supervisor.event(event);
             }

@@ -8,7 +8,7 @@ use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sandkasten_types::{GvisorSettings, ResourceUsage, SandboxSpec};
+use sandkasten_types::{GvisorSettings, MicrovmSettings, ResourceUsage, SandboxSpec};
 
 use super::messages::{SpawnerRequest, SpawnerResponse};
 use super::transport::{packet_pair, receive, send};
@@ -65,10 +65,12 @@ pub struct SpawnerClient {
 }
 
 impl SpawnerClient {
-    /// Starts `program spawner --runsc … --gvisor-platform …` (normally the `sandkasten` binary itself) and a thread reading its messages.
+    /// Starts `program spawner --runsc … --gvisor-platform … --microvm JSON` (normally the `sandkasten` binary
+    /// itself) and a thread reading its messages.
     pub fn start(
         program: &Path,
         gvisor: &GvisorSettings,
+        microvm: &MicrovmSettings,
         on_event: impl Fn(SpawnerEvent) + Send + 'static,
     ) -> Result<SpawnerClient, RuntimeError> {
         let (ours, theirs) = packet_pair()?;
@@ -77,6 +79,8 @@ impl SpawnerClient {
             .arg("--runsc")
             .arg(&gvisor.runsc)
             .args(["--gvisor-platform", gvisor.platform.name()])
+            .arg("--microvm")
+            .arg(serde_json::to_string(microvm).map_err(|e| RuntimeError::InvalidInput(e.to_string()))?)
             .stdin(Stdio::from(theirs))
             .stdout(Stdio::null())
             .spawn()

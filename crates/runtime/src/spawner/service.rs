@@ -12,10 +12,8 @@ use sandkasten_types::ResourceUsage;
 
 use super::messages::{SpawnerRequest, SpawnerResponse};
 use super::transport::{receive, send};
-use crate::backend::backend_for;
-use crate::backend::gvisor::GvisorTier;
-use crate::backend::process::ProcessTier;
 use crate::backend::process::launch::{self, AgentBinary, Launcher};
+use crate::backend::{Tiers, backend_for};
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
 use crate::guard::SandboxGuard;
@@ -234,9 +232,8 @@ impl Spawner {
         let run_plan = plan::plan_live(spec)?;
         let files = run_plan.files.clone();
         let agent_plan = plan::agent_plan(spec, run_plan, launch::own_oom_score_adj());
-        let process = ProcessTier { launcher };
-        let gvisor = GvisorTier::new(&self.config, &self.agent.path);
-        let backend = backend_for(spec.tier(), &process, &gvisor)?;
+        let tiers = Tiers::new(launcher, false);
+        let backend = backend_for(spec.tier(), &tiers)?;
         if memory.is_some() {
             // Refused before anything exists.
             backend.memory_snapshot_supported()?;
@@ -258,9 +255,8 @@ impl Spawner {
         f: impl FnOnce(&dyn crate::backend::TierBackend) -> Result<T, RuntimeError>,
     ) -> Result<T, RuntimeError> {
         let launcher = Launcher { config: &self.config, hierarchy: &self.hierarchy, agent: &self.agent };
-        let process = ProcessTier { launcher };
-        let gvisor = GvisorTier::new(&self.config, &self.agent.path).pausing(launcher);
-        f(backend_for(tier, &process, &gvisor)?)
+        let tiers = Tiers::new(launcher, true);
+        f(backend_for(tier, &tiers)?)
     }
 
     fn destroy(&self, id: String, mut guard: SandboxGuard) -> SpawnerResponse {

@@ -16,7 +16,10 @@ use utoipa::ToSchema;
 ///   confined by a tight seccomp filter, so the code reaches only a few dozen host syscalls; gVisor's own network
 ///   stack (loopback only; egress through the proxy as on `process`). No KVM needed. Costs a slower start (about
 ///   0.15 s more), some memory per sandbox, and slower syscall-heavy code (file I/O, many small processes).
-/// - `microvm`: a guest kernel of its own in a jailed VMM. Not available yet (422 `tier_unavailable`).
+/// - `microvm`: a guest kernel of its own (Debian's cloud kernel) in QEMU's `microvm` machine, the VMM itself in a
+///   process-tier jail; no network device in the guest. A kernel exploit reaches only the guest. Costs a VM boot per
+///   sandbox (seconds under software emulation, where the host has no usable KVM) and the guest's RAM. Egress,
+///   pauses, snapshots and pools are not available on it yet.
 /// - `auto`: chosen per sandbox by the server. Not available yet (422 `tier_unavailable`).
 #[allow(dead_code)] // a schema only: fields are `Tier`s
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
@@ -27,7 +30,7 @@ pub enum IsolationName {
     Process,
     /// gVisor: a user-space kernel between the code and the host's.
     Gvisor,
-    /// A guest kernel in a VMM (not available yet).
+    /// A guest kernel in a jailed VMM.
     Microvm,
     /// Chosen by the server (not available yet).
     Auto,

@@ -70,6 +70,10 @@ pub struct ServerConfig {
     /// How the gvisor tier runs runsc: `[gvisor] runsc = "/usr/bin/runsc"`, `platform = "systrap"` (or `"ptrace"`).
     #[serde(default)]
     pub gvisor: sandkasten_types::GvisorSettings,
+    /// How the microvm tier runs its VMs: `[microvm] dir = "/var/lib/sandkasten/microvm"` (kernel, initramfs, root
+    /// image from scripts/setup-microvm.sh), `qemu`, `accel = "auto" | "kvm" | "tcg"`, `allow_emulation`.
+    #[serde(default)]
+    pub microvm: sandkasten_types::MicrovmSettings,
     /// The `/metrics` endpoint (`[metrics] require_auth = true`).
     #[serde(default)]
     pub metrics: MetricsConfig,
@@ -139,6 +143,7 @@ impl Default for ServerConfig {
             retention: RetentionConfig::default(),
             egress: sandkasten_egress::EgressConfig::default(),
             gvisor: sandkasten_types::GvisorSettings::default(),
+            microvm: sandkasten_types::MicrovmSettings::default(),
             secrets: SecretsConfig::default(),
             snapshots: SnapshotsConfig::default(),
             scan: ScanPolicy::default(),
@@ -384,7 +389,7 @@ mod tests {
         same.pools[1].isolation = Some(Tier::Gvisor);
         let message = same.validate().map_err(|e| e.to_string()).err().unwrap_or_default();
         assert!(message.contains("same isolation, template and limits"), "{message}");
-        for tier in [Tier::Microvm, Tier::Auto] {
+        for tier in [Tier::Auto] {
             let mut bad = config.clone();
             bad.defaults.isolation = tier;
             let message = bad.validate().map_err(|e| e.to_string()).err().unwrap_or_default();

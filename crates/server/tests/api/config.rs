@@ -66,9 +66,9 @@ async fn an_admin_sees_the_effective_config_without_any_secret() {
     let tiers = body["tiers"].as_array().unwrap();
     assert_eq!(tiers[0]["tier"], "process");
     assert_eq!(tiers[0]["available"], true);
-    let microvm = tiers.iter().find(|tier| tier["tier"] == "microvm").unwrap();
-    assert_eq!(microvm["available"], false);
-    assert!(microvm["reason"].as_str().is_some_and(|reason| !reason.is_empty()), "{body}");
+    let auto = tiers.iter().find(|tier| tier["tier"] == "auto").unwrap();
+    assert_eq!(auto["available"], false);
+    assert!(auto["reason"].as_str().is_some_and(|reason| !reason.is_empty()), "{body}");
 }
 
 #[tokio::test]

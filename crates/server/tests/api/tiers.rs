@@ -57,7 +57,7 @@ async fn a_misspelt_tier_is_422_naming_the_allowed_values() {
 #[tokio::test]
 async fn tiers_this_build_cannot_run_are_refused_with_the_reason() {
     let h = Harness::new();
-    for tier in [Tier::Microvm, Tier::Auto] {
+    for tier in [Tier::Auto] {
         for (uri, body) in
             [("/v1/sandboxes", json!({"isolation": tier})), ("/v1/run", json!({"isolation": tier, "cmd": "ls"}))]
         {

@@ -50,14 +50,7 @@ pub(crate) fn runsc_root(config: &RuntimeConfig) -> PathBuf {
 /// The runsc to run: the configured path, or the configured name found on this process's PATH (the one the
 /// availability check and the start both use, so they cannot disagree).
 pub(crate) fn resolve_runsc(config: &RuntimeConfig) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let program = &config.gvisor.runsc;
-    let executable = |path: &Path| path.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
-    if program.components().count() > 1 {
-        return executable(program).then(|| program.clone());
-    }
-    let paths = std::env::var_os("PATH")?;
-    std::env::split_paths(&paths).map(|dir| dir.join(program)).find(|candidate| executable(candidate))
+    super::resolve_program(&config.gvisor.runsc)
 }
 
 /// Whether the configured runsc can be found (see `resolve_runsc`).

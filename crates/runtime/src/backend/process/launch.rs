@@ -63,10 +63,19 @@ fn cgroup_limits(spec: &SandboxSpec) -> CgroupLimits {
     const PERIOD_US: u64 = 100_000;
     let host_pids = match spec.tier() {
         sandkasten_types::Tier::Gvisor => spec.limits.pids.saturating_add(GVISOR_PIDS_HEADROOM),
+        // The guest's processes are the guest kernel's; on the host there are the VMM's threads only.
+        sandkasten_types::Tier::Microvm => crate::backend::microvm::VMM_HOST_TASKS,
         _ => spec.limits.pids,
     };
+    let memory_bytes = match spec.tier() {
+        // The guest's RAM is the memory limit; the VMM's own memory comes on top, bounded too.
+        sandkasten_types::Tier::Microvm => {
+            spec.limits.memory_bytes.saturating_add(crate::backend::microvm::VMM_OVERHEAD_BYTES)
+        }
+        _ => spec.limits.memory_bytes,
+    };
     CgroupLimits {
-        memory_bytes: Some(spec.limits.memory_bytes),
+        memory_bytes: Some(memory_bytes),
         pids_max: Some(host_pids),
         cpu_quota_us: Some(((spec.limits.cpus * PERIOD_US as f64).round() as u64).max(1_000)),
         cpu_period_us: PERIOD_US,
@@ -123,7 +132,8 @@ impl Launcher<'_> {
     pub(crate) fn allocate(&self, id: &str, spec: &SandboxSpec) -> Result<SandboxGuard, RuntimeError> {
         // A process-tier sandbox maps its ids to a host range of its own (per-user kernel quotas are per sandbox).
         let id_range = match spec.tier() {
-            Tier::Process => {
+            // A microVM's VMM runs in a process-tier jail of its own, under the sandbox's host ids.
+            Tier::Process | Tier::Microvm => {
                 Some(IdRange::claim(&self.config.state_dir, &self.config.records_dir(), self.config.host_id_base)?)
             }
             _ => None,
@@ -149,6 +159,17 @@ impl Launcher<'_> {
     /// Clones the starter into new namespaces, which executes the agent with `plan`, and brings it to the point where
     /// it builds its root and serves (in the sandbox's cgroup).
     pub(crate) fn launch(&self, guard: &mut SandboxGuard, plan: &AgentPlan) -> Result<UnixStream, RuntimeError> {
+        self.launch_keeping(guard, plan, &[])
+    }
+
+    /// `launch`, with the descriptors in `keep` inherited by the agent (under the same numbers): what a VMM's jail
+    /// passes on to the VMM (`AgentPlan::vmm`).
+    pub(crate) fn launch_keeping(
+        &self,
+        guard: &mut SandboxGuard,
+        plan: &AgentPlan,
+        keep: &[RawFd],
+    ) -> Result<UnixStream, RuntimeError> {
         let (host_channel, agent_channel) = UnixStream::pair().map_err(|e| RuntimeError::sys("socketpair", e))?;
         let id_base = guard.id_range.as_ref().map_or(self.config.host_id_base, IdRange::base);
         let pid = match namespaces::clone_into_namespaces(id_base)? {
@@ -156,7 +177,13 @@ impl Launcher<'_> {
                 drop(host_channel);
                 // The starter keeps only its channel and the agent binary: nothing else the owner had open (its
                 // terminal, other sandboxes' channels in a spawner) may live on in here.
-                close_all_except(&[agent_channel.as_raw_fd(), self.agent.fd.as_raw_fd()]);
+                let mut kept = vec![agent_channel.as_raw_fd(), self.agent.fd.as_raw_fd()];
+                kept.extend_from_slice(keep);
+                close_all_except(&kept);
+                for fd in keep {
+                    // SAFETY: fcntl on a descriptor this child holds; the agent's execve must not close it.
+                    unsafe { libc::fcntl(*fd, libc::F_SETFD, 0) };
+                }
                 // A panic must never unwind into the owner's code in this copy of its memory (the guard's destructor
                 // would remove the sandbox from inside it): end the starter instead.
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

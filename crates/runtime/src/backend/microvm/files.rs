@@ -1,0 +1,77 @@
+//! The host files of one microVM sandbox: its directory under the state directory (`microvm/ID`) holding its
+//! writable disk, the guest's console log and the VMM's log. Removed when the sandbox is released (after the VMM is
+//! dead), and by `gc` for a crashed owner's sandboxes.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::RuntimeConfig;
+
+/// Where microVM sandboxes keep their directories.
+pub(crate) fn sandboxes_dir(config: &RuntimeConfig) -> PathBuf {
+    config.state_dir.join("microvm")
+}
+
+/// The directory of one microVM sandbox and the files in it.
+#[derive(Debug, Clone)]
+pub(crate) struct MicrovmFiles {
+    pub(crate) dir: PathBuf,
+}
+
+impl MicrovmFiles {
+    /// The files of sandbox `id` (nothing is created).
+    pub(crate) fn new(config: &RuntimeConfig, id: &str) -> MicrovmFiles {
+        MicrovmFiles { dir: sandboxes_dir(config).join(id) }
+    }
+
+    pub(crate) fn disk(&self) -> PathBuf {
+        self.dir.join("disk.ext4")
+    }
+
+    /// The guest's serial console: the kernel's messages and what the initramfs says when it fails.
+    pub(crate) fn console(&self) -> PathBuf {
+        self.dir.join("console.log")
+    }
+
+    /// QEMU's standard error.
+    pub(crate) fn vmm_log(&self) -> PathBuf {
+        self.dir.join("vmm.log")
+    }
+
+    /// Deletes the directory. Idempotent.
+    pub(crate) fn remove(&self) -> std::io::Result<()> {
+        match std::fs::remove_dir_all(&self.dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The last lines of a log, joined, or `None` when it says nothing.
+pub(crate) fn last_lines(path: &Path, count: usize) -> Option<String> {
+    let text = std::fs::read(path).ok()?;
+    let text = String::from_utf8_lossy(&text[text.len().saturating_sub(16 * 1024)..]).into_owned();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(|line| line.trim_matches(|c: char| c.is_control() || c == ' '))
+        .filter(|l| !l.is_empty())
+        .collect();
+    let tail = lines[lines.len().saturating_sub(count)..].join("; ");
+    (!tail.is_empty()).then_some(tail)
+}
+
+/// The sandboxes that have a directory now: listed before the records, so that a sandbox whose record is written
+/// after the listing (and whose directory comes after its record) is never among them.
+pub(crate) fn leftover_candidates(config: &RuntimeConfig) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(sandboxes_dir(config)) else { return Vec::new() };
+    entries.flatten().map(|entry| entry.file_name().to_string_lossy().into_owned()).collect()
+}
+
+/// Removes the directories of the `candidates` that `is_live` does not claim (a crashed owner's sandboxes; their
+/// VMMs died with their cgroups). Returns the ids removed.
+pub(crate) fn remove_leftovers(
+    config: &RuntimeConfig,
+    candidates: Vec<String>,
+    is_live: &dyn Fn(&str) -> bool,
+) -> Vec<String> {
+    candidates.into_iter().filter(|id| !is_live(id) && MicrovmFiles::new(config, id).remove().is_ok()).collect()
+}

@@ -1,0 +1,274 @@
+//! The `microvm` tier: each sandbox is a guest kernel of its own (Debian's cloud kernel) in QEMU's `microvm`
+//! machine, and the VMM itself runs in a process-tier jail: the launcher clones a process-tier sandbox (user, mount,
+//! pid, ipc, uts and network namespaces under the sandbox's unprivileged host ids, a root of read-only host system
+//! directories, the sandbox's cgroup sized for the guest's RAM plus `VMM_OVERHEAD_BYTES`), whose agent, once in the
+//! cgroup, becomes QEMU through the jail (no capabilities, no_new_privs, landlock, the sandbox seccomp filter; QEMU's
+//! own `-sandbox` filter on top) instead of serving (`AgentPlan::vmm`). QEMU is PID 1 of that jail, so killing the
+//! cgroup or the pid ends the VM; the VM's files reach it only as inherited descriptors (`qemu`).
+//!
+//! Inside, the initramfs loads the virtio modules, builds the root (an overlay over the template's read-only image)
+//! and starts the same agent as every tier on a virtio-serial port; the host speaks to it over a socketpair that QEMU
+//! bridges to that port. Steps: record → cgroup → disk → jail (`launch_keeping`) → QEMU → `GuestBooted` → plan →
+//! ready. The guest has no network device at all.
+
+mod files;
+mod images;
+mod qemu;
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use sandkasten_protocol::{AgentPlan, Envelope, Message, SeccompPolicy, VmmPlan, read_frame, write_frame};
+use sandkasten_types::{MicrovmAccel, SandboxFile, SandboxSpec, Tier};
+
+pub(crate) use files::MicrovmFiles;
+pub(crate) use files::{leftover_candidates, remove_leftovers};
+
+use super::{NotServing, TierBackend, wait_until_serving};
+use crate::backend::process::launch::Launcher;
+use crate::error::RuntimeError;
+use crate::guard::SandboxGuard;
+
+/// The VMM's own memory beside the guest's RAM: QEMU's code and heap, the translation cache of software emulation
+/// (`qemu::TCG_CACHE_MIB`), the device buffers. Charged to the sandbox's cgroup with the guest's RAM.
+pub(crate) const VMM_OVERHEAD_BYTES: u64 = 160 << 20;
+
+/// Host tasks of a microVM sandbox: QEMU's threads (one per vCPU, its I/O and RCU threads, the block layer's
+/// workers). The guest's own processes are counted by the guest kernel (`RLIMIT_NPROC` in the agent).
+pub(crate) const VMM_HOST_TASKS: u64 = 64;
+
+/// The smallest guest the cloud kernel and the agent run in.
+const MIN_GUEST_MEMORY: u64 = 128 << 20;
+
+/// How long a guest may take from QEMU's start to the agent's greeting. Software emulation on a busy host boots in
+/// seconds; a guest that says nothing for this long is reported with its console's last lines.
+const BOOT_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The microvm tier, as one owner sees it.
+pub(crate) struct MicrovmTier<'a> {
+    launcher: Launcher<'a>,
+    agent: &'a Path,
+    missing: Option<String>,
+}
+
+impl<'a> MicrovmTier<'a> {
+    /// The tier of `launcher`'s config, booting `agent` in every guest; finds out whether QEMU and the boot files are
+    /// there.
+    pub(crate) fn new(launcher: Launcher<'a>, agent: &'a Path) -> MicrovmTier<'a> {
+        let missing = unusable(&launcher.config.microvm);
+        MicrovmTier { launcher, agent, missing }
+    }
+}
+
+/// Why this host cannot run microVMs as configured, if it cannot.
+pub(crate) fn unusable(settings: &sandkasten_types::MicrovmSettings) -> Option<String> {
+    if resolve_qemu(settings).is_none() {
+        return Some(format!(
+            "isolation \"microvm\" needs QEMU, which is not installed ({} not found): scripts/setup.sh installs it (on \
+             Debian 12: apt-get install -t bookworm-backports qemu-system-x86)",
+            settings.qemu.display()
+        ));
+    }
+    if let Err(missing) = images::BootFiles::find(settings) {
+        return Some(missing);
+    }
+    match accel(settings) {
+        MicrovmAccel::Kvm if !Path::new("/dev/kvm").exists() => {
+            Some("[microvm] accel = \"kvm\" but this host has no /dev/kvm: set accel = \"auto\"".to_owned())
+        }
+        MicrovmAccel::Tcg if !settings.allow_emulation => Some(
+            "isolation \"microvm\" would run under software emulation here, which [microvm] allow_emulation = false \
+             forbids: set accel = \"kvm\" on a host with hardware virtualisation"
+                .to_owned(),
+        ),
+        _ => None,
+    }
+}
+
+/// The acceleration guests get: KVM only when the config says so (on hosts whose KVM is emulated, such as nested
+/// KVM without hardware support, guests run far slower on it than under TCG), else software emulation.
+pub(crate) fn accel(settings: &sandkasten_types::MicrovmSettings) -> MicrovmAccel {
+    match settings.accel {
+        MicrovmAccel::Kvm => MicrovmAccel::Kvm,
+        MicrovmAccel::Auto | MicrovmAccel::Tcg => MicrovmAccel::Tcg,
+    }
+}
+
+/// The QEMU to run: the configured path, or the configured name found on this process's PATH.
+fn resolve_qemu(settings: &sandkasten_types::MicrovmSettings) -> Option<std::path::PathBuf> {
+    super::resolve_program(&settings.qemu)
+}
+
+impl TierBackend for MicrovmTier<'_> {
+    fn tier(&self) -> Tier {
+        Tier::Microvm
+    }
+
+    fn probe(&self) -> Option<String> {
+        self.missing.clone()
+    }
+
+    fn spawn(
+        &self,
+        guard: &mut SandboxGuard,
+        spec: &SandboxSpec,
+        _files: &[SandboxFile],
+        plan: &AgentPlan,
+    ) -> Result<UnixStream, RuntimeError> {
+        if spec.limits.memory_bytes < MIN_GUEST_MEMORY {
+            return Err(RuntimeError::InvalidInput(format!(
+                "a microVM needs at least {} of memory for its guest kernel: raise the memory limit",
+                sandkasten_types::units::format_bytes(MIN_GUEST_MEMORY)
+            )));
+        }
+        let settings = &self.launcher.config.microvm;
+        let boot = images::BootFiles::find(settings).map_err(RuntimeError::HostUnsupported)?;
+        let agent_disk = images::agent_disk(settings, self.agent)?;
+        let files = MicrovmFiles::new(self.launcher.config, &guard.id);
+        guard.microvm = Some(files.clone());
+        std::fs::create_dir_all(&files.dir)
+            .map_err(|e| RuntimeError::sys_owned(format!("creating {}", files.dir.display()), e))?;
+        images::make_sandbox_disk(&files.disk(), spec.limits.disk_bytes)?;
+
+        let read = |path: &Path| {
+            File::open(path).map_err(|e| RuntimeError::sys_owned(format!("opening {}", path.display()), e))
+        };
+        let append = |path: &Path| {
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| RuntimeError::sys_owned(format!("opening {}", path.display()), e))
+        };
+        let rootfs = read(&boot.rootfs)?;
+        let agent_image = read(&agent_disk)?;
+        let disk = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(files.disk())
+            .map_err(|e| RuntimeError::sys("opening the sandbox disk", e))?;
+        let disk_read_only = read(&files.disk())?;
+        let console = append(&files.console())?;
+        let vmm_log = append(&files.vmm_log())?;
+        let (mut channel, guest_end) = UnixStream::pair().map_err(|e| RuntimeError::sys("socketpair", e))?;
+        let fds = qemu::VmDescriptors {
+            rootfs: rootfs.as_raw_fd(),
+            agent_disk: agent_image.as_raw_fd(),
+            disk: disk.as_raw_fd(),
+            disk_read_only: disk_read_only.as_raw_fd(),
+            channel: guest_end.as_raw_fd(),
+            console: console.as_raw_fd(),
+        };
+        let shape = qemu::VmShape {
+            accel: accel(settings),
+            memory_mib: spec.limits.memory_bytes >> 20,
+            vcpus: (spec.limits.cpus.ceil() as u32).max(1),
+            tsc_khz: qemu::host_tsc_khz(),
+        };
+        let qemu_path = resolve_qemu(settings).ok_or_else(|| RuntimeError::HostUnsupported("QEMU is gone".into()))?;
+        let argv = qemu::command_line(&qemu_path.to_string_lossy(), &shape, &boot, &fds);
+        let mut keep = fds.all();
+        keep.push(vmm_log.as_raw_fd());
+        let boot_dir = settings.dir.to_string_lossy().into_owned();
+        let jail_plan = vmm_jail_plan(plan, spec, argv, keep.clone(), vmm_log.as_raw_fd(), vec![boot_dir]);
+
+        let mut jail = self.launcher.launch_keeping(guard, &jail_plan, &keep)?;
+        // The jail holds its copies now; the host's go, so that the guest's end of the channel lives in QEMU only.
+        drop((rootfs, agent_image, disk, disk_read_only, console, vmm_log, guest_end));
+        wait_for_vmm(&mut jail, &files)?;
+        drop(jail);
+
+        wait_for_boot(&mut channel, &files)?;
+        write_frame(&mut channel, &Envelope::new(0, Message::Plan { plan: plan.clone() }))?;
+        match wait_until_serving(&mut channel) {
+            Ok(()) => Ok(channel),
+            Err(NotServing::SetupFailed(message)) => vm_failed(format!("the guest's agent could not start: {message}")),
+            Err(NotServing::Answered(msg)) => {
+                vm_failed(format!("the guest's agent answered {msg} before it was ready"))
+            }
+            Err(NotServing::Silent) => vm_failed(lost_words("the VM stopped before its agent was ready", &files)),
+        }
+    }
+}
+
+/// The plan of the process-tier jail that becomes the VMM: the sandbox's ids and seccomp policy, a tiny root, the
+/// VMM's command line and descriptors. Files the VMM writes (its disk) may grow to the disk image's size.
+fn vmm_jail_plan(
+    plan: &AgentPlan,
+    spec: &SandboxSpec,
+    argv: Vec<String>,
+    keep_fds: Vec<i32>,
+    stderr_fd: i32,
+    host_read_only: Vec<String>,
+) -> AgentPlan {
+    AgentPlan {
+        tier: Tier::Process,
+        home: plan.home.clone(),
+        uid: plan.uid,
+        gid: plan.gid,
+        env: Default::default(),
+        disk_bytes: images::disk_image_bytes(spec.limits.disk_bytes),
+        processes: None,
+        writable_dirs: vec!["/tmp".to_owned()],
+        writable_files: vec!["/dev/null".to_owned()],
+        seccomp: SeccompPolicy::Sandbox,
+        root_files: Vec::new(),
+        oom_score_adj: plan.oom_score_adj,
+        door: None,
+        vmm: Some(VmmPlan { argv, keep_fds, stderr_fd, host_read_only }),
+    }
+}
+
+/// Waits until the jail's agent has become QEMU: its channel ends at the execve (close-on-exec), after
+/// `FilesystemReady`; `SetupFailed` says why it could not.
+fn wait_for_vmm(jail: &mut UnixStream, files: &MicrovmFiles) -> Result<(), RuntimeError> {
+    match wait_until_serving(jail) {
+        Ok(()) => {}
+        Err(NotServing::SetupFailed(message)) => {
+            return vm_failed(format!("the VMM's jail could not be built: {message}"));
+        }
+        Err(NotServing::Answered(msg)) => return vm_failed(format!("the VMM's jail answered {msg}")),
+        Err(NotServing::Silent) => return vm_failed("the VMM's jail exited before it was built".to_owned()),
+    }
+    jail.set_read_timeout(Some(super::READY_TIMEOUT)).map_err(|e| RuntimeError::sys("setting a read timeout", e))?;
+    match read_frame(jail) {
+        Ok(None) => Ok(()),
+        Ok(Some(Envelope { msg: Message::SetupFailed { message }, .. })) => vm_failed(format!(
+            "{message}{}",
+            files::last_lines(&files.vmm_log(), 3).map(|l| format!(" ({l})")).unwrap_or_default()
+        )),
+        Ok(Some(other)) => vm_failed(format!("the VMM's jail answered {:?}", other.msg)),
+        Err(_) => vm_failed(lost_words("the VMM did not start", files)),
+    }
+}
+
+/// Waits for the guest agent's greeting, or says what the VMM and the console said.
+fn wait_for_boot(channel: &mut UnixStream, files: &MicrovmFiles) -> Result<(), RuntimeError> {
+    channel.set_read_timeout(Some(BOOT_TIMEOUT)).map_err(|e| RuntimeError::sys("setting a read timeout", e))?;
+    let first = read_frame(channel);
+    channel.set_read_timeout(None).map_err(|e| RuntimeError::sys("clearing a read timeout", e))?;
+    match first {
+        Ok(Some(Envelope { msg: Message::GuestBooted { .. }, .. })) => Ok(()),
+        Ok(Some(other)) => vm_failed(format!("the guest's agent answered {:?} before it booted", other.msg)),
+        Ok(None) | Err(_) => vm_failed(lost_words("the VM did not boot", files)),
+    }
+}
+
+/// `what`, with the last words of the VMM and of the guest's console.
+fn lost_words(what: &str, files: &MicrovmFiles) -> String {
+    let mut message = what.to_owned();
+    if let Some(vmm) = files::last_lines(&files.vmm_log(), 3) {
+        message.push_str(&format!("; QEMU said: {vmm}"));
+    }
+    if let Some(console) = files::last_lines(&files.console(), 4) {
+        message.push_str(&format!("; the guest's console: {console}"));
+    }
+    message
+}
+
+fn vm_failed<T>(why: String) -> Result<T, RuntimeError> {
+    Err(RuntimeError::TierFailed(format!("microVM start failed: {why}")))
+}

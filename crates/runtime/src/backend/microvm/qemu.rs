@@ -1,0 +1,147 @@
+//! QEMU's command line for one microVM: the `microvm` machine with ACPI (Debian's cloud kernel finds virtio-mmio
+//! devices only through ACPI: it lacks `VIRTIO_MMIO_CMDLINE_DEVICES`), no PCI, no NIC, no display; three virtio-blk
+//! disks named by serial (the template's root read-only, the agent read-only, the sandbox's disk), one
+//! virtio-serial port for the agent's channel, the 8250 serial console into a log. Every file is a descriptor the
+//! jail passed in (`-add-fd`, `/dev/fdset/N`), but the kernel and initramfs, which QEMU's loader opens by path (the
+//! jail shows the boot directory read-only): the VMM's root holds no path to any sandbox's disk. QEMU's own seccomp (`-sandbox on`, everything denied) comes on top of the jail's.
+
+use std::os::fd::RawFd;
+
+use sandkasten_types::MicrovmAccel;
+
+use super::images::BootFiles;
+
+/// The descriptor numbers the VMM inherits, each for one file or channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct VmDescriptors {
+    pub(crate) rootfs: RawFd,
+    pub(crate) agent_disk: RawFd,
+    pub(crate) disk: RawFd,
+    /// The same disk opened read-only: QEMU opens an image read-only before it reopens it for writing, and an fdset
+    /// answers each open only with a descriptor of the same access mode.
+    pub(crate) disk_read_only: RawFd,
+    pub(crate) channel: RawFd,
+    pub(crate) console: RawFd,
+}
+
+impl VmDescriptors {
+    /// Every descriptor, for the jail to keep.
+    pub(crate) fn all(&self) -> Vec<RawFd> {
+        vec![self.rootfs, self.agent_disk, self.disk, self.disk_read_only, self.channel, self.console]
+    }
+}
+
+/// The guest's size and how it runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct VmShape {
+    pub(crate) accel: MicrovmAccel,
+    pub(crate) memory_mib: u64,
+    pub(crate) vcpus: u32,
+    /// The host's TSC frequency: the guest kernel cannot calibrate its clock on a machine with no PIT or HPET, so it
+    /// is told (`tsc_early_khz`).
+    pub(crate) tsc_khz: u64,
+}
+
+/// Software emulation's translation cache, in MiB (QEMU's default is 1 GiB, far more than a sandbox's VMM may use).
+pub(crate) const TCG_CACHE_MIB: u64 = 32;
+
+/// The guest kernel's command line.
+pub(crate) fn kernel_command_line(shape: &VmShape) -> String {
+    // lpj: loops per jiffy for HZ=250 at the TSC's rate, so the kernel does not spend a second measuring it.
+    let lpj = shape.tsc_khz.saturating_mul(4);
+    format!(
+        "console=ttyS0 quiet loglevel=3 panic=-1 reboot=t no_timer_check tsc_early_khz={} lpj={lpj} rdinit=/init \
+         8250.nr_uarts=1 i8042.noaux i8042.nomux i8042.nopnp i8042.dumbkbd random.trust_cpu=on",
+        shape.tsc_khz
+    )
+}
+
+/// QEMU's argv (program first, as a path inside the VMM's jail).
+pub(crate) fn command_line(qemu: &str, shape: &VmShape, boot: &BootFiles, fds: &VmDescriptors) -> Vec<String> {
+    let accel = match shape.accel {
+        MicrovmAccel::Kvm => "kvm".to_owned(),
+        MicrovmAccel::Tcg | MicrovmAccel::Auto => format!("tcg,tb-size={TCG_CACHE_MIB}"),
+    };
+    let mut argv: Vec<String> = vec![qemu.to_owned()];
+    let mut push = |items: &[&str]| argv.extend(items.iter().map(|item| (*item).to_owned()));
+    push(&["-M", "microvm,acpi=on", "-accel", &accel, "-cpu", "max"]);
+    push(&["-m", &format!("{}M", shape.memory_mib), "-smp", &shape.vcpus.to_string()]);
+    push(&["-nodefaults", "-no-user-config", "-no-reboot", "-display", "none"]);
+    push(&["-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"]);
+    push(&["-kernel", &boot.kernel.to_string_lossy(), "-initrd", &boot.initrd.to_string_lossy()]);
+    push(&["-append", &kernel_command_line(shape)]);
+    for (set, fd, serial, read_only) in [
+        (1, fds.rootfs, "sandkasten-root", true),
+        (2, fds.agent_disk, "sandkasten-agent", true),
+        (3, fds.disk, "sandkasten-disk", false),
+    ] {
+        let mode = if read_only { ",readonly=on" } else { "" };
+        push(&["-add-fd", &format!("fd={fd},set={set}")]);
+        if !read_only {
+            push(&["-add-fd", &format!("fd={},set={set}", fds.disk_read_only)]);
+        }
+        push(&[
+            "-drive",
+            &format!("file=/dev/fdset/{set},format=raw,if=none,id=disk{set},cache=unsafe,file.locking=off{mode}"),
+        ]);
+        push(&["-device", &format!("virtio-blk-device,drive=disk{set},serial={serial}")]);
+    }
+    push(&["-device", "virtio-serial-device,max_ports=2"]);
+    push(&["-chardev", &format!("socket,id=agent,fd={}", fds.channel)]);
+    push(&["-device", "virtserialport,chardev=agent,name=sandkasten.agent"]);
+    push(&["-add-fd", &format!("fd={},set=4", fds.console)]);
+    push(&["-chardev", "file,id=console,path=/dev/fdset/4", "-serial", "chardev:console"]);
+    argv
+}
+
+/// The host's TSC frequency in kHz (what a TCG guest's TSC runs at), from the kernel's cpu MHz; 2 GHz when unknown.
+pub(crate) fn host_tsc_khz() -> u64 {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    cpuinfo
+        .lines()
+        .find_map(|line| line.strip_prefix("cpu MHz")?.split(':').nth(1)?.trim().parse::<f64>().ok())
+        .map_or(2_000_000, |mhz| (mhz * 1000.0) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fds() -> VmDescriptors {
+        VmDescriptors { rootfs: 5, agent_disk: 6, disk: 7, disk_read_only: 10, channel: 8, console: 9 }
+    }
+
+    fn boot() -> BootFiles {
+        BootFiles { kernel: "/vm/vmlinuz".into(), initrd: "/vm/initrd.img".into(), rootfs: "/vm/rootfs.ext4".into() }
+    }
+
+    #[test]
+    fn the_vm_has_disks_by_serial_a_channel_and_no_network_device() {
+        let shape = VmShape { accel: MicrovmAccel::Tcg, memory_mib: 256, vcpus: 1, tsc_khz: 2_000_000 };
+        let argv = command_line("/usr/bin/qemu-system-x86_64", &shape, &boot(), &fds()).join(" ");
+        for expected in [
+            "-m 256M",
+            "tcg,tb-size=32",
+            "-kernel /vm/vmlinuz -initrd /vm/initrd.img",
+            "-add-fd fd=5,set=1",
+            "file=/dev/fdset/1,format=raw,if=none,id=disk1,cache=unsafe,file.locking=off,readonly=on",
+            "serial=sandkasten-disk",
+            "socket,id=agent,fd=8",
+            "name=sandkasten.agent",
+            "-nodefaults",
+            "-sandbox on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+        ] {
+            assert!(argv.contains(expected), "{expected} missing from {argv}");
+        }
+        assert!(!argv.contains("netdev") && !argv.contains("-nic") && !argv.contains("pci"), "{argv}");
+        assert!(!argv.contains("file=/dev/fdset/3,format=raw,if=none,id=disk3,cache=unsafe,readonly"), "{argv}");
+    }
+
+    #[test]
+    fn the_kernel_is_told_its_clock() {
+        let shape = VmShape { accel: MicrovmAccel::Kvm, memory_mib: 128, vcpus: 2, tsc_khz: 2_500_000 };
+        let line = kernel_command_line(&shape);
+        assert!(line.contains("tsc_early_khz=2500000") && line.contains("lpj=10000000"), "{line}");
+        assert!(command_line("q", &shape, &boot(), &fds()).iter().any(|arg| arg == "kvm"));
+    }
+}
