@@ -150,12 +150,18 @@ fn misspelt_isolation_is_422_naming_the_allowed_values_on_create_and_run() {
 }
 
 #[test]
-fn microvm_and_auto_are_422_tier_unavailable_saying_not_available_yet() {
+fn auto_is_422_tier_unavailable_saying_not_available_yet() {
     require_root!();
     let server = Server::start();
-    for isolation in ["microvm", "auto"] {
-        assert_server_refuses(&server, json!(isolation), "tier_unavailable", &[isolation, "not available yet"]);
-    }
+    assert_server_refuses(&server, json!("auto"), "tier_unavailable", &["auto", "not available yet"]);
+}
+
+#[test]
+fn microvm_without_qemu_is_422_tier_unavailable_saying_how_to_install_it() {
+    require_root!();
+    let server = Server::start_with("[microvm]\nqemu = \"/nonexistent/qemu-system-x86_64\"\n");
+    let needles = ["/nonexistent/qemu-system-x86_64", "not installed", "setup.sh"];
+    assert_server_refuses(&server, json!("microvm"), "tier_unavailable", &needles);
 }
 
 #[test]
@@ -392,13 +398,20 @@ fn misspelt_isolation_is_a_usage_error_exit_2_naming_the_tiers() {
 }
 
 #[test]
-fn microvm_and_auto_exit_2_saying_not_available_yet() {
+fn auto_exits_2_saying_not_available_yet() {
     require_root!();
-    for tier in ["microvm", "auto"] {
-        let needles = [tier, "not available yet"];
-        assert_cli_refuses(&["run", "--isolation", tier, "--", "/bin/true"], &[], &needles, true);
-        assert_cli_refuses(&["run", "--json", "--isolation", tier, "--", "/bin/true"], &[], &needles, true);
-    }
+    let needles = ["auto", "not available yet"];
+    assert_cli_refuses(&["run", "--isolation", "auto", "--", "/bin/true"], &[], &needles, true);
+    assert_cli_refuses(&["run", "--json", "--isolation", "auto", "--", "/bin/true"], &[], &needles, true);
+}
+
+#[test]
+fn microvm_without_qemu_on_path_exits_2_saying_how_to_install_it() {
+    require_root!();
+    let path = [("PATH", "/nonexistent/bin")];
+    let needles = ["QEMU", "not installed", "setup.sh"];
+    assert_cli_refuses(&["run", "--isolation", "microvm", "--", "/bin/true"], &path, &needles, true);
+    assert_cli_refuses(&["run", "--json", "--isolation", "microvm", "--", "/bin/true"], &path, &needles, true);
 }
 
 #[test]
