@@ -7,8 +7,12 @@ By hand, against a server you started (scripts/setup-e2b.sh makes the venv):
     E2B_API_URL=http://127.0.0.1:8080 E2B_SANDBOX_URL=http://127.0.0.1:8080 E2B_API_KEY=<tenant key> \
     E2B_SUITE_OTHER_API_KEY=<another tenant's key> target/e2b-venv/bin/python -m pytest tests/e2b -q -rfEsx
 
-Without E2B_SUITE_OTHER_API_KEY the cross-tenant test is skipped (the Rust wrapper sets it and forbids skips)."""
+Without E2B_SUITE_OTHER_API_KEY the cross-tenant test is skipped (the Rust wrapper sets it and forbids skips).
 
+With E2B_SUITE_REPORT set, every test's outcome is appended to that file as JSON lines, after one line naming the SDK
+versions: the compatibility matrix (tests/e2b/compat_matrix.py) turns them into docs/e2b-compat.md's table."""
+
+import json
 import os
 
 import pytest
@@ -24,6 +28,39 @@ def pytest_configure(config):
             f"the E2B suite needs {', '.join(missing)} pointing at a running `sandkasten serve` "
             "(cargo nextest run -p sandkasten-cli --test e2b_sdk starts one and sets them)"
         )
+
+
+def pytest_sessionstart(session):
+    report = os.environ.get("E2B_SUITE_REPORT")
+    if report:
+        from importlib.metadata import version
+
+        with open(report, "w") as out:
+            sdk = {name: version(name) for name in ("e2b", "e2b-code-interpreter")}
+            out.write(json.dumps({"sdk": sdk}) + "\n")
+
+
+def pytest_collectreport(report):
+    """A module that cannot be imported (e.g. an SDK without a name the suite imports) spoils the report's column."""
+    path = os.environ.get("E2B_SUITE_REPORT")
+    if path and report.failed:
+        with open(path, "a") as out:
+            out.write(json.dumps({"test": report.nodeid, "when": "collect", "outcome": "failed"}) + "\n")
+
+
+def pytest_runtest_logreport(report):
+    """One line per phase that decides a test's outcome: its call, or a setup/teardown that did not pass."""
+    path = os.environ.get("E2B_SUITE_REPORT")
+    if not path or (report.when != "call" and report.passed):
+        return
+    reason = getattr(report, "wasxfail", None)
+    if report.skipped and reason is None and isinstance(report.longrepr, tuple):
+        reason = report.longrepr[2].removeprefix("Skipped: ")
+    line = {"test": report.nodeid, "when": report.when, "outcome": report.outcome, "xfail": hasattr(report, "wasxfail")}
+    if reason is not None:
+        line["reason"] = reason
+    with open(path, "a") as out:
+        out.write(json.dumps(line) + "\n")
 
 
 @pytest.fixture(scope="session", autouse=True)

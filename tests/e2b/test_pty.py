@@ -45,8 +45,8 @@ def test_create_send_stdin_resize_connect_and_kill(sbx):
         output: list = []
         pump = _collect_in_background(terminal, output)
         sbx.pty.send_stdin(terminal.pid, b"echo $GREETING-$((20 + 22)) in $(pwd) as $(whoami); tty\n")
-        seen = _wait_for(output, b"hi-42 in /tmp as user")
-        assert b"/dev/pts/" in seen
+        _wait_for(output, b"hi-42 in /tmp as user")
+        _wait_for(output, b"/dev/pts/")  # `tty`'s line may come in a later chunk
 
         sbx.pty.resize(terminal.pid, PtySize(rows=40, cols=132))
         sbx.pty.send_stdin(terminal.pid, b"stty size\n")
@@ -86,6 +86,8 @@ def test_on_pty_gets_the_output_and_exit_ends_the_terminal(sbx):
 
 
 def test_stream_input_types_each_chunk_in_order(sbx):
+    if not hasattr(sbx.pty, "stream_input"):
+        pytest.skip("no pty.stream_input in this SDK")
     terminal = sbx.pty.create(PtySize(rows=24, cols=80), timeout=60)
     try:
         output: list = []

@@ -1,6 +1,8 @@
 //! The unmodified E2B SDKs against a real `sandkasten serve`: the pytest suite in `tests/e2b` (sync and async clients
-//! of `e2b` and `e2b-code-interpreter`), the "done when" script `examples/e2b_quickstart.py` and a smoke test
-//! of the `e2b` npm package (`tests/e2b-node/smoke.cjs`) run with only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY
+//! of `e2b` and `e2b-code-interpreter`; its outcomes must also be what docs/e2b-compat.md's compatibility matrix says
+//! for these pinned versions), the "done when" script `examples/e2b_quickstart.py`, and of the npm packages
+//! `e2b` and `@e2b/code-interpreter` a smoke test (`tests/e2b-node/smoke.cjs`) and the core calls
+//! (`tests/e2b-node/core.test.cjs`), run with only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY
 //! pointing at the server, under a tenant whose key has E2B's `e2b_…` format. Each must pass as a whole, and
 //! afterwards no sandbox it created may have left anything on the host.
 //!
@@ -153,13 +155,25 @@ fn e2b_python_sdks_pass_the_compatibility_suite() {
     let server = start_server();
     let scratch = tempfile::tempdir().expect("tempdir");
     let ids_file = scratch.path().join("sandbox-ids");
+    let report = scratch.path().join("report.jsonl");
     let args = ["-m", "pytest", "tests/e2b", "-q", "-rfEsx", "--tb=short"];
-    let run = run_client(&server, &venv_python(), &args, &common::venvs::repo_root(), &ids_file, &[]);
+    let repo = common::venvs::repo_root();
+    let run = run_client(&server, &venv_python(), &args, &repo, &ids_file, &[("E2B_SUITE_REPORT", &report)]);
     assert!(run.success, "the E2B pytest suite failed (its output is above)");
     // Skips are for runs by hand without a full environment; here every test must run (xfails are the documented gaps).
     assert!(!run.output.contains(" skipped"), "tests of the E2B suite were skipped (see the output above)");
     // The suite creates well over ten sandboxes; fewer recorded ids means the record, not the server, is broken.
     assert_nothing_left(&server, &ids_file, 10);
+    // The committed compatibility matrix's column of the pinned versions is what this run did.
+    let check = Command::new("/usr/bin/python3")
+        .arg(repo.join("tests/e2b/compat_matrix.py"))
+        .arg("--check")
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .expect("run tests/e2b/compat_matrix.py");
+    let said = format!("{}{}", String::from_utf8_lossy(&check.stdout), String::from_utf8_lossy(&check.stderr));
+    assert!(check.status.success(), "docs/e2b-compat.md's matrix does not match this run:\n{said}");
 }
 
 /// The "done when": an E2B-style script, unchanged but for the three variables, creates a sandbox, streams
@@ -233,12 +247,7 @@ fn quickstart_on(server: &Server) {
 #[test]
 fn e2b_node_sdk_smoke() {
     require_root!();
-    let modules = common::venvs::repo_root().join("target/e2b-node/node_modules");
-    assert!(
-        modules.join("e2b/package.json").exists(),
-        "{} lacks the e2b package: run scripts/setup-e2b.sh (scripts/setup.sh and CI run it)",
-        modules.display()
-    );
+    let modules = node_modules();
     let server = start_server();
     let scratch = tempfile::tempdir().expect("tempdir");
     let ids_file = scratch.path().join("sandbox-ids");
@@ -250,4 +259,37 @@ fn e2b_node_sdk_smoke() {
     assert!(run.output.contains("e2b node smoke: ok"), "the smoke test did not finish");
     record_printed_id(&run, &ids_file);
     assert_nothing_left(&server, &ids_file, 1);
+}
+
+/// The core calls of the `e2b` and `@e2b/code-interpreter` npm packages, unmodified, as node:test tests: create,
+/// commands streamed to callbacks while they run, background commands, stdin and kill, files write/read/list, runCode
+/// (Python and JavaScript), a PTY (create, input, output, resize, kill) and kill (tests/e2b-node/core.test.cjs).
+#[test]
+fn e2b_node_sdk_core_calls() {
+    require_root!();
+    let modules = node_modules();
+    let server = start_server();
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let ids_file = scratch.path().join("sandbox-ids");
+    let script = common::venvs::repo_root().join("tests/e2b-node/core.test.cjs");
+    let node = Path::new("/usr/bin/node");
+    let args = [script.to_str().expect("utf-8 path")];
+    let run = run_client(&server, node, &args, scratch.path(), &ids_file, &[("NODE_PATH", &modules)]);
+    assert!(run.success, "tests/e2b-node/core.test.cjs failed (its output is above)");
+    assert!(run.output.contains("# pass 7\n") && run.output.contains("# fail 0\n"), "not every node test passed");
+    // The tests record every sandbox they create (three).
+    assert_nothing_left(&server, &ids_file, 3);
+}
+
+/// target/e2b-node/node_modules, holding the pinned npm packages (or a failure naming the setup script).
+fn node_modules() -> PathBuf {
+    let modules = common::venvs::repo_root().join("target/e2b-node/node_modules");
+    for package in ["e2b", "@e2b/code-interpreter"] {
+        assert!(
+            modules.join(package).join("package.json").exists(),
+            "{} lacks the {package} package: run scripts/setup-e2b.sh (scripts/setup.sh and CI run it)",
+            modules.display()
+        );
+    }
+    modules
 }
