@@ -2,7 +2,9 @@
 //! sandbox runs in a guest kernel of its own, keeps its files in `/workspace` between execs, takes and gives files
 //! through the files API, and leaves nothing when deleted (record, cgroups, VMM process, `<state_dir>/microvm/ID`).
 //! `kill -9` of the server while a microVM sandbox runs takes its VMM down with it, and the restarted server
-//! collects the rest and says the sandbox is lost.
+//! collects the rest and says the sandbox is lost. A `[[pools]]` class with `isolation = "microvm"` boots VMs ahead:
+//! a create claims the booted VM (its VMM was running before), it serves, the pool boots a replacement, and a
+//! shutdown stops the pool's VMMs.
 //!
 //! The microvm tier is not in `Tier::AVAILABLE` yet: plain tests, each skipping when QEMU or the boot files are
 //! missing. Each test boots one VM.
@@ -96,4 +98,59 @@ fn assert_no_microvm_leaks_within(id: &str, limit: Duration) {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_no_microvm_leaks(id);
+}
+
+/// The number of ready members of pool `class`.
+fn pool_size(server: &Server, class: &str) -> f64 {
+    serve::metric(server, &format!("sandkasten_pool_size{{class=\"{class}\"}}"))
+}
+
+/// Waits (up to `limit`) until pool `class` holds `want` booted VMs.
+fn wait_pool_size(server: &Server, class: &str, want: f64, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while pool_size(server, class) != want {
+        assert!(Instant::now() < deadline, "the pool holds {} VMs, want {want}", pool_size(server, class));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_microvm_pool_boots_ahead_and_a_claimed_vm_serves_and_is_replaced() {
+    require_microvm!();
+    let mut server = Server::start_with("[[pools]]\nname = \"vm\"\nisolation = \"microvm\"\nmin = 1\nmax = 1\n");
+    wait_pool_size(&server, "vm", 1.0, Duration::from_secs(120));
+    let pooled = server_vmms(&server);
+    assert_eq!(pooled.len(), 1, "the pool holds a VM: one VMM of this server runs");
+
+    let started = Instant::now();
+    let id = create_microvm(&server);
+    let claimed_in = started.elapsed();
+    let vmm = wait_for_vmm(&id, Duration::from_secs(5));
+    assert!(pooled.contains(&vmm), "the sandbox's VMM {vmm} is not one the pool booted ({pooled:?})");
+    let answered = server.exec(&id, "echo served > /workspace/x; cat /workspace/x; uname -r");
+    assert_eq!(answered.json["exit_code"], 0, "{answered:?}");
+    assert!(answered.json["stdout"].as_str().unwrap_or_default().starts_with("served\n"), "{answered:?}");
+    eprintln!("claimed a pooled microVM in {claimed_in:?}");
+    // The pool boots a replacement; the claimed VM is the caller's alone and is removed when deleted.
+    wait_pool_size(&server, "vm", 1.0, Duration::from_secs(120));
+    assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
+    assert_no_microvm_leaks(&id);
+    // Shutdown leaves no VMM of the pool behind.
+    let replacements = server_vmms(&server);
+    assert_eq!(replacements.len(), 1, "the pool's replacement: {replacements:?}");
+    server.stop_with(libc::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while replacements.iter().any(|pid| alive(*pid)) {
+        assert!(Instant::now() < deadline, "the pool's VMM still runs after the server stopped: {replacements:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// This server's VMMs (its spawner's children that run QEMU).
+fn server_vmms(server: &Server) -> Vec<u32> {
+    serve::children_of(server.pid())
+        .into_iter()
+        .flat_map(serve::children_of)
+        .filter(|pid| common::microvm::is_vmm(*pid))
+        .collect()
 }

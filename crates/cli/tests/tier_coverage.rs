@@ -73,6 +73,7 @@ const NOT_PER_TIER: &[(&str, &str)] = &[
     ("attacks_microvm_limits.rs", "microvm-only until the tier joins Tier::AVAILABLE"),
     ("attacks_microvm_vmm.rs", "microvm-only until the tier joins Tier::AVAILABLE"),
     ("serve_microvm.rs", "microvm-only until the tier joins Tier::AVAILABLE"),
+    ("serve_microvm_memory.rs", "microvm-only until the tier joins Tier::AVAILABLE (pause, memory snapshots, fork)"),
     ("serve_connections.rs", "the HTTP server's connection limits hold before any sandbox exists: no tier is involved"),
     (
         "serve_crash.rs",

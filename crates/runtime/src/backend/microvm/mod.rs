@@ -192,6 +192,18 @@ impl TierBackend for MicrovmTier<'_> {
             Err(NotServing::Silent) => vm_failed(lost_words("the VM stopped before its agent was ready", &files)),
         }
     }
+
+    /// The cgroup freezer around the VMM: QEMU's threads (every vCPU with them) stop getting CPU, and the guest's
+    /// memory stays where it is. The guest's clock, read from the host's TSC, runs on meanwhile: the agent, told how
+    /// long the pause was (`Resumed`, queued in its channel before the thaw), moves its commands' deadlines on.
+    fn pause(&self, guard: &mut SandboxGuard) -> Result<(), RuntimeError> {
+        Ok(guard.cgroup()?.freeze()?)
+    }
+
+    fn resume(&self, guard: &mut SandboxGuard) -> Result<Option<UnixStream>, RuntimeError> {
+        guard.cgroup()?.thaw()?;
+        Ok(None)
+    }
 }
 
 /// The plan of the process-tier jail that becomes the VMM: the sandbox's ids and seccomp policy, a tiny root, the

@@ -1,0 +1,147 @@
+//! A microVM sandbox's memory through a real `sandkasten serve` (#13 item 5). Paused, its VMM (QEMU in the
+//! sandbox's frozen cgroup) gets no CPU, measured on the host from the VMM's own CPU time and the cgroup's
+//! counter; resumed, the same guest process counts on, and a command that was running does not count the pause
+//! against its timeout. A memory snapshot (QEMU's migration to a file, plus a copy of the disk) restores to a new VM
+//! where a Python variable and a `/workspace` file are still there; a fork makes independent VMs. The snapshot's
+//! images are unreadable by the sandbox's host uid, and after delete no VMM, image copy or cgroup remains.
+//!
+//! The microvm tier is not in `Tier::AVAILABLE` yet: plain tests, each skipping when QEMU or the boot files are
+//! missing. Each test boots one VM (and its restores), so keep them few.
+
+#![allow(unsafe_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod common;
+mod serve;
+
+use std::time::{Duration, Instant};
+
+use common::microvm::{alive, assert_no_microvm_leaks, wait_for_vmm};
+use serde_json::{Value, json};
+use serve::{KEY_1, Server};
+
+/// Creates a microVM sandbox as t1 with `extra` fields; its id.
+fn create_microvm(server: &Server, extra: Value) -> String {
+    let mut body = json!({"isolation": "microvm", "timeout_s": 900, "limits": {"timeout_ms": 120_000}});
+    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+        body.extend(extra.clone());
+    }
+    let reply = server.call("POST", "/v1/sandboxes", KEY_1, Some(body));
+    assert_eq!(reply.status, 201, "create of a microVM sandbox failed: {reply:?}");
+    assert_eq!(reply.json["isolation"], "microvm", "the sandbox is not a microVM: {reply:?}");
+    reply.json["id"].as_str().expect("id").to_owned()
+}
+
+fn call(server: &Server, method: &str, path: &str, body: Option<Value>) -> serve::Reply {
+    server.call(method, path, KEY_1, body)
+}
+
+/// CPU time (user + system, every thread) of a host process, in ms.
+fn cpu_ms(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let Some(close) = stat.rfind(')') else { return 0 };
+    let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0);
+    (ticks(11) + ticks(12)) * 10
+}
+
+/// The sandbox cgroup's CPU counter (cgroup v1 `cpuacct.usage` or v2 `cpu.stat`), in ms, if there is one.
+fn cgroup_cpu_ms(id: &str) -> Option<u64> {
+    for path in common::cgroup_paths(id) {
+        if let Ok(ns) = std::fs::read_to_string(path.join("cpuacct.usage")) {
+            return ns.trim().parse::<u64>().ok().map(|ns| ns / 1_000_000);
+        }
+        if let Ok(stat) = std::fs::read_to_string(path.join("cpu.stat")) {
+            let usec = stat.lines().find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse::<u64>().ok());
+            return usec.map(|us| us / 1000);
+        }
+    }
+    None
+}
+
+/// The guest counter's value (`/workspace/n`, written by the counting loop).
+fn counter(server: &Server, id: &str) -> u64 {
+    let read = server.exec(id, "cat /workspace/n");
+    read.json["stdout"].as_str().unwrap_or_default().trim().parse().unwrap_or_else(|_| panic!("counter: {read:?}"))
+}
+
+/// Starts the guest's counting loop in the background and waits until it counts; the loop's guest pid.
+fn start_counter(server: &Server, id: &str) -> String {
+    let loop_cmd = "echo $$ > /workspace/pid; i=0; while :; do i=$((i+1)); echo $i > /workspace/n.tmp; \
+                    mv /workspace/n.tmp /workspace/n; done";
+    let started = call(
+        server,
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(json!({"cmd": loop_cmd, "background": true, "timeout_ms": 120_000})),
+    );
+    assert_eq!(started.status, 202, "{started:?}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let read = server.exec(id, "cat /workspace/n 2>/dev/null && cat /workspace/pid");
+        let out = read.json["stdout"].as_str().unwrap_or_default().to_owned();
+        if let Some((_, pid)) = out.split_once('\n') {
+            return pid.trim().to_owned();
+        }
+        assert!(Instant::now() < deadline, "the guest's counter did not start: {read:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Pauses sandbox `id`, asserts its VMM and cgroup get no CPU for 8 s and requests answer 409, and resumes it.
+fn pause_and_measure(server: &Server, id: &str, vmm: u32) {
+    let base = format!("/v1/sandboxes/{id}");
+    let paused = call(server, "POST", &format!("{base}/pause"), None);
+    assert_eq!((paused.status, paused.json["state"].as_str()), (200, Some("paused")), "{paused:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    let (vmm_before, cgroup_before) = (cpu_ms(vmm), cgroup_cpu_ms(id));
+    std::thread::sleep(Duration::from_secs(8));
+    let vmm_used = cpu_ms(vmm) - vmm_before;
+    assert!(vmm_used <= 20, "the paused VMM used {vmm_used} ms of CPU in 8 s");
+    if let (Some(before), Some(after)) = (cgroup_before, cgroup_cpu_ms(id)) {
+        assert!(after - before <= 20, "the paused sandbox's cgroup used {} ms of CPU in 8 s", after - before);
+    }
+    assert!(alive(vmm), "the paused VMM {vmm} is gone");
+    let refused = call(server, "POST", &format!("{base}/exec"), Some(json!({"cmd": "true"})));
+    assert_eq!((refused.status, refused.json["error"]["code"].as_str()), (409, Some("paused")), "{refused:?}");
+    let resumed = call(server, "POST", &format!("{base}/resume"), None);
+    assert_eq!((resumed.status, resumed.json["state"].as_str()), (200, Some("running")), "{resumed:?}");
+}
+
+#[test]
+fn a_paused_microvm_gets_no_cpu_and_its_processes_count_on_after_resume() {
+    require_microvm!();
+    let server = Server::start();
+    let id = create_microvm(&server, json!({}));
+    let base = format!("/v1/sandboxes/{id}");
+    let vmm = wait_for_vmm(&id, Duration::from_secs(10));
+    let pid = start_counter(&server, &id);
+    // A foreground command that runs across the pause: its 10 s timeout must not count the 8 s pause.
+    std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| {
+            let body = json!({"cmd": "sleep 5; echo survived", "timeout_ms": 10_000});
+            call(&server, "POST", &format!("{base}/exec"), Some(body))
+        });
+        std::thread::sleep(Duration::from_secs(2));
+        pause_and_measure(&server, &id, vmm);
+        let waited = waiting.join().unwrap();
+        assert_eq!(waited.status, 200, "{waited:?}");
+        assert_eq!(
+            (waited.json["stdout"].as_str(), waited.json["timed_out"].as_bool()),
+            (Some("survived\n"), Some(false)),
+            "the command's 10 s timeout counted the 8 s pause: {waited:?}"
+        );
+    });
+    let first = counter(&server, &id);
+    std::thread::sleep(Duration::from_secs(1));
+    let second = counter(&server, &id);
+    assert!(second > first, "the counter does not count after the resume ({first} then {second})");
+    let same = server.exec(&id, &format!("kill -0 {pid} && cat /workspace/pid"));
+    assert_eq!(same.json["stdout"].as_str().map(str::trim), Some(pid.as_str()), "the same loop runs: {same:?}");
+
+    // A paused microVM can be deleted, and nothing of it is left.
+    assert_eq!(call(&server, "POST", &format!("{base}/pause"), None).status, 200);
+    assert_eq!(call(&server, "DELETE", &base, None).status, 204);
+    assert_no_microvm_leaks(&id);
+}
