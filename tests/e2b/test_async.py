@@ -205,6 +205,33 @@ async def test_files(asbx):
         await asbx.files.read(f"{base}/missing")
 
 
+async def test_file_metadata_root_files_and_signed_urls(asbx):
+    import httpx
+
+    base = support.unique("/home/user/async-meta")
+    info = await asbx.files.write(f"{base}/t.txt", "x", metadata={"Kind": "async"})
+    assert info.metadata == {"kind": "async"}
+    assert (await asbx.files.get_info(f"{base}/t.txt")).metadata == {"kind": "async"}
+    moved = await asbx.files.rename(f"{base}/t.txt", f"{base}/u.txt")
+    assert moved.metadata == {"kind": "async"}
+    await asbx.files.write(f"{base}/u.txt", "y")
+    assert (await asbx.files.get_info(f"{base}/u.txt")).metadata is None
+    private = support.unique("/tmp/async-root")
+    await asbx.commands.run(f"mkdir -m 700 {private}", user="root")
+    await asbx.files.write(f"{private}/r.txt", "root's", user="root")
+    assert await asbx.files.read(f"{private}/r.txt", user="root") == "root's"
+    assert (await asbx.files.get_info(f"{private}/r.txt", user="root")).owner == "root"
+    with pytest.raises(SandboxException):
+        await asbx.files.read(f"{private}/r.txt")
+    async with httpx.AsyncClient() as client:
+        assert (await client.get(asbx.download_url(f"{base}/u.txt"))).text == "y"
+        upload = asbx.upload_url(f"{base}/up.txt", use_signature_expiration=30)
+        assert (await client.post(upload, files={"file": ("up.txt", b"by url")})).status_code == 200
+        expired = asbx.download_url(f"{base}/u.txt", use_signature_expiration=-5)
+        assert (await client.get(expired)).status_code == 401
+    assert await asbx.files.read(f"{base}/up.txt") == "by url"
+
+
 @support.sdk_differs(
     not support.READS_IS_SYMLINK,
     "reports a symlink as its target's type (it predates envd's is_symlink, as with E2B's own envd)",
@@ -253,7 +280,7 @@ async def test_list_pages_by_cursor_filters_and_reports_info():
         ascending = await AsyncSandbox.list(query=query, order="asc").next_items()
         assert [info.sandbox_id for info in ascending] == oldest_first
         info = await sandboxes[0].get_info()
-        assert (info.name, info.envd_version) == ("base", "0.5.7")
+        assert (info.name, info.envd_version) == ("base", "0.6.2")
         assert info.lifecycle == {"on_timeout": "kill", "auto_resume": False}
         assert info.allow_internet_access is False and info.network["deny_out"] == ["0.0.0.0/0"]
         with pytest.raises(SandboxException, match="400: Invalid next token"):

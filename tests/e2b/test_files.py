@@ -232,13 +232,40 @@ def test_root_owned_files_are_closed_to_the_default_user(sbx):
         sbx.files.write(f"{private}/intruder.txt", "x")
 
 
-@support.not_yet('files.*(user="root")')
 def test_files_as_root(sbx):
     private = support.unique("/tmp/root-files")
     sbx.commands.run(f"mkdir -m 700 {private}", user="root")
-    sbx.files.write(f"{private}/by-root.txt", "root only", user="root")
+    info = sbx.files.write(f"{private}/by-root.txt", "root only", user="root")
+    assert info.path == f"{private}/by-root.txt"
     assert sbx.files.read(f"{private}/by-root.txt", user="root") == "root only"
     assert sbx.files.get_info(f"{private}/by-root.txt", user="root").owner == "root"
+    assert [e.name for e in sbx.files.list(private, user="root")] == ["by-root.txt"]
+    assert sbx.files.make_dir(f"{private}/sub", user="root") is True
+    sbx.files.rename(f"{private}/by-root.txt", f"{private}/sub/moved.txt", user="root")
+    assert sbx.files.exists(f"{private}/sub/moved.txt", user="root")
+    sbx.files.remove(f"{private}/sub", user="root")
+    assert not sbx.files.exists(f"{private}/sub", user="root")
+    # Closed to the default user, as a root command's files are.
+    with pytest.raises(SandboxException):
+        sbx.files.list(private)
+
+
+def test_root_s_file_operations_hold_no_capability(sbx, home):
+    """The sandbox's root is uid 0 without capabilities, as for commands: it cannot write into `user`'s home, read
+    a file it may not read, or touch anything outside the sandbox (attacks_sandbox_root.rs checks the host)."""
+    sbx.files.write(f"{home}/mine.txt", "user's")
+    sbx.commands.run(f"chmod 600 {home}/mine.txt")
+    with pytest.raises(SandboxException):
+        sbx.files.write(f"{home}/by-root.txt", "x", user="root")
+    with pytest.raises(SandboxException):
+        sbx.files.read(f"{home}/mine.txt", user="root")
+    with pytest.raises(SandboxException):
+        sbx.files.write("/usr/bin/planted", "x", user="root")
+    with pytest.raises(SandboxException):
+        sbx.files.write("/etc/passwd", "root::0:0::/:/bin/sh\n", user="root")
+    with pytest.raises(SandboxException) as raised:
+        sbx.files.read("/tmp/x", user="nobody")
+    assert "not available" in str(raised.value)
 
 
 def test_watch_dir_reports_created_written_renamed_chmodded_and_removed_files(sbx, home):
@@ -343,7 +370,77 @@ def test_gzip_upload(sbx, home):
     assert sbx.commands.run(f"wc -c < {home}/gzip-up.txt").stdout.strip() == str(len(text))
 
 
-@support.not_yet("files.write(metadata=…)")
 def test_file_metadata(sbx, home):
-    sbx.files.write(f"{home}/tagged.txt", "x", metadata={"origin": "e2b-suite"})
-    assert sbx.files.get_info(f"{home}/tagged.txt").metadata == {"origin": "e2b-suite"}
+    info = sbx.files.write(f"{home}/tagged.txt", "x", metadata={"Origin": "e2b-suite", "run": "1"})
+    # Keys are lowercased (they travel as header names), as envd stores them.
+    assert info.metadata == {"origin": "e2b-suite", "run": "1"}
+    assert sbx.files.get_info(f"{home}/tagged.txt").metadata == {"origin": "e2b-suite", "run": "1"}
+    listed = {e.name: e.metadata for e in sbx.files.list(home)}
+    assert listed["tagged.txt"] == {"origin": "e2b-suite", "run": "1"}
+    # Stored as user.e2b.* extended attributes inside the sandbox (other user.* attributes are not metadata).
+    attrs = sbx.commands.run(
+        f"/usr/bin/python3 -c \"import os; os.setxattr('{home}/tagged.txt', 'user.other', b'x'); "
+        f"print(sorted(os.listxattr('{home}/tagged.txt')))\""
+    )
+    assert attrs.stdout.strip() == "['user.e2b.origin', 'user.e2b.run', 'user.other']"
+    assert sbx.files.get_info(f"{home}/tagged.txt").metadata == {"origin": "e2b-suite", "run": "1"}
+    # Kept across a rename.
+    moved = sbx.files.rename(f"{home}/tagged.txt", f"{home}/moved.txt")
+    assert moved.metadata == {"origin": "e2b-suite", "run": "1"}
+    # An overwrite replaces it: with other keys, only those; without any, none.
+    sbx.files.write(f"{home}/moved.txt", "y", metadata={"run": "2"})
+    assert sbx.files.get_info(f"{home}/moved.txt").metadata == {"run": "2"}
+    assert sbx.files.write(f"{home}/moved.txt", "z").metadata is None
+    assert sbx.files.get_info(f"{home}/moved.txt").metadata is None
+    # write_files gives every file the same metadata; /tmp keeps it too.
+    written = sbx.files.write_files(
+        [{"path": f"{home}/a.txt", "data": "a"}, {"path": "/tmp/" + support.unique("meta") + ".txt", "data": "b"}],
+        metadata={"batch": "yes"},
+    )
+    assert [w.metadata for w in written] == [{"batch": "yes"}, {"batch": "yes"}]
+    assert sbx.files.get_info(written[1].path).metadata == {"batch": "yes"}
+
+
+def test_file_metadata_out_of_bounds_is_envd_s_error(sbx, home):
+    # The SDK checks characters itself; the size bounds are the server's (envd's 246-byte key, 4096 bytes in all).
+    with pytest.raises(InvalidArgumentException):
+        sbx.files.write(f"{home}/bad.txt", "x", metadata={"bad key": "x"})
+    with pytest.raises(InvalidArgumentException, match="exceeds 246 bytes"):
+        sbx.files.write(f"{home}/bad.txt", "x", metadata={"k" * 247: "x"})
+    with pytest.raises(InvalidArgumentException, match="exceeds 4096 bytes"):
+        sbx.files.write(f"{home}/bad.txt", "x", metadata={"k": "v" * 4096})
+    assert not sbx.files.exists(f"{home}/bad.txt")
+
+
+def test_signed_download_and_upload_urls(sbx, home):
+    """download_url/upload_url: what the SDK signs with the access token; the URL alone (no headers) works."""
+    import time
+
+    import httpx
+
+    sbx.files.write(f"{home}/shared.txt", "signed")
+    url = sbx.download_url(f"{home}/shared.txt")
+    assert "signature=v1_" in url
+    assert httpx.get(url).text == "signed"
+    timed = sbx.download_url(f"{home}/shared.txt", use_signature_expiration=60)
+    assert "signature_expiration=" in timed and httpx.get(timed).text == "signed"
+    upload = sbx.upload_url(f"{home}/uploaded.txt")
+    assert httpx.post(upload, files={"file": ("uploaded.txt", b"sent by url")}).status_code == 200
+    assert sbx.files.read(f"{home}/uploaded.txt") == "sent by url"
+    # Expired, tampered, missing, or a download's signature used to upload: 401.
+    expired = sbx.download_url(f"{home}/shared.txt", use_signature_expiration=-10)
+    assert int(expired.split("signature_expiration=")[1].split("&")[0]) < time.time()
+    refused = httpx.get(expired)
+    assert refused.status_code == 401 and "expired" in refused.json()["message"]
+    tampered = url.replace("signature=v1_", "signature=v1_x")
+    assert httpx.get(tampered).status_code == 401
+    assert httpx.get(url.split("&signature=")[0]).status_code == 401
+    assert httpx.get(url.replace("shared.txt", "other.txt")).status_code == 401
+    as_upload = url.replace("shared.txt", "uploaded.txt")
+    assert httpx.post(as_upload, files={"file": ("u", b"x")}).status_code == 401
+    assert sbx.files.read(f"{home}/uploaded.txt") == "sent by url"
+    # As root: the user is part of what is signed.
+    private = support.unique("/tmp/root-url")
+    sbx.commands.run(f"mkdir -m 700 {private} && echo hidden > {private}/f", user="root")
+    assert httpx.get(sbx.download_url(f"{private}/f", user="root")).text == "hidden\n"
+    assert httpx.get(sbx.download_url(f"{private}/f")).status_code != 200

@@ -1,7 +1,9 @@
 //! The sandbox's root (what E2B's `user="root"` runs as, through the facade's process service) is uid 0 only inside
 //! the sandbox's user namespace: it holds no capability, cannot mount or create namespaces, cannot write or chmod the
 //! host files the sandbox sees, cannot read or stop the agent, and is an unprivileged uid on the host (asserted from
-//! the host side; on gVisor it is no host process at all).
+//! the host side; on gVisor it is no host process at all). Its file operations (`files.*(user="root")`, which the
+//! agent runs with uid 0 and no capability in effect) reach no more: not the host's files, not outside the sandbox's
+//! root, not what the sandbox user keeps private.
 //!
 //! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`); on gVisor the server's
 //! default tier is gVisor, so the facade's sandboxes are too.
@@ -22,7 +24,7 @@ use common::Tier;
 use serde_json::{Value, json};
 use serve::{KEY_1, Server, assert_sandbox_gone_on};
 
-per_tier!(sandbox_root_cannot_mount_unshare_or_write_host_files,);
+per_tier!(sandbox_root_cannot_mount_unshare_or_write_host_files, sandbox_root_s_file_operations_stay_in_the_sandbox,);
 
 /// `Authorization: Basic base64("root:")`, as the E2B SDK sends `user="root"`.
 const AS_ROOT: &str = "Basic cm9vdDo=";
@@ -316,5 +318,72 @@ fn sandbox_root_cannot_mount_unshare_or_write_host_files(tier: Tier) {
     // 404 when the agent's death already ended the sandbox (gVisor, above).
     assert!(killed.status() == 204 || (tier == Tier::Gvisor && killed.status() == 404), "{}", killed.status());
     background.join().expect("the background request").ok();
+    assert_sandbox_gone_on(tier, &sandbox.id);
+}
+
+/// A `/files` request as the sandbox's root (`?username=root`, as the SDK sends `user="root"`); status and body.
+fn files_as_root(server: &Server, sandbox: &E2bSandbox, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+    let url = format!("{}/files?path={path}&username=root", server.url);
+    let mut response = if method == "GET" {
+        server
+            .http()
+            .get(&url)
+            .header("E2b-Sandbox-Id", &sandbox.id)
+            .header("X-Access-Token", &sandbox.token)
+            .call()
+            .expect("download as root")
+    } else {
+        server
+            .http()
+            .post(&url)
+            .header("E2b-Sandbox-Id", &sandbox.id)
+            .header("X-Access-Token", &sandbox.token)
+            .header("Content-Type", "application/octet-stream")
+            .send(body)
+            .expect("upload as root")
+    };
+    (response.status().as_u16(), response.body_mut().read_to_vec().unwrap_or_default())
+}
+
+fn sandbox_root_s_file_operations_stay_in_the_sandbox(tier: Tier) {
+    let server = if tier == Tier::Gvisor { Server::start_exclusive_on(tier) } else { Server::start_on(tier) };
+    let sandbox = create(&server);
+    let python_bytes = std::fs::read("/usr/bin/python3").expect("host python bytes");
+    let canary = std::env::temp_dir().join(format!("sandkasten-root-files-{}", std::process::id()));
+    std::fs::write(&canary, b"host only").expect("host canary");
+    let canary_path = canary.to_str().expect("utf-8 path");
+
+    // Writes to what the sandbox sees of the host (the read-only /usr) and to host paths are refused.
+    let (status, _) = files_as_root(&server, &sandbox, "POST", "/usr/bin/python3", b"overwritten");
+    assert_ne!(status, 200, "root overwrote the host's python");
+    let (status, _) = files_as_root(&server, &sandbox, "POST", "/usr/sandkasten-root-files-canary", b"planted");
+    assert_ne!(status, 200, "root created a file in /usr");
+    let (status, body) = files_as_root(&server, &sandbox, "GET", canary_path, b"");
+    assert!(status != 200 || body != b"host only", "root read the host's {canary_path}");
+    let (status, _) = files_as_root(&server, &sandbox, "POST", canary_path, b"changed");
+    // A file of that name inside the sandbox (its own /tmp) may be written; the host's must stay as it was.
+    println!("writing {canary_path} inside the sandbox as root: {status}");
+    // Symlinks and magic links lead nowhere outside: made by root inside, read as root.
+    let (code, exit) = run_as_root(
+        &server,
+        &sandbox,
+        "import os\nos.symlink('/proc/1/root/etc/passwd', '/tmp/via-proc')\nos.symlink('../../../../../../usr/bin/python3', '/tmp/up')",
+    );
+    assert_eq!((code.as_str(), exit), ("", 0));
+    let (status, _) = files_as_root(&server, &sandbox, "GET", "/tmp/via-proc", b"");
+    assert_ne!(status, 200, "a magic link was followed");
+    let (status, _) = files_as_root(&server, &sandbox, "POST", "/tmp/up", b"through a link");
+    assert_ne!(status, 200, "root wrote the host's python through a symlink");
+    assert_eq!(std::fs::read("/usr/bin/python3").expect("host python after"), python_bytes);
+    assert!(!std::path::Path::new("/usr/sandkasten-root-files-canary").exists());
+    assert_eq!(std::fs::read(&canary).expect("host canary after"), b"host only");
+    std::fs::remove_file(&canary).ok();
+    let killed = server
+        .http()
+        .delete(format!("{}/sandboxes/{}", server.url, sandbox.id))
+        .header("X-API-KEY", KEY_1)
+        .call()
+        .expect("kill through the facade");
+    assert_eq!(killed.status(), 204);
     assert_sandbox_gone_on(tier, &sandbox.id);
 }

@@ -191,6 +191,13 @@ mod tests {
             },
             Message::Output { stream: StreamKind::Stderr, data: "aGk=".into() },
             Message::FileRead { path: "/workspace/a".into(), offset: 3, len: 9 },
+            Message::AsUser {
+                user: sandkasten_types::CommandUser::Root,
+                request: Box::new(Message::SetMetadata {
+                    path: "/tmp/a".into(),
+                    metadata: [("k".to_owned(), "v".to_owned())].into(),
+                }),
+            },
             Message::Failed(Failure::new(FailureKind::NotEmpty, "x")),
             Message::Shutdown,
         ];

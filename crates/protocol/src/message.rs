@@ -12,7 +12,8 @@
 //! | `ListCommands` | `Commands` |
 //! | `Quiesce` | `Done` |
 //! | `FileRead` | `FileData` or `Failed` |
-//! | `FileWrite`, `Mkdir`, `Rename`, `Remove` | `Done` or `Failed` |
+//! | `FileWrite`, `Mkdir`, `Rename`, `Remove`, `SetMetadata` | `Done` or `Failed` |
+//! | `AsUser` (holding one of the file requests above) | that request's reply |
 //! | `FileList` | `FileEntries` or `Failed` |
 //! | `FileStat` | `FileStatReply` or `Failed` |
 //! | `DiskUsage` | `DiskUsageReply` or `Failed` |
@@ -32,7 +33,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use sandkasten_types::{CommandExit, CommandSpec, DiskUsage, Failure, FileInfo, FsEvent, PtySize, StreamKind};
+use sandkasten_types::{
+    CommandExit, CommandSpec, CommandUser, DiskUsage, Failure, FileInfo, FileMetadata, FsEvent, PtySize, StreamKind,
+};
 
 use crate::plan::AgentPlan;
 use crate::serve_types::RunningCommand;
@@ -192,6 +195,25 @@ pub enum Message {
         path: String,
         /// Remove a directory with its contents (symlinks are removed, never followed).
         recursive: bool,
+    },
+    /// host → agent: replace the user metadata of a regular file or directory (its `user.e2b.*` extended
+    /// attributes) with `metadata`: keys it does not hold are removed, so an empty map clears it. Metadata that
+    /// `check_metadata` refuses is `invalid_input`; a filesystem without user extended attributes is `unsupported`.
+    SetMetadata {
+        /// Absolute path inside the sandbox (a final symlink is not followed).
+        path: String,
+        /// The new metadata.
+        metadata: FileMetadata,
+    },
+    /// host → agent: run the file request `request` (`FileRead`, `FileWrite`, `FileList`, `FileStat`, `Mkdir`,
+    /// `Rename`, `Remove`, `SetMetadata`) as `user` instead of the sandbox user. The sandbox's root is uid and gid 0
+    /// inside the sandbox's user namespace with no capability in effect while the request runs, as a command run as
+    /// root has none: it gets what the ids allow, nothing more. Anything else inside is `Failed`.
+    AsUser {
+        /// Who the request acts as.
+        user: CommandUser,
+        /// The file request.
+        request: Box<Message>,
     },
     /// host → agent: how full the sandbox's writable filesystems are (home, `/tmp`, `/dev/shm`).
     DiskUsage,

@@ -7,8 +7,9 @@ use std::future::Future;
 use std::pin::Pin;
 
 use sandkasten_types::{
-    CellOutcome, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus, ContextInfo, Entrance,
-    Failure, FailureKind, FileInfo, FsEvent, OutputChunk, PtySize, SandboxSpec, SandboxUsage, Tier,
+    CellOutcome, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus, CommandUser,
+    ContextInfo, Entrance, Failure, FailureKind, FileInfo, FileMetadata, FsEvent, OutputChunk, PtySize, SandboxSpec,
+    SandboxUsage, Tier,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -100,20 +101,73 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         output_limit: u64,
         events: mpsc::Sender<OutputChunk>,
     ) -> RuntimeFuture<'a, CommandExit>;
-    /// Reads a whole regular file; `TooLarge` when it is bigger than `max_bytes`.
-    fn read_file<'a>(&'a self, id: &'a str, path: &'a str, max_bytes: u64) -> RuntimeFuture<'a, Vec<u8>>;
-    /// Creates or replaces a regular file with `data`.
-    fn write_file<'a>(&'a self, id: &'a str, path: &'a str, data: Vec<u8>) -> RuntimeFuture<'a, ()>;
-    /// Lists a directory (not recursive).
-    fn list_dir<'a>(&'a self, id: &'a str, path: &'a str) -> RuntimeFuture<'a, Vec<FileInfo>>;
-    /// Describes one path without following a final symlink.
-    fn stat<'a>(&'a self, id: &'a str, path: &'a str) -> RuntimeFuture<'a, FileInfo>;
-    /// Creates a directory, and its missing parents when `parents` is set.
-    fn mkdir<'a>(&'a self, id: &'a str, path: &'a str, parents: bool) -> RuntimeFuture<'a, ()>;
-    /// Renames a path inside the sandbox.
-    fn rename<'a>(&'a self, id: &'a str, from: &'a str, to: &'a str) -> RuntimeFuture<'a, ()>;
-    /// Removes a file, or a directory (with its contents when `recursive` is set).
-    fn remove<'a>(&'a self, id: &'a str, path: &'a str, recursive: bool) -> RuntimeFuture<'a, ()>;
+    /// Reads a whole regular file as `user`; `TooLarge` when it is bigger than `max_bytes`.
+    ///
+    /// The file calls act as `user`: the sandbox user, or the sandbox's root (uid 0 inside its user namespace, with no
+    /// capability: what a command run as root could do). The forms without `_as` act as the sandbox user.
+    fn read_file_as<'a>(
+        &'a self,
+        id: &'a str,
+        path: &'a str,
+        max_bytes: u64,
+        user: CommandUser,
+    ) -> RuntimeFuture<'a, Vec<u8>>;
+    /// Creates or replaces a regular file with `data`, as `user`.
+    fn write_file_as<'a>(
+        &'a self,
+        id: &'a str,
+        path: &'a str,
+        data: Vec<u8>,
+        user: CommandUser,
+    ) -> RuntimeFuture<'a, ()>;
+    /// Lists a directory (not recursive), as `user`.
+    fn list_dir_as<'a>(&'a self, id: &'a str, path: &'a str, user: CommandUser) -> RuntimeFuture<'a, Vec<FileInfo>>;
+    /// Describes one path without following a final symlink, as `user`.
+    fn stat_as<'a>(&'a self, id: &'a str, path: &'a str, user: CommandUser) -> RuntimeFuture<'a, FileInfo>;
+    /// Creates a directory, and its missing parents when `parents` is set, as `user`.
+    fn mkdir_as<'a>(&'a self, id: &'a str, path: &'a str, parents: bool, user: CommandUser) -> RuntimeFuture<'a, ()>;
+    /// Renames a path inside the sandbox, as `user`.
+    fn rename_as<'a>(&'a self, id: &'a str, from: &'a str, to: &'a str, user: CommandUser) -> RuntimeFuture<'a, ()>;
+    /// Removes a file, or a directory (with its contents when `recursive` is set), as `user`.
+    fn remove_as<'a>(&'a self, id: &'a str, path: &'a str, recursive: bool, user: CommandUser)
+    -> RuntimeFuture<'a, ()>;
+    /// Replaces the user metadata (`FileInfo::metadata`) of a regular file or directory, as `user`: keys not in
+    /// `metadata` are removed. A filesystem without user extended attributes is `InvalidPath`.
+    fn set_metadata<'a>(
+        &'a self,
+        id: &'a str,
+        path: &'a str,
+        metadata: FileMetadata,
+        user: CommandUser,
+    ) -> RuntimeFuture<'a, ()>;
+    /// `read_file_as` the sandbox user.
+    fn read_file<'a>(&'a self, id: &'a str, path: &'a str, max_bytes: u64) -> RuntimeFuture<'a, Vec<u8>> {
+        self.read_file_as(id, path, max_bytes, CommandUser::Sandbox)
+    }
+    /// `write_file_as` the sandbox user.
+    fn write_file<'a>(&'a self, id: &'a str, path: &'a str, data: Vec<u8>) -> RuntimeFuture<'a, ()> {
+        self.write_file_as(id, path, data, CommandUser::Sandbox)
+    }
+    /// `list_dir_as` the sandbox user.
+    fn list_dir<'a>(&'a self, id: &'a str, path: &'a str) -> RuntimeFuture<'a, Vec<FileInfo>> {
+        self.list_dir_as(id, path, CommandUser::Sandbox)
+    }
+    /// `stat_as` the sandbox user.
+    fn stat<'a>(&'a self, id: &'a str, path: &'a str) -> RuntimeFuture<'a, FileInfo> {
+        self.stat_as(id, path, CommandUser::Sandbox)
+    }
+    /// `mkdir_as` the sandbox user.
+    fn mkdir<'a>(&'a self, id: &'a str, path: &'a str, parents: bool) -> RuntimeFuture<'a, ()> {
+        self.mkdir_as(id, path, parents, CommandUser::Sandbox)
+    }
+    /// `rename_as` the sandbox user.
+    fn rename<'a>(&'a self, id: &'a str, from: &'a str, to: &'a str) -> RuntimeFuture<'a, ()> {
+        self.rename_as(id, from, to, CommandUser::Sandbox)
+    }
+    /// `remove_as` the sandbox user.
+    fn remove<'a>(&'a self, id: &'a str, path: &'a str, recursive: bool) -> RuntimeFuture<'a, ()> {
+        self.remove_as(id, path, recursive, CommandUser::Sandbox)
+    }
     /// Watches the directory `path` in the sandbox (as its user; `recursive`: its subdirectories too, also those
     /// made later) and returns once the watch runs. Its events arrive at `events` in order, a frame at a time (one
     /// the receiver has no room for is dropped), until the receiver is dropped (the watch stops) or the directory or

@@ -1,4 +1,7 @@
-//! Files inside a sandbox as the files API describes them.
+//! Files inside a sandbox as the files API describes them, and the user metadata a file may carry (`user.e2b.*`
+//! extended attributes, envd's file metadata).
+
+use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -41,6 +44,69 @@ pub struct FileInfo {
     /// Group's gid inside the sandbox.
     #[serde(default)]
     pub gid: u32,
+    /// User metadata of a regular file or directory: its `user.e2b.*` extended attributes, the prefix taken off
+    /// (what envd reports; other `user.*` attributes are not metadata). Entries whose key or value is not UTF-8 are
+    /// left out.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: FileMetadata,
+}
+
+/// User metadata of a file: key → value, stored as the extended attribute `user.e2b.<key>`.
+pub type FileMetadata = BTreeMap<String, String>;
+
+/// The extended-attribute namespace of file metadata.
+pub const METADATA_XATTR_PREFIX: &str = "user.e2b.";
+/// Longest metadata key, in bytes: the kernel's 255-byte attribute name less the prefix.
+pub const MAX_METADATA_KEY_BYTES: usize = 255 - METADATA_XATTR_PREFIX.len();
+/// Most metadata bytes on one file: every key with the prefix, plus every value (envd's bound, within one ext4
+/// block of attributes).
+pub const MAX_METADATA_BYTES: usize = 4096;
+
+/// Checks metadata as envd does: keys non-empty and at most `MAX_METADATA_KEY_BYTES`, keys and values printable
+/// US-ASCII (0x20 to 0x7e), at most `MAX_METADATA_BYTES` in all. The error names what is wrong.
+pub fn check_metadata(metadata: &FileMetadata) -> Result<(), String> {
+    let printable = |label: &str, text: &str| match text.bytes().position(|b| !(0x20..=0x7e).contains(&b)) {
+        Some(at) => Err(format!(
+            "metadata {label} contains non-printable-ASCII byte 0x{:02x} at offset {at}",
+            text.as_bytes()[at]
+        )),
+        None => Ok(()),
+    };
+    let mut total = 0;
+    for (key, value) in metadata {
+        if key.is_empty() {
+            return Err("metadata key must not be empty".to_owned());
+        }
+        if key.len() > MAX_METADATA_KEY_BYTES {
+            return Err(format!("metadata key {key:?} exceeds {MAX_METADATA_KEY_BYTES} bytes"));
+        }
+        printable("key", key)?;
+        printable(&format!("value for key {key:?}"), value)?;
+        total += METADATA_XATTR_PREFIX.len() + key.len() + value.len();
+    }
+    if total > MAX_METADATA_BYTES {
+        return Err(format!("total metadata size {total} exceeds {MAX_METADATA_BYTES} bytes"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod metadata_tests {
+    use super::*;
+
+    #[test]
+    fn metadata_is_bounded_as_envd_bounds_it() {
+        let one = |key: &str, value: &str| FileMetadata::from([(key.to_owned(), value.to_owned())]);
+        assert!(check_metadata(&one("author", "a b ~")).is_ok());
+        assert!(check_metadata(&FileMetadata::new()).is_ok());
+        assert!(check_metadata(&one("", "x")).unwrap_err().contains("must not be empty"));
+        assert!(check_metadata(&one("a\nb", "x")).unwrap_err().contains("non-printable-ASCII byte 0x0a at offset 1"));
+        assert!(check_metadata(&one("k", "caf\u{e9}")).unwrap_err().contains("value for key \"k\""));
+        assert!(check_metadata(&one(&"k".repeat(247), "x")).unwrap_err().contains("exceeds 246 bytes"));
+        assert!(check_metadata(&one(&"k".repeat(246), "x")).is_ok());
+        assert!(check_metadata(&one("k", &"v".repeat(4096))).unwrap_err().contains("exceeds 4096 bytes"));
+    }
 }
 
 /// A file created inside a sandbox's filesystem before it is sealed (the synthesised `/etc`, the code under

@@ -26,7 +26,10 @@ pub use command::{CommandExit, CommandSpec, CommandUser, PtySize};
 pub use error::{ErrorCode, ErrorInfo};
 pub use exec::{Command, ExecRequest, Language, Upload};
 pub use failure::{Failure, FailureKind};
-pub use files::{FileInfo, FileKind, SandboxFile};
+pub use files::{
+    FileInfo, FileKind, FileMetadata, MAX_METADATA_BYTES, MAX_METADATA_KEY_BYTES, METADATA_XATTR_PREFIX, SandboxFile,
+    check_metadata,
+};
 pub use limits::{LimitKind, Limits, LimitsError, MAX_PIDS};
 pub use result::{ExecResult, OutputStream, PhaseTimings, ResourceUsage, json_forms};
 pub use spec::{Entrance, NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec, Template, proxy_environment};

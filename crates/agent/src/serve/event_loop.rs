@@ -274,7 +274,9 @@ fn handle_request(
         | Message::FileStat { .. }
         | Message::Mkdir { .. }
         | Message::Rename { .. }
-        | Message::Remove { .. }) => files::handle(context.root, &msg),
+        | Message::Remove { .. }
+        | Message::SetMetadata { .. }
+        | Message::AsUser { .. }) => files::handle(context.root, &msg),
         other => {
             let mut name = format!("{other:?}");
             name.truncate(name.find([' ', '{']).unwrap_or(name.len()));

@@ -1,5 +1,6 @@
-//! The file requests of serve mode: read in chunks, write (truncate or append), list, stat, mkdir, rename, remove.
-//! Every path goes through `SandboxRoot` (resolved inside the root, with the sandbox user's permissions); nothing
+//! The file requests of serve mode: read in chunks, write (truncate or append), list, stat, mkdir, rename, remove,
+//! set metadata (`metadata`). Every path goes through `SandboxRoot` (resolved inside the root, with the sandbox user's
+//! permissions, or the sandbox root's without capabilities for `AsUser`); nothing
 //! here blocks on a fifo or a device, because only regular files are read or written.
 
 use std::os::fd::{AsFd, OwnedFd};
@@ -9,20 +10,48 @@ use base64::engine::general_purpose::STANDARD;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 use sandkasten_protocol::{MAX_FILE_CHUNK_BYTES, Message};
-use sandkasten_types::{Failure, FailureKind, FileInfo, FileKind};
+use sandkasten_types::{CommandUser, Failure, FailureKind, FileInfo, FileKind};
 
 use super::errors::sys_failure;
 use super::paths::{SandboxRoot, join, split_parent};
-use super::remove;
+use super::{metadata, remove};
 
 /// Permission bits of a file created without an explicit mode (before the umask).
 const DEFAULT_FILE_MODE: u32 = 0o644;
 /// Permission bits of created directories (before the umask).
 const DIR_MODE: u32 = 0o755;
 
-/// Runs one file request (with the sandbox user's identity) and returns its reply.
+/// Runs one file request (with the sandbox user's identity, or as `AsUser` says) and returns its reply.
 pub fn handle(root: &SandboxRoot, msg: &Message) -> Result<Message, Failure> {
-    root.as_sandbox_user(|| match msg {
+    match msg {
+        Message::AsUser { user: CommandUser::Root, request } if is_file_request(request) => {
+            root.as_sandbox_root(|| run(root, request))
+        }
+        Message::AsUser { user: CommandUser::Sandbox, request } if is_file_request(request) => {
+            root.as_sandbox_user(|| run(root, request))
+        }
+        Message::AsUser { .. } => Err(Failure::new(FailureKind::Internal, "as_user holds no file request")),
+        other => root.as_sandbox_user(|| run(root, other)),
+    }
+}
+
+/// Whether `msg` is one of the file requests (what `AsUser` may hold).
+pub fn is_file_request(msg: &Message) -> bool {
+    matches!(
+        msg,
+        Message::FileRead { .. }
+            | Message::FileWrite { .. }
+            | Message::FileList { .. }
+            | Message::FileStat { .. }
+            | Message::Mkdir { .. }
+            | Message::Rename { .. }
+            | Message::Remove { .. }
+            | Message::SetMetadata { .. }
+    )
+}
+
+fn run(root: &SandboxRoot, msg: &Message) -> Result<Message, Failure> {
+    match msg {
         Message::FileRead { path, offset, len } => read(root, path, *offset, *len),
         Message::FileWrite { path, data, append, mode } => write(root, path, data, *append, *mode),
         Message::FileList { path } => list(root, path),
@@ -30,8 +59,9 @@ pub fn handle(root: &SandboxRoot, msg: &Message) -> Result<Message, Failure> {
         Message::Mkdir { path, parents } => mkdir(root, path, *parents),
         Message::Rename { from, to } => rename(root, from, to),
         Message::Remove { path, recursive } => remove::remove(root, path, *recursive).map(|()| Message::Done),
+        Message::SetMetadata { path, metadata: wanted } => metadata::set(root, path, wanted).map(|()| Message::Done),
         _ => Err(Failure::new(FailureKind::Internal, "not a file request")),
-    })
+    }
 }
 
 fn regular_file(fd: &OwnedFd, path: &str) -> Result<Stat, Failure> {
@@ -128,6 +158,7 @@ fn info_from_stat(dir: impl AsFd, name: &str, path: String, stat: &Stat) -> File
         symlink_target,
         uid: stat.st_uid,
         gid: stat.st_gid,
+        metadata: metadata::read_at(&dir, name, kind),
     }
 }
 
@@ -137,7 +168,12 @@ fn stat(root: &SandboxRoot, path: &str) -> Result<FileInfo, Failure> {
     let stat = rustix::fs::fstat(&fd).map_err(|e| sys_failure("stat", path, e))?;
     let name = split_parent(path).map(|(_, name)| name.to_owned()).unwrap_or_default();
     // readlinkat(fd, "") reads the link the O_PATH descriptor refers to.
-    let info = info_from_stat(&fd, "", path.to_owned(), &stat);
+    let mut info = info_from_stat(&fd, "", path.to_owned(), &stat);
+    // The metadata is read through the parent (an O_PATH descriptor cannot list attributes); `/` has none.
+    info.metadata = match root.parent_of(path) {
+        Ok((parent, entry)) => metadata::read_at(&parent, &entry, info.kind),
+        Err(_) => Default::default(),
+    };
     Ok(FileInfo { name: if name.is_empty() { "/".to_owned() } else { name }, ..info })
 }
 

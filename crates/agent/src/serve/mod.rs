@@ -17,6 +17,7 @@ mod event_loop;
 mod files;
 pub(crate) mod guest_oom;
 mod launcher;
+mod metadata;
 pub(crate) mod output;
 mod paths;
 mod ports;

@@ -1,7 +1,8 @@
 //! Resolving sandbox paths safely: every path is resolved by the kernel with `openat2(root, path, RESOLVE_IN_ROOT |
 //! RESOLVE_NO_MAGICLINKS)`, so `..` and symlinks (absolute or relative) stay inside the root and `/proc/*/root`-style
 //! magic links are refused; and every operation runs with the sandbox user's filesystem identity (`setfsuid`/
-//! `setfsgid`), so permissions are the sandbox user's, never the agent's.
+//! `setfsgid`), so permissions are the sandbox user's, never the agent's — or, for `AsUser` root, the sandbox root's
+//! ids with every capability out of effect, so no more than a root command could do.
 
 #![allow(unsafe_code)]
 
@@ -54,6 +55,17 @@ impl SandboxRoot {
     pub fn as_sandbox_user<T>(&self, op: impl FnOnce() -> Result<T, Failure>) -> Result<T, Failure> {
         let Some(identity) = self.identity else { return op() };
         let _restore = FsIdentityGuard::switch(identity)?;
+        op()
+    }
+
+    /// Runs `op` as the sandbox's root: filesystem ids 0 inside the sandbox's user namespace with no capability in
+    /// effect (a command run as root has none either), restoring the agent's ids and capabilities afterwards.
+    pub fn as_sandbox_root<T>(&self, op: impl FnOnce() -> Result<T, Failure>) -> Result<T, Failure> {
+        if self.identity.is_none() {
+            return op();
+        }
+        let _ids = FsIdentityGuard::switch(FsIdentity { uid: 0, gid: 0 })?;
+        let _capabilities = NoCapabilities::enter()?;
         op()
     }
 
@@ -119,6 +131,39 @@ pub fn split_parent(path: &str) -> Result<(&str, &str), Failure> {
 /// Joins a directory path as the host wrote it and an entry name, for display.
 pub fn join(dir: &str, name: &str) -> String {
     format!("{}/{name}", dir.trim_end_matches('/'))
+}
+
+/// This thread's effective capabilities cleared (its permitted ones kept), restored when dropped.
+struct NoCapabilities {
+    saved: rustix::thread::CapabilitySets,
+}
+
+impl NoCapabilities {
+    fn enter() -> Result<NoCapabilities, Failure> {
+        use rustix::thread::{CapabilitySet, CapabilitySets, capabilities, set_capabilities};
+        let failed = |step: &str, errno: Errno| {
+            Failure::new(
+                FailureKind::Internal,
+                format!("{step} the agent's capabilities for the sandbox's root: {errno}"),
+            )
+        };
+        let saved = capabilities(None).map_err(|errno| failed("reading", errno))?;
+        let none = CapabilitySets { effective: CapabilitySet::empty(), ..saved };
+        set_capabilities(None, none).map_err(|errno| failed("clearing", errno))?;
+        let guard = NoCapabilities { saved };
+        match capabilities(None) {
+            Ok(now) if now.effective.is_empty() => Ok(guard),
+            Ok(_) => Err(Failure::new(FailureKind::Internal, "the agent's capabilities did not clear")),
+            Err(errno) => Err(failed("checking", errno)),
+        }
+    }
+}
+
+impl Drop for NoCapabilities {
+    fn drop(&mut self) {
+        // The permitted set was kept, so the effective one may be raised back to what it was.
+        let _ = rustix::thread::set_capabilities(None, self.saved);
+    }
 }
 
 /// Restores the previous filesystem ids when dropped.

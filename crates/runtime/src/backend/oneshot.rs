@@ -11,8 +11,8 @@ use std::time::Duration;
 use sandkasten_cgroups::Usage;
 use sandkasten_protocol::monotonic_ns;
 use sandkasten_types::{
-    CommandExit, CommandSpec, ErrorCode, ErrorInfo, ExecRequest, ExecResult, FailureKind, LimitKind, OutputChunk,
-    PhaseTimings, ResourceUsage, SandboxSpec, StreamKind,
+    CommandExit, CommandSpec, CommandUser, ErrorCode, ErrorInfo, ExecRequest, ExecResult, FailureKind, LimitKind,
+    OutputChunk, PhaseTimings, ResourceUsage, SandboxSpec, StreamKind,
 };
 use tokio::sync::mpsc;
 
@@ -123,8 +123,8 @@ pub(crate) fn run(
         for upload in &run_plan.uploads {
             let path = upload.path.to_string_lossy();
             let parent = upload.path.parent().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
-            let written = match agent.mkdir(&parent, true).await {
-                Ok(()) => agent.write_file(&path, &upload.contents).await,
+            let written = match agent.mkdir(&parent, true, CommandUser::Sandbox).await {
+                Ok(()) => agent.write_file(&path, &upload.contents, CommandUser::Sandbox).await,
                 Err(failure) => Err(failure),
             };
             if let Err(failure) = written {

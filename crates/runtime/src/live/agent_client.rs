@@ -15,7 +15,9 @@ use std::sync::{Arc, Mutex};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use sandkasten_protocol::{Envelope, FrameDecoder, Message, encode};
-use sandkasten_types::{CommandExit, CommandSpec, Failure, FailureKind, FileInfo, FsEvent, OutputChunk};
+use sandkasten_types::{
+    CommandExit, CommandSpec, CommandUser, Failure, FailureKind, FileInfo, FileMetadata, FsEvent, OutputChunk,
+};
 use tokio::sync::mpsc;
 
 use super::phases::CommandClock;
@@ -221,14 +223,22 @@ impl AgentClient {
         self.send(0, Message::Resumed { paused_ns }).await
     }
 
-    /// Reads up to `max_bytes` of a file.
-    pub async fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, Failure> {
+    /// Sends the file request `msg` as `user` (wrapped in `AsUser` for the sandbox's root) and waits for its reply.
+    async fn file_call(&self, msg: Message, user: CommandUser) -> Result<Message, Failure> {
+        match user {
+            CommandUser::Sandbox => self.call(msg).await,
+            CommandUser::Root => self.call(Message::AsUser { user, request: Box::new(msg) }).await,
+        }
+    }
+
+    /// Reads up to `max_bytes` of a file, as `user`.
+    pub async fn read_file(&self, path: &str, max_bytes: u64, user: CommandUser) -> Result<Vec<u8>, Failure> {
         const CHUNK: u64 = 1 << 20;
         let mut contents = Vec::new();
         loop {
             let offset = contents.len() as u64;
             let len = CHUNK.min(max_bytes.saturating_sub(offset).saturating_add(1));
-            match self.call(Message::FileRead { path: path.to_owned(), offset, len }).await? {
+            match self.file_call(Message::FileRead { path: path.to_owned(), offset, len }, user).await? {
                 Message::FileData { data, eof } => {
                     let bytes =
                         BASE64.decode(data).map_err(|e| Failure::new(FailureKind::SandboxGone, e.to_string()))?;
@@ -248,42 +258,41 @@ impl AgentClient {
         }
     }
 
-    /// Writes a whole file (in chunks), replacing it.
-    pub async fn write_file(&self, path: &str, data: &[u8]) -> Result<(), Failure> {
+    /// Writes a whole file (in chunks), replacing it, as `user`.
+    pub async fn write_file(&self, path: &str, data: &[u8], user: CommandUser) -> Result<(), Failure> {
         const CHUNK: usize = 1 << 20;
         let mut chunks = data.chunks(CHUNK).peekable();
         let mut append = false;
         if chunks.peek().is_none() {
-            return self
-                .expect_done(Message::FileWrite { path: path.to_owned(), data: String::new(), append, mode: None })
-                .await;
+            let msg = Message::FileWrite { path: path.to_owned(), data: String::new(), append, mode: None };
+            return self.expect_done(msg, user).await;
         }
         for chunk in chunks {
             let msg = Message::FileWrite { path: path.to_owned(), data: BASE64.encode(chunk), append, mode: None };
-            self.expect_done(msg).await?;
+            self.expect_done(msg, user).await?;
             append = true;
         }
         Ok(())
     }
 
-    async fn expect_done(&self, msg: Message) -> Result<(), Failure> {
-        match self.call(msg).await? {
+    async fn expect_done(&self, msg: Message, user: CommandUser) -> Result<(), Failure> {
+        match self.file_call(msg, user).await? {
             Message::Done => Ok(()),
             other => Err(unexpected(&other)),
         }
     }
 
-    /// Lists a directory.
-    pub async fn list_dir(&self, path: &str) -> Result<Vec<FileInfo>, Failure> {
-        match self.call(Message::FileList { path: path.to_owned() }).await? {
+    /// Lists a directory, as `user`.
+    pub async fn list_dir(&self, path: &str, user: CommandUser) -> Result<Vec<FileInfo>, Failure> {
+        match self.file_call(Message::FileList { path: path.to_owned() }, user).await? {
             Message::FileEntries { entries } => Ok(entries),
             other => Err(unexpected(&other)),
         }
     }
 
-    /// Describes one path.
-    pub async fn stat(&self, path: &str) -> Result<FileInfo, Failure> {
-        match self.call(Message::FileStat { path: path.to_owned() }).await? {
+    /// Describes one path, as `user`.
+    pub async fn stat(&self, path: &str, user: CommandUser) -> Result<FileInfo, Failure> {
+        match self.file_call(Message::FileStat { path: path.to_owned() }, user).await? {
             Message::FileStatReply { info } => Ok(info),
             other => Err(unexpected(&other)),
         }
@@ -297,19 +306,24 @@ impl AgentClient {
         }
     }
 
-    /// Creates a directory.
-    pub async fn mkdir(&self, path: &str, parents: bool) -> Result<(), Failure> {
-        self.expect_done(Message::Mkdir { path: path.to_owned(), parents }).await
+    /// Creates a directory, as `user`.
+    pub async fn mkdir(&self, path: &str, parents: bool, user: CommandUser) -> Result<(), Failure> {
+        self.expect_done(Message::Mkdir { path: path.to_owned(), parents }, user).await
     }
 
-    /// Renames a path.
-    pub async fn rename(&self, from: &str, to: &str) -> Result<(), Failure> {
-        self.expect_done(Message::Rename { from: from.to_owned(), to: to.to_owned() }).await
+    /// Renames a path, as `user`.
+    pub async fn rename(&self, from: &str, to: &str, user: CommandUser) -> Result<(), Failure> {
+        self.expect_done(Message::Rename { from: from.to_owned(), to: to.to_owned() }, user).await
     }
 
-    /// Removes a path.
-    pub async fn remove(&self, path: &str, recursive: bool) -> Result<(), Failure> {
-        self.expect_done(Message::Remove { path: path.to_owned(), recursive }).await
+    /// Removes a path, as `user`.
+    pub async fn remove(&self, path: &str, recursive: bool, user: CommandUser) -> Result<(), Failure> {
+        self.expect_done(Message::Remove { path: path.to_owned(), recursive }, user).await
+    }
+
+    /// Replaces the metadata of a file or directory, as `user`.
+    pub async fn set_metadata(&self, path: &str, metadata: FileMetadata, user: CommandUser) -> Result<(), Failure> {
+        self.expect_done(Message::SetMetadata { path: path.to_owned(), metadata }, user).await
     }
 
     /// Watches the directory `path` (as the sandbox user; `recursive`: its subdirectories too). Once the agent has

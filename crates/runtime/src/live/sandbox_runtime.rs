@@ -4,8 +4,9 @@
 //! `BackgroundCommands`; a sandbox that is not running is `SandboxGone`.
 
 use sandkasten_types::{
-    CellOutcome, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus, ContextInfo, Entrance,
-    Failure, FailureKind, FileInfo, FsEvent, OutputChunk, PtySize, SandboxSpec, SandboxUsage, Tier,
+    CellOutcome, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus, CommandUser,
+    ContextInfo, Entrance, Failure, FailureKind, FileInfo, FileMetadata, FsEvent, OutputChunk, PtySize, SandboxSpec,
+    SandboxUsage, Tier,
 };
 use tokio::sync::mpsc;
 
@@ -116,20 +117,32 @@ impl SandboxRuntime for LiveRuntime {
         Box::pin(async move { super::archive::import_tar(&self.file_agent(id)?, source).await })
     }
 
-    fn read_file<'a>(&'a self, id: &'a str, path: &'a str, max_bytes: u64) -> RuntimeFuture<'a, Vec<u8>> {
-        Box::pin(async move { self.file_agent(id)?.read_file(path, max_bytes).await })
+    fn read_file_as<'a>(
+        &'a self,
+        id: &'a str,
+        path: &'a str,
+        max_bytes: u64,
+        user: CommandUser,
+    ) -> RuntimeFuture<'a, Vec<u8>> {
+        Box::pin(async move { self.file_agent(id)?.read_file(path, max_bytes, user).await })
     }
 
-    fn write_file<'a>(&'a self, id: &'a str, path: &'a str, data: Vec<u8>) -> RuntimeFuture<'a, ()> {
-        Box::pin(async move { self.file_agent(id)?.write_file(path, &data).await })
+    fn write_file_as<'a>(
+        &'a self,
+        id: &'a str,
+        path: &'a str,
+        data: Vec<u8>,
+        user: CommandUser,
+    ) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move { self.file_agent(id)?.write_file(path, &data, user).await })
     }
 
-    fn list_dir<'a>(&'a self, id: &'a str, path: &'a str) -> RuntimeFuture<'a, Vec<FileInfo>> {
-        Box::pin(async move { self.file_agent(id)?.list_dir(path).await })
+    fn list_dir_as<'a>(&'a self, id: &'a str, path: &'a str, user: CommandUser) -> RuntimeFuture<'a, Vec<FileInfo>> {
+        Box::pin(async move { self.file_agent(id)?.list_dir(path, user).await })
     }
 
-    fn stat<'a>(&'a self, id: &'a str, path: &'a str) -> RuntimeFuture<'a, FileInfo> {
-        Box::pin(async move { self.file_agent(id)?.stat(path).await })
+    fn stat_as<'a>(&'a self, id: &'a str, path: &'a str, user: CommandUser) -> RuntimeFuture<'a, FileInfo> {
+        Box::pin(async move { self.file_agent(id)?.stat(path, user).await })
     }
 
     fn watch_dir<'a>(
@@ -146,16 +159,32 @@ impl SandboxRuntime for LiveRuntime {
         Box::pin(async move { self.file_agent(id)?.open_port(port).await })
     }
 
-    fn mkdir<'a>(&'a self, id: &'a str, path: &'a str, parents: bool) -> RuntimeFuture<'a, ()> {
-        Box::pin(async move { self.file_agent(id)?.mkdir(path, parents).await })
+    fn mkdir_as<'a>(&'a self, id: &'a str, path: &'a str, parents: bool, user: CommandUser) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move { self.file_agent(id)?.mkdir(path, parents, user).await })
     }
 
-    fn rename<'a>(&'a self, id: &'a str, from: &'a str, to: &'a str) -> RuntimeFuture<'a, ()> {
-        Box::pin(async move { self.file_agent(id)?.rename(from, to).await })
+    fn rename_as<'a>(&'a self, id: &'a str, from: &'a str, to: &'a str, user: CommandUser) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move { self.file_agent(id)?.rename(from, to, user).await })
     }
 
-    fn remove<'a>(&'a self, id: &'a str, path: &'a str, recursive: bool) -> RuntimeFuture<'a, ()> {
-        Box::pin(async move { self.file_agent(id)?.remove(path, recursive).await })
+    fn remove_as<'a>(
+        &'a self,
+        id: &'a str,
+        path: &'a str,
+        recursive: bool,
+        user: CommandUser,
+    ) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move { self.file_agent(id)?.remove(path, recursive, user).await })
+    }
+
+    fn set_metadata<'a>(
+        &'a self,
+        id: &'a str,
+        path: &'a str,
+        metadata: FileMetadata,
+        user: CommandUser,
+    ) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move { self.file_agent(id)?.set_metadata(path, metadata, user).await })
     }
 
     fn create_context<'a>(

@@ -539,6 +539,7 @@ mod tests {
                 symlink_target: (kind == FileKind::Symlink).then(|| "/b".into()),
                 uid: 1000,
                 gid: 1000,
+                metadata: Default::default(),
             };
             assert_eq!(serde_json::to_value(FileInfoBody::from(info.clone()))?, serde_json::to_value(&info)?);
         }

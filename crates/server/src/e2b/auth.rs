@@ -9,6 +9,8 @@ use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
 use subtle::ConstantTimeEq;
 
+use sandkasten_types::CommandUser;
+
 use crate::auth::Tenant;
 use crate::e2b::error::{Code, E2bError};
 use crate::state::AppState;
@@ -70,6 +72,16 @@ pub(crate) async fn sandbox_access(state: &AppState, headers: &HeaderMap) -> Res
     if !valid {
         return Err(E2bError::new(Code::Unauthenticated, format!("missing or wrong access token for sandbox {id}")));
     }
+    running_access(state, id, session).await
+}
+
+/// The sandbox `id` of an already authorised request (`session` is its session): settled, resumed when it pauses
+/// with `autoResume`, else E2B's "was not found" when it is not running.
+pub(crate) async fn running_access(
+    state: &AppState,
+    id: &str,
+    session: crate::e2b::sessions::Session,
+) -> Result<SandboxAccess, E2bError> {
     // A pause or resume in progress settles first: nothing reaches a sandbox half paused.
     state.transitions().settled(id).await;
     let record = state.store().sandbox(&session.tenant.name, id).await.map_err(crate::api::error::ApiError::from)?;
@@ -118,18 +130,20 @@ pub(crate) async fn runtime_failure(state: &AppState, id: &str, failure: sandkas
     E2bError::from(failure)
 }
 
-/// Refuses users other than `user` (the sandbox's uid 1000), for file operations (which always act as `user`).
-pub(crate) fn require_default_user(user: &str) -> Result<(), E2bError> {
-    if user == "user" {
-        return Ok(());
+/// The sandbox user a request names: `user` (uid 1000) or `root` (uid 0 inside the sandbox, without capabilities);
+/// any other name is refused.
+pub(crate) fn sandbox_user(user: &str) -> Result<CommandUser, E2bError> {
+    match user {
+        "user" => Ok(CommandUser::Sandbox),
+        "root" => Ok(CommandUser::Root),
+        other => Err(E2bError::new(
+            Code::PermissionDenied,
+            format!(
+                "user {other:?} is not available: a sandbox has 'user' (uid 1000) and 'root' (uid 0 in the sandbox, \
+                 without capabilities)"
+            ),
+        )),
     }
-    Err(E2bError::new(
-        Code::PermissionDenied,
-        format!(
-            "user {user:?} is not available: commands run as 'user' (uid 1000) or 'root' (uid 0 in the sandbox, \
-             without capabilities); files are always accessed as 'user'"
-        ),
-    ))
 }
 
 #[cfg(test)]

@@ -4,9 +4,10 @@
 //! `permissions` stays the link's own (`Lrwxrwxrwx`) and `isSymlink` marks the link (newer envd's field, which the SDK
 //! reads to report the entry as `FileType.SYMLINK`; older SDKs read the target's type). Also `ListDir`'s walk: depth first in name order, each
 //! directory's entries right after it, into at most `depth` levels, never through a symlinked directory (envd's
-//! `filepath.WalkDir`).
+//! `filepath.WalkDir`). A file's or directory's user metadata (`user.e2b.*` attributes) is its `metadata` map, left out
+//! when it has none, as envd leaves it out.
 
-use sandkasten_types::{FailureKind, FileInfo, FileKind};
+use sandkasten_types::{CommandUser, FailureKind, FileInfo, FileKind};
 use serde_json::{Value, json};
 
 use crate::clock::rfc3339;
@@ -84,6 +85,9 @@ fn entry_json(info: &FileInfo, link: Option<&LinkTarget>) -> Value {
         object.insert("symlinkTarget".into(), Value::String(link.path.clone()));
         object.insert("isSymlink".into(), Value::Bool(true));
     }
+    if let (false, Some(object)) = (info.metadata.is_empty(), entry.as_object_mut()) {
+        object.insert("metadata".into(), json!(info.metadata));
+    }
     entry
 }
 
@@ -103,7 +107,7 @@ fn normalized(path: &str) -> String {
 }
 
 /// Where the symlink `info` leads: each link's target read against its own directory, until a non-link (or nothing).
-async fn resolve(state: &AppState, id: &str, info: &FileInfo) -> Result<LinkTarget, E2bError> {
+async fn resolve(state: &AppState, id: &str, info: &FileInfo, user: CommandUser) -> Result<LinkTarget, E2bError> {
     let mut path = info.path.clone();
     let mut current = info.clone();
     for _ in 0..MAX_LINKS {
@@ -113,7 +117,7 @@ async fn resolve(state: &AppState, id: &str, info: &FileInfo) -> Result<LinkTarg
         let Some(target) = current.symlink_target.as_deref() else { break };
         let parent = path.rsplit_once('/').map_or("", |(parent, _)| parent);
         path = normalized(&if target.starts_with('/') { target.to_owned() } else { format!("{parent}/{target}") });
-        current = match state.runtime().stat(id, &path).await {
+        current = match state.runtime().stat_as(id, &path, user).await {
             Ok(next) => next,
             Err(failure) if failure.kind == FailureKind::NotFound => break,
             Err(failure) => return Err(runtime_failure(state, id, failure).await),
@@ -123,19 +127,25 @@ async fn resolve(state: &AppState, id: &str, info: &FileInfo) -> Result<LinkTarg
     Ok(LinkTarget { path: info.path.clone(), info: None })
 }
 
-/// envd's `EntryInfo` of `info` (a symlink's target resolved in the sandbox `id`).
-pub(crate) async fn entry(state: &AppState, id: &str, info: &FileInfo) -> Result<Value, E2bError> {
+/// envd's `EntryInfo` of `info` (a symlink's target resolved in the sandbox `id`, as `user`).
+pub(crate) async fn entry(state: &AppState, id: &str, info: &FileInfo, user: CommandUser) -> Result<Value, E2bError> {
     if info.kind != FileKind::Symlink {
         return Ok(entry_json(info, None));
     }
-    let link = resolve(state, id, info).await?;
+    let link = resolve(state, id, info, user).await?;
     Ok(entry_json(info, Some(&link)))
 }
 
-/// The entries under the directory `root` (already resolved) into `depth` levels, in envd's walk order.
-pub(crate) async fn walk(state: &AppState, id: &str, root: &str, depth: u32) -> Result<Vec<Value>, E2bError> {
+/// The entries under the directory `root` (already resolved) into `depth` levels, in envd's walk order, as `user`.
+pub(crate) async fn walk(
+    state: &AppState,
+    id: &str,
+    root: &str,
+    depth: u32,
+    user: CommandUser,
+) -> Result<Vec<Value>, E2bError> {
     let listed = |dir: String| async move {
-        match state.runtime().list_dir(id, &dir).await {
+        match state.runtime().list_dir_as(id, &dir, user).await {
             Ok(children) => Ok(children),
             // Removed since its parent was listed: skipped, as envd skips entries that vanished.
             Err(failure) if failure.kind == FailureKind::NotFound => Ok(Vec::new()),
@@ -146,7 +156,7 @@ pub(crate) async fn walk(state: &AppState, id: &str, root: &str, depth: u32) -> 
     // A stack of (entry, its level), the next to emit on top; each directory's children go on above it.
     let mut pending: Vec<(FileInfo, u32)> = listed(root.to_owned()).await?.into_iter().rev().map(|i| (i, 1)).collect();
     while let Some((info, level)) = pending.pop() {
-        entries.push(entry(state, id, &info).await?);
+        entries.push(entry(state, id, &info, user).await?);
         if entries.len() > MAX_ENTRIES {
             return Err(E2bError::new(
                 Code::ResourceExhausted,
@@ -176,6 +186,7 @@ mod tests {
             symlink_target: None,
             uid: 0,
             gid: 1000,
+            metadata: Default::default(),
         }
     }
 

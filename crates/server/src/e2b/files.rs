@@ -1,7 +1,8 @@
 //! envd's HTTP routes: `GET /files?path=` downloads a file, `POST /files` uploads one or more (multipart, each part
 //! named by its file name, or a raw `application/octet-stream` body with `?path=`), creating missing parent
 //! directories as envd does; `GET /health` answers 204 while the sandbox runs and 502 otherwise. Errors are envd's
-//! `{"code", "message"}` with the status the SDK maps (404 is `FileNotFoundException`).
+//! `{"code", "message"}` with the status the SDK maps (404 is `FileNotFoundException`). Both take the access token
+//! or a signed URL's signature (`signing`).
 
 use axum::Json;
 use axum::body::Bytes;
@@ -10,12 +11,13 @@ use axum::extract::{FromRequest, Multipart, Query, Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use sandkasten_types::FailureKind;
+use sandkasten_types::{CommandUser, FailureKind, FileMetadata, check_metadata};
 use serde::{Deserialize, Serialize};
 
-use crate::e2b::auth::{SandboxAccess, request_user, require_default_user, runtime_failure, sandbox_access};
+use crate::e2b::auth::{SandboxAccess, request_user, runtime_failure, sandbox_access, sandbox_user};
 use crate::e2b::error::{Code, E2bError};
 use crate::e2b::paths;
+use crate::e2b::signing::{Operation, Signed, file_access};
 use crate::state::AppState;
 
 /// The query of `/files`.
@@ -23,22 +25,60 @@ use crate::state::AppState;
 pub(crate) struct FilesQuery {
     path: Option<String>,
     username: Option<String>,
+    signature: Option<String>,
+    signature_expiration: Option<i64>,
 }
 
-/// One written file, as envd answers it.
+impl FilesQuery {
+    fn signed(&self) -> Signed<'_> {
+        Signed {
+            path: self.path.as_deref().unwrap_or_default(),
+            user: self.username.as_deref().unwrap_or_default(),
+            signature: self.signature.as_deref(),
+            expiration: self.signature_expiration,
+        }
+    }
+}
+
+/// One written file, as envd answers it (`metadata`: what the file holds after the upload, left out when none).
 #[derive(Debug, Serialize)]
 pub(crate) struct WriteInfo {
     name: String,
     #[serde(rename = "type")]
     kind: &'static str,
     path: String,
+    #[serde(skip_serializing_if = "FileMetadata::is_empty")]
+    metadata: FileMetadata,
 }
 
-fn user_of(query: &FilesQuery, headers: &HeaderMap) -> Result<(), E2bError> {
+/// The prefix of the upload headers that carry file metadata (`X-Metadata-<key>: <value>`).
+const METADATA_HEADER_PREFIX: &str = "x-metadata-";
+
+/// Who the request acts as: `?username=`, else the `Authorization` user.
+fn user_of(query: &FilesQuery, headers: &HeaderMap) -> Result<CommandUser, E2bError> {
     match &query.username {
-        Some(user) => require_default_user(user),
-        None => require_default_user(&request_user(headers)?),
+        Some(user) => sandbox_user(user),
+        None => sandbox_user(&request_user(headers)?),
     }
+}
+
+/// The metadata an upload sets, from its `X-Metadata-*` headers as envd reads them: keys lowercased (header names
+/// are), the first value of a repeated header, an empty key ignored; checked as envd checks it (400 naming what is
+/// wrong).
+fn upload_metadata(headers: &HeaderMap) -> Result<FileMetadata, E2bError> {
+    let mut metadata = FileMetadata::new();
+    for (name, value) in headers {
+        let Some(key) = name.as_str().strip_prefix(METADATA_HEADER_PREFIX) else { continue };
+        if key.is_empty() || metadata.contains_key(key) {
+            continue;
+        }
+        let value = std::str::from_utf8(value.as_bytes()).map_err(|_| {
+            E2bError::invalid(format!("invalid metadata: metadata value for key {key:?} is not printable US-ASCII"))
+        })?;
+        metadata.insert(key.to_owned(), value.to_owned());
+    }
+    check_metadata(&metadata).map_err(|message| E2bError::invalid(format!("invalid metadata: {message}")))?;
+    Ok(metadata)
 }
 
 /// `GET /health`.
@@ -60,13 +100,13 @@ pub(crate) async fn download(
     headers: HeaderMap,
     query: Result<Query<FilesQuery>, QueryRejection>,
 ) -> Result<Response, E2bError> {
-    let access = sandbox_access(&state, &headers).await?;
     let Query(query) = query.map_err(|rejection| E2bError::invalid(rejection.body_text()))?;
-    user_of(&query, &headers)?;
+    let access = file_access(&state, &headers, query.signed(), Operation::Read).await?;
+    let user = user_of(&query, &headers)?;
     let wanted = query.path.as_deref().ok_or_else(|| E2bError::invalid("give the file as ?path="))?;
     let path = paths::to_sandbox(wanted)?;
     let max = state.settings().max_file_bytes;
-    match state.runtime().read_file(&access.id, &path, max).await {
+    match state.runtime().read_file_as(&access.id, &path, max, user).await {
         Ok(data) => Ok(([(CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"))], data).into_response()),
         Err(failure) if failure.kind == FailureKind::NotFound => {
             Err(E2bError::new(Code::NotFound, format!("path '{wanted}' does not exist")))
@@ -75,25 +115,42 @@ pub(crate) async fn download(
     }
 }
 
+/// How a file of an upload is written: as whom, with what metadata.
+#[derive(Debug, Clone)]
+struct Writing {
+    user: CommandUser,
+    /// Replaces the file's metadata (an overwrite without any clears it, as in envd).
+    metadata: FileMetadata,
+}
+
 async fn write_one(
     state: &AppState,
     access: &SandboxAccess,
     wanted: &str,
     data: Vec<u8>,
+    writing: &Writing,
 ) -> Result<WriteInfo, E2bError> {
     let path = paths::to_sandbox(wanted)?;
+    let user = writing.user;
     if let Some((parent, _)) = path.rsplit_once('/')
         && !parent.is_empty()
-        && let Err(failure) = state.runtime().mkdir(&access.id, parent, true).await
+        && let Err(failure) = state.runtime().mkdir_as(&access.id, parent, true, user).await
         && failure.kind != FailureKind::AlreadyExists
     {
         return Err(runtime_failure(state, &access.id, failure).await);
     }
-    if let Err(failure) = state.runtime().write_file(&access.id, &path, data).await {
+    if let Err(failure) = state.runtime().write_file_as(&access.id, &path, data, user).await {
         return Err(runtime_failure(state, &access.id, failure).await);
     }
+    let metadata = writing.metadata.clone();
+    if let Err(failure) = state.runtime().set_metadata(&access.id, &path, metadata.clone(), user).await {
+        // A filesystem without user attributes cannot hold metadata, so only asking for some is an error.
+        if !(metadata.is_empty() && failure.kind == FailureKind::InvalidPath) {
+            return Err(runtime_failure(state, &access.id, failure).await);
+        }
+    }
     let name = path.rsplit('/').next().unwrap_or_default().to_owned();
-    Ok(WriteInfo { name, kind: "file", path: path.clone() })
+    Ok(WriteInfo { name, kind: "file", path: path.clone(), metadata })
 }
 
 /// `POST /files`: write one file (octet-stream with `?path=`) or several (multipart).
@@ -103,9 +160,19 @@ pub(crate) async fn upload(
     query: Result<Query<FilesQuery>, QueryRejection>,
     request: Request,
 ) -> Result<Json<Vec<WriteInfo>>, E2bError> {
-    let access = sandbox_access(&state, &headers).await?;
     let Query(query) = query.map_err(|rejection| E2bError::invalid(rejection.body_text()))?;
-    user_of(&query, &headers)?;
+    let access = file_access(&state, &headers, query.signed(), Operation::Write).await?;
+    let user = user_of(&query, &headers)?;
+    let metadata = match upload_metadata(&headers) {
+        Ok(metadata) => metadata,
+        Err(error) => {
+            // Read the body first (bounded) so the client's connection stays usable for its next request.
+            let limit = usize::try_from(state.settings().max_file_bytes).unwrap_or(usize::MAX);
+            let _ = axum::body::to_bytes(request.into_body(), limit).await;
+            return Err(error);
+        }
+    };
+    let writing = Writing { user, metadata };
     let encoding = headers.get("content-encoding").map(|value| value.as_bytes().to_ascii_lowercase());
     let gzip = match encoding.as_deref() {
         None | Some(b"identity") => false,
@@ -121,7 +188,7 @@ pub(crate) async fn upload(
             .await
             .map_err(|_| too_large())?;
         let data = if gzip { gunzip(&body, max)? } else { body.to_vec() };
-        return Ok(Json(vec![write_one(&state, &access, &wanted, data).await?]));
+        return Ok(Json(vec![write_one(&state, &access, &wanted, data, &writing).await?]));
     }
     if gzip {
         // The SDK compresses octet-stream uploads only.
@@ -143,7 +210,7 @@ pub(crate) async fn upload(
         if data.len() as u64 > max {
             return Err(too_large());
         }
-        written.push(write_one(&state, &access, &wanted, data.to_vec()).await?);
+        written.push(write_one(&state, &access, &wanted, data.to_vec(), &writing).await?);
     }
     if written.is_empty() {
         return Err(E2bError::invalid("the upload holds no file"));

@@ -28,6 +28,7 @@ mod paths;
 mod ports;
 mod process;
 pub(crate) mod sessions;
+mod signing;
 mod snapshots;
 mod watch;
 mod watchers;

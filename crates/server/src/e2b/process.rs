@@ -17,14 +17,14 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use sandkasten_types::{CommandEvent, CommandSpec, CommandStatus, CommandUser, PtySize};
+use sandkasten_types::{CommandEvent, CommandSpec, CommandStatus, PtySize};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::api::commands::start_background;
 use crate::api::scan;
-use crate::e2b::auth::{SandboxAccess, request_user, require_default_user, runtime_failure, sandbox_access};
+use crate::e2b::auth::{SandboxAccess, request_user, runtime_failure, sandbox_access, sandbox_user};
 use crate::e2b::connect::{self, StreamWriter};
 use crate::e2b::error::{Code, E2bError};
 use crate::e2b::paths;
@@ -196,13 +196,7 @@ pub(crate) async fn call(
 }
 
 fn command_spec(request: StartRequest, access: &SandboxAccess, headers: &HeaderMap) -> Result<CommandSpec, E2bError> {
-    let user = match request_user(headers)?.as_str() {
-        "root" => CommandUser::Root,
-        user => {
-            require_default_user(user)?;
-            CommandUser::Sandbox
-        }
-    };
+    let user = sandbox_user(&request_user(headers)?)?;
     let pty = request.pty.as_ref().map(Pty::size).transpose()?;
     let process = request.process.ok_or_else(|| E2bError::invalid("give the process to start"))?;
     if process.cmd.is_empty() {

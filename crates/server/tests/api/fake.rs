@@ -12,7 +12,8 @@ use std::time::Duration;
 use sandkasten_runtime::{CellInterrupt, OutputRetention, RuntimeFuture, SandboxRuntime};
 use sandkasten_types::{
     CellError, CellOutcome, CellResult, CodeLanguage, CodeRun, CommandEvent, CommandExit, CommandSpec, CommandStatus,
-    ContextInfo, Failure, FailureKind, FileInfo, FileKind, OutputChunk, PtySize, SandboxSpec, StreamKind, Tier,
+    CommandUser, ContextInfo, Failure, FailureKind, FileInfo, FileKind, OutputChunk, PtySize, SandboxSpec, StreamKind,
+    Tier,
 };
 use tokio::sync::mpsc;
 
@@ -75,6 +76,7 @@ fn info(path: &str, kind: FileKind, size: u64) -> FileInfo {
         symlink_target: None,
         uid: 1000,
         gid: 1000,
+        metadata: Default::default(),
     }
 }
 
@@ -313,7 +315,13 @@ impl SandboxRuntime for FakeRuntime {
         })
     }
 
-    fn read_file<'a>(&'a self, id: &'a str, path: &'a str, max_bytes: u64) -> RuntimeFuture<'a, Vec<u8>> {
+    fn read_file_as<'a>(
+        &'a self,
+        id: &'a str,
+        path: &'a str,
+        max_bytes: u64,
+        _user: CommandUser,
+    ) -> RuntimeFuture<'a, Vec<u8>> {
         Box::pin(async move {
             self.with(id, |sb| {
                 if sb.dirs.contains(path) {
@@ -329,7 +337,13 @@ impl SandboxRuntime for FakeRuntime {
         })
     }
 
-    fn write_file<'a>(&'a self, id: &'a str, path: &'a str, data: Vec<u8>) -> RuntimeFuture<'a, ()> {
+    fn write_file_as<'a>(
+        &'a self,
+        id: &'a str,
+        path: &'a str,
+        data: Vec<u8>,
+        _user: CommandUser,
+    ) -> RuntimeFuture<'a, ()> {
         Box::pin(async move {
             self.with(id, |sb| {
                 if sb.dirs.contains(path) {
@@ -344,7 +358,7 @@ impl SandboxRuntime for FakeRuntime {
         })
     }
 
-    fn list_dir<'a>(&'a self, id: &'a str, path: &'a str) -> RuntimeFuture<'a, Vec<FileInfo>> {
+    fn list_dir_as<'a>(&'a self, id: &'a str, path: &'a str, _user: CommandUser) -> RuntimeFuture<'a, Vec<FileInfo>> {
         Box::pin(async move {
             self.with(id, |sb| {
                 if sb.files.contains_key(path) {
@@ -364,7 +378,7 @@ impl SandboxRuntime for FakeRuntime {
         })
     }
 
-    fn stat<'a>(&'a self, id: &'a str, path: &'a str) -> RuntimeFuture<'a, FileInfo> {
+    fn stat_as<'a>(&'a self, id: &'a str, path: &'a str, _user: CommandUser) -> RuntimeFuture<'a, FileInfo> {
         Box::pin(async move {
             self.with(id, |sb| {
                 if sb.dirs.contains(path) {
@@ -377,7 +391,7 @@ impl SandboxRuntime for FakeRuntime {
         })
     }
 
-    fn mkdir<'a>(&'a self, id: &'a str, path: &'a str, parents: bool) -> RuntimeFuture<'a, ()> {
+    fn mkdir_as<'a>(&'a self, id: &'a str, path: &'a str, parents: bool, _user: CommandUser) -> RuntimeFuture<'a, ()> {
         Box::pin(async move {
             self.with(id, |sb| {
                 if sb.files.contains_key(path) || (sb.dirs.contains(path) && !parents) {
@@ -396,7 +410,7 @@ impl SandboxRuntime for FakeRuntime {
         })
     }
 
-    fn rename<'a>(&'a self, id: &'a str, from: &'a str, to: &'a str) -> RuntimeFuture<'a, ()> {
+    fn rename_as<'a>(&'a self, id: &'a str, from: &'a str, to: &'a str, _user: CommandUser) -> RuntimeFuture<'a, ()> {
         Box::pin(async move {
             self.with(id, |sb| {
                 if let Some(data) = sb.files.remove(from) {
@@ -412,7 +426,28 @@ impl SandboxRuntime for FakeRuntime {
         })
     }
 
-    fn remove<'a>(&'a self, id: &'a str, path: &'a str, recursive: bool) -> RuntimeFuture<'a, ()> {
+    fn set_metadata<'a>(
+        &'a self,
+        id: &'a str,
+        path: &'a str,
+        _metadata: sandkasten_types::FileMetadata,
+        _user: CommandUser,
+    ) -> RuntimeFuture<'a, ()> {
+        Box::pin(async move {
+            self.with(id, |sb| match sb.dirs.contains(path) || sb.files.contains_key(path) {
+                true => Ok(()),
+                false => Err(failure(FailureKind::NotFound, format!("{path} not found"))),
+            })
+        })
+    }
+
+    fn remove_as<'a>(
+        &'a self,
+        id: &'a str,
+        path: &'a str,
+        recursive: bool,
+        _user: CommandUser,
+    ) -> RuntimeFuture<'a, ()> {
         Box::pin(async move {
             self.with(id, |sb| {
                 if sb.files.remove(path).is_some() {

@@ -14,6 +14,7 @@ mod bad_input;
 mod code;
 mod config;
 mod e2b;
+mod e2b_files;
 mod exec;
 mod files;
 mod isolation;

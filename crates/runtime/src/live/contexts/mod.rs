@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun, ContextInfo, Failure, FailureKind, FileKind};
+use sandkasten_types::{CellOutcome, CodeLanguage, CodeRun, CommandUser, ContextInfo, Failure, FailureKind, FileKind};
 
 pub use kernel::{BASH_KERNEL, CellOutput, NODE_KERNEL, PYTHON_KERNEL, kernel_command};
 
@@ -108,7 +108,7 @@ pub struct Contexts {
 /// Checks that `dir` is a directory of the sandbox (as its user sees it), so a context is never made in a place its
 /// kernel cannot start in.
 async fn usable_cwd(agent: &Arc<AgentClient>, dir: &str) -> Result<(), Failure> {
-    match agent.stat(dir).await {
+    match agent.stat(dir, CommandUser::Sandbox).await {
         Ok(info) if info.kind == FileKind::Dir => Ok(()),
         Ok(_) => Err(error::cwd_unusable(FailureKind::NotADirectory, dir, "is not a directory")),
         Err(failure) if failure.kind == FailureKind::NotFound => {
