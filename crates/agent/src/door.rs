@@ -1,6 +1,7 @@
 //! The egress door of a guest agent: a listener on `127.0.0.1:port` inside the sandbox whose every connection is
-//! forwarded, byte for byte, to a unix socket that leads to the host's egress proxy (bind-mounted into the sandbox).
-//! The proxy decides and audits; the door only carries bytes. It runs in a child process of the agent (the agent
+//! forwarded, byte for byte, to the host's egress proxy: on gVisor as a connection to a unix socket bind-mounted
+//! into the sandbox, in a microVM as a stream of the door mux over the `sandkasten.door` virtio-serial port (the
+//! host connects each stream to the proxy). The proxy decides and audits; the door only carries bytes. It runs in a child process of the agent (the agent
 //! itself stays single-threaded, because it forks commands), which dies with the agent.
 //!
 //! The agent keeps the listener and can stop the child and start a new one: before a gVisor checkpoint no connection
@@ -15,7 +16,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use sandkasten_protocol::DoorPlan;
+use sandkasten_protocol::{DoorExit, DoorPlan, Mux};
 
 use crate::serve::HostConnections;
 
@@ -25,7 +26,8 @@ const MAX_CONNECTIONS: usize = 256;
 /// The door: its listener (the agent's) and the child process serving it, while one does.
 pub struct Door {
     listener: TcpListener,
-    socket: String,
+    port: u16,
+    exit: DoorExit,
     child: Cell<Option<libc::pid_t>>,
 }
 
@@ -33,7 +35,7 @@ impl Door {
     /// Binds the door's port (so a failure is the agent's to report) and serves it from a child process.
     pub fn open(door: &DoorPlan) -> std::io::Result<Door> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, door.port))?;
-        let door = Door { listener, socket: door.socket.clone(), child: Cell::new(None) };
+        let door = Door { listener, port: door.port, exit: door.exit.clone(), child: Cell::new(None) };
         door.start()?;
         Ok(door)
     }
@@ -56,7 +58,10 @@ impl Door {
         }
         // SAFETY: prctl with integer arguments: the door gets SIGKILL when the agent (its parent) exits.
         unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
-        serve(listener, &self.socket);
+        match &self.exit {
+            DoorExit::Socket(socket) => serve(listener, socket),
+            DoorExit::VirtioPort(name) => serve_over_port(listener, self.port, name),
+        }
         // SAFETY: _exit ends the forked child without running the agent's destructors.
         unsafe { libc::_exit(0) }
     }
@@ -110,6 +115,28 @@ fn serve(listener: TcpListener, socket: &str) {
         if spawned.is_err() {
             open.fetch_sub(1, Ordering::Relaxed);
         }
+    }
+}
+
+/// Carries every connection as a stream of the door mux over the virtio-serial port `name` (at most
+/// `MAX_CONNECTIONS`; the host bounds them too). Ends when the port does (the host went away).
+fn serve_over_port(listener: TcpListener, port: u16, name: &str) {
+    let Ok(device) = crate::microvm::open_port(name) else { return };
+    let Ok(writer) = device.try_clone() else { return };
+    let mux: Mux<TcpStream> = Mux::new(Box::new(writer), MAX_CONNECTIONS);
+    let reader = mux.clone();
+    let demux = std::thread::Builder::new().name("door-port".into()).spawn(move || {
+        reader.run(device, None);
+        // SAFETY: _exit ends this door child once the host's side of the port is gone; no destructor needs to run.
+        unsafe { libc::_exit(0) }
+    });
+    if demux.is_err() {
+        return;
+    }
+    for client in listener.incoming() {
+        let Ok(client) = client else { continue };
+        // Refused (too many, or the port is gone): the connection is dropped, its client sees it end.
+        mux.open(client, port);
     }
 }
 

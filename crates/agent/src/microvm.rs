@@ -49,6 +49,12 @@ pub(crate) fn open_channel() -> Result<(), String> {
     Ok(())
 }
 
+/// Opens the virtio-serial port named `name` for reading and writing.
+pub(crate) fn open_port(name: &str) -> Result<File, String> {
+    let port = find_port(name)?;
+    OpenOptions::new().read(true).write(true).open(&port).map_err(|e| format!("opening {}: {e}", port.display()))
+}
+
 /// The device of the virtio-serial port named `name` (`/sys/class/virtio-ports/vportNpM/name`); there is no udev in
 /// the guest to make `/dev/virtio-ports/NAME`.
 fn find_port(name: &str) -> Result<PathBuf, String> {

@@ -8,13 +8,15 @@
 mod clock;
 mod codec;
 mod message;
+mod mux;
 mod plan;
 mod serve_types;
 
 pub use clock::monotonic_ns;
 pub use codec::{FrameDecoder, MAX_FRAME_BYTES, ProtocolError, encode, read_frame, write_frame};
 pub use message::{Envelope, Message, PROTOCOL_VERSION};
-pub use plan::{AgentPlan, DoorPlan, SeccompPolicy, VmmPlan};
+pub use mux::{Connect, Mux, MuxStream};
+pub use plan::{AgentPlan, DoorExit, DoorPlan, SeccompPolicy, VmmPlan};
 pub use serve_types::{
     MAX_FILE_CHUNK_BYTES, MAX_OUTPUT_CHUNK_BYTES, MAX_PORT_CHUNK_BYTES, MAX_PORT_STREAMS, MAX_WATCH_EVENTS_PER_FRAME,
     PORT_WINDOW_BYTES, RunningCommand,

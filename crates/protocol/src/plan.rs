@@ -40,8 +40,7 @@ pub struct AgentPlan {
     /// OOM killer picks a program, never the reporter).
     pub oom_score_adj: i32,
     /// The egress door: when set, the agent listens on `127.0.0.1:{port}` inside the sandbox and forwards each
-    /// connection to the unix socket at `socket` (a host socket bind-mounted into the sandbox), behind which the
-    /// host's egress proxy decides.
+    /// connection to the host's egress proxy, which decides, by the door's `exit`.
     pub door: Option<DoorPlan>,
     /// Set for the jail of a microVM's VMM (a process-tier sandbox of its own): instead of serving, the agent
     /// executes this program through the jail once it is in the cgroup, keeping the descriptors it names open.
@@ -77,6 +76,17 @@ pub enum SeccompPolicy {
 pub struct DoorPlan {
     /// The loopback port inside the sandbox (3128).
     pub port: u16,
-    /// The unix socket path inside the sandbox that reaches the host's proxy.
-    pub socket: String,
+    /// How each connection reaches the host.
+    pub exit: DoorExit,
+}
+
+/// How the egress door's connections leave the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DoorExit {
+    /// Each one is a connection to this unix socket path inside the sandbox (a host socket bound in: gVisor).
+    Socket(String),
+    /// All of them are streams of the door mux (`Mux`) over the virtio-serial port of this name (a microVM: the
+    /// guest has no network device, the host connects each stream to the proxy).
+    VirtioPort(String),
 }

@@ -33,6 +33,8 @@ pub(crate) struct SandboxGuard {
     pub(crate) microvm: Option<MicrovmFiles>,
     /// The sandbox's host id range (process tier only), released after everything else.
     pub(crate) id_range: Option<IdRange>,
+    /// The host end of a microVM's egress door channel, from its spawn until the spawner hands it to the runtime.
+    pub(crate) door: Option<std::os::fd::OwnedFd>,
 }
 
 impl SandboxGuard {
@@ -58,6 +60,7 @@ impl SandboxGuard {
             gvisor: None,
             microvm: None,
             id_range,
+            door: None,
         })
     }
 

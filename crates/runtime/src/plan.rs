@@ -10,7 +10,7 @@ use sandkasten_types::{
     Command, ExecRequest, Language, PROXY_PORT, SandboxSpec, Template, proxy_environment, units::format_bytes,
 };
 
-use sandkasten_protocol::{AgentPlan, DoorPlan, SeccompPolicy};
+use sandkasten_protocol::{AgentPlan, DoorExit, DoorPlan, SeccompPolicy};
 use sandkasten_types::Tier;
 
 use crate::error::RuntimeError;
@@ -207,10 +207,19 @@ pub fn agent_plan(spec: &SandboxSpec, run_plan: RunPlan, oom_score_adj: i32) -> 
         seccomp: SeccompPolicy::Sandbox,
         root_files: if gvisor { Vec::new() } else { run_plan.files },
         oom_score_adj,
-        // Where the host cannot listen inside (gVisor's network stack is the Sentry's), the agent opens the door.
-        door: gvisor
-            .then(|| DoorPlan { port: PROXY_PORT, socket: crate::backend::gvisor::DOOR_SOCKET_INSIDE.to_owned() }),
+        // Where the host cannot listen inside (gVisor's network stack is the Sentry's, a microVM's guest has no
+        // network device), the agent opens the door.
+        door: door_exit(tier).map(|exit| DoorPlan { port: PROXY_PORT, exit }),
         vmm: None,
+    }
+}
+
+/// How the agent's egress door leads to the host on `tier`, where the agent opens one.
+fn door_exit(tier: Tier) -> Option<DoorExit> {
+    match tier {
+        Tier::Gvisor => Some(DoorExit::Socket(crate::backend::gvisor::DOOR_SOCKET_INSIDE.to_owned())),
+        Tier::Microvm => Some(DoorExit::VirtioPort(crate::backend::microvm::DOOR_PORT.to_owned())),
+        _ => None,
     }
 }
 

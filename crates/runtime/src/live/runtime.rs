@@ -35,6 +35,8 @@ struct Member {
     cgroup: Option<Arc<Cgroup>>,
     /// Since when it is paused, while it is.
     paused_at: Option<std::time::Instant>,
+    /// A microVM's egress door, held for its life: it ends when the member is dropped.
+    _door: Option<super::vm_door::VmDoor>,
 }
 
 type Agents = Arc<Mutex<HashMap<String, Member>>>;
@@ -181,8 +183,21 @@ impl LiveRuntime {
             .as_ref()
             .and_then(|hierarchy| hierarchy.open(&self.config.cgroup_parent, id).ok().flatten())
             .map(Arc::new);
-        let member =
-            Member { agent: Arc::new(client), pidfd: Arc::new(pidfd), tier: spec.tier(), cgroup, paused_at: None };
+        let door = match spawned.door {
+            Some(channel) => Some(
+                super::vm_door::VmDoor::start(&self.config, id, channel)
+                    .map_err(|e| RuntimeError::sys("starting the microVM's egress door", e))?,
+            ),
+            None => None,
+        };
+        let member = Member {
+            agent: Arc::new(client),
+            pidfd: Arc::new(pidfd),
+            tier: spec.tier(),
+            cgroup,
+            paused_at: None,
+            _door: door,
+        };
         self.agents.lock().map_err(|_| lock_poisoned())?.insert(id.to_owned(), member);
         Ok(())
     }
@@ -342,7 +357,7 @@ impl LiveRuntime {
     }
 
     /// A non-blocking listener on `127.0.0.1:port` inside the sandbox's network namespace (the egress proxy's
-    /// entrance), or the gVisor sandbox's door socket. `None` when the sandbox is not alive.
+    /// entrance), or the gVisor or microVM sandbox's door socket. `None` when the sandbox is not alive.
     pub(super) fn listen(&self, id: &str, port: u16) -> Option<std::io::Result<Entrance>> {
         let (pidfd, tier) = self
             .agents
@@ -351,13 +366,10 @@ impl LiveRuntime {
             .and_then(|map| map.get(id).map(|member| (Arc::clone(&member.pidfd), member.tier)))?;
         Some(match tier {
             // The Sentry's network stack is its own: the agent bridges the port to this socket instead.
-            Tier::Gvisor => listen_on_door_socket(&self.config, id),
-            // The guest has no network device; its door (a second virtio-serial port) is not built yet.
-            Tier::Microvm => Err(std::io::Error::new(
-                std::io::ErrorKind::Unsupported,
-                "egress from microVM sandboxes is not available yet: create the sandbox without a network policy, \
-                 or on the process or gvisor tier",
-            )),
+            Tier::Gvisor => listen_on_door_socket(&gvisor::door_socket(&self.config, id)),
+            // The guest has no network device: its agent carries the port's connections over the door's serial
+            // port, and the host's door connects each to this socket.
+            Tier::Microvm => listen_on_door_socket(&super::vm_door::door_socket(&self.config, id)),
             _ => crate::backend::process::netns_listener::listen_in_netns(pidfd.as_fd(), port).map(Entrance::Tcp),
         })
     }
@@ -392,17 +404,17 @@ fn pidfd_of(pid: u32) -> Result<OwnedFd, RuntimeError> {
         .map_err(|e| RuntimeError::sys("pidfd_open of the agent", std::io::Error::from(e)))
 }
 
-/// A non-blocking unix listener at the gVisor sandbox's door socket (in its bundle, bound into the sandbox).
-fn listen_on_door_socket(config: &RuntimeConfig, id: &str) -> std::io::Result<Entrance> {
+/// A non-blocking unix listener at a sandbox's door socket `path` (gVisor: in its bundle, bound into the sandbox;
+/// microVM: in its directory, where the host's door connects).
+fn listen_on_door_socket(path: &Path) -> std::io::Result<Entrance> {
     use std::os::unix::fs::PermissionsExt;
-    let path = gvisor::door_socket(config, id);
     // A socket left by an earlier door of this sandbox (the policy went to none and back) is replaced.
-    match std::fs::remove_file(&path) {
+    match std::fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
-    let listener = std::os::unix::net::UnixListener::bind(&path)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
+    let listener = std::os::unix::net::UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
     listener.set_nonblocking(true)?;
     Ok(Entrance::Unix(listener))
 }

@@ -33,9 +33,13 @@ pub struct SpawnedSandbox {
     pub pid: u32,
     /// The host end of the agent's protocol channel (a connected unix stream socket).
     pub channel: OwnedFd,
+    /// The host end of a microVM's egress door channel (the door mux's, bridged to the guest's `sandkasten.door`
+    /// port), when it has one.
+    pub door: Option<OwnedFd>,
 }
 
-type Reply = (SpawnerResponse, Option<OwnedFd>);
+/// A reply with the descriptors attached to it: the agent's channel, then a microVM's egress door.
+type Reply = (SpawnerResponse, Option<OwnedFd>, Option<OwnedFd>);
 
 /// How long a starting spawner may take to check the host (and collect what crashed runs left) before it says ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -50,9 +54,9 @@ fn wait_until_ready(socket: &OwnedFd) -> Result<(), RuntimeError> {
         return Err(RuntimeError::TierFailed(format!("the spawner did not start within {READY_TIMEOUT:?}")));
     }
     match receive::<SpawnerResponse>(socket.as_fd())? {
-        Some((SpawnerResponse::Ready, _)) => Ok(()),
-        Some((SpawnerResponse::Unusable { message }, _)) => Err(RuntimeError::HostUnsupported(message)),
-        Some((other, _)) => Err(RuntimeError::TierFailed(format!("the spawner started with {other:?}"))),
+        Some((SpawnerResponse::Ready, ..)) => Ok(()),
+        Some((SpawnerResponse::Unusable { message }, ..)) => Err(RuntimeError::HostUnsupported(message)),
+        Some((other, ..)) => Err(RuntimeError::TierFailed(format!("the spawner started with {other:?}"))),
         None => Err(RuntimeError::TierFailed("the spawner exited as it started (see its log above)".to_owned())),
     }
 }
@@ -99,8 +103,9 @@ impl SpawnerClient {
             .spawn(move || {
                 loop {
                     match receive::<SpawnerResponse>(reader_socket.as_fd()) {
-                        Ok(Some((response, fd))) if response.is_reply() => {
-                            if reply_tx.send((response, fd)).is_err() {
+                        Ok(Some((response, fds))) if response.is_reply() => {
+                            let mut fds = fds.into_iter();
+                            if reply_tx.send((response, fds.next(), fds.next())).is_err() {
                                 break;
                             }
                         }
@@ -140,12 +145,12 @@ impl SpawnerClient {
     /// Saves a running sandbox's memory into `dir` (gVisor); it runs on.
     pub fn memory_snapshot(&self, id: &str, dir: &Path) -> Result<(), RuntimeError> {
         match self.request(&SpawnerRequest::MemorySnapshot { id: id.to_owned(), dir: dir.to_owned() })? {
-            (SpawnerResponse::Done { .. }, _) => Ok(()),
-            (SpawnerResponse::Failed { invalid_input: true, message, .. }, _) => {
+            (SpawnerResponse::Done { .. }, ..) => Ok(()),
+            (SpawnerResponse::Failed { invalid_input: true, message, .. }, ..) => {
                 Err(RuntimeError::InvalidInput(message))
             }
-            (SpawnerResponse::Failed { message, .. }, _) => Err(RuntimeError::TierFailed(message)),
-            (other, _) => Err(RuntimeError::sys(
+            (SpawnerResponse::Failed { message, .. }, ..) => Err(RuntimeError::TierFailed(message)),
+            (other, ..) => Err(RuntimeError::sys(
                 "taking a memory snapshot",
                 std::io::Error::other(format!("unexpected reply {other:?}")),
             )),
@@ -161,13 +166,15 @@ impl SpawnerClient {
             SpawnerRequest::Resume { id: id.to_owned() }
         };
         match self.request(&request)? {
-            (SpawnerResponse::Done { .. }, _) => Ok(None),
-            (SpawnerResponse::Restored { pid, .. }, Some(channel)) => Ok(Some(SpawnedSandbox { pid, channel })),
-            (SpawnerResponse::Failed { invalid_input: true, message, .. }, _) => {
+            (SpawnerResponse::Done { .. }, ..) => Ok(None),
+            (SpawnerResponse::Restored { pid, .. }, Some(channel), _) => {
+                Ok(Some(SpawnedSandbox { pid, channel, door: None }))
+            }
+            (SpawnerResponse::Failed { invalid_input: true, message, .. }, ..) => {
                 Err(RuntimeError::InvalidInput(message))
             }
-            (SpawnerResponse::Failed { message, .. }, _) => Err(RuntimeError::TierFailed(message)),
-            (other, _) => Err(RuntimeError::sys(
+            (SpawnerResponse::Failed { message, .. }, ..) => Err(RuntimeError::TierFailed(message)),
+            (other, ..) => Err(RuntimeError::sys(
                 "pausing or resuming a sandbox",
                 std::io::Error::other(format!("unexpected reply {other:?}")),
             )),
@@ -177,14 +184,14 @@ impl SpawnerClient {
     /// Kills and removes a sandbox; returns what it used.
     pub fn destroy(&self, id: &str) -> Result<ResourceUsage, RuntimeError> {
         match self.request(&SpawnerRequest::Destroy { id: id.to_owned() })? {
-            (SpawnerResponse::Destroyed { usage, .. }, _) => Ok(usage),
-            (SpawnerResponse::Failed { invalid_input: true, message, .. }, _) => {
+            (SpawnerResponse::Destroyed { usage, .. }, ..) => Ok(usage),
+            (SpawnerResponse::Failed { invalid_input: true, message, .. }, ..) => {
                 Err(RuntimeError::InvalidInput(message))
             }
-            (SpawnerResponse::Failed { message, .. }, _) => {
+            (SpawnerResponse::Failed { message, .. }, ..) => {
                 Err(RuntimeError::sys("destroying a sandbox", std::io::Error::other(message)))
             }
-            (other, _) => Err(RuntimeError::sys(
+            (other, ..) => Err(RuntimeError::sys(
                 "destroying a sandbox",
                 std::io::Error::other(format!("unexpected reply {other:?}")),
             )),
@@ -195,13 +202,13 @@ impl SpawnerClient {
 /// The answer to a `Spawn` or `SpawnFromMemory`.
 fn spawned(reply: Reply) -> Result<SpawnedSandbox, RuntimeError> {
     match reply {
-        (SpawnerResponse::Spawned { pid, .. }, Some(channel)) => Ok(SpawnedSandbox { pid, channel }),
-        (SpawnerResponse::Failed { invalid_input: true, message, .. }, _) => Err(RuntimeError::InvalidInput(message)),
-        (SpawnerResponse::Failed { tier_failed: true, message, .. }, _) => Err(RuntimeError::TierFailed(message)),
-        (SpawnerResponse::Failed { message, .. }, _) => {
+        (SpawnerResponse::Spawned { pid, .. }, Some(channel), door) => Ok(SpawnedSandbox { pid, channel, door }),
+        (SpawnerResponse::Failed { invalid_input: true, message, .. }, ..) => Err(RuntimeError::InvalidInput(message)),
+        (SpawnerResponse::Failed { tier_failed: true, message, .. }, ..) => Err(RuntimeError::TierFailed(message)),
+        (SpawnerResponse::Failed { message, .. }, ..) => {
             Err(RuntimeError::sys("spawning a sandbox", std::io::Error::other(message)))
         }
-        (other, _) => {
+        (other, ..) => {
             Err(RuntimeError::sys("spawning a sandbox", std::io::Error::other(format!("unexpected reply {other:?}"))))
         }
     }

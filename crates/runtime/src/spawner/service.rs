@@ -11,7 +11,7 @@ use sandkasten_jail::seccomp::SandboxFilter;
 use sandkasten_types::ResourceUsage;
 
 use super::messages::{SpawnerRequest, SpawnerResponse};
-use super::transport::{receive, send};
+use super::transport::{receive, send, send_with};
 use crate::backend::process::launch::{self, AgentBinary, Launcher};
 use crate::backend::{Tiers, backend_for};
 use crate::config::RuntimeConfig;
@@ -161,10 +161,13 @@ impl Spawner {
         &self,
         control: &OwnedFd,
         id: String,
-        spawned: Result<(u32, OwnedFd), RuntimeError>,
+        spawned: Result<(u32, OwnedFd, Option<OwnedFd>), RuntimeError>,
     ) -> Result<(), RuntimeError> {
         match spawned {
-            Ok((pid, channel)) => send(control.as_fd(), &SpawnerResponse::Spawned { id, pid }, Some(channel.as_fd())),
+            Ok((pid, channel, door)) => {
+                let fds: Vec<_> = std::iter::once(channel.as_fd()).chain(door.as_ref().map(AsFd::as_fd)).collect();
+                send_with(control.as_fd(), &SpawnerResponse::Spawned { id, pid }, &fds)
+            }
             Err(error) => {
                 let invalid_input = matches!(error, RuntimeError::InvalidInput(_));
                 let (tier_failed, message) = match error {
@@ -224,7 +227,7 @@ impl Spawner {
         id: &str,
         spec: &sandkasten_types::SandboxSpec,
         memory: Option<&std::path::Path>,
-    ) -> Result<(u32, OwnedFd), RuntimeError> {
+    ) -> Result<(u32, OwnedFd, Option<OwnedFd>), RuntimeError> {
         if self.sandboxes.contains_key(id) || id.is_empty() || id.contains('/') {
             return Err(RuntimeError::InvalidInput(format!("sandbox id '{id}' is in use or not a valid name")));
         }
@@ -244,8 +247,10 @@ impl Spawner {
             None => backend.spawn(&mut guard, spec, &files, &agent_plan)?,
         };
         let pid = guard.init_pid.unwrap_or(0);
+        // The door's host end goes to the runtime with the channel; the spawner keeps no copy.
+        let door = guard.door.take();
         self.sandboxes.insert(id.to_owned(), guard);
-        Ok((pid, channel.into()))
+        Ok((pid, channel.into(), door))
     }
 
     /// Calls `f` with the backend of `tier`.

@@ -17,9 +17,10 @@ use utoipa::ToSchema;
 ///   stack (loopback only; egress through the proxy as on `process`). No KVM needed. Costs a slower start (about
 ///   0.15 s more), some memory per sandbox, and slower syscall-heavy code (file I/O, many small processes).
 /// - `microvm`: a guest kernel of its own (Debian's cloud kernel) in QEMU's `microvm` machine, the VMM itself in a
-///   process-tier jail; no network device in the guest. A kernel exploit reaches only the guest. Costs a VM boot per
-///   sandbox (seconds under software emulation, where the host has no usable KVM) and the guest's RAM. Pauses
-///   (the VMM's cgroup frozen) and warm pools work on it; egress and memory snapshots not yet.
+///   process-tier jail; no network device in the guest (egress through the proxy over a virtio-serial door). A kernel
+///   exploit reaches only the guest. Costs a VM boot per sandbox (seconds under software emulation, where the host
+///   has no usable KVM) and the guest's RAM. Pauses (the VMM's cgroup frozen) and warm pools work on it; memory
+///   snapshots not yet.
 /// - `auto`: chosen per sandbox by the server. Not available yet (422 `tier_unavailable`).
 #[allow(dead_code)] // a schema only: fields are `Tier`s
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]

@@ -8,8 +8,10 @@
 //!
 //! Inside, the initramfs loads the virtio modules, builds the root (an overlay over the template's read-only image)
 //! and starts the same agent as every tier on a virtio-serial port; the host speaks to it over a socketpair that QEMU
-//! bridges to that port. Steps: record → cgroup → disk → jail (`launch_keeping`) → QEMU → `GuestBooted` → plan →
-//! ready. The guest has no network device at all.
+//! bridges to that port. The egress door is a second port on a socketpair of its own, whose host end goes to
+//! the runtime with the channel (`SandboxGuard::door`): the agent carries each connection to `127.0.0.1:3128` as a
+//! stream of the door mux over it, and the host connects each stream to the egress proxy. Steps: record → cgroup → disk → jail (`launch_keeping`) → QEMU → `GuestBooted` → plan →
+//! ready. The guest has no network device at all: its traffic leaves only through the door, to the proxy.
 
 mod files;
 mod images;
@@ -31,6 +33,10 @@ use super::{NotServing, TierBackend, wait_until_serving};
 use crate::backend::process::launch::Launcher;
 use crate::error::RuntimeError;
 use crate::guard::SandboxGuard;
+
+/// The name of the virtio-serial port of the egress door (the guest's agent carries its connections as streams of
+/// the door mux over it; the host connects each to the egress proxy).
+pub(crate) const DOOR_PORT: &str = "sandkasten.door";
 
 /// The VMM's own memory beside the guest's RAM: QEMU's code and heap, the translation cache of software emulation
 /// (`qemu::TCG_CACHE_MIB`), the device buffers. Charged to the sandbox's cgroup with the guest's RAM.
@@ -154,6 +160,12 @@ impl TierBackend for MicrovmTier<'_> {
         let console = append(&files.console())?;
         let vmm_log = append(&files.vmm_log())?;
         let (mut channel, guest_end) = UnixStream::pair().map_err(|e| RuntimeError::sys("socketpair", e))?;
+        // The egress door's channel, where the agent opens a door (every long-lived sandbox; the policy decides on the
+        // host whether its streams lead anywhere).
+        let door = match plan.door {
+            Some(_) => Some(UnixStream::pair().map_err(|e| RuntimeError::sys("socketpair for the door", e))?),
+            None => None,
+        };
         let fds = qemu::VmDescriptors {
             rootfs: rootfs.as_raw_fd(),
             agent_disk: agent_image.as_raw_fd(),
@@ -161,6 +173,7 @@ impl TierBackend for MicrovmTier<'_> {
             disk_read_only: disk_read_only.as_raw_fd(),
             channel: guest_end.as_raw_fd(),
             console: console.as_raw_fd(),
+            door: door.as_ref().map(|(_, guest)| guest.as_raw_fd()),
         };
         let shape = qemu::VmShape {
             accel: accel(settings),
@@ -177,6 +190,10 @@ impl TierBackend for MicrovmTier<'_> {
 
         let mut jail = self.launcher.launch_keeping(guard, &jail_plan, &keep)?;
         // The jail holds its copies now; the host's go, so that the guest's end of the channel lives in QEMU only.
+        let door_host_end = door.map(|(host, guest)| {
+            drop(guest);
+            std::os::fd::OwnedFd::from(host)
+        });
         drop((rootfs, agent_image, disk, disk_read_only, console, vmm_log, guest_end));
         wait_for_vmm(&mut jail, &files)?;
         drop(jail);
@@ -184,7 +201,10 @@ impl TierBackend for MicrovmTier<'_> {
         wait_for_boot(&mut channel, &files)?;
         write_frame(&mut channel, &Envelope::new(0, Message::Plan { plan: plan.clone() }))?;
         match wait_until_serving(&mut channel) {
-            Ok(()) => Ok(channel),
+            Ok(()) => {
+                guard.door = door_host_end;
+                Ok(channel)
+            }
             Err(NotServing::SetupFailed(message)) => vm_failed(format!("the guest's agent could not start: {message}")),
             Err(NotServing::Answered(msg)) => {
                 vm_failed(format!("the guest's agent answered {msg} before it was ready"))

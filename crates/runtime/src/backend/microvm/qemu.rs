@@ -1,7 +1,7 @@
 //! QEMU's command line for one microVM: the `microvm` machine with ACPI (Debian's cloud kernel finds virtio-mmio
 //! devices only through ACPI: it lacks `VIRTIO_MMIO_CMDLINE_DEVICES`), no PCI, no NIC, no display; three virtio-blk
-//! disks named by serial (the template's root read-only, the agent read-only, the sandbox's disk), one
-//! virtio-serial port for the agent's channel, the 8250 serial console into a log. Every file is a descriptor the
+//! disks named by serial (the template's root read-only, the agent read-only, the sandbox's disk), two
+//! virtio-serial ports (the agent's channel; the egress door's, when the sandbox has one), the 8250 serial console into a log. Every file is a descriptor the
 //! jail passed in (`-add-fd`, `/dev/fdset/N`), but the kernel and initramfs, which QEMU's loader opens by path (the
 //! jail shows the boot directory read-only): the VMM's root holds no path to any sandbox's disk. QEMU's own seccomp (`-sandbox on`, everything denied) comes on top of the jail's.
 
@@ -22,12 +22,16 @@ pub(crate) struct VmDescriptors {
     pub(crate) disk_read_only: RawFd,
     pub(crate) channel: RawFd,
     pub(crate) console: RawFd,
+    /// The guest's end of the egress door's channel (its `sandkasten.door` port), when the sandbox has a door.
+    pub(crate) door: Option<RawFd>,
 }
 
 impl VmDescriptors {
     /// Every descriptor, for the jail to keep.
     pub(crate) fn all(&self) -> Vec<RawFd> {
-        vec![self.rootfs, self.agent_disk, self.disk, self.disk_read_only, self.channel, self.console]
+        let mut all = vec![self.rootfs, self.agent_disk, self.disk, self.disk_read_only, self.channel, self.console];
+        all.extend(self.door);
+        all
     }
 }
 
@@ -86,9 +90,13 @@ pub(crate) fn command_line(qemu: &str, shape: &VmShape, boot: &BootFiles, fds: &
         ]);
         push(&["-device", &format!("virtio-blk-device,drive=disk{set},serial={serial}")]);
     }
-    push(&["-device", "virtio-serial-device,max_ports=2"]);
+    push(&["-device", "virtio-serial-device,max_ports=3"]);
     push(&["-chardev", &format!("socket,id=agent,fd={}", fds.channel)]);
     push(&["-device", "virtserialport,chardev=agent,name=sandkasten.agent"]);
+    if let Some(door) = fds.door {
+        push(&["-chardev", &format!("socket,id=door,fd={door}")]);
+        push(&["-device", &format!("virtserialport,chardev=door,name={}", super::DOOR_PORT)]);
+    }
     push(&["-add-fd", &format!("fd={},set=4", fds.console)]);
     push(&["-chardev", "file,id=console,path=/dev/fdset/4", "-serial", "chardev:console"]);
     argv
@@ -108,7 +116,7 @@ mod tests {
     use super::*;
 
     fn fds() -> VmDescriptors {
-        VmDescriptors { rootfs: 5, agent_disk: 6, disk: 7, disk_read_only: 10, channel: 8, console: 9 }
+        VmDescriptors { rootfs: 5, agent_disk: 6, disk: 7, disk_read_only: 10, channel: 8, console: 9, door: None }
     }
 
     fn boot() -> BootFiles {
@@ -135,6 +143,19 @@ mod tests {
         }
         assert!(!argv.contains("netdev") && !argv.contains("-nic") && !argv.contains("pci"), "{argv}");
         assert!(!argv.contains("file=/dev/fdset/3,format=raw,if=none,id=disk3,cache=unsafe,readonly"), "{argv}");
+        assert!(!argv.contains("sandkasten.door"), "no door port without a door: {argv}");
+    }
+
+    #[test]
+    fn the_door_is_a_second_serial_port_and_still_no_network_device() {
+        let shape = VmShape { accel: MicrovmAccel::Tcg, memory_mib: 256, vcpus: 1, tsc_khz: 2_000_000 };
+        let with_door = VmDescriptors { door: Some(11), ..fds() };
+        let argv = command_line("q", &shape, &boot(), &with_door).join(" ");
+        assert!(argv.contains("-chardev socket,id=door,fd=11"), "{argv}");
+        assert!(argv.contains("virtserialport,chardev=door,name=sandkasten.door"), "{argv}");
+        assert!(argv.contains("max_ports=3"), "port 0 is reserved for a console: {argv}");
+        assert!(!argv.contains("netdev") && !argv.contains("-nic") && !argv.contains("pci"), "{argv}");
+        assert!(with_door.all().contains(&11), "the jail keeps the door's descriptor");
     }
 
     #[test]
