@@ -109,6 +109,7 @@ pub async fn prepare(store: &Store, tenant: &str, spec: &mut SandboxSpec) -> Res
             value: found.value.clone(),
             placeholder,
             hosts: found.hosts.clone(),
+            header: None,
         });
     }
     // The CA may vouch only for the hosts its secrets name now (name constraints): a host added to a secret later is
