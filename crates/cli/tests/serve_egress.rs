@@ -30,6 +30,7 @@ per_tier!(
     raw_sockets_and_dns_go_nowhere_even_with_an_allowlist,
     policy_changes_apply_live_and_every_attempt_is_audited,
     a_secret_reaches_only_its_host_and_never_the_sandbox,
+    a_header_rule_sets_its_header_toward_its_host_only_and_never_the_sandbox,
     a_secret_without_a_port_travels_over_tls_only_under_a_ca_constrained_to_its_hosts,
     a_tunnel_whose_client_hello_names_another_host_never_reaches_it,
     bad_network_input_is_refused_with_the_reason,
@@ -436,6 +437,83 @@ fn a_secret_reaches_only_its_host_and_never_the_sandbox(tier: Tier) {
     let seen = world.allowed.requests();
     let after = &seen[seen.find("GET /after-delete").expect("request arrived")..];
     assert!(!after.contains(value), "substituted after the delete:\n{after}");
+}
+
+fn a_header_rule_sets_its_header_toward_its_host_only_and_never_the_sandbox(tier: Tier) {
+    let world = World::start_on(tier, "");
+    let value = "h34der-0123456789-value";
+    let put = world.server.call(
+        "PUT",
+        "/v1/secrets/RULE_TOKEN",
+        KEY_1,
+        Some(json!({"value": value, "hosts": ["secure.test"]})),
+    );
+    assert_eq!(put.status, 201, "{put:?}");
+    let mut network = allowlist(&["allowed.test", "other.test", "secure.test"]);
+    network["headers"] =
+        json!([{"host": "secure.test", "name": "Authorization", "value": "Bearer ${secrets.RULE_TOKEN}"}]);
+    // A rule toward a host the secret does not list is refused, naming it.
+    let mut elsewhere = network.clone();
+    elsewhere["headers"][0]["host"] = json!("other.test");
+    let refused = world.server.call("POST", "/v1/sandboxes", KEY_1, Some(json!({"network": elsewhere})));
+    assert_eq!(refused.status, 400, "{refused:?}");
+    assert!(refused.json["error"].to_string().contains("other.test"), "{refused:?}");
+    let id = world.server.create_on(tier, json!({"network": network}));
+    // Inside: no variable holds it, and the value is in no process's environment or command line, nor any file.
+    let (half_a, half_b) = value.split_at(8);
+    let probe = format!(
+        "import glob, os\nneedle = ({half_a:?} + {half_b:?}).encode()\nhits = []\n\
+         def check(path):\n    \
+             try:\n        \
+                 if needle in open(path, 'rb').read(): hits.append(path)\n    \
+             except OSError: pass\n\
+         for path in glob.glob('/proc/[0-9]*/environ') + glob.glob('/proc/[0-9]*/cmdline'): check(path)\n\
+         for top in ['/workspace', '/tmp', '/etc']:\n    \
+             for root, dirs, files in os.walk(top):\n        \
+                 for name in files: check(os.path.join(root, name))\n\
+         print('hits', hits)\n"
+    );
+    let put = world.server.put_bytes(&format!("/v1/sandboxes/{id}/files?path=/tmp/probe.py"), KEY_1, probe.as_bytes());
+    assert!(put.status < 300, "{put:?}");
+    let (_, out, err) = world.sh(&id, "/usr/bin/python3 /tmp/probe.py");
+    assert_eq!(out.trim(), "hits []", "the value is visible inside: {out}{err}");
+    // Over HTTPS to the rule's host: set, overriding what the sandbox sent. Elsewhere, and in plain HTTP: not.
+    let header = "-H \"Authorization: Bearer chosen-inside\"";
+    let (code, out, err) = world.sh(&id, &format!("curl -sS -m 10 {header} https://secure.test/with-rule"));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("hello from secure.test"), "{out}{err}");
+    world.sh(&id, &format!("curl -sS -m 10 {header} http://other.test/no-rule"));
+    world.sh(&id, &format!("curl -sS -m 10 {header} http://allowed.test/no-rule"));
+    let seen = world.secure.requests();
+    let after = &seen[seen.find("GET /with-rule").expect("request arrived")..];
+    assert!(after.contains(&format!("Bearer {value}")) && !after.contains("chosen-inside"), "{after}");
+    for other in [world.other.requests(), world.allowed.requests()] {
+        assert!(!other.contains(value), "the value reached another host:\n{other}");
+        assert!(other.contains("Bearer chosen-inside"), "{other}");
+    }
+    // The stored policy shows the placeholder, never the value.
+    let body = world.server.call("GET", &format!("/v1/sandboxes/{id}"), KEY_1, None);
+    assert!(!String::from_utf8_lossy(&body.body).contains(value));
+    assert!(String::from_utf8_lossy(&body.body).contains("${secrets.RULE_TOKEN}"), "{body:?}");
+    // Rotation applies at once; deletion stops the header.
+    let rotated = "r0tated-header-987654321";
+    let put = world.server.call(
+        "PUT",
+        "/v1/secrets/RULE_TOKEN",
+        KEY_1,
+        Some(json!({"value": rotated, "hosts": ["secure.test"]})),
+    );
+    assert_eq!(put.status, 200, "{put:?}");
+    let (code, out, err) = world.sh(&id, "curl -sS -m 10 https://secure.test/after-rotation");
+    assert_eq!(code, 0, "{out}{err}");
+    let seen = world.secure.requests();
+    let after = &seen[seen.find("GET /after-rotation").expect("request arrived")..];
+    assert!(after.contains(&format!("Bearer {rotated}")), "{after}");
+    assert_eq!(world.server.call("DELETE", "/v1/secrets/RULE_TOKEN", KEY_1, None).status, 204);
+    world.sh(&id, "curl -sS -m 10 https://secure.test/after-delete");
+    let seen = world.secure.requests();
+    let after = &seen[seen.find("GET /after-delete").expect("request arrived")..];
+    assert!(!after.contains(rotated) && !after.contains(value), "set after the delete:\n{after}");
 }
 
 /// The last certificate of a PEM bundle inside the sandbox (the interception CA: the server appends it).

@@ -235,6 +235,11 @@ impl Policy {
         })
     }
 
+    /// Whether the policy lets the sandbox reach this name and port (before resolution and the address checks).
+    pub fn permits_name(&self, host: &Host, port: u16) -> bool {
+        matches!(self.check(host, port), NameVerdict::Allowed { .. })
+    }
+
     /// Decides on the canonical host and port, before any resolution.
     pub(crate) fn check(&self, host: &Host, port: u16) -> NameVerdict {
         if self.mode == Mode::None {

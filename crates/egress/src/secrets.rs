@@ -6,11 +6,16 @@
 //! lets the value travel only inside intercepted TLS, whatever the port: never in plain HTTP, where anyone on the
 //! path reads it. A pattern naming another port (`api.example.com:80`, `host:8080`) also lets it travel in plain HTTP
 //! to that port, since the operator named a plain port on purpose.
+//!
+//! **Header rules** are secrets too: a [`Secret`] with a `header` has no placeholder; the proxy sets that header to
+//! the value on requests to the secret's hosts (added, or replacing what the sandbox sent), under the same rules.
+//! The server builds them from a policy's header rules (`${secrets.NAME}` resolved in the value), so the value never
+//! enters the sandbox either.
 
 use std::fmt;
 
 use http::HeaderMap;
-use http::header::HeaderValue;
+use http::header::{HeaderName, HeaderValue};
 
 use crate::host::Host;
 use crate::policy::{Pattern, PolicyError};
@@ -25,11 +30,13 @@ pub struct Secret {
     pub name: String,
     /// The real value; never enters the sandbox.
     pub value: String,
-    /// What the sandbox sees instead, e.g. in its environment.
+    /// What the sandbox sees instead, e.g. in its environment (unused, and may be empty, with `header`).
     pub placeholder: String,
     /// Host patterns (policy syntax) of the destinations the real value may be sent to: over TLS, and over plain
     /// HTTP only to a port a pattern names (other than 443).
     pub hosts: Vec<String>,
+    /// A header rule: the proxy sets this header to `value` on requests to `hosts` instead of swapping a placeholder.
+    pub header: Option<String>,
 }
 
 /// The port of TLS: naming it never lets a value travel in plain HTTP.
@@ -61,6 +68,7 @@ impl fmt::Debug for Secret {
             .field("value", &"<redacted>")
             .field("placeholder", &self.placeholder)
             .field("hosts", &self.hosts)
+            .field("header", &self.header)
             .finish()
     }
 }
@@ -115,6 +123,8 @@ fn parse_hosts(hosts: &[String]) -> Result<Vec<Pattern>, PolicyError> {
 #[derive(Clone)]
 pub(crate) struct CompiledSecret {
     value: HeaderValue,
+    /// A header rule's header (then `placeholder` is empty and never matches).
+    header: Option<HeaderName>,
     placeholder: Vec<u8>,
     hosts: Vec<Pattern>,
 }
@@ -128,12 +138,23 @@ impl fmt::Debug for CompiledSecret {
 impl CompiledSecret {
     pub(crate) fn compile(secret: &Secret) -> Result<CompiledSecret, SecretError> {
         let invalid = |reason: &str| SecretError::Invalid { name: secret.name.clone(), reason: reason.to_owned() };
-        if secret.placeholder.len() < MIN_PLACEHOLDER_LEN {
+        let header = match &secret.header {
+            Some(name) => Some(
+                HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| invalid("the header name must be an HTTP token, such as Authorization"))?,
+            ),
+            None => None,
+        };
+        if header.is_none() && secret.placeholder.len() < MIN_PLACEHOLDER_LEN {
             return Err(invalid("placeholder must be at least 8 characters"));
         }
-        if secret.value.contains(&secret.placeholder) {
+        if header.is_none() && secret.value.contains(&secret.placeholder) {
             return Err(invalid("the value must not contain its placeholder"));
         }
+        if header.as_ref().is_some_and(|name| name == http::header::HOST) {
+            return Err(invalid("the Host header is the proxy's (it names the checked destination)"));
+        }
+        let placeholder = if header.is_some() { Vec::new() } else { secret.placeholder.as_bytes().to_vec() };
         let value = HeaderValue::from_str(&secret.value)
             .map_err(|_| invalid("value must be visible ASCII fit for an HTTP header (no CR, LF or control bytes)"))?;
         if secret.hosts.is_empty() {
@@ -141,7 +162,7 @@ impl CompiledSecret {
         }
         let hosts =
             parse_hosts(&secret.hosts).map_err(|source| SecretError::Pattern { name: secret.name.clone(), source })?;
-        Ok(CompiledSecret { value, placeholder: secret.placeholder.as_bytes().to_vec(), hosts })
+        Ok(CompiledSecret { value, header, placeholder, hosts })
     }
 
     pub(crate) fn applies_to(&self, host: &Host, port: u16, transport: Transport) -> bool {
@@ -162,6 +183,7 @@ pub(crate) struct HeadTooLarge;
 
 /// Replaces placeholders in header values with the real values of the secrets that apply to `host:port` over
 /// `transport`.
+/// Then header rules that apply set their header (replacing what the sandbox sent).
 /// Returns how many header values changed. A value is much longer than its placeholder, so a head full of
 /// placeholders would grow many times over: if the head (names, values and line overhead) would exceed
 /// `max_head` bytes, nothing is built and the head is left as it was.
@@ -178,6 +200,9 @@ pub(crate) fn substitute(
         return Ok(0);
     }
     let mut head: usize = headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
+    for (name, value) in applicable.iter().filter_map(|s| s.header.as_ref().map(|name| (name, &s.value))) {
+        head = head.saturating_add(name.as_str().len() + value.len() + 4);
+    }
     for value in headers.values() {
         for secret in &applicable {
             let count = count(value.as_bytes(), &secret.placeholder);
@@ -200,6 +225,12 @@ pub(crate) fn substitute(
         }
         if touched && let Ok(new) = HeaderValue::from_bytes(&bytes) {
             *value = new;
+            changed += 1;
+        }
+    }
+    for secret in &applicable {
+        if let Some(name) = &secret.header {
+            headers.insert(name.clone(), secret.value.clone());
             changed += 1;
         }
     }
@@ -251,7 +282,62 @@ mod tests {
             value: "real-token-123".into(),
             placeholder: "SANDKASTEN_PLACEHOLDER_gh".into(),
             hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+            header: None,
         }
+    }
+
+    fn rule(hosts: &[&str]) -> Secret {
+        Secret {
+            name: "rule".into(),
+            value: "Bearer real-token-123".into(),
+            placeholder: String::new(),
+            hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+            header: Some("Authorization".into()),
+        }
+    }
+
+    #[test]
+    fn a_header_rule_sets_its_header_toward_its_hosts_over_tls_only() {
+        let compiled = vec![CompiledSecret::compile(&rule(&["api.example.com"])).unwrap()];
+        let host = |h: &str| canonicalize_host(h).unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert("authorization", "Bearer sandbox-chose-this".parse().unwrap());
+        headers.insert("x-other", "kept".parse().unwrap());
+        let mut plain = headers.clone();
+        let mut elsewhere = headers.clone();
+        assert_eq!(substitute(&compiled, &host("api.example.com"), 443, Transport::Tls, &mut headers, 1 << 16), Ok(1));
+        assert_eq!(headers["authorization"], "Bearer real-token-123", "an existing header is overridden");
+        assert_eq!(headers.get_all("authorization").iter().count(), 1);
+        assert_eq!(headers["x-other"], "kept");
+        let mut fresh = HeaderMap::new();
+        assert_eq!(substitute(&compiled, &host("api.example.com"), 443, Transport::Tls, &mut fresh, 1 << 16), Ok(1));
+        assert_eq!(fresh["authorization"], "Bearer real-token-123", "a missing header is added");
+        assert_eq!(substitute(&compiled, &host("api.example.com"), 80, Transport::Plain, &mut plain, 1 << 16), Ok(0));
+        assert_eq!(plain["authorization"], "Bearer sandbox-chose-this", "never in plain HTTP to an unnamed port");
+        for other in ["evil.test", "api.example.com.evil.test", "x.api.example.com"] {
+            assert_eq!(substitute(&compiled, &host(other), 443, Transport::Tls, &mut elsewhere, 1 << 16), Ok(0));
+        }
+        assert_eq!(elsewhere["authorization"], "Bearer sandbox-chose-this", "never toward another host");
+        assert!(any_for(&compiled, &host("api.example.com"), 443), "the rule's host is intercepted");
+        assert!(!any_for(&compiled, &host("evil.test"), 443));
+        let named = vec![CompiledSecret::compile(&rule(&["plain.test:8080"])).unwrap()];
+        let mut headers = HeaderMap::new();
+        assert_eq!(substitute(&named, &host("plain.test"), 8080, Transport::Plain, &mut headers, 1 << 16), Ok(1));
+        assert!(!format!("{named:?}{:?}", rule(&[])).contains("real-token"), "Debug redacts");
+    }
+
+    #[test]
+    fn a_header_rule_needs_a_header_name_and_not_host_and_counts_toward_the_head() {
+        let mut bad = rule(&["api.example.com"]);
+        bad.header = Some("Bad Header".into());
+        assert!(CompiledSecret::compile(&bad).unwrap_err().to_string().contains("HTTP token"));
+        bad.header = Some("host".into());
+        assert!(CompiledSecret::compile(&bad).unwrap_err().to_string().contains("Host"));
+        let compiled = vec![CompiledSecret::compile(&rule(&["api.example.com"])).unwrap()];
+        let host = canonicalize_host("api.example.com").unwrap();
+        let mut headers = HeaderMap::new();
+        assert_eq!(substitute(&compiled, &host, 443, Transport::Tls, &mut headers, 10), Err(HeadTooLarge));
+        assert!(headers.is_empty());
     }
 
     #[test]

@@ -56,6 +56,7 @@ async fn curl_and_python_work_through_the_proxy_and_get_the_secret_injected() {
         placeholder: PLACEHOLDER.into(),
         // TLS to allowed.test on any port; plain HTTP only to the port named.
         hosts: vec!["allowed.test".into(), format!("allowed.test:{}", http.port())],
+        header: None,
     };
     p.sandbox.set_secrets(vec![secret]).unwrap();
     let port = p.addr.port();

@@ -23,6 +23,7 @@ fn secret_for(hosts: &[&str]) -> Secret {
         value: REAL.into(),
         placeholder: PLACEHOLDER.into(),
         hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+        header: None,
     }
 }
 

@@ -32,7 +32,9 @@ pub use files::{
 };
 pub use limits::{LimitKind, Limits, LimitsError, MAX_PIDS};
 pub use result::{ExecResult, OutputStream, PhaseTimings, ResourceUsage, json_forms};
-pub use spec::{Entrance, NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec, Template, proxy_environment};
+pub use spec::{
+    Entrance, HeaderRule, NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec, Template, proxy_environment,
+};
 pub use stream::{OutputChunk, StreamKind};
 pub use tier::{GvisorPlatform, GvisorSettings, MicrovmAccel, MicrovmSettings, Tier};
 pub use usage::{DiskUsage, SandboxUsage};

@@ -70,6 +70,23 @@ pub struct NetworkPolicy {
     /// served (the owner's `/v1/sandboxes/{id}/ports/…` route needs its API key either way).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub allow_public_traffic: bool,
+    /// Headers the egress proxy sets on requests to a host (added, or replacing what the sandbox sent), e.g.
+    /// `Authorization: Bearer ${secrets.OPENAI}`: each `${secrets.NAME}` is the tenant secret's value, put in by
+    /// the proxy, never seen inside. Only over intercepted TLS (or plain HTTP to a port the host names, not 443).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<HeaderRule>,
+}
+
+/// One header the egress proxy sets on requests to `host` (see [`NetworkPolicy::headers`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderRule {
+    /// A host name, or `*.name` (subdomains), with an optional `:port`; the policy must also allow it.
+    pub host: String,
+    /// The header's name, e.g. `Authorization`.
+    pub name: String,
+    /// The header's value; `${secrets.NAME}` stands for the tenant secret `NAME`'s value.
+    pub value: String,
 }
 
 impl NetworkPolicy {

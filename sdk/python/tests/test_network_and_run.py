@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import List
 
-from sandkasten import Client, NetworkPolicy, Sandbox
+import pytest
+
+from sandkasten import BadRequest, Client, HeaderRule, NetworkPolicy, Sandbox
 
 
 def test_policy_change_and_egress_audit(sbx: Sandbox) -> None:
@@ -25,6 +27,22 @@ def test_secrets_put_list_delete(client: Client) -> None:
     assert "SDK_SUITE_TOKEN" in {listed.name for listed in client.secrets.list()}
     client.secrets.delete("SDK_SUITE_TOKEN")
     assert "SDK_SUITE_TOKEN" not in {listed.name for listed in client.secrets.list()}
+
+
+def test_header_rules_read_back_with_their_placeholder_and_an_unknown_secret_is_named(client: Client) -> None:
+    client.secrets.put("SDK_RULE_TOKEN", "rule-s3cr3t", ["api.example.com"])
+    rule = HeaderRule("api.example.com", "Authorization", "Bearer ${secrets.SDK_RULE_TOKEN}")
+    policy = NetworkPolicy(mode="allowlist", allow=["api.example.com"], headers=[rule])
+    sbx = client.create_sandbox(network=policy)
+    try:
+        assert sbx.refresh().network.headers == [rule]
+        assert sbx.set_network(policy).headers == [rule]
+        with pytest.raises(BadRequest, match="NOPE"):
+            sbx.set_network(NetworkPolicy(mode="allowlist", allow=["api.example.com"],
+                                          headers=[HeaderRule("api.example.com", "X", "${secrets.NOPE}")]))
+    finally:
+        sbx.kill()
+        client.secrets.delete("SDK_RULE_TOKEN")
 
 
 def test_scan_names_rule_and_line_and_refuses_a_loosening_policy(client: Client) -> None:

@@ -50,8 +50,11 @@ pub(crate) async fn change_policy(
     policy: NetworkPolicy,
 ) -> Result<(), ApiError> {
     let compiled = egress::compile(&policy).map_err(ApiError::bad_request)?;
+    let rules = egress::Rules::load(state.store(), &tenant.name, &policy.headers, &compiled).await?;
     running_sandbox(state, tenant, id).await?;
+    state.egress().check_rule_hosts(id, &rules)?.map_err(ApiError::conflict)?;
     state.egress().set_policy(state.runtime(), id, compiled)?;
+    state.egress().set_rules(id, rules)?;
     let mode = policy.mode;
     if !state.store().set_network_policy(&tenant.name, id, policy).await? {
         return Err(ApiError::conflict(format!("sandbox {id} ended while its policy was changed")));

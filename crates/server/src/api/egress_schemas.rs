@@ -1,7 +1,7 @@
 //! Bodies of the egress routes (network policy, audit, secrets) with their OpenAPI schemas; `NetworkPolicyBody`
 //! mirrors `sandkasten_types::NetworkPolicy` (a test checks the JSON shapes agree).
 
-use sandkasten_types::{NetworkMode, NetworkPolicy};
+use sandkasten_types::{HeaderRule, NetworkMode, NetworkPolicy};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -24,6 +24,25 @@ pub struct NetworkPolicyBody {
     /// sandbox's traffic access token. Default false.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub allow_public_traffic: bool,
+    /// Headers the egress proxy sets on requests to a host (added, or replacing what the sandbox sent); in a value,
+    /// `${secrets.NAME}` is the tenant secret's value, put in by the proxy and never seen inside. Only over
+    /// intercepted TLS, or plain HTTP to a port the host names (not 443); the host must be allowed and named at
+    /// creation (the sandbox's CA vouches for those hosts only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(example = json!([{"host": "api.example.com", "name": "Authorization", "value": "Bearer ${secrets.API_TOKEN}"}]))]
+    pub headers: Vec<HeaderRuleBody>,
+}
+
+/// One header the egress proxy sets on requests to `host`. Mirrors `sandkasten_types::HeaderRule`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderRuleBody {
+    /// A host name, or `*.name` (subdomains), with an optional `:port`.
+    pub host: String,
+    /// The header's name, e.g. `Authorization`.
+    pub name: String,
+    /// The header's value; `${secrets.NAME}` stands for the tenant secret `NAME`'s value.
+    pub value: String,
 }
 
 /// The network modes.
@@ -46,7 +65,18 @@ impl From<NetworkPolicyBody> for NetworkPolicy {
             NetworkModeName::Allowlist => NetworkMode::Allowlist,
             NetworkModeName::Open => NetworkMode::Open,
         };
-        NetworkPolicy { mode, allow: body.allow, deny: body.deny, allow_public_traffic: body.allow_public_traffic }
+        let headers = body
+            .headers
+            .into_iter()
+            .map(|rule| HeaderRule { host: rule.host, name: rule.name, value: rule.value })
+            .collect();
+        NetworkPolicy {
+            mode,
+            allow: body.allow,
+            deny: body.deny,
+            allow_public_traffic: body.allow_public_traffic,
+            headers,
+        }
     }
 }
 
@@ -62,6 +92,11 @@ impl From<NetworkPolicy> for NetworkPolicyBody {
             allow: policy.allow,
             deny: policy.deny,
             allow_public_traffic: policy.allow_public_traffic,
+            headers: policy
+                .headers
+                .into_iter()
+                .map(|rule| HeaderRuleBody { host: rule.host, name: rule.name, value: rule.value })
+                .collect(),
         }
     }
 }
@@ -114,7 +149,8 @@ mod tests {
 
     #[test]
     fn the_mirror_has_the_shape_of_the_original() {
-        let json = r#"{"mode":"allowlist","allow":["a.example:443"],"deny":["b.example"]}"#;
+        let json = r#"{"mode":"allowlist","allow":["a.example:443"],"deny":["b.example"],
+            "headers":[{"host":"a.example","name":"X-Key","value":"k ${secrets.K}"}]}"#;
         let original: NetworkPolicy = serde_json::from_str(json).unwrap();
         let mirror: NetworkPolicyBody = serde_json::from_str(json).unwrap();
         assert_eq!(NetworkPolicy::from(mirror.clone()), original);

@@ -249,6 +249,7 @@ impl From<PrepareError> for ApiError {
         match error {
             PrepareError::Policy(message) => ApiError::bad_request(message),
             PrepareError::UnknownSecret(_) => ApiError::unprocessable(error.to_string()),
+            PrepareError::Rules(_) => ApiError::bad_request(error.to_string()),
             PrepareError::Ca(_) => ApiError::internal(error),
             PrepareError::Store(error) => error.into(),
             PrepareError::Id(error) => error.into(),

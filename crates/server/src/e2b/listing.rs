@@ -76,6 +76,9 @@ struct NetworkInfo {
     deny_out: Vec<String>,
     /// Whether its ports serve requests without the traffic access token (`allow_public_traffic` of its policy).
     allow_public_traffic: bool,
+    /// Header rules, placeholders as given (never a secret's value).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rules: Option<serde_json::Value>,
 }
 
 /// E2B's `SandboxLifecycle`.
@@ -95,7 +98,8 @@ fn network_info(policy: &NetworkPolicy) -> (bool, NetworkInfo) {
         NetworkMode::Allowlist => (false, policy.allow.clone(), everything()),
         NetworkMode::Open => (true, Vec::new(), policy.deny.clone()),
     };
-    (internet, NetworkInfo { allow_out, deny_out, allow_public_traffic: policy.allow_public_traffic })
+    let rules = crate::e2b::network::rules_info(&policy.headers);
+    (internet, NetworkInfo { allow_out, deny_out, allow_public_traffic: policy.allow_public_traffic, rules })
 }
 
 fn lifecycle_info(lifecycle: &Lifecycle) -> LifecycleInfo {
@@ -302,6 +306,7 @@ mod tests {
             allow: Vec::new(),
             deny: vec!["198.51.100.1".into()],
             allow_public_traffic: true,
+            headers: Vec::new(),
         };
         let (internet, info) = network_info(&open);
         assert_eq!((internet, info.allow_out.len(), info.deny_out), (true, 0, vec!["198.51.100.1".to_owned()]));

@@ -4,10 +4,16 @@
 //! E2B: no options = internet; `allow_internet_access=False` = deny `0.0.0.0/0`; `allowOut` entries (IPs, CIDRs,
 //! domains, `*.domain`) win over `denyOut` entries (IPs, CIDRs). Here: no options = no network (sandkasten's default;
 //! said in docs/e2b-compat.md); all traffic denied with some allowed = `allowlist` of those; specific addresses denied
-//! = `open` minus them; anything allowed without a deny-all = `open`. CIDRs other than a single address and
-//! transform rules have no sandkasten equivalent and are refused (501), never silently widened or dropped.
+//! = `open` minus them; anything allowed without a deny-all = `open`. CIDRs other than a single address have no
+//! sandkasten equivalent and are refused (501), never silently widened or dropped.
+//!
+//! `rules` (`{host: [{"transform": {"headers": {...}}}]}`) become the policy's header rules, with
+//! `${e2b.secrets.NAME}` spelled `${secrets.NAME}`; rules on addresses, other transform fields and other
+//! placeholders (`${e2b.identity…}`) are refused (501).
 
-use sandkasten_types::{NetworkMode, NetworkPolicy};
+use std::collections::BTreeMap;
+
+use sandkasten_types::{HeaderRule, NetworkMode, NetworkPolicy};
 use serde::Deserialize;
 
 use crate::e2b::error::E2bError;
@@ -63,9 +69,10 @@ pub(crate) fn policy(internet: Option<bool>, network: Option<&serde_json::Value>
         }
         None => NetworkOptions::default(),
     };
-    if options.rules.is_some() {
-        return Err(E2bError::unsupported("network.rules (request transforms; use sandkasten secrets)"));
-    }
+    let headers = match &options.rules {
+        Some(rules) => header_rules(rules)?,
+        None => Vec::new(),
+    };
     if options.https_ports.as_ref().is_some_and(|ports| !ports.is_empty()) {
         return Err(E2bError::unsupported("network.httpsPorts (ports are reached over plain HTTP)"));
     }
@@ -80,6 +87,7 @@ pub(crate) fn policy(internet: Option<bool>, network: Option<&serde_json::Value>
     let allow_all = allow.iter().any(|entry| is_everything(entry));
     let public =
         NetworkPolicy { allow_public_traffic: options.allow_public_traffic == Some(true), ..Default::default() };
+    let public = NetworkPolicy { headers, ..public };
     if nothing_asked || (deny_all && allow.is_empty()) {
         return Ok(public);
     }
@@ -97,6 +105,90 @@ pub(crate) fn policy(internet: Option<bool>, network: Option<&serde_json::Value>
         .map(|entry| address_pattern(entry))
         .collect::<Result<_, _>>()?;
     Ok(NetworkPolicy { mode: NetworkMode::Open, deny, ..public })
+}
+
+/// E2B's placeholder of a secret, and sandkasten's.
+const E2B_SECRET: &str = "${e2b.secrets.";
+const SECRET: &str = "${secrets.";
+
+/// One rule of E2B's `rules` map, as the SDK sends it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct E2bRule {
+    #[serde(default)]
+    transform: Option<E2bTransform>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct E2bTransform {
+    #[serde(default)]
+    headers: Option<BTreeMap<String, String>>,
+}
+
+/// E2B's `rules` as header rules; 501 for what has no equivalent, 400 for what is malformed.
+fn header_rules(rules: &serde_json::Value) -> Result<Vec<HeaderRule>, E2bError> {
+    let rules: BTreeMap<String, Vec<serde_json::Value>> = serde_json::from_value(rules.clone())
+        .map_err(|error| E2bError::invalid(format!("network.rules: {error} (a map of host to a list of rules)")))?;
+    let mut out = Vec::new();
+    for (host, list) in rules {
+        let bare = host.split('/').next().unwrap_or(&host);
+        if bare.parse::<std::net::IpAddr>().is_ok() || host.contains('/') {
+            return Err(E2bError::unsupported(&format!(
+                "network.rules on {host:?} (rules on addresses and CIDRs; name the host)"
+            )));
+        }
+        for rule in list {
+            let rule: E2bRule = serde_json::from_value(rule).map_err(|error| {
+                E2bError::unsupported(&format!(
+                    "network.rules[{host:?}]: {error} (only transform.headers is supported)"
+                ))
+            })?;
+            let headers = rule.transform.and_then(|t| t.headers).unwrap_or_default();
+            for (name, value) in headers {
+                out.push(HeaderRule { host: host.clone(), name, value: to_native(&value)? });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `${e2b.secrets.NAME}` as `${secrets.NAME}`; any other `${…}` placeholder is refused.
+fn to_native(value: &str) -> Result<String, E2bError> {
+    let mut out = String::new();
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start..];
+        let Some(inner) = after.strip_prefix(E2B_SECRET) else {
+            let shown: String = after.chars().take(40).collect();
+            return Err(E2bError::unsupported(&format!(
+                "the placeholder {shown:?} in a network rule (only ${{e2b.secrets.NAME}} is resolved here)"
+            )));
+        };
+        out.push_str(SECRET);
+        let end = inner.find('}').map_or(inner.len(), |i| i + 1);
+        out.push_str(&inner[..end]);
+        rest = &inner[end..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// The header rules in E2B's `rules` shape, placeholders spelled as E2B does (never a value: the policy holds none).
+pub(crate) fn rules_info(headers: &[HeaderRule]) -> Option<serde_json::Value> {
+    if headers.is_empty() {
+        return None;
+    }
+    let mut by_host: BTreeMap<&str, serde_json::Map<String, serde_json::Value>> = BTreeMap::new();
+    for rule in headers {
+        by_host.entry(&rule.host).or_default().insert(rule.name.clone(), rule.value.replace(SECRET, E2B_SECRET).into());
+    }
+    let map = by_host
+        .into_iter()
+        .map(|(host, headers)| (host.to_owned(), serde_json::json!([{"transform": {"headers": headers}}])))
+        .collect::<serde_json::Map<_, _>>();
+    Some(serde_json::Value::Object(map))
 }
 
 #[cfg(test)]
@@ -152,12 +244,33 @@ mod tests {
         for network in [
             json!({"denyOut": ["10.0.0.0/8"]}),
             json!({"denyOut": ["0.0.0.0/0"], "allowOut": ["203.0.113.0/24"]}),
-            json!({"rules": {"api.example.com": []}}),
+            json!({"rules": {"203.0.113.0/24": []}}),
+            json!({"rules": {"203.0.113.7": []}}),
+            json!({"rules": {"a.example": [{"transform": {"body": "x"}}]}}),
+            json!({"rules": {"a.example": [{"transform": {"headers": {"X": "${e2b.identity.aws}"}}}]}}),
             json!({"maskRequestHost": "x"}),
             json!({"httpsPorts": [8443]}),
         ] {
             assert!(policy(None, Some(&network)).is_err(), "{network}");
         }
         assert!(policy(None, Some(&json!({"allowOut": "not a list"}))).is_err());
+    }
+
+    #[test]
+    fn header_transforms_become_header_rules_and_read_back() {
+        let rules =
+            json!({"api.example.com": [{"transform": {"headers": {"Authorization": "Bearer ${e2b.secrets.tok}"}}}]});
+        let asked =
+            mode(None, Some(json!({"allowOut": ["api.example.com"], "denyOut": ["0.0.0.0/0"], "rules": rules})));
+        assert_eq!(
+            asked.headers,
+            [HeaderRule {
+                host: "api.example.com".into(),
+                name: "Authorization".into(),
+                value: "Bearer ${secrets.tok}".into()
+            }]
+        );
+        assert_eq!(rules_info(&asked.headers), Some(rules));
+        assert_eq!(rules_info(&[]), None);
     }
 }

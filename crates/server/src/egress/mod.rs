@@ -8,13 +8,16 @@
 //! - `audit` writes every attempt to the store and the metrics; `store` holds secrets, audit and policy changes.
 
 pub mod audit;
+pub mod rules;
 pub mod store;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use sandkasten_egress::{Mode, Policy, Proxy, ProxyHandle, SandboxCa, SandboxEgress, Secret};
-use sandkasten_types::{Failure, FailureKind, NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec};
+use sandkasten_types::{Failure, FailureKind, HeaderRule, NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec};
+
+use self::rules::{RuleError, RuleSecret};
 
 use crate::ids::IdError;
 use crate::store::{Store, StoreError};
@@ -63,6 +66,9 @@ pub enum PrepareError {
     /// A named secret does not exist for the tenant (422).
     #[error("secret {0:?} does not exist for this tenant: create it with PUT /v1/secrets/{0}")]
     UnknownSecret(String),
+    /// A header rule is malformed or names an unknown secret (400).
+    #[error(transparent)]
+    Rules(#[from] RuleError),
     /// The sandbox's interception CA could not be made (500).
     #[error("sandbox CA: {0}")]
     Ca(String),
@@ -79,7 +85,53 @@ pub enum PrepareError {
 pub struct Prepared {
     policy: Policy,
     secrets: Vec<Secret>,
+    rules: Rules,
     ca: Option<SandboxCa>,
+}
+
+/// A sandbox's header rules as given, with the secrets they name (to resolve them again when one changes).
+#[derive(Debug, Default, Clone)]
+pub struct Rules {
+    rules: Vec<HeaderRule>,
+    secrets: BTreeMap<String, RuleSecret>,
+}
+
+impl Rules {
+    /// Checks `rules` against `policy` and reads the secrets they name (each must exist for the tenant).
+    pub async fn load(
+        store: &Store,
+        tenant: &str,
+        rules: &[HeaderRule],
+        policy: &Policy,
+    ) -> Result<Rules, PrepareError> {
+        rules::check(rules, policy)?;
+        if rules.is_empty() {
+            return Ok(Rules::default());
+        }
+        let mut names = Vec::new();
+        for rule in rules {
+            names.extend(rules::referenced(&rule.value)?);
+        }
+        let secrets = store
+            .secrets(tenant)
+            .await?
+            .into_iter()
+            .filter(|stored| names.contains(&stored.name))
+            .map(|stored| (stored.name, RuleSecret { value: stored.value, hosts: stored.hosts }))
+            .collect();
+        let loaded = Rules { rules: rules.to_vec(), secrets };
+        loaded.resolve(true)?;
+        Ok(loaded)
+    }
+
+    fn resolve(&self, strict: bool) -> Result<Vec<Secret>, RuleError> {
+        rules::resolve(&self.rules, &self.secrets, strict)
+    }
+
+    /// The hosts the rules send to.
+    pub fn hosts(&self) -> Vec<String> {
+        self.rules.iter().map(|rule| rule.host.clone()).collect()
+    }
 }
 
 impl std::fmt::Debug for Prepared {
@@ -93,8 +145,9 @@ impl std::fmt::Debug for Prepared {
 /// created (the environment is fixed at creation).
 pub async fn prepare(store: &Store, tenant: &str, spec: &mut SandboxSpec) -> Result<Prepared, PrepareError> {
     let policy = compile(&spec.network).map_err(PrepareError::Policy)?;
-    if spec.secrets.is_empty() {
-        return Ok(Prepared { policy, secrets: Vec::new(), ca: None });
+    let rules = Rules::load(store, tenant, &spec.network.headers, &policy).await?;
+    if spec.secrets.is_empty() && rules.rules.is_empty() {
+        return Ok(Prepared { policy, secrets: Vec::new(), rules, ca: None });
     }
     let stored = store.secrets(tenant).await?;
     let mut secrets = Vec::new();
@@ -109,16 +162,19 @@ pub async fn prepare(store: &Store, tenant: &str, spec: &mut SandboxSpec) -> Res
             value: found.value.clone(),
             placeholder,
             hosts: found.hosts.clone(),
+            header: None,
         });
     }
     // The CA may vouch only for the hosts its secrets name now (name constraints): a host added to a secret later is
     // not intercepted in this sandbox (its tunnels stay blind, its value stays home).
-    let hosts: Vec<String> = secrets.iter().flat_map(|secret| secret.hosts.iter().cloned()).collect();
+    // The header rules' hosts likewise: a rule on a host not named at creation is refused by `Egress::set_rules`.
+    let mut hosts: Vec<String> = secrets.iter().flat_map(|secret| secret.hosts.iter().cloned()).collect();
+    hosts.extend(rules.hosts());
     let ca = SandboxCa::generate("sandkasten sandbox", &hosts).map_err(|e| PrepareError::Ca(e.to_string()))?;
     for name in CA_BUNDLE_VARIABLES {
         spec.env.insert(name.to_owned(), CA_BUNDLE_PATH.to_owned());
     }
-    Ok(Prepared { policy, secrets, ca: Some(ca) })
+    Ok(Prepared { policy, secrets, rules, ca: Some(ca) })
 }
 
 /// A placeholder for a secret: recognisable in logs, random so that one sandbox's placeholder means nothing to
@@ -133,12 +189,27 @@ struct Attached {
     sandbox: Arc<SandboxEgress>,
     /// The secrets the sandbox holds (the proxy's copy is replaced as a whole when one changes).
     secrets: Vec<Secret>,
+    /// Its header rules and the secrets they name.
+    rules: Rules,
+    /// The hosts its CA vouches for (named at creation): the only hosts a header rule may have.
+    ca_hosts: Vec<String>,
     door: Option<ProxyHandle>,
 }
 
 impl Attached {
+    /// The proxy's secrets: the placeholders' and the header rules' (a rule whose secret is gone is left out).
+    fn all_secrets(&self) -> Result<Vec<Secret>, RuleError> {
+        let mut all = self.secrets.clone();
+        all.extend(self.rules.resolve(false)?);
+        Ok(all)
+    }
+
     fn push_secrets(&self) {
-        if let Err(error) = self.sandbox.set_secrets(self.secrets.clone()) {
+        let pushed = self
+            .all_secrets()
+            .map_err(|e| e.to_string())
+            .and_then(|all| self.sandbox.set_secrets(all).map_err(|e| e.to_string()));
+        if let Err(error) = pushed {
             tracing::error!(%error, "egress secrets rejected");
         }
     }
@@ -205,12 +276,30 @@ impl Egress {
             runtime.write_file(id, CA_BUNDLE_PATH, bundle).await?;
         }
         let opens = reaches_out(&prepared.policy);
+        let ca_hosts = if prepared.ca.is_some() {
+            let mut hosts: Vec<String> = prepared.secrets.iter().flat_map(|s| s.hosts.iter().cloned()).collect();
+            hosts.extend(prepared.rules.hosts());
+            hosts
+        } else {
+            Vec::new()
+        };
         let sandbox = Arc::new(SandboxEgress::new(id, tenant, prepared.policy, prepared.ca));
-        sandbox
-            .set_secrets(prepared.secrets.clone())
+        let mut entry = Attached {
+            tenant: tenant.to_owned(),
+            sandbox,
+            secrets: prepared.secrets,
+            rules: prepared.rules,
+            ca_hosts,
+            door: None,
+        };
+        let all = entry.all_secrets().map_err(|e| Failure::new(FailureKind::Internal, format!("egress rules: {e}")))?;
+        entry
+            .sandbox
+            .set_secrets(all)
             .map_err(|e| Failure::new(FailureKind::Internal, format!("egress secrets: {e}")))?;
-        let door = if opens { Some(self.open_door(runtime, id, &sandbox)?) } else { None };
-        let entry = Attached { tenant: tenant.to_owned(), sandbox, secrets: prepared.secrets, door };
+        if opens {
+            entry.door = Some(self.open_door(runtime, id, &entry.sandbox)?);
+        }
         self.attached.lock().map_err(|_| poisoned())?.insert(id.to_owned(), entry);
         // A destroy that ran while the door was being opened found nothing to detach: the door must not outlive it.
         if !runtime.is_alive(id) {
@@ -257,11 +346,44 @@ impl Egress {
         Ok(())
     }
 
+    /// Whether the sandbox's CA vouches for every host of `rules` (header rules need TLS interception there); the
+    /// message names the first that is not. `NotFound` when the sandbox is not attached.
+    pub(crate) fn check_rule_hosts(&self, id: &str, rules: &Rules) -> Result<Result<(), String>, Failure> {
+        let attached = self.attached.lock().map_err(|_| poisoned())?;
+        let entry = attached
+            .get(id)
+            .ok_or_else(|| Failure::new(FailureKind::NotFound, format!("sandbox {id} has no egress state")))?;
+        Ok(match rules.hosts().into_iter().find(|host| !entry.ca_hosts.contains(host)) {
+            None => Ok(()),
+            Some(host) => Err(format!(
+                "a header rule on {host:?} needs the sandbox's interception CA to vouch for that host, and it \
+                 vouches only for the hosts of the secrets and header rules given when the sandbox was created \
+                 ({:?}): create the sandbox with that rule",
+                entry.ca_hosts
+            )),
+        })
+    }
+
+    /// Replaces a live sandbox's header rules (checked with [`Egress::check_rule_hosts`] first).
+    pub(crate) fn set_rules(&self, id: &str, rules: Rules) -> Result<(), Failure> {
+        let mut attached = self.attached.lock().map_err(|_| poisoned())?;
+        let entry = attached
+            .get_mut(id)
+            .ok_or_else(|| Failure::new(FailureKind::NotFound, format!("sandbox {id} has no egress state")))?;
+        entry.rules = rules;
+        entry.push_secrets();
+        Ok(())
+    }
+
     /// A secret's value or hosts changed: every attached sandbox of the tenant that holds it uses the new ones.
     pub(crate) fn update_secret(&self, tenant: &str, name: &str, value: &str, hosts: &[String]) {
         let Ok(mut attached) = self.attached.lock() else { return };
         for entry in attached.values_mut().filter(|entry| entry.tenant == tenant) {
             let mut changed = false;
+            if let Some(secret) = entry.rules.secrets.get_mut(name) {
+                *secret = RuleSecret { value: value.to_owned(), hosts: hosts.to_vec() };
+                changed = true;
+            }
             for secret in entry.secrets.iter_mut().filter(|secret| secret.name == name) {
                 secret.value = value.to_owned();
                 secret.hosts = hosts.to_vec();
@@ -279,7 +401,8 @@ impl Egress {
         for entry in attached.values_mut().filter(|entry| entry.tenant == tenant) {
             let before = entry.secrets.len();
             entry.secrets.retain(|secret| secret.name != name);
-            if entry.secrets.len() != before {
+            let in_rules = entry.rules.secrets.remove(name).is_some();
+            if entry.secrets.len() != before || in_rules {
                 entry.push_secrets();
             }
         }

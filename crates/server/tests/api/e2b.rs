@@ -1,6 +1,6 @@
 //! The E2B facade over the fake runtime, on the wire as the SDK sees it: the control plane's JSON and error shapes,
 //! the access token on per-sandbox requests, a Connect server stream (start, data, end, end-of-stream), unary
-//! Connect errors, and `/files` uploads (multipart and octet-stream), downloads and 404s.
+//! Connect errors, `/files` uploads (multipart and octet-stream), downloads and 404s, and network rules.
 
 use axum::body::Body;
 use axum::http::StatusCode;
@@ -684,4 +684,57 @@ async fn a_context_keeps_its_cwd() {
     let escape = json!({ "cwd": "/home/user/../../etc" }).to_string().into_bytes();
     let reply = sandbox_call(&h, &sb, "POST", "/contexts", "application/json", escape).await;
     assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.text());
+}
+
+#[tokio::test]
+async fn network_rules_become_header_rules_and_bad_ones_get_e2b_errors() {
+    let h = Harness::new();
+    let secret = json!({"value": "rule-value-123456", "hosts": ["api.example.com"]});
+    let json_type = [("content-type", "application/json")];
+    let put = h.call_with("PUT", "/v1/secrets/TOKEN", Some(KEY_A), Body::from(secret.to_string()), &json_type).await;
+    assert_eq!(put.status, StatusCode::CREATED, "{}", put.text());
+    let create = |rules: Value, allow: Value| json!({"templateID": "base", "timeout": 60, "network": {"denyOut": ["0.0.0.0/0"], "allowOut": allow, "rules": rules}});
+    let rule = |host: &str, value: &str| json!({host: [{"transform": {"headers": {"Authorization": value}}}]});
+    let allowed = json!(["api.example.com"]);
+    for (rules, allow, status, words) in [
+        (rule("api.example.com", "Bearer ${e2b.secrets.NOPE}"), allowed.clone(), 400, "\"NOPE\""),
+        (rule("api.example.com", "${e2b.identity.aws}"), allowed.clone(), 501, "e2b.identity"),
+        (rule("203.0.113.0/24", "x"), allowed.clone(), 501, "203.0.113.0/24"),
+        (json!({"api.example.com": [{"transform": {"body": "x"}}]}), allowed.clone(), 501, "transform.headers"),
+        (rule("other.example.com", "x"), allowed.clone(), 400, "other.example.com"),
+        (rule("api.example.com", "${e2b.secrets.TOKEN}"), json!(["api.example.com", "b.example.com"]), 201, ""),
+    ] {
+        let reply = control(&h, "POST", "/v2/sandboxes", KEY_A, Some(create(rules.clone(), allow))).await;
+        assert_eq!(reply.status.as_u16(), status, "{rules}: {}", reply.text());
+        if status != 201 {
+            let body = reply.json();
+            assert_eq!(body["code"], status, "{body}");
+            assert!(body["message"].as_str().unwrap().contains(words), "{rules}: {body}");
+            continue;
+        }
+        let id = reply.json()["sandboxID"].as_str().unwrap().to_owned();
+        let info = control(&h, "GET", &format!("/sandboxes/{id}"), KEY_A, None).await;
+        assert!(!info.text().contains("rule-value-123456"), "the value in get_info: {}", info.text());
+        assert_eq!(info.json()["network"]["rules"], rule("api.example.com", "${e2b.secrets.TOKEN}"));
+        // An update may keep or drop the rule; one on a host not named at creation is refused.
+        let update = |rules: Value| json!({"denyOut": ["0.0.0.0/0"], "allowOut": ["api.example.com", "b.example.com"], "rules": rules});
+        let same = control(
+            &h,
+            "PUT",
+            &format!("/sandboxes/{id}/network"),
+            KEY_A,
+            Some(update(rule("api.example.com", "${e2b.secrets.TOKEN}"))),
+        )
+        .await;
+        assert_eq!(same.status, StatusCode::NO_CONTENT, "{}", same.text());
+        let new_host =
+            control(&h, "PUT", &format!("/sandboxes/{id}/network"), KEY_A, Some(update(rule("b.example.com", "x"))))
+                .await;
+        assert_eq!(new_host.status, StatusCode::BAD_REQUEST, "{}", new_host.text());
+        assert!(new_host.text().contains("b.example.com"), "{}", new_host.text());
+        let dropped = control(&h, "PUT", &format!("/sandboxes/{id}/network"), KEY_A, Some(update(json!({})))).await;
+        assert_eq!(dropped.status, StatusCode::NO_CONTENT, "{}", dropped.text());
+        let info = control(&h, "GET", &format!("/sandboxes/{id}"), KEY_A, None).await.json();
+        assert!(info["network"].get("rules").is_none(), "{info}");
+    }
 }

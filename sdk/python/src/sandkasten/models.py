@@ -40,19 +40,45 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class HeaderRule:
+    """A header the egress proxy sets on requests to `host`; `${secrets.NAME}` in `value` is that secret's value."""
+
+    host: str
+    name: str
+    value: str
+
+    def to_json(self) -> Json:
+        return {"host": self.host, "name": self.name, "value": self.value}
+
+    @classmethod
+    def from_json(cls, body: Json) -> HeaderRule:
+        return cls(host=body["host"], name=body["name"], value=body["value"])
+
+
+@dataclass(frozen=True)
 class NetworkPolicy:
-    """Network access: `none` (the default), `allowlist` (the `allow` host patterns, minus `deny`) or `open`."""
+    """Network access: `none` (the default), `allowlist` (the `allow` host patterns, minus `deny`) or `open`;
+    `headers` are header rules the proxy applies (over intercepted TLS only)."""
 
     mode: str = "none"
     allow: List[str] = field(default_factory=list)
     deny: List[str] = field(default_factory=list)
+    headers: List[HeaderRule] = field(default_factory=list)
 
     def to_json(self) -> Json:
-        return {"mode": self.mode, "allow": list(self.allow), "deny": list(self.deny)}
+        body: Json = {"mode": self.mode, "allow": list(self.allow), "deny": list(self.deny)}
+        if self.headers:
+            body["headers"] = [rule.to_json() for rule in self.headers]
+        return body
 
     @classmethod
     def from_json(cls, body: Json) -> NetworkPolicy:
-        return cls(mode=body.get("mode", "none"), allow=list(body.get("allow", [])), deny=list(body.get("deny", [])))
+        return cls(
+            mode=body.get("mode", "none"),
+            allow=list(body.get("allow", [])),
+            deny=list(body.get("deny", [])),
+            headers=[HeaderRule.from_json(rule) for rule in body.get("headers", [])],
+        )
 
     @classmethod
     def allowlist(cls, *hosts: str, deny: Optional[List[str]] = None) -> NetworkPolicy:
