@@ -35,6 +35,8 @@ struct Member {
     cgroup: Option<Arc<Cgroup>>,
     /// Since when it is paused, while it is.
     paused_at: Option<std::time::Instant>,
+    /// How its microVM's guest started (microvm tier only).
+    vm_boot: Option<crate::VmBoot>,
 }
 
 type Agents = Arc<Mutex<HashMap<String, Member>>>;
@@ -90,6 +92,11 @@ impl LiveRuntime {
         let spawner = Supervisor::start(program.to_owned(), config.gvisor.clone(), config.microvm.clone(), on_event)?;
         let hierarchy = Hierarchy::detect().ok();
         Ok(LiveRuntime { config, hierarchy, spawner, agents, lost, contexts, commands })
+    }
+
+    /// How the microVM sandbox `id`'s guest started, if it is one and runs.
+    pub(super) fn vm_boot(&self, id: &str) -> Option<crate::VmBoot> {
+        self.agents.lock().ok()?.get(id)?.vm_boot
     }
 
     /// Sandboxes that died on their own since the last call (their agent exited, or the spawner died with them).
@@ -181,8 +188,14 @@ impl LiveRuntime {
             .as_ref()
             .and_then(|hierarchy| hierarchy.open(&self.config.cgroup_parent, id).ok().flatten())
             .map(Arc::new);
-        let member =
-            Member { agent: Arc::new(client), pidfd: Arc::new(pidfd), tier: spec.tier(), cgroup, paused_at: None };
+        let member = Member {
+            agent: Arc::new(client),
+            pidfd: Arc::new(pidfd),
+            tier: spec.tier(),
+            cgroup,
+            paused_at: None,
+            vm_boot: spawned.vm_boot,
+        };
         self.agents.lock().map_err(|_| lock_poisoned())?.insert(id.to_owned(), member);
         Ok(())
     }
@@ -372,6 +385,11 @@ impl LiveRuntime {
     /// every request like `runsc_missing`.
     pub(super) fn microvm_unusable(&self) -> Option<String> {
         crate::backend::microvm::unusable(&self.config.microvm)
+    }
+
+    /// The acceleration the spawner's microvm backend starts guests with (the same function chooses it there).
+    pub(super) fn microvm_accel(&self) -> sandkasten_types::MicrovmAccel {
+        crate::backend::microvm::accel(&self.config.microvm)
     }
 
     pub(super) fn contexts(&self) -> &Contexts {

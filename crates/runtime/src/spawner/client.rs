@@ -33,6 +33,8 @@ pub struct SpawnedSandbox {
     pub pid: u32,
     /// The host end of the agent's protocol channel (a connected unix stream socket).
     pub channel: OwnedFd,
+    /// How a microVM's guest started (microvm tier only; `None` after a restore).
+    pub vm_boot: Option<crate::VmBoot>,
 }
 
 type Reply = (SpawnerResponse, Option<OwnedFd>);
@@ -162,7 +164,9 @@ impl SpawnerClient {
         };
         match self.request(&request)? {
             (SpawnerResponse::Done { .. }, _) => Ok(None),
-            (SpawnerResponse::Restored { pid, .. }, Some(channel)) => Ok(Some(SpawnedSandbox { pid, channel })),
+            (SpawnerResponse::Restored { pid, .. }, Some(channel)) => {
+                Ok(Some(SpawnedSandbox { pid, channel, vm_boot: None }))
+            }
             (SpawnerResponse::Failed { invalid_input: true, message, .. }, _) => {
                 Err(RuntimeError::InvalidInput(message))
             }
@@ -195,7 +199,7 @@ impl SpawnerClient {
 /// The answer to a `Spawn` or `SpawnFromMemory`.
 fn spawned(reply: Reply) -> Result<SpawnedSandbox, RuntimeError> {
     match reply {
-        (SpawnerResponse::Spawned { pid, .. }, Some(channel)) => Ok(SpawnedSandbox { pid, channel }),
+        (SpawnerResponse::Spawned { pid, vm_boot, .. }, Some(channel)) => Ok(SpawnedSandbox { pid, channel, vm_boot }),
         (SpawnerResponse::Failed { invalid_input: true, message, .. }, _) => Err(RuntimeError::InvalidInput(message)),
         (SpawnerResponse::Failed { tier_failed: true, message, .. }, _) => Err(RuntimeError::TierFailed(message)),
         (SpawnerResponse::Failed { message, .. }, _) => {

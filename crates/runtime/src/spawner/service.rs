@@ -161,10 +161,12 @@ impl Spawner {
         &self,
         control: &OwnedFd,
         id: String,
-        spawned: Result<(u32, OwnedFd), RuntimeError>,
+        spawned: Result<(u32, OwnedFd, Option<crate::VmBoot>), RuntimeError>,
     ) -> Result<(), RuntimeError> {
         match spawned {
-            Ok((pid, channel)) => send(control.as_fd(), &SpawnerResponse::Spawned { id, pid }, Some(channel.as_fd())),
+            Ok((pid, channel, vm_boot)) => {
+                send(control.as_fd(), &SpawnerResponse::Spawned { id, pid, vm_boot }, Some(channel.as_fd()))
+            }
             Err(error) => {
                 let invalid_input = matches!(error, RuntimeError::InvalidInput(_));
                 let (tier_failed, message) = match error {
@@ -224,7 +226,7 @@ impl Spawner {
         id: &str,
         spec: &sandkasten_types::SandboxSpec,
         memory: Option<&std::path::Path>,
-    ) -> Result<(u32, OwnedFd), RuntimeError> {
+    ) -> Result<(u32, OwnedFd, Option<crate::VmBoot>), RuntimeError> {
         if self.sandboxes.contains_key(id) || id.is_empty() || id.contains('/') {
             return Err(RuntimeError::InvalidInput(format!("sandbox id '{id}' is in use or not a valid name")));
         }
@@ -243,9 +245,9 @@ impl Spawner {
             Some(dir) => backend.spawn_from_memory(&mut guard, spec, &files, &agent_plan, dir)?,
             None => backend.spawn(&mut guard, spec, &files, &agent_plan)?,
         };
-        let pid = guard.init_pid.unwrap_or(0);
+        let (pid, vm_boot) = (guard.init_pid.unwrap_or(0), guard.vm_boot);
         self.sandboxes.insert(id.to_owned(), guard);
-        Ok((pid, channel.into()))
+        Ok((pid, channel.into(), vm_boot))
     }
 
     /// Calls `f` with the backend of `tier`.
