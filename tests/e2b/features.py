@@ -45,8 +45,12 @@ FEATURES: list[tuple[str, list[str]]] = [
         r"test_files\.py::test_(list|exists|get_info|make_dir|rename|remov|missing_paths|root_owned)",
         r"test_async\.py::test_files_answer",
     ]),
-    ('`files.*(user="root")`', [r"test_files\.py::test_files_as_root"]),
-    ("`files.write(metadata=…)`", [r"test_files\.py::test_file_metadata"]),
+    ('`files.*(user="root")`', [r"test_files\.py::test_(files_as_root|root_s_file_operations)"]),
+    ("`files.write(metadata=…)`", [
+        r"test_files\.py::test_file_metadata",
+        r"test_async\.py::test_file_metadata_root_files_and_signed_urls",
+    ]),
+    ("`download_url` / `upload_url` (signed)", [r"test_files\.py::test_signed_download_and_upload_urls"]),
     ("`files.watch_dir`", [
         r"test_files\.py::test_(watch|a_recursive_watch|a_watch)",
         r"test_async\.py::test_(watch_dir|a_watch)",

@@ -108,6 +108,7 @@ fn to_result(answer: &Value) -> ExecResult {
     };
     ExecResult {
         sandbox_id: text("sandbox_id"),
+        isolation: serde_json::from_value(answer["isolation"].clone()).unwrap_or_default(),
         exit_code: exit.exit_code,
         signal: exit.signal,
         stdout: text("stdout"),

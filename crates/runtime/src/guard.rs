@@ -31,6 +31,8 @@ pub(crate) struct SandboxGuard {
     pub(crate) gvisor: Option<GvisorFiles>,
     /// The microVM sandbox's directory (disk, console, VMM log; microvm tier only), removed after its VMM.
     pub(crate) microvm: Option<MicrovmFiles>,
+    /// How the microVM's guest started, once it booted (microvm tier only).
+    pub(crate) vm_boot: Option<crate::VmBoot>,
     /// The sandbox's host id range (process tier only), released after everything else.
     pub(crate) id_range: Option<IdRange>,
     /// The host end of a microVM's egress door channel, from its spawn until the spawner hands it to the runtime.
@@ -59,6 +61,7 @@ impl SandboxGuard {
             init_pid: None,
             gvisor: None,
             microvm: None,
+            vm_boot: None,
             id_range,
             door: None,
         })

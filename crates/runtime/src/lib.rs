@@ -17,6 +17,7 @@ pub mod records;
 mod retained;
 mod sandbox_runtime;
 pub mod spawner;
+mod vm_boot;
 
 pub use backend::runner::{OneShotRunner, StdinSource};
 pub use config::RuntimeConfig;
@@ -28,3 +29,4 @@ pub use retained::{Held, OutputBudget, OutputRetention};
 pub use sandbox_runtime::{CellInterrupt, RuntimeFuture, SandboxRuntime};
 pub use sandkasten_agent::run_agent;
 pub use sandkasten_protocol::monotonic_ns;
+pub use vm_boot::VmBoot;

@@ -35,9 +35,22 @@ pub trait SandboxRuntime: Send + Sync + 'static {
     fn tier_unavailable(&self, tier: Tier) -> Option<String> {
         tier.unavailable_reason().map(str::to_owned)
     }
+    /// The acceleration a new sandbox of `tier` would get here: `kvm` or `tcg` for `microvm` (as its backend
+    /// chooses for QEMU), `None` for the other tiers. Cheap: the server asks before creates that `auto` decides. The
+    /// default runs no microVMs.
+    fn tier_accel(&self, tier: Tier) -> Option<sandkasten_types::MicrovmAccel> {
+        let _ = tier;
+        None
+    }
     /// Why the runtime cannot serve now (a part of it failed and is being restarted), or `None` when it can. The
     /// server's `/healthz` answers 503 with this reason. Cheap: it is called on every health check.
     fn unhealthy(&self) -> Option<String> {
+        None
+    }
+    /// How the microVM sandbox `id`'s guest started (the acceleration QEMU runs it with, when it booted), as its
+    /// backend reported it; `None` for the other tiers and unknown sandboxes. The default knows of no VM.
+    fn vm_boot(&self, id: &str) -> Option<crate::VmBoot> {
+        let _ = id;
         None
     }
     /// Sandboxes that died on their own since the last call (their processes are gone; the server marks them lost).

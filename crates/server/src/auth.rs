@@ -27,6 +27,8 @@ pub struct Tenant {
     pub admin: bool,
     /// Its scan policy: its own `scan`, else the server's `[scan]`.
     pub scan: Arc<ScanPolicy>,
+    /// Whether its code is trusted (`trust` in its `[[tenants]]` entry; what `isolation: "auto"` asks first).
+    pub trust: crate::config::Trust,
 }
 
 /// Why a request's `Authorization` header authenticates no tenant (answered as 401 with this message).
@@ -77,6 +79,7 @@ impl Keyring {
                 quota: tenant.quota(),
                 admin: tenant.admin,
                 scan: Arc::new(tenant.scan.clone().unwrap_or_else(|| config.scan.clone())),
+                trust: tenant.trust,
             });
             for key in &tenant.api_keys {
                 if let (Some(padded), Ok(tenant)) = (pad(key.as_bytes()), u32::try_from(index)) {
@@ -93,6 +96,7 @@ impl Keyring {
                 quota: tenant.quota(),
                 admin: tenant.admin,
                 scan: Arc::new(tenant.scan.clone().unwrap_or_else(|| config.scan.clone())),
+                trust: tenant.trust,
             }
         });
         Keyring { entries, tenants, anonymous }

@@ -94,6 +94,7 @@ mod defaults;
 mod e2b;
 mod effective;
 mod file;
+mod isolation;
 mod mcp;
 mod pools;
 mod problem;
@@ -108,6 +109,7 @@ use std::path::Path;
 
 pub use defaults::Defaults;
 pub use e2b::E2bConfig;
+pub use isolation::{AutoConfig, AutoRule, IsolationConfig, Trust, default_rules};
 pub use mcp::McpConfig;
 pub use pools::{MAX_POOL_SIZE, MAX_PRELOAD, PoolConfig, ZygoteKind, valid_module_name};
 pub use problem::{ConfigError, Problem, Problems};

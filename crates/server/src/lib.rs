@@ -44,7 +44,7 @@ use sandkasten_runtime::SandboxRuntime;
 use sandkasten_snapshot_store::SnapshotStore;
 
 pub use api::{ApiDoc, openapi_json, router};
-pub use config::{ConfigError, PoolConfig, Problem, Problems, ServerConfig};
+pub use config::{ConfigError, PoolConfig, Problem, Problems, ServerConfig, Trust};
 pub use metrics::{ExecPhase, ExitReason, Metrics};
 pub use state::AppState;
 pub use store::{Store, StoreError};

@@ -138,6 +138,8 @@ const MIGRATIONS: &[&str] = &[
     // 11: filesystem pauses: a snapshot `for_pause` holds the files of its source sandbox while that is paused with
     // `pause_mode` filesystem (not listed, not restorable by the tenant; deleted by the resume or the delete).
     "ALTER TABLE snapshots ADD COLUMN for_pause INTEGER NOT NULL DEFAULT 0;",
+    // 12: the tier's reason and a microVM's acceleration (`sandkasten_types::Isolation` as JSON; '' before).
+    "ALTER TABLE sandboxes ADD COLUMN isolation_json TEXT NOT NULL DEFAULT '';",
 ];
 
 /// A migration's part that SQL cannot do; returns how many rows it rewrote.

@@ -95,7 +95,7 @@ mod tests {
     fn tenant(name: &str, max_output_bytes: u64) -> Tenant {
         let quota =
             Quota { max_sandboxes: 10, max_memory_bytes: 1, max_pids: 1, max_output_bytes, max_snapshot_bytes: 1 };
-        Tenant { name: Arc::from(name), quota, admin: false, scan: Arc::default() }
+        Tenant { name: Arc::from(name), quota, admin: false, scan: Arc::default(), trust: Default::default() }
     }
 
     #[test]

@@ -76,6 +76,7 @@ mod tests {
             tenant: "t".into(),
             state: SandboxState::Running,
             spec: SandboxSpec { isolation: Some(Tier::Process), ..SandboxSpec::default() },
+            isolation: Default::default(),
             metadata: BTreeMap::new(),
             created_ms: 1,
             expires_ms: i64::MAX,

@@ -64,6 +64,7 @@ struct Inner {
     runtime: Arc<dyn SandboxRuntime>,
     keyring: Keyring,
     settings: Settings,
+    auto: crate::config::AutoConfig,
     metrics: Metrics,
     pools: Pools,
     egress: Egress,
@@ -110,6 +111,7 @@ impl AppState {
                 store,
                 keyring: Keyring::from_config(config),
                 settings: Settings::from_config(config),
+                auto: config.isolation.auto.clone(),
                 metrics: Metrics::new(),
                 pools: Pools::new(&config.pools, config.defaults.isolation),
                 egress: Egress::new(proxy),
@@ -171,6 +173,11 @@ impl AppState {
     /// Limits and defaults.
     pub fn settings(&self) -> Settings {
         self.inner.settings
+    }
+
+    /// How `isolation: "auto"` chooses (`[isolation.auto]`).
+    pub(crate) fn auto_isolation(&self) -> &crate::config::AutoConfig {
+        &self.inner.auto
     }
 
     /// The metrics.

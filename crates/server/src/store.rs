@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use sandkasten_types::{CommandExit, SandboxSpec, Tier};
+use sandkasten_types::{CommandExit, Isolation, SandboxSpec, Tier};
 use thiserror::Error;
 
 use crate::migrations::{self, MigrationError};
@@ -132,6 +132,9 @@ pub struct SandboxRecord {
     pub state: SandboxState,
     /// What it was created with; `spec.isolation` is always set (rows from before tiers read as `process`).
     pub spec: SandboxSpec,
+    /// The tier it runs on (`spec.isolation`'s), why, and how a microVM's guest runs (rows from before this column
+    /// read as the tier, `requested`).
+    pub isolation: Isolation,
     /// Client-defined labels.
     pub metadata: BTreeMap<String, String>,
     /// Creation time, ms since the Unix epoch.
@@ -275,7 +278,7 @@ impl fmt::Debug for Store {
 /// The last column is the sandbox's pause snapshot, if any (a ready snapshot `for_pause` of it): one fact, kept with
 /// the snapshot.
 const SANDBOX_COLUMNS: &str = "id, tenant, state, spec_json, metadata_json, created_ms, expires_ms, ended_ms, \
-     end_reason, isolation, paused_ms, lifecycle_json, (SELECT s.id FROM snapshots s WHERE s.for_pause = 1 \
+     end_reason, isolation, paused_ms, lifecycle_json, isolation_json, (SELECT s.id FROM snapshots s WHERE s.for_pause = 1 \
      AND s.source_sandbox = sandboxes.id AND s.state = 'ready' ORDER BY s.created_ms DESC LIMIT 1)";
 
 /// A sandbox row before its text columns are parsed.
@@ -286,6 +289,7 @@ struct SandboxRow {
     metadata_json: String,
     isolation: String,
     lifecycle_json: String,
+    isolation_json: String,
 }
 
 fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<SandboxRow> {
@@ -294,6 +298,7 @@ fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<SandboxRow> {
         tenant: row.get(1)?,
         state: SandboxState::Running,
         spec: SandboxSpec::default(),
+        isolation: Isolation::default(),
         metadata: BTreeMap::new(),
         created_ms: row.get(5)?,
         expires_ms: row.get(6)?,
@@ -301,7 +306,7 @@ fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<SandboxRow> {
         end_reason: row.get(8)?,
         paused_ms: row.get(10)?,
         lifecycle: Lifecycle::default(),
-        pause_snapshot: row.get(12)?,
+        pause_snapshot: row.get(13)?,
     };
     Ok(SandboxRow {
         record,
@@ -310,19 +315,25 @@ fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<SandboxRow> {
         metadata_json: row.get(4)?,
         isolation: row.get(9)?,
         lifecycle_json: row.get(11)?,
+        isolation_json: row.get(12)?,
     })
 }
 
 /// The record of a row; its tier is the `isolation` column's (the one quotas, pools and reconcile may key on).
 fn finish_sandbox(row: SandboxRow) -> Result<SandboxRecord, StoreError> {
-    let SandboxRow { mut record, state, spec_json, metadata_json, isolation, lifecycle_json } = row;
+    let SandboxRow { mut record, state, spec_json, metadata_json, isolation, lifecycle_json, isolation_json } = row;
     record.state = match SandboxState::parse(&state).ok_or(StoreError::UnknownState(state))? {
         SandboxState::Running if record.paused_ms.is_some() => SandboxState::Paused,
         stored => stored,
     };
     record.lifecycle = serde_json::from_str(&lifecycle_json)?;
     record.spec = serde_json::from_str(&spec_json)?;
-    record.spec.isolation = Some(Tier::from_name(&isolation).ok_or(StoreError::UnknownTier(isolation))?);
+    let tier = Tier::from_name(&isolation).ok_or(StoreError::UnknownTier(isolation))?;
+    record.spec.isolation = Some(tier);
+    record.isolation = match isolation_json.as_str() {
+        "" => Isolation::new(tier, Isolation::REQUESTED),
+        json => serde_json::from_str(json)?,
+    };
     record.metadata = serde_json::from_str(&metadata_json)?;
     Ok(record)
 }
@@ -448,8 +459,8 @@ impl Store {
             }
             tx.execute(
                 "INSERT INTO sandboxes (id, tenant, state, spec_json, metadata_json, memory_bytes, created_ms, \
-                 expires_ms, ended_ms, end_reason, isolation, pids, lifecycle_json) \
-                 VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7, NULL, NULL, ?8, ?9, ?10)",
+                 expires_ms, ended_ms, end_reason, isolation, pids, lifecycle_json, isolation_json) \
+                 VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7, NULL, NULL, ?8, ?9, ?10, ?11)",
                 params![
                     record.id,
                     record.tenant,
@@ -461,10 +472,21 @@ impl Store {
                     record.spec.tier().name(),
                     to_i64(asked_pids),
                     serde_json::to_string(&record.lifecycle)?,
+                    serde_json::to_string(&record.isolation)?,
                 ],
             )?;
             tx.commit()?;
             Ok(Ok(()))
+        })
+        .await
+    }
+
+    /// Records how sandbox `id` is isolated (the runtime's word on a microVM's acceleration, after its create).
+    pub async fn set_isolation(&self, id: &str, isolation: &Isolation) -> Result<(), StoreError> {
+        let (id, json) = (id.to_owned(), serde_json::to_string(isolation)?);
+        self.call(move |conn| {
+            conn.execute("UPDATE sandboxes SET isolation_json = ?2 WHERE id = ?1", params![id, json])?;
+            Ok(())
         })
         .await
     }
@@ -721,6 +743,7 @@ mod tests {
             tenant: tenant.into(),
             state: SandboxState::Running,
             spec,
+            isolation: sandkasten_types::Isolation::new(Tier::Process, "requested"),
             metadata: BTreeMap::from([("k".into(), "v".into())]),
             created_ms: 1,
             expires_ms: 100,

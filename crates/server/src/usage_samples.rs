@@ -123,6 +123,7 @@ mod tests {
             tenant: "t".into(),
             state: crate::store::SandboxState::Running,
             spec,
+            isolation: Default::default(),
             metadata: Default::default(),
             created_ms: 10_000,
             expires_ms: 99_000,

@@ -10,6 +10,7 @@ mod error;
 mod exec;
 mod failure;
 mod files;
+mod isolation;
 mod limits;
 mod result;
 mod spec;
@@ -30,6 +31,7 @@ pub use files::{
     FileInfo, FileKind, FileMetadata, MAX_METADATA_BYTES, MAX_METADATA_KEY_BYTES, METADATA_XATTR_PREFIX, SandboxFile,
     check_metadata,
 };
+pub use isolation::{CodeNeeds, IoProfile, Isolation, Workload};
 pub use limits::{LimitKind, Limits, LimitsError, MAX_PIDS};
 pub use result::{ExecResult, OutputStream, PhaseTimings, ResourceUsage, json_forms};
 pub use spec::{

@@ -5,6 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ErrorInfo;
+use crate::isolation::Isolation;
 use crate::limits::LimitKind;
 
 /// Captured bytes of one output stream.
@@ -42,13 +43,18 @@ pub fn json_forms(bytes: &[u8]) -> (String, Option<String>) {
 }
 
 /// Milliseconds from the request's arrival to the end of each phase (cumulative, so each is ≥ the one before). A
-/// command in a sandbox that already existed has `allocate` and `filesystem_ready` 0.
+/// command in a sandbox that already existed has `allocate`, `vm_boot` and `filesystem_ready` 0.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PhaseTimings {
     /// The sandbox is there: its resources reserved (record written, cgroup created with its limits), or claimed from
     /// a warm pool (then about 0).
     pub allocate: f64,
+    /// A microVM's guest kernel has booted (its agent's `GuestBooted` greeting arrived at the host; between
+    /// `allocate` and `filesystem_ready`, so the VM's boot took `vm_boot - allocate`). 0 when no VM booted for this
+    /// request: the other tiers, and a command in a sandbox that already existed.
+    #[serde(default)]
+    pub vm_boot: f64,
     /// Its root filesystem is built and its agent serves; the run's files (source, uploads) are written.
     pub filesystem_ready: f64,
     /// The command's jail is complete (ids, capabilities, landlock, seccomp) and its `execve` succeeded.
@@ -74,6 +80,9 @@ pub struct ResourceUsage {
 pub struct ExecResult {
     /// The sandbox that ran it.
     pub sandbox_id: String,
+    /// The tier it ran on, why, and (microVM) how its guest ran.
+    #[serde(default)]
+    pub isolation: Isolation,
     /// Exit code when the program exited normally.
     pub exit_code: Option<i32>,
     /// Signal number when the program was killed by a signal.
@@ -153,6 +162,7 @@ mod tests {
         let json = serde_json::to_value(ExecResult::default()).unwrap_or_default();
         for key in [
             "sandbox_id",
+            "isolation",
             "exit_code",
             "signal",
             "stdout",

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::isolation::Workload;
 use crate::limits::Limits;
 use crate::tier::Tier;
 
@@ -15,6 +16,10 @@ pub struct SandboxSpec {
     /// How strongly the sandbox is isolated from the host. Unset: the server's default (`[defaults] isolation`),
     /// which is `process` unless configured; the server fills it in before the sandbox exists.
     pub isolation: Option<Tier>,
+    /// What the code needs (its kind, I/O profile, whether it needs its own kernel): what `isolation: "auto"`
+    /// decides from. Default: nothing said.
+    #[serde(skip_serializing_if = "Workload::is_unset")]
+    pub workload: Workload,
     /// Root filesystem template. Built in: `host` (read-only `/usr` of the host, synthesised `/etc`).
     pub template: Template,
     /// Hard limits.

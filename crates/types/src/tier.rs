@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 /// Parsed through `FromStr`, so that any wrong value — a misspelt name, a number, `null` inside a list — is answered
 /// with the allowed names (serde's own enum parsing calls a number a JSON syntax error).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, JsonSchema)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Tier {
     /// Linux namespaces, pivot_root, seccomp, landlock and cgroups around code that shares the host kernel. Fastest;
@@ -23,7 +24,7 @@ pub enum Tier {
     /// A guest kernel of its own in a VMM (QEMU's `microvm` machine) that itself runs in a process-tier jail. The
     /// strongest boundary; needs KVM for speed (software emulation works, much slower).
     Microvm,
-    /// Chosen per sandbox from the request and the tenant's rules (not available yet).
+    /// Chosen per sandbox by the server from the request's `workload` and the tenant's trust (`[isolation.auto]`).
     Auto,
 }
 
@@ -35,7 +36,7 @@ impl Tier {
     /// not yet everything the suites ask (egress, pauses, snapshots, pools): it has suites of its own until then.
     pub const AVAILABLE: [Tier; 2] = [Tier::Process, Tier::Gvisor];
 
-    /// The tiers a sandbox can be created on by this build.
+    /// The tiers a sandbox runs on (`auto` resolves to one of them before the sandbox exists).
     pub const CREATABLE: [Tier; 3] = [Tier::Process, Tier::Gvisor, Tier::Microvm];
 
     /// The name used in JSON, on the command line and in records.
@@ -53,13 +54,15 @@ impl Tier {
         Tier::ALL.into_iter().find(|tier| tier.name() == name)
     }
 
-    /// Why a sandbox of this tier cannot be created by this build, if it cannot (a message for the user).
+    /// Why a sandbox cannot run on this tier as it is, if it cannot (a message for the user): `auto` is a choice
+    /// the server makes, never a tier a sandbox runs on.
     pub fn unavailable_reason(self) -> Option<&'static str> {
         match self {
             Tier::Process | Tier::Gvisor | Tier::Microvm => None,
-            Tier::Auto => {
-                Some("isolation \"auto\" is not available yet: name a tier (\"process\", \"gvisor\" or \"microvm\")")
-            }
+            Tier::Auto => Some(
+                "isolation \"auto\" is resolved by the server before a sandbox exists: name a tier (\"process\", \
+                 \"gvisor\" or \"microvm\") here",
+            ),
         }
     }
 }
@@ -146,6 +149,7 @@ impl Default for MicrovmSettings {
 
 /// How a microVM's guest runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum MicrovmAccel {
     /// TCG, unless the config says `kvm` (a host whose KVM runs guests at hardware speed).

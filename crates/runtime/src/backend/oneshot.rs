@@ -11,7 +11,8 @@ use std::time::Duration;
 use sandkasten_cgroups::Usage;
 use sandkasten_protocol::monotonic_ns;
 use sandkasten_types::{
-    CommandExit, CommandSpec, CommandUser, ErrorCode, ErrorInfo, ExecRequest, ExecResult, FailureKind, LimitKind,
+    CommandExit, CommandSpec, CommandUser, ErrorCode, ErrorInfo, ExecRequest, ExecResult, FailureKind, Isolation,
+    LimitKind,
     OutputChunk, PhaseTimings, ResourceUsage, SandboxSpec, StreamKind,
 };
 use tokio::sync::mpsc;
@@ -115,6 +116,7 @@ pub(crate) fn run(
     // A local run has no network at all (no egress proxy listens on the host): no door to open.
     agent_plan.door = None;
     let channel = backend.spawn(&mut guard, spec, &run_plan.files, &agent_plan)?;
+    at.vm_boot = guard.vm_boot;
     let limits = &spec.limits;
     let deadline_ns = started_ns.saturating_add(limits.timeout_ms.saturating_mul(1_000_000));
     let mut observed = Observed::new(limits.output_bytes);
@@ -162,7 +164,9 @@ pub(crate) fn run(
     if let End::Interrupted(signal) = end {
         return Err(RuntimeError::Interrupted(signal));
     }
-    Ok(result(guard.id.clone(), end, observed, usage, limits.memory_bytes, at))
+    let mut result = result(guard.id.clone(), end, observed, usage, limits.memory_bytes, at);
+    result.isolation.tier = spec.tier();
+    Ok(result)
 }
 
 /// The program's standard input: the owner's descriptor (a terminal is not forwarded), or none.
@@ -345,6 +349,8 @@ struct Phases {
     allocated_ns: u64,
     /// The agent serves in its root and the uploads are written (0: the run ended before).
     files_ready_ns: u64,
+    /// How the microVM's guest started, and when it had booted (microvm tier only).
+    vm_boot: Option<crate::VmBoot>,
     /// The program's execve succeeded.
     program_started_ns: Option<u64>,
     first_output_ns: Option<u64>,
@@ -416,11 +422,17 @@ fn result(id: String, end: End, observed: Observed, usage: Usage, memory_limit: 
         None
     };
     let allocate = ms_since(at.started_ns, at.allocated_ns);
-    let filesystem_ready = ms_since(at.started_ns, at.files_ready_ns).max(allocate);
+    let vm_boot = at.vm_boot.map_or(0.0, |vm| ms_since(at.started_ns, vm.booted_ns).max(allocate));
+    let filesystem_ready = ms_since(at.started_ns, at.files_ready_ns).max(allocate).max(vm_boot);
     let runtime_ready = at.program_started_ns.map_or(filesystem_ready, |ns| ms_since(at.started_ns, ns));
     let runtime_ready = runtime_ready.max(filesystem_ready);
     let first_command = ms_since(at.started_ns, at.first_output_ns.unwrap_or(at.finished_ns)).max(runtime_ready);
-    result.phases = PhaseTimings { allocate, filesystem_ready, runtime_ready, first_command };
+    result.phases = PhaseTimings { allocate, vm_boot, filesystem_ready, runtime_ready, first_command };
+    result.isolation = Isolation {
+        reason: Isolation::REQUESTED.to_owned(),
+        accel: at.vm_boot.map(|vm| vm.accel),
+        ..Isolation::default()
+    };
     result.duration_ms = ms_since(at.started_ns, at.finished_ns).max(first_command);
     result.usage = ResourceUsage {
         cpu_user_ms: usage.cpu_user_ns / 1_000_000,

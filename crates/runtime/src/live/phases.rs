@@ -43,7 +43,7 @@ impl CommandClock {
         let end = self.now_ms();
         let runtime_ready = self.started_ms.unwrap_or(end);
         let first_command = self.first_output_ms.unwrap_or(end).max(runtime_ready);
-        PhaseTimings { allocate: 0.0, filesystem_ready: 0.0, runtime_ready, first_command }
+        PhaseTimings { allocate: 0.0, vm_boot: 0.0, filesystem_ready: 0.0, runtime_ready, first_command }
     }
 }
 

@@ -37,6 +37,8 @@ struct Member {
     paused_at: Option<std::time::Instant>,
     /// A microVM's egress door, held for its life: it ends when the member is dropped.
     _door: Option<super::vm_door::VmDoor>,
+    /// How its microVM's guest started (microvm tier only).
+    vm_boot: Option<crate::VmBoot>,
 }
 
 type Agents = Arc<Mutex<HashMap<String, Member>>>;
@@ -92,6 +94,11 @@ impl LiveRuntime {
         let spawner = Supervisor::start(program.to_owned(), config.gvisor.clone(), config.microvm.clone(), on_event)?;
         let hierarchy = Hierarchy::detect().ok();
         Ok(LiveRuntime { config, hierarchy, spawner, agents, lost, contexts, commands })
+    }
+
+    /// How the microVM sandbox `id`'s guest started, if it is one and runs.
+    pub(super) fn vm_boot(&self, id: &str) -> Option<crate::VmBoot> {
+        self.agents.lock().ok()?.get(id)?.vm_boot
     }
 
     /// Sandboxes that died on their own since the last call (their agent exited, or the spawner died with them).
@@ -197,6 +204,7 @@ impl LiveRuntime {
             cgroup,
             paused_at: None,
             _door: door,
+            vm_boot: spawned.vm_boot,
         };
         self.agents.lock().map_err(|_| lock_poisoned())?.insert(id.to_owned(), member);
         Ok(())
@@ -384,6 +392,11 @@ impl LiveRuntime {
     /// every request like `runsc_missing`.
     pub(super) fn microvm_unusable(&self) -> Option<String> {
         crate::backend::microvm::unusable(&self.config.microvm)
+    }
+
+    /// The acceleration the spawner's microvm backend starts guests with (the same function chooses it there).
+    pub(super) fn microvm_accel(&self) -> sandkasten_types::MicrovmAccel {
+        crate::backend::microvm::accel(&self.config.microvm)
     }
 
     pub(super) fn contexts(&self) -> &Contexts {

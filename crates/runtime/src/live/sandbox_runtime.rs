@@ -39,12 +39,20 @@ impl SandboxRuntime for LiveRuntime {
         }
     }
 
+    fn tier_accel(&self, tier: Tier) -> Option<sandkasten_types::MicrovmAccel> {
+        (tier == Tier::Microvm).then(|| self.microvm_accel())
+    }
+
     fn unhealthy(&self) -> Option<String> {
         self.spawner_down()
     }
 
     fn take_lost(&self) -> Vec<String> {
         LiveRuntime::take_lost(self)
+    }
+
+    fn vm_boot(&self, id: &str) -> Option<crate::VmBoot> {
+        LiveRuntime::vm_boot(self, id)
     }
 
     fn max_pids(&self) -> u64 {

@@ -36,6 +36,8 @@ pub struct SpawnedSandbox {
     /// The host end of a microVM's egress door channel (the door mux's, bridged to the guest's `sandkasten.door`
     /// port), when it has one.
     pub door: Option<OwnedFd>,
+    /// How a microVM's guest started (microvm tier only; `None` after a restore).
+    pub vm_boot: Option<crate::VmBoot>,
 }
 
 /// A reply with the descriptors attached to it: the agent's channel, then a microVM's egress door.
@@ -168,7 +170,7 @@ impl SpawnerClient {
         match self.request(&request)? {
             (SpawnerResponse::Done { .. }, ..) => Ok(None),
             (SpawnerResponse::Restored { pid, .. }, Some(channel), _) => {
-                Ok(Some(SpawnedSandbox { pid, channel, door: None }))
+                Ok(Some(SpawnedSandbox { pid, channel, door: None, vm_boot: None }))
             }
             (SpawnerResponse::Failed { invalid_input: true, message, .. }, ..) => {
                 Err(RuntimeError::InvalidInput(message))
@@ -202,7 +204,9 @@ impl SpawnerClient {
 /// The answer to a `Spawn` or `SpawnFromMemory`.
 fn spawned(reply: Reply) -> Result<SpawnedSandbox, RuntimeError> {
     match reply {
-        (SpawnerResponse::Spawned { pid, .. }, Some(channel), door) => Ok(SpawnedSandbox { pid, channel, door }),
+        (SpawnerResponse::Spawned { pid, vm_boot, .. }, Some(channel), door) => {
+            Ok(SpawnedSandbox { pid, channel, door, vm_boot })
+        }
         (SpawnerResponse::Failed { invalid_input: true, message, .. }, ..) => Err(RuntimeError::InvalidInput(message)),
         (SpawnerResponse::Failed { tier_failed: true, message, .. }, ..) => Err(RuntimeError::TierFailed(message)),
         (SpawnerResponse::Failed { message, .. }, ..) => {

@@ -64,6 +64,9 @@ pub enum SpawnerResponse {
         id: String,
         /// The agent's host pid.
         pid: u32,
+        /// How a microVM's guest started (microvm tier only).
+        #[serde(default)]
+        vm_boot: Option<crate::VmBoot>,
     },
     /// Reply to `Destroy`.
     Destroyed {

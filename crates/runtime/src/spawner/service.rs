@@ -19,6 +19,10 @@ use crate::error::RuntimeError;
 use crate::guard::SandboxGuard;
 use crate::{gc, plan};
 
+/// A spawned sandbox as the spawner hands it on: its first host pid, the agent's channel, a microVM's egress door
+/// channel and how its guest started.
+type Spawned = (u32, OwnedFd, Option<OwnedFd>, Option<crate::VmBoot>);
+
 /// Runs the spawner on `control` until the owner closes it; returns the process exit code.
 pub fn run_spawner(control: OwnedFd, config: RuntimeConfig) -> i32 {
     let started = Spawner::new(config);
@@ -161,12 +165,12 @@ impl Spawner {
         &self,
         control: &OwnedFd,
         id: String,
-        spawned: Result<(u32, OwnedFd, Option<OwnedFd>), RuntimeError>,
+        spawned: Result<Spawned, RuntimeError>,
     ) -> Result<(), RuntimeError> {
         match spawned {
-            Ok((pid, channel, door)) => {
+            Ok((pid, channel, door, vm_boot)) => {
                 let fds: Vec<_> = std::iter::once(channel.as_fd()).chain(door.as_ref().map(AsFd::as_fd)).collect();
-                send_with(control.as_fd(), &SpawnerResponse::Spawned { id, pid }, &fds)
+                send_with(control.as_fd(), &SpawnerResponse::Spawned { id, pid, vm_boot }, &fds)
             }
             Err(error) => {
                 let invalid_input = matches!(error, RuntimeError::InvalidInput(_));
@@ -227,7 +231,7 @@ impl Spawner {
         id: &str,
         spec: &sandkasten_types::SandboxSpec,
         memory: Option<&std::path::Path>,
-    ) -> Result<(u32, OwnedFd, Option<OwnedFd>), RuntimeError> {
+    ) -> Result<Spawned, RuntimeError> {
         if self.sandboxes.contains_key(id) || id.is_empty() || id.contains('/') {
             return Err(RuntimeError::InvalidInput(format!("sandbox id '{id}' is in use or not a valid name")));
         }
@@ -246,11 +250,11 @@ impl Spawner {
             Some(dir) => backend.spawn_from_memory(&mut guard, spec, &files, &agent_plan, dir)?,
             None => backend.spawn(&mut guard, spec, &files, &agent_plan)?,
         };
-        let pid = guard.init_pid.unwrap_or(0);
+        let (pid, vm_boot) = (guard.init_pid.unwrap_or(0), guard.vm_boot);
         // The door's host end goes to the runtime with the channel; the spawner keeps no copy.
         let door = guard.door.take();
         self.sandboxes.insert(id.to_owned(), guard);
-        Ok((pid, channel.into(), door))
+        Ok((pid, channel.into(), door, vm_boot))
     }
 
     /// Calls `f` with the backend of `tier`.

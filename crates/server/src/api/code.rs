@@ -30,8 +30,8 @@ use crate::auth::Tenant;
 use crate::state::AppState;
 use crate::store::SandboxRecord;
 use sandkasten_scan::{Finding, ScanLanguage, ScanPolicyOverride};
+use sandkasten_types::Isolation;
 use sandkasten_types::LimitKind;
-use sandkasten_types::Tier;
 
 /// Checks the request against the sandbox and builds the runtime's request (timeout always set).
 fn code_run(body: CodeBody, sandbox: &SandboxRecord) -> Result<CodeRun, ApiError> {
@@ -146,7 +146,7 @@ pub(crate) async fn run_code(
     let request = code_run(body, &sandbox)?;
     let findings = scanned(&state, &tenant, &id, scan_policy.as_ref(), &request).await?;
     let started = start(&state, &id, request, None);
-    Ok(stream(state, id, sandbox.spec.tier(), started, findings))
+    Ok(stream(state, id, sandbox.isolation.clone(), started, findings))
 }
 
 /// Runs one cell in the caller's running sandbox `id` (after the static scan, under the tenant's policy tightened
@@ -169,7 +169,7 @@ pub(crate) async fn run_cell(
         Err(failure) => return Err(runtime_error(state, id, failure).await),
     };
     let duration_ms = started_at.elapsed().as_secs_f64() * 1000.0;
-    let mut response = CodeResponse::new(id.to_owned(), sandbox.spec.tier(), outcome, duration_ms);
+    let mut response = CodeResponse::new(id.to_owned(), sandbox.isolation.clone(), outcome, duration_ms);
     response.findings = findings;
     Ok(response)
 }
@@ -214,7 +214,7 @@ pub(crate) async fn cell_language(
 fn stream(
     state: AppState,
     id: String,
-    isolation: Tier,
+    isolation: Isolation,
     started: Started<CellOutcome>,
     findings: Vec<Finding>,
 ) -> Response {

@@ -9,8 +9,7 @@ use sandkasten_types::{CellError, CellOutcome, CellResult, CodeLanguage, Context
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::api::isolation::IsolationName;
-use sandkasten_types::Tier;
+use sandkasten_types::Isolation;
 
 /// A code context's language. Mirrors `sandkasten_types::CodeLanguage`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
@@ -150,9 +149,8 @@ impl From<CellError> for CellErrorBody {
 pub struct CodeResponse {
     /// The sandbox.
     pub sandbox_id: String,
-    /// The isolation tier of the sandbox.
-    #[schema(value_type = IsolationName)]
-    pub isolation: Tier,
+    /// The isolation of the sandbox: its tier, why, and (microVM) `accel`.
+    pub isolation: Isolation,
     /// The context the cell ran in.
     #[schema(example = "ctx-3f9a0c27e1d4b658")]
     pub context_id: String,
@@ -181,7 +179,7 @@ pub struct CodeResponse {
 
 impl CodeResponse {
     /// The response for `outcome` in sandbox `sandbox_id`, which runs on tier `isolation`.
-    pub fn new(sandbox_id: String, isolation: Tier, outcome: CellOutcome, duration_ms: f64) -> Self {
+    pub fn new(sandbox_id: String, isolation: Isolation, outcome: CellOutcome, duration_ms: f64) -> Self {
         CodeResponse {
             sandbox_id,
             isolation,

@@ -5,10 +5,9 @@ use sandkasten_types::{CommandExit, CommandStatus};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::api::isolation::IsolationName;
 use crate::api::schemas::with_output_limit;
 use crate::clock::rfc3339;
-use sandkasten_types::Tier;
+use sandkasten_types::Isolation;
 
 /// `POST /v1/sandboxes/{id}/exec` with `background: true` → 202.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -37,9 +36,8 @@ pub enum CommandStateName {
 pub struct CommandBody {
     /// Id, `cmd-` + 16 hex digits.
     pub id: String,
-    /// The isolation tier of the sandbox it runs in.
-    #[schema(value_type = IsolationName)]
-    pub isolation: Tier,
+    /// The isolation of the sandbox it runs in: its tier, why, and (microVM) `accel`.
+    pub isolation: Isolation,
     /// What it runs.
     pub argv: Vec<String>,
     /// Its pid inside the sandbox.
@@ -63,7 +61,7 @@ pub struct CommandBody {
 
 impl CommandBody {
     /// The body of a command that runs (or ran) in a sandbox on tier `isolation`.
-    pub(crate) fn new(status: CommandStatus, isolation: Tier) -> Self {
+    pub(crate) fn new(status: CommandStatus, isolation: Isolation) -> Self {
         let truncated = status.stdout_truncated || status.stderr_truncated;
         let exit = with_output_limit(status.exit.unwrap_or_default(), truncated);
         CommandBody {
@@ -192,8 +190,11 @@ mod tests {
             stdout_truncated: false,
             stderr_truncated: true,
         };
-        let body = serde_json::to_value(CommandBody::new(status, Tier::Gvisor))?;
-        assert_eq!(body["isolation"], "gvisor");
+        let body = serde_json::to_value(CommandBody::new(
+            status,
+            Isolation::new(sandkasten_types::Tier::Gvisor, "requested"),
+        ))?;
+        assert_eq!(body["isolation"]["tier"], "gvisor");
         assert_eq!(body["state"], "exited");
         assert_eq!(body["signal"], 15);
         assert_eq!(body["exit_code"], serde_json::Value::Null);

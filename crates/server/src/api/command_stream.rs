@@ -10,7 +10,7 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use sandkasten_types::{CommandEvent, Tier};
+use sandkasten_types::{CommandEvent, Isolation};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::api::command_schemas::StreamQuery;
@@ -35,7 +35,7 @@ fn start_offset(headers: &HeaderMap, query: &StreamQuery) -> Result<u64, ApiErro
     }
 }
 
-fn to_event(event: CommandEvent, isolation: Tier) -> Option<Event> {
+fn to_event(event: CommandEvent, isolation: &Isolation) -> Option<Event> {
     match event {
         CommandEvent::Output { chunk, offset } => {
             let name = chunk.stream.as_str();
@@ -46,7 +46,7 @@ fn to_event(event: CommandEvent, isolation: Tier) -> Option<Event> {
             let ended = status.ended_ms.unwrap_or(status.started_ms);
             let truncated = [status.stdout_truncated, status.stderr_truncated];
             let duration_ms = ended.saturating_sub(status.started_ms) as f64;
-            Some(json_event("exit", &ExitEvent::new(isolation, exit, truncated, duration_ms)))
+            Some(json_event("exit", &ExitEvent::new(isolation.clone(), exit, truncated, duration_ms)))
         }
     }
 }
@@ -83,7 +83,7 @@ pub(crate) async fn stream(
     QueryParams(query): QueryParams<StreamQuery>,
 ) -> Result<Response, ApiError> {
     let sandbox = own_command(&state, &tenant, &id, &command).await?;
-    let isolation = sandbox.spec.tier();
+    let isolation = sandbox.isolation.clone();
     let offset = start_offset(&headers, &query)?;
     let events = match state.runtime().stream_command(&id, &command, offset).await {
         Ok(events) => events,
@@ -91,6 +91,6 @@ pub(crate) async fn stream(
     };
     // A client that leaves drops the stream, and with it the runtime's listener.
     let sse = ReceiverStream::new(events)
-        .filter_map(move |event| std::future::ready(to_event(event, isolation).map(Ok::<_, Infallible>)));
+        .filter_map(move |event| std::future::ready(to_event(event, &isolation).map(Ok::<_, Infallible>)));
     Ok(Sse::new(sse).keep_alive(KeepAlive::default()).into_response())
 }

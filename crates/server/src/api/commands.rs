@@ -147,9 +147,11 @@ pub(crate) async fn list(
     IdPath(id): IdPath,
 ) -> Result<Json<CommandList>, ApiError> {
     let sandbox = running_sandbox(&state, &tenant, &id).await?;
-    let isolation = sandbox.spec.tier();
+    let isolation = sandbox.isolation;
     let commands = runtime_result(&state, &id, state.runtime().list_commands(&id).await).await?;
-    Ok(Json(CommandList { commands: commands.into_iter().map(|status| CommandBody::new(status, isolation)).collect() }))
+    Ok(Json(CommandList {
+        commands: commands.into_iter().map(|status| CommandBody::new(status, isolation.clone())).collect(),
+    }))
 }
 
 /// Write to a background command's stdin.

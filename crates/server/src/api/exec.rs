@@ -31,8 +31,8 @@ use crate::state::AppState;
 use crate::store::SandboxRecord;
 use crate::validate;
 use sandkasten_scan::ScanLanguage;
+use sandkasten_types::Isolation;
 use sandkasten_types::LimitKind;
-use sandkasten_types::Tier;
 
 /// Checks the request against the sandbox and builds the command for the runtime (timeout always set).
 fn command_spec(body: ExecBody, sandbox: &SandboxRecord) -> Result<CommandSpec, ApiError> {
@@ -156,7 +156,7 @@ pub(crate) async fn exec(
     let spec = command_spec(body, &sandbox)?;
     let findings = scanned(&tenant, scan_policy.as_ref(), &spec).await?;
     let limit = sandbox.spec.limits.output_bytes;
-    let isolation = sandbox.spec.tier();
+    let isolation = sandbox.isolation.clone();
     if background {
         return commands::start(&state, &tenant, &id, spec, limit).await;
     }
@@ -230,11 +230,11 @@ async fn finish(
         Err(failure) => return Err(runtime_error(state, id, failure).await),
     };
     let duration_ms = started_at.elapsed().as_secs_f64() * 1000.0;
-    Ok(ExecResponse::new(id.to_owned(), sandbox.spec.tier(), exit, stdout, stderr, duration_ms))
+    Ok(ExecResponse::new(id.to_owned(), sandbox.isolation.clone(), exit, stdout, stderr, duration_ms))
 }
 
 /// The SSE response: a task forwards events while the command runs; a gone client does not stop the command.
-fn stream(state: AppState, id: String, isolation: Tier, started: Started<CommandExit>, limit: u64) -> Response {
+fn stream(state: AppState, id: String, isolation: Isolation, started: Started<CommandExit>, limit: u64) -> Response {
     let (sender, receiver) = mpsc::channel::<Result<Event, Infallible>>(64);
     tokio::spawn(async move {
         let started_at = started.started;

@@ -25,10 +25,10 @@ use crate::api::extract::JsonBody;
 use crate::api::output::{self, Capture, json_event};
 use crate::api::scan;
 use crate::auth::Tenant;
-use crate::lifecycle::resolve_tier;
+use crate::lifecycle::resolve_isolation;
 use crate::state::AppState;
 use sandkasten_scan::Finding;
-use sandkasten_types::Tier;
+use sandkasten_types::Isolation;
 
 use request::RunRequest;
 pub(crate) use response::RunExitEvent;
@@ -68,18 +68,18 @@ pub(crate) async fn run(
 ) -> Result<Response, ApiError> {
     let requested = Instant::now();
     let (scan_input, scan_policy) = (body.scan_input(), body.scan_policy.clone());
-    let mut plan = request::plan(body, state.settings())?;
-    // Resolved here (as `start_sandbox` would) so that the answer can say which tier ran the code.
-    plan.spec.isolation = Some(resolve_tier(&state, plan.spec.isolation)?);
+    let plan = request::plan(body, state.settings())?;
+    // Resolved here as `start_sandbox` will (which gives the answer its isolation), so that a tier that cannot run
+    // is refused before the scan.
+    resolve_isolation(&state, &tenant, plan.spec.isolation, &plan.spec.workload)?;
     // The scan refuses before the run's sandbox exists (nothing is created, nothing counts against the quota).
     let findings = match &scan_input {
         Some((language, code)) => scan::gate(&tenant, scan_policy.as_ref(), *language, code).await?,
         None => Vec::new(),
     };
-    let tier = plan.spec.tier();
     let limit = plan.spec.limits.output_bytes;
     let started = task::spawn(state.clone(), tenant.clone(), plan, requested);
-    let id =
+    let (id, tier) =
         started.ready.await.map_err(|_| ApiError::internal("the run's task ended before its sandbox was ready"))??;
     if output::wants_stream(&headers) {
         return Ok(stream(state, id, tier, started.events, limit, findings));
@@ -91,7 +91,7 @@ pub(crate) async fn run(
 
 fn result(
     id: String,
-    isolation: Tier,
+    isolation: Isolation,
     outcome: RunOutcome,
     [stdout, stderr]: [Capture; 2],
     findings: Vec<Finding>,
@@ -105,7 +105,7 @@ fn result(
 /// The JSON answer: output kept up to the limit, then the result.
 async fn collect(
     id: String,
-    isolation: Tier,
+    isolation: Isolation,
     mut events: mpsc::Receiver<RunEvent>,
     limit: u64,
     [mut stdout, mut stderr]: [Capture; 2],
@@ -129,7 +129,7 @@ async fn collect(
 struct StreamState {
     state: AppState,
     id: String,
-    isolation: Tier,
+    isolation: Isolation,
     events: mpsc::Receiver<RunEvent>,
     limit: u64,
     stdout: Capture,
@@ -168,7 +168,7 @@ impl StreamState {
                 "exit",
                 &RunExitEvent {
                     sandbox_id: self.id.clone(),
-                    isolation: self.isolation,
+                    isolation: self.isolation.clone(),
                     exit: with_output_limit(outcome.exit, self.stdout.truncated() || self.stderr.truncated()),
                     stdout_truncated: self.stdout.truncated(),
                     stderr_truncated: self.stderr.truncated(),
@@ -190,7 +190,7 @@ impl StreamState {
 fn stream(
     state: AppState,
     id: String,
-    isolation: Tier,
+    isolation: Isolation,
     events: mpsc::Receiver<RunEvent>,
     limit: u64,
     findings: Vec<Finding>,

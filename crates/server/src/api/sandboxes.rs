@@ -99,6 +99,7 @@ pub(crate) async fn create(
         env: body.env,
         network: body.network.unwrap_or_default().into(),
         secrets: body.secrets,
+        workload: body.workload,
     };
     let Some(snapshot) = snapshot else {
         let current = start_sandbox(&state, &tenant, spec, body.metadata, (expires_ms, body.lifecycle)).await?;

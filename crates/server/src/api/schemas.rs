@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use sandkasten_scan::{Finding, ScanPolicyOverride};
-use sandkasten_types::{CommandExit, FileInfo, FileKind, LimitKind, Limits, PtySize, Template};
+use sandkasten_types::{CommandExit, FileInfo, FileKind, Isolation, LimitKind, Limits, PtySize, Template, Workload};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -108,6 +108,10 @@ pub struct CreateSandboxRequest {
     #[serde(default)]
     #[schema(value_type = Option<IsolationName>)]
     pub isolation: Option<Tier>,
+    /// What the code needs, for `isolation: "auto"`: `needs` (`language` or `linux`), `io_profile` (`compute` or
+    /// `syscall_heavy`), `needs_kernel` (true: only a microVM will do). Default: nothing said.
+    #[serde(default)]
+    pub workload: Workload,
     /// Root filesystem template. Default `host`.
     #[serde(default)]
     pub template: Option<TemplateName>,
@@ -181,9 +185,9 @@ pub struct SandboxBody {
     /// store, and the resume starts fresh processes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pause_mode: Option<PauseMode>,
-    /// The isolation tier it runs on (the request's, or the server's default when it named none).
-    #[schema(value_type = IsolationName)]
-    pub isolation: Tier,
+    /// The isolation tier it runs on, why (`requested`, `server default`, or the `auto` rule that chose it), and for a
+    /// microVM how its guest runs (`accel`: `kvm` or `tcg`).
+    pub isolation: Isolation,
     /// Template.
     pub template: TemplateName,
     /// Hard limits.
@@ -219,7 +223,7 @@ impl From<SandboxRecord> for SandboxBody {
                 PauseMode::Memory
             }),
             state: record.state.into(),
-            isolation: record.spec.tier(),
+            isolation: record.isolation,
             template: record.spec.template.into(),
             limits: record.spec.limits.into(),
             metadata: record.metadata,
@@ -297,9 +301,8 @@ pub struct ExecBody {
 pub struct ExecResponse {
     /// The sandbox that ran it.
     pub sandbox_id: String,
-    /// The isolation tier of the sandbox that ran it.
-    #[schema(value_type = IsolationName)]
-    pub isolation: Tier,
+    /// The isolation of the sandbox that ran it: its tier, why, and (microVM) `accel`.
+    pub isolation: Isolation,
     /// How it ended: exit code or signal, `timed_out`, `oom_killed`, which `limit` fired, `usage`, `phases`.
     #[serde(flatten)]
     pub exit: CommandExit,
@@ -338,7 +341,7 @@ impl ExecResponse {
     /// The response for a finished command from its exit and the output kept of it.
     pub(crate) fn new(
         sandbox_id: String,
-        isolation: Tier,
+        isolation: Isolation,
         exit: CommandExit,
         stdout: Capture,
         stderr: Capture,
@@ -365,9 +368,8 @@ impl ExecResponse {
 /// Data of the final `exit` event of an exec stream (and of a background command's stream).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ExitEvent {
-    /// The isolation tier of the sandbox that ran it.
-    #[schema(value_type = IsolationName)]
-    pub isolation: Tier,
+    /// The isolation of the sandbox that ran it: its tier, why, and (microVM) `accel`.
+    pub isolation: Isolation,
     /// How it ended: exit code or signal, `timed_out`, `oom_killed`, which `limit` fired, `usage`, `phases`.
     #[serde(flatten)]
     pub exit: CommandExit,
@@ -381,7 +383,7 @@ pub struct ExitEvent {
 
 impl ExitEvent {
     /// The event for a command that ended with `exit`, whose streams were cut as said.
-    pub(crate) fn new(isolation: Tier, exit: CommandExit, truncated: [bool; 2], duration_ms: f64) -> ExitEvent {
+    pub(crate) fn new(isolation: Isolation, exit: CommandExit, truncated: [bool; 2], duration_ms: f64) -> ExitEvent {
         let [stdout_truncated, stderr_truncated] = truncated;
         let exit = with_output_limit(exit, stdout_truncated || stderr_truncated);
         ExitEvent { isolation, exit, stdout_truncated, stderr_truncated, duration_ms }

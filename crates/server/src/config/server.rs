@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::defaults::Defaults;
 use crate::config::e2b::E2bConfig;
+use crate::config::isolation::IsolationConfig;
 use crate::config::mcp::McpConfig;
 use crate::config::pools::{self, PoolConfig};
 use crate::config::problem::{ConfigError, Found, Problem, Problems};
@@ -58,6 +59,9 @@ pub struct ServerConfig {
     /// What requests that leave a setting out get (`[defaults] isolation`).
     #[serde(default)]
     pub defaults: Defaults,
+    /// How `isolation: "auto"` picks a tier (`[isolation.auto]`: `allow_emulation`, ordered `rules`).
+    #[serde(default)]
+    pub isolation: IsolationConfig,
     /// Tenants with their keys and quotas.
     #[serde(default)]
     pub tenants: Vec<TenantConfig>,
@@ -136,6 +140,7 @@ impl Default for ServerConfig {
             max_retained_output_bytes: default_max_retained_output_bytes(),
             insecure_no_auth: false,
             defaults: Defaults::default(),
+            isolation: IsolationConfig::default(),
             tenants: Vec::new(),
             pools: Vec::new(),
             metrics: MetricsConfig::default(),
@@ -244,6 +249,7 @@ impl ServerConfig {
                 ),
             );
         }
+        self.isolation.auto.check(&mut found);
         pools::check(&self.pools, self.defaults.isolation, &mut found);
         for problem in self.egress.problems() {
             found.add(format!("egress.{}", problem.key()), problem);
@@ -392,7 +398,7 @@ mod tests {
         let mut bad = config.clone();
         bad.defaults.isolation = Tier::Auto;
         let message = bad.validate().map_err(|e| e.to_string()).err().unwrap_or_default();
-        assert!(message.contains("defaults.isolation: isolation \"auto\" is not"), "{message}");
+        assert!(message.contains("defaults.isolation: isolation \"auto\" is resolved"), "{message}");
         let mut bad = config.clone();
         bad.pools[1].isolation = Some(Tier::Auto);
         assert_eq!(paths(&bad), ["pools[1].isolation"]);

@@ -7,6 +7,7 @@ use sandkasten_scan::ScanPolicy;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize, Serializer};
 
+use crate::config::isolation::Trust;
 use crate::config::problem::Found;
 use crate::store::Quota;
 
@@ -80,6 +81,10 @@ pub struct TenantConfig {
     /// the server's `[scan]`.
     #[serde(default)]
     pub scan: Option<ScanPolicy>,
+    /// Whether its code can be trusted not to attack the kernel (`internal`) or not (`untrusted`): what
+    /// `isolation: "auto"` asks first (`[isolation.auto]`). Default `untrusted`.
+    #[serde(default)]
+    pub trust: Trust,
 }
 
 impl TenantConfig {
@@ -95,6 +100,7 @@ impl TenantConfig {
             max_snapshot_bytes: default_max_snapshot_bytes(),
             admin: false,
             scan: None,
+            trust: Trust::Untrusted,
         }
     }
 

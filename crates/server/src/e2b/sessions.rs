@@ -163,6 +163,7 @@ mod tests {
             },
             admin: false,
             scan: Arc::default(),
+            trust: Default::default(),
         };
         let first = sessions.open("sb-1", &tenant, Some("code-interpreter-v1"))?;
         let again = sessions.open("sb-1", &tenant, None)?;

@@ -263,6 +263,7 @@ mod tests {
             tenant: "t".into(),
             state: SandboxState::Running,
             spec: Default::default(),
+            isolation: Default::default(),
             metadata: Default::default(),
             created_ms: 1,
             expires_ms: 2,

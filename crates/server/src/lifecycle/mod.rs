@@ -15,6 +15,7 @@
 //! bookkeeping, and never an HTTP handler (`tests/api/layering.rs` checks it). Failures are [`LifecycleError`]s,
 //! which the API and the facade answer in their own wire shapes.
 
+mod auto_isolation;
 mod copy;
 mod destroy;
 mod detached;
@@ -38,4 +39,4 @@ pub(crate) use fork::fork;
 pub(crate) use memory_snapshot::start_from_memory;
 pub(crate) use pause::{ensure_resumed, pause, resume};
 pub(crate) use snapshot::{delete_snapshot, reconcile_snapshots, start_on_files, take_snapshot, usable_snapshot};
-pub(crate) use start::{SIGKILL, abandon, pids_cap, resolve_tier, start_sandbox, start_sandbox_with_zygote};
+pub(crate) use start::{SIGKILL, abandon, pids_cap, resolve_isolation, start_sandbox, start_sandbox_with_zygote};

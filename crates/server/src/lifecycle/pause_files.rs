@@ -15,7 +15,6 @@ use crate::lifecycle::destroy::release_quietly;
 use crate::lifecycle::error::LifecycleError;
 use crate::lifecycle::pause_snapshot::delete_pause_snapshot;
 use crate::lifecycle::snapshot::{restore_files, take_pause_snapshot};
-use crate::lifecycle::start::resolve_tier;
 use crate::state::AppState;
 use crate::store::SandboxRecord;
 
@@ -90,7 +89,11 @@ async fn make_again(
     snapshot: &crate::store_snapshots::SnapshotRecord,
 ) -> Result<(), LifecycleError> {
     let mut spec = record.spec.clone();
-    spec.isolation = Some(resolve_tier(state, spec.isolation)?);
+    if let Some(reason) =
+        spec.tier().unavailable_reason().map(str::to_owned).or_else(|| state.runtime().tier_unavailable(spec.tier()))
+    {
+        return Err(LifecycleError::TierUnavailable(reason));
+    }
     let prepared = egress::prepare(state.store(), &tenant.name, &mut spec).await?;
     state.runtime().create(&record.id, &spec).await?;
     restore_files(state, snapshot, &record.id).await?;

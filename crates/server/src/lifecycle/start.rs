@@ -6,11 +6,12 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use sandkasten_types::{SandboxSpec, Tier};
+use sandkasten_types::{Isolation, SandboxSpec, Tier, Workload};
 
 use crate::auth::Tenant;
 use crate::clock::now_ms;
 use crate::config::ZygoteKind;
+use crate::lifecycle::auto_isolation::{self, HostTiers};
 use crate::lifecycle::destroy::destroy_quietly;
 use crate::lifecycle::error::LifecycleError;
 use crate::pool::Claim;
@@ -21,14 +22,35 @@ use crate::{egress, ids};
 /// SIGKILL.
 pub(crate) const SIGKILL: i32 = 9;
 
-/// The tier a create runs on: `requested`, else the server's default; `TierUnavailable` when this build or this
-/// host's runtime cannot run it, with the runtime's word on what to install.
-pub(crate) fn resolve_tier(state: &AppState, requested: Option<Tier>) -> Result<Tier, LifecycleError> {
-    let tier = requested.unwrap_or(state.settings().isolation);
-    let reason = tier.unavailable_reason().map(str::to_owned).or_else(|| state.runtime().tier_unavailable(tier));
-    match reason {
+/// The tier a create runs on and why: `requested` (`auto`: chosen by `[isolation.auto]` for `tenant`'s trust and
+/// `workload`), else the server's default; `TierUnavailable` when this build or this host's runtime cannot run it,
+/// with the runtime's word on what to install. A microVM's `accel` is the runtime's (as it will start it).
+pub(crate) fn resolve_isolation(
+    state: &AppState,
+    tenant: &Tenant,
+    requested: Option<Tier>,
+    workload: &Workload,
+) -> Result<Isolation, LifecycleError> {
+    let runtime = state.runtime();
+    let unusable = |tier: Tier| tier.unavailable_reason().map(str::to_owned).or_else(|| runtime.tier_unavailable(tier));
+    let chosen = match requested {
+        Some(Tier::Auto) => {
+            let host = HostTiers {
+                unusable: Tier::CREATABLE
+                    .into_iter()
+                    .filter_map(|tier| unusable(tier).map(|why| (tier, why)))
+                    .collect(),
+                microvm_accel: runtime.tier_accel(Tier::Microvm),
+            };
+            return auto_isolation::choose(state.auto_isolation(), tenant.trust, workload, &host)
+                .map_err(LifecycleError::TierUnavailable);
+        }
+        Some(tier) => Isolation::new(tier, Isolation::REQUESTED),
+        None => Isolation::new(state.settings().isolation, Isolation::SERVER_DEFAULT),
+    };
+    match unusable(chosen.tier) {
         Some(reason) => Err(LifecycleError::TierUnavailable(reason)),
-        None => Ok(tier),
+        None => Ok(Isolation { accel: runtime.tier_accel(chosen.tier), ..chosen }),
     }
 }
 
@@ -105,7 +127,8 @@ pub(crate) async fn start_born(
     // Before anything exists: a tier that cannot run here, a bad policy or an unknown secret is the caller's mistake,
     // and secrets add environment variables (which rule out a pool member, whose environment was fixed when it was
     // made).
-    spec.isolation = Some(resolve_tier(state, spec.isolation)?);
+    let isolation = resolve_isolation(state, tenant, spec.isolation, &spec.workload)?;
+    spec.isolation = Some(isolation.tier);
     check_pids(state, spec.limits.pids)?;
     let egress = egress::prepare(state.store(), &tenant.name, &mut spec).await?;
     let claiming = Instant::now();
@@ -129,6 +152,7 @@ pub(crate) async fn start_born(
         tenant: tenant.name.to_string(),
         state: SandboxState::Running,
         spec,
+        isolation,
         metadata,
         created_ms: now_ms(),
         expires_ms,
@@ -169,6 +193,13 @@ pub(crate) async fn start_born(
         tracing::warn!(sandbox = %id, tenant = %tenant.name, kind = ?failure.kind, reason = %failure.message, "create failed");
         state.store().forget_sandbox(&id).await?;
         return Err(failure.into());
+    }
+    // The runtime says how a microVM actually started (a pool member's was recorded when it was made).
+    if let Some(vm) = state.runtime().vm_boot(&id)
+        && record.isolation.accel != Some(vm.accel)
+    {
+        let isolation = Isolation { accel: Some(vm.accel), ..record.isolation.clone() };
+        state.store().set_isolation(&id, &isolation).await?;
     }
     // Expiry may have ended the row while the runtime was creating; then the new sandbox must not outlive it.
     let current = state.store().sandbox(&tenant.name, &id).await?;

@@ -34,6 +34,8 @@ pub(crate) struct FakeRuntime {
     usage_readings: AtomicUsize,
     /// Tiers this "host" cannot run, with what `tier_unavailable` says (besides what the build cannot run).
     pub(crate) unavailable_tiers: Mutex<HashMap<Tier, String>>,
+    /// How this "host" runs microVMs (`tier_accel`, and `vm_boot` of each microvm sandbox); `None`: as TCG.
+    pub(crate) microvm_accel: Mutex<Option<sandkasten_types::MicrovmAccel>>,
     /// Every `create` call (pool members included), in order: the id and the spec.
     pub(crate) created: Mutex<Vec<(String, SandboxSpec)>>,
     /// Commands that ran to their end.
@@ -133,6 +135,18 @@ impl SandboxRuntime for FakeRuntime {
     fn tier_unavailable(&self, tier: Tier) -> Option<String> {
         let own = self.unavailable_tiers.lock().unwrap().get(&tier).cloned();
         own.or_else(|| tier.unavailable_reason().map(str::to_owned))
+    }
+
+    fn tier_accel(&self, tier: Tier) -> Option<sandkasten_types::MicrovmAccel> {
+        let accel = self.microvm_accel.lock().unwrap().unwrap_or(sandkasten_types::MicrovmAccel::Tcg);
+        (tier == Tier::Microvm).then_some(accel)
+    }
+
+    fn vm_boot(&self, id: &str) -> Option<sandkasten_runtime::VmBoot> {
+        let created = self.created.lock().unwrap();
+        let (_, spec) = created.iter().rev().find(|(created, _)| created == id)?;
+        let accel = self.tier_accel(spec.tier())?;
+        Some(sandkasten_runtime::VmBoot { accel, booted_ns: 1 })
     }
 
     fn create<'a>(&'a self, id: &'a str, spec: &'a SandboxSpec) -> RuntimeFuture<'a, ()> {

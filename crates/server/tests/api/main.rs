@@ -9,6 +9,7 @@ mod imports;
 
 mod archive;
 mod auth;
+mod auto_isolation;
 mod background;
 mod bad_input;
 mod code;

@@ -38,9 +38,9 @@ async fn exec_answers_and_exit_events_name_the_tier() {
     for (tier, id) in sandboxes(&h).await {
         let uri = format!("/v1/sandboxes/{id}/exec");
         let body = h.post(&uri, KEY_A, json!({"argv": ["echo", "hi"]})).await.json();
-        assert_eq!((body["isolation"].clone(), body["stdout"].clone()), (json!(tier), json!("hi\n")), "{body}");
+        assert_eq!((body["isolation"]["tier"].clone(), body["stdout"].clone()), (json!(tier), json!("hi\n")), "{body}");
         let exit = event_data(&sse(&h, &uri, json!({"argv": ["echo", "hi"]})).await, "exit");
-        assert_eq!(exit["isolation"], tier, "{exit}");
+        assert_eq!(exit["isolation"]["tier"], tier, "{exit}");
         assert_eq!(exit["exit_code"], 0, "{exit}");
     }
 }
@@ -56,10 +56,10 @@ async fn background_commands_name_the_tier_while_running_and_at_their_exit() {
         let command = started.json()["command_id"].as_str().unwrap().to_owned();
         let listed = |body: Value| body["commands"].as_array().unwrap().iter().find(|c| c["id"] == command).cloned();
         let running = listed(h.get(&format!("/v1/sandboxes/{id}/commands"), KEY_A).await.json()).unwrap();
-        assert_eq!((running["state"].clone(), running["isolation"].clone()), (json!("running"), json!(tier)));
+        assert_eq!((running["state"].clone(), running["isolation"]["tier"].clone()), (json!("running"), json!(tier)));
         let stream = h.get(&format!("/v1/sandboxes/{id}/commands/{command}/stream"), KEY_A).await.text();
         let exit = event_data(&stream, "exit");
-        assert_eq!((exit["isolation"].clone(), exit["exit_code"].clone()), (json!(tier), json!(0)), "{exit}");
+        assert_eq!((exit["isolation"]["tier"].clone(), exit["exit_code"].clone()), (json!(tier), json!(0)), "{exit}");
         let deadline = Instant::now() + Duration::from_secs(5);
         let ended = loop {
             let found = listed(h.get(&format!("/v1/sandboxes/{id}/commands"), KEY_A).await.json()).unwrap();
@@ -68,7 +68,11 @@ async fn background_commands_name_the_tier_while_running_and_at_their_exit() {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
-        assert_eq!((ended["state"].clone(), ended["isolation"].clone()), (json!("exited"), json!(tier)), "{ended}");
+        assert_eq!(
+            (ended["state"].clone(), ended["isolation"]["tier"].clone()),
+            (json!("exited"), json!(tier)),
+            "{ended}"
+        );
     }
 }
 
@@ -78,9 +82,13 @@ async fn code_cells_name_the_tier_in_the_answer_and_the_end_event() {
     for (tier, id) in sandboxes(&h).await {
         let uri = format!("/v1/sandboxes/{id}/code");
         let body = h.post(&uri, KEY_A, json!({"language": "python", "code": "x + 1"})).await.json();
-        assert_eq!((body["isolation"].clone(), body["execution_count"].clone()), (json!(tier), json!(1)), "{body}");
+        assert_eq!(
+            (body["isolation"]["tier"].clone(), body["execution_count"].clone()),
+            (json!(tier), json!(1)),
+            "{body}"
+        );
         let end = event_data(&sse(&h, &uri, json!({"language": "python", "code": "print:hi"})).await, "end");
-        assert_eq!((end["isolation"].clone(), end["stdout"].clone()), (json!(tier), json!("hi")), "{end}");
+        assert_eq!((end["isolation"]["tier"].clone(), end["stdout"].clone()), (json!(tier), json!("hi")), "{end}");
     }
 }
 
@@ -90,10 +98,10 @@ async fn a_run_names_its_tier_once() {
     for tier in ["gvisor", "process"] {
         let reply = h.post("/v1/run", KEY_A, json!({"isolation": tier, "argv": ["echo", "x"]})).await;
         assert_eq!(reply.status, 200, "{}", reply.text());
-        assert_eq!(reply.json()["isolation"], tier, "{}", reply.text());
+        assert_eq!(reply.json()["isolation"]["tier"], tier, "{}", reply.text());
         let keys = reply.text().matches("\"isolation\"").count();
         assert_eq!(keys, 1, "the flattened exec result and the run must not both write it: {}", reply.text());
         let exit = event_data(&sse(&h, "/v1/run", json!({"isolation": tier, "argv": ["echo", "x"]})).await, "exit");
-        assert_eq!(exit["isolation"], tier, "{exit}");
+        assert_eq!(exit["isolation"]["tier"], tier, "{exit}");
     }
 }

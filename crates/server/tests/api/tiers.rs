@@ -55,20 +55,6 @@ async fn a_misspelt_tier_is_422_naming_the_allowed_values() {
 }
 
 #[tokio::test]
-async fn tiers_this_build_cannot_run_are_refused_with_the_reason() {
-    let h = Harness::new();
-    for tier in [Tier::Auto] {
-        for (uri, body) in
-            [("/v1/sandboxes", json!({"isolation": tier})), ("/v1/run", json!({"isolation": tier, "cmd": "ls"}))]
-        {
-            let message = h.post(uri, KEY_A, body).await.assert_error(422, "tier_unavailable");
-            assert_eq!(Some(message.as_str()), tier.unavailable_reason(), "{uri}");
-        }
-    }
-    nothing_created(&h).await;
-}
-
-#[tokio::test]
 async fn a_tier_the_host_cannot_run_is_refused_before_anything_exists() {
     let h = Harness::with_config(with_default(Tier::Gvisor));
     h.runtime.unavailable_tiers.lock().unwrap().insert(Tier::Gvisor, NO_RUNSC.into());
@@ -92,7 +78,7 @@ async fn a_tier_the_host_cannot_run_is_refused_before_anything_exists() {
     nothing_created(&h).await;
     // The tier the host has still works.
     let created = h.post("/v1/sandboxes", KEY_A, json!({"isolation": "process"})).await;
-    assert_eq!((created.status, created.json()["isolation"].clone()), (StatusCode::CREATED, json!("process")));
+    assert_eq!((created.status, created.json()["isolation"]["tier"].clone()), (StatusCode::CREATED, json!("process")));
     let metrics = h.call("GET", "/metrics", None, Body::empty()).await.text();
     assert!(metrics.contains("code=\"tier_unavailable\""), "{metrics}");
 }
@@ -102,16 +88,25 @@ async fn the_configured_default_applies_to_every_create_naming_none() {
     let h = Harness::with_config(with_default(Tier::Gvisor));
     let created = h.post("/v1/sandboxes", KEY_A, json!({})).await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.text());
-    assert_eq!(created.json()["isolation"], "gvisor");
+    assert_eq!(created.json()["isolation"]["tier"], "gvisor");
     let id = created.json()["id"].as_str().unwrap().to_owned();
-    assert_eq!(h.get(&format!("/v1/sandboxes/{id}"), KEY_A).await.json()["isolation"], "gvisor");
+    assert_eq!(h.get(&format!("/v1/sandboxes/{id}"), KEY_A).await.json()["isolation"]["tier"], "gvisor");
     let chosen = h.create(KEY_A, json!({"isolation": "process"})).await;
     let listed = h.get("/v1/sandboxes", KEY_A).await.json();
-    let tiers: Vec<(Value, Value)> =
-        listed["sandboxes"].as_array().unwrap().iter().map(|s| (s["id"].clone(), s["isolation"].clone())).collect();
+    let tiers: Vec<(Value, Value)> = listed["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["id"].clone(), s["isolation"]["tier"].clone()))
+        .collect();
     assert_eq!(tiers, [(json!(id), json!("gvisor")), (json!(chosen), json!("process"))]);
     let ran = h.post("/v1/run", KEY_A, json!({"argv": ["echo", "hi"]})).await;
-    assert_eq!((ran.status, ran.json()["isolation"].clone()), (StatusCode::OK, json!("gvisor")), "{}", ran.text());
+    assert_eq!(
+        (ran.status, ran.json()["isolation"]["tier"].clone()),
+        (StatusCode::OK, json!("gvisor")),
+        "{}",
+        ran.text()
+    );
     assert_eq!(e2b_create(&h).await.status, StatusCode::CREATED);
     let expected = [Tier::Gvisor, Tier::Process, Tier::Gvisor, Tier::Gvisor].map(Some);
     assert_eq!(h.runtime.created_tiers(), expected, "the runtime always gets the resolved tier");
@@ -121,9 +116,9 @@ async fn the_configured_default_applies_to_every_create_naming_none() {
 async fn without_a_configured_default_sandboxes_run_on_process() {
     let h = Harness::new();
     let id = h.create(KEY_A, json!({})).await;
-    assert_eq!(h.get(&format!("/v1/sandboxes/{id}"), KEY_A).await.json()["isolation"], "process");
+    assert_eq!(h.get(&format!("/v1/sandboxes/{id}"), KEY_A).await.json()["isolation"]["tier"], "process");
     let ran = h.post("/v1/run", KEY_A, json!({"isolation": "gvisor", "cmd": "echo"})).await;
-    assert_eq!(ran.json()["isolation"], "gvisor", "{}", ran.text());
+    assert_eq!(ran.json()["isolation"]["tier"], "gvisor", "{}", ran.text());
     assert_eq!(h.runtime.created_tiers(), [Some(Tier::Process), Some(Tier::Gvisor)]);
 }
 
@@ -135,7 +130,7 @@ async fn the_run_stream_says_the_tier_in_its_exit_event() {
     let text = reply.text();
     let exit = text.split("event: exit\ndata: ").nth(1).and_then(|rest| rest.lines().next()).unwrap_or_default();
     let exit: Value = serde_json::from_str(exit).unwrap_or_else(|e| panic!("no exit event ({e}): {text}"));
-    assert_eq!(exit["isolation"], "gvisor", "{exit}");
+    assert_eq!(exit["isolation"]["tier"], "gvisor", "{exit}");
 }
 
 /// Aborts the refill task when the test ends.
@@ -196,14 +191,20 @@ async fn a_pool_member_never_serves_a_request_for_another_tier() {
 
     // No process pool has these limits: a process request must not take the gvisor member.
     let ran = h.post("/v1/run", KEY_A, json!({"isolation": "process", "limits": {"pids": 32}, "cmd": "echo"})).await;
-    assert_eq!((ran.status, ran.json()["isolation"].clone()), (StatusCode::OK, json!("process")), "{}", ran.text());
+    assert_eq!(
+        (ran.status, ran.json()["isolation"]["tier"].clone()),
+        (StatusCode::OK, json!("process")),
+        "{}",
+        ran.text()
+    );
     let used = ran.json()["sandbox_id"].as_str().unwrap().to_owned();
     assert_eq!(tier_of(&h, &used), Some(Tier::Process), "a fresh process sandbox, not the pool's");
     let after = h.get("/v1/pools", KEY_A).await.json()["pools"].as_array().cloned().unwrap();
     let odd = after.iter().find(|p| p["name"] == "odd").unwrap();
     assert_eq!((odd["hits"].clone(), odd["misses"].clone(), odd["ready"].clone()), (json!(0), json!(0), json!(1)));
     let listed = h.get("/v1/sandboxes", KEY_A).await.json();
-    let shown: Vec<Value> = listed["sandboxes"].as_array().unwrap().iter().map(|s| s["isolation"].clone()).collect();
+    let shown: Vec<Value> =
+        listed["sandboxes"].as_array().unwrap().iter().map(|s| s["isolation"]["tier"].clone()).collect();
     assert_eq!(shown, [json!("gvisor"), json!("process")]);
 }
 

@@ -199,6 +199,7 @@ impl TierBackend for MicrovmTier<'_> {
         drop(jail);
 
         wait_for_boot(&mut channel, &files)?;
+        guard.vm_boot = Some(crate::VmBoot { accel: shape.accel, booted_ns: sandkasten_protocol::monotonic_ns() });
         write_frame(&mut channel, &Envelope::new(0, Message::Plan { plan: plan.clone() }))?;
         match wait_until_serving(&mut channel) {
             Ok(()) => {

@@ -64,7 +64,7 @@ impl RunClock {
         let filesystem_ready = self.files_ready.get().copied().unwrap_or(allocate).max(allocate);
         let runtime_ready = self.program_started.get().copied().unwrap_or(filesystem_ready).max(filesystem_ready);
         let first_command = self.first_output.get().copied().unwrap_or(total).max(runtime_ready);
-        let phases = PhaseTimings { allocate, filesystem_ready, runtime_ready, first_command };
+        let phases = PhaseTimings { allocate, vm_boot: 0.0, filesystem_ready, runtime_ready, first_command };
         for (name, ms) in [
             ("allocate", allocate),
             ("filesystem_ready", filesystem_ready),

@@ -73,6 +73,10 @@ pub struct RunRequest {
     #[serde(default)]
     #[schema(value_type = Option<IsolationName>)]
     pub isolation: Option<Tier>,
+    /// What the code needs, for `isolation: "auto"`: `needs` (`language` or `linux`), `io_profile` (`compute` or
+    /// `syscall_heavy`), `needs_kernel`. Default: nothing said.
+    #[serde(default)]
+    pub workload: sandkasten_types::Workload,
     /// Language of `code`.
     #[serde(default)]
     pub language: Option<RunLanguage>,
@@ -241,7 +245,8 @@ pub(crate) fn plan(body: RunRequest, settings: Settings) -> Result<RunPlan, ApiE
     command.stdin = body.stdin;
     let lifetime_s = limit_s.saturating_mul(2).saturating_add(LIFETIME_MARGIN_S).clamp(1, settings.max_timeout_s);
     let network = body.network.unwrap_or_default().into();
-    let spec = SandboxSpec { isolation: body.isolation, limits, network, ..SandboxSpec::default() };
+    let spec =
+        SandboxSpec { isolation: body.isolation, workload: body.workload, limits, network, ..SandboxSpec::default() };
     Ok(RunPlan { spec, lifetime_s, files, compile, command, zygote_input })
 }
 

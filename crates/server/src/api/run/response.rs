@@ -4,9 +4,8 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::api::isolation::IsolationName;
 use sandkasten_scan::Finding;
-use sandkasten_types::{CommandExit, Tier};
+use sandkasten_types::{CommandExit, Isolation};
 
 use crate::api::schemas::ExecResponse;
 
@@ -56,9 +55,8 @@ pub struct RunResponse {
 pub struct RunExitEvent {
     /// The sandbox the run used (destroyed by now).
     pub sandbox_id: String,
-    /// The isolation tier it ran on.
-    #[schema(value_type = IsolationName)]
-    pub isolation: Tier,
+    /// The isolation it ran on: its tier, why, and (microVM) `accel`.
+    pub isolation: Isolation,
     /// How it ended: exit code or signal, `timed_out`, `oom_killed`, which `limit` fired, `usage`, and `phases` from
     /// the request.
     #[serde(flatten)]

@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use sandkasten_types::{CommandEvent, CommandExit, CommandSpec, Failure, FailureKind, OutputChunk};
+use sandkasten_types::{CommandEvent, CommandExit, CommandSpec, Failure, FailureKind, Isolation, OutputChunk};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::api::error::ApiError;
@@ -63,7 +63,7 @@ pub(crate) enum RunEvent {
 /// Channels of a started run: `ready` answers once the sandbox exists and holds the files (or why not), `events`
 /// carries the output and the end.
 pub(crate) struct Started {
-    pub(crate) ready: oneshot::Receiver<Result<String, ApiError>>,
+    pub(crate) ready: oneshot::Receiver<Result<(String, Isolation), ApiError>>,
     pub(crate) events: mpsc::Receiver<RunEvent>,
 }
 
@@ -81,12 +81,12 @@ async fn run(
     tenant: Tenant,
     plan: RunPlan,
     clock: RunClock,
-    ready: oneshot::Sender<Result<String, ApiError>>,
+    ready: oneshot::Sender<Result<(String, Isolation), ApiError>>,
     events: mpsc::Sender<RunEvent>,
 ) {
     let expires_ms = now_ms().saturating_add(i64::try_from(plan.lifetime_s.saturating_mul(1000)).unwrap_or(i64::MAX));
     let metadata = Default::default();
-    let (id, zygote) = match start_sandbox_with_zygote(
+    let ((id, isolation), zygote) = match start_sandbox_with_zygote(
         &state,
         &tenant,
         plan.spec.clone(),
@@ -95,7 +95,7 @@ async fn run(
     )
     .await
     {
-        Ok((record, zygote)) => (record.id, zygote),
+        Ok((record, zygote)) => ((record.id, record.isolation), zygote),
         Err(error) => {
             ready.send(Err(error.into())).ok();
             return;
@@ -104,7 +104,7 @@ async fn run(
     clock.allocated();
     // From here on the sandbox exists: whatever happens below, it is destroyed before this task ends.
     let outcome = tokio::select! {
-        outcome = work(&state, &id, zygote, plan, &clock, ready, &events) => outcome,
+        outcome = work(&state, (&id, isolation), zygote, plan, &clock, ready, &events) => outcome,
         () = events.closed() => {
             tracing::info!(sandbox = %id, "run: the client left; destroying the sandbox");
             None
@@ -126,11 +126,11 @@ async fn run(
 /// language). `None` when there is nothing more to report.
 async fn work(
     state: &AppState,
-    id: &str,
+    (id, isolation): (&str, Isolation),
     zygote: Option<(ZygoteKind, String)>,
     plan: RunPlan,
     clock: &RunClock,
-    ready: oneshot::Sender<Result<String, ApiError>>,
+    ready: oneshot::Sender<Result<(String, Isolation), ApiError>>,
     events: &mpsc::Sender<RunEvent>,
 ) -> Option<Result<RunOutcome, ApiError>> {
     for (path, data) in plan.files {
@@ -140,7 +140,7 @@ async fn work(
         }
     }
     clock.files_ready();
-    ready.send(Ok(id.to_owned())).ok()?;
+    ready.send(Ok((id.to_owned(), isolation))).ok()?;
     // A pool member's spare code-context kernel: a run starts no context, and the program gets its memory and pids.
     if let Err(failure) = state.runtime().discard_prepared_contexts(id).await {
         tracing::warn!(sandbox = %id, reason = %failure.message, "could not discard a spare kernel");
