@@ -260,7 +260,7 @@ fn one_shot_runs_over_http_leave_nothing_behind(tier: Tier) {
             .unwrap();
         assert_eq!(response.status().as_u16(), 200);
         let result: Value = response.body_mut().read_json().unwrap();
-        assert_eq!(result["isolation"], tier.name(), "the run's sandbox is of the tier asked for: {result}");
+        assert_eq!(result["isolation"]["tier"], tier.name(), "the run's sandbox is of the tier asked for: {result}");
         result
     };
 

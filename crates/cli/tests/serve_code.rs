@@ -161,7 +161,7 @@ fn code_contexts_keep_state_return_rich_results_survive_interrupts_and_clean_up(
     let body = json!({"isolation": tier.name(), "limits": {"memory_bytes": 1_073_741_824u64}});
     let created = server.call("POST", "/v1/sandboxes", Some(body));
     assert_eq!(created.status, 201, "{created:?}");
-    assert_eq!(created.json()["isolation"], tier.name(), "{created:?}");
+    assert_eq!(created.json()["isolation"]["tier"], tier.name(), "{created:?}");
     let id = created.json()["id"].as_str().unwrap().to_owned();
     let py = |code: &str| server.code(&id, json!({"language": "python", "code": code}));
 

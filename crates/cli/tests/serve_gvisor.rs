@@ -58,7 +58,7 @@ fn a_gvisor_pool_member_serves_gvisor_creates_and_never_a_process_one() {
     let hits_before = metric(&server, "sandkasten_pool_hits_total");
     let reply = server.call("POST", "/v1/sandboxes", KEY_1, Some(json!({ "isolation": "gvisor" })));
     assert_eq!(reply.status, 201, "{reply:?}");
-    assert_eq!(reply.json["isolation"], "gvisor", "{reply:?}");
+    assert_eq!(reply.json["isolation"]["tier"], "gvisor", "{reply:?}");
     let id = reply.json["id"].as_str().expect("id").to_owned();
     assert_eq!(metric(&server, "sandkasten_pool_hits_total"), hits_before + 1.0, "the gVisor create missed its pool");
     assert_eq!(uname_in(&server, &id), GVISOR_RELEASE, "the pooled member is not a gVisor sandbox");
@@ -81,7 +81,7 @@ fn v1_run_on_gvisor_runs_under_gvisor_and_says_so() {
     });
     let reply = server.call("POST", "/v1/run", KEY_1, Some(body));
     assert_eq!(reply.status, 200, "{reply:?}");
-    assert_eq!(reply.json["isolation"], "gvisor", "{reply:?}");
+    assert_eq!(reply.json["isolation"]["tier"], "gvisor", "{reply:?}");
     assert_eq!(reply.json["exit_code"], 0, "{reply:?}");
     assert_eq!(reply.json["stdout"].as_str().unwrap_or_default().trim(), format!("{GVISOR_RELEASE} 1000"));
     let id = reply.json["sandbox_id"].as_str().unwrap_or_default().to_owned();
@@ -96,7 +96,7 @@ fn the_servers_default_tier_applies_to_creates_that_name_none() {
     let server = Server::start_with("[defaults]\nisolation = \"gvisor\"\n");
     let id = server.create(json!({}));
     let info = server.call("GET", &format!("/v1/sandboxes/{id}"), KEY_1, None);
-    assert_eq!(info.json["isolation"], "gvisor", "{info:?}");
+    assert_eq!(info.json["isolation"]["tier"], "gvisor", "{info:?}");
     assert_eq!(uname_in(&server, &id), GVISOR_RELEASE);
     // Naming a tier still wins over the default.
     let process = server.create(json!({ "isolation": "process" }));

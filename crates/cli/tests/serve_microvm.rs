@@ -26,7 +26,10 @@ use serve::{KEY_1, Server};
 fn create_microvm(server: &Server) -> String {
     let reply = server.call("POST", "/v1/sandboxes", KEY_1, Some(json!({"isolation": "microvm"})));
     assert_eq!(reply.status, 201, "create of a microVM sandbox failed: {reply:?}");
-    assert_eq!(reply.json["isolation"], "microvm", "the sandbox is not a microVM: {reply:?}");
+    assert_eq!(reply.json["isolation"]["tier"], "microvm", "the sandbox is not a microVM: {reply:?}");
+    assert_eq!(reply.json["isolation"]["reason"], "requested", "{reply:?}");
+    // This host's KVM is emulated: `accel = "auto"` runs guests under software emulation, and says so.
+    assert_eq!(reply.json["isolation"]["accel"], "tcg", "{reply:?}");
     reply.json["id"].as_str().expect("id").to_owned()
 }
 

@@ -29,7 +29,7 @@ fn create_microvm(server: &Server, extra: Value) -> String {
     }
     let reply = server.call("POST", "/v1/sandboxes", KEY_1, Some(body));
     assert_eq!(reply.status, 201, "create of a microVM sandbox failed: {reply:?}");
-    assert_eq!(reply.json["isolation"], "microvm", "the sandbox is not a microVM: {reply:?}");
+    assert_eq!(reply.json["isolation"]["tier"], "microvm", "the sandbox is not a microVM: {reply:?}");
     reply.json["id"].as_str().expect("id").to_owned()
 }
 

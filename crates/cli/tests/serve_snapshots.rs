@@ -83,7 +83,7 @@ fn fork_makes_independent_copies_with_the_files(tier: Tier) {
         assert_ne!(copy, &source);
         let info = call(&server, "GET", &format!("/v1/sandboxes/{copy}"), None);
         assert_eq!(
-            (info.json["state"].as_str(), info.json["isolation"].as_str()),
+            (info.json["state"].as_str(), info.json["isolation"]["tier"].as_str()),
             (Some("running"), Some(tier.name()))
         );
         assert_eq!(info.json["metadata"]["task"], "fix-42", "the copy keeps the source's metadata: {info:?}");
@@ -185,7 +185,7 @@ fn a_filesystem_snapshot_restores_the_files_and_the_installed_package_into_a_new
             Some(json!({"snapshot": snapshot, "isolation": target.name(), "timeout_s": 600})),
         );
         assert_eq!(restored.status, 201, "restore on {target}: {restored:?}");
-        assert_eq!(restored.json["isolation"], target.name());
+        assert_eq!(restored.json["isolation"]["tier"], target.name());
         let copy = restored.json["id"].as_str().unwrap().to_owned();
         let seen = server.exec(&copy, CHECK);
         assert_eq!(seen.json["stdout"], EXPECTED, "a {tier} snapshot restored on {target}: {seen:?}");
@@ -480,7 +480,7 @@ fn a_memory_snapshot_restores_running_processes_where_the_tier_can(tier: Tier) {
     let restored = call(&server, "POST", "/v1/sandboxes", Some(json!({"snapshot": snapshot})));
     assert_eq!(restored.status, 201, "{restored:?}");
     let copy = restored.json["id"].as_str().unwrap().to_owned();
-    assert_eq!(restored.json["isolation"], "gvisor");
+    assert_eq!(restored.json["isolation"]["tier"], "gvisor");
     // The restored sandbox runs the same loop from where it was: the token only its memory held, the count going on.
     let (copied_token, at_restore) = tick(&server, &copy);
     assert_eq!(copied_token, token, "the restored loop is not the source's");

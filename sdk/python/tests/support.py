@@ -34,5 +34,5 @@ def create(**options: Any) -> Sandbox:
     options.setdefault("metadata", labels())
     sandbox = Sandbox.create(**options)
     record(sandbox.id)
-    assert TIER is None or sandbox.isolation == TIER, f"{sandbox.id} is on {sandbox.isolation}, not {TIER}"
+    assert TIER is None or sandbox.isolation.tier == TIER, f"{sandbox.id} is on {sandbox.isolation.tier}, not {TIER}"
     return sandbox

@@ -94,7 +94,7 @@ def test_memory_snapshot_follows_the_tier(client: Client) -> None:
     """gVisor saves processes with the files: a restored copy's program goes on counting. The process tier cannot, and
     says so with a Conflict that names the tier that can."""
     with support.create() as source:
-        if source.isolation != "gvisor":
+        if source.isolation.tier != "gvisor":
             with pytest.raises(Conflict) as caught:
                 source.snapshot(memory=True)
             assert "gvisor" in caught.value.message

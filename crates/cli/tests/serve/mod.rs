@@ -269,7 +269,7 @@ impl Server {
         body["isolation"] = Value::from(tier.name());
         let reply = self.call("POST", "/v1/sandboxes", KEY_1, Some(body));
         assert_eq!(reply.status, 201, "create on {tier} failed: {reply:?}");
-        assert_eq!(reply.json["isolation"], tier.name(), "the sandbox is not of the tier asked for: {reply:?}");
+        assert_eq!(reply.json["isolation"]["tier"], tier.name(), "the sandbox is not of the tier asked for: {reply:?}");
         reply.json["id"].as_str().expect("id").to_owned()
     }
 }

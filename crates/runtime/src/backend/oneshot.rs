@@ -12,8 +12,7 @@ use sandkasten_cgroups::Usage;
 use sandkasten_protocol::monotonic_ns;
 use sandkasten_types::{
     CommandExit, CommandSpec, CommandUser, ErrorCode, ErrorInfo, ExecRequest, ExecResult, FailureKind, Isolation,
-    LimitKind,
-    OutputChunk, PhaseTimings, ResourceUsage, SandboxSpec, StreamKind,
+    LimitKind, OutputChunk, PhaseTimings, ResourceUsage, SandboxSpec, StreamKind,
 };
 use tokio::sync::mpsc;
 

@@ -16,6 +16,7 @@ from .errors import NotFound
 from .models import (
     ContextInfo,
     EgressEvent,
+    Isolation,
     LimitsLike,
     NetworkLike,
     NetworkPolicy,
@@ -44,7 +45,7 @@ class AsyncSandbox:
         return self.info.id
 
     @property
-    def isolation(self) -> str:
+    def isolation(self) -> Isolation:
         return self.info.isolation
 
     # Lifecycle -------------------------------------------------------------------------------------------------------

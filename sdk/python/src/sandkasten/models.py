@@ -105,6 +105,23 @@ def limits_json(limits: LimitsLike) -> Json:
 
 
 @dataclass(frozen=True)
+class Isolation:
+    """The tier a sandbox runs on and why (`Isolation`): `reason` is `requested`, `server default` or the `auto` rule
+    that chose it; `accel` is `kvm` or `tcg` (software emulation) on the microvm tier, else None."""
+
+    tier: str
+    reason: str
+    accel: Optional[str]
+
+    @classmethod
+    def from_json(cls, body: Any) -> Isolation:
+        if isinstance(body, str):  # a snapshot's source tier, or an older server's answer
+            return cls(tier=body, reason="", accel=None)
+        body = body or {}
+        return cls(tier=body.get("tier", ""), reason=body.get("reason", ""), accel=body.get("accel"))
+
+
+@dataclass(frozen=True)
 class SandboxInfo:
     """A sandbox as the server describes it (`SandboxBody`)."""
 
@@ -112,7 +129,7 @@ class SandboxInfo:
     tenant: str
     state: str  #: running, paused, destroyed, expired or lost
     pause_mode: Optional[str]  #: while paused: memory or filesystem
-    isolation: str
+    isolation: Isolation
     template: str
     limits: Limits
     network: NetworkPolicy
@@ -132,7 +149,7 @@ class SandboxInfo:
             tenant=body.get("tenant", ""),
             state=body.get("state", ""),
             pause_mode=body.get("pause_mode"),
-            isolation=body.get("isolation", ""),
+            isolation=Isolation.from_json(body.get("isolation")),
             template=body.get("template", ""),
             limits=Limits.from_json(body.get("limits") or {}),
             network=NetworkPolicy.from_json(body.get("network") or {}),

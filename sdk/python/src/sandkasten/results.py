@@ -9,6 +9,8 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from .models import Isolation
+
 Json = Dict[str, Any]
 
 
@@ -71,7 +73,7 @@ class ExecResult:
     duration_ms: float
     timings: PhaseTimings
     usage: ResourceUsage
-    isolation: str
+    isolation: Isolation  #: the tier it ran on, why, and (microvm) how the guest ran
     sandbox_id: Optional[str]
     raw: Json = field(repr=False, compare=False)
 
@@ -115,7 +117,7 @@ class ExecResult:
             duration_ms=float(body.get("duration_ms", 0.0)),
             timings=PhaseTimings.from_json(body.get("phases")),
             usage=ResourceUsage.from_json(body.get("usage")),
-            isolation=body.get("isolation", ""),
+            isolation=Isolation.from_json(body.get("isolation")),
             sandbox_id=body.get("sandbox_id"),
             raw=body,
         )

@@ -17,6 +17,7 @@ from .files import Files
 from .models import (
     ContextInfo,
     EgressEvent,
+    Isolation,
     LimitsLike,
     NetworkLike,
     NetworkPolicy,
@@ -45,7 +46,7 @@ class Sandbox:
         return self.info.id
 
     @property
-    def isolation(self) -> str:
+    def isolation(self) -> Isolation:
         return self.info.isolation
 
     # Lifecycle -------------------------------------------------------------------------------------------------------
