@@ -150,10 +150,21 @@ fn misspelt_isolation_is_422_naming_the_allowed_values_on_create_and_run() {
 }
 
 #[test]
-fn auto_is_422_tier_unavailable_saying_not_available_yet() {
-    require_root!();
+fn auto_on_the_server_picks_gvisor_for_an_untrusted_tenant_and_says_why() {
+    require_runsc!();
     let server = Server::start();
-    assert_server_refuses(&server, json!("auto"), "tier_unavailable", &["auto", "not available yet"]);
+    let reply = server.call("POST", "/v1/sandboxes", KEY_1, Some(json!({"isolation": "auto"})));
+    assert_eq!(reply.status, 201, "{reply:?}");
+    // The default rules: an untrusted tenant's code (the default trust) goes to gVisor where it can run.
+    assert_eq!(reply.json["isolation"]["tier"], "gvisor", "{reply:?}");
+    let reason = reply.json["isolation"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("auto"), "the reason names the rule: {reason}");
+    let id = reply.json["id"].as_str().expect("id").to_owned();
+    let exec = server.exec(&id, "echo ok");
+    assert_eq!(exec.json["stdout"], "ok\n");
+    assert_eq!(exec.json["isolation"]["tier"], "gvisor", "{exec:?}");
+    let deleted = server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None);
+    assert!(deleted.status < 300, "{deleted:?}");
 }
 
 #[test]
@@ -398,9 +409,9 @@ fn misspelt_isolation_is_a_usage_error_exit_2_naming_the_tiers() {
 }
 
 #[test]
-fn auto_exits_2_saying_not_available_yet() {
+fn auto_exits_2_saying_only_a_server_resolves_it() {
     require_root!();
-    let needles = ["auto", "not available yet"];
+    let needles = ["auto", "resolved by the server"];
     assert_cli_refuses(&["run", "--isolation", "auto", "--", "/bin/true"], &[], &needles, true);
     assert_cli_refuses(&["run", "--json", "--isolation", "auto", "--", "/bin/true"], &[], &needles, true);
 }

@@ -68,28 +68,54 @@ pub struct SuiteLock {
     _file: fs::File,
 }
 
-fn suite_lock(mode: libc::c_int) -> SuiteLock {
+/// Suite locks this process holds: a test that already holds one takes another without the turnstile (an exclusive
+/// taker queued there waits for the first one, which would wait for the second: a deadlock).
+static HELD_LOCKS: AtomicU64 = AtomicU64::new(0);
+
+impl Drop for SuiteLock {
+    fn drop(&mut self) {
+        HELD_LOCKS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Opens `path` (created if missing) and flocks it in `mode`.
+fn flock(path: &str, mode: libc::c_int) -> fs::File {
     let file = fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .read(true)
         .write(true)
-        .open(SUITE_LOCK)
-        .expect("open suite lock");
+        .open(path)
+        .unwrap_or_else(|e| panic!("open {path}: {e}"));
     // SAFETY: the fd is valid for the lifetime of `file`; flock only takes the lock.
     let rc = unsafe { libc::flock(file.as_raw_fd(), mode) };
-    assert_eq!(rc, 0, "flock {SUITE_LOCK}: {}", std::io::Error::last_os_error());
-    SuiteLock { _file: file }
+    assert_eq!(rc, 0, "flock {path}: {}", std::io::Error::last_os_error());
+    file
+}
+
+/// The turnstile in front of the suite lock: an exclusive taker holds it while it waits, so shared takers arriving
+/// meanwhile queue behind it instead of keeping the suite lock shared for ever (flock alone lets a stream of shared
+/// holders — the microVM suites hold theirs for a boot and a run each — starve an exclusive taker).
+fn turnstile() -> String {
+    format!("{SUITE_LOCK}.turnstile")
 }
 
 /// Taken (shared) around every sandbox run.
 pub fn shared_lock() -> SuiteLock {
-    suite_lock(libc::LOCK_SH)
+    let gate = (HELD_LOCKS.load(Ordering::SeqCst) == 0).then(|| flock(&turnstile(), libc::LOCK_SH));
+    let file = flock(SUITE_LOCK, libc::LOCK_SH);
+    drop(gate);
+    HELD_LOCKS.fetch_add(1, Ordering::SeqCst);
+    SuiteLock { _file: file }
 }
 
 /// Taken (exclusive) by tests that compare global listings before/after.
 pub fn exclusive_lock() -> SuiteLock {
-    suite_lock(libc::LOCK_EX)
+    let gate = flock(&turnstile(), libc::LOCK_EX);
+    let file = flock(SUITE_LOCK, libc::LOCK_EX);
+    drop(gate);
+    HELD_LOCKS.fetch_add(1, Ordering::SeqCst);
+    SuiteLock { _file: file }
 }
 
 /// What one CLI invocation produced.
