@@ -481,7 +481,8 @@ fn a_header_rule_sets_its_header_toward_its_host_only_and_never_the_sandbox(tier
     let header = "-H \"Authorization: Bearer chosen-inside\"";
     let (code, out, err) = world.sh(&id, &format!("curl -sS -m 10 {header} https://secure.test/with-rule"));
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("hello from secure.test"), "{out}{err}");
+    // The test host serves no /with-rule: its 404 page says the request went through to it (its log, below, says how).
+    assert!(out.contains("Error code: 404"), "{out}{err}");
     world.sh(&id, &format!("curl -sS -m 10 {header} http://other.test/no-rule"));
     world.sh(&id, &format!("curl -sS -m 10 {header} http://allowed.test/no-rule"));
     let seen = world.secure.requests();
@@ -510,10 +511,13 @@ fn a_header_rule_sets_its_header_toward_its_host_only_and_never_the_sandbox(tier
     let after = &seen[seen.find("GET /after-rotation").expect("request arrived")..];
     assert!(after.contains(&format!("Bearer {rotated}")), "{after}");
     assert_eq!(world.server.call("DELETE", "/v1/secrets/RULE_TOKEN", KEY_1, None).status, 204);
+    // With the secret gone nothing asks for the host to be intercepted any more, so the request may not get through
+    // (the sandbox does not trust the test host's own certificate); whatever arrives carries no value.
+    let logged = world.secure.requests().len();
     world.sh(&id, "curl -sS -m 10 https://secure.test/after-delete");
     let seen = world.secure.requests();
-    let after = &seen[seen.find("GET /after-delete").expect("request arrived")..];
-    assert!(!after.contains(rotated) && !after.contains(value), "set after the delete:\n{after}");
+    let later = &seen[logged..];
+    assert!(!later.contains(rotated) && !later.contains(value), "set after the delete:\n{later}");
 }
 
 /// The last certificate of a PEM bundle inside the sandbox (the interception CA: the server appends it).

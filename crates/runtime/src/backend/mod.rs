@@ -187,7 +187,7 @@ mod tests {
     use crate::config::RuntimeConfig;
 
     #[test]
-    fn tiers_that_are_not_built_yet_are_refused_with_their_reason_and_hooks_say_not_supported() {
+    fn auto_is_refused_with_its_reason_and_hooks_say_not_supported() {
         let config = RuntimeConfig::default();
         let hierarchy = sandkasten_cgroups::Hierarchy::detect();
         let Ok(hierarchy) = hierarchy else { return };
@@ -200,7 +200,7 @@ mod tests {
         let launcher = process::launch::Launcher { config: &config, hierarchy: &hierarchy, agent: &agent };
         let tiers = Tiers::new(launcher, false);
         let refused = backend_for(Tier::Auto, &tiers).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(refused.contains("not available yet"), "auto: {refused}");
+        assert!(refused.contains("resolved by the server"), "auto: {refused}");
         assert_eq!(backend_for(Tier::Process, &tiers).map(|b| b.tier()).ok(), Some(Tier::Process));
         let hook = not_supported(Tier::Gvisor, "pause").to_string();
         assert!(hook.contains("pause is not supported by the gvisor tier"), "{hook}");
