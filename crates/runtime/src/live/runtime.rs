@@ -374,10 +374,10 @@ impl LiveRuntime {
             .and_then(|map| map.get(id).map(|member| (Arc::clone(&member.pidfd), member.tier)))?;
         Some(match tier {
             // The Sentry's network stack is its own: the agent bridges the port to this socket instead.
-            Tier::Gvisor => listen_on_door_socket(&gvisor::door_socket(&self.config, id)),
+            Tier::Gvisor => listen_on_door_socket(&gvisor::door_socket(&self.config, id), 0o666),
             // The guest has no network device: its agent carries the port's connections over the door's serial
             // port, and the host's door connects each to this socket.
-            Tier::Microvm => listen_on_door_socket(&super::vm_door::door_socket(&self.config, id)),
+            Tier::Microvm => listen_on_door_socket(&super::vm_door::door_socket(&self.config, id), 0o600),
             _ => crate::backend::process::netns_listener::listen_in_netns(pidfd.as_fd(), port).map(Entrance::Tcp),
         })
     }
@@ -417,9 +417,10 @@ fn pidfd_of(pid: u32) -> Result<OwnedFd, RuntimeError> {
         .map_err(|e| RuntimeError::sys("pidfd_open of the agent", std::io::Error::from(e)))
 }
 
-/// A non-blocking unix listener at a sandbox's door socket `path` (gVisor: in its bundle, bound into the sandbox;
-/// microVM: in its directory, where the host's door connects).
-fn listen_on_door_socket(path: &Path) -> std::io::Result<Entrance> {
+/// A non-blocking unix listener at a sandbox's door socket `path` with permissions `mode` (gVisor: in its bundle,
+/// bound into the sandbox, whose agent connects from inside: 0666; microVM: in its directory, where only this
+/// server's door connects: 0600, so no other host user reaches the sandbox's egress, its header rules included).
+fn listen_on_door_socket(path: &Path, mode: u32) -> std::io::Result<Entrance> {
     use std::os::unix::fs::PermissionsExt;
     // A socket left by an earlier door of this sandbox (the policy went to none and back) is replaced.
     match std::fs::remove_file(path) {
@@ -427,7 +428,7 @@ fn listen_on_door_socket(path: &Path) -> std::io::Result<Entrance> {
         _ => {}
     }
     let listener = std::os::unix::net::UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     listener.set_nonblocking(true)?;
     Ok(Entrance::Unix(listener))
 }
@@ -438,4 +439,22 @@ fn restored_first_id() -> u64 {
     let mut bytes = [0u8; 8];
     let _ = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty());
     (1 << 40) | (u64::from_le_bytes(bytes) & ((1 << 40) - 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_microvm_door_socket_is_the_servers_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("door.sock");
+        for mode in [0o600, 0o666] {
+            let entrance = listen_on_door_socket(&path, mode).expect("listen");
+            let found = std::fs::metadata(&path).expect("socket").permissions().mode() & 0o777;
+            assert_eq!(found, mode, "the door socket's permissions");
+            drop(entrance);
+        }
+    }
 }

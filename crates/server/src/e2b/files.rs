@@ -54,10 +54,14 @@ pub(crate) struct WriteInfo {
 /// The prefix of the upload headers that carry file metadata (`X-Metadata-<key>: <value>`).
 const METADATA_HEADER_PREFIX: &str = "x-metadata-";
 
-/// Who the request acts as: `?username=`, else the `Authorization` user.
+/// Who the request acts as: `?username=`, else the `Authorization` user. A request let in by a signed URL acts only
+/// as the user the signature covers (`?username=`, else the default user): an `Authorization` header added to a URL
+/// signed for `user` must not make it root's.
 fn user_of(query: &FilesQuery, headers: &HeaderMap) -> Result<CommandUser, E2bError> {
+    let by_signature = !headers.contains_key("x-access-token");
     match &query.username {
         Some(user) => sandbox_user(user),
+        None if by_signature => sandbox_user("user"),
         None => sandbox_user(&request_user(headers)?),
     }
 }

@@ -110,8 +110,9 @@ fn split_port(host: &str) -> (&str, Option<u16>) {
     }
 }
 
-/// The rules as header-rule secrets. `strict`: a rule whose secret is missing is an error (a new policy); otherwise
-/// it is dropped (a secret deleted under a running sandbox: its header is no longer set).
+/// The rules as header-rule secrets. `strict`: a rule whose secret is missing, or whose secret may not go to the
+/// rule's host, is an error (a new policy); otherwise it is dropped (a secret deleted, or its hosts narrowed, under a
+/// running sandbox: its header is no longer set, and the other rules stay in force).
 pub fn resolve(
     rules: &[HeaderRule],
     secrets: &BTreeMap<String, RuleSecret>,
@@ -128,6 +129,9 @@ pub fn resolve(
                 continue 'rules;
             };
             if !secret.hosts.is_empty() && !secret.hosts.iter().any(|h| h == &rule.host) {
+                if !strict {
+                    continue 'rules;
+                }
                 return Err(RuleError::Invalid(format!(
                     "secret {name:?} may only be sent to its hosts {:?}; {:?} is not one of them",
                     secret.hosts, rule.host
@@ -179,6 +183,14 @@ mod tests {
         )]);
         assert!(resolve(&[rule("api.example.com", "${secrets.A}")], &secrets, true).is_ok());
         assert!(resolve(&[rule("evil.test", "${secrets.A}")], &secrets, true).is_err());
+        // Narrowed under a running sandbox: that rule is dropped, the others stay in force.
+        let both = [rule("evil.test", "${secrets.A}"), rule("api.example.com", "Bearer ${secrets.A}")];
+        let kept = resolve(&both, &secrets, false).unwrap();
+        assert_eq!(kept.len(), 1, "only the rule toward the secret's host is kept");
+        assert_eq!(
+            (kept[0].hosts.clone(), kept[0].value.as_str()),
+            (vec!["api.example.com".to_owned()], "Bearer real")
+        );
         let policy = Policy::compile(Mode::Allowlist, &["api.example.com".into()], &[]).unwrap();
         assert!(check(&[rule("api.example.com", "x")], &policy).is_ok());
         assert!(check(&[rule("other.example.com", "x")], &policy).is_err());

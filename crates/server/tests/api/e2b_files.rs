@@ -132,6 +132,13 @@ async fn signed_urls_work_without_headers_and_are_401_when_missing_wrong_or_expi
         let refused = get(format!("/files?path={path}&signature={}", url_encoded(&signature))).await;
         assert_eq!(envd_error(&refused, 401), "invalid signature", "{signature}");
     }
+    // A URL signed for the default user stays the default user's: an Authorization header naming root is ignored.
+    let as_root = [("authorization", "Basic cm9vdDo=")];
+    let uri = format!("/files?path={}&signature={}", url_encoded(path), url_encoded(&plain));
+    let ok = h.call_with("GET", &uri, None, Body::empty(), &as_root).await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.text());
+    let read_as = *h.runtime.last_read_user.lock().unwrap();
+    assert_eq!(read_as, Some(sandkasten_types::CommandUser::Sandbox), "a signed URL read as root");
     // The extended expiration is signed: moving it on breaks the signature.
     let moved = get(format!("/files?path={path}&signature={}&signature_expiration={}", url_encoded(&timed), later + 1));
     assert_eq!(envd_error(&moved.await, 401), "invalid signature");

@@ -50,6 +50,8 @@ pub(crate) struct FakeRuntime {
     pub(crate) discarded: Mutex<Vec<String>>,
     /// `hang` cells their caller interrupted.
     pub(crate) interrupted_cells: AtomicUsize,
+    /// Who the last file read acted as.
+    pub(crate) last_read_user: Mutex<Option<CommandUser>>,
     /// What `unhealthy` says (a failed part of the runtime).
     pub(crate) unhealthy: Mutex<Option<String>>,
     /// Sandboxes that died on their own, for `take_lost`.
@@ -334,8 +336,9 @@ impl SandboxRuntime for FakeRuntime {
         id: &'a str,
         path: &'a str,
         max_bytes: u64,
-        _user: CommandUser,
+        user: CommandUser,
     ) -> RuntimeFuture<'a, Vec<u8>> {
+        *self.last_read_user.lock().unwrap() = Some(user);
         Box::pin(async move {
             self.with(id, |sb| {
                 if sb.dirs.contains(path) {
