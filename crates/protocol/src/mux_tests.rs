@@ -87,9 +87,12 @@ fn streams_past_the_bound_are_refused_and_hold_nothing() {
     let run_acceptor = acceptor.clone();
     std::thread::spawn(move || run_acceptor.run(host, Some(connect)));
     let mut clients = Vec::new();
-    for _ in 0..6 {
+    for n in 0..6 {
         let (client, inside) = UnixStream::pair().expect("pair");
-        assert!(opener.open(inside, 3128));
+        // A stream past the acceptor's bound may be refused before the opener has started it (`open` is then
+        // false); the two within it are opened.
+        let opened = opener.open(inside, 3128);
+        assert!(opened || n >= 2, "stream {n} within the bound was not opened");
         clients.push(client);
     }
     wait_until("the refused streams end on the opener's side", || opener.alive() == 2);
