@@ -1,8 +1,7 @@
 //! A microVM sandbox's memory through a real `sandkasten serve` (#13 item 5). Paused, its VMM (QEMU in the
 //! sandbox's frozen cgroup) gets no CPU, measured on the host from the VMM's own CPU time and the cgroup's
-//! counter; resumed, the same guest process counts on; a paused microVM is deleted leaving nothing. That a running
-//! command's timeout does not count the pause is a known gap (the ignored test at the end says why). Memory
-//! snapshots of microVMs are not on main yet (branch `vmsnap-wip`).
+//! counter; resumed, the same guest process counts on; a paused microVM is deleted leaving nothing; a running
+//! command's timeout does not count the pause (QMP `stop` stops the guest's clocks).
 //!
 //! The microvm tier is not in `Tier::AVAILABLE` yet: plain tests, each skipping when QEMU or the boot files are
 //! missing. Each test boots one VM (and its restores), so keep them few.
@@ -130,12 +129,9 @@ fn a_paused_microvm_gets_no_cpu_and_its_processes_count_on_after_resume() {
     assert_no_microvm_leaks(&id);
 }
 
-// TODO(#13): the agent is told the pause's length (`Resumed`) before the thaw, but on this tier the message reaches
-// the guest through QEMU, which runs again only after the thaw: the guest's timer can fire first, and a deadline that
-// passed during the pause kills the command. The fix is to stop the guest's clock with the VM (QMP `stop`/`cont`,
-// branch `vmsnap-wip` has the monitor) or to quiesce the agent's deadlines before the freeze.
+// The pause is QMP `stop` (the guest's clocks stop with its vCPUs) under the cgroup freeze: a deadline the guest
+// keeps cannot pass while the VM is paused, whenever the agent hears of the resume.
 #[test]
-#[ignore = "TODO(#13): a microVM pause still counts against a running command's timeout (the Resumed message can arrive after the guest's timer fires)"]
 fn a_commands_timeout_does_not_count_a_microvm_pause() {
     require_microvm!();
     let server = Server::start();

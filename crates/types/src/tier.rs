@@ -39,6 +39,15 @@ impl Tier {
     /// The tiers a sandbox runs on (`auto` resolves to one of them before the sandbox exists).
     pub const CREATABLE: [Tier; 3] = [Tier::Process, Tier::Gvisor, Tier::Microvm];
 
+    /// The tiers that save a running sandbox's memory (processes and all) as well as its files: gVisor (`runsc
+    /// checkpoint`) and microVM (QEMU's migration to a file).
+    pub const SAVES_MEMORY: [Tier; 2] = [Tier::Gvisor, Tier::Microvm];
+
+    /// Whether this tier takes memory snapshots (`SAVES_MEMORY`).
+    pub fn saves_memory(self) -> bool {
+        Tier::SAVES_MEMORY.contains(&self)
+    }
+
     /// The name used in JSON, on the command line and in records.
     pub fn name(self) -> &'static str {
         match self {

@@ -1,5 +1,5 @@
 //! The host files of one microVM sandbox: its directory under the state directory (`microvm/ID`) holding its
-//! writable disk, the guest's console log and the VMM's log. Removed when the sandbox is released (after the VMM is
+//! writable disk, the guest's console log, the VMM's log and its monitor socket. Removed when the sandbox is released (after the VMM is
 //! dead), and by `gc` for a crashed owner's sandboxes.
 
 use std::path::{Path, PathBuf};
@@ -35,6 +35,16 @@ impl MicrovmFiles {
     /// QEMU's standard error.
     pub(crate) fn vmm_log(&self) -> PathBuf {
         self.dir.join("vmm.log")
+    }
+
+    /// What the VM is (`memory::SavedConfig`), written at its start, copied into its memory snapshots.
+    pub(crate) fn config(&self) -> PathBuf {
+        self.dir.join("vm.json")
+    }
+
+    /// The VMM's monitor socket (0600: only the spawner connects; `qmp`).
+    pub(crate) fn monitor(&self) -> PathBuf {
+        self.dir.join("qmp.sock")
     }
 
     /// Deletes the directory. Idempotent.
