@@ -157,3 +157,70 @@ fn a_commands_timeout_does_not_count_a_microvm_pause() {
     assert_eq!(call(&server, "DELETE", &base, None).status, 204);
     assert_no_microvm_leaks(&id);
 }
+
+/// The ids of a fork's answer.
+fn forked_ids(reply: &serve::Reply) -> Vec<String> {
+    reply.json["sandboxes"].as_array().expect("sandboxes").iter().map(|s| s["id"].as_str().unwrap().to_owned()).collect()
+}
+
+/// Files left in the server's memory-snapshot work directory.
+fn work_files(server: &Server) -> Vec<std::path::PathBuf> {
+    let work = server.database().parent().unwrap().join("snapshot-work");
+    let mut found = Vec::new();
+    let mut dirs = vec![work];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if entry.path().is_dir() { dirs.push(entry.path()) } else { found.push(entry.path()) }
+        }
+    }
+    found
+}
+
+#[test]
+fn a_microvm_memory_snapshot_restores_and_forks_with_its_running_processes_through_the_api() {
+    require_microvm!();
+    let server = Server::start();
+    let source = create_microvm(&server, json!({}));
+    let pid = start_counter(&server, &source);
+    assert_eq!(server.exec(&source, "echo kept > /workspace/kept").json["exit_code"], 0);
+
+    let taken = call(&server, "POST", &format!("/v1/sandboxes/{source}/snapshots"), Some(json!({"memory": true})));
+    assert_eq!((taken.status, taken.json["memory"].as_bool()), (201, Some(true)), "{taken:?}");
+    let snapshot = taken.json["snapshot_id"].as_str().unwrap().to_owned();
+    let before = counter(&server, &source);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(counter(&server, &source) > before, "the source stopped counting after its snapshot");
+
+    // A restore: the source's loop, from where it was, with its disk.
+    let restored = call(&server, "POST", "/v1/sandboxes", Some(json!({"snapshot": snapshot})));
+    assert_eq!((restored.status, restored.json["isolation"]["tier"].as_str()), (201, Some("microvm")), "{restored:?}");
+    let copy = restored.json["id"].as_str().unwrap().to_owned();
+    let same = server.exec(&copy, &format!("kill -0 {pid} && cat /workspace/pid /workspace/kept"));
+    assert_eq!(same.json["stdout"].as_str(), Some(format!("{pid}\nkept\n").as_str()), "{same:?}");
+    let at_restore = counter(&server, &copy);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(counter(&server, &copy) > at_restore, "the restored loop does not count");
+    assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{copy}"), None).status, 204);
+    assert_no_microvm_leaks(&copy);
+
+    // A fork: two copies from one snapshot, each going on, sharing nothing.
+    let forked = call(&server, "POST", &format!("/v1/sandboxes/{source}/fork"), Some(json!({"count": 2})));
+    assert_eq!(forked.status, 201, "{forked:?}");
+    let copies = forked_ids(&forked);
+    assert_eq!(copies.len(), 2, "{forked:?}");
+    for copy in &copies {
+        let runs = server.exec(copy, &format!("kill -0 {pid} && echo runs"));
+        assert_eq!(runs.json["stdout"], "runs\n", "the source's loop is not running in {copy}: {runs:?}");
+    }
+    assert_eq!(server.exec(&copies[0], "echo mine > /workspace/only-first").json["exit_code"], 0);
+    for other in [&copies[1], &source] {
+        let seen = server.exec(other, "cat /workspace/only-first 2>/dev/null || echo absent");
+        assert_eq!(seen.json["stdout"], "absent\n", "{other} sees a file written in {}", copies[0]);
+    }
+    for id in copies.iter().chain([&source]) {
+        assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{id}"), None).status, 204);
+        assert_no_microvm_leaks(id);
+    }
+    assert_eq!(call(&server, "DELETE", &format!("/v1/snapshots/{snapshot}"), None).status, 204);
+    assert_eq!(work_files(&server), Vec::<std::path::PathBuf>::new(), "a memory image was left on the host");
+}
