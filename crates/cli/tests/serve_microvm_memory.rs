@@ -1,7 +1,9 @@
-//! A microVM sandbox's memory through a real `sandkasten serve` (#13 item 5). Paused, its VMM (QEMU in the
-//! sandbox's frozen cgroup) gets no CPU, measured on the host from the VMM's own CPU time and the cgroup's
-//! counter; resumed, the same guest process counts on; a paused microVM is deleted leaving nothing; a running
-//! command's timeout does not count the pause (QMP `stop` stops the guest's clocks).
+//! A microVM sandbox's memory through a real `sandkasten serve` (#13 item 5). Paused in place (`[microvm]
+//! release_paused = false`), its VMM (QEMU stopped, in the sandbox's frozen cgroup) gets no CPU, measured on the
+//! host from the VMM's own CPU time and the cgroup's counter; resumed, the same guest process counts on; a paused
+//! microVM is deleted leaving nothing; a running command's timeout does not count the pause (QMP `stop` stops the
+//! guest's clocks). Paused with the VM released (the default), no VMM, cgroup or monitor is left while paused, and
+//! the resume goes on from the saved memory. Memory snapshots restore and fork with the guest's processes running.
 //!
 //! The microvm tier is not in `Tier::AVAILABLE` yet: plain tests, each skipping when QEMU or the boot files are
 //! missing. Each test boots one VM (and its restores), so keep them few.
@@ -18,6 +20,9 @@ use std::time::{Duration, Instant};
 use common::microvm::{alive, assert_no_microvm_leaks, wait_for_vmm};
 use serde_json::{Value, json};
 use serve::{KEY_1, Server};
+
+/// The config of a server whose microVMs pause in place (QMP `stop` under the cgroup freeze).
+const PAUSE_IN_PLACE: &str = "[microvm]\nrelease_paused = false\n";
 
 /// Creates a microVM sandbox as t1 with `extra` fields; its id.
 fn create_microvm(server: &Server, extra: Value) -> String {
@@ -110,7 +115,7 @@ fn pause_and_measure(server: &Server, id: &str, vmm: u32) {
 #[test]
 fn a_paused_microvm_gets_no_cpu_and_its_processes_count_on_after_resume() {
     require_microvm!();
-    let server = Server::start();
+    let server = Server::start_with(PAUSE_IN_PLACE);
     let id = create_microvm(&server, json!({}));
     let base = format!("/v1/sandboxes/{id}");
     let vmm = wait_for_vmm(&id, Duration::from_secs(10));
@@ -134,7 +139,7 @@ fn a_paused_microvm_gets_no_cpu_and_its_processes_count_on_after_resume() {
 #[test]
 fn a_commands_timeout_does_not_count_a_microvm_pause() {
     require_microvm!();
-    let server = Server::start();
+    let server = Server::start_with(PAUSE_IN_PLACE);
     let id = create_microvm(&server, json!({}));
     let base = format!("/v1/sandboxes/{id}");
     let vmm = wait_for_vmm(&id, Duration::from_secs(10));
@@ -224,3 +229,58 @@ fn a_microvm_memory_snapshot_restores_and_forks_with_its_running_processes_throu
     assert_eq!(call(&server, "DELETE", &format!("/v1/snapshots/{snapshot}"), None).status, 204);
     assert_eq!(work_files(&server), Vec::<std::path::PathBuf>::new(), "a memory image was left on the host");
 }
+
+#[test]
+fn a_microvm_paused_with_memory_is_released_and_resumes_where_it_was() {
+    require_microvm!();
+    let server = Server::start();
+    let id = create_microvm(&server, json!({}));
+    let base = format!("/v1/sandboxes/{id}");
+    let vmm = wait_for_vmm(&id, Duration::from_secs(10));
+    let pid = start_counter(&server, &id);
+    // A foreground command across the pause: its 20 s timeout counts the guest's time only.
+    std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| {
+            let body = json!({"cmd": "sleep 4; echo survived", "timeout_ms": 20_000});
+            call(&server, "POST", &format!("{base}/exec"), Some(body))
+        });
+        std::thread::sleep(Duration::from_secs(2));
+        let paused = call(&server, "POST", &format!("{base}/pause"), None);
+        assert_eq!((paused.status, paused.json["pause_mode"].as_str()), (200, Some("memory")), "{paused:?}");
+        // Released: no VMM, no cgroup, no monitor socket; the saved memory is in the sandbox's own directory.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alive(vmm) {
+            assert!(Instant::now() < deadline, "the VMM {vmm} of a released microVM still runs");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(common::microvm::vmm_processes(&id).is_empty(), "a VMM runs for a released microVM");
+        assert!(common::cgroup_paths(&id).iter().all(|path| !path.exists()), "the released microVM kept its cgroup");
+        let dir = common::microvm::state_dir_of(&id);
+        assert!(!dir.join("qmp.sock").exists() && dir.join("paused/vm.qemu").is_file(), "{}", dir.display());
+        std::thread::sleep(Duration::from_secs(20));
+        let refused = call(&server, "POST", &format!("{base}/exec"), Some(json!({"cmd": "true"})));
+        assert_eq!(refused.status, 409, "{refused:?}");
+        let resumed = call(&server, "POST", &format!("{base}/resume"), None);
+        assert_eq!((resumed.status, resumed.json["state"].as_str()), (200, Some("running")), "{resumed:?}");
+        let waited = waiting.join().unwrap();
+        assert_eq!(
+            (waited.json["stdout"].as_str(), waited.json["timed_out"].as_bool()),
+            (Some("survived\n"), Some(false)),
+            "the command across a 20 s release did not go on: {waited:?}"
+        );
+    });
+    let new_vmm = wait_for_vmm(&id, Duration::from_secs(10));
+    assert_ne!(new_vmm, vmm, "the resume started a VMM of its own");
+    assert!(!common::microvm::state_dir_of(&id).join("paused").exists(), "the saved memory outlived the resume");
+    let first = counter(&server, &id);
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(counter(&server, &id) > first, "the counter does not count after the resume");
+    let same = server.exec(&id, &format!("kill -0 {pid} && cat /workspace/pid"));
+    assert_eq!(same.json["stdout"].as_str().map(str::trim), Some(pid.as_str()), "the same loop runs: {same:?}");
+
+    // Released again, then deleted: nothing is left.
+    assert_eq!(call(&server, "POST", &format!("{base}/pause"), None).status, 200);
+    assert_eq!(call(&server, "DELETE", &base, None).status, 204);
+    assert_no_microvm_leaks(&id);
+}
+

@@ -143,6 +143,11 @@ pub struct MicrovmSettings {
     pub accel: MicrovmAccel,
     /// Whether software emulation (QEMU's TCG: isolation as strong, much slower) may run microVMs. Default true.
     pub allow_emulation: bool,
+    /// Whether a pause with memory releases the VM: its memory and devices are saved to a file in the sandbox's
+    /// directory and the VMM ends, freeing the guest's RAM (the resume starts a VMM from the file: about a second).
+    /// `false`: the VM is stopped in place (QMP `stop` under the cgroup freeze; its RAM stays held, the resume is
+    /// instant). Default true.
+    pub release_paused: bool,
 }
 
 impl Default for MicrovmSettings {
@@ -152,6 +157,7 @@ impl Default for MicrovmSettings {
             qemu: "qemu-system-x86_64".into(),
             accel: MicrovmAccel::Auto,
             allow_emulation: true,
+            release_paused: true,
         }
     }
 }

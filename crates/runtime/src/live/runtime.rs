@@ -233,7 +233,9 @@ impl LiveRuntime {
             Tier::Microvm => 0,
             _ => since.map_or(0, |at| u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX)),
         };
-        let checkpointed = tier == Tier::Gvisor;
+        // A gVisor pause, and a microVM's that releases the VM, end the agent's channel: a new one comes with the
+        // resume.
+        let checkpointed = tier == Tier::Gvisor || (tier == Tier::Microvm && self.config.microvm.release_paused);
         if pause && checkpointed {
             agent.quiesce().await.map_err(|f| RuntimeError::TierFailed(f.message))?;
         }
@@ -265,7 +267,14 @@ impl LiveRuntime {
                     .reconnect(spawned.channel, sandkasten_protocol::Message::Resumed { paused_ns })
                     .await
                     .map_err(|f| RuntimeError::TierFailed(format!("sandbox {id} was restored but {}", f.message)))?;
-                Some(pidfd_of(spawned.pid)?)
+                let door = match spawned.door {
+                    Some(channel) => Some(
+                        super::vm_door::VmDoor::start(&self.config, id, channel)
+                            .map_err(|e| RuntimeError::sys("starting the microVM's egress door", e))?,
+                    ),
+                    None => None,
+                };
+                Some((pidfd_of(spawned.pid)?, door))
             }
             None => None,
         };
@@ -273,8 +282,11 @@ impl LiveRuntime {
             && let Some(member) = map.get_mut(id)
         {
             member.paused_at = pause.then(std::time::Instant::now);
-            if let Some(pidfd) = pidfd {
+            if let Some((pidfd, door)) = pidfd {
                 member.pidfd = Arc::new(pidfd);
+                if door.is_some() {
+                    member._door = door;
+                }
             }
         }
         Ok(())

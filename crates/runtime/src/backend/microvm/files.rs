@@ -11,16 +11,21 @@ pub(crate) fn sandboxes_dir(config: &RuntimeConfig) -> PathBuf {
     config.state_dir.join("microvm")
 }
 
-/// The directory of one microVM sandbox and the files in it.
+/// The directory of one microVM sandbox and the files in it, and what starts its VMM again after a pause that
+/// released it.
 #[derive(Debug, Clone)]
 pub(crate) struct MicrovmFiles {
     pub(crate) dir: PathBuf,
+    /// The spec and agent plan its VMM was started with (what a resume after a released pause starts it with).
+    pub(crate) launch: Option<std::sync::Arc<(sandkasten_types::SandboxSpec, sandkasten_protocol::AgentPlan)>>,
+    /// Paused with its VM released: its memory is in `paused()`, no VMM runs and its cgroup is gone.
+    pub(crate) released: bool,
 }
 
 impl MicrovmFiles {
     /// The files of sandbox `id` (nothing is created).
     pub(crate) fn new(config: &RuntimeConfig, id: &str) -> MicrovmFiles {
-        MicrovmFiles { dir: sandboxes_dir(config).join(id) }
+        MicrovmFiles { dir: sandboxes_dir(config).join(id), launch: None, released: false }
     }
 
     pub(crate) fn disk(&self) -> PathBuf {
@@ -40,6 +45,12 @@ impl MicrovmFiles {
     /// What the VM is (`memory::SavedConfig`), written at its start, copied into its memory snapshots.
     pub(crate) fn config(&self) -> PathBuf {
         self.dir.join("vm.json")
+    }
+
+    /// The memory of a VM paused with `release_paused` (a directory: `memory`'s files, without the disk, which
+    /// stays where it is).
+    pub(crate) fn paused(&self) -> PathBuf {
+        self.dir.join("paused")
     }
 
     /// The VMM's monitor socket (0600: only the spawner connects; `qmp`).

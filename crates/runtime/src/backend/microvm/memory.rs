@@ -43,7 +43,8 @@ const MIGRATION_POLL: Duration = Duration::from_millis(10);
 pub(super) enum AfterSave {
     /// `cont`: it runs on (a memory snapshot).
     Continue,
-    /// It stays stopped (a pause that releases the VM: the caller ends the VMM).
+    /// It stays stopped (a pause that releases the VM: the caller ends the VMM). The disk is not copied: the
+    /// sandbox's own stays as it was, for the resume.
     StayStopped,
 }
 
@@ -67,7 +68,7 @@ pub(super) fn save(files: &MicrovmFiles, dir: &Path, after: AfterSave) -> Result
     let started = Instant::now();
     let mut monitor = monitor(files)?;
     monitor.execute("stop", Value::Null).map_err(|e| monitor_failed(files, e))?;
-    let saved = save_stopped(files, &mut monitor, dir, &config);
+    let saved = save_stopped(files, &mut monitor, dir, &config, after == AfterSave::Continue);
     if after == AfterSave::Continue || saved.is_err() {
         let continued = monitor.execute("cont", Value::Null).map_err(|e| monitor_failed(files, e));
         saved?;
@@ -82,6 +83,7 @@ fn save_stopped(
     monitor: &mut qmp::Qmp,
     dir: &Path,
     config: &SavedConfig,
+    with_disk: bool,
 ) -> Result<(), RuntimeError> {
     let memory = private_file(&dir.join(MEMORY_FILE))?;
     // A set left by an earlier save that failed half-way.
@@ -96,7 +98,9 @@ fn save_stopped(
         .and_then(|_| wait_for_migration(files, monitor, SAVE_TIMEOUT));
     let _ = monitor.execute("remove-fd", json!({ "fdset-id": OUTGOING_FDSET }));
     migrated?;
-    copy_disk(&files.disk(), "raw", &dir.join(DISK_FILE), "qcow2")?;
+    if with_disk {
+        copy_disk(&files.disk(), "raw", &dir.join(DISK_FILE), "qcow2")?;
+    }
     write_config(&dir.join(CONFIG_FILE), config)
 }
 
@@ -142,10 +146,19 @@ pub(super) struct SavedVm {
 impl SavedVm {
     /// The snapshot in `dir`, or why it is none.
     pub(super) fn open(dir: &Path) -> Result<SavedVm, RuntimeError> {
+        SavedVm::open_holding(dir, &[MEMORY_FILE, DISK_FILE])
+    }
+
+    /// The memory of a VM paused in `dir` (`AfterSave::StayStopped`: no disk).
+    pub(super) fn open_paused(dir: &Path) -> Result<SavedVm, RuntimeError> {
+        SavedVm::open_holding(dir, &[MEMORY_FILE])
+    }
+
+    fn open_holding(dir: &Path, names: &[&str]) -> Result<SavedVm, RuntimeError> {
         let not_one = |what: &str| {
             RuntimeError::InvalidInput(format!("{} holds no microVM memory snapshot ({what})", dir.display()))
         };
-        for name in [MEMORY_FILE, DISK_FILE] {
+        for name in names {
             if !dir.join(name).is_file() {
                 return Err(not_one(&format!("{name} is missing")));
             }
@@ -200,7 +213,9 @@ pub(super) fn continue_loaded(files: &MicrovmFiles) -> Result<(), RuntimeError> 
         .map_err(|e| monitor_failed(files, e))
         .and_then(|mut monitor| {
             wait_for_migration(files, &mut monitor, LOAD_TIMEOUT)?;
-            monitor.execute("cont", Value::Null).map_err(|e| monitor_failed(files, e))
+            monitor.execute("cont", Value::Null).map_err(|e| monitor_failed(files, e))?;
+            // The vCPUs run once QEMU says so.
+            monitor.wait_for_event("RESUME", qmp::COMMAND_TIMEOUT).map_err(|e| monitor_failed(files, e))
         });
     match loaded {
         Ok(_) => Ok(()),

@@ -127,7 +127,7 @@ impl TierBackend for MicrovmTier<'_> {
         _files: &[SandboxFile],
         plan: &AgentPlan,
     ) -> Result<UnixStream, RuntimeError> {
-        let files = self.prepare(guard, spec)?;
+        let files = self.prepare(guard, spec, plan)?;
         images::make_sandbox_disk(&files.disk(), spec.limits.disk_bytes)?;
         let shape = self.shape(spec);
         let mut vm = self.start_vm(guard, spec, plan, &files, shape, None)?;
@@ -147,18 +147,33 @@ impl TierBackend for MicrovmTier<'_> {
         }
     }
 
-    /// `stop` through the monitor (the vCPUs leave guest code and the guest's clocks stop with them, so a running
-    /// command's timeout does not count the pause), then the cgroup freezer around the VMM, so that QEMU's own
-    /// threads (its main loop, RCU and I/O workers) get no CPU either. The guest's memory stays where it is.
+    /// With `release_paused` (the default): the VM's memory is saved into the sandbox's directory and the VMM ends,
+    /// its cgroup with it (`release`). Otherwise `stop` through the monitor (the vCPUs leave guest code and the
+    /// guest's clocks stop with them, so a running command's timeout does not count the pause), then the cgroup
+    /// freezer around the VMM, so that QEMU's own threads (its main loop, RCU and I/O workers) get no CPU either.
     fn pause(&self, guard: &mut SandboxGuard) -> Result<(), RuntimeError> {
         let files = files_of(guard)?;
+        if files.released {
+            return Err(RuntimeError::InvalidInput(format!("sandbox {} is paused already", guard.id)));
+        }
+        if self.launcher.config.microvm.release_paused {
+            return release(guard, &files);
+        }
         monitor(&files)?.execute("stop", serde_json::Value::Null).map_err(|e| monitor_failed(&files, e))?;
-        Ok(guard.cgroup()?.freeze()?)
+        if let Err(error) = guard.cgroup()?.freeze() {
+            let _ = monitor(&files).and_then(|mut m| m.execute("cont", serde_json::Value::Null).map_err(|e| monitor_failed(&files, e)));
+            return Err(error.into());
+        }
+        Ok(())
     }
 
-    /// The thaw, then `cont`: the guest runs on where it stopped, its clocks too.
+    /// A released VM starts again from its saved memory in a new cgroup, behind new channels (returned); a stopped
+    /// one is thawed and told `cont`. Either way the guest runs on where it stopped, its clocks too.
     fn resume(&self, guard: &mut SandboxGuard) -> Result<Option<UnixStream>, RuntimeError> {
         let files = files_of(guard)?;
+        if files.released {
+            return self.restart_released(guard, &files).map(Some);
+        }
         guard.cgroup()?.thaw()?;
         monitor(&files)?.execute("cont", serde_json::Value::Null).map_err(|e| monitor_failed(&files, e))?;
         Ok(None)
@@ -185,7 +200,7 @@ impl TierBackend for MicrovmTier<'_> {
     ) -> Result<UnixStream, RuntimeError> {
         let saved = memory::SavedVm::open(dir)?;
         saved.check_matches(&self.config_of(self.shape(spec), plan)?)?;
-        let files = self.prepare(guard, spec)?;
+        let files = self.prepare(guard, spec, plan)?;
         saved.copy_disk_to(&files.disk())?;
         let memory_file = saved.memory_file()?;
         let shape = saved.config.shape;
@@ -198,6 +213,35 @@ impl TierBackend for MicrovmTier<'_> {
     }
 }
 
+/// Saves the VM's memory into `files.paused()` and ends the VMM: nothing of the sandbox runs, its cgroup is removed
+/// (what it used so far is kept), and its disk stays as the stopped guest left it. When saving fails, the VM runs on.
+fn release(guard: &mut SandboxGuard, files: &MicrovmFiles) -> Result<(), RuntimeError> {
+    let started = std::time::Instant::now();
+    let _ = std::fs::remove_dir_all(files.paused());
+    if let Err(error) = memory::save(files, &files.paused(), memory::AfterSave::StayStopped) {
+        let _ = std::fs::remove_dir_all(files.paused());
+        return Err(error);
+    }
+    guard.kill();
+    guard.reap();
+    let _ = std::fs::remove_file(files.monitor());
+    if let Some(vm) = &mut guard.microvm {
+        vm.released = true;
+    }
+    let so_far = guard.usage();
+    if let Some(cgroup) = guard.cgroup.clone() {
+        match cgroup.remove() {
+            Ok(()) => {
+                guard.cgroup = None;
+                guard.earlier_usage = so_far;
+            }
+            Err(error) => tracing::warn!(%error, sandbox = %guard.id, "removing a released microVM's cgroup failed"),
+        }
+    }
+    tracing::info!(sandbox = %guard.id, ms = started.elapsed().as_millis() as u64, "microVM released");
+    Ok(())
+}
+
 /// A started VMM: the host ends of the agent's channel and of the egress door's.
 struct StartedVm {
     channel: UnixStream,
@@ -207,14 +251,20 @@ struct StartedVm {
 impl MicrovmTier<'_> {
     /// Checks the spec and makes the sandbox's directory (0700), recorded in `guard` first so that a failure from
     /// here on removes it.
-    fn prepare(&self, guard: &mut SandboxGuard, spec: &SandboxSpec) -> Result<MicrovmFiles, RuntimeError> {
+    fn prepare(
+        &self,
+        guard: &mut SandboxGuard,
+        spec: &SandboxSpec,
+        plan: &AgentPlan,
+    ) -> Result<MicrovmFiles, RuntimeError> {
         if spec.limits.memory_bytes < MIN_GUEST_MEMORY {
             return Err(RuntimeError::InvalidInput(format!(
                 "a microVM needs at least {} of memory for its guest kernel: raise the memory limit",
                 sandkasten_types::units::format_bytes(MIN_GUEST_MEMORY)
             )));
         }
-        let files = MicrovmFiles::new(self.launcher.config, &guard.id);
+        let mut files = MicrovmFiles::new(self.launcher.config, &guard.id);
+        files.launch = Some(std::sync::Arc::new((spec.clone(), plan.clone())));
         guard.microvm = Some(files.clone());
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -232,6 +282,33 @@ impl MicrovmTier<'_> {
             vcpus: (spec.limits.cpus.ceil() as u32).max(1),
             tsc_khz: qemu::host_tsc_khz(),
         }
+    }
+
+    /// Starts the released VM of `guard` again from `files.paused()`, in a new cgroup with its limits; the host end
+    /// of its new channel (the door's new host end goes in `guard.door`). On error the caller destroys the sandbox.
+    fn restart_released(&self, guard: &mut SandboxGuard, files: &MicrovmFiles) -> Result<UnixStream, RuntimeError> {
+        let started = std::time::Instant::now();
+        let launch = files.launch.clone().ok_or_else(|| {
+            RuntimeError::InvalidInput(format!("sandbox {} cannot be resumed: its start is unknown", guard.id))
+        })?;
+        let (spec, plan) = (&launch.0, &launch.1);
+        let saved = memory::SavedVm::open_paused(&files.paused())?;
+        if guard.cgroup.is_none() {
+            self.launcher.recreate_cgroup(guard)?;
+        }
+        let memory_file = saved.memory_file()?;
+        let mut vm = self.start_vm(guard, spec, plan, files, saved.config.shape, Some(&memory_file))?;
+        drop(memory_file);
+        memory::continue_loaded(files)?;
+        if let Some(vm) = &mut guard.microvm {
+            vm.released = false;
+        }
+        guard.door = vm.door.take();
+        if let Err(error) = std::fs::remove_dir_all(files.paused()) {
+            tracing::warn!(%error, sandbox = %guard.id, "removing a resumed microVM's saved memory failed");
+        }
+        tracing::info!(sandbox = %guard.id, ms = started.elapsed().as_millis() as u64, "microVM resumed from its saved memory");
+        Ok(vm.channel)
     }
 
     /// What a VM of `shape` for `plan` is, as a memory snapshot records it.
