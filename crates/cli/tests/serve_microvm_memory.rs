@@ -165,7 +165,12 @@ fn a_commands_timeout_does_not_count_a_microvm_pause() {
 
 /// The ids of a fork's answer.
 fn forked_ids(reply: &serve::Reply) -> Vec<String> {
-    reply.json["sandboxes"].as_array().expect("sandboxes").iter().map(|s| s["id"].as_str().unwrap().to_owned()).collect()
+    reply.json["sandboxes"]
+        .as_array()
+        .expect("sandboxes")
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 /// Files left in the server's memory-snapshot work directory.
@@ -283,4 +288,3 @@ fn a_microvm_paused_with_memory_is_released_and_resumes_where_it_was() {
     assert_eq!(call(&server, "DELETE", &base, None).status, 204);
     assert_no_microvm_leaks(&id);
 }
-

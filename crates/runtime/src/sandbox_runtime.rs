@@ -356,7 +356,10 @@ fn no_background_commands() -> Failure {
 }
 
 fn no_memory_snapshots() -> Failure {
-    Failure::new(FailureKind::Conflict, "memory snapshots need the gvisor or microvm tier; this runtime cannot take or start one")
+    Failure::new(
+        FailureKind::Conflict,
+        "memory snapshots need the gvisor or microvm tier; this runtime cannot take or start one",
+    )
 }
 
 fn no_code_interpreter() -> Failure {

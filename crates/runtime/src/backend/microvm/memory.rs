@@ -106,15 +106,15 @@ fn save_stopped(
 
 /// Writes what a VM is (`SavedConfig`) to `path`, 0600: at its start into its directory, and into each snapshot.
 pub(super) fn write_config(path: &Path, config: &SavedConfig) -> Result<(), RuntimeError> {
-    let text = serde_json::to_vec(config).map_err(|e| RuntimeError::sys("encoding the VM's config", std::io::Error::other(e)))?;
+    let text = serde_json::to_vec(config)
+        .map_err(|e| RuntimeError::sys("encoding the VM's config", std::io::Error::other(e)))?;
     std::io::Write::write_all(&mut private_file(path)?, &text)
         .map_err(|e| RuntimeError::sys_owned(format!("writing {}", path.display()), e))
 }
 
 fn read_config(path: &Path) -> Result<SavedConfig, RuntimeError> {
     let text = std::fs::read(path).map_err(|e| RuntimeError::sys_owned(format!("reading {}", path.display()), e))?;
-    serde_json::from_slice(&text)
-        .map_err(|e| RuntimeError::TierFailed(format!("{} is damaged: {e}", path.display())))
+    serde_json::from_slice(&text).map_err(|e| RuntimeError::TierFailed(format!("{} is damaged: {e}", path.display())))
 }
 
 /// Waits until the migration in progress on `monitor` completes; its error when it fails.
@@ -299,7 +299,10 @@ mod tests {
         assert!(saved.check_matches(&tsc_moved).is_ok(), "the clock's rate is the saved kernel's business");
         let rebuilt = SavedConfig { agent_disk: "agent-9-9-9.ext4".into(), ..config() };
         let refused = saved.check_matches(&rebuilt).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(refused.contains("another build of sandkasten") && refused.contains("take a new snapshot"), "{refused}");
+        assert!(
+            refused.contains("another build of sandkasten") && refused.contains("take a new snapshot"),
+            "{refused}"
+        );
         let bigger = SavedConfig { shape: VmShape { memory_mib: 512, ..config().shape }, ..config() };
         assert!(saved.check_matches(&bigger).is_err());
     }

@@ -161,7 +161,8 @@ impl TierBackend for MicrovmTier<'_> {
         }
         monitor(&files)?.execute("stop", serde_json::Value::Null).map_err(|e| monitor_failed(&files, e))?;
         if let Err(error) = guard.cgroup()?.freeze() {
-            let _ = monitor(&files).and_then(|mut m| m.execute("cont", serde_json::Value::Null).map_err(|e| monitor_failed(&files, e)));
+            let _ = monitor(&files)
+                .and_then(|mut m| m.execute("cont", serde_json::Value::Null).map_err(|e| monitor_failed(&files, e)));
             return Err(error.into());
         }
         Ok(())
@@ -322,7 +323,15 @@ impl MicrovmTier<'_> {
             shape,
             door: plan.door.is_some(),
             agent_disk: agent_disk.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-            rootfs: format!("{}-{}", rootfs.len(), rootfs.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map_or(0, |d| d.as_nanos())),
+            rootfs: format!(
+                "{}-{}",
+                rootfs.len(),
+                rootfs
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_nanos())
+            ),
         })
     }
 

@@ -161,10 +161,14 @@ impl Qmp {
         let read = std::io::Read::take(&mut self.reader, MAX_LINE_BYTES).read_line(&mut line);
         match read {
             Ok(0) => Err(QmpError::Closed),
-            Ok(_) => serde_json::from_str(&line).map_err(|_| QmpError::Garbled(line.trim().chars().take(200).collect())),
+            Ok(_) => {
+                serde_json::from_str(&line).map_err(|_| QmpError::Garbled(line.trim().chars().take(200).collect()))
+            }
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
                 Err(QmpError::Timeout(waiting_for.to_owned()))
             }
+            // QEMU exited with our command unread.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Err(QmpError::Closed),
             Err(e) => Err(QmpError::Io(e)),
         }
     }
@@ -185,12 +189,18 @@ fn send_with_fd(socket: BorrowedFd<'_>, line: &[u8], fd: BorrowedFd<'_>) -> std:
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::os::unix::net::UnixListener;
 
-    /// A fake QEMU on a socket in `dir`: greets, then answers each line with the next of `answers`.
-    fn fake_qemu(dir: &Path, answers: Vec<&'static str>) -> (std::path::PathBuf, std::thread::JoinHandle<Vec<String>>) {
+    /// A fake QEMU on a socket in `dir`: greets, then answers each line with the next of `answers`, stays silent for
+    /// `linger` and closes.
+    fn fake_qemu(
+        dir: &Path,
+        answers: Vec<&'static str>,
+        linger: Duration,
+    ) -> (std::path::PathBuf, std::thread::JoinHandle<Vec<String>>) {
         let path = dir.join("qmp.sock");
         let listener = UnixListener::bind(&path).unwrap();
         let handle = std::thread::spawn(move || {
@@ -207,6 +217,7 @@ mod tests {
                 stream.write_all(answer.as_bytes()).unwrap();
                 stream.write_all(b"\r\n").unwrap();
             }
+            std::thread::sleep(linger);
             seen
         });
         (path, handle)
@@ -219,7 +230,7 @@ mod tests {
             "{\"event\": \"STOP\", \"data\": {}}\r\n{\"return\": {}}",
             "{\"error\": {\"class\": \"GenericError\", \"desc\": \"no such fdset\"}}",
         ];
-        let (path, qemu) = fake_qemu(dir.path(), answers);
+        let (path, qemu) = fake_qemu(dir.path(), answers, Duration::ZERO);
         let mut qmp = Qmp::connect(&path).unwrap();
         assert_eq!(qmp.execute("stop", Value::Null).unwrap(), json!({}));
         let refused = qmp.execute("migrate", json!({"uri": "file:/dev/fdset/9"})).unwrap_err().to_string();
@@ -234,11 +245,11 @@ mod tests {
     #[test]
     fn a_silent_vmm_times_out_and_a_gone_one_is_closed() {
         let dir = tempfile::tempdir().unwrap();
-        let (path, qemu) = fake_qemu(dir.path(), vec![]);
+        let (path, qemu) = fake_qemu(dir.path(), vec![], Duration::from_millis(500));
         let mut qmp = Qmp::connect(&path).unwrap();
         let silent = qmp.wait_for_event("MIGRATION", Duration::from_millis(50)).unwrap_err();
         assert!(matches!(silent, QmpError::Timeout(_)), "{silent}");
-        // The fake ends after the capabilities: the next answer is an end of file.
+        // The fake closes after its silence: the next answer is an end of file.
         let closed = qmp.execute("cont", Value::Null).unwrap_err();
         assert!(matches!(closed, QmpError::Closed), "{closed}");
         drop(qmp);
