@@ -10,12 +10,18 @@
 //! and starts the same agent as every tier on a virtio-serial port; the host speaks to it over a socketpair that QEMU
 //! bridges to that port. The egress door is a second port on a socketpair of its own, whose host end goes to
 //! the runtime with the channel (`SandboxGuard::door`): the agent carries each connection to `127.0.0.1:3128` as a
-//! stream of the door mux over it, and the host connects each stream to the egress proxy. Steps: record → cgroup → disk → jail (`launch_keeping`) → QEMU → `GuestBooted` → plan →
-//! ready. The guest has no network device at all: its traffic leaves only through the door, to the proxy.
+//! stream of the door mux over it, and the host connects each stream to the egress proxy. Steps: record → cgroup →
+//! disk → jail (`launch_keeping`) → QEMU → `GuestBooted` → plan → ready. The guest has no network device at all: its
+//! traffic leaves only through the door, to the proxy.
+//!
+//! Each VMM has a QMP monitor (`qmp`) the spawner connects to for the lifecycle: a pause is `stop` under the cgroup
+//! freeze, or a release of the VM (`pause`); memory snapshots, restores and forks are QEMU's migration to and from a
+//! file (`memory`), started like a boot but with `-incoming`.
 
 mod files;
 mod images;
 mod memory;
+mod pause;
 mod qemu;
 mod qmp;
 
@@ -157,7 +163,7 @@ impl TierBackend for MicrovmTier<'_> {
             return Err(RuntimeError::InvalidInput(format!("sandbox {} is paused already", guard.id)));
         }
         if self.launcher.config.microvm.release_paused {
-            return release(guard, &files);
+            return pause::release(guard, &files);
         }
         monitor(&files)?.execute("stop", serde_json::Value::Null).map_err(|e| monitor_failed(&files, e))?;
         if let Err(error) = guard.cgroup()?.freeze() {
@@ -173,7 +179,7 @@ impl TierBackend for MicrovmTier<'_> {
     fn resume(&self, guard: &mut SandboxGuard) -> Result<Option<UnixStream>, RuntimeError> {
         let files = files_of(guard)?;
         if files.released {
-            return self.restart_released(guard, &files).map(Some);
+            return pause::restart(self, guard, &files).map(Some);
         }
         guard.cgroup()?.thaw()?;
         monitor(&files)?.execute("cont", serde_json::Value::Null).map_err(|e| monitor_failed(&files, e))?;
@@ -212,35 +218,6 @@ impl TierBackend for MicrovmTier<'_> {
         guard.door = vm.door.take();
         Ok(vm.channel)
     }
-}
-
-/// Saves the VM's memory into `files.paused()` and ends the VMM: nothing of the sandbox runs, its cgroup is removed
-/// (what it used so far is kept), and its disk stays as the stopped guest left it. When saving fails, the VM runs on.
-fn release(guard: &mut SandboxGuard, files: &MicrovmFiles) -> Result<(), RuntimeError> {
-    let started = std::time::Instant::now();
-    let _ = std::fs::remove_dir_all(files.paused());
-    if let Err(error) = memory::save(files, &files.paused(), memory::AfterSave::StayStopped) {
-        let _ = std::fs::remove_dir_all(files.paused());
-        return Err(error);
-    }
-    guard.kill();
-    guard.reap();
-    let _ = std::fs::remove_file(files.monitor());
-    if let Some(vm) = &mut guard.microvm {
-        vm.released = true;
-    }
-    let so_far = guard.usage();
-    if let Some(cgroup) = guard.cgroup.clone() {
-        match cgroup.remove() {
-            Ok(()) => {
-                guard.cgroup = None;
-                guard.earlier_usage = so_far;
-            }
-            Err(error) => tracing::warn!(%error, sandbox = %guard.id, "removing a released microVM's cgroup failed"),
-        }
-    }
-    tracing::info!(sandbox = %guard.id, ms = started.elapsed().as_millis() as u64, "microVM released");
-    Ok(())
 }
 
 /// A started VMM: the host ends of the agent's channel and of the egress door's.
@@ -283,33 +260,6 @@ impl MicrovmTier<'_> {
             vcpus: (spec.limits.cpus.ceil() as u32).max(1),
             tsc_khz: qemu::host_tsc_khz(),
         }
-    }
-
-    /// Starts the released VM of `guard` again from `files.paused()`, in a new cgroup with its limits; the host end
-    /// of its new channel (the door's new host end goes in `guard.door`). On error the caller destroys the sandbox.
-    fn restart_released(&self, guard: &mut SandboxGuard, files: &MicrovmFiles) -> Result<UnixStream, RuntimeError> {
-        let started = std::time::Instant::now();
-        let launch = files.launch.clone().ok_or_else(|| {
-            RuntimeError::InvalidInput(format!("sandbox {} cannot be resumed: its start is unknown", guard.id))
-        })?;
-        let (spec, plan) = (&launch.0, &launch.1);
-        let saved = memory::SavedVm::open_paused(&files.paused())?;
-        if guard.cgroup.is_none() {
-            self.launcher.recreate_cgroup(guard)?;
-        }
-        let memory_file = saved.memory_file()?;
-        let mut vm = self.start_vm(guard, spec, plan, files, saved.config.shape, Some(&memory_file))?;
-        drop(memory_file);
-        memory::continue_loaded(files)?;
-        if let Some(vm) = &mut guard.microvm {
-            vm.released = false;
-        }
-        guard.door = vm.door.take();
-        if let Err(error) = std::fs::remove_dir_all(files.paused()) {
-            tracing::warn!(%error, sandbox = %guard.id, "removing a resumed microVM's saved memory failed");
-        }
-        tracing::info!(sandbox = %guard.id, ms = started.elapsed().as_millis() as u64, "microVM resumed from its saved memory");
-        Ok(vm.channel)
     }
 
     /// What a VM of `shape` for `plan` is, as a memory snapshot records it.
