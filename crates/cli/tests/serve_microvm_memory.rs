@@ -3,7 +3,8 @@
 //! host from the VMM's own CPU time and the cgroup's counter; resumed, the same guest process counts on; a paused
 //! microVM is deleted leaving nothing; a running command's timeout does not count the pause (QMP `stop` stops the
 //! guest's clocks). Paused with the VM released (the default), no VMM, cgroup or monitor is left while paused, and
-//! the resume goes on from the saved memory. Memory snapshots restore and fork with the guest's processes running.
+//! the resume goes on from the saved memory. Memory snapshots restore and fork with the guest's processes running;
+//! a server killed while it saves one leaves nothing its restart does not remove.
 //!
 //! The microvm tier is not in `Tier::AVAILABLE` yet: plain tests, each skipping when QEMU or the boot files are
 //! missing. Each test boots one VM (and its restores), so keep them few.
@@ -287,4 +288,51 @@ fn a_microvm_paused_with_memory_is_released_and_resumes_where_it_was() {
     assert_eq!(call(&server, "POST", &format!("{base}/pause"), None).status, 200);
     assert_eq!(call(&server, "DELETE", &base, None).status, 204);
     assert_no_microvm_leaks(&id);
+}
+
+#[test]
+fn kill_9_of_the_server_during_a_microvm_memory_snapshot_leaves_nothing_a_restart_does_not_clean() {
+    require_microvm!();
+    // Exclusive: a crashed server's sandboxes are collected by the next spawner; no other run may take them first.
+    let mut server = Server::start_exclusive();
+    let limits = json!({"memory_bytes": 512 << 20, "disk_bytes": 512 << 20, "timeout_ms": 120_000});
+    let id = create_microvm(&server, json!({"limits": limits}));
+    // Random bytes in the guest's page cache and on its disk (nothing for the stream or the disk copy to skip), so
+    // the save and its upload take a while.
+    let filled = server.exec(&id, "head -c 150M /dev/urandom > /workspace/fill && echo filled");
+    assert_eq!(filled.json["stdout"], "filled\n", "{filled:?}");
+    let vmm = wait_for_vmm(&id, Duration::from_secs(10));
+    let url = format!("{}/v1/sandboxes/{id}/snapshots", server.url);
+    let agent = server.http().clone();
+    let taking = std::thread::spawn(move || {
+        agent
+            .post(&url)
+            .header("Authorization", format!("Bearer {KEY_1}"))
+            .send_json(json!({"memory": true}))
+            .map(|r| r.status())
+    });
+    // Kill while the memory file is being written or uploaded.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while work_files(&server).is_empty() {
+        assert!(Instant::now() < deadline, "the memory snapshot never wrote its file");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    server.stop_with(libc::SIGKILL);
+    let answered = taking.join().unwrap();
+    assert!(answered.is_err(), "the snapshot finished before the kill, so this test proved nothing: {answered:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while alive(vmm) {
+        assert!(Instant::now() < deadline, "the VMM {vmm} still runs 20 s after its server was killed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    server.relaunch();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !common::microvm::microvm_leftovers(&id).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_no_microvm_leaks(&id);
+    assert_eq!(work_files(&server), Vec::<std::path::PathBuf>::new(), "the half-saved memory outlived the restart");
+    let listed = call(&server, "GET", "/v1/snapshots", None);
+    assert_eq!(listed.json["snapshots"], json!([]), "a half-taken snapshot is listed: {listed:?}");
 }
