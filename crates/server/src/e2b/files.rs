@@ -27,6 +27,7 @@ pub(crate) struct FilesQuery {
     username: Option<String>,
     signature: Option<String>,
     signature_expiration: Option<i64>,
+    sandbox_id: Option<String>,
 }
 
 impl FilesQuery {
@@ -36,6 +37,7 @@ impl FilesQuery {
             user: self.username.as_deref().unwrap_or_default(),
             signature: self.signature.as_deref(),
             expiration: self.signature_expiration,
+            sandbox: self.sandbox_id.as_deref(),
         }
     }
 }
