@@ -22,6 +22,7 @@ FEATURES: list[tuple[str, list[str]]] = [
     ("network options, `update_network`", [
         r"test_lifecycle\.py::test_(internet_access|network_rules|update_network|features_sandkasten_lacks)",
     ]),
+    ("`Secret` (create, get_info, update, list, destroy), secrets in `network.rules`", [r"test_secrets\.py::"]),
     ("access tokens and tenants", [r"test_isolation\.py::"]),
     ("`commands.run` (foreground)", [
         r"test_commands\.py::test_(run_returns|nonzero_exit|commands_run_under_bash|default_user|user_root|envs_and_cwd"
