@@ -238,7 +238,9 @@ async fn per_sandbox_requests_need_the_token_and_a_running_sandbox() {
     assert_eq!(gone.status, StatusCode::BAD_GATEWAY);
     assert_eq!(gone.json()["code"], "unavailable");
     assert!(gone.json()["message"].as_str().unwrap().contains("was not found"), "{}", gone.text());
-    assert_eq!(sandbox_call(&h, &sb, "GET", "/health", "text/plain", Vec::new()).await.status, StatusCode::BAD_GATEWAY);
+    let health = sandbox_call(&h, &sb, "GET", "/health", "text/plain", Vec::new()).await;
+    assert_eq!(health.status, StatusCode::BAD_GATEWAY);
+    assert!(health.json()["message"].as_str().unwrap().contains("was not found"), "the SDK's probe reads it");
     // The facade's errors are counted like the native API's, under their Connect code names.
     let metrics = h.call("GET", "/metrics", None, Body::empty()).await.text();
     assert!(metrics.contains("sandkasten_errors_total{code=\"unauthenticated\"} 1"), "{metrics}");
