@@ -15,7 +15,7 @@ use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::e2b::auth::{SandboxAccess, running_access, sandbox_access};
+use crate::e2b::auth::{SandboxAccess, no_session, running_access, sandbox_access};
 use crate::e2b::error::{Code, E2bError};
 use crate::state::AppState;
 
@@ -93,10 +93,8 @@ pub(crate) async fn file_access(
              it without E2B_SANDBOX_URL), add &sandbox_id=SANDBOXID, or send the E2b-Sandbox-Id header",
         )
     })?;
-    let Some(session) = state.e2b().get(id) else {
-        // Unknown or ended: the same answer as for a token.
-        return sandbox_access(state, headers).await;
-    };
+    // Unknown or ended: the same answer as for a token.
+    let Some(session) = state.e2b().get(id) else { return Err(no_session(id)) };
     check(signed, operation, &session.token, now_unix_s())?;
     running_access(state, id, session).await
 }

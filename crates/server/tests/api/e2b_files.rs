@@ -120,6 +120,9 @@ async fn signed_urls_work_without_headers_and_are_401_when_missing_wrong_or_expi
     // A URL naming no sandbox is refused, never checked against every sandbox's token.
     let unnamed = h.call_with("GET", &uri, None, Body::empty(), &[]).await;
     assert!(envd_error(&unnamed, 401).contains("names no sandbox"));
+    let unknown = format!("{uri}&sandbox_id=sb-00000000000000ff");
+    let unknown = h.call_with("GET", &unknown, None, Body::empty(), &[]).await;
+    assert!(envd_error(&unknown, 502).contains("was not found"), "an unknown sandbox is E2B's 'not found'");
     let later = now() + 60;
     let timed = sign(path, "read", "", &sb.token, Some(later));
     let ok = get(format!("/files?path={path}&signature={}&signature_expiration={later}", url_encoded(&timed))).await;
