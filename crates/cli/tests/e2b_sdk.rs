@@ -257,6 +257,22 @@ fn e2b_pause_and_watch_tests_pass_on_gvisor() {
     assert_nothing_left(&server, &ids_file, 3);
 }
 
+/// The base image's tests with the real SDKs on a gVisor server: `python`, `pip`, `node`, `git`, `curl` and the home
+/// under the Sentry, a command cut off by a kill raising the SDK's "killed or reached its end of life", `mcp` failing
+/// as a failed gateway does (sudo: the strict xfail).
+#[test]
+fn e2b_base_image_tests_pass_on_gvisor() {
+    require_runsc!();
+    let server = start_server_with("[defaults]\nisolation = \"gvisor\"\n");
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let ids_file = scratch.path().join("sandbox-ids");
+    let args = ["-m", "pytest", "-q", "-rfEsx", "--tb=short", "tests/e2b/test_base_image.py"];
+    let run = run_client(&server, &venv_python(), &args, &common::venvs::repo_root(), &ids_file, &[]);
+    assert!(run.success, "the E2B base image tests failed on gVisor (their output is above)");
+    assert!(run.output.contains("5 passed, 1 xfailed"), "every test ran: {}", run.output);
+    assert_nothing_left(&server, &ids_file, 3);
+}
+
 /// The code interpreter's tests (envs, working directories, restarts and interrupts, a kill during a cell,
 /// JavaScript, bash, display and charts) with the real SDKs on a gVisor server: its kernels run under the Sentry.
 #[test]
