@@ -77,9 +77,20 @@ fn size_of(path: &Path) -> u64 {
 }
 
 impl TemplateCache {
-    /// The cache at `root`, its directories created (0755: layers are read by sandboxes' unprivileged ids).
+    /// The cache at `root`, its directories created (0755, the root too: sandboxes' unprivileged ids read the
+    /// layers). It must not be under `/tmp`, where a sandbox's root is assembled (that would hide it).
     pub fn open(root: impl Into<PathBuf>) -> Result<TemplateCache, CacheError> {
-        let cache = TemplateCache { root: root.into() };
+        let cache = TemplateCache { root: std::path::absolute(root.into()).map_err(CacheError::io("resolving", "."))? };
+        if cache.root.starts_with("/tmp") {
+            return Err(CacheError::Unusable(format!(
+                "{} is under /tmp, which sandboxes cover with their own root: choose a cache elsewhere, e.g. {DEFAULT_ROOT}",
+                cache.root.display()
+            )));
+        }
+        create_dir(&cache.root)?;
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&cache.root, fs::Permissions::from_mode(0o755))
+            .map_err(CacheError::io("chmod", &cache.root))?;
         for dir in ["layers", "keys", "templates", "build"] {
             create_dir(&cache.root.join(dir))?;
         }
@@ -260,7 +271,8 @@ mod tests {
 
     #[test]
     fn layers_templates_and_garbage_collection() {
-        let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let root = tempfile::tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(TemplateCache::open("/tmp/x"), Err(CacheError::Unusable(_))));
         let cache = TemplateCache::open(root.path()).unwrap_or_else(|e| panic!("{e}"));
         let upper = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         fs::create_dir_all(upper.path().join("opt/x")).unwrap_or_else(|e| panic!("{e}"));

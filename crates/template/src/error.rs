@@ -105,6 +105,9 @@ pub enum CacheError {
         /// Why it is refused.
         reason: &'static str,
     },
+    /// The cache cannot be used where it is.
+    #[error("the template cache: {0}")]
+    Unusable(String),
     /// No template of that name.
     #[error("no template named {0:?}: `sandkasten template list` shows the templates")]
     UnknownTemplate(String),
