@@ -220,14 +220,19 @@ fn a_build_step_cannot_reach_a_host_that_is_not_an_allowed_registry() {
     assert!(!refused.stderr_text().contains("should-not-arrive"), "{}", refused.describe());
     assert_eq!(host.requests(), "", "the test host saw a request from a build step");
 
-    // The control: allowed as a registry, the same step reaches it (so the refusal above is the allowlist's).
-    let allowed_spec = "name = \"reach\"\nbase = \"host\"\nrun = [\"curl -sf --max-time 5 http://10.203.7.2/secret.txt\"]\n";
-    let (_allowed_dir, allowed) = spec_file(allowed_spec);
-    let allowed = template(
-        cache.path(),
-        &["build", "--registry", "10.203.7.2:80", "--allow-cidr", "10.203.7.0/30", &allowed.display().to_string()],
+    // The control: allowed as a registry (by the config file's `[templates]`, its address by `[egress]`), the same
+    // step reaches it, so the refusal above is the allowlist's.
+    let allowed_spec =
+        "name = \"reach\"\nbase = \"host\"\nrun = [\"curl -sf --max-time 5 http://10.203.7.2/secret.txt\"]\n";
+    let (allowed_dir, allowed) = spec_file(allowed_spec);
+    let config = allowed_dir.path().join("sandkasten.toml");
+    std::fs::write(
+        &config,
+        "[templates]\nregistries = [\"10.203.7.2:80\"]\n[egress]\nallow_cidrs = [\"10.203.7.0/30\"]\n",
     )
-    .output();
+    .expect("write config");
+    let config = config.display().to_string();
+    let allowed = template(cache.path(), &["build", "--config", &config, &allowed.display().to_string()]).output();
     assert_eq!(allowed.code, 0, "{}", allowed.describe());
     assert!(allowed.stderr_text().contains("should-not-arrive"), "{}", allowed.describe());
     assert!(host.requests().contains("GET"), "{}", host.requests());

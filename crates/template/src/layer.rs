@@ -219,9 +219,9 @@ mod tests {
         fs::write(at("opt/app/run.sh"), "echo hi").unwrap_or_else(|e| panic!("{e}"));
         fs::set_permissions(at("opt/app/run.sh"), fs::Permissions::from_mode(0o755)).unwrap_or_else(|e| panic!("{e}"));
         std::os::unix::fs::symlink("run.sh", at("opt/app/link")).unwrap_or_else(|e| panic!("{e}"));
-        rustix::fs::mknodat(rustix::fs::CWD, &at("opt/gone"), FileType::CharacterDevice, Mode::empty(), 0)
+        rustix::fs::mknodat(rustix::fs::CWD, at("opt/gone"), FileType::CharacterDevice, Mode::empty(), 0)
             .unwrap_or_else(|e| panic!("mknod (tests run as root): {e}"));
-        rustix::fs::lsetxattr(&at("opt/app/lib"), "user.overlay.opaque", b"y", XattrFlags::empty())
+        rustix::fs::lsetxattr(at("opt/app/lib"), "user.overlay.opaque", b"y", XattrFlags::empty())
             .unwrap_or_else(|e| panic!("{e}"));
         let mut archive = Vec::new();
         pack(upper.path(), &mut archive).unwrap_or_else(|e| panic!("{e}"));

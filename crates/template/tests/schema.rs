@@ -1,5 +1,7 @@
 //! The committed JSON schema of template specs (`docs/template.schema.json`) matches the spec's types.
 
+#![allow(clippy::unwrap_used)]
+
 use std::path::PathBuf;
 
 const REGENERATE: &str = "SANDKASTEN_UPDATE_TEMPLATE_SCHEMA=1 cargo test -p sandkasten-template --test schema";

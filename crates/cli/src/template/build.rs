@@ -32,6 +32,10 @@ pub struct BuildArgs {
     /// One JSON object per line (`step`, `output`, `done`, `failed`) instead of progress bars.
     #[arg(long)]
     pub json: bool,
+    /// The server's config file: its `[templates] registries` replace the registries read from the host, and its
+    /// `[egress]` table (`allow_cidrs`, `hosts`, timeouts) configures the build's egress proxy.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// A host pattern a build step may reach (repeatable): replaces the registries read from the host's pip, npm
     /// and apt configuration.
     #[arg(long = "registry", value_name = "HOST[:PORT]")]
@@ -123,11 +127,29 @@ pub fn run(root: &Path, args: &BuildArgs) -> i32 {
     };
     let _ = cache.remove_partials();
     remove_stale_captures(&cache.build_dir());
-    let registries = if args.registries.is_empty() {
-        sandkasten_template::registries::discover(&spec, "/usr/bin/python3")
-    } else {
-        args.registries.clone()
+    let config = match &args.config {
+        Some(path) => match sandkasten_server::ServerConfig::load_with(Some(path), |config| {
+            // A build serves nothing: the file's API keys are not needed.
+            config.insecure_no_auth = true;
+            Ok(())
+        }) {
+            Ok(config) => Some(config),
+            Err(error) => {
+                eprintln!("sandkasten: {error}");
+                return exit_codes::BAD_INPUT;
+            }
+        },
+        None => None,
     };
+    let configured = config.as_ref().map(|c| c.templates.registries.clone()).unwrap_or_default();
+    let registries = if !args.registries.is_empty() {
+        args.registries.clone()
+    } else if !configured.is_empty() {
+        configured
+    } else {
+        sandkasten_template::registries::discover(&spec, "/usr/bin/python3")
+    };
+    let egress = config.map(|c| c.egress).unwrap_or_default();
     // The spawner is started before any thread exists in this process (it forks).
     let program = match std::env::current_exe() {
         Ok(program) => program,
@@ -152,7 +174,7 @@ pub fn run(root: &Path, args: &BuildArgs) -> i32 {
     };
     let live: Arc<dyn SandboxRuntime> = Arc::new(live);
     let trust = sandkasten_template::registries::client_trust(&spec, "/usr/bin/python3");
-    let builder = Builder { args, spec: &spec, cache: &cache, registries: &registries, trust, runtime: &live };
+    let builder = Builder { args, spec: &spec, cache: &cache, registries: &registries, trust, egress, runtime: &live };
     let outcome = runtime.block_on(builder.build(&steps));
     drop(runtime);
     drop(live);
@@ -271,6 +293,8 @@ struct Builder<'a> {
     registries: &'a [String],
     /// The build steps' own environment (the host clients' TLS roots), not the template's.
     trust: BTreeMap<String, String>,
+    /// The build's egress proxy settings (`[egress]` of `--config`), before `--allow-cidr`.
+    egress: sandkasten_egress::EgressConfig,
     runtime: &'a Arc<dyn SandboxRuntime>,
 }
 
@@ -289,11 +313,11 @@ impl Builder<'_> {
     async fn build(&self, steps: &[BuildStep]) -> Result<TemplateRecord, BuildError> {
         let refusals = Arc::new(Refusals::default());
         let sink: Arc<dyn sandkasten_egress::AuditSink> = refusals.clone();
-        let mut allow_cidrs = self.args.allow_cidrs.clone();
+        let mut config = self.egress.clone();
+        config.allow_cidrs.extend(self.args.allow_cidrs.iter().cloned());
         if self.args.allow_registry_addresses {
-            allow_cidrs.extend(registry_addresses(self.registries));
+            config.allow_cidrs.extend(registry_addresses(self.registries));
         }
-        let config = sandkasten_egress::EgressConfig { allow_cidrs, ..sandkasten_egress::EgressConfig::default() };
         let proxy = sandkasten_egress::Proxy::new(config, sink).context("starting the egress proxy")?;
         let env = template_env(self.spec);
         let mut layers: Vec<String> = Vec::new();

@@ -84,7 +84,7 @@ impl Drop for Capture {
 pub fn remove_stale_captures(build_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(build_dir) else { return };
     for entry in entries.flatten() {
-        let _ = rustix::mount::unmount(&entry.path(), UnmountFlags::DETACH);
+        let _ = rustix::mount::unmount(entry.path(), UnmountFlags::DETACH);
         let _ = std::fs::remove_dir_all(entry.path());
     }
 }
