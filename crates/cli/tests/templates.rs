@@ -283,3 +283,18 @@ fn a_killed_build_leaves_nothing_a_later_build_takes_for_finished() {
     let build_dir = std::fs::read_dir(cache.path().join("build")).map(|d| d.count()).unwrap_or(0);
     assert_eq!(build_dir, 0);
 }
+
+#[test]
+fn a_file_a_later_step_deletes_is_gone_from_the_template() {
+    require_root!();
+    let cache = cache_dir();
+    let (_dir, path) =
+        spec_file("name = \"deleted\"\nbase = \"host\"\nrun = [\"echo a > /opt/a; echo b > /opt/b\", \"rm /opt/a\"]\n");
+    let built = template(cache.path(), &["build", &path.display().to_string()]).output();
+    assert_eq!(built.code, 0, "{}", built.describe());
+    let cache_arg = cache.path().display().to_string();
+    let listing =
+        common::run(["--template-cache", &cache_arg, "--template", "deleted", "--", "ls", "-A", "/opt"]).output();
+    assert_eq!(listing.code, 0, "{}", listing.describe());
+    assert_eq!(listing.stdout_text().split_whitespace().collect::<Vec<_>>(), vec!["b"], "{}", listing.describe());
+}
