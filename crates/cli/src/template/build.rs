@@ -383,6 +383,8 @@ impl Builder<'_> {
         proxy: &sandkasten_egress::Proxy,
         refusals: &Refusals,
     ) -> Result<String, BuildError> {
+        // Refusals of earlier steps are not this one's.
+        refusals.take();
         let capture = Capture::new(&self.cache.build_dir(), self.args.disk)?;
         let registries = match step.kind {
             StepKind::Apt(_) | StepKind::Pip(_) | StepKind::Npm(_) | StepKind::Run(_) => self.registries,
