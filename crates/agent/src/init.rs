@@ -43,6 +43,7 @@ pub(crate) fn run(plan: &AgentPlan, jail: &ProcessJail<'_>, channel: &mut UnixSt
         sandbox_gid: plan.gid,
         files: plan.root_files.clone(),
         host_read_only: plan.vmm.iter().flat_map(|vmm| vmm.host_read_only.iter().map(PathBuf::from)).collect(),
+        template: plan.template.clone(),
     };
     build_sandbox(&rootfs).map_err(|e| e.to_string())?;
     send(channel, Message::FilesystemReady { at_ns: monotonic_ns() });

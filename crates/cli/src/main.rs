@@ -13,6 +13,7 @@ mod run_input;
 mod run_remote;
 mod scan_command;
 mod serve_command;
+mod template;
 
 use clap::{Parser, Subcommand};
 
@@ -44,6 +45,9 @@ enum Command {
     Sandbox(Box<client::SandboxArgs>),
     /// Your snapshots on a `sandkasten serve` server: list, info, rm (take them with `sandbox snapshot`).
     Snapshot(Box<client::SnapshotArgs>),
+    /// Templates: `check` a spec or Dockerfile, `build` it (each step in a build sandbox, layers cached), `list`,
+    /// `rm` (with garbage collection of unused layers).
+    Template(template::TemplateArgs),
     /// Internal: the single-threaded helper `serve` starts to create sandboxes. Not for use by hand.
     #[command(hide = true)]
     Spawner {
@@ -123,6 +127,7 @@ fn main() {
             serve_command::run_spawner(runsc, &gvisor_platform, &microvm)
         }
         Command::Sandbox(args) => client::run(*args),
+        Command::Template(args) => template::run(args),
         Command::Snapshot(args) => client::snapshots::run(*args),
         Command::Mcp(args) => mcp_command::run(args),
         Command::Doctor { json } => match doctor::run(json) {

@@ -32,6 +32,14 @@ pub struct RunArgs {
     /// kernel between the code and the host's; needs runsc). Default: process, or the server's with --server.
     #[arg(long, value_name = "TIER", value_parser = crate::client::isolation_parser())]
     pub isolation: Option<Tier>,
+    /// A built template (`sandkasten template build`): its layers are the sandbox's read-only `/opt`, its
+    /// environment (PATH with its venv and npm packages first, NODE_PATH, its `env`) the program's. Local runs on the
+    /// process tier only, so far.
+    #[arg(long, value_name = "NAME")]
+    pub template: Option<String>,
+    /// The template cache `--template` reads. Default /var/lib/sandkasten/templates.
+    #[arg(long, value_name = "DIR", env = "SANDKASTEN_TEMPLATES")]
+    pub template_cache: Option<PathBuf>,
     /// Print one JSON object with output, exit status, limits, timings and usage.
     #[arg(long)]
     pub json: bool,
@@ -200,6 +208,16 @@ pub fn parse(args: &RunArgs) -> Result<RunInput, String> {
                 .into());
         }
         spec.network = serde_json::from_value(policy).map_err(|e| format!("--network: {e}"))?;
+    }
+    if let Some(name) = &args.template {
+        if args.server.is_some() {
+            return Err("--template is for local runs so far (the server's templates come next): drop --server".into());
+        }
+        let root = args.template_cache.clone().unwrap_or_else(|| sandkasten_template::cache::DEFAULT_ROOT.into());
+        let cache = sandkasten_template::TemplateCache::open(root).map_err(|e| e.to_string())?;
+        let record = cache.template(name).map_err(|e| e.to_string())?;
+        spec.layers.layers = record.layers.iter().map(|digest| cache.layer_dir(digest)).collect();
+        spec.env = record.env;
     }
     let request = ExecRequest { command, env: environment(args)?, uploads: uploads(args)? };
     Ok(RunInput { spec, request, stdin })

@@ -137,6 +137,7 @@ fn execute_step(step: &MountStep, uid: u32, gid: u32) -> Result<(), JailError> {
             sys_mount("tmpfs", target, "tmpfs", *flags, options)
         }
         MountStep::OverlayReadOnly { source, target } => overlay_read_only(source, target),
+        MountStep::TemplateOverlay { target, lowers, capture } => template_overlay(target, lowers, capture.as_deref()),
         MountStep::CopyReadOnly { source, target } => copy_read_only(source, target),
         MountStep::BindDevice { source, target } => {
             create_mount_point(target, BindKind::File)?;
@@ -216,6 +217,36 @@ fn overlay_read_only(source: &Path, target: &Path) -> Result<(), JailError> {
         bind_read_only(&beneath, &target.join(relative), BindKind::Dir)?;
     }
     Ok(())
+}
+
+/// See `MountStep::TemplateOverlay`. A path holding `:`, `,` or `\\` cannot be named in overlay options and fails.
+fn template_overlay(target: &Path, lowers: &[PathBuf], capture: Option<&Path>) -> Result<(), JailError> {
+    create_dir_all(target)?;
+    let mut layers: Vec<PathBuf> = lowers.to_vec();
+    layers.push(target.to_path_buf());
+    let mut options = format!(
+        "userxattr,lowerdir={}",
+        layers.iter().map(|p| p.to_string_lossy().into_owned()).collect::<Vec<_>>().join(":")
+    );
+    let mut flags = libc::MS_NOSUID | libc::MS_NODEV;
+    match capture {
+        Some(capture) => {
+            let (upper, work) = (capture.join("upper/opt"), capture.join("work"));
+            options.push_str(&format!(",upperdir={},workdir={}", upper.to_string_lossy(), work.to_string_lossy()));
+            layers.extend([upper, work]);
+        }
+        None => flags |= libc::MS_RDONLY,
+    }
+    if let Some(bad) = layers.iter().find(|p| p.to_string_lossy().contains([':', ',', '\\'])) {
+        return Err(JailError::CreatePath {
+            path: bad.clone(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "an overlay layer path with ':', ',' or '\\'",
+            ),
+        });
+    }
+    sys_mount("overlay", target, "overlay", flags, &options)
 }
 
 /// The mount points strictly beneath `dir` in this mount namespace (`/proc/self/mountinfo`), without those beneath

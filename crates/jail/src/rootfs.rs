@@ -36,7 +36,7 @@ impl HostFs for RealHostFs {
     }
 }
 
-pub use sandkasten_types::SandboxFile;
+pub use sandkasten_types::{SandboxFile, TemplateLayers};
 
 /// The inputs of a root filesystem plan.
 #[derive(Debug, Clone)]
@@ -55,7 +55,12 @@ pub struct RootfsSpec {
     pub files: Vec<SandboxFile>,
     /// Further host directories shown read-only at the same path (a VMM's jail: the guest kernel and images).
     pub host_read_only: Vec<PathBuf>,
+    /// A built template's layers, mounted at `TEMPLATE_DIR` (and a build sandbox's capture as the overlay's upper).
+    pub template: TemplateLayers,
 }
+
+/// Where a built template's layers are mounted: everything a `host`-based template adds is beneath it.
+pub const TEMPLATE_DIR: &str = "/opt";
 
 /// Kind of a bind mount's target, created before the bind (`mounts` falls back to binds of host paths).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,6 +154,18 @@ pub enum MountStep {
     Devpts {
         /// Mount point.
         target: PathBuf,
+    },
+    /// Mount an overlay of a built template's layers at `target`: `lowers` topmost first (each a layer's
+    /// `TEMPLATE_DIR`), above the empty `target` itself; read-only, or — for a build sandbox — with `capture`'s
+    /// `upper/opt` and `work` as upper and work directories, so what the step writes lands there. `userxattr`: the
+    /// overlay is mounted in the sandbox's user namespace, where only `user.` attributes mark opaque directories.
+    TemplateOverlay {
+        /// Mount point.
+        target: PathBuf,
+        /// Host layer directories, topmost first.
+        lowers: Vec<PathBuf>,
+        /// A build sandbox's capture directory (holding `upper/opt` and `work`).
+        capture: Option<PathBuf>,
     },
     /// Remount an existing mount read-only.
     RemountReadOnly {
@@ -250,6 +267,16 @@ pub fn plan_rootfs(spec: &RootfsSpec, host: &dyn HostFs) -> Vec<MountStep> {
         if host.entry(path) == Some(HostEntry::Dir) {
             steps.push(MountStep::OverlayReadOnly { source: path.clone(), target: at(&path.to_string_lossy()) });
         }
+    }
+
+    if !spec.template.is_empty() {
+        let inside = TEMPLATE_DIR.trim_start_matches('/');
+        let lowers = spec.template.layers.iter().rev().map(|layer| layer.join(inside));
+        steps.push(MountStep::TemplateOverlay {
+            target: at(TEMPLATE_DIR),
+            lowers: lowers.filter(|lower| host.entry(lower) == Some(HostEntry::Dir)).collect(),
+            capture: spec.template.capture.clone(),
+        });
     }
 
     let disk = spec.disk_bytes;
@@ -354,7 +381,27 @@ mod tests {
                 owned_by_sandbox_user: false,
             }],
             host_read_only: Vec::new(),
+            template: TemplateLayers::default(),
         }
+    }
+
+    #[test]
+    fn template_layers_are_one_overlay_at_opt_topmost_first() {
+        let mut host = merged_usr_host();
+        host.0.insert("/cache/layers/a/opt", HostEntry::Dir);
+        host.0.insert("/cache/layers/b/opt", HostEntry::Dir);
+        let template = TemplateLayers {
+            layers: vec!["/cache/layers/a".into(), "/cache/layers/b".into(), "/cache/layers/empty".into()],
+            capture: Some("/cache/build/x".into()),
+        };
+        let steps = plan_rootfs(&RootfsSpec { template, ..spec() }, &host);
+        assert!(steps.contains(&MountStep::TemplateOverlay {
+            target: "/tmp/opt".into(),
+            lowers: vec!["/cache/layers/b/opt".into(), "/cache/layers/a/opt".into()],
+            capture: Some("/cache/build/x".into()),
+        }));
+        let plain = plan_rootfs(&spec(), &host);
+        assert!(!plain.iter().any(|s| matches!(s, MountStep::TemplateOverlay { .. })), "no template, no /opt");
     }
 
     #[test]

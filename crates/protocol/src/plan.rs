@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use sandkasten_types::{SandboxFile, Tier};
+use sandkasten_types::{SandboxFile, TemplateLayers, Tier};
 
 /// How a guest agent confines and serves the sandbox whose root it was given.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +46,10 @@ pub struct AgentPlan {
     /// executes this program through the jail once it is in the cgroup, keeping the descriptors it names open.
     #[serde(default)]
     pub vmm: Option<VmmPlan>,
+    /// A built template's layers, mounted read-only at `/opt` by the agent of a process-tier sandbox (with the
+    /// build sandbox's capture as the overlay's upper).
+    #[serde(default, skip_serializing_if = "TemplateLayers::is_empty")]
+    pub template: TemplateLayers,
 }
 
 /// The VMM a process-tier agent becomes (`AgentPlan::vmm`).

@@ -142,6 +142,7 @@ pub fn plan(spec: &SandboxSpec, request: &ExecRequest) -> Result<RunPlan, Runtim
     if spec.template != Template::Host {
         return Err(RuntimeError::InvalidInput("one-shot runs use the host template".to_owned()));
     }
+    check_layers(spec)?;
     let mut files = etc_files(spec.template);
     let (compile, program) = match &request.command {
         Command::Argv(argv) if argv.is_empty() || argv[0].is_empty() => {
@@ -202,7 +203,11 @@ pub fn agent_plan(spec: &SandboxSpec, run_plan: RunPlan, oom_score_adj: i32) -> 
         // The agent counts as one of the sandbox's processes, as in the process tier's pids cgroup.
         processes: counted_inside.then_some(spec.limits.pids.saturating_sub(1).max(1)),
         // `/dev/pts`: the sandbox's own terminals (a program may reopen its terminal or open new ones via `/dev/ptmx`).
-        writable_dirs: [home, "/tmp", "/dev/shm", "/dev/pts"].map(str::to_owned).to_vec(),
+        writable_dirs: [home, "/tmp", "/dev/shm", "/dev/pts"]
+            .into_iter()
+            .chain(spec.layers.capture.is_some().then_some(sandkasten_jail::rootfs::TEMPLATE_DIR))
+            .map(str::to_owned)
+            .collect(),
         writable_files: ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"].map(str::to_owned).to_vec(),
         seccomp: SeccompPolicy::Sandbox,
         root_files: if gvisor { Vec::new() } else { run_plan.files },
@@ -211,7 +216,30 @@ pub fn agent_plan(spec: &SandboxSpec, run_plan: RunPlan, oom_score_adj: i32) -> 
         // network device), the agent opens the door.
         door: door_exit(tier).map(|exit| DoorPlan { port: PROXY_PORT, exit }),
         vmm: None,
+        template: spec.layers.clone(),
     }
+}
+
+/// A built template's layers mount on the process tier only so far (gVisor's bundle and a microVM's image of them
+/// are the next step); each must be an absolute path.
+fn check_layers(spec: &SandboxSpec) -> Result<(), RuntimeError> {
+    if spec.layers.is_empty() {
+        return Ok(());
+    }
+    if spec.tier() != Tier::Process {
+        return Err(RuntimeError::InvalidInput(format!(
+            "built templates run on the process tier only so far, not {}: use --isolation process",
+            spec.tier()
+        )));
+    }
+    let paths = spec.layers.layers.iter().chain(&spec.layers.capture);
+    if let Some(relative) = paths.into_iter().find(|path| !path.is_absolute()) {
+        return Err(RuntimeError::InvalidInput(format!(
+            "template layer {} is not an absolute path",
+            relative.display()
+        )));
+    }
+    Ok(())
 }
 
 /// How the agent's egress door leads to the host on `tier`, where the agent opens one.
@@ -225,6 +253,7 @@ fn door_exit(tier: Tier) -> Option<DoorExit> {
 
 pub fn plan_live(spec: &SandboxSpec) -> Result<RunPlan, RuntimeError> {
     spec.limits.validate().map_err(|e| RuntimeError::InvalidInput(e.to_string()))?;
+    check_layers(spec)?;
     crate::host_pids::check_pids(spec.limits.pids)?;
     if let Some(bad) = spec.env.keys().find(|k| !environment::is_valid_name(k)) {
         return Err(RuntimeError::InvalidInput(format!("'{bad}' is not a valid environment variable name")));

@@ -103,6 +103,7 @@ mod secrets;
 mod server;
 mod service;
 mod snapshots;
+mod templates;
 mod tenants;
 
 use std::path::Path;
@@ -118,6 +119,7 @@ pub use secrets::SecretsConfig;
 pub use server::{API_KEYS_ENV, ServerConfig};
 pub use service::{HttpConfig, MetricsConfig, RetentionConfig};
 pub use snapshots::SnapshotsConfig;
+pub use templates::TemplatesConfig;
 pub use tenants::{ApiKey, MAX_KEY_BYTES, MIN_KEY_BYTES, TenantConfig};
 
 impl ServerConfig {

@@ -35,7 +35,8 @@ pub use isolation::{CodeNeeds, IoProfile, Isolation, Workload};
 pub use limits::{LimitKind, Limits, LimitsError, MAX_PIDS};
 pub use result::{ExecResult, OutputStream, PhaseTimings, ResourceUsage, json_forms};
 pub use spec::{
-    Entrance, HeaderRule, NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec, Template, proxy_environment,
+    Entrance, HeaderRule, NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec, Template, TemplateLayers,
+    proxy_environment,
 };
 pub use stream::{OutputChunk, StreamKind};
 pub use tier::{GvisorPlatform, GvisorSettings, MicrovmAccel, MicrovmSettings, Tier};

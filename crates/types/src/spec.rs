@@ -22,6 +22,12 @@ pub struct SandboxSpec {
     pub workload: Workload,
     /// Root filesystem template. Built in: `host` (read-only `/usr` of the host, synthesised `/etc`).
     pub template: Template,
+    /// A built template's layers (and, for a build sandbox, where the step's writes go), as the runtime mounts them at
+    /// `/opt`. Set by the CLI or the server from a template's name, never taken from a request (the request types
+    /// have no such field). Empty: nothing but the `template`'s root.
+    #[serde(skip_serializing_if = "TemplateLayers::is_empty")]
+    #[schemars(skip)]
+    pub layers: TemplateLayers,
     /// Hard limits.
     pub limits: Limits,
     /// Environment variables added to the sandbox's fixed base (PATH, HOME, LANG, ...). Nothing of the host's
@@ -45,14 +51,34 @@ impl SandboxSpec {
 
 /// A root filesystem template.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Template {
-    /// Read-only binds of the host's `/usr` (and the `/bin`, `/lib*`, `/sbin` links into it), a synthesised `/etc`.
+    /// Read-only `/usr` of the host (and the `/bin`, `/lib*`, `/sbin` links into it), a synthesised `/etc`.
     #[default]
     Host,
     /// `host`, laid out as E2B programs expect: the user is named `user` and its home (and working directory) is
     /// `/home/user` instead of `/workspace`.
     E2b,
+}
+
+/// The layers of a built template as a sandbox mounts them: read-only overlays at the template directory (`/opt`),
+/// topmost last in `layers`; a build sandbox also has `capture`, where its step's writes land.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TemplateLayers {
+    /// Unpacked layer directories on the host (each holding `opt/…`), lowest first.
+    pub layers: Vec<std::path::PathBuf>,
+    /// A build sandbox's scratch directory on the host (on a size-limited tmpfs): the runtime makes `upper/` and
+    /// `work/` in it for the overlay, and what the step wrote is `upper/` afterwards.
+    pub capture: Option<std::path::PathBuf>,
+}
+
+impl TemplateLayers {
+    /// Whether there is nothing to mount.
+    pub fn is_empty(&self) -> bool {
+        self.layers.is_empty() && self.capture.is_none()
+    }
 }
 
 /// Network access of a sandbox. The sandbox's network namespace never has a route out: every connection leaves

@@ -10,12 +10,13 @@ use utoipa::ToSchema;
 use crate::api::error::{ApiError, ErrorBody};
 use crate::api::extract::{IdPath, JsonBody};
 use crate::api::isolation::IsolationName;
-use crate::api::schemas::{LimitsBody, TemplateName};
+use crate::api::schemas::LimitsBody;
 use crate::auth::Tenant;
 use crate::config::{MAX_POOL_SIZE, ZygoteKind};
 use crate::lifecycle::refill;
 use crate::pool::PoolStatus;
 use crate::state::AppState;
+use sandkasten_types::Template;
 use sandkasten_types::Tier;
 
 /// A warm pool: which sandboxes it holds and how full it is.
@@ -27,7 +28,7 @@ pub struct PoolBody {
     #[schema(value_type = IsolationName)]
     pub isolation: Tier,
     /// Template of its sandboxes.
-    pub template: TemplateName,
+    pub template: Template,
     /// Limits of its sandboxes: a create or run with exactly these limits (and no env) takes one of them.
     pub limits: LimitsBody,
     /// The interpreter waiting in each member (`python` or `node`), if any.
@@ -83,7 +84,7 @@ impl From<PoolStatus> for PoolBody {
         PoolBody {
             name: status.name,
             isolation: status.spec.tier(),
-            template: status.spec.template.into(),
+            template: status.spec.template,
             limits: status.spec.limits.into(),
             zygote: status.zygote.map(|kind| zygote_name(kind).to_owned()),
             min: as_u64(numbers.min),

@@ -73,10 +73,10 @@ pub(crate) async fn create(
             start_from_memory(&state, &tenant, &snapshot, body.metadata, (expires_ms, body.lifecycle)).await?;
         return Ok((StatusCode::CREATED, Json(current.into())));
     }
-    let template: Template = body.template.map(Template::from).unwrap_or_default();
+    let template: Template = body.template.unwrap_or_default();
     let (isolation, limits, template) = match &snapshot {
         Some(snapshot) => {
-            if body.template.is_some_and(|asked| Template::from(asked) != snapshot.spec.template) {
+            if body.template.is_some_and(|asked| asked != snapshot.spec.template) {
                 return Err(ApiError::unprocessable(format!(
                     "snapshot {} holds the files of a {:?} template sandbox; omit template or ask for that one",
                     snapshot.id, snapshot.spec.template
@@ -100,6 +100,7 @@ pub(crate) async fn create(
         network: body.network.unwrap_or_default().into(),
         secrets: body.secrets,
         workload: body.workload,
+        layers: Default::default(),
     };
     let Some(snapshot) = snapshot else {
         let current = start_sandbox(&state, &tenant, spec, body.metadata, (expires_ms, body.lifecycle)).await?;

@@ -69,35 +69,6 @@ impl From<LimitsBody> for Limits {
     }
 }
 
-/// Root filesystem template.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum TemplateName {
-    /// Read-only `/usr` of the host, a synthesised `/etc`.
-    #[default]
-    Host,
-    /// `host` laid out for E2B programs: user `user`, home and working directory `/home/user`.
-    E2b,
-}
-
-impl From<TemplateName> for Template {
-    fn from(template: TemplateName) -> Self {
-        match template {
-            TemplateName::Host => Template::Host,
-            TemplateName::E2b => Template::E2b,
-        }
-    }
-}
-
-impl From<Template> for TemplateName {
-    fn from(template: Template) -> Self {
-        match template {
-            Template::Host => TemplateName::Host,
-            Template::E2b => TemplateName::E2b,
-        }
-    }
-}
-
 /// `POST /v1/sandboxes`.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -114,7 +85,7 @@ pub struct CreateSandboxRequest {
     pub workload: Workload,
     /// Root filesystem template. Default `host`.
     #[serde(default)]
-    pub template: Option<TemplateName>,
+    pub template: Option<Template>,
     /// Hard limits; omitted fields take their defaults.
     #[serde(default)]
     pub limits: Option<LimitsBody>,
@@ -189,7 +160,7 @@ pub struct SandboxBody {
     /// microVM how its guest runs (`accel`: `kvm` or `tcg`).
     pub isolation: Isolation,
     /// Template.
-    pub template: TemplateName,
+    pub template: Template,
     /// Hard limits.
     pub limits: LimitsBody,
     /// Labels.
@@ -224,7 +195,7 @@ impl From<SandboxRecord> for SandboxBody {
             }),
             state: record.state.into(),
             isolation: record.isolation,
-            template: record.spec.template.into(),
+            template: record.spec.template,
             limits: record.spec.limits.into(),
             metadata: record.metadata,
             env_names: record.spec.env.into_keys().collect(),
@@ -559,7 +530,6 @@ mod tests {
         ] {
             assert_eq!(serde_json::to_value(SandboxStateName::from(state))?, state.as_str());
         }
-        assert_eq!(serde_json::to_value(TemplateName::Host)?, serde_json::to_value(Template::Host)?);
         Ok(())
     }
 }

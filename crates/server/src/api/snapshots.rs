@@ -12,7 +12,6 @@ use utoipa::ToSchema;
 
 use crate::api::error::{ApiError, ErrorBody};
 use crate::api::extract::{IdPath, JsonBody, running_sandbox};
-use crate::api::schemas::TemplateName;
 use crate::auth::Tenant;
 use crate::clock::rfc3339;
 use crate::ids::is_snapshot_id;
@@ -21,6 +20,7 @@ use crate::state::AppState;
 use crate::store_snapshots::{SnapshotRecord, SnapshotState};
 use crate::transfers::TransferProgress;
 use crate::validate;
+use sandkasten_types::Template;
 
 /// `POST /v1/sandboxes/{id}/snapshots`.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
@@ -58,7 +58,7 @@ pub struct SnapshotBody {
     #[schema(value_type = crate::api::isolation::IsolationName)]
     pub isolation: Tier,
     /// The source sandbox's template (a sandbox made from it has the same).
-    pub template: TemplateName,
+    pub template: Template,
     /// Whether it holds processes and memory as well as files.
     pub memory: bool,
     /// Saving or ready.
@@ -83,7 +83,7 @@ impl From<SnapshotRecord> for SnapshotBody {
             name: record.name,
             sandbox_id: record.source_sandbox,
             isolation: record.spec.tier(),
-            template: record.spec.template.into(),
+            template: record.spec.template,
             memory: record.memory,
             state: match record.state {
                 SnapshotState::Saving => SnapshotStateName::Saving,

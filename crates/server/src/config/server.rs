@@ -17,6 +17,7 @@ use crate::config::problem::{ConfigError, Found, Problem, Problems};
 use crate::config::secrets::SecretsConfig;
 use crate::config::service::{HttpConfig, MetricsConfig, RetentionConfig};
 use crate::config::snapshots::SnapshotsConfig;
+use crate::config::templates::TemplatesConfig;
 use crate::config::tenants::{self, ApiKey, TenantConfig};
 
 /// Name of the environment variable holding extra API keys.
@@ -103,6 +104,9 @@ pub struct ServerConfig {
     /// The E2B facade (`[e2b]`): the domain of sandbox port host names.
     #[serde(default)]
     pub e2b: E2bConfig,
+    /// What template builds may reach (`[templates]`): the registries, unless read from the host's clients.
+    #[serde(default)]
+    pub templates: TemplatesConfig,
 }
 
 fn default_listen() -> String {
@@ -155,6 +159,7 @@ impl Default for ServerConfig {
             scan: ScanPolicy::default(),
             mcp: McpConfig::default(),
             e2b: E2bConfig::default(),
+            templates: TemplatesConfig::default(),
         }
     }
 }
@@ -261,6 +266,7 @@ impl ServerConfig {
         self.secrets.check(&mut found);
         tenants::check_scan(&self.scan, "scan", &mut found);
         self.mcp.check(&mut found);
+        self.templates.check(&mut found);
         self.e2b.check(&mut found);
         found.0
     }

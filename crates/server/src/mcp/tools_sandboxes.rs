@@ -10,8 +10,9 @@ use serde::Deserialize;
 
 use crate::api::egress_schemas::NetworkPolicyBody;
 use crate::api::error::ApiError;
-use crate::api::schemas::{CreateSandboxRequest, TemplateName};
+use crate::api::schemas::CreateSandboxRequest;
 use crate::mcp::handler::{Caller, SandboxTools, answer, check_name};
+use sandkasten_types::Template;
 
 /// Arguments of `create_sandbox`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -23,7 +24,7 @@ pub(crate) struct CreateSandboxArgs {
     isolation: Option<Tier>,
     /// Root filesystem template: `host` (default) or `e2b` (user `user`, home `/home/user`).
     #[serde(default)]
-    template: Option<TemplateName>,
+    template: Option<Template>,
     /// Network access; default none. `{"mode": "allowlist", "allow": ["pypi.org", "*.example.com:443"]}` lets the
     /// sandbox reach only those hosts.
     #[serde(default)]

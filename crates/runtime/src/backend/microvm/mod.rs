@@ -413,6 +413,7 @@ fn vmm_jail_plan(
         oom_score_adj: plan.oom_score_adj,
         door: None,
         vmm: Some(VmmPlan { argv, keep_fds, stderr_fd, host_read_only }),
+        template: Default::default(),
     }
 }
 

@@ -172,6 +172,9 @@ impl Launcher<'_> {
     ) -> Result<UnixStream, RuntimeError> {
         let (host_channel, agent_channel) = UnixStream::pair().map_err(|e| RuntimeError::sys("socketpair", e))?;
         let id_base = guard.id_range.as_ref().map_or(self.config.host_id_base, IdRange::base);
+        if let Some(capture) = &plan.template.capture {
+            prepare_capture(capture, id_base, plan.uid, plan.gid)?;
+        }
         let pid = match namespaces::clone_into_namespaces(id_base)? {
             CloneOutcome::Child => {
                 drop(host_channel);
@@ -243,4 +246,23 @@ fn start_agent(channel: UnixStream, agent: RawFd) {
     if let Err(message) = failure {
         let _ = write_frame(&mut channel, &Envelope::new(0, Message::SetupFailed { message }));
     }
+}
+
+/// Makes a build sandbox's capture directory ready for its overlay: `upper/opt` owned by the sandbox user (its steps
+/// write `/opt`), `upper` and `work` by the sandbox's root (the agent mounts the overlay), all as host ids of the
+/// sandbox's range `id_base`.
+fn prepare_capture(capture: &std::path::Path, id_base: u32, uid: u32, gid: u32) -> Result<(), RuntimeError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let owned = |path: std::path::PathBuf, mode: u32, owner: (u32, u32)| -> Result<(), RuntimeError> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(mode)
+            .create(&path)
+            .and_then(|()| std::os::unix::fs::chown(&path, Some(owner.0), Some(owner.1)))
+            .map_err(|e| RuntimeError::sys_owned(format!("preparing the build capture {}", path.display()), e))
+    };
+    let root = (id_base, id_base);
+    owned(capture.join("upper"), 0o755, root)?;
+    owned(capture.join("upper/opt"), 0o755, (id_base + uid, id_base + gid))?;
+    owned(capture.join("work"), 0o700, root)
 }

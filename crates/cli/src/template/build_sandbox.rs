@@ -1,0 +1,211 @@
+//! One build sandbox: a process-tier sandbox whose `/opt` is the template's layers so far (read-only lowers) over a
+//! capture directory on a size-limited host tmpfs (the step's writes, i.e. the new layer), whose only way out is the
+//! egress proxy (in this process, blind tunnels) with an allowlist of the package registries. It runs one command,
+//! streams its output, and is destroyed.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result, anyhow};
+use rustix::mount::{MountFlags, UnmountFlags};
+use sandkasten_egress::{AuditEvent, AuditSink, Decision, Mode, Policy, Proxy, SandboxEgress};
+use sandkasten_runtime::SandboxRuntime;
+use sandkasten_types::{
+    CommandExit, CommandSpec, CommandUser, Limits, NetworkMode, NetworkPolicy, OutputChunk, PROXY_PORT, SandboxSpec,
+    TemplateLayers, Tier,
+};
+use tokio::sync::mpsc;
+
+/// The egress attempts a build sandbox's proxy refused (shown with a failing step: a registry that is not allowed).
+#[derive(Default)]
+pub struct Refusals(Mutex<Vec<String>>);
+
+impl AuditSink for Refusals {
+    fn record(&self, event: AuditEvent) {
+        if event.decision == Decision::Refused
+            && let Ok(mut refused) = self.0.lock()
+        {
+            refused.push(format!("{}:{} ({})", event.host, event.port, event.rule));
+        }
+    }
+}
+
+impl Refusals {
+    /// The refusals so far, emptied.
+    pub fn take(&self) -> Vec<String> {
+        self.0.lock().map(|mut refused| std::mem::take(&mut *refused)).unwrap_or_default()
+    }
+}
+
+/// A build step's scratch directory: a tmpfs of the build's disk size, mounted by the host, that the step's overlay
+/// writes into; unmounted and removed when dropped.
+pub struct Capture {
+    path: PathBuf,
+}
+
+impl Capture {
+    /// Mounts a fresh tmpfs of `bytes` at a new directory under `build_dir`.
+    pub fn new(build_dir: &Path, bytes: u64) -> Result<Capture> {
+        let mut random = [0u8; 8];
+        rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty()).context("random capture name")?;
+        let path = build_dir.join(sandkasten_template::steps::hex(&random));
+        std::fs::create_dir(&path).with_context(|| format!("creating {}", path.display()))?;
+        let capture = Capture { path };
+        rustix::mount::mount(
+            "sandkasten-build",
+            &capture.path,
+            "tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV,
+            Some(std::ffi::CString::new(format!("size={bytes},mode=0755")).context("tmpfs options")?.as_c_str()),
+        )
+        .with_context(|| format!("mounting the build's tmpfs at {}", capture.path.display()))?;
+        Ok(capture)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What the step wrote (`upper/`, holding `opt/…`).
+    pub fn upper(&self) -> PathBuf {
+        self.path.join("upper")
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        let _ = rustix::mount::unmount(&self.path, UnmountFlags::DETACH);
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Unmounts and removes what killed builds left in `build_dir` (the caller holds the cache's lock, so no build runs).
+pub fn remove_stale_captures(build_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(build_dir) else { return };
+    for entry in entries.flatten() {
+        let _ = rustix::mount::unmount(entry.path(), UnmountFlags::DETACH);
+        let _ = std::fs::remove_dir_all(entry.path());
+    }
+}
+
+/// What a build sandbox is made of.
+pub struct SandboxRecipe<'a> {
+    /// Unpacked layers below the step, lowest first.
+    pub layers: Vec<PathBuf>,
+    /// Where the step's writes go (`None`: a read-only template, for `ready`).
+    pub capture: Option<&'a Capture>,
+    /// Registry host patterns the sandbox may reach (empty: no network).
+    pub registries: &'a [String],
+    /// Its environment.
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Its limits.
+    pub limits: Limits,
+}
+
+/// A running build sandbox.
+pub struct BuildSandbox<'a> {
+    runtime: &'a Arc<dyn SandboxRuntime>,
+    id: String,
+    proxy: Option<sandkasten_egress::ProxyHandle>,
+}
+
+impl<'a> BuildSandbox<'a> {
+    /// Creates the sandbox (and its egress when it may reach registries).
+    pub async fn create(
+        runtime: &'a Arc<dyn SandboxRuntime>,
+        proxy: &Proxy,
+        recipe: SandboxRecipe<'_>,
+    ) -> Result<Self> {
+        let mut random = [0u8; 8];
+        rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty()).context("random sandbox id")?;
+        let id = format!("sb-{}", sandkasten_template::steps::hex(&random));
+        let network = if recipe.registries.is_empty() {
+            NetworkPolicy::none()
+        } else {
+            NetworkPolicy { mode: NetworkMode::Allowlist, allow: recipe.registries.to_vec(), ..NetworkPolicy::none() }
+        };
+        let spec = SandboxSpec {
+            isolation: Some(Tier::Process),
+            limits: recipe.limits,
+            env: recipe.env,
+            network: network.clone(),
+            layers: TemplateLayers {
+                layers: recipe.layers,
+                capture: recipe.capture.map(|capture| capture.path().to_path_buf()),
+            },
+            ..SandboxSpec::default()
+        };
+        runtime
+            .create(&id, &spec)
+            .await
+            .map_err(|failure| anyhow!("creating the build sandbox: {}", failure.message))?;
+        let mut sandbox = BuildSandbox { runtime, id, proxy: None };
+        if network.reaches_out() {
+            let policy = Policy::compile(Mode::Allowlist, &network.allow, &[])
+                .map_err(|e| anyhow!("registry pattern {:?}: {}", e.pattern, e.reason))?;
+            let entrance = runtime
+                .listen_in_sandbox(&sandbox.id, PROXY_PORT)
+                .map_err(|failure| anyhow!("opening the build sandbox's egress: {}", failure.message))?;
+            let egress = Arc::new(SandboxEgress::new(sandbox.id.clone(), "template-build", policy, None));
+            sandbox.proxy = Some(proxy.serve_at(entrance, egress).context("serving the build sandbox's egress")?);
+        }
+        Ok(sandbox)
+    }
+
+    /// Writes `contents` to `path` as the sandbox user, creating its parents.
+    pub async fn write_file(&self, path: &str, contents: Vec<u8>) -> Result<()> {
+        if let Some(parent) = Path::new(path).parent() {
+            let parent = parent.to_string_lossy();
+            self.runtime
+                .mkdir_as(&self.id, &parent, true, CommandUser::Sandbox)
+                .await
+                .map_err(|failure| anyhow!("creating {parent}: {}", failure.message))?;
+        }
+        self.runtime
+            .write_file_as(&self.id, path, contents, CommandUser::Sandbox)
+            .await
+            .map_err(|failure| anyhow!("writing {path}: {}", failure.message))
+    }
+
+    /// Runs `command` with bash as the sandbox user; each output chunk goes to `output` as it comes.
+    pub async fn run(
+        &self,
+        command: &str,
+        timeout_ms: u64,
+        output_limit: u64,
+        mut output: impl FnMut(OutputChunk),
+    ) -> Result<CommandExit> {
+        let spec =
+            CommandSpec { cmd: Some(command.to_owned()), timeout_ms: Some(timeout_ms), ..CommandSpec::default() };
+        let (sender, mut receiver) = mpsc::channel(64);
+        let exec = self.runtime.exec(&self.id, spec, output_limit, sender);
+        tokio::pin!(exec);
+        loop {
+            tokio::select! {
+                chunk = receiver.recv() => match chunk {
+                    Some(chunk) => output(chunk),
+                    None => break,
+                },
+                exit = &mut exec => {
+                    while let Ok(chunk) = receiver.try_recv() {
+                        output(chunk);
+                    }
+                    return exit.map_err(|failure| anyhow!("running the step: {}", failure.message));
+                }
+            }
+        }
+        exec.await.map_err(|failure| anyhow!("running the step: {}", failure.message))
+    }
+
+    /// Destroys the sandbox and stops its egress.
+    pub async fn destroy(mut self) -> Result<()> {
+        if let Some(proxy) = self.proxy.take() {
+            proxy.shutdown().await;
+        }
+        self.runtime
+            .destroy(&self.id)
+            .await
+            .map_err(|failure| anyhow!("destroying the build sandbox: {}", failure.message))
+    }
+}

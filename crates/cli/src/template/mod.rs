@@ -1,0 +1,126 @@
+//! `sandkasten template`: `check FILE` (a spec or Dockerfile, exit 0 or 2 naming the field), `build FILE` (each step
+//! in a build sandbox, layers cached), `list`, `rm NAME` (with garbage collection of unused layers).
+
+mod build;
+mod build_sandbox;
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use sandkasten_template::{TemplateCache, cache::DEFAULT_ROOT};
+
+use crate::exit_codes;
+
+/// Arguments of `sandkasten template`.
+#[derive(Debug, Args)]
+pub struct TemplateArgs {
+    /// The template cache (layers and templates). Default /var/lib/sandkasten/templates.
+    #[arg(long, value_name = "DIR", env = "SANDKASTEN_TEMPLATES", global = true)]
+    pub cache: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: TemplateCommand,
+}
+
+/// The template subcommands.
+#[derive(Debug, Subcommand)]
+pub enum TemplateCommand {
+    /// Check a spec (TOML) or a Dockerfile: exit 0, or 2 naming the field or line and how to fix it.
+    Check {
+        /// The spec (`template.toml`) or a `Dockerfile`.
+        file: PathBuf,
+        /// The template's name (a Dockerfile's default: its directory's name).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Build a template: each step in a build sandbox that reaches only the package registries; unchanged steps
+    /// come from the cache.
+    Build(build::BuildArgs),
+    /// List the templates: name, digest, size, created.
+    List {
+        /// One JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a template, then every layer no template uses.
+    Rm {
+        /// The template's name.
+        name: String,
+    },
+}
+
+/// Runs `sandkasten template …` and returns the exit code.
+pub fn run(args: TemplateArgs) -> i32 {
+    let root = args.cache.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT));
+    match args.command {
+        TemplateCommand::Check { file, name } => match sandkasten_template::read_spec(&file, name.as_deref()) {
+            Ok(spec) => {
+                println!("{}: template {:?} on {} is valid", file.display(), spec.name, spec.base);
+                0
+            }
+            Err(error) => {
+                eprintln!("sandkasten: {}: {error}", file.display());
+                exit_codes::BAD_INPUT
+            }
+        },
+        TemplateCommand::Build(build_args) => build::run(&root, &build_args),
+        TemplateCommand::List { json } => list(&root, json),
+        TemplateCommand::Rm { name } => remove(&root, &name),
+    }
+}
+
+fn open(root: &std::path::Path) -> Result<TemplateCache, i32> {
+    TemplateCache::open(root).map_err(|error| {
+        eprintln!("sandkasten: the template cache: {error}");
+        exit_codes::SANDBOX_ERROR
+    })
+}
+
+fn list(root: &std::path::Path, json: bool) -> i32 {
+    let cache = match open(root) {
+        Ok(cache) => cache,
+        Err(code) => return code,
+    };
+    let templates = match cache.templates() {
+        Ok(templates) => templates,
+        Err(error) => {
+            eprintln!("sandkasten: listing templates: {error}");
+            return exit_codes::SANDBOX_ERROR;
+        }
+    };
+    if json {
+        println!("{}", serde_json::to_string(&templates).unwrap_or_else(|_| "[]".to_owned()));
+        return 0;
+    }
+    println!("{:<24} {:<20} {:>10}  CREATED", "NAME", "DIGEST", "SIZE");
+    for template in templates {
+        let short: String = template.digest.chars().take(19).collect();
+        let size = sandkasten_types::units::format_bytes(template.size_bytes);
+        println!("{:<24} {short:<20} {size:>10}  {}", template.name, template.created);
+    }
+    0
+}
+
+fn remove(root: &std::path::Path, name: &str) -> i32 {
+    let cache = match open(root) {
+        Ok(cache) => cache,
+        Err(code) => return code,
+    };
+    let _lock = match build::lock(&cache) {
+        Ok(lock) => lock,
+        Err(code) => return code,
+    };
+    match cache.remove_template(name) {
+        Ok(report) => {
+            println!("removed {name} ({} unused layers removed)", report.layers_removed);
+            0
+        }
+        Err(error @ sandkasten_template::CacheError::UnknownTemplate(_)) => {
+            eprintln!("sandkasten: {error}");
+            exit_codes::BAD_INPUT
+        }
+        Err(error) => {
+            eprintln!("sandkasten: removing {name}: {error}");
+            exit_codes::SANDBOX_ERROR
+        }
+    }
+}

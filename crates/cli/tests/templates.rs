@@ -1,0 +1,300 @@
+//! Templates (issue #16) on the process tier: a template with a pip and an npm package built from the real
+//! registries (through the egress proxy) runs with both importable while the host stays without them; an unchanged
+//! rebuild takes every layer from the cache and a changed last step rebuilds only that one (the build's JSON lines
+//! say so); bad specs, failing steps and a failing `ready` exit 2 naming the field or the step with its output and
+//! leave no template; a build step cannot reach a host that is not an allowed registry (the test host sees nothing);
+//! a build killed with SIGKILL leaves nothing a later build takes for finished.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod common;
+#[allow(dead_code)]
+#[path = "egress/testnet.rs"]
+mod testnet;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{Cli, Output};
+use serde_json::Value;
+
+/// A template cache of the test's own (not under /tmp: sandboxes assemble their root there).
+fn cache_dir() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("sk-templates-test-").tempdir_in("/var/tmp").expect("cache dir")
+}
+
+fn template(cache: &Path, args: &[&str]) -> Cli {
+    let mut all = vec!["template".to_owned(), "--cache".to_owned(), cache.display().to_string()];
+    all.extend(args.iter().map(|s| (*s).to_owned()));
+    Cli::new(all).watchdog(Duration::from_secs(300))
+}
+
+/// Writes `spec` as `template.toml` in a new directory.
+fn spec_file(spec: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("spec dir");
+    let path = dir.path().join("template.toml");
+    std::fs::write(&path, spec).expect("write spec");
+    (dir, path)
+}
+
+/// The build's JSON lines.
+fn events(output: &Output) -> Vec<Value> {
+    output.stdout_text().lines().filter_map(|line| serde_json::from_str(line).ok()).collect()
+}
+
+/// `(title, cached)` of every `step` event.
+fn steps(output: &Output) -> Vec<(String, bool)> {
+    events(output)
+        .iter()
+        .filter(|e| e["event"] == "step")
+        .map(|e| (e["title"].as_str().unwrap_or_default().to_owned(), e["cached"] == true))
+        .collect()
+}
+
+fn template_names(cache: &Path) -> Vec<String> {
+    let output = template(cache, &["list", "--json"]).output();
+    assert_eq!(output.code, 0, "{}", output.describe());
+    let listed: Vec<Value> = serde_json::from_str(&output.stdout_text()).expect("list json");
+    listed.iter().map(|t| t["name"].as_str().unwrap_or_default().to_owned()).collect()
+}
+
+fn partials(cache: &Path) -> Vec<String> {
+    ["layers", "keys", "templates"]
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(cache.join(dir)).into_iter().flatten().flatten())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(".partial-"))
+        .collect()
+}
+
+fn mounts_under(path: &Path) -> Vec<String> {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let prefix = path.display().to_string();
+    mounts.lines().filter(|line| line.contains(&prefix)).map(str::to_owned).collect()
+}
+
+const TABLES: &str = r#"
+name = "tables"
+base = "host"
+run = ["echo one > /opt/marker.txt"]
+ready = "python3 -c 'import tabulate' && node -e 'require(\"left-pad\")'"
+[packages]
+pip = ["tabulate==0.10.0"]
+npm = ["left-pad@1.3.0"]
+"#;
+
+#[test]
+fn a_template_with_pip_and_npm_packages_runs_and_rebuilds_from_its_cache() {
+    require_root!();
+    let cache = cache_dir();
+    let host_opt_before: Vec<_> =
+        std::fs::read_dir("/opt").into_iter().flatten().flatten().map(|e| e.file_name()).collect();
+    let (_dir, spec) = spec_file(TABLES);
+    let spec = spec.display().to_string();
+    let build = |spec: &str| template(cache.path(), &["build", "--json", "--allow-registry-addresses", spec]).output();
+    let first = build(&spec);
+    assert_eq!(first.code, 0, "{}", first.describe());
+    assert_eq!(
+        steps(&first),
+        vec![
+            ("pip tabulate==0.10.0".to_owned(), false),
+            ("npm left-pad@1.3.0".to_owned(), false),
+            ("run echo one > /opt/marker.txt".to_owned(), false)
+        ]
+    );
+
+    let script = "python3 -c 'import tabulate; print(tabulate.tabulate([[\"ok\", 1]]))' && \
+                  node -e 'console.log(require(\"left-pad\")(\"pad\", 6, \"*\"))' && cat /opt/marker.txt";
+    let cache_arg = cache.path().display().to_string();
+    let run =
+        common::run(["--template-cache", &cache_arg, "--template", "tables", "--", "bash", "-c", script]).output();
+    assert_eq!(run.code, 0, "{}", run.describe());
+    let printed = run.stdout_text();
+    assert!(printed.contains("ok") && printed.contains("***pad") && printed.contains("one"), "{printed}");
+
+    // The packages live in the layers only: the host's Python has no tabulate, the host's /opt is as it was.
+    let host =
+        std::process::Command::new("/usr/bin/python3").args(["-c", "import tabulate"]).output().expect("python3");
+    assert!(!host.status.success(), "the host's python3 imports tabulate: the test proves nothing here");
+    let host_opt_after: Vec<_> =
+        std::fs::read_dir("/opt").into_iter().flatten().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(host_opt_before, host_opt_after, "the build changed the host's /opt");
+    // The template's /opt is read-only.
+    let write = common::run(["--template-cache", &cache_arg, "--template", "tables", "--", "touch", "/opt/x"]).output();
+    assert_ne!(write.code, 0, "{}", write.describe());
+
+    let again = build(&spec);
+    assert_eq!(again.code, 0, "{}", again.describe());
+    assert!(steps(&again).iter().all(|(_, cached)| *cached), "an unchanged rebuild: {:?}", steps(&again));
+
+    let (_changed_dir, changed) = spec_file(&TABLES.replace("echo one", "echo two"));
+    let third = build(&changed.display().to_string());
+    assert_eq!(third.code, 0, "{}", third.describe());
+    let cached: Vec<bool> = steps(&third).into_iter().map(|(_, cached)| cached).collect();
+    assert_eq!(cached, vec![true, true, false], "only the changed last step is rebuilt");
+    let marker =
+        common::run(["--template-cache", &cache_arg, "--template", "tables", "--", "cat", "/opt/marker.txt"]).output();
+    assert_eq!(marker.stdout_text().trim(), "two", "{}", marker.describe());
+
+    let removed = template(cache.path(), &["rm", "tables"]).output();
+    assert_eq!(removed.code, 0, "{}", removed.describe());
+    assert!(template_names(cache.path()).is_empty());
+    let layers = std::fs::read_dir(cache.path().join("layers")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(layers, 0, "removing the only template collects every layer");
+    assert!(mounts_under(cache.path()).is_empty(), "{:?}", mounts_under(cache.path()));
+}
+
+#[test]
+fn bad_specs_exit_2_naming_the_field() {
+    let cache = cache_dir();
+    for (spec, needle) in [
+        ("name = \"a\"\nbase = \"host\"\nrn = [\"x\"]\n", "unknown field `rn`"),
+        ("name = \"a\"\nbase = \"host\"\nrun = \"echo\"\n", "run: line 3"),
+        ("name = \"a\"\n", "missing field `base`"),
+        ("name = \"a\"\nbase = \"host\"\n[[files]]\nsrc = \"x\"\ndest = \"/usr/x\"\n", "files[0].dest"),
+    ] {
+        let (_dir, path) = spec_file(spec);
+        let path = path.display().to_string();
+        for command in [vec!["check", &path], vec!["build", &path]] {
+            let output = template(cache.path(), &command).output();
+            assert_eq!(output.code, 2, "{spec}: {}", output.describe());
+            assert!(output.stderr_text().contains(needle), "{spec}: {needle}: {}", output.describe());
+        }
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let dockerfile = dir.path().join("Dockerfile");
+    std::fs::write(&dockerfile, "FROM host\nEXPOSE 80\n").expect("write");
+    let output = template(cache.path(), &["check", &dockerfile.display().to_string()]).output();
+    assert_eq!(output.code, 2, "{}", output.describe());
+    assert!(output.stderr_text().contains("line 2: EXPOSE is not supported"), "{}", output.describe());
+    let debian = spec_file("name = \"d\"\nbase = \"debian:bookworm\"\n");
+    let output = template(cache.path(), &["build", &debian.1.display().to_string()]).output();
+    assert_eq!(output.code, 2, "{}", output.describe());
+    assert!(output.stderr_text().contains("cannot be built yet"), "{}", output.describe());
+    assert!(template_names(cache.path()).is_empty());
+}
+
+#[test]
+fn a_failing_step_or_ready_exits_2_with_its_output_and_leaves_no_template() {
+    let cache = cache_dir();
+    let (_a, failing_step) =
+        spec_file("name = \"broken\"\nbase = \"host\"\nrun = [\"echo ok\", \"echo visible-step-output; exit 3\"]\n");
+    let output = template(cache.path(), &["build", &failing_step.display().to_string()]).output();
+    assert_eq!(output.code, 2, "{}", output.describe());
+    let stderr = output.stderr_text();
+    assert!(stderr.contains("step 2 (run echo visible-step-output; exit 3) exited with 3"), "{stderr}");
+    assert!(stderr.contains("visible-step-output"), "{stderr}");
+
+    let (_b, failing_ready) = spec_file(
+        "name = \"unready\"\nbase = \"host\"\nrun = [\"echo ok\"]\nready = \"echo not-ready-output; false\"\n",
+    );
+    let output = template(cache.path(), &["build", "--json", &failing_ready.display().to_string()]).output();
+    assert_eq!(output.code, 2, "{}", output.describe());
+    let failed = events(&output).into_iter().find(|e| e["event"] == "failed").expect("a failed line");
+    assert_eq!(failed["step"], "ready", "{failed}");
+    assert!(failed["output"].as_str().unwrap_or_default().contains("not-ready-output"), "{failed}");
+    assert!(template_names(cache.path()).is_empty(), "no template after failed builds");
+    assert!(partials(cache.path()).is_empty(), "{:?}", partials(cache.path()));
+}
+
+#[test]
+fn a_build_step_cannot_reach_a_host_that_is_not_an_allowed_registry() {
+    require_root!();
+    let cache = cache_dir();
+    let host = testnet::TestHost::start("forbidden.test", "10.203.7.1", "10.203.7.2", 80);
+    std::fs::write(host.dir().join("secret.txt"), "should-not-arrive").expect("write");
+    let reach = "curl -s --max-time 5 http://10.203.7.2/secret.txt; curl -s --noproxy '*' --max-time 5 \
+                 http://10.203.7.2/secret.txt; exit 1";
+    let spec = format!("name = \"reach\"\nbase = \"host\"\nrun = [\"{reach}\"]\n");
+    let (_dir, path) = spec_file(&spec);
+    let path = path.display().to_string();
+    // The test host's range is allowed as an address: only the registry allowlist stands between the step and it.
+    let refused = template(
+        cache.path(),
+        &["build", "--registry", "registry.example.invalid:443", "--allow-cidr", "10.203.7.0/30", &path],
+    )
+    .output();
+    assert_eq!(refused.code, 2, "{}", refused.describe());
+    assert!(refused.stderr_text().contains("the egress proxy refused 10.203.7.2:80"), "{}", refused.describe());
+    assert!(!refused.stderr_text().contains("should-not-arrive"), "{}", refused.describe());
+    assert_eq!(host.requests(), "", "the test host saw a request from a build step");
+
+    // The control: allowed as a registry (by the config file's `[templates]`, its address by `[egress]`), the same
+    // step reaches it, so the refusal above is the allowlist's.
+    let allowed_spec =
+        "name = \"reach\"\nbase = \"host\"\nrun = [\"curl -sf --max-time 5 http://10.203.7.2/secret.txt\"]\n";
+    let (allowed_dir, allowed) = spec_file(allowed_spec);
+    let config = allowed_dir.path().join("sandkasten.toml");
+    std::fs::write(
+        &config,
+        "[templates]\nregistries = [\"10.203.7.2:80\"]\n[egress]\nallow_cidrs = [\"10.203.7.0/30\"]\n",
+    )
+    .expect("write config");
+    let config = config.display().to_string();
+    let allowed = template(cache.path(), &["build", "--config", &config, &allowed.display().to_string()]).output();
+    assert_eq!(allowed.code, 0, "{}", allowed.describe());
+    assert!(allowed.stderr_text().contains("should-not-arrive"), "{}", allowed.describe());
+    assert!(host.requests().contains("GET"), "{}", host.requests());
+}
+
+#[test]
+fn a_killed_build_leaves_nothing_a_later_build_takes_for_finished() {
+    require_root!();
+    let cache = cache_dir();
+    let marker = common::unique_token("started-");
+    let spec = |second: &str| {
+        format!("name = \"killed\"\nbase = \"host\"\nrun = [\"echo first > /opt/first\", \"{second}\"]\n")
+    };
+    let (_dir, path) = spec_file(&spec(&format!("echo {marker}; echo partial > /opt/partial; sleep 60")));
+    let mut child = std::process::Command::new(common::bin())
+        .args(["template", "--cache", &cache.path().display().to_string(), "build", "--json"])
+        .arg(&path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn the build");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "the second step never started");
+        match lines.next() {
+            Some(Ok(line)) if line.contains(&marker) => break,
+            Some(Ok(_)) => {}
+            _ => panic!("the build ended before its second step printed"),
+        }
+    }
+    child.kill().expect("SIGKILL the build");
+    let _ = child.wait();
+    assert!(template_names(cache.path()).is_empty(), "a killed build made a template");
+
+    let (_again_dir, again) = spec_file(&spec("test ! -e /opt/partial && echo clean > /opt/second"));
+    let rebuilt = template(cache.path(), &["build", "--json", &again.display().to_string()]).output();
+    assert_eq!(rebuilt.code, 0, "the killed step's writes reached the rebuild: {}", rebuilt.describe());
+    let cached: Vec<bool> = steps(&rebuilt).into_iter().map(|(_, cached)| cached).collect();
+    assert_eq!(cached, vec![true, false], "the finished first step is reused, the killed one is not");
+    assert!(partials(cache.path()).is_empty(), "{:?}", partials(cache.path()));
+    assert!(
+        mounts_under(cache.path()).is_empty(),
+        "the killed build's tmpfs is gone: {:?}",
+        mounts_under(cache.path())
+    );
+    let build_dir = std::fs::read_dir(cache.path().join("build")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(build_dir, 0);
+}
+
+#[test]
+fn a_file_a_later_step_deletes_is_gone_from_the_template() {
+    require_root!();
+    let cache = cache_dir();
+    let (_dir, path) =
+        spec_file("name = \"deleted\"\nbase = \"host\"\nrun = [\"echo a > /opt/a; echo b > /opt/b\", \"rm /opt/a\"]\n");
+    let built = template(cache.path(), &["build", &path.display().to_string()]).output();
+    assert_eq!(built.code, 0, "{}", built.describe());
+    let cache_arg = cache.path().display().to_string();
+    let listing =
+        common::run(["--template-cache", &cache_arg, "--template", "deleted", "--", "ls", "-A", "/opt"]).output();
+    assert_eq!(listing.code, 0, "{}", listing.describe());
+    assert_eq!(listing.stdout_text().split_whitespace().collect::<Vec<_>>(), vec!["b"], "{}", listing.describe());
+}

@@ -1,0 +1,41 @@
+//! `[templates]`: what template builds (`sandkasten template build --config FILE`) may reach. Unset, the registries
+//! come from the host's own pip, npm and apt configuration at build time.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::config::problem::Found;
+
+/// Template builds (`[templates]`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct TemplatesConfig {
+    /// Host patterns (`name`, `*.name`, each with an optional `:port`) a build step may reach through the egress
+    /// proxy, replacing the registries read from the host's clients. Default: empty (read from the host). The
+    /// build's proxy uses `[egress]` too (`allow_cidrs` for a registry mirror on a private network).
+    pub registries: Vec<String>,
+}
+
+impl TemplatesConfig {
+    /// Records what is wrong with these values.
+    pub(crate) fn check(&self, found: &mut Found) {
+        for (index, pattern) in self.registries.iter().enumerate() {
+            if let Err(error) = sandkasten_egress::Pattern::parse("registries", pattern) {
+                found.add(format!("templates.registries[{index}]"), error.reason);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::ServerConfig;
+
+    #[test]
+    fn a_bad_registry_pattern_is_named() {
+        let text = "insecure_no_auth = true\n[templates]\nregistries = [\"ok.example.org:443\", \"bad host\"]\n";
+        let config = ServerConfig::from_toml_str(text).unwrap_or_else(|e| panic!("{e}"));
+        let error = config.validate().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains("templates.registries[1]"), "{error}");
+    }
+}
