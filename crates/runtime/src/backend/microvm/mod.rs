@@ -13,9 +13,11 @@
 //! stream of the door mux over it, and the host connects each stream to the egress proxy. Steps: record → cgroup → disk → jail (`launch_keeping`) → QEMU → `GuestBooted` → plan →
 //! ready. The guest has no network device at all: its traffic leaves only through the door, to the proxy.
 
+mod accel_choice;
 mod files;
 mod images;
 mod qemu;
+mod speed_probe;
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -26,8 +28,10 @@ use std::time::Duration;
 use sandkasten_protocol::{AgentPlan, Envelope, Message, SeccompPolicy, VmmPlan, read_frame, write_frame};
 use sandkasten_types::{MicrovmAccel, SandboxFile, SandboxSpec, Tier};
 
+pub use accel_choice::{AccelVerdict, CLEARLY_FASTER};
 pub(crate) use files::MicrovmFiles;
 pub(crate) use files::{leftover_candidates, remove_leftovers};
+pub use speed_probe::ProbeRun;
 
 use super::{NotServing, TierBackend, wait_until_serving};
 use crate::backend::process::launch::Launcher;
@@ -70,7 +74,7 @@ impl<'a> MicrovmTier<'a> {
 }
 
 /// Why this host cannot run microVMs as configured, if it cannot.
-pub(crate) fn unusable(settings: &sandkasten_types::MicrovmSettings) -> Option<String> {
+pub fn unusable(settings: &sandkasten_types::MicrovmSettings) -> Option<String> {
     if resolve_qemu(settings).is_none() {
         return Some(format!(
             "isolation \"microvm\" needs QEMU, which is not installed ({} not found): scripts/setup.sh installs it (on \
@@ -81,26 +85,46 @@ pub(crate) fn unusable(settings: &sandkasten_types::MicrovmSettings) -> Option<S
     if let Err(missing) = images::BootFiles::find(settings) {
         return Some(missing);
     }
-    match accel(settings) {
+    let (accel, why) = accel_and_reason(settings);
+    match accel {
         MicrovmAccel::Kvm if !Path::new("/dev/kvm").exists() => {
             Some("[microvm] accel = \"kvm\" but this host has no /dev/kvm: set accel = \"auto\"".to_owned())
         }
-        MicrovmAccel::Tcg if !settings.allow_emulation => Some(
-            "isolation \"microvm\" would run under software emulation here, which [microvm] allow_emulation = false \
-             forbids: set accel = \"kvm\" on a host with hardware virtualisation"
-                .to_owned(),
-        ),
+        MicrovmAccel::Tcg if !settings.allow_emulation => Some(format!(
+            "isolation \"microvm\" would run under software emulation here ({why}), which [microvm] \
+             allow_emulation = false forbids: allow emulation, or run microVMs on a host whose KVM runs guests at \
+             hardware speed"
+        )),
         _ => None,
     }
 }
 
-/// The acceleration guests get: KVM only when the config says so (on hosts whose KVM is emulated, such as nested
-/// KVM without hardware support, guests run far slower on it than under TCG), else software emulation.
+/// The acceleration guests get: `kvm` or `tcg` as configured; for `auto`, KVM only where the speed probe measured it
+/// clearly faster than software emulation (on hosts whose KVM is emulated, such as `kvm_pvm` or nested KVM without
+/// hardware support, guests run far slower on it than under TCG).
 pub(crate) fn accel(settings: &sandkasten_types::MicrovmSettings) -> MicrovmAccel {
+    accel_and_reason(settings).0
+}
+
+/// `accel`, and why in words (the configured value, or the speed probe's verdict for `auto`).
+pub fn accel_and_reason(settings: &sandkasten_types::MicrovmSettings) -> (MicrovmAccel, String) {
     match settings.accel {
-        MicrovmAccel::Kvm => MicrovmAccel::Kvm,
-        MicrovmAccel::Auto | MicrovmAccel::Tcg => MicrovmAccel::Tcg,
+        MicrovmAccel::Kvm => (MicrovmAccel::Kvm, "[microvm] accel = \"kvm\"".to_owned()),
+        MicrovmAccel::Tcg => (MicrovmAccel::Tcg, "[microvm] accel = \"tcg\"".to_owned()),
+        MicrovmAccel::Auto => match resolve_qemu(settings) {
+            Some(qemu) => {
+                let verdict = accel_choice::verdict(settings, &qemu);
+                (verdict.accel, verdict.reason)
+            }
+            None => (MicrovmAccel::Tcg, "QEMU is not installed".to_owned()),
+        },
     }
+}
+
+/// What `accel = "auto"` measured on this host and picks (the speed probe's verdict, cached per host boot, kernel
+/// and QEMU binary); `None` without QEMU.
+pub fn accel_verdict(settings: &sandkasten_types::MicrovmSettings) -> Option<AccelVerdict> {
+    resolve_qemu(settings).map(|qemu| accel_choice::verdict(settings, &qemu))
 }
 
 /// The QEMU to run: the configured path, or the configured name found on this process's PATH.
