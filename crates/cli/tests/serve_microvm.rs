@@ -30,6 +30,9 @@ fn create_microvm(server: &Server) -> String {
     assert_eq!(reply.json["isolation"]["reason"], "requested", "{reply:?}");
     // This host's KVM is emulated: `accel = "auto"` runs guests under software emulation, and says so.
     assert_eq!(reply.json["isolation"]["accel"], "tcg", "{reply:?}");
+    // The guest's boot (QEMU's launch to the agent's greeting): seconds under TCG, never nothing.
+    let boot_ms = reply.json["vm_boot_ms"].as_f64().unwrap_or_default();
+    assert!((100.0..90_000.0).contains(&boot_ms), "vm_boot_ms of a fresh VM: {reply:?}");
     reply.json["id"].as_str().expect("id").to_owned()
 }
 
@@ -68,6 +71,17 @@ fn microvm_sandbox_keeps_its_files_between_execs_and_leaves_nothing_when_deleted
     assert!(!alive(vmm), "the VMM {vmm} outlived its deleted sandbox");
     let after = server.exec(&id, "true");
     assert!(after.status == 404 || after.status == 409, "exec on a deleted sandbox: {after:?}");
+
+    // A one-shot run boots a VM of its own: its result has the boot as a phase of its own, after `allocate`.
+    let run = server.call("POST", "/v1/run", KEY_1, Some(json!({"isolation": "microvm", "argv": ["echo", "hi"]})));
+    assert_eq!(run.status, 200, "{run:?}");
+    assert_eq!(run.json["stdout"], "hi\n", "{run:?}");
+    assert_eq!(run.json["isolation"]["accel"], "tcg", "{run:?}");
+    let phase = |name: &str| run.json["phases"][name].as_f64().unwrap_or(-1.0);
+    assert!(phase("vm_boot") - phase("allocate") > 100.0, "the VM's boot is its own phase: {run:?}");
+    assert!(phase("vm_boot") <= phase("filesystem_ready"), "{run:?}");
+    let exec_phases = &second.json["phases"];
+    assert_eq!(exec_phases["vm_boot"], 0.0, "an exec in a running VM boots nothing: {second:?}");
 }
 
 #[test]

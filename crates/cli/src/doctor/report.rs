@@ -201,7 +201,10 @@ mod tests {
         assert_eq!(lines[0], "ok    user namespaces      created one (max 15000)");
         assert_eq!(lines[1], "fail  runsc (gvisor)       not found in PATH");
         assert_eq!(lines[2], "                           fix: install runsc");
-        assert!(text.contains("\n      gvisor unusable: failed: runsc (gvisor), runsc start (not checked)\n"), "{text}");
+        assert!(
+            text.contains("\n      gvisor unusable: failed: runsc (gvisor), runsc start (not checked)\n"),
+            "{text}"
+        );
     }
 
     #[test]

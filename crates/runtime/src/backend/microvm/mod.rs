@@ -212,6 +212,7 @@ impl TierBackend for MicrovmTier<'_> {
         let boot_dir = settings.dir.to_string_lossy().into_owned();
         let jail_plan = vmm_jail_plan(plan, spec, argv, keep.clone(), vmm_log.as_raw_fd(), vec![boot_dir]);
 
+        let launched_ns = sandkasten_protocol::monotonic_ns();
         let mut jail = self.launcher.launch_keeping(guard, &jail_plan, &keep)?;
         // The jail holds its copies now; the host's go, so that the guest's end of the channel lives in QEMU only.
         let door_host_end = door.map(|(host, guest)| {
@@ -223,7 +224,8 @@ impl TierBackend for MicrovmTier<'_> {
         drop(jail);
 
         wait_for_boot(&mut channel, &files)?;
-        guard.vm_boot = Some(crate::VmBoot { accel: shape.accel, booted_ns: sandkasten_protocol::monotonic_ns() });
+        let booted_ns = sandkasten_protocol::monotonic_ns();
+        guard.vm_boot = Some(crate::VmBoot { accel: shape.accel, booted_ns, launched_ns });
         write_frame(&mut channel, &Envelope::new(0, Message::Plan { plan: plan.clone() }))?;
         match wait_until_serving(&mut channel) {
             Ok(()) => {
