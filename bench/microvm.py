@@ -5,7 +5,7 @@ kernel, initramfs modules and root image to a trivial init that runs the root's 
 floor under the tier (no jail, no agent, no sandbox disk, no protocol). Interleaved rounds, wall time and CPU time
 per operation (the children's user + system time: on a shared, noisy host CPU per operation is the steadier
 figure), medians and p99; plus the host memory of an idle microVM sandbox (its cgroup's charge and QEMU's RSS)
-against the guest's RAM. The acceleration used (`tcg` or `kvm`) is recorded beside every figure.
+against the guest's RAM, and (through one `sandkasten serve`) restore from a memory snapshot → first command. The acceleration used (`tcg` or `kvm`) is recorded beside every figure.
 
 Writes bench/results/microvm.json and re-renders docs/benchmarks.md unless `--no-render`. Standard library only;
 run as root after scripts/setup.sh.
@@ -134,6 +134,43 @@ def idle_memory(binary: Path) -> dict:
     return {"guest_ram_bytes": GUEST_MIB << 20, "cgroup_charge_bytes": charged, "qemu_rss_bytes": rss}
 
 
+def restore_from_memory(binary: Path, rounds: int) -> dict:
+    """Through one `sandkasten serve`: a memory snapshot of an idle microVM sandbox, then `rounds` creates from it,
+    each timed until its first command answers (QEMU loads the migration file, `cont`, the agent serves on)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from warm import Client, Server  # noqa: E402
+
+    server = Server(str(binary), pooled=False, extra=["", "[snapshots]", "gc_grace_s = 0"])
+    server.start()
+    try:
+        client = Client(server.port)
+
+        def call(method: str, path: str, body: dict | None = None) -> dict:
+            status, answer, _ = client.request(method, path, body)
+            if status not in (200, 201, 204):
+                raise RuntimeError(f"{method} {path}: {status} {answer}")
+            return answer if isinstance(answer, dict) else {}
+
+        limits = {"memory_bytes": GUEST_MIB << 20, "timeout_ms": 60_000}
+        source = call("POST", "/v1/sandboxes", {"isolation": "microvm", "timeout_s": 3600, "limits": limits})["id"]
+        start = time.perf_counter_ns()
+        snapshot = call("POST", f"/v1/sandboxes/{source}/snapshots", {"memory": True})
+        snapshot_ms = (time.perf_counter_ns() - start) / 1e6
+        walls = []
+        for _ in range(rounds):
+            start = time.perf_counter_ns()
+            copy = call("POST", "/v1/sandboxes", {"snapshot": snapshot["snapshot_id"]})["id"]
+            call("POST", f"/v1/sandboxes/{copy}/exec", {"cmd": "true"})
+            walls.append((time.perf_counter_ns() - start) / 1e6)
+            call("DELETE", f"/v1/sandboxes/{copy}")
+        call("DELETE", f"/v1/snapshots/{snapshot['snapshot_id']}")
+        call("DELETE", f"/v1/sandboxes/{source}")
+        return {"snapshot_ms": snapshot_ms, "size_bytes": snapshot.get("size_bytes"), "wall_ms": stats(walls)}
+    finally:
+        server.stop()
+        server.cleanup()
+
+
 def stats(values: list[float]) -> dict:
     ordered = sorted(values)
     pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
@@ -165,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             phases.append(phase)
             print(f"round {round_ + 1}/{args.rounds}: bare {bare_wall[-1]:.0f} ms, sandkasten {wall:.0f} ms", file=sys.stderr)
         memory = idle_memory(args.binary)
+        restore = restore_from_memory(args.binary, args.rounds)
     phase_names = sorted({name for phase in phases for name in phase})
     results = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -178,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             "phases_ms": {name: stats([phase[name] for phase in phases if name in phase]) for name in phase_names},
         },
         "idle_memory": memory,
+        "restore_from_memory_snapshot": restore,
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2) + "\n")

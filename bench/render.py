@@ -1245,9 +1245,19 @@ def render_microvm(m: dict) -> list[str]:
         "**On hardware KVM** the same code runs the guest's instructions natively: the kernel boots to the "
         "initramfs in ~100–150 ms (Firecracker's figure for a comparable guest), the agent's setup in a few ms, so "
         "create → first command should reach a few hundred ms and the ratio to a bare boot the same orchestration "
-        "cost in absolute terms (the jail, the disk's mkfs, the protocol: tens of ms). Pooled creates and memory "
-        "snapshots are not on this tier yet.",
+        "cost in absolute terms (the jail, the disk's mkfs, the protocol: tens of ms).",
     ]
+    restore = m.get("restore_from_memory_snapshot")
+    if restore:
+        lines += [
+            "",
+            f"**Restore from a memory snapshot → first command** (through `sandkasten serve`, "
+            f"{restore['wall_ms']['n']} rounds): p50 {fmt(restore['wall_ms']['p50'], 0)} ms, p99 "
+            f"{fmt(restore['wall_ms']['p99'], 0)} ms; the snapshot of an idle {m['guest_mib']} MiB guest took "
+            f"{fmt(restore['snapshot_ms'], 0)} ms and holds {(restore.get('size_bytes') or 0) / (1 << 20):.0f} MiB "
+            "(QEMU's migration stream: touched pages only, plus the disk's written blocks). No boot: QEMU loads the "
+            "file, the guest goes on.",
+        ]
     return lines
 
 

@@ -22,6 +22,13 @@ FEATURES: list[tuple[str, list[str]]] = [
     ("network options, `update_network`", [
         r"test_lifecycle\.py::test_(internet_access|network_rules|update_network|features_sandkasten_lacks)",
     ]),
+    ("`Secret` (create, get_info, update, list, destroy), secrets in `network.rules`", [r"test_secrets\.py::"]),
+    ("the base image: `python`, `pip`, `node`, `git`, `curl`, home; `sudo`", [
+        r"test_base_image\.py::test_(base_image|sudo)",
+    ]),
+    ("a command killed with its sandbox, `mcp`", [
+        r"test_base_image\.py::test_(a_command|an_async_command|mcp)",
+    ]),
     ("access tokens and tenants", [r"test_isolation\.py::"]),
     ("`commands.run` (foreground)", [
         r"test_commands\.py::test_(run_returns|nonzero_exit|commands_run_under_bash|default_user|user_root|envs_and_cwd"

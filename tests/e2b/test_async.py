@@ -223,7 +223,7 @@ async def test_file_metadata_root_files_and_signed_urls(asbx):
     assert (await asbx.files.get_info(f"{private}/r.txt", user="root")).owner == "root"
     with pytest.raises(SandboxException):
         await asbx.files.read(f"{private}/r.txt")
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(headers={"Host": f"49983-{asbx.sandbox_id}.{asbx.sandbox_domain}"}) as client:
         assert (await client.get(asbx.download_url(f"{base}/u.txt"))).text == "y"
         upload = asbx.upload_url(f"{base}/up.txt", use_signature_expiration=30)
         assert (await client.post(upload, files={"file": ("up.txt", b"by url")})).status_code == 200

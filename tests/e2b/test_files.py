@@ -11,6 +11,7 @@ from e2b import (
     FilesystemEventType,
     InvalidArgumentException,
     NotFoundException,
+    Sandbox,
     SandboxException,
 )
 
@@ -413,34 +414,53 @@ def test_file_metadata_out_of_bounds_is_envd_s_error(sbx, home):
 
 
 def test_signed_download_and_upload_urls(sbx, home):
-    """download_url/upload_url: what the SDK signs with the access token; the URL alone (no headers) works."""
+    """download_url/upload_url: what the SDK signs with the access token. The URL alone (no headers) works where it
+    names the sandbox: at E2B's host name `49983-ID.DOMAIN` (the SDK's URL without E2B_SANDBOX_URL; here the server's
+    address with that Host, as a wildcard DNS record would send it) or with `&sandbox_id=`; the SDK's URL with
+    E2B_SANDBOX_URL names none and is refused rather than checked against every sandbox's token."""
     import time
 
     import httpx
 
+    envd_host = {"Host": f"49983-{sbx.sandbox_id}.{sbx.sandbox_domain}"}
+
+    def by_id(url: str) -> str:
+        return f"{url}&sandbox_id={sbx.sandbox_id}"
+
     sbx.files.write(f"{home}/shared.txt", "signed")
     url = sbx.download_url(f"{home}/shared.txt")
     assert "signature=v1_" in url
-    assert httpx.get(url).text == "signed"
+    assert httpx.get(url, headers=envd_host).text == "signed"
+    assert httpx.get(by_id(url)).text == "signed"
+    unnamed = httpx.get(url)
+    assert unnamed.status_code == 401 and "names no sandbox" in unnamed.json()["message"]
     timed = sbx.download_url(f"{home}/shared.txt", use_signature_expiration=60)
-    assert "signature_expiration=" in timed and httpx.get(timed).text == "signed"
+    assert "signature_expiration=" in timed and httpx.get(timed, headers=envd_host).text == "signed"
     upload = sbx.upload_url(f"{home}/uploaded.txt")
-    assert httpx.post(upload, files={"file": ("uploaded.txt", b"sent by url")}).status_code == 200
+    assert httpx.post(upload, headers=envd_host, files={"file": ("uploaded.txt", b"sent by url")}).status_code == 200
     assert sbx.files.read(f"{home}/uploaded.txt") == "sent by url"
     # Expired, tampered, missing, or a download's signature used to upload: 401.
     expired = sbx.download_url(f"{home}/shared.txt", use_signature_expiration=-10)
     assert int(expired.split("signature_expiration=")[1].split("&")[0]) < time.time()
-    refused = httpx.get(expired)
+    refused = httpx.get(expired, headers=envd_host)
     assert refused.status_code == 401 and "expired" in refused.json()["message"]
     tampered = url.replace("signature=v1_", "signature=v1_x")
-    assert httpx.get(tampered).status_code == 401
-    assert httpx.get(url.split("&signature=")[0]).status_code == 401
-    assert httpx.get(url.replace("shared.txt", "other.txt")).status_code == 401
+    assert httpx.get(tampered, headers=envd_host).status_code == 401
+    assert httpx.get(by_id(tampered)).status_code == 401
+    assert httpx.get(url.split("&signature=")[0], headers=envd_host).status_code == 401
+    assert httpx.get(url.replace("shared.txt", "other.txt"), headers=envd_host).status_code == 401
     as_upload = url.replace("shared.txt", "uploaded.txt")
-    assert httpx.post(as_upload, files={"file": ("u", b"x")}).status_code == 401
+    assert httpx.post(as_upload, headers=envd_host, files={"file": ("u", b"x")}).status_code == 401
     assert sbx.files.read(f"{home}/uploaded.txt") == "sent by url"
+    # Another sandbox's name with this one's signature: its own token does not make it.
+    other = support.create(Sandbox)
+    try:
+        misnamed = httpx.get(url, headers={"Host": f"49983-{other.sandbox_id}.{sbx.sandbox_domain}"})
+        assert misnamed.status_code == 401 and "invalid signature" in misnamed.json()["message"]
+    finally:
+        other.kill()
     # As root: the user is part of what is signed.
     private = support.unique("/tmp/root-url")
     sbx.commands.run(f"mkdir -m 700 {private} && echo hidden > {private}/f", user="root")
-    assert httpx.get(sbx.download_url(f"{private}/f", user="root")).text == "hidden\n"
-    assert httpx.get(sbx.download_url(f"{private}/f")).status_code != 200
+    assert httpx.get(sbx.download_url(f"{private}/f", user="root"), headers=envd_host).text == "hidden\n"
+    assert httpx.get(sbx.download_url(f"{private}/f"), headers=envd_host).status_code != 200

@@ -67,8 +67,10 @@ fn run(channel: &mut UnixStream) -> Result<(), String> {
         Err(error) => return Err(format!("reading the plan: {error}")),
     };
     let filter = match plan.seccomp {
-        SeccompPolicy::Sandbox => SandboxFilter::compile().map_err(|e| format!("compiling the seccomp policy: {e}"))?,
-    };
+        SeccompPolicy::Sandbox => SandboxFilter::compile(),
+        SeccompPolicy::Vmm => SandboxFilter::compile_vmm(),
+    }
+    .map_err(|e| format!("compiling the seccomp policy: {e}"))?;
     let jail = jail_of(&plan, &filter);
     match plan.tier {
         Tier::Process => crate::init::run(&plan, &jail, channel),

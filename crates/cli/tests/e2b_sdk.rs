@@ -14,6 +14,7 @@
 
 #[macro_use]
 mod common;
+mod egress;
 mod serve;
 
 use std::path::{Path, PathBuf};
@@ -39,12 +40,17 @@ fn start_server() -> Server {
     start_server_with("")
 }
 
+/// The `e2b` tenant's table.
+fn e2b_tenant() -> String {
+    format!(
+        "[[tenants]]\nname = \"e2b\"\napi_keys = [\"{E2B_KEY}\"]\nmax_sandboxes = 32\nmax_memory_bytes = {}\n",
+        16u64 << 30
+    )
+}
+
 /// `start_server` with more config before the tenant table (e.g. `[defaults] isolation = "gvisor"`).
 fn start_server_with(extra: &str) -> Server {
-    Server::start_with(&format!(
-        "{extra}[[tenants]]\nname = \"e2b\"\napi_keys = [\"{E2B_KEY}\"]\nmax_sandboxes = 32\nmax_memory_bytes = {}\n",
-        16u64 << 30
-    ))
+    Server::start_with(&format!("{extra}{}", e2b_tenant()))
 }
 
 /// What one run of an SDK client program did.
@@ -176,6 +182,46 @@ fn e2b_python_sdks_pass_the_compatibility_suite() {
     assert!(check.status.success(), "docs/e2b-compat.md's matrix does not match this run:\n{said}");
 }
 
+/// A secret made with E2B's `Secret` API and named in `network.rules` (`tests/e2b/secret_headers.py`, sync and
+/// async) is set as the header toward its host over intercepted TLS, overriding the sandbox's own; a new value
+/// applies at once; after `Secret.destroy` no value goes out. Checked in the test host's own request log.
+#[test]
+fn e2b_secrets_are_set_as_headers_toward_a_test_host() {
+    require_root!();
+    let world = egress::World::start(&e2b_tenant());
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let ids_file = scratch.path().join("sandbox-ids");
+    let (value, rotated) = ("e2b-s3cret-0123456789", "e2b-r0tated-9876543210");
+    let env = [
+        ("E2B_SUITE_HEADER_HOST", Path::new("secure.test")),
+        ("E2B_SUITE_SECRET_VALUE", Path::new(value)),
+        ("E2B_SUITE_ROTATED_VALUE", Path::new(rotated)),
+    ];
+    let args = ["-m", "pytest", "-q", "-rfEsx", "--tb=short", "tests/e2b/secret_headers.py"];
+    let run = run_client(&world.server, &venv_python(), &args, &common::venvs::repo_root(), &ids_file, &env);
+    assert!(run.success, "tests/e2b/secret_headers.py failed (its output is above)");
+    assert!(run.output.contains("2 passed") && !run.output.contains("skipped"), "both ran: {}", run.output);
+    let log = world.secure.requests();
+    let request = |path: &str| -> String {
+        let start = log.find(&format!("GET {path}\n")).unwrap_or_else(|| panic!("{path} never arrived:\n{log}"));
+        let rest = &log[start + 4..];
+        rest[..rest.find("\nGET ").map_or(rest.len(), |end| end + 1)].to_owned()
+    };
+    for (path, expected) in [("/e2b-rule-sync", value), ("/e2b-rule-rotated", rotated), ("/e2b-rule-async", value)] {
+        let seen = request(path);
+        assert!(seen.contains(&format!("Bearer {expected}")), "{path} lacks the secret's header:\n{seen}");
+        assert!(!seen.contains("chosen-inside"), "{path}: the rule overrides the sandbox's header:\n{seen}");
+    }
+    if let Some(start) = log.find("GET /e2b-rule-deleted\n") {
+        let after = &log[start..];
+        assert!(!after.contains(value) && !after.contains(rotated), "a destroyed secret still went out:\n{after}");
+    }
+    for other in [world.allowed.requests(), world.other.requests()] {
+        assert!(!other.contains(value) && !other.contains(rotated), "a secret reached another host:\n{other}");
+    }
+    assert_nothing_left(&world.server, &ids_file, 2);
+}
+
 /// The "done when": an E2B-style script, unchanged but for the three variables, creates a sandbox, streams
 /// command output, writes/reads/lists files, keeps Python state across run_code calls, saves a matplotlib PNG and
 /// kills the sandbox.
@@ -208,6 +254,22 @@ fn e2b_pause_and_watch_tests_pass_on_gvisor() {
     let run = run_client(&server, &venv_python(), &args, &common::venvs::repo_root(), &ids_file, &[]);
     assert!(run.success, "the E2B pause and watch tests failed on gVisor (their output is above)");
     assert!(run.output.contains("11 passed"), "every pause and watch test ran: {}", run.output);
+    assert_nothing_left(&server, &ids_file, 3);
+}
+
+/// The base image's tests with the real SDKs on a gVisor server: `python`, `pip`, `node`, `git`, `curl` and the home
+/// under the Sentry, a command cut off by a kill raising the SDK's "killed or reached its end of life", `mcp` failing
+/// as a failed gateway does (sudo: the strict xfail).
+#[test]
+fn e2b_base_image_tests_pass_on_gvisor() {
+    require_runsc!();
+    let server = start_server_with("[defaults]\nisolation = \"gvisor\"\n");
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let ids_file = scratch.path().join("sandbox-ids");
+    let args = ["-m", "pytest", "-q", "-rfEsx", "--tb=short", "tests/e2b/test_base_image.py"];
+    let run = run_client(&server, &venv_python(), &args, &common::venvs::repo_root(), &ids_file, &[]);
+    assert!(run.success, "the E2B base image tests failed on gVisor (their output is above)");
+    assert!(run.output.contains("5 passed, 1 xfailed"), "every test ran: {}", run.output);
     assert_nothing_left(&server, &ids_file, 3);
 }
 

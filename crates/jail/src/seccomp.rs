@@ -7,6 +7,9 @@
 //!   falls back to `clone`, whose flags the sandbox filter checks. It is installed after `sandbox`: for two ERRNO
 //!   results the kernel returns the most recently installed filter's, so ENOSYS wins; without it, EPERM.
 //!
+//! The VMM of a microVM (QEMU, in a process-tier jail) runs under `sandbox` with the few rules of `VMM_RELAXED`
+//! lifted ([`SandboxFilter::compile_vmm`]): derived from the same data, so the two allowlists cannot drift apart.
+//!
 //! Compile once in the parent ([`SandboxFilter::compile`]), install in the forked child right before `execve`
 //! ([`SandboxFilter::apply`]).
 
@@ -99,6 +102,17 @@ pub const DENIED_SYSCALLS: &[&str] = &[
     "uselib",
 ];
 
+/// The rules of the `sandbox` filter whose argument conditions the VMM's filter drops, each with why that is
+/// harmless there.
+pub const VMM_RELAXED: &[(&str, &str)] = &[(
+    "fadvise64",
+    "QEMU's block layer drops the page cache of its disk descriptors (POSIX_FADV_DONTNEED) when it takes the disks \
+     over after a migration (`cont` after saving a memory snapshot, the start of a restored VM), and fails the \
+     migration when refused. The VMM runs no code of the sandbox's: the guest reaches the host page cache only \
+     through QEMU's block layer. What a compromised QEMU could evict is the cache of the files it holds (its own \
+     disk, the shared read-only root and agent images): neighbours re-read those, nothing is exposed",
+)];
+
 /// A failed seccomp step.
 #[derive(Debug, thiserror::Error)]
 pub enum SeccompError {
@@ -108,6 +122,9 @@ pub enum SeccompError {
     /// The embedded JSON policy did not compile.
     #[error("compile seccomp policy")]
     Compile(#[source] seccompiler::Error),
+    /// The embedded policy is not the JSON it should be (deriving the VMM's filter from it).
+    #[error("seccomp policy is malformed: {0}")]
+    Malformed(String),
     /// The embedded policy lacks one of the filters.
     #[error("seccomp policy has no filter named {0}")]
     MissingFilter(&'static str),
@@ -134,8 +151,32 @@ pub struct SandboxFilter {
 impl SandboxFilter {
     /// Compiles the embedded policy for the running architecture (x86_64 only for now).
     pub fn compile() -> Result<SandboxFilter, SeccompError> {
-        let (policy, arch) = match std::env::consts::ARCH {
-            "x86_64" => (POLICY_X86_64, TargetArch::x86_64),
+        SandboxFilter::compile_policy(POLICY_X86_64)
+    }
+
+    /// The filters for a VMM: the sandbox allowlist with the rules of `VMM_RELAXED` unconditional.
+    pub fn compile_vmm() -> Result<SandboxFilter, SeccompError> {
+        let mut policy: serde_json::Value =
+            serde_json::from_str(POLICY_X86_64).map_err(|e| SeccompError::Malformed(e.to_string()))?;
+        let rules = policy
+            .get_mut(SANDBOX_FILTER)
+            .and_then(|filter| filter.get_mut("filter"))
+            .and_then(serde_json::Value::as_array_mut)
+            .ok_or(SeccompError::MissingFilter(SANDBOX_FILTER))?;
+        for (syscall, _) in VMM_RELAXED {
+            let rule = rules
+                .iter_mut()
+                .find(|rule| rule.get("syscall").and_then(serde_json::Value::as_str) == Some(syscall))
+                .and_then(serde_json::Value::as_object_mut)
+                .ok_or_else(|| SeccompError::Malformed(format!("no rule for {syscall} to relax")))?;
+            rule.remove("args");
+        }
+        SandboxFilter::compile_policy(&policy.to_string())
+    }
+
+    fn compile_policy(policy: &str) -> Result<SandboxFilter, SeccompError> {
+        let arch = match std::env::consts::ARCH {
+            "x86_64" => TargetArch::x86_64,
             other => return Err(SeccompError::UnsupportedArch(other)),
         };
         let mut programs = seccompiler::compile_from_json(policy.as_bytes(), arch).map_err(SeccompError::Compile)?;
@@ -181,7 +222,11 @@ mod tests {
     /// Forks; the child installs the filters, runs `probe` and exits with its result (0 or an errno); the parent
     /// returns that code. The child must not allocate: `probe` only makes raw syscalls.
     fn in_filtered_child(probe: impl FnOnce() -> libc::c_long) -> i32 {
-        let filter = filter();
+        in_child_under(&filter(), probe)
+    }
+
+    /// `in_filtered_child` under `filter`.
+    fn in_child_under(filter: &SandboxFilter, probe: impl FnOnce() -> libc::c_long) -> i32 {
         // SAFETY: the child only calls the non-allocating apply(), raw syscalls and _exit.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork failed");
@@ -353,6 +398,35 @@ mod tests {
             // kernel could write to; the probes that pass buffers make their own call.
             unsafe { libc::syscall(nr, args[0], args[1], args[2], 0, 0, 0) }
         })
+    }
+
+    #[test]
+    fn only_the_vmm_may_drop_page_cache() {
+        let file = std::fs::File::open("/proc/self/exe").unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+        let dontneed = || {
+            // SAFETY: fadvise on a descriptor this process holds, whole file, plain integers.
+            unsafe { libc::syscall(libc::SYS_fadvise64, fd, 0, 0, libc::POSIX_FADV_DONTNEED) }
+        };
+        let willneed = || {
+            // SAFETY: as above.
+            unsafe { libc::syscall(libc::SYS_fadvise64, fd, 0, 0, libc::POSIX_FADV_WILLNEED) }
+        };
+        assert_eq!(in_filtered_child(dontneed), libc::EPERM, "a sandboxed program evicts host page cache");
+        assert_eq!(in_filtered_child(willneed), 0);
+        let vmm = SandboxFilter::compile_vmm().unwrap();
+        assert_eq!(in_child_under(&vmm, dontneed), 0, "QEMU's migration needs POSIX_FADV_DONTNEED");
+        // Everything else is the sandbox's allowlist.
+        assert_eq!(in_child_under(&vmm, || unsafe_syscall0(libc::SYS_vhangup)), libc::EPERM);
+        for (syscall, why) in VMM_RELAXED {
+            assert!(rules(SANDBOX_FILTER).iter().any(|rule| rule["syscall"] == *syscall), "{syscall} has no rule");
+            assert!(!DENIED_SYSCALLS.contains(syscall) && why.len() > 40, "{syscall}: {why}");
+        }
+    }
+
+    fn unsafe_syscall0(nr: libc::c_long) -> libc::c_long {
+        // SAFETY: a syscall without arguments that the filter refuses before it runs.
+        unsafe { libc::syscall(nr) }
     }
 
     #[test]

@@ -69,6 +69,9 @@ pub struct VmmPlan {
 pub enum SeccompPolicy {
     /// The sandbox allowlist (`resources/seccomp`): what every sandboxed program runs under.
     Sandbox,
+    /// The sandbox allowlist with the VMM's few relaxations (`sandkasten_jail::seccomp::VMM_RELAXED`): a microVM's
+    /// QEMU.
+    Vmm,
 }
 
 /// Where the egress door listens inside and where it leads.

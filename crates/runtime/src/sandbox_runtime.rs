@@ -77,8 +77,9 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         refuse(Failure::new(FailureKind::Conflict, "this runtime cannot pause sandboxes"))
     }
     /// Saves the running sandbox's whole memory state (processes, their open files, its tmpfs files) into `dir`
-    /// (created 0700, the caller's to remove) while it keeps running; requests wait meanwhile. gVisor only (`runsc
-    /// checkpoint --leave-running`): other tiers, and this default, refuse naming the gvisor tier.
+    /// (created 0700, the caller's to remove) while it keeps running; requests wait meanwhile. gVisor (`runsc
+    /// checkpoint --leave-running`) and microVM (QEMU's migration to a file) only: the process tier, and this
+    /// default, refuse naming the tiers that can.
     fn memory_snapshot<'a>(&'a self, id: &'a str, dir: &'a std::path::Path) -> RuntimeFuture<'a, ()> {
         let _ = (id, dir);
         refuse(no_memory_snapshots())
@@ -86,7 +87,7 @@ pub trait SandboxRuntime: Send + Sync + 'static {
     /// Creates the sandbox `id` (its own cgroup, channel and host files) from a memory snapshot in `dir` of a
     /// sandbox created with the same `spec`: it runs on from where the source was, with the source's processes and
     /// environment (commands and code contexts it had are not this runtime's: only its files and new requests are).
-    /// gVisor only; other tiers, and this default, refuse naming the gvisor tier.
+    /// gVisor and microVM only; the process tier, and this default, refuse naming the tiers that can.
     fn create_from_memory<'a>(
         &'a self,
         id: &'a str,
@@ -355,7 +356,10 @@ fn no_background_commands() -> Failure {
 }
 
 fn no_memory_snapshots() -> Failure {
-    Failure::new(FailureKind::Conflict, "memory snapshots need the gvisor tier; this runtime cannot take or start one")
+    Failure::new(
+        FailureKind::Conflict,
+        "memory snapshots need the gvisor or microvm tier; this runtime cannot take or start one",
+    )
 }
 
 fn no_code_interpreter() -> Failure {

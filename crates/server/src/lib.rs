@@ -25,6 +25,7 @@ mod port_forward;
 pub mod retention;
 mod sandbox_lifecycle;
 pub mod seal;
+pub mod secret_rules;
 pub mod state;
 pub mod store;
 mod store_paused;

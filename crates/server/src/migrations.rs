@@ -140,6 +140,14 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE snapshots ADD COLUMN for_pause INTEGER NOT NULL DEFAULT 0;",
     // 12: the tier's reason and a microVM's acceleration (`sandkasten_types::Isolation` as JSON; '' before).
     "ALTER TABLE sandboxes ADD COLUMN isolation_json TEXT NOT NULL DEFAULT '';",
+    // 13: what E2B's secrets API shows of a secret (never its value): an id (`sec_` + 16 hex digits), a version
+    // counted up by every write of the value, caller metadata (a JSON object of strings) and the creation time.
+    "ALTER TABLE sealed_secrets ADD COLUMN secret_id TEXT;
+    ALTER TABLE sealed_secrets ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE sealed_secrets ADD COLUMN metadata_json TEXT NOT NULL DEFAULT '{}';
+    ALTER TABLE sealed_secrets ADD COLUMN created_ms INTEGER NOT NULL DEFAULT 0;
+    UPDATE sealed_secrets SET secret_id = 'sec_' || lower(hex(randomblob(8))), created_ms = updated_ms;
+    CREATE UNIQUE INDEX sealed_secrets_by_id ON sealed_secrets (secret_id);",
 ];
 
 /// A migration's part that SQL cannot do; returns how many rows it rewrote.

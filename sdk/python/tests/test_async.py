@@ -164,6 +164,7 @@ async def test_errors_and_the_rest_of_the_client(aclient: AsyncClient) -> None:
     assert (await aclient.run(command="echo streamed", on_stdout=out.append)).exit_code == 0 and out == ["streamed\n"]
     await aclient.secrets.put("SDK_ASYNC", "v", ["a.example"])
     assert "SDK_ASYNC" in {secret.name for secret in await aclient.secrets.list()}
+    assert (await aclient.secrets.get("SDK_ASYNC")).version == 1
     await aclient.secrets.delete("SDK_ASYNC")
     assert isinstance(await aclient.pools.list(), list)
     with pytest.raises((Forbidden, NotFound)):

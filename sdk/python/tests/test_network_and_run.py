@@ -24,6 +24,8 @@ def test_policy_change_and_egress_audit(sbx: Sandbox) -> None:
 def test_secrets_put_list_delete(client: Client) -> None:
     secret = client.secrets.put("SDK_SUITE_TOKEN", "s3cr3t", ["api.example.com"])
     assert secret.name == "SDK_SUITE_TOKEN" and secret.hosts == ["api.example.com"]
+    assert secret.id.startswith("sec_") and secret.version == 1 and secret.metadata == {}
+    assert client.secrets.get(secret.id).name == "SDK_SUITE_TOKEN"
     assert "SDK_SUITE_TOKEN" in {listed.name for listed in client.secrets.list()}
     client.secrets.delete("SDK_SUITE_TOKEN")
     assert "SDK_SUITE_TOKEN" not in {listed.name for listed in client.secrets.list()}

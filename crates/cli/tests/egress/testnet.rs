@@ -98,8 +98,9 @@ impl TestHost {
 
     /// As `start`, serving HTTPS with `(certificate, key)` PEM files.
     pub fn start_with_tls(name: &str, host_addr: &str, addr: &str, port: u16, tls: Option<(&Path, &Path)>) -> TestHost {
+        remove_stale_hosts();
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
-        let tag = format!("{}{}", std::process::id() % 100_000, n);
+        let tag = format!("{}x{n}", std::process::id());
         let netns = format!("sk-test-{tag}");
         let (outer, inner) = (format!("skh{tag}"), format!("skn{tag}"));
         ip(&["netns", "add", &netns]);
@@ -166,13 +167,40 @@ impl Drop for TestHost {
     }
 }
 
-/// Whether a network namespace named like ours is still there (the leak check).
-pub fn leftover_namespaces() -> Vec<String> {
+/// The test-host namespaces on this machine: `sk-test-PIDxN`, with the pid of the test process that made each.
+fn test_namespaces() -> Vec<(String, Option<u32>)> {
     let out = Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|line| line.split_whitespace().next())
-        .filter(|name| name.starts_with(&format!("sk-test-{}", std::process::id() % 100_000)))
-        .map(str::to_owned)
+        .filter_map(|name| {
+            let tag = name.strip_prefix("sk-test-")?;
+            let pid = tag.split_once('x').and_then(|(pid, _)| pid.parse().ok());
+            Some((name.to_owned(), pid))
+        })
         .collect()
+}
+
+/// Deletes the test hosts of test processes that are gone (killed before their hosts' `Drop` ran): their servers,
+/// namespaces and host-side veth ends, whose addresses would otherwise shadow the next run's hosts.
+fn remove_stale_hosts() {
+    for (netns, pid) in test_namespaces() {
+        let owner_alive = pid.is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+        if owner_alive {
+            continue;
+        }
+        let pids = Command::new("ip").args(["netns", "pids", &netns]).output().map(|o| o.stdout).unwrap_or_default();
+        for server in String::from_utf8_lossy(&pids).split_whitespace() {
+            Command::new("kill").args(["-9", server]).status().ok();
+        }
+        Command::new("ip").args(["netns", "del", &netns]).status().ok();
+        let tag = netns.trim_start_matches("sk-test-");
+        Command::new("ip").args(["link", "del", &format!("skh{tag}")]).stderr(Stdio::null()).status().ok();
+    }
+}
+
+/// The network namespaces this test process made that are still there (the leak check).
+pub fn leftover_namespaces() -> Vec<String> {
+    let me = std::process::id();
+    test_namespaces().into_iter().filter(|(_, pid)| *pid == Some(me)).map(|(name, _)| name).collect()
 }

@@ -2,7 +2,7 @@
 //! whether this host can run it (`probe`), how to start a sandbox's agent in the host resources the caller allocated
 //! (`spawn` → the agent's channel, connected and serving), how to `pause` and `resume` one (the process tier's cgroup
 //! freezer, gVisor's checkpoint to disk and restore), and how to take a memory snapshot of a running one and start a
-//! new one from it (gVisor only; the others answer which tier can). Destroying is the
+//! new one from it (gVisor and microVM; the process tier answers which tiers can). Destroying is the
 //! same for every tier (kill the cgroup, reap, read usage, release: `SandboxGuard`). Everything above the seam
 //! (commands, files, code contexts, pools, the server) speaks the agent protocol and is written once for all tiers.
 //!
@@ -108,8 +108,8 @@ pub(crate) fn resolve_program(program: &Path) -> Option<std::path::PathBuf> {
 /// Why a tier cannot snapshot a sandbox's memory.
 pub(crate) fn no_memory_snapshots(tier: Tier) -> RuntimeError {
     RuntimeError::InvalidInput(format!(
-        "memory snapshots need the gvisor tier (runsc checkpoint); the {tier} tier cannot take or start one (create \
-         the sandbox with isolation \"gvisor\")"
+        "memory snapshots need the gvisor tier (runsc checkpoint) or the microvm tier (QEMU's migration to a file); \
+         the {tier} tier cannot take or start one (create the sandbox with isolation \"gvisor\" or \"microvm\")"
     ))
 }
 

@@ -124,10 +124,14 @@ impl LiveRuntime {
     /// Creates the sandbox `id` from the memory snapshot in `dir` (of a sandbox with the same `spec`): its agent is
     /// the source's as it was then, told first how long ago that was (`Resumed`: its commands' deadlines move on).
     pub(super) async fn spawn_from_memory(&self, id: &str, spec: &SandboxSpec, dir: &Path) -> Result<(), RuntimeError> {
-        if spec.tier() != Tier::Gvisor {
+        if !spec.tier().saves_memory() {
             return Err(crate::backend::no_memory_snapshots(spec.tier()));
         }
-        let taken = std::fs::metadata(dir.join("checkpoint.img")).and_then(|m| m.modified()).ok();
+        // A microVM's guest clocks stopped with it when it was saved: nothing of the time since counts.
+        let taken = match spec.tier() {
+            Tier::Microvm => None,
+            _ => std::fs::metadata(dir.join("checkpoint.img")).and_then(|m| m.modified()).ok(),
+        };
         let spawner = self.spawner.client()?;
         let (owned_id, owned_spec, owned_dir) = (id.to_owned(), spec.clone(), dir.to_owned());
         let spawned =
@@ -139,7 +143,7 @@ impl LiveRuntime {
         self.adopt(id, spec, spawned, Some(sandkasten_protocol::Message::Resumed { paused_ns })).await
     }
 
-    /// Saves the running gVisor sandbox `id`'s memory into `dir` while it runs on; its agent is quiesced meanwhile
+    /// Saves the running gVisor or microVM sandbox `id`'s memory into `dir` while it runs on; its agent is quiesced meanwhile
     /// (requests wait; no partial frame and no host connection in the image).
     pub(super) async fn memory_snapshot(&self, id: &str, dir: &Path) -> Result<(), RuntimeError> {
         let (agent, tier) = self
@@ -149,7 +153,7 @@ impl LiveRuntime {
             .get(id)
             .map(|member| (Arc::clone(&member.agent), member.tier))
             .ok_or_else(|| RuntimeError::InvalidInput(format!("no sandbox {id} is running")))?;
-        if tier != Tier::Gvisor {
+        if !tier.saves_memory() {
             return Err(crate::backend::no_memory_snapshots(tier));
         }
         agent.quiesce().await.map_err(|f| RuntimeError::TierFailed(f.message))?;
@@ -224,8 +228,14 @@ impl LiveRuntime {
             .get(id)
             .map(|member| (Arc::clone(&member.agent), member.tier, member.paused_at))
             .ok_or_else(no_sandbox)?;
-        let paused_ns = since.map_or(0, |at| u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX));
-        let checkpointed = tier == Tier::Gvisor;
+        // A microVM's guest clocks stop with its vCPUs (QMP `stop`): its deadlines need no moving on.
+        let paused_ns = match tier {
+            Tier::Microvm => 0,
+            _ => since.map_or(0, |at| u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX)),
+        };
+        // A gVisor pause, and a microVM's that releases the VM, end the agent's channel: a new one comes with the
+        // resume.
+        let checkpointed = tier == Tier::Gvisor || (tier == Tier::Microvm && self.config.microvm.release_paused);
         if pause && checkpointed {
             agent.quiesce().await.map_err(|f| RuntimeError::TierFailed(f.message))?;
         }
@@ -257,7 +267,14 @@ impl LiveRuntime {
                     .reconnect(spawned.channel, sandkasten_protocol::Message::Resumed { paused_ns })
                     .await
                     .map_err(|f| RuntimeError::TierFailed(format!("sandbox {id} was restored but {}", f.message)))?;
-                Some(pidfd_of(spawned.pid)?)
+                let door = match spawned.door {
+                    Some(channel) => Some(
+                        super::vm_door::VmDoor::start(&self.config, id, channel)
+                            .map_err(|e| RuntimeError::sys("starting the microVM's egress door", e))?,
+                    ),
+                    None => None,
+                };
+                Some((pidfd_of(spawned.pid)?, door))
             }
             None => None,
         };
@@ -265,8 +282,11 @@ impl LiveRuntime {
             && let Some(member) = map.get_mut(id)
         {
             member.paused_at = pause.then(std::time::Instant::now);
-            if let Some(pidfd) = pidfd {
+            if let Some((pidfd, door)) = pidfd {
                 member.pidfd = Arc::new(pidfd);
+                if door.is_some() {
+                    member._door = door;
+                }
             }
         }
         Ok(())

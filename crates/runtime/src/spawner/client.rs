@@ -169,8 +169,8 @@ impl SpawnerClient {
         };
         match self.request(&request)? {
             (SpawnerResponse::Done { .. }, ..) => Ok(None),
-            (SpawnerResponse::Restored { pid, .. }, Some(channel), _) => {
-                Ok(Some(SpawnedSandbox { pid, channel, door: None, vm_boot: None }))
+            (SpawnerResponse::Restored { pid, .. }, Some(channel), door) => {
+                Ok(Some(SpawnedSandbox { pid, channel, door, vm_boot: None }))
             }
             (SpawnerResponse::Failed { invalid_input: true, message, .. }, ..) => {
                 Err(RuntimeError::InvalidInput(message))

@@ -148,8 +148,12 @@ impl Spawner {
             SpawnerRequest::Resume { id } => match self.lifecycle(&id, |backend, guard| backend.resume(guard)) {
                 Ok(None) => send(control.as_fd(), &SpawnerResponse::Done { id }, None)?,
                 Ok(Some(channel)) => {
-                    let pid = self.sandboxes.get(&id).and_then(|guard| guard.init_pid).unwrap_or(0);
-                    send(control.as_fd(), &SpawnerResponse::Restored { id, pid }, Some(channel.as_fd()))?;
+                    let guard = self.sandboxes.get_mut(&id);
+                    let pid = guard.as_ref().and_then(|guard| guard.init_pid).unwrap_or(0);
+                    // A restarted microVM's new door channel goes to the runtime with the channel.
+                    let door = guard.and_then(|guard| guard.door.take());
+                    let fds: Vec<_> = std::iter::once(channel.as_fd()).chain(door.as_ref().map(AsFd::as_fd)).collect();
+                    send_with(control.as_fd(), &SpawnerResponse::Restored { id, pid }, &fds)?;
                 }
                 Err(failed) => {
                     send(control.as_fd(), &failed, None)?;
@@ -211,7 +215,10 @@ impl Spawner {
     /// destroyed, never left half-alive, and reported as exited.
     fn lost_in_resume(&mut self, control: &OwnedFd, id: &str) {
         // Still checkpointed: the restore failed (a resume refused for another reason left it as it was).
-        let checkpointed = |guard: &SandboxGuard| guard.gvisor.as_ref().is_some_and(|files| files.checkpointed);
+        let checkpointed = |guard: &SandboxGuard| {
+            guard.gvisor.as_ref().is_some_and(|files| files.checkpointed)
+                || guard.microvm.as_ref().is_some_and(|files| files.released)
+        };
         if !self.sandboxes.get(id).is_some_and(checkpointed) {
             return;
         }

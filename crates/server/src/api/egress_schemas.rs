@@ -121,15 +121,28 @@ pub struct SecretRequest {
     /// sends it in plain HTTP, `api.example.com:8080` also sends it in plain HTTP to port 8080.
     #[schema(example = json!(["api.example.com"]))]
     pub hosts: Vec<String>,
+    /// Caller metadata (string keys and values: at most 32 entries, keys 128 bytes, values 1024, 8192 bytes in
+    /// all); replaces what the secret had. Left out: kept.
+    #[serde(default)]
+    pub metadata: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// A secret as the API shows it: never its value.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct SecretBody {
+    /// Its id (`sec_` + 16 hex digits; E2B's `secretID`), which never changes.
+    pub id: String,
     /// Name; a sandbox created with `"secrets": [NAME]` gets `NAME=<placeholder>` in its environment.
     pub name: String,
-    /// Host patterns the value may be sent to (over TLS; plain HTTP only to a port a pattern names, not 443).
+    /// Host patterns the value may be sent to (over TLS; plain HTTP only to a port a pattern names, not 443). Empty
+    /// for a secret made through E2B's `/secrets`: it goes only where a header rule puts it.
     pub hosts: Vec<String>,
+    /// Caller metadata.
+    pub metadata: std::collections::BTreeMap<String, String>,
+    /// 1 when created, one more with every write of the value.
+    pub version: i64,
+    /// When it was created (RFC 3339, UTC).
+    pub created_at: String,
     /// When it was last written (RFC 3339, UTC).
     pub updated_at: String,
 }

@@ -248,7 +248,9 @@ impl From<PrepareError> for ApiError {
     fn from(error: PrepareError) -> Self {
         match error {
             PrepareError::Policy(message) => ApiError::bad_request(message),
-            PrepareError::UnknownSecret(_) => ApiError::unprocessable(error.to_string()),
+            PrepareError::UnknownSecret(_) | PrepareError::HostlessSecret(_) => {
+                ApiError::unprocessable(error.to_string())
+            }
             PrepareError::Rules(_) => ApiError::bad_request(error.to_string()),
             PrepareError::Ca(_) => ApiError::internal(error),
             PrepareError::Store(error) => error.into(),

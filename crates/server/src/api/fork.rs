@@ -39,8 +39,8 @@ pub struct ForkResponse {
     request_body = ForkRequest,
     responses(
         (status = 201, description = "The copies, running, each with the source's spec, metadata and writable files \
-            (home, /tmp, /dev/shm); a gVisor sandbox's copies have its memory too (its processes run on in each), \
-            other tiers' start fresh processes", body = ForkResponse),
+            (home, /tmp, /dev/shm); a gVisor or microVM sandbox's copies have its memory too (its processes run on \
+            in each), process-tier copies start fresh processes", body = ForkResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 404, description = "No such sandbox for this tenant", body = ErrorBody),

@@ -90,7 +90,7 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes/{id}/network", axum::routing::put(egress::set_network))
         .route("/sandboxes/{id}/egress", get(egress::audit))
         .route("/secrets", get(secrets::list))
-        .route("/secrets/{name}", axum::routing::put(secrets::put).delete(secrets::delete))
+        .route("/secrets/{name}", get(secrets::get).put(secrets::put).delete(secrets::delete))
         .route("/run", post(run::run))
         .route("/scan", post(scan::scan_code))
         .route("/pools", get(pools::list))

@@ -32,7 +32,7 @@ use crate::api::{
         commands::list, command_stream::stream, commands::stdin, commands::signal, commands::resize, commands::kill,
         code::run_code, contexts::create, contexts::list, contexts::delete, contexts::restart,
         run::run, scan::scan_code,
-        egress::set_network, egress::audit, secrets::put, secrets::list, secrets::delete,
+        egress::set_network, egress::audit, secrets::put, secrets::get, secrets::list, secrets::delete,
         pools::list, pools::resize,
         files::read, files::write, files::remove, files::list, files::stat, files::mkdir, files::rename,
         archive::upload, archive::download, ports::forward_path,

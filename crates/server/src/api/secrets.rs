@@ -7,15 +7,14 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 
 use crate::api::egress_schemas::{SecretBody, SecretList, SecretRequest};
-use crate::api::error::{ApiError, ErrorBody};
+use crate::api::error::{ApiError, ErrorBody, ErrorCode};
 use crate::api::extract::JsonBody;
 use crate::auth::Tenant;
 use crate::clock::{now_ms, rfc3339};
-use crate::egress::store::{SecretInfo, StoredSecret};
+use crate::egress::store::{SecretInfo, SecretWrite, SecretWriteMode, SecretWritten};
+use crate::secret_rules::{MAX_SECRETS, metadata_problem, too_many, value_problem};
 use crate::state::AppState;
 
-/// Longest secret value, in bytes.
-const MAX_VALUE_BYTES: usize = 8 * 1024;
 /// Most host patterns per secret.
 const MAX_HOSTS: usize = 64;
 
@@ -47,11 +46,11 @@ fn reserved(name: &str) -> bool {
 }
 
 fn check_request(body: &SecretRequest) -> Result<(), ApiError> {
-    if body.value.is_empty() || body.value.len() > MAX_VALUE_BYTES {
-        return Err(ApiError::bad_request(format!("value must be 1 to {MAX_VALUE_BYTES} bytes")));
+    if let Some(problem) = value_problem(&body.value) {
+        return Err(ApiError::bad_request(problem));
     }
-    if body.value.chars().any(char::is_control) {
-        return Err(ApiError::bad_request("value contains a control character; it must fit in an HTTP header"));
+    if let Some(problem) = body.metadata.as_ref().and_then(metadata_problem) {
+        return Err(ApiError::bad_request(problem));
     }
     if body.hosts.is_empty() || body.hosts.len() > MAX_HOSTS {
         return Err(ApiError::bad_request(format!(
@@ -64,7 +63,15 @@ fn check_request(body: &SecretRequest) -> Result<(), ApiError> {
 }
 
 fn shown(secret: SecretInfo) -> SecretBody {
-    SecretBody { name: secret.name, hosts: secret.hosts, updated_at: rfc3339(secret.updated_ms) }
+    SecretBody {
+        id: secret.id,
+        name: secret.name,
+        hosts: secret.hosts,
+        metadata: secret.metadata,
+        version: secret.version,
+        created_at: rfc3339(secret.created_ms),
+        updated_at: rfc3339(secret.updated_ms),
+    }
 }
 
 /// Create or replace a secret. Running sandboxes that hold it use the new value and hosts at once (HTTPS to a host
@@ -79,6 +86,7 @@ fn shown(secret: SecretInfo) -> SecretBody {
         (status = 400, description = "Bad name, value or host pattern (named in the message)", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 422, description = "The name is a variable sandkasten sets in every sandbox (it would override it)", body = ErrorBody),
+        (status = 429, description = "The tenant holds the most secrets it may (256): delete one first", body = ErrorBody),
     ),
     security(("api_key" = []))
 )]
@@ -90,13 +98,49 @@ pub(crate) async fn put(
 ) -> Result<(StatusCode, Json<SecretBody>), ApiError> {
     check_name(&name)?;
     check_request(&body)?;
-    let secret = StoredSecret { name: name.clone(), value: body.value, hosts: body.hosts, updated_ms: now_ms() };
-    let created = state.store().put_secret(&tenant.name, secret.clone()).await?;
-    state.egress().update_secret(&tenant.name, &name, &secret.value, &secret.hosts);
-    tracing::info!(tenant = %tenant.name, secret = %name, created, "secret written");
-    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
-    let StoredSecret { name, hosts, updated_ms, .. } = secret;
-    Ok((status, Json(shown(SecretInfo { name, hosts, updated_ms }))))
+    let write = SecretWrite {
+        name: name.clone(),
+        value: body.value,
+        hosts: Some(body.hosts),
+        metadata: body.metadata,
+        now_ms: now_ms(),
+        max_secrets: MAX_SECRETS,
+    };
+    let (value, hosts) = (write.value.clone(), write.hosts.clone().unwrap_or_default());
+    let (status, info) = match state.store().write_secret(&tenant.name, write, SecretWriteMode::CreateOrReplace).await?
+    {
+        SecretWritten::Created(info) => (StatusCode::CREATED, info),
+        SecretWritten::Replaced(info) => (StatusCode::OK, info),
+        SecretWritten::TooMany => return Err(ApiError::new(ErrorCode::QuotaExceeded, too_many())),
+        SecretWritten::Exists | SecretWritten::Missing => {
+            return Err(ApiError::internal("a create-or-replace neither created nor replaced"));
+        }
+    };
+    state.egress().update_secret(&tenant.name, &name, &value, &hosts);
+    tracing::info!(tenant = %tenant.name, secret = %name, version = info.version, "secret written");
+    Ok((status, Json(shown(info))))
+}
+
+/// One secret (never its value).
+#[utoipa::path(
+    get, path = "/v1/secrets/{name}", tag = "network",
+    params(("name" = String, Path, description = "Secret name (or its id, `sec_…`)")),
+    responses(
+        (status = 200, description = "The secret", body = SecretBody),
+        (status = 401, description = "Missing or unknown API key", body = ErrorBody),
+        (status = 404, description = "No such secret", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub(crate) async fn get(
+    State(state): State<AppState>,
+    tenant: Tenant,
+    Path(name): Path<String>,
+) -> Result<Json<SecretBody>, ApiError> {
+    match state.store().secret_info(&tenant.name, &name).await? {
+        Some(info) => Ok(Json(shown(info))),
+        None => Err(ApiError::not_found(format!("no secret named {name:?}; list them with GET /v1/secrets"))),
+    }
 }
 
 /// The tenant's secrets (names and hosts; never values).

@@ -75,7 +75,8 @@ pub struct ServerConfig {
     #[serde(default)]
     pub gvisor: sandkasten_types::GvisorSettings,
     /// How the microvm tier runs its VMs: `[microvm] dir = "/var/lib/sandkasten/microvm"` (kernel, initramfs, root
-    /// image from scripts/setup-microvm.sh), `qemu`, `accel = "auto" | "kvm" | "tcg"`, `allow_emulation`.
+    /// image from scripts/setup-microvm.sh), `qemu`, `accel = "auto" | "kvm" | "tcg"`, `allow_emulation`,
+    /// `release_paused` (whether a pause with memory saves the VM and ends its VMM).
     #[serde(default)]
     pub microvm: sandkasten_types::MicrovmSettings,
     /// The `/metrics` endpoint (`[metrics] require_auth = true`).

@@ -55,6 +55,15 @@ pub(crate) fn sandbox_gone(id: &str) -> E2bError {
     E2bError::new(Code::Unavailable, format!("sandbox {id} was not found: it was killed or reached its timeout"))
 }
 
+/// What a per-sandbox request for sandbox `id` gets when the facade has no session for it (unknown, ended, or from
+/// before a restart): E2B's "was not found" 502.
+pub(crate) fn no_session(id: &str) -> E2bError {
+    E2bError::new(
+        Code::Unavailable,
+        format!("sandbox {id} was not found (after a server restart, call Sandbox.connect to open it again)"),
+    )
+}
+
 /// The sandbox a per-sandbox request is for: `E2b-Sandbox-Id` with its access token. An unknown sandbox, a
 /// sandbox that has ended (or that this server has no session for) is E2B's "was not found" 502; a wrong token
 /// is `unauthenticated`.
@@ -62,12 +71,7 @@ pub(crate) async fn sandbox_access(state: &AppState, headers: &HeaderMap) -> Res
     let id = header(headers, "e2b-sandbox-id")
         .ok_or_else(|| E2bError::invalid("missing header E2b-Sandbox-Id: set E2B_SANDBOX_URL to this server"))?;
     let presented = header(headers, "x-access-token").or_else(|| header(headers, "e2b-traffic-access-token"));
-    let Some(session) = state.e2b().get(id) else {
-        return Err(E2bError::new(
-            Code::Unavailable,
-            format!("sandbox {id} was not found (after a server restart, call Sandbox.connect to open it again)"),
-        ));
-    };
+    let Some(session) = state.e2b().get(id) else { return Err(no_session(id)) };
     let valid = presented.is_some_and(|presented| bool::from(session.token.as_bytes().ct_eq(presented.as_bytes())));
     if !valid {
         return Err(E2bError::new(Code::Unauthenticated, format!("missing or wrong access token for sandbox {id}")));

@@ -58,7 +58,7 @@ pub(crate) struct NewSandbox {
     #[serde(rename = "allow_internet_access")]
     allow_internet_access: Option<bool>,
     network: Option<serde_json::Value>,
-    mcp: Option<serde_json::Value>,
+    // `mcp` is read by no one: see `refuse_unsupported`.
     volume_mounts: Option<Vec<serde_json::Value>>,
 }
 
@@ -92,10 +92,11 @@ pub(crate) struct TimeoutBody {
     timeout: Option<u64>,
 }
 
+/// What the facade refuses at create. `mcp` is not among them: E2B's API only creates the sandbox (from the
+/// `mcp-gateway` template) and the SDK then starts `mcp-gateway` in it as root; sandkasten has no gateway, so that
+/// command fails and the SDK raises its own "Failed to start MCP gateway: …" and kills the sandbox, as it does
+/// when E2B's gateway fails.
 fn refuse_unsupported(body: &NewSandbox) -> Result<(), E2bError> {
-    if body.mcp.is_some() {
-        return Err(E2bError::unsupported("mcp"));
-    }
     if body.volume_mounts.as_ref().is_some_and(|mounts| !mounts.is_empty()) {
         return Err(E2bError::unsupported("volume mounts"));
     }

@@ -1,7 +1,8 @@
 //! envd's HTTP routes: `GET /files?path=` downloads a file, `POST /files` uploads one or more (multipart, each part
 //! named by its file name, or a raw `application/octet-stream` body with `?path=`), creating missing parent
 //! directories as envd does; `GET /health` answers 204 while the sandbox runs and 502 otherwise. Errors are envd's
-//! `{"code", "message"}` with the status the SDK maps (404 is `FileNotFoundException`). Both take the access token
+//! `{"code", "message"}` with the status the SDK maps (404 is `FileNotFoundException`); `/health` of a sandbox
+//! that is gone is the proxy's 502 with its "was not found" body. Both take the access token
 //! or a signed URL's signature (`signing`).
 
 use axum::Json;
@@ -27,6 +28,7 @@ pub(crate) struct FilesQuery {
     username: Option<String>,
     signature: Option<String>,
     signature_expiration: Option<i64>,
+    sandbox_id: Option<String>,
 }
 
 impl FilesQuery {
@@ -36,6 +38,7 @@ impl FilesQuery {
             user: self.username.as_deref().unwrap_or_default(),
             signature: self.signature.as_deref(),
             expiration: self.signature_expiration,
+            sandbox: self.sandbox_id.as_deref(),
         }
     }
 }
@@ -89,7 +92,10 @@ fn upload_metadata(headers: &HeaderMap) -> Result<FileMetadata, E2bError> {
 pub(crate) async fn health(State(state): State<AppState>, headers: HeaderMap) -> Response {
     match sandbox_access(&state, &headers).await {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
-        // The status alone, as envd answers; counted like every other error.
+        // A sandbox that is gone: E2B's proxy answers for it, 502 with "was not found" in its body, which the SDK's
+        // health probe reads (a command cut off by a kill then raises "killed or reached its end of life").
+        Err(error) if error.code == Code::Unavailable => error.into_response(),
+        // Otherwise the status alone, as envd answers; counted like every other error.
         Err(error) => {
             let mut response = error.code.status().into_response();
             response.extensions_mut().insert(crate::api::error::ErrorTag(error.code.as_str()));

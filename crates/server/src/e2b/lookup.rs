@@ -9,8 +9,9 @@ use crate::state::AppState;
 use crate::store::{SandboxRecord, SandboxState};
 
 /// E2B templates a facade sandbox may ask for; all of them are sandkasten's `e2b` template (the host's `/usr`,
-/// user `user` with its home at `/home/user`).
-pub(crate) const TEMPLATES: &[&str] = &["base", "code-interpreter-v1", "code-interpreter", "host"];
+/// user `user` with its home at `/home/user`). `mcp-gateway` is what the SDK asks for with `mcp` (it has no gateway
+/// here: starting it fails as a failed gateway does).
+pub(crate) const TEMPLATES: &[&str] = &["base", "code-interpreter-v1", "code-interpreter", "host", "mcp-gateway"];
 
 /// The tenant's sandbox `id` while it runs (`sandbox_not_found` otherwise, paused included).
 pub(crate) async fn running(state: &AppState, tenant: &Tenant, id: &str) -> Result<SandboxRecord, E2bError> {

@@ -2,7 +2,7 @@
 //! with `E2B_API_URL` and `E2B_SANDBOX_URL` set to the server's URL and `E2B_API_KEY` to a tenant key. The SDK
 //! sends every per-sandbox request to `E2B_SANDBOX_URL` and names the sandbox in `E2b-Sandbox-Id`, so the facade
 //! serves everything at the root of the one listener: its paths (`/v2/sandboxes`, `/sandboxes/…`, `/files`,
-//! `/snapshots`, `/templates/…`, `/health`, `/process.Process/…`, `/filesystem.Filesystem/…`, `/execute`,
+//! `/secrets`, `/snapshots`, `/templates/…`, `/health`, `/process.Process/…`, `/filesystem.Filesystem/…`, `/execute`,
 //! `/contexts`) do not meet the native API's (`/v1/…`, `/healthz`, `/metrics`, `/openapi.json`). Everything goes
 //! through the same runtime, store, quotas, snapshot store and expiry as the native API. Facade sandboxes use the
 //! `e2b` template (user `user`, home `/home/user`). A request whose `Host` is a sandbox's port name
@@ -27,6 +27,7 @@ mod paging;
 mod paths;
 mod ports;
 mod process;
+mod secrets;
 pub(crate) mod sessions;
 mod signing;
 mod snapshots;
@@ -60,6 +61,8 @@ pub(crate) fn routes(state: &AppState) -> Router<AppState> {
         .route("/sandboxes/{id}/logs", get(control::unsupported))
         .route("/v2/sandboxes/{id}/logs", get(control::unsupported))
         .route("/sandboxes/{id}/network", put(control::update_network))
+        .route("/secrets", post(secrets::create).get(secrets::list))
+        .route("/secrets/{id}", get(secrets::info).post(secrets::update).delete(secrets::destroy))
         .route("/snapshots", get(snapshots::list))
         .route("/templates/{id}", delete(snapshots::delete_template))
         .route("/health", get(files::health))

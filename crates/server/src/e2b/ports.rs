@@ -1,7 +1,8 @@
 //! E2B's sandbox host names: a request whose `Host` is `PORT-SANDBOXID.DOMAIN` (what the SDK's `get_host(port)`
 //! builds; `DOMAIN` is `[e2b] domain`, any domain when that is unset) goes to that port inside the sandbox
 //! (`port_forward`), HTTP/1.1 and WebSocket upgrades alike, as E2B's edge proxy does. Ports 49983 (envd) and 49999
-//! (the code interpreter) are the facade's own: such requests are served by its routes, as with `E2B_SANDBOX_URL`.
+//! (the code interpreter) are the facade's own: such requests are served by its routes, as with `E2B_SANDBOX_URL`,
+//! the host's sandbox id standing for the `E2b-Sandbox-Id` header.
 //!
 //! Access: a sandbox created with `network.allowPublicTraffic = true` is served to anyone who knows the name; any
 //! other only with its traffic access token in `e2b-traffic-access-token` (403 with E2B's words otherwise) — unlike
@@ -10,7 +11,7 @@
 use axum::Json;
 use axum::extract::{Request, State};
 use axum::http::header::{HOST, HeaderName};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -26,6 +27,9 @@ const FACADE_PORTS: [u16; 2] = [49983, 49999];
 
 /// The header holding the traffic access token.
 const TOKEN_HEADER: &str = "e2b-traffic-access-token";
+
+/// The header the SDK names a sandbox in when it sends to `E2B_SANDBOX_URL`.
+const SANDBOX_ID_HEADER: &str = "e2b-sandbox-id";
 
 /// E2B's proxy error body: `{"sandboxId", "message", "code"}` (and `port` where one is meant).
 #[derive(Debug, Serialize)]
@@ -56,7 +60,7 @@ fn port_host<'a>(host: &'a str, domain: Option<&str>) -> Option<(&'a str, &'a st
 }
 
 /// The middleware in front of every route: port host names are forwarded, everything else goes on.
-pub(crate) async fn route_by_host(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub(crate) async fn route_by_host(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     let host = request.headers().get(HOST).and_then(|value| value.to_str().ok()).map(str::to_owned);
     let domain = state.effective_config().e2b.domain.clone();
     let Some((port, id)) = host.as_deref().and_then(|host| port_host(host, domain.as_deref())) else {
@@ -64,11 +68,33 @@ pub(crate) async fn route_by_host(State(state): State<AppState>, request: Reques
     };
     let id = id.to_owned();
     let port = match parse_port(port) {
-        Ok(port) if FACADE_PORTS.contains(&port) => return next.run(request).await,
+        Ok(port) if FACADE_PORTS.contains(&port) => {
+            return match name_sandbox(request.headers_mut(), &id) {
+                Ok(()) => next.run(request).await,
+                Err(message) => refuse(StatusCode::BAD_REQUEST, &id, None, message),
+            };
+        }
         Ok(port) => port,
         Err(message) => return refuse(StatusCode::BAD_REQUEST, &id, None, message),
     };
     serve(&state, &id, port, request).await
+}
+
+/// A request to envd's or the interpreter's port by host name names its sandbox there, as E2B's edge proxy routes
+/// it: the facade's routes read the sandbox from `E2b-Sandbox-Id`, so the host's id becomes that header (a signed
+/// `/files` URL opened in a browser sends nothing else). A header naming another sandbox is refused.
+fn name_sandbox(headers: &mut HeaderMap, id: &str) -> Result<(), String> {
+    match headers.get(SANDBOX_ID_HEADER) {
+        Some(named) if named.as_bytes() != id.as_bytes() => {
+            Err(format!("the host names sandbox {id} but the E2b-Sandbox-Id header another: send one of them"))
+        }
+        Some(_) => Ok(()),
+        None => {
+            let value = HeaderValue::from_str(id).map_err(|_| format!("sandbox id {id:?} is not a header value"))?;
+            headers.insert(SANDBOX_ID_HEADER, value);
+            Ok(())
+        }
+    }
 }
 
 async fn serve(state: &AppState, id: &str, port: u16, request: Request) -> Response {
@@ -156,5 +182,17 @@ mod tests {
         {
             assert_eq!(port_host(other, None), None, "{other}");
         }
+    }
+
+    #[test]
+    fn envd_s_host_name_names_the_sandbox_as_the_header_would() {
+        let id = "sb-0123456789abcdef";
+        let mut headers = HeaderMap::new();
+        assert!(name_sandbox(&mut headers, id).is_ok());
+        assert_eq!(headers.get(SANDBOX_ID_HEADER).map(HeaderValue::as_bytes), Some(id.as_bytes()));
+        assert!(name_sandbox(&mut headers, id).is_ok(), "the same sandbox twice is fine");
+        let mut other = HeaderMap::new();
+        other.insert(SANDBOX_ID_HEADER, HeaderValue::from_static("sb-fedcba9876543210"));
+        assert!(name_sandbox(&mut other, id).is_err_and(|message| message.contains("one of them")));
     }
 }

@@ -247,7 +247,7 @@ async fn start(
         Err(failure) => return Err(runtime_failure(state, &access.id, failure).await),
     };
     let (writer, response) = connect::stream();
-    tokio::spawn(forward(writer, status.pid, pty, events));
+    tokio::spawn(forward(state.clone(), access.id.clone(), writer, status.pid, pty, events));
     Ok(response)
 }
 
@@ -281,7 +281,7 @@ async fn attach(state: &AppState, access: &SandboxAccess, body: &[u8]) -> Result
     };
     let pty = state.e2b().process(&access.id, &command.id).is_some_and(|meta| meta.pty);
     let (writer, response) = connect::stream();
-    tokio::spawn(forward(writer, command.pid, pty, events));
+    tokio::spawn(forward(state.clone(), access.id.clone(), writer, command.pid, pty, events));
     Ok(response)
 }
 
@@ -305,9 +305,30 @@ fn end_event(status: &CommandStatus) -> Result<Value, E2bError> {
     Ok(event(json!({ "end": end })))
 }
 
+/// Longest a stream cut off by its sandbox's end waits for the sandbox's session to close.
+const SESSION_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Waits (at most [`SESSION_CLOSE_WAIT`]) until the facade's session of sandbox `id` is closed, i.e. the sandbox's
+/// end is recorded. A stream cut off by a kill ends only then: the SDK probes `/health` on such an error, and only a
+/// "was not found" answer makes it raise "killed or reached its end of life" (a probe that still finds the sandbox
+/// running makes it "unreachable, state unknown").
+async fn session_closed(state: &AppState, id: &str) {
+    let deadline = tokio::time::Instant::now() + SESSION_CLOSE_WAIT;
+    while state.e2b().get(id).is_some() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Streams a command's events to the client: start, data (a terminal's as `pty`), end (or the error that ended it),
 /// keepalives between.
-async fn forward(writer: StreamWriter, pid: u32, pty: bool, mut events: mpsc::Receiver<CommandEvent>) {
+async fn forward(
+    state: AppState,
+    id: String,
+    writer: StreamWriter,
+    pid: u32,
+    pty: bool,
+    mut events: mpsc::Receiver<CommandEvent>,
+) {
     if !writer.send(&event(json!({ "start": { "pid": pid } }))).await {
         return;
     }
@@ -328,12 +349,18 @@ async fn forward(writer: StreamWriter, pid: u32, pty: bool, mut events: mpsc::Re
                             writer.send(&end).await;
                             writer.finish(None).await;
                         }
-                        Err(error) => writer.finish(Some(error)).await,
+                        Err(error) => {
+                            if error.code == Code::Unavailable {
+                                session_closed(&state, &id).await;
+                            }
+                            writer.finish(Some(error)).await;
+                        }
                     }
                     return;
                 }
                 None => {
                     let error = E2bError::new(Code::Unavailable, "the command's stream ended: the sandbox is gone");
+                    session_closed(&state, &id).await;
                     writer.finish(Some(error)).await;
                     return;
                 }

@@ -78,19 +78,6 @@ impl Sessions {
         self.by_sandbox.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(id).cloned()
     }
 
-    /// The first sandbox (id and session) whose session `matches` (a signed URL's sandbox: the one whose token
-    /// made the signature). Every session is looked at, so how long this takes says nothing about which matched.
-    pub(crate) fn find(&self, matches: impl Fn(&Session) -> bool) -> Option<(String, Session)> {
-        let sessions = self.by_sandbox.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut found = None;
-        for (id, session) in sessions.iter() {
-            if matches(session) && found.is_none() {
-                found = Some((id.clone(), session.clone()));
-            }
-        }
-        found
-    }
-
     /// Forgets sandbox `id`'s session and processes (it ended).
     pub(crate) fn close(&self, id: &str) {
         self.by_sandbox.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(id);

@@ -4,15 +4,18 @@
 //! seconds, is given), computed by the SDK from the access token, as envd checks it. `GET`/`POST /files` with a valid
 //! `X-Access-Token` need no signature; without one a missing, wrong or expired signature is 401 with envd's words.
 //!
-//! A browser opening such a URL sends no `E2b-Sandbox-Id` either (with `E2B_SANDBOX_URL` every sandbox has the same
-//! URL), so the sandbox is the one whose token made the signature: every session is tried (in constant time each).
+//! A browser opening such a URL sends no `E2b-Sandbox-Id`; the URL itself names the sandbox: E2B's own URLs by host
+//! name (`49983-SANDBOXID.DOMAIN`, which `ports::route_by_host` turns into that header), others by `?sandbox_id=`
+//! (with `E2B_SANDBOX_URL` every sandbox has the same URL, so the SDK's URL names none: add it). The signature is
+//! checked against that one sandbox's token only; sessions are never searched for a token that fits, which would
+//! cost a hash per live sandbox per request.
 
 use axum::http::HeaderMap;
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::e2b::auth::{SandboxAccess, running_access, sandbox_access};
+use crate::e2b::auth::{SandboxAccess, no_session, running_access, sandbox_access};
 use crate::e2b::error::{Code, E2bError};
 use crate::state::AppState;
 
@@ -45,6 +48,9 @@ pub(crate) struct Signed<'a> {
     pub(crate) signature: Option<&'a str>,
     /// `signature_expiration`, Unix seconds.
     pub(crate) expiration: Option<i64>,
+    /// `sandbox_id`: the sandbox whose token made the signature, for URLs that name it nowhere else (the SDK's URL
+    /// with `E2B_SANDBOX_URL` set carries none; the signature does not cover it, it only picks the token to check).
+    pub(crate) sandbox: Option<&'a str>,
 }
 
 /// envd's v1 signature of `path` for `operation` by `user` with the access token `token`.
@@ -68,7 +74,9 @@ fn now_unix_s() -> i64 {
 }
 
 /// The sandbox a `/files` request may use: by its access token when it sends one (the SDK's own calls), else by the
-/// URL's signature (401 when it is missing, wrong or expired).
+/// URL's signature (401 when it is missing, wrong or expired). The signature is checked against the one sandbox
+/// the request names (`E2b-Sandbox-Id`, which a host name `49983-ID.DOMAIN` stands for, or `?sandbox_id=`): one
+/// map access and one hash, whatever the number of sandboxes.
 pub(crate) async fn file_access(
     state: &AppState,
     headers: &HeaderMap,
@@ -78,32 +86,36 @@ pub(crate) async fn file_access(
     if headers.contains_key("x-access-token") {
         return sandbox_access(state, headers).await;
     }
+    let named = headers.get("e2b-sandbox-id").and_then(|value| value.to_str().ok()).or(signed.sandbox);
+    let id = named.ok_or_else(|| {
+        unauthorized(
+            "the URL names no sandbox: open it at the sandbox's host name (49983-SANDBOXID.DOMAIN, as the SDK builds \
+             it without E2B_SANDBOX_URL), add &sandbox_id=SANDBOXID, or send the E2b-Sandbox-Id header",
+        )
+    })?;
+    // Unknown or ended: the same answer as for a token.
+    let Some(session) = state.e2b().get(id) else { return Err(no_session(id)) };
+    check(signed, operation, &session.token, now_unix_s())?;
+    running_access(state, id, session).await
+}
+
+/// Whether `signed` is a valid signature for `operation` made with `token` (the one sandbox's access token) and not
+/// expired at `now` (Unix seconds).
+fn check(signed: Signed<'_>, operation: Operation, token: &str, now: i64) -> Result<(), E2bError> {
     let Some(presented) = signed.signature else {
         return Err(unauthorized(
             "missing signature query parameter: send the access token as X-Access-Token or use the SDK's \
              download_url/upload_url",
         ));
     };
-    let made_with = |token: &str| {
-        let expected = signature(signed.path, operation, signed.user, token, signed.expiration);
-        bool::from(expected.as_bytes().ct_eq(presented.as_bytes()))
-    };
-    let named = headers.get("e2b-sandbox-id").and_then(|value| value.to_str().ok());
-    let (id, session) = match named {
-        Some(id) => match state.e2b().get(id) {
-            Some(session) if made_with(&session.token) => (id.to_owned(), session),
-            Some(_) => return Err(unauthorized("invalid signature")),
-            // Unknown or ended: the same answer as for a token.
-            None => return sandbox_access(state, headers).await,
-        },
-        None => {
-            state.e2b().find(|session| made_with(&session.token)).ok_or_else(|| unauthorized("invalid signature"))?
-        }
-    };
-    if signed.expiration.is_some_and(|expiration| expiration < now_unix_s()) {
+    let expected = signature(signed.path, operation, signed.user, token, signed.expiration);
+    if !bool::from(expected.as_bytes().ct_eq(presented.as_bytes())) {
+        return Err(unauthorized("invalid signature"));
+    }
+    if signed.expiration.is_some_and(|expiration| expiration < now) {
         return Err(unauthorized("signature is already expired"));
     }
-    running_access(state, &id, session).await
+    Ok(())
 }
 
 #[cfg(test)]
@@ -126,5 +138,21 @@ mod tests {
             signature("/a", Operation::Write, "user", "token", None),
             "a download's signature does not allow an upload"
         );
+    }
+
+    fn signed<'a>(signature: Option<&'a str>, expiration: Option<i64>) -> Signed<'a> {
+        Signed { path: "/home/user/a.txt", user: "", signature, expiration, sandbox: Some("sb-0123456789abcdef") }
+    }
+
+    #[test]
+    fn one_token_is_checked_and_wrong_or_expired_signatures_are_refused() {
+        let good = signature("/home/user/a.txt", Operation::Read, "", "token", Some(100));
+        assert!(check(signed(Some(&good), Some(100)), Operation::Read, "token", 99).is_ok());
+        let expired = check(signed(Some(&good), Some(100)), Operation::Read, "token", 101);
+        assert!(expired.is_err_and(|error| error.message.contains("expired")));
+        let other_token = check(signed(Some(&good), Some(100)), Operation::Read, "another", 99);
+        assert!(other_token.is_err_and(|error| error.message.contains("invalid signature")));
+        assert!(check(signed(Some(&good), Some(100)), Operation::Write, "token", 99).is_err(), "a download's");
+        assert!(check(signed(None, None), Operation::Read, "token", 0).is_err_and(|e| e.message.contains("missing")));
     }
 }

@@ -8,7 +8,8 @@
 //! was given (none: empty). Names are labels only: creates and deletes take the id.
 //!
 //! E2B's default snapshot is `mode="full"` (memory and files). It is passed to `lifecycle::take_snapshot` as asked, so
-//! the tiers decide; none can save memory yet, and the refusal (400) tells the caller to pass `mode="filesystem"`.
+//! the tiers decide: gVisor and microVM sandboxes save their memory; the process tier's refusal (400) tells the caller
+//! to pass `mode="filesystem"`.
 //! A filesystem snapshot is never taken in its place.
 
 use axum::Json;

@@ -66,6 +66,12 @@ pub enum PrepareError {
     /// A named secret does not exist for the tenant (422).
     #[error("secret {0:?} does not exist for this tenant: create it with PUT /v1/secrets/{0}")]
     UnknownSecret(String),
+    /// A named secret has no hosts (made through E2B's secrets API): its placeholder could go nowhere (422).
+    #[error(
+        "secret {0:?} has no hosts to send it to (it was made through E2B's secrets API): use it in a header rule \
+         (${{secrets.{0}}}), or give it hosts with PUT /v1/secrets/{0}"
+    )]
+    HostlessSecret(String),
     /// A header rule is malformed or names an unknown secret (400).
     #[error(transparent)]
     Rules(#[from] RuleError),
@@ -155,6 +161,9 @@ pub async fn prepare(store: &Store, tenant: &str, spec: &mut SandboxSpec) -> Res
         let Some(found) = stored.iter().find(|s| &s.name == name) else {
             return Err(PrepareError::UnknownSecret(name.clone()));
         };
+        if found.hosts.is_empty() {
+            return Err(PrepareError::HostlessSecret(name.clone()));
+        }
         let placeholder = placeholder(name)?;
         spec.env.insert(name.clone(), placeholder.clone());
         secrets.push(Secret {

@@ -10,28 +10,102 @@ use crate::store::{Store, StoreError};
 /// Audit events kept per sandbox; older ones are deleted as new ones arrive.
 pub const KEPT_EVENTS: u32 = 10_000;
 
-/// A tenant's secret as stored: the value and the host patterns it may be sent to.
+/// A secret's caller metadata (E2B's `metadata`): string keys and values, bounded by `crate::secret_rules`.
+pub type SecretMetadata = std::collections::BTreeMap<String, String>;
+
+/// A tenant's secret as the proxy takes it: the value and the host patterns it may be sent to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredSecret {
     /// Name (also the environment variable that holds its placeholder inside a sandbox).
     pub name: String,
     /// The real value; never sent to a sandbox, never returned by the API.
     pub value: String,
-    /// Host patterns (`api.example.com`, `*.example.com`, optional `:port`) the value may be sent to.
+    /// Host patterns (`api.example.com`, `*.example.com`, optional `:port`) the value may be sent to; empty for a
+    /// secret made through E2B's API, which goes only where a header rule puts it.
     pub hosts: Vec<String>,
     /// When it was last written, unix milliseconds.
     pub updated_ms: i64,
 }
 
-/// A tenant's secret as listed: everything but the value (listing never opens a sealed value).
+/// A tenant's secret as listed and answered: everything but the value (listing never opens a sealed value).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SecretInfo {
+    /// Its id, `sec_` + 16 hex digits (E2B's `secretID`); never changes.
+    pub id: String,
     /// Name.
     pub name: String,
-    /// Host patterns the value may be sent to.
+    /// Host patterns the value may be sent to (empty: only where a header rule puts it).
     pub hosts: Vec<String>,
+    /// Caller metadata.
+    pub metadata: SecretMetadata,
+    /// 1 for a new secret, one more with every write of its value.
+    pub version: i64,
+    /// When it was created, unix milliseconds.
+    pub created_ms: i64,
     /// When it was last written, unix milliseconds.
     pub updated_ms: i64,
+}
+
+/// What a secret write may do when a secret of that name exists, or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretWriteMode {
+    /// Only a new secret (E2B's create: an existing name is a conflict).
+    Create,
+    /// Only an existing secret (E2B's update: a missing one is not found).
+    Update,
+    /// Either (the native `PUT /v1/secrets/{name}`).
+    CreateOrReplace,
+}
+
+/// A secret write: the value, and what else changes (`None`: kept, or empty for a new secret).
+#[derive(Debug, Clone)]
+pub struct SecretWrite {
+    /// The secret's name.
+    pub name: String,
+    /// Its new value.
+    pub value: String,
+    /// New host patterns, if they change.
+    pub hosts: Option<Vec<String>>,
+    /// New metadata, if it changes.
+    pub metadata: Option<SecretMetadata>,
+    /// When, unix milliseconds.
+    pub now_ms: i64,
+    /// Most secrets the tenant may hold (a create beyond it is refused).
+    pub max_secrets: usize,
+}
+
+/// What a secret write did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretWritten {
+    /// A new secret.
+    Created(SecretInfo),
+    /// An existing secret, its version counted up.
+    Replaced(SecretInfo),
+    /// Nothing: `Create` of a name that exists.
+    Exists,
+    /// Nothing: `Update` of a name that does not.
+    Missing,
+    /// Nothing: the tenant holds `max_secrets` already.
+    TooMany,
+}
+
+const SECRET_INFO_COLUMNS: &str = "secret_id, name, hosts_json, metadata_json, version, created_ms, updated_ms";
+
+fn secret_info(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, String, String, i64, i64, i64)> {
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?))
+}
+
+fn parse_info(raw: (String, String, String, String, i64, i64, i64)) -> Result<SecretInfo, StoreError> {
+    let (id, name, hosts, metadata, version, created_ms, updated_ms) = raw;
+    Ok(SecretInfo {
+        id,
+        name,
+        hosts: serde_json::from_str(&hosts)?,
+        metadata: serde_json::from_str(&metadata)?,
+        version,
+        created_ms,
+        updated_ms,
+    })
 }
 
 /// One audited connection attempt, as stored and as served by `GET /v1/sandboxes/{id}/egress`.
@@ -67,25 +141,105 @@ pub struct EgressEvent {
 }
 
 impl Store {
-    /// Creates or replaces a secret, its value sealed for its row; true when it was new.
-    pub async fn put_secret(&self, tenant: &str, secret: StoredSecret) -> Result<bool, StoreError> {
-        let sealed = self.seal_keys().seal(tenant, &secret.name, &secret.value)?;
+    /// Writes a secret as `write.mode` allows, its value sealed for its row; a new one gets an id (version 1), an
+    /// existing one keeps its id and counts its version up.
+    pub async fn write_secret(
+        &self,
+        tenant: &str,
+        write: SecretWrite,
+        mode: SecretWriteMode,
+    ) -> Result<SecretWritten, StoreError> {
+        let sealed = self.seal_keys().seal(tenant, &write.name, &write.value)?;
         let tenant = tenant.to_owned();
         self.call(move |conn| {
-            let hosts = serde_json::to_string(&secret.hosts)?;
-            let existed: Option<i64> = conn
+            let tx = conn.transaction()?;
+            let existing = tx
                 .query_row(
-                    "SELECT 1 FROM sealed_secrets WHERE tenant = ?1 AND name = ?2",
-                    params![tenant, secret.name],
-                    |r| r.get(0),
+                    &format!("SELECT {SECRET_INFO_COLUMNS} FROM sealed_secrets WHERE tenant = ?1 AND name = ?2"),
+                    params![tenant, write.name],
+                    secret_info,
                 )
-                .optional()?;
-            conn.execute(
-                "INSERT INTO sealed_secrets (tenant, name, sealed, hosts_json, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (tenant, name) DO UPDATE SET sealed = ?3, hosts_json = ?4, updated_ms = ?5",
-                params![tenant, secret.name, sealed, hosts, secret.updated_ms],
-            )?;
-            Ok(existed.is_none())
+                .optional()?
+                .map(parse_info)
+                .transpose()?;
+            let written = match (existing, mode) {
+                (Some(_), SecretWriteMode::Create) => return Ok(SecretWritten::Exists),
+                (None, SecretWriteMode::Update) => return Ok(SecretWritten::Missing),
+                (Some(old), _) => {
+                    let info = SecretInfo {
+                        hosts: write.hosts.unwrap_or(old.hosts),
+                        metadata: write.metadata.unwrap_or(old.metadata),
+                        version: old.version.saturating_add(1),
+                        updated_ms: write.now_ms,
+                        ..old
+                    };
+                    tx.execute(
+                        "UPDATE sealed_secrets SET sealed = ?3, hosts_json = ?4, metadata_json = ?5, version = ?6,
+                         updated_ms = ?7 WHERE tenant = ?1 AND name = ?2",
+                        params![
+                            tenant,
+                            info.name,
+                            sealed,
+                            serde_json::to_string(&info.hosts)?,
+                            serde_json::to_string(&info.metadata)?,
+                            info.version,
+                            info.updated_ms
+                        ],
+                    )?;
+                    SecretWritten::Replaced(info)
+                }
+                (None, _) => {
+                    let held: i64 =
+                        tx.query_row("SELECT COUNT(*) FROM sealed_secrets WHERE tenant = ?1", params![tenant], |r| {
+                            r.get(0)
+                        })?;
+                    if usize::try_from(held).unwrap_or(usize::MAX) >= write.max_secrets {
+                        return Ok(SecretWritten::TooMany);
+                    }
+                    let mut info = SecretInfo {
+                        id: String::new(),
+                        name: write.name,
+                        hosts: write.hosts.unwrap_or_default(),
+                        metadata: write.metadata.unwrap_or_default(),
+                        version: 1,
+                        created_ms: write.now_ms,
+                        updated_ms: write.now_ms,
+                    };
+                    // The id: an identifier, not a credential (SQLite's randomness is enough).
+                    info.id = tx.query_row(
+                        "INSERT INTO sealed_secrets (tenant, name, sealed, hosts_json, updated_ms, secret_id, version,
+                         metadata_json, created_ms)
+                         VALUES (?1, ?2, ?3, ?4, ?5, 'sec_' || lower(hex(randomblob(8))), 1, ?6, ?5)
+                         RETURNING secret_id",
+                        params![
+                            tenant,
+                            info.name,
+                            sealed,
+                            serde_json::to_string(&info.hosts)?,
+                            info.updated_ms,
+                            serde_json::to_string(&info.metadata)?
+                        ],
+                        |row| row.get(0),
+                    )?;
+                    SecretWritten::Created(info)
+                }
+            };
+            tx.commit()?;
+            Ok(written)
+        })
+        .await
+    }
+
+    /// The tenant's secret whose id or name is `key` (a name as given, else lowercased: E2B's names are stored so).
+    pub async fn secret_info(&self, tenant: &str, key: &str) -> Result<Option<SecretInfo>, StoreError> {
+        let (tenant, key) = (tenant.to_owned(), key.to_owned());
+        self.call(move |conn| {
+            let mut statement = conn.prepare_cached(&format!(
+                "SELECT {SECRET_INFO_COLUMNS} FROM sealed_secrets WHERE tenant = ?1 AND (secret_id = ?2 OR name = ?2
+                 OR name = ?3) ORDER BY name = ?2 DESC LIMIT 1"
+            ))?;
+            let lower = key.to_ascii_lowercase();
+            statement.query_row(params![tenant, key, lower], secret_info).optional()?.map(parse_info).transpose()
         })
         .await
     }
@@ -116,17 +270,11 @@ impl Store {
     pub async fn secret_list(&self, tenant: &str) -> Result<Vec<SecretInfo>, StoreError> {
         let tenant = tenant.to_owned();
         self.call(move |conn| {
-            let mut statement = conn.prepare_cached(
-                "SELECT name, hosts_json, updated_ms FROM sealed_secrets WHERE tenant = ?1 ORDER BY name",
-            )?;
-            let rows = statement.query_map(params![tenant], |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get(2)?))
-            })?;
-            rows.map(|row| {
-                let (name, hosts, updated_ms) = row?;
-                Ok(SecretInfo { name, hosts: serde_json::from_str(&hosts)?, updated_ms })
-            })
-            .collect()
+            let mut statement = conn.prepare_cached(&format!(
+                "SELECT {SECRET_INFO_COLUMNS} FROM sealed_secrets WHERE tenant = ?1 ORDER BY name"
+            ))?;
+            let rows = statement.query_map(params![tenant], secret_info)?;
+            rows.map(|row| parse_info(row?)).collect()
         })
         .await
     }
@@ -317,18 +465,70 @@ mod tests {
     #[tokio::test]
     async fn secrets_are_per_tenant_and_replaced_in_place() {
         let store = Store::open_in_memory().unwrap();
-        let secret = |value: &str| StoredSecret {
+        let secret = |value: &str| SecretWrite {
             name: "TOKEN".into(),
             value: value.into(),
-            hosts: vec!["a.example".into()],
-            updated_ms: 1,
+            hosts: Some(vec!["a.example".into()]),
+            metadata: None,
+            now_ms: 1,
+            max_secrets: 10,
         };
-        assert!(store.put_secret("t1", secret("one")).await.unwrap());
-        assert!(!store.put_secret("t1", secret("two")).await.unwrap());
+        let first = store.write_secret("t1", secret("one"), SecretWriteMode::CreateOrReplace).await.unwrap();
+        let SecretWritten::Created(created) = first else { panic!("{first:?}") };
+        assert_eq!((created.version, created.id.len()), (1, 20));
+        let again = store.write_secret("t1", secret("two"), SecretWriteMode::CreateOrReplace).await.unwrap();
+        let SecretWritten::Replaced(replaced) = again else { panic!("{again:?}") };
+        assert_eq!((replaced.id.as_str(), replaced.version), (created.id.as_str(), 2), "same id, next version");
+        assert_eq!(replaced.hosts, vec!["a.example".to_owned()]);
         assert_eq!(store.secrets("t1").await.unwrap()[0].value, "two");
         assert!(store.secrets("t2").await.unwrap().is_empty());
+        assert_eq!(store.secret_info("t1", &created.id).await.unwrap().map(|i| i.name), Some("TOKEN".into()));
+        assert!(store.secret_info("t2", &created.id).await.unwrap().is_none(), "another tenant's id");
         assert!(!store.delete_secret("t2", "TOKEN").await.unwrap());
         assert!(store.delete_secret("t1", "TOKEN").await.unwrap());
         assert!(store.secrets("t1").await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn creates_updates_and_the_count_bound_are_what_the_mode_allows() {
+        let store = Store::open_in_memory().unwrap();
+        let write = |name: &str, max_secrets: usize| SecretWrite {
+            name: name.into(),
+            value: "v".into(),
+            hosts: None,
+            metadata: Some(SecretMetadata::from([("k".to_owned(), "v".to_owned())])),
+            now_ms: 5,
+            max_secrets,
+        };
+        let update = store.write_secret("t", write("a", 2), SecretWriteMode::Update).await.unwrap();
+        assert_eq!(update, SecretWritten::Missing);
+        assert!(matches!(store.write_secret("t", write("a", 2), SecretWriteMode::Create).await.unwrap(),
+            SecretWritten::Created(SecretInfo { ref hosts, .. }) if hosts.is_empty()));
+        assert_eq!(
+            store.write_secret("t", write("a", 2), SecretWriteMode::Create).await.unwrap(),
+            SecretWritten::Exists
+        );
+        store.write_secret("t", write("b", 2), SecretWriteMode::Create).await.unwrap();
+        assert_eq!(
+            store.write_secret("t", write("c", 2), SecretWriteMode::Create).await.unwrap(),
+            SecretWritten::TooMany
+        );
+        assert!(
+            matches!(
+                store.write_secret("t", write("a", 2), SecretWriteMode::Update).await.unwrap(),
+                SecretWritten::Replaced(SecretInfo { version: 2, .. })
+            ),
+            "an update is no new secret"
+        );
+        assert!(
+            matches!(
+                store.write_secret("other", write("c", 2), SecretWriteMode::Create).await.unwrap(),
+                SecretWritten::Created(_)
+            ),
+            "the bound is per tenant"
+        );
+        let listed = store.secret_list("t").await.unwrap();
+        assert_eq!(listed.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(listed[0].metadata.get("k").map(String::as_str), Some("v"));
     }
 }

@@ -1,12 +1,11 @@
 //! Forking a sandbox: `count` new sandboxes alike (the source's spec — tier, template, limits, egress policy,
 //! secrets, environment — its metadata and lifecycle), each admitted against the tenant's quota as a create is, then
 //! the source's writable files copied into all of them at once (`copy`): the copies run fresh processes on the
-//! source's files. A gVisor sandbox is forked with its memory instead (`memory_snapshot::fork_with_memory`: one
+//! source's files. A gVisor or microVM sandbox is forked with its memory instead (`memory_snapshot::fork_with_memory`: one
 //! checkpoint, every copy restored from it, its processes running on). All or nothing: when one copy cannot be made,
 //! none is kept.
 
 use sandkasten_runtime::writable_dirs;
-use sandkasten_types::Tier;
 
 use crate::auth::Tenant;
 use crate::lifecycle::copy::copy_files;
@@ -43,7 +42,7 @@ async fn fork_now(
     if !(1..=MAX_FORK_COUNT).contains(&count) {
         return Err(LifecycleError::ForkCountOutOfRange { max: MAX_FORK_COUNT, got: count });
     }
-    if source.spec.tier() == Tier::Gvisor {
+    if source.spec.tier().saves_memory() {
         let copies = fork_with_memory(state, tenant, source, count, expires_ms).await?;
         tracing::info!(sandbox = %source.id, tenant = %tenant.name, copies = copies.len(), "sandbox forked with memory");
         return Ok(copies);

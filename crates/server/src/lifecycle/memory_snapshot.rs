@@ -1,4 +1,4 @@
-//! Memory snapshots (gVisor): the runtime checkpoints the running sandbox into a private directory on this host
+//! Memory snapshots (gVisor and microVM): the runtime checkpoints the running sandbox into a private directory on this host
 //! (`SandboxRuntime::memory_snapshot`; processes, memory, its tmpfs files), each image file becomes a part of the
 //! snapshot (`memory.<file>`) in the snapshot store, and the directory is removed. A sandbox made from one gets the
 //! parts back into a directory of its own (each chunk verified) and is created from it
@@ -170,7 +170,7 @@ async fn fetch_images(state: &AppState, snapshot: &SnapshotRecord, dir: &Path) -
     Ok(())
 }
 
-/// Forks the running gVisor sandbox `source` with its memory: one memory snapshot into a work directory, and
+/// Forks the running gVisor or microVM sandbox `source` with its memory: one memory snapshot into a work directory, and
 /// `count` sandboxes restored from it, each admitted as a create; when one cannot be made, none is kept.
 pub(crate) async fn fork_with_memory(
     state: &AppState,

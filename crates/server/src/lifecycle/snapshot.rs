@@ -1,4 +1,4 @@
-//! Snapshots of a sandbox's files (and, on gVisor, its memory: `memory_snapshot`): taking one (the sandbox's writable directories as one tar, streamed from inside it
+//! Snapshots of a sandbox's files (and, on gVisor and microVM, its memory: `memory_snapshot`): taking one (the sandbox's writable directories as one tar, streamed from inside it
 //! into the snapshot store: content-addressed chunks, then the manifest), restoring one into a new sandbox, deleting
 //! one (its chunks no other snapshot uses go with it), and at start reconciling the database with the store.
 //!
@@ -14,7 +14,6 @@ use bytes::Bytes;
 use futures::StreamExt;
 use sandkasten_runtime::writable_dirs;
 use sandkasten_snapshot_store::{Manifest, SnapshotWriter, StoreError as SnapshotStoreError};
-use sandkasten_types::Tier;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -41,9 +40,6 @@ use crate::transfers::TransferDirection;
 const FILES_PART: &str = "files.tar";
 /// Archive chunks in flight between the sandbox and the store.
 const IN_FLIGHT: usize = 4;
-
-/// The tier that can save memory as well as files.
-const MEMORY_TIER: Tier = Tier::Gvisor;
 
 /// Takes a snapshot of the running sandbox `sandbox`'s files; returns its row (`ready`). Nothing of it remains when
 /// it fails.
@@ -77,11 +73,11 @@ async fn take_now(
     (memory, name): (bool, Option<String>),
     for_pause: bool,
 ) -> Result<SnapshotRecord, LifecycleError> {
-    if memory && sandbox.spec.tier() != MEMORY_TIER {
+    if memory && !sandbox.spec.tier().saves_memory() {
         return Err(LifecycleError::SnapshotRefused(format!(
-            "memory snapshots need the {MEMORY_TIER} tier (it saves processes and memory); sandbox {} is on the {} \
-             tier: take a filesystem snapshot with \"memory\": false, or create the sandbox with isolation \
-             \"{MEMORY_TIER}\"",
+            "memory snapshots need the gvisor or microvm tier (they save processes and memory); sandbox {} is on the \
+             {} tier: take a filesystem snapshot with \"memory\": false, or create the sandbox with isolation \
+             \"gvisor\" or \"microvm\"",
             sandbox.id,
             sandbox.spec.tier()
         )));

@@ -109,7 +109,7 @@ mod tests {
     use rusqlite::OptionalExtension;
 
     use super::*;
-    use crate::egress::store::StoredSecret;
+    use crate::egress::store::{SecretWrite, SecretWriteMode};
     use crate::seal::{KEY_BYTES, SealKey};
     use crate::store::{Store, StoreError};
 
@@ -120,8 +120,15 @@ mod tests {
         Ok(SealKeys::new(key(current)?, previous.iter().map(|b| key(*b)).collect::<Result<_, _>>()?))
     }
 
-    fn secret(name: &str, value: &str) -> StoredSecret {
-        StoredSecret { name: name.into(), value: value.into(), hosts: vec!["allowed.test".into()], updated_ms: 1 }
+    fn secret(name: &str, value: &str) -> SecretWrite {
+        SecretWrite {
+            name: name.into(),
+            value: value.into(),
+            hosts: Some(vec!["allowed.test".into()]),
+            metadata: None,
+            now_ms: 1,
+            max_secrets: 10,
+        }
     }
 
     /// The database file and its `-wal` and `-shm` files (those that exist).
@@ -202,14 +209,15 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let database = dir.path().join("sandkasten.db");
         let store = Store::open(&database, keys(1, &[])?)?;
-        store.put_secret("t1", secret("TOKEN", "value-of-t1")).await?;
-        store.put_secret("t2", secret("TOKEN", "value-of-t2")).await?;
+        store.write_secret("t1", secret("TOKEN", "value-of-t1"), SecretWriteMode::CreateOrReplace).await?;
+        store.write_secret("t2", secret("TOKEN", "value-of-t2"), SecretWriteMode::CreateOrReplace).await?;
         let raw = Connection::open(&database)?;
         // Tenant t2 takes t1's sealed value over its own row; t1 copies it under another name.
         raw.execute_batch(
             "UPDATE sealed_secrets SET sealed = (SELECT sealed FROM sealed_secrets WHERE tenant = 't1')
              WHERE tenant = 't2';
-             INSERT INTO sealed_secrets SELECT tenant, 'OTHER', sealed, hosts_json, updated_ms FROM sealed_secrets
+             INSERT INTO sealed_secrets (tenant, name, sealed, hosts_json, updated_ms, secret_id)
+             SELECT tenant, 'OTHER', sealed, hosts_json, updated_ms, 'sec_other' FROM sealed_secrets
              WHERE tenant = 't1';",
         )?;
         let moved = store.secrets("t2").await.map(|_| ()).err();
@@ -238,7 +246,9 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let database = dir.path().join("sandkasten.db");
         let (a, b, c) = (keys(1, &[])?.current_id(), keys(2, &[])?.current_id(), keys(3, &[])?.current_id());
-        Store::open(&database, keys(1, &[])?)?.put_secret("t1", secret("TOKEN", "rotated-value")).await?;
+        Store::open(&database, keys(1, &[])?)?
+            .write_secret("t1", secret("TOKEN", "rotated-value"), SecretWriteMode::CreateOrReplace)
+            .await?;
         assert_eq!(key_id_in_row(&database)?, Some(a));
         // Key C alone knows nothing: refused, naming the count and the key needed, and nothing changes.
         let message = Store::open(&database, keys(3, &[])?).map(|_| ()).err().map(|e| e.to_string());

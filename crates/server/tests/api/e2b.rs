@@ -238,7 +238,9 @@ async fn per_sandbox_requests_need_the_token_and_a_running_sandbox() {
     assert_eq!(gone.status, StatusCode::BAD_GATEWAY);
     assert_eq!(gone.json()["code"], "unavailable");
     assert!(gone.json()["message"].as_str().unwrap().contains("was not found"), "{}", gone.text());
-    assert_eq!(sandbox_call(&h, &sb, "GET", "/health", "text/plain", Vec::new()).await.status, StatusCode::BAD_GATEWAY);
+    let health = sandbox_call(&h, &sb, "GET", "/health", "text/plain", Vec::new()).await;
+    assert_eq!(health.status, StatusCode::BAD_GATEWAY);
+    assert!(health.json()["message"].as_str().unwrap().contains("was not found"), "the SDK's probe reads it");
     // The facade's errors are counted like the native API's, under their Connect code names.
     let metrics = h.call("GET", "/metrics", None, Body::empty()).await.text();
     assert!(metrics.contains("sandkasten_errors_total{code=\"unauthenticated\"} 1"), "{metrics}");
@@ -737,4 +739,116 @@ async fn network_rules_become_header_rules_and_bad_ones_get_e2b_errors() {
         let info = control(&h, "GET", &format!("/sandboxes/{id}"), KEY_A, None).await.json();
         assert!(info["network"].get("rules").is_none(), "{info}");
     }
+}
+
+#[tokio::test]
+async fn e2b_secrets_are_the_tenant_s_secrets_with_e2b_s_shapes_and_errors() {
+    let h = Harness::new();
+    let made = control(
+        &h,
+        "POST",
+        "/secrets",
+        KEY_A,
+        Some(json!({"name": "OpenAI-Key", "value": "sk-value-1", "metadata": {"team": "a"}})),
+    )
+    .await;
+    assert_eq!(made.status, StatusCode::CREATED, "{}", made.text());
+    let made = made.json();
+    let id = made["secretID"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("sec_") && id.len() == 20, "{made}");
+    assert_eq!((made["name"].clone(), made["currentVersion"].clone()), (json!("openai-key"), json!(1)), "lowercased");
+    assert_eq!(made["metadata"], json!({"team": "a"}));
+    assert!(made.get("value").is_none() && !made.to_string().contains("sk-value-1"), "{made}");
+    // The same row as the native API's: listed there without hosts, never with the value.
+    let native = h.call_with("GET", "/v1/secrets", Some(KEY_A), Body::empty(), &[]).await.json();
+    assert_eq!(native["secrets"][0]["id"], json!(id), "{native}");
+    assert_eq!(native["secrets"][0]["hosts"], json!([]), "{native}");
+    assert!(!native.to_string().contains("sk-value-1"));
+    // Get by id or name; update by name: a new version, metadata kept unless given.
+    for key in [id.as_str(), "openai-key", "OPENAI-KEY"] {
+        let got = control(&h, "GET", &format!("/secrets/{key}"), KEY_A, None).await;
+        assert_eq!((got.status, got.json()["secretID"].clone()), (StatusCode::OK, json!(id)), "{key}");
+    }
+    let updated = control(&h, "POST", "/secrets/openai-key", KEY_A, Some(json!({"value": "sk-value-2"}))).await.json();
+    assert_eq!((updated["currentVersion"].clone(), updated["metadata"].clone()), (json!(2), json!({"team": "a"})));
+    let updated = control(&h, "POST", &format!("/secrets/{id}"), KEY_A, Some(json!({"value": "v3", "metadata": {}})))
+        .await
+        .json();
+    assert_eq!((updated["currentVersion"].clone(), updated["metadata"].clone()), (json!(3), json!({})));
+    // Another tenant sees none of it.
+    assert_eq!(control(&h, "GET", &format!("/secrets/{id}"), KEY_B, None).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(control(&h, "GET", "/secrets", KEY_B, None).await.json(), json!([]));
+    // Bad input: E2B's {code, message}, 4xx naming what is wrong; nothing written.
+    let long_value = "v".repeat(8193);
+    for (method, uri, body, status, words) in [
+        ("POST", "/secrets", json!({"name": "openai-key", "value": "x"}), 409, "already exists"),
+        ("POST", "/secrets", json!({"value": "x"}), 400, "\"name\""),
+        ("POST", "/secrets", json!({"name": "x"}), 400, "\"value\""),
+        ("POST", "/secrets", json!({"name": "has space", "value": "x"}), 400, "is invalid"),
+        ("POST", "/secrets", json!({"name": "sec_x", "value": "x"}), 400, "reserved"),
+        ("POST", "/secrets", json!({"name": "a", "value": long_value}), 400, "8192 bytes"),
+        ("POST", "/secrets", json!({"name": "a", "value": "x", "metadata": {"k": 1}}), 400, "metadata"),
+        ("POST", "/secrets", json!({"name": "a", "value": "line\nbreak"}), 400, "control character"),
+        ("POST", "/secrets/nope", json!({"value": "x"}), 404, "not found"),
+        ("POST", "/secrets/openai-key", json!({"name": "b", "value": "x"}), 400, "cannot be changed"),
+        ("GET", "/secrets/nope", Value::Null, 404, "not found"),
+        ("DELETE", "/secrets/nope", Value::Null, 404, "not found"),
+        ("GET", "/secrets?limit=0", Value::Null, 400, "at least 1"),
+        ("GET", "/secrets?nextToken=zzz", Value::Null, 400, "Invalid next token"),
+    ] {
+        let reply = control(&h, method, uri, KEY_A, (!body.is_null()).then_some(body.clone())).await;
+        let answer = reply.json();
+        assert_eq!((reply.status.as_u16(), answer["code"].clone()), (status, json!(status)), "{uri} {body}: {answer}");
+        assert!(answer["message"].as_str().unwrap().contains(words), "{uri} {body}: {answer}");
+    }
+    let listed = control(&h, "GET", "/secrets", KEY_A, None).await.json();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "refused creates wrote nothing: {listed}");
+    // Paging: newest first, x-next-token until the last page.
+    for n in 0..4 {
+        let body = json!({"name": format!("paged-{n}"), "value": "x"});
+        assert_eq!(control(&h, "POST", "/secrets", KEY_A, Some(body)).await.status, StatusCode::CREATED);
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    let (mut seen, mut token) = (Vec::new(), String::new());
+    for _ in 0..10 {
+        let uri = if token.is_empty() {
+            "/secrets?limit=2".to_owned()
+        } else {
+            format!("/secrets?limit=2&nextToken={token}")
+        };
+        let reply = control(&h, "GET", &uri, KEY_A, None).await;
+        let page = reply.json();
+        assert!(page.as_array().unwrap().len() <= 2, "{page}");
+        seen.extend(page.as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap().to_owned()));
+        match reply.headers.get("x-next-token") {
+            Some(next) => token = next.to_str().unwrap().to_owned(),
+            None => break,
+        }
+    }
+    let distinct: std::collections::BTreeSet<_> = seen.iter().collect();
+    assert_eq!((seen.len(), distinct.len()), (5, 5), "every secret once: {seen:?}");
+    assert_eq!(seen[0], "paged-3", "newest first: {seen:?}");
+    // Delete by id: 204, then 404.
+    assert_eq!(control(&h, "DELETE", &format!("/secrets/{id}"), KEY_A, None).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(control(&h, "GET", "/secrets/openai-key", KEY_A, None).await.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_tenant_holds_a_bounded_number_of_secrets() {
+    let h = Harness::new();
+    for n in 0..256 {
+        let reply = control(&h, "POST", "/secrets", KEY_A, Some(json!({"name": format!("s{n}"), "value": "x"}))).await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{n}: {}", reply.text());
+    }
+    let refused = control(&h, "POST", "/secrets", KEY_A, Some(json!({"name": "one-more", "value": "x"}))).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{}", refused.text());
+    assert!(refused.json()["message"].as_str().unwrap().contains("256 secrets"));
+    let json_type = [("content-type", "application/json")];
+    let native = json!({"value": "x", "hosts": ["a.example.com"]}).to_string();
+    let refused = h.call_with("PUT", "/v1/secrets/MORE", Some(KEY_A), Body::from(native.clone()), &json_type).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "the native API counts the same rows");
+    let replaced = h.call_with("PUT", "/v1/secrets/s0", Some(KEY_A), Body::from(native), &json_type).await;
+    assert_eq!(replaced.status, StatusCode::OK, "replacing one is no new secret: {}", replaced.text());
+    let other = control(&h, "POST", "/secrets", KEY_B, Some(json!({"name": "mine", "value": "x"}))).await;
+    assert_eq!(other.status, StatusCode::CREATED, "per tenant");
 }

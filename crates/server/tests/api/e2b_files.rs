@@ -101,15 +101,28 @@ async fn signed_urls_work_without_headers_and_are_401_when_missing_wrong_or_expi
     let sb = open(&h).await;
     let other = open(&h).await;
     assert_eq!(upload(&h, &sb, "/home/user/s.txt", "signed", &[]).await.status, StatusCode::OK);
+    // The URL names its sandbox (`&sandbox_id=`, or E2B's host name below); nothing else is sent.
     let get = |uri: String| {
         let h = &h;
+        let uri = format!("{uri}&sandbox_id={}", sb.id);
         async move { h.call_with("GET", &uri, None, Body::empty(), &[]).await }
     };
     let path = "/home/user/s.txt";
 
     let plain = sign(path, "read", "", &sb.token, None);
     let ok = get(format!("/files?path={}&signature={}", url_encoded(path), url_encoded(&plain))).await;
-    assert_eq!((ok.status, ok.text().as_str()), (StatusCode::OK, "signed"), "found by its signature alone");
+    assert_eq!((ok.status, ok.text().as_str()), (StatusCode::OK, "signed"), "named by the URL alone");
+    let uri = format!("/files?path={}&signature={}", url_encoded(path), url_encoded(&plain));
+    let by_host = [("host", format!("49983-{}.e2b.app", sb.id))];
+    let by_host = [(by_host[0].0, by_host[0].1.as_str())];
+    let ok = h.call_with("GET", &uri, None, Body::empty(), &by_host).await;
+    assert_eq!((ok.status, ok.text().as_str()), (StatusCode::OK, "signed"), "named by envd's host name");
+    // A URL naming no sandbox is refused, never checked against every sandbox's token.
+    let unnamed = h.call_with("GET", &uri, None, Body::empty(), &[]).await;
+    assert!(envd_error(&unnamed, 401).contains("names no sandbox"));
+    let unknown = format!("{uri}&sandbox_id=sb-00000000000000ff");
+    let unknown = h.call_with("GET", &unknown, None, Body::empty(), &[]).await;
+    assert!(envd_error(&unknown, 502).contains("was not found"), "an unknown sandbox is E2B's 'not found'");
     let later = now() + 60;
     let timed = sign(path, "read", "", &sb.token, Some(later));
     let ok = get(format!("/files?path={path}&signature={}&signature_expiration={later}", url_encoded(&timed))).await;
@@ -121,7 +134,6 @@ async fn signed_urls_work_without_headers_and_are_401_when_missing_wrong_or_expi
     assert_eq!(envd_error(&expired.await, 401), "signature is already expired");
     let missing = get(format!("/files?path={path}")).await;
     assert!(envd_error(&missing, 401).contains("missing signature"));
-    // (A signature made with another sandbox's token is a URL of that sandbox: it names no sandbox but by its token.)
     let wrong = [
         sign(path, "write", "", &sb.token, None),
         sign("/home/user/other.txt", "read", "", &sb.token, None),
@@ -134,8 +146,7 @@ async fn signed_urls_work_without_headers_and_are_401_when_missing_wrong_or_expi
     }
     // A URL signed for the default user stays the default user's: an Authorization header naming root is ignored.
     let as_root = [("authorization", "Basic cm9vdDo=")];
-    let uri = format!("/files?path={}&signature={}", url_encoded(path), url_encoded(&plain));
-    let ok = h.call_with("GET", &uri, None, Body::empty(), &as_root).await;
+    let ok = h.call_with("GET", &format!("{uri}&sandbox_id={}", sb.id), None, Body::empty(), &as_root).await;
     assert_eq!(ok.status, StatusCode::OK, "{}", ok.text());
     let read_as = *h.runtime.last_read_user.lock().unwrap();
     assert_eq!(read_as, Some(sandkasten_types::CommandUser::Sandbox), "a signed URL read as root");
@@ -147,19 +158,21 @@ async fn signed_urls_work_without_headers_and_are_401_when_missing_wrong_or_expi
     let uri = format!("/files?path={path}&signature={}", url_encoded(&plain));
     let refused = h.call_with("GET", &uri, None, Body::empty(), &named).await;
     assert_eq!(envd_error(&refused, 401), "invalid signature");
+    let refused = h.call_with("GET", &format!("{uri}&sandbox_id={}", other.id), None, Body::empty(), &[]).await;
+    assert_eq!(envd_error(&refused, 401), "invalid signature");
     let bad_expiration = get(format!("/files?path={path}&signature=x&signature_expiration=soon")).await;
     assert_eq!(bad_expiration.status, StatusCode::BAD_REQUEST, "{}", bad_expiration.text());
 
     // An upload URL signs "write".
     let up = sign("/home/user/up.txt", "write", "", &sb.token, None);
-    let uri = format!("/files?path=/home/user/up.txt&signature={}", url_encoded(&up));
+    let uri = format!("/files?path=/home/user/up.txt&signature={}&sandbox_id={}", url_encoded(&up), sb.id);
     let headers = [("content-type", "application/octet-stream")];
     let sent = h.call_with("POST", &uri, None, Body::from("by url"), &headers).await;
     assert_eq!(sent.status, StatusCode::OK, "{}", sent.text());
     let read_sig = sign("/home/user/up.txt", "read", "", &sb.token, None);
     let read = get(format!("/files?path=/home/user/up.txt&signature={}", url_encoded(&read_sig))).await;
     assert_eq!(read.text(), "by url");
-    let uri = format!("/files?path=/home/user/up.txt&signature={}", url_encoded(&read_sig));
+    let uri = format!("/files?path=/home/user/up.txt&signature={}&sandbox_id={}", url_encoded(&read_sig), sb.id);
     let refused = h.call_with("POST", &uri, None, Body::from("x"), &headers).await;
     assert_eq!(envd_error(&refused, 401), "invalid signature", "a download's signature does not upload");
 }

@@ -74,6 +74,7 @@ OPERATIONS: Dict[str, Operation] = _table(
     ("snapshots.get", "GET", "/v1/snapshots/{id}"),
     ("snapshots.delete", "DELETE", "/v1/snapshots/{id}"),
     ("secrets.list", "GET", "/v1/secrets"),
+    ("secrets.get", "GET", "/v1/secrets/{name}"),
     ("secrets.put", "PUT", "/v1/secrets/{name}"),
     ("secrets.delete", "DELETE", "/v1/secrets/{name}"),
     ("pools.list", "GET", "/v1/pools"),

@@ -197,6 +197,11 @@ class AsyncSecrets:
         response = await self._transport.request(op("secrets.list"), {})
         return [SecretInfo.from_json(item) for item in json_of(response).get("secrets", [])]
 
+    @uses("secrets.get")
+    async def get(self, name: str) -> SecretInfo:
+        """One secret by name or id (`sec_…`); never its value."""
+        return SecretInfo.from_json(json_of(await self._transport.request(op("secrets.get"), {"name": name})))
+
     @uses("secrets.put")
     async def put(self, name: str, value: str, hosts: Sequence[str]) -> SecretInfo:
         body = {"value": value, "hosts": list(hosts)}

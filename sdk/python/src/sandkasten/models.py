@@ -368,15 +368,27 @@ class EgressEvent:
 
 @dataclass(frozen=True)
 class SecretInfo:
-    """A tenant secret's name and hosts (values never come back)."""
+    """A tenant secret's id, name, hosts, metadata and version (values never come back)."""
 
     name: str
     hosts: List[str]
     updated_at: str
+    id: str = ""
+    metadata: Dict[str, str] = field(default_factory=dict)
+    version: int = 1
+    created_at: str = ""
 
     @classmethod
     def from_json(cls, body: Json) -> SecretInfo:
-        return cls(name=body["name"], hosts=list(body.get("hosts") or []), updated_at=body.get("updated_at", ""))
+        return cls(
+            name=body["name"],
+            hosts=list(body.get("hosts") or []),
+            updated_at=body.get("updated_at", ""),
+            id=body.get("id", ""),
+            metadata=dict(body.get("metadata") or {}),
+            version=int(body.get("version", 1)),
+            created_at=body.get("created_at", ""),
+        )
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 //! The host files of one microVM sandbox: its directory under the state directory (`microvm/ID`) holding its
-//! writable disk, the guest's console log and the VMM's log. Removed when the sandbox is released (after the VMM is
+//! writable disk, the guest's console log, the VMM's log and its monitor socket. Removed when the sandbox is released (after the VMM is
 //! dead), and by `gc` for a crashed owner's sandboxes.
 
 use std::path::{Path, PathBuf};
@@ -11,16 +11,21 @@ pub(crate) fn sandboxes_dir(config: &RuntimeConfig) -> PathBuf {
     config.state_dir.join("microvm")
 }
 
-/// The directory of one microVM sandbox and the files in it.
+/// The directory of one microVM sandbox and the files in it, and what starts its VMM again after a pause that
+/// released it.
 #[derive(Debug, Clone)]
 pub(crate) struct MicrovmFiles {
     pub(crate) dir: PathBuf,
+    /// The spec and agent plan its VMM was started with (what a resume after a released pause starts it with).
+    pub(crate) launch: Option<std::sync::Arc<(sandkasten_types::SandboxSpec, sandkasten_protocol::AgentPlan)>>,
+    /// Paused with its VM released: its memory is in `paused()`, no VMM runs and its cgroup is gone.
+    pub(crate) released: bool,
 }
 
 impl MicrovmFiles {
     /// The files of sandbox `id` (nothing is created).
     pub(crate) fn new(config: &RuntimeConfig, id: &str) -> MicrovmFiles {
-        MicrovmFiles { dir: sandboxes_dir(config).join(id) }
+        MicrovmFiles { dir: sandboxes_dir(config).join(id), launch: None, released: false }
     }
 
     pub(crate) fn disk(&self) -> PathBuf {
@@ -35,6 +40,22 @@ impl MicrovmFiles {
     /// QEMU's standard error.
     pub(crate) fn vmm_log(&self) -> PathBuf {
         self.dir.join("vmm.log")
+    }
+
+    /// What the VM is (`memory::SavedConfig`), written at its start, copied into its memory snapshots.
+    pub(crate) fn config(&self) -> PathBuf {
+        self.dir.join("vm.json")
+    }
+
+    /// The memory of a VM paused with `release_paused` (a directory: `memory`'s files, without the disk, which
+    /// stays where it is).
+    pub(crate) fn paused(&self) -> PathBuf {
+        self.dir.join("paused")
+    }
+
+    /// The VMM's monitor socket (0600: only the spawner connects; `qmp`).
+    pub(crate) fn monitor(&self) -> PathBuf {
+        self.dir.join("qmp.sock")
     }
 
     /// Deletes the directory. Idempotent.

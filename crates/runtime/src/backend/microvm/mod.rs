@@ -10,17 +10,26 @@
 //! and starts the same agent as every tier on a virtio-serial port; the host speaks to it over a socketpair that QEMU
 //! bridges to that port. The egress door is a second port on a socketpair of its own, whose host end goes to
 //! the runtime with the channel (`SandboxGuard::door`): the agent carries each connection to `127.0.0.1:3128` as a
-//! stream of the door mux over it, and the host connects each stream to the egress proxy. Steps: record → cgroup → disk → jail (`launch_keeping`) → QEMU → `GuestBooted` → plan →
-//! ready. The guest has no network device at all: its traffic leaves only through the door, to the proxy.
+//! stream of the door mux over it, and the host connects each stream to the egress proxy. Steps: record → cgroup →
+//! disk → jail (`launch_keeping`) → QEMU → `GuestBooted` → plan → ready. The guest has no network device at all: its
+//! traffic leaves only through the door, to the proxy.
+//!
+//! Each VMM has a QMP monitor (`qmp`) the spawner connects to for the lifecycle: a pause is `stop` under the cgroup
+//! freeze, or a release of the VM (`pause`); memory snapshots, restores and forks are QEMU's migration to and from a
+//! file (`memory`), started like a boot but with `-incoming`.
 
 mod accel_choice;
 mod files;
 mod images;
+mod memory;
+mod pause;
 mod qemu;
+mod qmp;
 mod speed_probe;
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
@@ -148,21 +157,177 @@ impl TierBackend for MicrovmTier<'_> {
         _files: &[SandboxFile],
         plan: &AgentPlan,
     ) -> Result<UnixStream, RuntimeError> {
+        let files = self.prepare(guard, spec, plan)?;
+        images::make_sandbox_disk(&files.disk(), spec.limits.disk_bytes)?;
+        let shape = self.shape(spec);
+        let mut vm = self.start_vm(guard, spec, plan, &files, shape, None)?;
+        wait_for_boot(&mut vm.channel, &files)?;
+        let booted_ns = sandkasten_protocol::monotonic_ns();
+        guard.vm_boot = Some(crate::VmBoot { accel: shape.accel, booted_ns, launched_ns: vm.launched_ns });
+        write_frame(&mut vm.channel, &Envelope::new(0, Message::Plan { plan: plan.clone() }))?;
+        match wait_until_serving(&mut vm.channel) {
+            Ok(()) => {
+                guard.door = vm.door;
+                Ok(vm.channel)
+            }
+            Err(NotServing::SetupFailed(message)) => vm_failed(format!("the guest's agent could not start: {message}")),
+            Err(NotServing::Answered(msg)) => {
+                vm_failed(format!("the guest's agent answered {msg} before it was ready"))
+            }
+            Err(NotServing::Silent) => vm_failed(lost_words("the VM stopped before its agent was ready", &files)),
+        }
+    }
+
+    /// With `release_paused` (the default): the VM's memory is saved into the sandbox's directory and the VMM ends,
+    /// its cgroup with it (`release`). Otherwise `stop` through the monitor (the vCPUs leave guest code and the
+    /// guest's clocks stop with them, so a running command's timeout does not count the pause), then the cgroup
+    /// freezer around the VMM, so that QEMU's own threads (its main loop, RCU and I/O workers) get no CPU either.
+    fn pause(&self, guard: &mut SandboxGuard) -> Result<(), RuntimeError> {
+        let files = files_of(guard)?;
+        if files.released {
+            return Err(RuntimeError::InvalidInput(format!("sandbox {} is paused already", guard.id)));
+        }
+        if self.launcher.config.microvm.release_paused {
+            return pause::release(guard, &files);
+        }
+        monitor(&files)?.execute("stop", serde_json::Value::Null).map_err(|e| monitor_failed(&files, e))?;
+        if let Err(error) = guard.cgroup()?.freeze() {
+            let _ = monitor(&files)
+                .and_then(|mut m| m.execute("cont", serde_json::Value::Null).map_err(|e| monitor_failed(&files, e)));
+            return Err(error.into());
+        }
+        Ok(())
+    }
+
+    /// A released VM starts again from its saved memory in a new cgroup, behind new channels (returned); a stopped
+    /// one is thawed and told `cont`. Either way the guest runs on where it stopped, its clocks too.
+    fn resume(&self, guard: &mut SandboxGuard) -> Result<Option<UnixStream>, RuntimeError> {
+        let files = files_of(guard)?;
+        if files.released {
+            return pause::restart(self, guard, &files).map(Some);
+        }
+        guard.cgroup()?.thaw()?;
+        monitor(&files)?.execute("cont", serde_json::Value::Null).map_err(|e| monitor_failed(&files, e))?;
+        Ok(None)
+    }
+
+    fn memory_snapshot_supported(&self) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
+    /// `stop`, QEMU's migration into a file in `dir`, a copy of the writable disk, `cont` (`memory`).
+    fn memory_snapshot(&self, guard: &SandboxGuard, dir: &Path) -> Result<(), RuntimeError> {
+        let files = files_of(guard)?;
+        memory::save(&files, dir, memory::AfterSave::Continue)
+    }
+
+    /// A new VMM that loads the snapshot in `dir` (its own copy of the disk), then `cont`.
+    fn spawn_from_memory(
+        &self,
+        guard: &mut SandboxGuard,
+        spec: &SandboxSpec,
+        _files: &[SandboxFile],
+        plan: &AgentPlan,
+        dir: &Path,
+    ) -> Result<UnixStream, RuntimeError> {
+        let saved = memory::SavedVm::open(dir)?;
+        saved.check_matches(&self.config_of(self.shape(spec), plan)?)?;
+        let files = self.prepare(guard, spec, plan)?;
+        saved.copy_disk_to(&files.disk())?;
+        let memory_file = saved.memory_file()?;
+        let shape = saved.config.shape;
+        let mut vm = self.start_vm(guard, spec, plan, &files, shape, Some(&memory_file))?;
+        drop(memory_file);
+        memory::continue_loaded(&files)?;
+        let booted_ns = sandkasten_protocol::monotonic_ns();
+        guard.vm_boot = Some(crate::VmBoot { accel: shape.accel, booted_ns, launched_ns: vm.launched_ns });
+        guard.door = vm.door.take();
+        Ok(vm.channel)
+    }
+}
+
+/// A started VMM: the host ends of the agent's channel and of the egress door's.
+struct StartedVm {
+    channel: UnixStream,
+    door: Option<std::os::fd::OwnedFd>,
+    /// When the VMM was launched (CLOCK_MONOTONIC ns; `VmBoot::launched_ns`).
+    launched_ns: u64,
+}
+
+impl MicrovmTier<'_> {
+    /// Checks the spec and makes the sandbox's directory (0700), recorded in `guard` first so that a failure from
+    /// here on removes it.
+    fn prepare(
+        &self,
+        guard: &mut SandboxGuard,
+        spec: &SandboxSpec,
+        plan: &AgentPlan,
+    ) -> Result<MicrovmFiles, RuntimeError> {
         if spec.limits.memory_bytes < MIN_GUEST_MEMORY {
             return Err(RuntimeError::InvalidInput(format!(
                 "a microVM needs at least {} of memory for its guest kernel: raise the memory limit",
                 sandkasten_types::units::format_bytes(MIN_GUEST_MEMORY)
             )));
         }
+        let mut files = MicrovmFiles::new(self.launcher.config, &guard.id);
+        files.launch = Some(std::sync::Arc::new((spec.clone(), plan.clone())));
+        guard.microvm = Some(files.clone());
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&files.dir)
+            .map_err(|e| RuntimeError::sys_owned(format!("creating {}", files.dir.display()), e))?;
+        Ok(files)
+    }
+
+    /// The guest's size and acceleration for `spec`.
+    fn shape(&self, spec: &SandboxSpec) -> qemu::VmShape {
+        qemu::VmShape {
+            accel: accel(&self.launcher.config.microvm),
+            memory_mib: spec.limits.memory_bytes >> 20,
+            vcpus: (spec.limits.cpus.ceil() as u32).max(1),
+            tsc_khz: qemu::host_tsc_khz(),
+        }
+    }
+
+    /// What a VM of `shape` for `plan` is, as a memory snapshot records it.
+    fn config_of(&self, shape: qemu::VmShape, plan: &AgentPlan) -> Result<memory::SavedConfig, RuntimeError> {
+        let settings = &self.launcher.config.microvm;
+        let agent_disk = images::agent_disk(settings, self.agent)?;
+        let boot = images::BootFiles::find(settings).map_err(RuntimeError::HostUnsupported)?;
+        let rootfs = std::fs::metadata(&boot.rootfs)
+            .map_err(|e| RuntimeError::sys_owned(format!("reading {}", boot.rootfs.display()), e))?;
+        Ok(memory::SavedConfig {
+            shape,
+            door: plan.door.is_some(),
+            agent_disk: agent_disk.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            rootfs: format!(
+                "{}-{}",
+                rootfs.len(),
+                rootfs
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_nanos())
+            ),
+        })
+    }
+
+    /// Starts QEMU in the sandbox's jail with its disks, channels and monitor (booting the kernel, or loading the
+    /// memory file `incoming`), and waits until the jail has become QEMU.
+    fn start_vm(
+        &self,
+        guard: &mut SandboxGuard,
+        spec: &SandboxSpec,
+        plan: &AgentPlan,
+        files: &MicrovmFiles,
+        shape: qemu::VmShape,
+        incoming: Option<&File>,
+    ) -> Result<StartedVm, RuntimeError> {
         let settings = &self.launcher.config.microvm;
         let boot = images::BootFiles::find(settings).map_err(RuntimeError::HostUnsupported)?;
         let agent_disk = images::agent_disk(settings, self.agent)?;
-        let files = MicrovmFiles::new(self.launcher.config, &guard.id);
-        guard.microvm = Some(files.clone());
-        std::fs::create_dir_all(&files.dir)
-            .map_err(|e| RuntimeError::sys_owned(format!("creating {}", files.dir.display()), e))?;
-        images::make_sandbox_disk(&files.disk(), spec.limits.disk_bytes)?;
-
+        memory::write_config(&files.config(), &self.config_of(shape, plan)?)?;
         let read = |path: &Path| {
             File::open(path).map_err(|e| RuntimeError::sys_owned(format!("opening {}", path.display()), e))
         };
@@ -183,7 +348,8 @@ impl TierBackend for MicrovmTier<'_> {
         let disk_read_only = read(&files.disk())?;
         let console = append(&files.console())?;
         let vmm_log = append(&files.vmm_log())?;
-        let (mut channel, guest_end) = UnixStream::pair().map_err(|e| RuntimeError::sys("socketpair", e))?;
+        let monitor = bind_monitor(files)?;
+        let (channel, guest_end) = UnixStream::pair().map_err(|e| RuntimeError::sys("socketpair", e))?;
         // The egress door's channel, where the agent opens a door (every long-lived sandbox; the policy decides on the
         // host whether its streams lead anywhere).
         let door = match plan.door {
@@ -198,12 +364,8 @@ impl TierBackend for MicrovmTier<'_> {
             channel: guest_end.as_raw_fd(),
             console: console.as_raw_fd(),
             door: door.as_ref().map(|(_, guest)| guest.as_raw_fd()),
-        };
-        let shape = qemu::VmShape {
-            accel: accel(settings),
-            memory_mib: spec.limits.memory_bytes >> 20,
-            vcpus: (spec.limits.cpus.ceil() as u32).max(1),
-            tsc_khz: qemu::host_tsc_khz(),
+            monitor: monitor.as_raw_fd(),
+            incoming: incoming.map(AsRawFd::as_raw_fd),
         };
         let qemu_path = resolve_qemu(settings).ok_or_else(|| RuntimeError::HostUnsupported("QEMU is gone".into()))?;
         let argv = qemu::command_line(&qemu_path.to_string_lossy(), &shape, &boot, &fds);
@@ -219,41 +381,43 @@ impl TierBackend for MicrovmTier<'_> {
             drop(guest);
             std::os::fd::OwnedFd::from(host)
         });
-        drop((rootfs, agent_image, disk, disk_read_only, console, vmm_log, guest_end));
-        wait_for_vmm(&mut jail, &files)?;
-        drop(jail);
-
-        wait_for_boot(&mut channel, &files)?;
-        let booted_ns = sandkasten_protocol::monotonic_ns();
-        guard.vm_boot = Some(crate::VmBoot { accel: shape.accel, booted_ns, launched_ns });
-        write_frame(&mut channel, &Envelope::new(0, Message::Plan { plan: plan.clone() }))?;
-        match wait_until_serving(&mut channel) {
-            Ok(()) => {
-                guard.door = door_host_end;
-                Ok(channel)
-            }
-            Err(NotServing::SetupFailed(message)) => vm_failed(format!("the guest's agent could not start: {message}")),
-            Err(NotServing::Answered(msg)) => {
-                vm_failed(format!("the guest's agent answered {msg} before it was ready"))
-            }
-            Err(NotServing::Silent) => vm_failed(lost_words("the VM stopped before its agent was ready", &files)),
-        }
-    }
-
-    /// The cgroup freezer around the VMM: QEMU's threads (every vCPU with them) stop getting CPU, and the guest's
-    /// memory stays where it is. The guest's clock, read from the host's TSC, runs on meanwhile: the agent, told how
-    /// long the pause was (`Resumed`, queued in its channel before the thaw), moves its commands' deadlines on.
-    fn pause(&self, guard: &mut SandboxGuard) -> Result<(), RuntimeError> {
-        Ok(guard.cgroup()?.freeze()?)
-    }
-
-    fn resume(&self, guard: &mut SandboxGuard) -> Result<Option<UnixStream>, RuntimeError> {
-        guard.cgroup()?.thaw()?;
-        Ok(None)
+        drop((rootfs, agent_image, disk, disk_read_only, console, vmm_log, guest_end, monitor));
+        wait_for_vmm(&mut jail, files)?;
+        Ok(StartedVm { channel, door: door_host_end, launched_ns })
     }
 }
 
-/// The plan of the process-tier jail that becomes the VMM: the sandbox's ids and seccomp policy, a tiny root, the
+/// The files of a microVM sandbox, or why there are none.
+fn files_of(guard: &SandboxGuard) -> Result<MicrovmFiles, RuntimeError> {
+    guard
+        .microvm
+        .clone()
+        .ok_or_else(|| RuntimeError::InvalidInput(format!("sandbox {} is not a microVM sandbox", guard.id)))
+}
+
+/// Binds the VMM's monitor socket in the sandbox's directory, 0600 (the socket's mode is what `connect` checks).
+fn bind_monitor(files: &MicrovmFiles) -> Result<std::os::unix::net::UnixListener, RuntimeError> {
+    let path = files.monitor();
+    let _ = std::fs::remove_file(&path);
+    let listener = std::os::unix::net::UnixListener::bind(&path)
+        .map_err(|e| RuntimeError::sys_owned(format!("binding {}", path.display()), e))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| RuntimeError::sys_owned(format!("restricting {}", path.display()), e))?;
+    Ok(listener)
+}
+
+/// A connection to the sandbox's VMM monitor.
+fn monitor(files: &MicrovmFiles) -> Result<qmp::Qmp, RuntimeError> {
+    qmp::Qmp::connect(&files.monitor()).map_err(|e| monitor_failed(files, e))
+}
+
+/// A monitor step that failed, with what the VMM said last.
+fn monitor_failed(files: &MicrovmFiles, error: qmp::QmpError) -> RuntimeError {
+    RuntimeError::TierFailed(lost_words(&error.to_string(), files))
+}
+
+/// The plan of the process-tier jail that becomes the VMM: the sandbox's ids, the VMM's seccomp policy (the
+/// sandbox's, with page-cache drops allowed for QEMU's migration: `SeccompPolicy::Vmm`), a tiny root, the
 /// VMM's command line and descriptors. Files the VMM writes (its disk) may grow to the disk image's size.
 fn vmm_jail_plan(
     plan: &AgentPlan,
@@ -273,7 +437,7 @@ fn vmm_jail_plan(
         processes: None,
         writable_dirs: vec!["/tmp".to_owned()],
         writable_files: vec!["/dev/null".to_owned()],
-        seccomp: SeccompPolicy::Sandbox,
+        seccomp: SeccompPolicy::Vmm,
         root_files: Vec::new(),
         oom_score_adj: plan.oom_score_adj,
         door: None,

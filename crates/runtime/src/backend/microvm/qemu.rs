@@ -1,4 +1,5 @@
-//! QEMU's command line for one microVM: the `microvm` machine with ACPI (Debian's cloud kernel finds virtio-mmio
+//! QEMU's command line for one microVM (and its monitor, `-mon` on an inherited listening socket; a restored one's
+//! `-incoming` memory file): the `microvm` machine with ACPI (Debian's cloud kernel finds virtio-mmio
 //! devices only through ACPI: it lacks `VIRTIO_MMIO_CMDLINE_DEVICES`), no PCI, no NIC, no display; three virtio-blk
 //! disks named by serial (the template's root read-only, the agent read-only, the sandbox's disk), two
 //! virtio-serial ports (the agent's channel; the egress door's, when the sandbox has one), the 8250 serial console into a log. Every file is a descriptor the
@@ -24,19 +25,32 @@ pub(crate) struct VmDescriptors {
     pub(crate) console: RawFd,
     /// The guest's end of the egress door's channel (its `sandkasten.door` port), when the sandbox has a door.
     pub(crate) door: Option<RawFd>,
+    /// The monitor's listening socket (`qmp`: the spawner connects to its path in the sandbox's directory).
+    pub(crate) monitor: RawFd,
+    /// A memory snapshot to start from (read-only), instead of booting the kernel (`memory`).
+    pub(crate) incoming: Option<RawFd>,
 }
 
 impl VmDescriptors {
     /// Every descriptor, for the jail to keep.
     pub(crate) fn all(&self) -> Vec<RawFd> {
-        let mut all = vec![self.rootfs, self.agent_disk, self.disk, self.disk_read_only, self.channel, self.console];
+        let mut all = vec![
+            self.rootfs,
+            self.agent_disk,
+            self.disk,
+            self.disk_read_only,
+            self.channel,
+            self.console,
+            self.monitor,
+        ];
         all.extend(self.door);
+        all.extend(self.incoming);
         all
     }
 }
 
 /// The guest's size and how it runs.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct VmShape {
     pub(crate) accel: MicrovmAccel,
     pub(crate) memory_mib: u64,
@@ -48,6 +62,10 @@ pub(crate) struct VmShape {
 
 /// Software emulation's translation cache, in MiB (QEMU's default is 1 GiB, far more than a sandbox's VMM may use).
 pub(crate) const TCG_CACHE_MIB: u64 = 32;
+
+/// The fdset of a memory snapshot being loaded (`-incoming`), and of one being saved (`migrate`).
+pub(crate) const INCOMING_FDSET: u32 = 5;
+pub(crate) const OUTGOING_FDSET: u32 = 6;
 
 /// The guest kernel's command line.
 pub(crate) fn kernel_command_line(shape: &VmShape) -> String {
@@ -109,6 +127,14 @@ pub(crate) fn command_line(qemu: &str, shape: &VmShape, boot: &BootFiles, fds: &
     }
     push(&["-add-fd", &format!("fd={},set=4", fds.console)]);
     push(&["-chardev", "file,id=console,path=/dev/fdset/4", "-serial", "chardev:console"]);
+    push(&["-chardev", &format!("socket,id=monitor,fd={},server=on,wait=off", fds.monitor)]);
+    push(&["-mon", "chardev=monitor,mode=control"]);
+    if let Some(incoming) = fds.incoming {
+        // The guest's memory and devices come from the file (QEMU's migration stream); it stays stopped once loaded
+        // (it was stopped when saved) until the spawner says `cont`.
+        push(&["-add-fd", &format!("fd={incoming},set={INCOMING_FDSET}")]);
+        push(&["-incoming", &format!("file:/dev/fdset/{INCOMING_FDSET}")]);
+    }
     argv
 }
 
@@ -126,7 +152,17 @@ mod tests {
     use super::*;
 
     fn fds() -> VmDescriptors {
-        VmDescriptors { rootfs: 5, agent_disk: 6, disk: 7, disk_read_only: 10, channel: 8, console: 9, door: None }
+        VmDescriptors {
+            rootfs: 5,
+            agent_disk: 6,
+            disk: 7,
+            disk_read_only: 10,
+            channel: 8,
+            console: 9,
+            door: None,
+            monitor: 12,
+            incoming: None,
+        }
     }
 
     fn boot() -> BootFiles {
@@ -154,6 +190,17 @@ mod tests {
         assert!(!argv.contains("netdev") && !argv.contains("-nic") && !argv.contains("pci"), "{argv}");
         assert!(!argv.contains("file=/dev/fdset/3,format=raw,if=none,id=disk3,cache=unsafe,readonly"), "{argv}");
         assert!(!argv.contains("sandkasten.door"), "no door port without a door: {argv}");
+        assert!(argv.contains("-chardev socket,id=monitor,fd=12,server=on,wait=off -mon chardev=monitor,mode=control"));
+        assert!(!argv.contains("-incoming"), "a booted VM loads no memory: {argv}");
+    }
+
+    #[test]
+    fn a_restored_vm_loads_its_memory_from_a_descriptor() {
+        let shape = VmShape { accel: MicrovmAccel::Tcg, memory_mib: 256, vcpus: 1, tsc_khz: 2_000_000 };
+        let restored = VmDescriptors { incoming: Some(13), ..fds() };
+        let argv = command_line("q", &shape, &boot(), &restored).join(" ");
+        assert!(argv.contains("-add-fd fd=13,set=5 -incoming file:/dev/fdset/5"), "{argv}");
+        assert!(restored.all().contains(&13) && restored.all().contains(&12), "the jail keeps both");
     }
 
     #[test]
