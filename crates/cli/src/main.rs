@@ -69,6 +69,10 @@ enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// The server's config file: check the microvm tier as its `[microvm]` table says (`accel`,
+        /// `allow_emulation`, `qemu`, `dir`).
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
     },
 }
 
@@ -130,7 +134,7 @@ fn main() {
         Command::Template(args) => template::run(args),
         Command::Snapshot(args) => client::snapshots::run(*args),
         Command::Mcp(args) => mcp_command::run(args),
-        Command::Doctor { json } => match doctor::run(json) {
+        Command::Doctor { json, config } => match doctor::run(json, config.as_deref()) {
             Ok(code) => code,
             Err(error) => {
                 eprintln!("sandkasten: doctor: {error:#}");

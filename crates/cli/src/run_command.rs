@@ -47,6 +47,23 @@ pub fn run(args: RunArgs) -> i32 {
         Ok(backend) => backend,
         Err(error) => return report_error(&error),
     };
+    let mut spec = input.spec.clone();
+    let chosen = match spec.isolation {
+        Some(sandkasten_types::Tier::Auto) => match choose_locally(&backend, &args, &spec.workload) {
+            Ok(isolation) => {
+                spec.isolation = Some(isolation.tier);
+                if !args.json {
+                    eprintln!("sandkasten: isolation {isolation}: {}", isolation.reason);
+                }
+                Some(isolation)
+            }
+            Err(message) => {
+                eprintln!("sandkasten: {message}");
+                return exit_codes::BAD_INPUT;
+            }
+        },
+        _ => None,
+    };
     let stdin_handle = std::io::stdin();
     let stdin = match input.stdin {
         ProgramStdin::Inherit => StdinSource::Inherit(stdin_handle.as_fd()),
@@ -55,10 +72,14 @@ pub fn run(args: RunArgs) -> i32 {
     let mut terminal = Terminal;
     let mut quiet = sandkasten_runtime::DiscardOutput;
     let sink: &mut dyn OutputSink = if args.json { &mut quiet } else { &mut terminal };
-    let result = match backend.run_with_stdin(&input.spec, &input.request, stdin, sink, started_ns) {
+    let mut result = match backend.run_with_stdin(&spec, &input.request, stdin, sink, started_ns) {
         Ok(result) => result,
         Err(error) => return report_error(&error),
     };
+    if let Some(chosen) = chosen {
+        // The tier and its acceleration as the run had them; the reason is the rule's.
+        result.isolation.reason = chosen.reason;
+    }
     if args.json {
         match serde_json::to_string(&result) {
             Ok(json) => println!("{json}"),
@@ -68,6 +89,29 @@ pub fn run(args: RunArgs) -> i32 {
         explain(&result, &input.spec.limits);
     }
     exit_codes::for_result(&result)
+}
+
+/// `--isolation auto` for a local run: the server's `[isolation.auto]` evaluation with its default rules, the trust
+/// of `--trust` (default untrusted, as a server's tenants) and the tiers this host runs as the runtime sees them.
+fn choose_locally(
+    backend: &OneShotRunner,
+    args: &RunArgs,
+    workload: &sandkasten_types::Workload,
+) -> Result<sandkasten_types::Isolation, String> {
+    use sandkasten_server::{AutoConfig, HostTiers, Trust};
+    use sandkasten_types::Tier;
+    let trust = match args.trust.as_deref() {
+        Some("internal") => Trust::Internal,
+        _ => Trust::Untrusted,
+    };
+    let host = HostTiers {
+        unusable: Tier::CREATABLE
+            .into_iter()
+            .filter_map(|tier| backend.tier_unavailable(tier).map(|why| (tier, why)))
+            .collect(),
+        microvm_accel: Some(backend.microvm_accel()),
+    };
+    sandkasten_server::choose_auto_isolation(&AutoConfig::default(), trust, workload, &host)
 }
 
 fn report_error(error: &RuntimeError) -> i32 {

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use sandkasten_types::units::{parse_bytes, parse_duration_ms};
-use sandkasten_types::{Command, ExecRequest, Language, Limits, SandboxSpec, Tier, Upload};
+use sandkasten_types::{Command, ExecRequest, Language, Limits, SandboxSpec, Tier, Upload, Workload};
 
 /// Arguments of `sandkasten run`.
 #[derive(Debug, Args)]
@@ -28,8 +28,10 @@ pub struct RunArgs {
     /// A file holding the code to run.
     #[arg(long, value_name = "PATH")]
     pub file: Option<PathBuf>,
-    /// Isolation tier: process (namespaces, seccomp, landlock; shares the host kernel) or gvisor (a user-space
-    /// kernel between the code and the host's; needs runsc). Default: process, or the server's with --server.
+    /// Isolation tier: process (namespaces, seccomp, landlock; shares the host kernel), gvisor (a user-space
+    /// kernel between the code and the host's; needs runsc), microvm (a guest kernel of its own; needs QEMU) or auto
+    /// (chosen by the `[isolation.auto]` rules from --trust and --workload: the server's with --server, the default
+    /// rules here). Default: process, or the server's with --server.
     #[arg(long, value_name = "TIER", value_parser = crate::client::isolation_parser())]
     pub isolation: Option<Tier>,
     /// A built template (`sandkasten template build`): its layers are the sandbox's read-only `/opt`, its
@@ -40,6 +42,14 @@ pub struct RunArgs {
     /// The template cache `--template` reads. Default /var/lib/sandkasten/templates.
     #[arg(long, value_name = "DIR", env = "SANDKASTEN_TEMPLATES")]
     pub template_cache: Option<PathBuf>,
+    /// What the code needs, for `--isolation auto`: `needs=language|linux`, `io_profile=compute|syscall_heavy`,
+    /// `needs_kernel=true`, comma-separated (or the request's JSON object, `{"needs": "linux"}`).
+    #[arg(long, value_name = "KEY=VALUE,...", value_parser = parse_workload)]
+    pub workload: Option<Workload>,
+    /// Whose code this is, for a local `--isolation auto`: internal or untrusted (the default, as a server's
+    /// tenants). With --server the tenant's own trust applies.
+    #[arg(long, value_name = "TRUST", value_parser = ["internal", "untrusted"])]
+    pub trust: Option<String>,
     /// Print one JSON object with output, exit status, limits, timings and usage.
     #[arg(long)]
     pub json: bool,
@@ -200,7 +210,11 @@ pub fn parse(args: &RunArgs) -> Result<RunInput, String> {
             (Command::Code { language, code }, stdin)
         }
     };
-    let mut spec = SandboxSpec { isolation: args.isolation, limits, ..SandboxSpec::default() };
+    if args.trust.is_some() && args.server.is_some() {
+        return Err("--trust is for a local run: a server applies its tenant's trust ([[tenants]] trust)".into());
+    }
+    let workload = args.workload.unwrap_or_default();
+    let mut spec = SandboxSpec { isolation: args.isolation, limits, workload, ..SandboxSpec::default() };
     if let Some(policy) = args.network.policy() {
         if args.server.is_none() {
             return Err("--network, --allow and --deny need the egress proxy of a server: add --server URL (or \
@@ -223,6 +237,29 @@ pub fn parse(args: &RunArgs) -> Result<RunInput, String> {
     Ok(RunInput { spec, request, stdin })
 }
 
+/// `--workload`: the request's JSON object, or `key=value` pairs read as its fields (`needs_kernel` takes a
+/// boolean; a bare `needs_kernel` means true).
+pub fn parse_workload(text: &str) -> Result<Workload, String> {
+    let value = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| format!("not a JSON workload: {e}"))?
+    } else {
+        let mut fields = serde_json::Map::new();
+        for pair in text.split(',').map(str::trim).filter(|pair| !pair.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, "true"));
+            let value = match value {
+                "true" => serde_json::Value::Bool(true),
+                "false" => serde_json::Value::Bool(false),
+                other => serde_json::Value::String(other.to_owned()),
+            };
+            fields.insert(key.to_owned(), value);
+        }
+        serde_json::Value::Object(fields)
+    };
+    serde_json::from_value(value).map_err(|e| {
+        format!("{e}: give needs=language|linux, io_profile=compute|syscall_heavy, needs_kernel=true|false")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -237,6 +274,30 @@ mod tests {
 
     fn args(items: &[&str]) -> Result<RunArgs, clap::Error> {
         Cli::try_parse_from(std::iter::once("run").chain(items.iter().copied())).map(|cli| cli.run)
+    }
+
+    #[test]
+    fn a_workload_is_parsed_from_pairs_or_json_and_goes_into_the_spec() -> Result<(), Box<dyn std::error::Error>> {
+        use sandkasten_types::{CodeNeeds, IoProfile};
+        let input = parse(&args(&[
+            "--isolation",
+            "auto",
+            "--workload",
+            "needs=linux,io_profile=syscall_heavy",
+            "--",
+            "true",
+        ])?)?;
+        assert_eq!(input.spec.isolation, Some(Tier::Auto));
+        assert_eq!(input.spec.workload.needs, Some(CodeNeeds::Linux));
+        assert_eq!(input.spec.workload.io_profile, Some(IoProfile::SyscallHeavy));
+        assert!(parse_workload("needs_kernel")?.needs_kernel);
+        assert!(parse_workload(r#"{"needs_kernel": true}"#)?.needs_kernel);
+        assert!(parse(&args(&["--", "true"])?)?.spec.workload.is_unset());
+        let error = parse_workload("needs=everything").err().unwrap_or_default();
+        assert!(error.contains("everything") && error.contains("needs=language|linux"), "{error}");
+        let error = parse_workload("kernel=true").err().unwrap_or_default();
+        assert!(error.contains("kernel") && error.contains("needs_kernel"), "{error}");
+        Ok(())
     }
 
     #[test]

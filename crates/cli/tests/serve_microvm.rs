@@ -4,7 +4,9 @@
 //! `kill -9` of the server while a microVM sandbox runs takes its VMM down with it, and the restarted server
 //! collects the rest and says the sandbox is lost. A `[[pools]]` class with `isolation = "microvm"` boots VMs ahead:
 //! a create claims the booted VM (its VMM was running before), it serves, the pool boots a replacement, and a
-//! shutdown stops the pool's VMMs.
+//! shutdown stops the pool's VMMs. A create answer says how long the guest's boot took (`vm_boot_ms`) and a
+//! `/v1/run` result has the boot as its own phase. The sandbox's root cannot panic its guest kernel through
+//! `/proc/sysrq-trigger` (landlock refuses the write; the VM serves on).
 //!
 //! The microvm tier is not in `Tier::AVAILABLE` yet: plain tests, each skipping when QEMU or the boot files are
 //! missing. Each test boots one VM.
@@ -30,6 +32,9 @@ fn create_microvm(server: &Server) -> String {
     assert_eq!(reply.json["isolation"]["reason"], "requested", "{reply:?}");
     // This host's KVM is emulated: `accel = "auto"` runs guests under software emulation, and says so.
     assert_eq!(reply.json["isolation"]["accel"], "tcg", "{reply:?}");
+    // The guest's boot (QEMU's launch to the agent's greeting): seconds under TCG, never nothing.
+    let boot_ms = reply.json["vm_boot_ms"].as_f64().unwrap_or_default();
+    assert!((100.0..90_000.0).contains(&boot_ms), "vm_boot_ms of a fresh VM: {reply:?}");
     reply.json["id"].as_str().expect("id").to_owned()
 }
 
@@ -68,6 +73,17 @@ fn microvm_sandbox_keeps_its_files_between_execs_and_leaves_nothing_when_deleted
     assert!(!alive(vmm), "the VMM {vmm} outlived its deleted sandbox");
     let after = server.exec(&id, "true");
     assert!(after.status == 404 || after.status == 409, "exec on a deleted sandbox: {after:?}");
+
+    // A one-shot run boots a VM of its own: its result has the boot as a phase of its own, after `allocate`.
+    let run = server.call("POST", "/v1/run", KEY_1, Some(json!({"isolation": "microvm", "argv": ["echo", "hi"]})));
+    assert_eq!(run.status, 200, "{run:?}");
+    assert_eq!(run.json["stdout"], "hi\n", "{run:?}");
+    assert_eq!(run.json["isolation"]["accel"], "tcg", "{run:?}");
+    let phase = |name: &str| run.json["phases"][name].as_f64().unwrap_or(-1.0);
+    assert!(phase("vm_boot") - phase("allocate") > 100.0, "the VM's boot is its own phase: {run:?}");
+    assert!(phase("vm_boot") <= phase("filesystem_ready"), "{run:?}");
+    let exec_phases = &second.json["phases"];
+    assert_eq!(exec_phases["vm_boot"], 0.0, "an exec in a running VM boots nothing: {second:?}");
 }
 
 #[test]
@@ -156,4 +172,73 @@ fn server_vmms(server: &Server) -> Vec<u32> {
         .flat_map(serve::children_of)
         .filter(|pid| common::microvm::is_vmm(*pid))
         .collect()
+}
+
+/// `Authorization: Basic base64("root:")`: the E2B facade's `user="root"`, the only way to run a command as the
+/// sandbox's root.
+const AS_ROOT: &str = "Basic cm9vdDo=";
+
+/// Starts `sh -c script` as the sandbox's root through the E2B facade's `process.Process/Start`; the raw stream.
+fn start_as_root(server: &Server, id: &str, token: &str, script: &str) -> Result<Vec<u8>, String> {
+    let message = json!({ "process": { "cmd": "/bin/sh", "args": ["-c", script] } }).to_string();
+    let mut body = vec![0u8];
+    body.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    body.extend_from_slice(message.as_bytes());
+    let mut response = server
+        .http()
+        .post(format!("{}/process.Process/Start", server.url))
+        .header("Content-Type", "application/connect+json")
+        .header("Connect-Timeout-Ms", "60000")
+        .header("E2b-Sandbox-Id", id)
+        .header("X-Access-Token", token)
+        .header("Authorization", AS_ROOT)
+        .send(&body[..])
+        .map_err(|e| e.to_string())?;
+    response.body_mut().read_to_vec().map_err(|e| e.to_string())
+}
+
+/// The sandbox's root cannot panic its guest kernel: `/proc/sysrq-trigger` (root's, mode 0200) is refused to it
+/// (the jail's landlock allows writes only to the sandbox's writable directories), the VMM lives on and the VM
+/// serves the next command; deleting it leaves nothing.
+#[test]
+fn the_sandbox_root_cannot_panic_its_guest_kernel() {
+    require_microvm!();
+    let server = Server::start_with("[defaults]\nisolation = \"microvm\"\n");
+    let mut created = server
+        .http()
+        .post(format!("{}/v2/sandboxes", server.url))
+        .header("X-API-KEY", KEY_1)
+        .send_json(json!({ "templateID": "base", "timeout": 300 }))
+        .expect("create through the facade");
+    let body: Value = created.body_mut().read_json().expect("create answer");
+    let id = body["sandboxID"].as_str().expect("sandboxID").to_owned();
+    let token = body["envdAccessToken"].as_str().expect("envdAccessToken").to_owned();
+    let vmm = wait_for_vmm(&id, Duration::from_secs(10));
+    let decoded = |stream: &[u8]| -> String {
+        // The stream's messages carry stdout and stderr base64-encoded: decode each field found.
+        let text = String::from_utf8_lossy(stream).into_owned();
+        let mut out = String::new();
+        for part in text.split('"').collect::<Vec<_>>().windows(3) {
+            if (part[0] == "stdout" || part[0] == "stderr") && part[1] == ":" {
+                use base64::Engine as _;
+                let bytes = base64::engine::general_purpose::STANDARD.decode(part[2]).unwrap_or_default();
+                out.push_str(&String::from_utf8_lossy(&bytes));
+            }
+        }
+        out
+    };
+    let control = decoded(&start_as_root(&server, &id, &token, "id -u").expect("positive control"));
+    assert_eq!(control, "0\n", "positive control: the sandbox's root runs commands");
+
+    let attempt = start_as_root(&server, &id, &token, "echo c > /proc/sysrq-trigger; echo rc=$?").expect("attempt");
+    let said = decoded(&attempt);
+    assert!(said.contains("Permission denied") && said.contains("rc=2"), "sysrq-trigger was not refused: {said}");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(alive(vmm), "the VMM {vmm} died: the guest kernel panicked");
+    let next = decoded(&start_as_root(&server, &id, &token, "echo still").expect("next command"));
+    assert_eq!(next, "still\n", "the VM serves on");
+
+    let deleted = server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None);
+    assert_eq!(deleted.status, 204, "{deleted:?}");
+    assert_no_microvm_leaks_within(&id, Duration::from_secs(30));
 }

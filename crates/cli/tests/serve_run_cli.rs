@@ -126,3 +126,55 @@ fn run_with_a_server_reports_refusals_and_an_unreachable_server() {
     assert_eq!(gone.code, 125, "{}", gone.describe());
     assert!(gone.stderr_text().contains("http://127.0.0.1:9"), "{}", gone.describe());
 }
+
+/// `--isolation auto` decides by the same `[isolation.auto]` rules locally (default rules, `--trust`, this host's
+/// tiers) and on a server (its rules, the tenant's trust): the same workload gets the same tier for the same reason,
+/// printed and in `--json`; `--workload` reaches the server.
+#[test]
+fn run_isolation_auto_decides_locally_as_the_server_does() {
+    require_root!();
+    let _lock = common::shared_lock();
+    let server = Server::start();
+    let json = |out: &Output| -> serde_json::Value {
+        serde_json::from_str(&out.stdout_text()).unwrap_or_else(|_| panic!("{}", out.describe()))
+    };
+
+    let internal = cli(&["--isolation", "auto", "--trust", "internal", "--json", "--", "true"], None).output_unlocked();
+    let result = json(&internal);
+    assert_eq!(result["isolation"]["tier"], "process", "{}", internal.describe());
+    assert_eq!(
+        result["isolation"]["reason"],
+        "auto: rule 5 (internal tenant) chose process",
+        "{}",
+        internal.describe()
+    );
+
+    let plain = cli(&["--isolation", "auto", "--trust", "internal", "--", "true"], None).output_unlocked();
+    assert_eq!(plain.code, 0, "{}", plain.describe());
+    assert!(
+        plain.stderr_text().contains("sandkasten: isolation process: auto: rule 5 (internal tenant) chose process"),
+        "the choice is printed: {}",
+        plain.describe()
+    );
+
+    // Untrusted (the default trust of a local run and of the server's tenants), needing a full Linux: microvm first,
+    // skipped because its guests run under emulation here, so gvisor; the same on both sides.
+    let args = ["--isolation", "auto", "--workload", "needs=linux", "--json", "--", "true"];
+    let (local, remote) = both(&server, &args, None);
+    let (local_result, remote_result) = (json(&local), json(&remote));
+    assert_eq!(local_result["isolation"], remote_result["isolation"], "{}\n{}", local.describe(), remote.describe());
+    let reason = local_result["isolation"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("auto: rule 3 (untrusted tenant, needs linux) chose gvisor"), "{reason}");
+    assert!(reason.contains("microvm skipped: guests run under software emulation"), "{reason}");
+    assert_eq!(local_result["isolation"]["tier"], "gvisor");
+
+    // A kernel of its own needs a microVM, which auto does not pick under emulation: refused before anything runs.
+    let refused = cli(&["--isolation", "auto", "--workload", "needs_kernel", "--", "true"], None).output_unlocked();
+    assert_eq!(refused.code, 2, "bad input: {}", refused.describe());
+    assert!(refused.stderr_text().contains("rule 1 (needs its own kernel) allows microvm"), "{}", refused.describe());
+    let bad = cli(&["--isolation", "auto", "--workload", "kernel=yes", "--", "true"], None).output_unlocked();
+    assert!(bad.stderr_text().contains("needs_kernel"), "a wrong workload names the fields: {}", bad.describe());
+    let remote_trust =
+        cli(&["--server", server.url.as_str(), "--trust", "internal", "--", "true"], None).output_unlocked();
+    assert!(remote_trust.stderr_text().contains("--trust is for a local run"), "{}", remote_trust.describe());
+}

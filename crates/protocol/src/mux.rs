@@ -87,6 +87,10 @@ struct State {
     credit: u64,
     /// Bytes from the peer not yet written to the connection.
     inbound: Vec<u8>,
+    /// Bytes from the peer not yet acknowledged: those in `inbound` and those the inward pump is writing to the
+    /// connection (a slow reader holds them there). The window bounds this, not `inbound` alone: a peer sending
+    /// past its credit while a write blocks is caught.
+    unacked: u64,
     peer_eof: bool,
     closed: bool,
     /// Pumps that have ended (the stream is over when both have).
@@ -169,10 +173,11 @@ impl<S: MuxStream> Mux<S> {
             (Message::PortData { data }, Some(stream)) => match STANDARD.decode(data.as_bytes()) {
                 Ok(bytes) => {
                     let mut state = lock(&stream.state);
-                    if state.inbound.len() as u64 + bytes.len() as u64 > PORT_WINDOW_BYTES {
+                    if state.unacked + bytes.len() as u64 > PORT_WINDOW_BYTES {
                         drop(state);
                         self.close(id, &stream, true);
                     } else {
+                        state.unacked += bytes.len() as u64;
                         state.inbound.extend_from_slice(&bytes);
                         stream.changed.notify_all();
                     }
@@ -326,6 +331,10 @@ impl<S: MuxStream> Mux<S> {
                     self.close_id(id, stream);
                     return;
                 }
+                // Before the acknowledgement goes out: the peer may send again as soon as it has it.
+                let mut state = lock(&stream.state);
+                state.unacked = state.unacked.saturating_sub(bytes.len() as u64);
+                drop(state);
                 if !self.send(id, Message::PortAck { bytes: bytes.len() as u64 }) {
                     return;
                 }
@@ -367,6 +376,7 @@ impl<S: MuxStream> Mux<S> {
             let mut state = lock(&stream.state);
             state.closed = true;
             state.inbound = Vec::new();
+            state.unacked = 0;
         }
         stream.changed.notify_all();
         if let Some(conn) = lock(&stream.conn).take() {

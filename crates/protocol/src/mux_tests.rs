@@ -141,6 +141,60 @@ fn a_peer_sending_past_the_window_loses_the_stream() {
     wait_until("the stream is gone", || acceptor.alive() == 0);
 }
 
+/// A slow reader (the acceptor's connection is never read, so the inward pump's write blocks with a window of bytes
+/// taken from the buffer and not acknowledged): a peer sending past its credit meanwhile loses the stream. Counting
+/// only the buffered bytes let it have twice the window in flight.
+#[test]
+fn a_slow_reader_bounds_what_the_peer_may_have_unacknowledged() {
+    let (mut peer, host) = UnixStream::pair().expect("channel");
+    let acceptor: Mux<UnixStream> = Mux::new(Box::new(host.try_clone().expect("clone")), 4);
+    let unread = Arc::new(Mutex::new(Vec::new()));
+    let keep = Arc::clone(&unread);
+    let connect: Connect<UnixStream> = Arc::new(move |_| {
+        let (near, far) = UnixStream::pair()?;
+        lock(&keep).push(far);
+        Ok(near)
+    });
+    let run_acceptor = acceptor.clone();
+    std::thread::spawn(move || run_acceptor.run(host, Some(connect)));
+    write_frame(&mut peer, &Envelope::new(9, Message::PortOpen { port: 3128 })).expect("open");
+    assert_eq!(next_from(&mut peer), Envelope::new(9, Message::Done), "connected");
+    let send = |peer: &mut UnixStream, bytes: usize| {
+        let data = STANDARD.encode(vec![1u8; bytes]);
+        write_frame(peer, &Envelope::new(9, Message::PortData { data })).expect("data");
+    };
+    // Within the rules: spend the credit, take it back from acknowledgements, until they stop (the connection's
+    // socket buffer is full and the pump's write blocks with bytes it took from the buffer).
+    let mut credit = PORT_WINDOW_BYTES as usize;
+    peer.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
+    loop {
+        while credit > 0 {
+            let bytes = credit.min(MAX_PORT_CHUNK_BYTES);
+            send(&mut peer, bytes);
+            credit -= bytes;
+        }
+        match read_frame(&mut peer) {
+            Ok(Some(Envelope { msg: Message::PortAck { bytes }, .. })) => credit += bytes as usize,
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(_) => break,
+        }
+    }
+    assert!(!lock(&unread).is_empty(), "connected");
+    // No credit is left: one byte more is past the window.
+    send(&mut peer, 1);
+    peer.set_read_timeout(Some(Duration::from_secs(3))).expect("timeout");
+    let mut answer = read_frame(&mut peer);
+    // Closing shuts the connection, whose outward pump may report its end first.
+    if matches!(&answer, Ok(Some(Envelope { msg: Message::PortEof, .. }))) {
+        answer = read_frame(&mut peer);
+    }
+    assert!(
+        matches!(&answer, Ok(Some(envelope)) if *envelope == Envelope::new(9, Message::PortClose)),
+        "data past the unacknowledged window must close the stream, got {answer:?}"
+    );
+    wait_until("the stream is gone", || acceptor.alive() == 0);
+}
+
 #[test]
 fn bad_base64_and_a_reused_id_close_the_stream() {
     let (mut peer, acceptor, release) = raw_acceptor();

@@ -19,6 +19,10 @@ mod sandbox_runtime;
 pub mod spawner;
 mod vm_boot;
 
+pub use backend::microvm::{
+    AccelVerdict, CLEARLY_FASTER, ProbeRun, accel_and_reason as microvm_accel, accel_verdict as microvm_accel_verdict,
+    unusable as microvm_unusable,
+};
 pub use backend::runner::{OneShotRunner, StdinSource};
 pub use config::RuntimeConfig;
 pub use error::RuntimeError;

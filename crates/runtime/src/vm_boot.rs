@@ -13,4 +13,15 @@ pub struct VmBoot {
     /// When the guest agent's `GuestBooted` greeting arrived at the host (CLOCK_MONOTONIC, ns: the same clock in
     /// every process of the host).
     pub booted_ns: u64,
+    /// When its VMM was launched (CLOCK_MONOTONIC, ns): the sandbox's cgroup and disk existed by then, so a result's
+    /// `allocate` phase ends here at the latest, and `booted_ns - launched_ns` is the boot.
+    #[serde(default)]
+    pub launched_ns: u64,
+}
+
+impl VmBoot {
+    /// The boot's length in milliseconds (QEMU's launch to the agent's greeting).
+    pub fn boot_ms(&self) -> f64 {
+        self.booted_ns.saturating_sub(self.launched_ns) as f64 / 1e6
+    }
 }

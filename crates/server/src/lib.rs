@@ -45,7 +45,8 @@ use sandkasten_runtime::SandboxRuntime;
 use sandkasten_snapshot_store::SnapshotStore;
 
 pub use api::{ApiDoc, openapi_json, router};
-pub use config::{ConfigError, PoolConfig, Problem, Problems, ServerConfig, Trust};
+pub use config::{AutoConfig, ConfigError, PoolConfig, Problem, Problems, ServerConfig, Trust};
+pub use lifecycle::auto_isolation::{HostTiers, choose as choose_auto_isolation};
 pub use metrics::{ExecPhase, ExitReason, Metrics};
 pub use state::AppState;
 pub use store::{Store, StoreError};

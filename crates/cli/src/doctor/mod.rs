@@ -6,29 +6,35 @@ mod gvisor;
 mod host;
 mod kernel;
 mod kvm;
-mod kvm_probe;
 mod microvm;
 mod namespaces;
 mod report;
 mod tiers;
 
 use std::io::Write;
+use std::path::Path;
 
 use report::{Check, Report};
+use sandkasten_types::MicrovmSettings;
 use tiers::Tier;
 
 /// Runs every check, prints the report (aligned text, or one JSON object with `json`) to stdout, and returns the
-/// exit code: 0 when the default `process` tier is usable, 1 otherwise.
-pub fn run(json: bool) -> anyhow::Result<i32> {
+/// exit code: 0 when the default `process` tier is usable, 1 otherwise. With `config` (the server's config file) the
+/// microvm tier is checked as its `[microvm]` table says; without, as the defaults do.
+pub fn run(json: bool, config: Option<&Path>) -> anyhow::Result<i32> {
+    let settings = match config {
+        Some(path) => sandkasten_server::ServerConfig::from_file(path)?.microvm,
+        None => MicrovmSettings::default(),
+    };
     let mut stdout = std::io::stdout().lock();
-    let code = run_to(&mut stdout, json)?;
+    let code = run_to(&mut stdout, json, &settings)?;
     stdout.flush()?;
     Ok(code)
 }
 
 /// `run`, writing to `out`.
-fn run_to(out: &mut dyn Write, json: bool) -> anyhow::Result<i32> {
-    let report = collect();
+fn run_to(out: &mut dyn Write, json: bool, microvm: &MicrovmSettings) -> anyhow::Result<i32> {
+    let report = collect(microvm);
     if json {
         writeln!(out, "{}", report::render_json(&report)?)?;
     } else {
@@ -38,7 +44,7 @@ fn run_to(out: &mut dyn Write, json: bool) -> anyhow::Result<i32> {
 }
 
 /// Every check in report order, and the tiers' verdicts.
-fn collect() -> Report {
+fn collect(microvm_settings: &MicrovmSettings) -> Report {
     let mut checks: Vec<Check> = vec![
         namespaces::root(),
         namespaces::user_namespaces(),
@@ -48,8 +54,17 @@ fn collect() -> Report {
         kernel::filesystems(),
     ];
     checks.extend(gvisor::checks());
-    checks.extend([microvm::qemu(), microvm::boot_files(), kvm::device(), kvm::speed()]);
-    let tiers = tiers::summarize(&checks);
+    let qemu = microvm::qemu(microvm_settings);
+    let verdict = sandkasten_runtime::microvm_accel_verdict(microvm_settings);
+    let choice = microvm::choice(microvm_settings);
+    checks.extend([
+        qemu,
+        microvm::boot_files(microvm_settings),
+        kvm::device(),
+        kvm::speed(verdict.as_ref()),
+        microvm::acceleration(microvm_settings, &choice),
+    ]);
+    let tiers = tiers::summarize(&checks, Some(&choice));
     Report { checks, tiers }
 }
 
@@ -66,11 +81,11 @@ mod tests {
     #[test]
     fn json_report_on_this_host_has_every_check_and_every_tier() {
         let mut out = Vec::new();
-        let code = run_to(&mut out, true).unwrap_or(-1);
+        let code = run_to(&mut out, true, &MicrovmSettings::default()).unwrap_or(-1);
         let json = String::from_utf8_lossy(&out);
         let value: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
         let checks = value["checks"].as_array().cloned().unwrap_or_default();
-        assert_eq!(checks.len(), 12, "{json}");
+        assert_eq!(checks.len(), 13, "{json}");
         for check in &checks {
             assert!(check["name"].is_string() && check["detail"].is_string(), "{check}");
             if check["status"] != "ok" {
@@ -88,7 +103,7 @@ mod tests {
     #[test]
     fn exit_code_follows_the_process_tier_only() {
         let checks = vec![Check::fail(CheckId::Root, "uid 1000", "run as root")];
-        let tiers = tiers::summarize(&checks);
+        let tiers = tiers::summarize(&checks, None);
         let report = Report { checks, tiers };
         assert_eq!(exit_code(&report), 1);
         assert_eq!(report.checks[0].status, Status::Fail);

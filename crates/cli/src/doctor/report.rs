@@ -56,8 +56,10 @@ pub enum CheckId {
     MicrovmBoot,
     /// `/dev/kvm` exists and opens read-write.
     KvmDevice,
-    /// KVM runs guest code at hardware speed.
+    /// How fast KVM runs a guest beside software emulation (the runtime's speed probe).
     KvmSpeed,
+    /// The acceleration microVMs get (`[microvm] accel`, for `auto` the probe's verdict) is allowed here.
+    MicrovmAccel,
 }
 
 impl CheckId {
@@ -76,6 +78,7 @@ impl CheckId {
             CheckId::MicrovmBoot => "microvm images",
             CheckId::KvmDevice => "kvm device",
             CheckId::KvmSpeed => "kvm speed",
+            CheckId::MicrovmAccel => "microvm accel",
         }
     }
 }
@@ -154,7 +157,7 @@ const STATUS_WIDTH: usize = 6;
 const NAME_WIDTH: usize = 21;
 
 /// The report as aligned text: one line per check (`ok    user namespaces      created one`), an indented `fix:`
-/// line under each check that is not ok, then one line per tier.
+/// line under each check that is not ok, then one sentence per tier (`microvm usable (software emulation): …`).
 pub fn render_text(report: &Report) -> String {
     let name_width = report.checks.iter().map(|c| c.name.len() + 2).max().unwrap_or(0).max(NAME_WIDTH);
     let mut out = String::new();
@@ -167,8 +170,7 @@ pub fn render_text(report: &Report) -> String {
     let _ = writeln!(out, "\ntiers:");
     for tier in Tier::ALL {
         let summary = report.tiers.get(tier);
-        let verdict = if summary.usable { "usable" } else { "unusable" };
-        let _ = writeln!(out, "{:<STATUS_WIDTH$}{:<name_width$}{verdict}: {}", "", tier.name(), summary.reason);
+        let _ = writeln!(out, "{:<STATUS_WIDTH$}{} {}: {}", "", tier.name(), summary.verdict(), summary.reason);
     }
     out
 }
@@ -188,7 +190,7 @@ mod tests {
             Check::ok(CheckId::UserNamespaces, "created one (max 15000)"),
             Check::fail(CheckId::Runsc, "not found in PATH", "install runsc"),
         ];
-        let tiers = summarize(&checks);
+        let tiers = summarize(&checks, None);
         Report { checks, tiers }
     }
 
@@ -199,7 +201,10 @@ mod tests {
         assert_eq!(lines[0], "ok    user namespaces      created one (max 15000)");
         assert_eq!(lines[1], "fail  runsc (gvisor)       not found in PATH");
         assert_eq!(lines[2], "                           fix: install runsc");
-        assert!(text.contains("gvisor               unusable: failed: runsc (gvisor)"), "{text}");
+        assert!(
+            text.contains("\n      gvisor unusable: failed: runsc (gvisor), runsc start (not checked)\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -2,6 +2,9 @@
 
 use serde::Serialize;
 
+use sandkasten_types::MicrovmAccel;
+
+use super::microvm::MicrovmChoice;
 use super::report::{Check, CheckId, Status, Tiers};
 
 /// An isolation tier, in the order they are reported.
@@ -41,8 +44,9 @@ impl Tier {
                 CheckId::Filesystems,
             ],
             Tier::Gvisor => &[CheckId::Runsc, CheckId::RunscStart],
-            // KVM is not required: without it at hardware speed guests run under software emulation (TCG).
-            Tier::Microvm => &[CheckId::Qemu, CheckId::MicrovmBoot],
+            // KVM is not required: without it at hardware speed guests run under software emulation (TCG), where
+            // `[microvm] allow_emulation` allows it (the acceleration check).
+            Tier::Microvm => &[CheckId::Qemu, CheckId::MicrovmBoot, CheckId::MicrovmAccel],
         }
     }
 }
@@ -54,20 +58,36 @@ pub struct TierSummary {
     pub usable: bool,
     /// Why (the failed requirements), or which warnings apply, in one line.
     pub reason: String,
+    /// How a usable microVM tier runs guests: `kvm` or `tcg` (absent for the other tiers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accel: Option<MicrovmAccel>,
 }
 
-/// The verdict for every tier from the checks run.
-pub fn summarize(checks: &[Check]) -> Tiers {
+impl TierSummary {
+    /// `usable`, `usable (software emulation)`, `usable (kvm)` or `unusable`.
+    pub fn verdict(&self) -> &'static str {
+        match (self.usable, self.accel) {
+            (false, _) => "unusable",
+            (true, Some(MicrovmAccel::Kvm)) => "usable (kvm)",
+            (true, Some(MicrovmAccel::Tcg | MicrovmAccel::Auto)) => "usable (software emulation)",
+            (true, None) => "usable",
+        }
+    }
+}
+
+/// The verdict for every tier from the checks run and the acceleration microVMs get (`None`: not known).
+pub fn summarize(checks: &[Check], microvm: Option<&MicrovmChoice>) -> Tiers {
     Tiers {
-        process: summarize_tier(Tier::Process, checks),
-        gvisor: summarize_tier(Tier::Gvisor, checks),
-        microvm: summarize_tier(Tier::Microvm, checks),
+        process: summarize_tier(Tier::Process, checks, None),
+        gvisor: summarize_tier(Tier::Gvisor, checks, None),
+        microvm: summarize_tier(Tier::Microvm, checks, microvm),
     }
 }
 
 /// A tier is usable when every requirement was checked and none failed. The reason names the failed requirements
-/// (or, when usable, the ones with warnings); their details are in the checks.
-fn summarize_tier(tier: Tier, checks: &[Check]) -> TierSummary {
+/// (or, when usable, the ones with warnings; a microVM's, how its guests run and why); their details are in the
+/// checks.
+fn summarize_tier(tier: Tier, checks: &[Check], microvm: Option<&MicrovmChoice>) -> TierSummary {
     let mut failed = Vec::new();
     let mut warned = Vec::new();
     for id in tier.requirements() {
@@ -80,24 +100,30 @@ fn summarize_tier(tier: Tier, checks: &[Check]) -> TierSummary {
             },
         }
     }
+    let warnings = if warned.is_empty() { None } else { Some(format!("with warnings: {}", warned.join(", "))) };
     if !failed.is_empty() {
-        TierSummary { usable: false, reason: format!("failed: {}", failed.join(", ")) }
-    } else if tier == Tier::Microvm {
-        let kvm_at_speed = [CheckId::KvmDevice, CheckId::KvmSpeed]
-            .iter()
-            .all(|id| checks.iter().any(|check| check.id == *id && check.status == Status::Ok));
-        let accel = if kvm_at_speed {
-            "KVM at hardware speed: set [microvm] accel = \"kvm\""
-        } else {
-            "software emulation: isolation as strong, guests much slower; KVM is not usable at hardware speed here"
-        };
-        let warnings =
-            if warned.is_empty() { String::new() } else { format!("; with warnings: {}", warned.join(", ")) };
-        TierSummary { usable: true, reason: format!("{accel}{warnings}") }
-    } else if !warned.is_empty() {
-        TierSummary { usable: true, reason: format!("with warnings: {}", warned.join(", ")) }
-    } else {
-        TierSummary { usable: true, reason: "all requirements met".to_owned() }
+        let mut reason = format!("failed: {}", failed.join(", "));
+        if let Some(choice) = microvm.filter(|_| failed.contains(&CheckId::MicrovmAccel.name().to_owned())) {
+            reason.push_str(&format!(
+                " (software emulation, which [microvm] allow_emulation = false forbids: {})",
+                choice.reason
+            ));
+        }
+        return TierSummary { usable: false, reason, accel: None };
+    }
+    match microvm {
+        Some(choice) if tier == Tier::Microvm => {
+            let reason = match warnings {
+                Some(warnings) => format!("{}; {warnings}", choice.reason),
+                None => choice.reason.clone(),
+            };
+            TierSummary { usable: true, reason, accel: Some(choice.accel) }
+        }
+        _ => TierSummary {
+            usable: true,
+            reason: warnings.unwrap_or_else(|| "all requirements met".to_owned()),
+            accel: None,
+        },
     }
 }
 
@@ -119,6 +145,7 @@ mod tests {
             CheckId::MicrovmBoot,
             CheckId::KvmDevice,
             CheckId::KvmSpeed,
+            CheckId::MicrovmAccel,
         ]
         .into_iter()
         .map(|id| Check::ok(id, "fine"))
@@ -133,28 +160,59 @@ mod tests {
         }
     }
 
+    fn choice(accel: MicrovmAccel, reason: &str) -> MicrovmChoice {
+        MicrovmChoice { accel, reason: reason.to_owned() }
+    }
+
+    fn summarize(checks: &[Check]) -> Tiers {
+        super::summarize(checks, Some(&choice(MicrovmAccel::Kvm, "KVM measured 9× faster than TCG")))
+    }
+
     #[test]
     fn every_tier_is_usable_when_every_check_passes() {
         let tiers = summarize(&all_ok());
         for tier in [Tier::Process, Tier::Gvisor] {
             assert!(tiers.get(tier).usable, "{}", tier.name());
             assert_eq!(tiers.get(tier).reason, "all requirements met");
+            assert_eq!(tiers.get(tier).verdict(), "usable");
         }
         assert!(tiers.microvm.usable);
-        assert!(tiers.microvm.reason.starts_with("KVM at hardware speed"), "{}", tiers.microvm.reason);
+        assert_eq!(tiers.microvm.verdict(), "usable (kvm)");
+        assert_eq!(tiers.microvm.reason, "KVM measured 9× faster than TCG");
     }
 
     #[test]
     fn the_microvm_tier_runs_under_emulation_without_fast_kvm_and_not_at_all_without_qemu() {
         let mut checks = all_ok();
-        replace(&mut checks, Check::fail(CheckId::KvmSpeed, "3 ms per exit", "use bare metal"));
-        let tiers = summarize(&checks);
+        replace(&mut checks, Check::warn(CheckId::KvmSpeed, "KVM measured 428× slower than TCG", "use bare metal"));
+        let emulated = choice(MicrovmAccel::Tcg, "KVM measured 428× slower than TCG");
+        let tiers = super::summarize(&checks, Some(&emulated));
         assert!(tiers.microvm.usable);
-        assert!(tiers.microvm.reason.starts_with("software emulation"), "{}", tiers.microvm.reason);
+        assert_eq!(tiers.microvm.accel, Some(MicrovmAccel::Tcg));
+        assert_eq!(
+            format!("microvm {}: {}", tiers.microvm.verdict(), tiers.microvm.reason),
+            "microvm usable (software emulation): KVM measured 428× slower than TCG"
+        );
         replace(&mut checks, Check::fail(CheckId::Qemu, "not found", "install it"));
-        let tiers = summarize(&checks);
+        let tiers = super::summarize(&checks, Some(&emulated));
         assert!(!tiers.microvm.usable);
         assert_eq!(tiers.microvm.reason, "failed: qemu (microvm)");
+    }
+
+    #[test]
+    fn forbidden_emulation_makes_the_microvm_tier_unusable_saying_why() {
+        let mut checks = all_ok();
+        replace(&mut checks, Check::fail(CheckId::MicrovmAccel, "software emulation, forbidden", "allow it"));
+        let emulated = choice(MicrovmAccel::Tcg, "KVM measured 428× slower than TCG");
+        let tiers = super::summarize(&checks, Some(&emulated));
+        assert!(!tiers.microvm.usable);
+        assert_eq!(tiers.microvm.verdict(), "unusable");
+        assert_eq!(
+            tiers.microvm.reason,
+            "failed: microvm accel (software emulation, which [microvm] allow_emulation = false forbids: KVM \
+             measured 428× slower than TCG)"
+        );
+        assert!(tiers.process.usable && tiers.gvisor.usable);
     }
 
     #[test]

@@ -75,6 +75,25 @@ impl OneShotRunner {
         &self.config
     }
 
+    /// Why a run on `tier` cannot start on this host, if it cannot (what to install or configure); the same answers
+    /// as the live runtime's.
+    pub fn tier_unavailable(&self, tier: sandkasten_types::Tier) -> Option<String> {
+        use sandkasten_types::Tier;
+        match tier {
+            Tier::Process => None,
+            Tier::Gvisor => {
+                (!super::gvisor::runsc_installed(&self.config)).then(|| super::gvisor::runsc_missing(&self.config))
+            }
+            Tier::Microvm => super::microvm::unusable(&self.config.microvm),
+            Tier::Auto => tier.unavailable_reason().map(str::to_owned),
+        }
+    }
+
+    /// The acceleration a microVM run would get here (as its backend chooses it).
+    pub fn microvm_accel(&self) -> sandkasten_types::MicrovmAccel {
+        super::microvm::accel(&self.config.microvm)
+    }
+
     /// Runs one execution with the program's stdin taken from `stdin`: spawn → uploads → (compile) → one exec →
     /// destroy, over the agent protocol, on the tier `spec` names (`backend::oneshot`).
     pub fn run_with_stdin(

@@ -104,10 +104,10 @@ pub(crate) async fn create(
     };
     let Some(snapshot) = snapshot else {
         let current = start_sandbox(&state, &tenant, spec, body.metadata, (expires_ms, body.lifecycle)).await?;
-        return Ok((StatusCode::CREATED, Json(current.into())));
+        return Ok((StatusCode::CREATED, Json(SandboxBody::created(current, state.runtime()))));
     };
     let current = start_on_files(&state, &tenant, spec, body.metadata, (expires_ms, body.lifecycle), &snapshot).await?;
-    Ok((StatusCode::CREATED, Json(current.into())))
+    Ok((StatusCode::CREATED, Json(SandboxBody::created(current, state.runtime()))))
 }
 
 /// Largest `limit` of a native list page.

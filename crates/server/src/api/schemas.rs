@@ -181,6 +181,18 @@ pub struct SandboxBody {
     /// Why it stopped running.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub end_reason: Option<String>,
+    /// In a create answer for a microVM: how long its guest took to boot, in milliseconds (QEMU's launch to the
+    /// guest agent's greeting; a warm pool's VM booted before the request).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm_boot_ms: Option<f64>,
+}
+
+impl SandboxBody {
+    /// The answer to a create: the sandbox as recorded, with its microVM's boot time when the runtime knows it.
+    pub(crate) fn created(record: SandboxRecord, runtime: &dyn sandkasten_runtime::SandboxRuntime) -> SandboxBody {
+        let vm_boot_ms = runtime.vm_boot(&record.id).map(|vm| vm.boot_ms());
+        SandboxBody { vm_boot_ms, ..record.into() }
+    }
 }
 
 impl From<SandboxRecord> for SandboxBody {
@@ -205,6 +217,7 @@ impl From<SandboxRecord> for SandboxBody {
             expires_at: rfc3339(record.expires_ms),
             ended_at: record.ended_ms.map(rfc3339),
             end_reason: record.end_reason,
+            vm_boot_ms: None,
         }
     }
 }

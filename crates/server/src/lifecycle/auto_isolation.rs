@@ -2,7 +2,8 @@
 //! `workload` and the tiers this host can run, by the ordered rules of `[isolation.auto]`. The first rule whose
 //! condition matches decides; the sandbox gets the first of its tiers that is usable here (a microVM under software
 //! emulation only when `allow_emulation` says so); the reason says which rule and what was skipped, and no usable
-//! tier is a refusal naming why each was not.
+//! tier is a refusal naming why each was not. The CLI's local `sandkasten run --isolation auto` runs the same rules
+//! (`choose`, with the host's tiers as its runtime sees them).
 
 use std::collections::BTreeMap;
 
@@ -12,20 +13,15 @@ use crate::config::{AutoConfig, AutoRule, Trust};
 
 /// What this host can run now, as the runtime says.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct HostTiers {
+pub struct HostTiers {
     /// Why each tier that cannot run here cannot (a tier absent is usable).
-    pub(crate) unusable: BTreeMap<Tier, String>,
+    pub unusable: BTreeMap<Tier, String>,
     /// The acceleration a new microVM would get here (`None`: the runtime runs no microVMs).
-    pub(crate) microvm_accel: Option<MicrovmAccel>,
+    pub microvm_accel: Option<MicrovmAccel>,
 }
 
 /// The tier `auto` gives a sandbox of a `trust` tenant asking for `workload`, with its reason; or why none.
-pub(crate) fn choose(
-    auto: &AutoConfig,
-    trust: Trust,
-    workload: &Workload,
-    host: &HostTiers,
-) -> Result<Isolation, String> {
+pub fn choose(auto: &AutoConfig, trust: Trust, workload: &Workload, host: &HostTiers) -> Result<Isolation, String> {
     let Some((index, rule)) = auto.rules.iter().enumerate().find(|(_, rule)| matches(rule, trust, workload)) else {
         return Err(format!(
             "isolation \"auto\": no [isolation.auto] rule matches an {} tenant's sandbox with {}: name a tier, or add \

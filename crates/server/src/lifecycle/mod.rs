@@ -15,7 +15,7 @@
 //! bookkeeping, and never an HTTP handler (`tests/api/layering.rs` checks it). Failures are [`LifecycleError`]s,
 //! which the API and the facade answer in their own wire shapes.
 
-mod auto_isolation;
+pub mod auto_isolation;
 mod copy;
 mod destroy;
 mod detached;

@@ -91,3 +91,30 @@ async fn a_named_tier_is_requested_and_none_is_the_server_default() {
         h.post("/v1/sandboxes", KEY_A, json!({"workload": {"kernel": true}})).await.assert_error(422, "unprocessable");
     assert!(message.contains("kernel"), "{message}");
 }
+
+/// A microVM's boot in the answers: the create answer's `vm_boot_ms`, a `/v1/run` result's `phases.vm_boot` (between
+/// `allocate` and `filesystem_ready`), and 0 in an exec result (the VM was there) and on the other tiers.
+#[tokio::test]
+async fn microvm_answers_carry_the_vm_boot_phase() {
+    let h = Harness::with_config(config());
+    let created = h.post("/v1/sandboxes", KEY_A, json!({"isolation": "microvm"})).await.json();
+    assert_eq!(created["isolation"]["accel"], "tcg", "{created}");
+    let boot_ms = created["vm_boot_ms"].as_f64().unwrap_or_default();
+    assert!((5.0..1000.0).contains(&boot_ms), "the fake's VM boots in 5 ms: {created}");
+    let id = created["id"].as_str().unwrap_or_default();
+    let info = h.get(&format!("/v1/sandboxes/{id}"), KEY_A).await.json();
+    assert!(info.get("vm_boot_ms").is_none(), "only the create answer has it: {info}");
+    let exec = h.post(&format!("/v1/sandboxes/{id}/exec"), KEY_A, json!({"argv": ["true"]})).await.json();
+    assert_eq!(exec["phases"]["vm_boot"], 0.0, "{exec}");
+
+    let run = h.post("/v1/run", KEY_A, json!({"isolation": "microvm", "argv": ["true"]})).await.json();
+    let phase = |name: &str| run["phases"][name].as_f64().unwrap_or(-1.0);
+    assert!(phase("vm_boot") > 0.0, "{run}");
+    assert!(phase("vm_boot") - phase("allocate") >= 4.9, "the boot's 5 ms lie between: {run}");
+    assert!(phase("vm_boot") <= phase("filesystem_ready"), "{run}");
+
+    let plain = h.post("/v1/run", KEY_A, json!({"isolation": "process", "argv": ["true"]})).await.json();
+    assert_eq!(plain["phases"]["vm_boot"], 0.0, "{plain}");
+    let process = h.post("/v1/sandboxes", KEY_A, json!({"isolation": "process"})).await.json();
+    assert!(process.get("vm_boot_ms").is_none(), "{process}");
+}

@@ -36,6 +36,8 @@ pub(crate) struct FakeRuntime {
     pub(crate) unavailable_tiers: Mutex<HashMap<Tier, String>>,
     /// How this "host" runs microVMs (`tier_accel`, and `vm_boot` of each microvm sandbox); `None`: as TCG.
     pub(crate) microvm_accel: Mutex<Option<sandkasten_types::MicrovmAccel>>,
+    /// When each microVM sandbox's (pretend) VMM was launched and its guest booted (CLOCK_MONOTONIC ns).
+    pub(crate) vm_boots: Mutex<std::collections::HashMap<String, (u64, u64)>>,
     /// Every `create` call (pool members included), in order: the id and the spec.
     pub(crate) created: Mutex<Vec<(String, SandboxSpec)>>,
     /// Commands that ran to their end.
@@ -148,12 +150,20 @@ impl SandboxRuntime for FakeRuntime {
         let created = self.created.lock().unwrap();
         let (_, spec) = created.iter().rev().find(|(created, _)| created == id)?;
         let accel = self.tier_accel(spec.tier())?;
-        Some(sandkasten_runtime::VmBoot { accel, booted_ns: 1 })
+        let (launched_ns, booted_ns) = *self.vm_boots.lock().unwrap().get(id)?;
+        Some(sandkasten_runtime::VmBoot { accel, booted_ns, launched_ns })
     }
 
     fn create<'a>(&'a self, id: &'a str, spec: &'a SandboxSpec) -> RuntimeFuture<'a, ()> {
         Box::pin(async move {
             self.created.lock().unwrap().push((id.to_owned(), spec.clone()));
+            if spec.tier() == Tier::Microvm {
+                // A boot of 5 ms.
+                let launched_ns = sandkasten_runtime::monotonic_ns();
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                let boot = (launched_ns, sandkasten_runtime::monotonic_ns());
+                self.vm_boots.lock().unwrap().insert(id.to_owned(), boot);
+            }
             if self.fail_create.load(Ordering::SeqCst) {
                 return Err(failure(FailureKind::Internal, "fake create failure"));
             }

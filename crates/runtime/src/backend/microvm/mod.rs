@@ -18,12 +18,14 @@
 //! freeze, or a release of the VM (`pause`); memory snapshots, restores and forks are QEMU's migration to and from a
 //! file (`memory`), started like a boot but with `-incoming`.
 
+mod accel_choice;
 mod files;
 mod images;
 mod memory;
 mod pause;
 mod qemu;
 mod qmp;
+mod speed_probe;
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -35,8 +37,10 @@ use std::time::Duration;
 use sandkasten_protocol::{AgentPlan, Envelope, Message, SeccompPolicy, VmmPlan, read_frame, write_frame};
 use sandkasten_types::{MicrovmAccel, SandboxFile, SandboxSpec, Tier};
 
+pub use accel_choice::{AccelVerdict, CLEARLY_FASTER};
 pub(crate) use files::MicrovmFiles;
 pub(crate) use files::{leftover_candidates, remove_leftovers};
+pub use speed_probe::ProbeRun;
 
 use super::{NotServing, TierBackend, wait_until_serving};
 use crate::backend::process::launch::Launcher;
@@ -79,7 +83,7 @@ impl<'a> MicrovmTier<'a> {
 }
 
 /// Why this host cannot run microVMs as configured, if it cannot.
-pub(crate) fn unusable(settings: &sandkasten_types::MicrovmSettings) -> Option<String> {
+pub fn unusable(settings: &sandkasten_types::MicrovmSettings) -> Option<String> {
     if resolve_qemu(settings).is_none() {
         return Some(format!(
             "isolation \"microvm\" needs QEMU, which is not installed ({} not found): scripts/setup.sh installs it (on \
@@ -90,26 +94,46 @@ pub(crate) fn unusable(settings: &sandkasten_types::MicrovmSettings) -> Option<S
     if let Err(missing) = images::BootFiles::find(settings) {
         return Some(missing);
     }
-    match accel(settings) {
+    let (accel, why) = accel_and_reason(settings);
+    match accel {
         MicrovmAccel::Kvm if !Path::new("/dev/kvm").exists() => {
             Some("[microvm] accel = \"kvm\" but this host has no /dev/kvm: set accel = \"auto\"".to_owned())
         }
-        MicrovmAccel::Tcg if !settings.allow_emulation => Some(
-            "isolation \"microvm\" would run under software emulation here, which [microvm] allow_emulation = false \
-             forbids: set accel = \"kvm\" on a host with hardware virtualisation"
-                .to_owned(),
-        ),
+        MicrovmAccel::Tcg if !settings.allow_emulation => Some(format!(
+            "isolation \"microvm\" would run under software emulation here ({why}), which [microvm] \
+             allow_emulation = false forbids: allow emulation, or run microVMs on a host whose KVM runs guests at \
+             hardware speed"
+        )),
         _ => None,
     }
 }
 
-/// The acceleration guests get: KVM only when the config says so (on hosts whose KVM is emulated, such as nested
-/// KVM without hardware support, guests run far slower on it than under TCG), else software emulation.
+/// The acceleration guests get: `kvm` or `tcg` as configured; for `auto`, KVM only where the speed probe measured it
+/// clearly faster than software emulation (on hosts whose KVM is emulated, such as `kvm_pvm` or nested KVM without
+/// hardware support, guests run far slower on it than under TCG).
 pub(crate) fn accel(settings: &sandkasten_types::MicrovmSettings) -> MicrovmAccel {
+    accel_and_reason(settings).0
+}
+
+/// `accel`, and why in words (the configured value, or the speed probe's verdict for `auto`).
+pub fn accel_and_reason(settings: &sandkasten_types::MicrovmSettings) -> (MicrovmAccel, String) {
     match settings.accel {
-        MicrovmAccel::Kvm => MicrovmAccel::Kvm,
-        MicrovmAccel::Auto | MicrovmAccel::Tcg => MicrovmAccel::Tcg,
+        MicrovmAccel::Kvm => (MicrovmAccel::Kvm, "[microvm] accel = \"kvm\"".to_owned()),
+        MicrovmAccel::Tcg => (MicrovmAccel::Tcg, "[microvm] accel = \"tcg\"".to_owned()),
+        MicrovmAccel::Auto => match resolve_qemu(settings) {
+            Some(qemu) => {
+                let verdict = accel_choice::verdict(settings, &qemu);
+                (verdict.accel, verdict.reason)
+            }
+            None => (MicrovmAccel::Tcg, "QEMU is not installed".to_owned()),
+        },
     }
+}
+
+/// What `accel = "auto"` measured on this host and picks (the speed probe's verdict, cached per host boot, kernel
+/// and QEMU binary); `None` without QEMU.
+pub fn accel_verdict(settings: &sandkasten_types::MicrovmSettings) -> Option<AccelVerdict> {
+    resolve_qemu(settings).map(|qemu| accel_choice::verdict(settings, &qemu))
 }
 
 /// The QEMU to run: the configured path, or the configured name found on this process's PATH.
@@ -138,7 +162,8 @@ impl TierBackend for MicrovmTier<'_> {
         let shape = self.shape(spec);
         let mut vm = self.start_vm(guard, spec, plan, &files, shape, None)?;
         wait_for_boot(&mut vm.channel, &files)?;
-        guard.vm_boot = Some(crate::VmBoot { accel: shape.accel, booted_ns: sandkasten_protocol::monotonic_ns() });
+        let booted_ns = sandkasten_protocol::monotonic_ns();
+        guard.vm_boot = Some(crate::VmBoot { accel: shape.accel, booted_ns, launched_ns: vm.launched_ns });
         write_frame(&mut vm.channel, &Envelope::new(0, Message::Plan { plan: plan.clone() }))?;
         match wait_until_serving(&mut vm.channel) {
             Ok(()) => {
@@ -214,7 +239,8 @@ impl TierBackend for MicrovmTier<'_> {
         let mut vm = self.start_vm(guard, spec, plan, &files, shape, Some(&memory_file))?;
         drop(memory_file);
         memory::continue_loaded(&files)?;
-        guard.vm_boot = Some(crate::VmBoot { accel: shape.accel, booted_ns: sandkasten_protocol::monotonic_ns() });
+        let booted_ns = sandkasten_protocol::monotonic_ns();
+        guard.vm_boot = Some(crate::VmBoot { accel: shape.accel, booted_ns, launched_ns: vm.launched_ns });
         guard.door = vm.door.take();
         Ok(vm.channel)
     }
@@ -224,6 +250,8 @@ impl TierBackend for MicrovmTier<'_> {
 struct StartedVm {
     channel: UnixStream,
     door: Option<std::os::fd::OwnedFd>,
+    /// When the VMM was launched (CLOCK_MONOTONIC ns; `VmBoot::launched_ns`).
+    launched_ns: u64,
 }
 
 impl MicrovmTier<'_> {
@@ -346,6 +374,7 @@ impl MicrovmTier<'_> {
         let boot_dir = settings.dir.to_string_lossy().into_owned();
         let jail_plan = vmm_jail_plan(plan, spec, argv, keep.clone(), vmm_log.as_raw_fd(), vec![boot_dir]);
 
+        let launched_ns = sandkasten_protocol::monotonic_ns();
         let mut jail = self.launcher.launch_keeping(guard, &jail_plan, &keep)?;
         // The jail holds its copies now; the host's go, so that the guest's end of the channel lives in QEMU only.
         let door_host_end = door.map(|(host, guest)| {
@@ -354,7 +383,7 @@ impl MicrovmTier<'_> {
         });
         drop((rootfs, agent_image, disk, disk_read_only, console, vmm_log, guest_end, monitor));
         wait_for_vmm(&mut jail, files)?;
-        Ok(StartedVm { channel, door: door_host_end })
+        Ok(StartedVm { channel, door: door_host_end, launched_ns })
     }
 }
 

@@ -78,15 +78,25 @@ pub(crate) fn kernel_command_line(shape: &VmShape) -> String {
     )
 }
 
+/// `-accel` and `-cpu` for `accel` (`auto` reads as TCG): the same for every VM and for the speed probe's guest, so
+/// the probe measures what sandboxes get. Under KVM the guest gets every host feature but `arch-capabilities`: KVM on
+/// emulated nested virtualisation (`kvm_pvm`) refuses that MSR, and without it a guest kernel only assumes its CPU
+/// vulnerable (its mitigations on).
+pub(crate) fn accel_args(accel: MicrovmAccel) -> [String; 4] {
+    let (accel, cpu) = match accel {
+        MicrovmAccel::Kvm => ("kvm".to_owned(), "max,-arch-capabilities"),
+        MicrovmAccel::Tcg | MicrovmAccel::Auto => (format!("tcg,tb-size={TCG_CACHE_MIB}"), "max"),
+    };
+    ["-accel".to_owned(), accel, "-cpu".to_owned(), cpu.to_owned()]
+}
+
 /// QEMU's argv (program first, as a path inside the VMM's jail).
 pub(crate) fn command_line(qemu: &str, shape: &VmShape, boot: &BootFiles, fds: &VmDescriptors) -> Vec<String> {
-    let accel = match shape.accel {
-        MicrovmAccel::Kvm => "kvm".to_owned(),
-        MicrovmAccel::Tcg | MicrovmAccel::Auto => format!("tcg,tb-size={TCG_CACHE_MIB}"),
-    };
     let mut argv: Vec<String> = vec![qemu.to_owned()];
     let mut push = |items: &[&str]| argv.extend(items.iter().map(|item| (*item).to_owned()));
-    push(&["-M", "microvm,acpi=on", "-accel", &accel, "-cpu", "max"]);
+    push(&["-M", "microvm,acpi=on"]);
+    argv.extend(accel_args(shape.accel));
+    let mut push = |items: &[&str]| argv.extend(items.iter().map(|item| (*item).to_owned()));
     push(&["-m", &format!("{}M", shape.memory_mib), "-smp", &shape.vcpus.to_string()]);
     push(&["-nodefaults", "-no-user-config", "-no-reboot", "-display", "none"]);
     push(&["-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"]);

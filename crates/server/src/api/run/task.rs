@@ -102,6 +102,7 @@ async fn run(
         }
     };
     clock.allocated();
+    clock.vm_booted(state.runtime().vm_boot(&id));
     // From here on the sandbox exists: whatever happens below, it is destroyed before this task ends.
     let outcome = tokio::select! {
         outcome = work(&state, (&id, isolation), zygote, plan, &clock, ready, &events) => outcome,
