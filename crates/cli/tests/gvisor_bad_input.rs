@@ -409,11 +409,13 @@ fn misspelt_isolation_is_a_usage_error_exit_2_naming_the_tiers() {
 }
 
 #[test]
-fn auto_exits_2_saying_only_a_server_resolves_it() {
+fn a_local_auto_with_no_strong_tier_usable_exits_2_saying_why_each_was_skipped() {
     require_root!();
-    let needles = ["auto", "resolved by the server"];
-    assert_cli_refuses(&["run", "--isolation", "auto", "--", "/bin/true"], &[], &needles, true);
-    assert_cli_refuses(&["run", "--json", "--isolation", "auto", "--", "/bin/true"], &[], &needles, true);
+    // An untrusted run (the default trust) may go to gvisor or microvm only; with neither installed, none is usable.
+    let path = [("PATH", "/nonexistent/bin")];
+    let needles = ["auto", "none is usable", "gvisor skipped", "runsc", "microvm skipped", "QEMU", "setup.sh"];
+    assert_cli_refuses(&["run", "--isolation", "auto", "--", "/bin/true"], &path, &needles, true);
+    assert_cli_refuses(&["run", "--json", "--isolation", "auto", "--", "/bin/true"], &path, &needles, true);
 }
 
 #[test]

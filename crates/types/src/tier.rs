@@ -70,8 +70,8 @@ impl Tier {
         match self {
             Tier::Process | Tier::Gvisor | Tier::Microvm => None,
             Tier::Auto => Some(
-                "isolation \"auto\" is resolved by the server before a sandbox exists: name a tier (\"process\", \
-                 \"gvisor\" or \"microvm\") here",
+                "isolation \"auto\" is resolved before a sandbox exists (by a server's or `sandkasten run`'s \
+                 [isolation.auto] rules): name a tier (\"process\", \"gvisor\" or \"microvm\") here",
             ),
         }
     }

@@ -200,7 +200,7 @@ mod tests {
         let launcher = process::launch::Launcher { config: &config, hierarchy: &hierarchy, agent: &agent };
         let tiers = Tiers::new(launcher, false);
         let refused = backend_for(Tier::Auto, &tiers).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(refused.contains("resolved by the server"), "auto: {refused}");
+        assert!(refused.contains("resolved before a sandbox exists"), "auto: {refused}");
         assert_eq!(backend_for(Tier::Process, &tiers).map(|b| b.tier()).ok(), Some(Tier::Process));
         let hook = not_supported(Tier::Gvisor, "pause").to_string();
         assert!(hook.contains("pause is not supported by the gvisor tier"), "{hook}");
