@@ -69,6 +69,12 @@ fn pack_dir<W: Write>(builder: &mut tar::Builder<W>, dir: &Path, relative: &Path
         let kind = meta.file_type();
         let whiteout_device = kind.is_char_device() && meta.rdev() == 0;
         let whiteout_file = kind.is_file() && meta.len() == 0 && has_attribute(&path, WHITEOUT_ATTRIBUTES, None);
+        if !(whiteout_device || whiteout_file) && name.to_string_lossy().starts_with(WHITEOUT_PREFIX) {
+            return Err(CacheError::BadEntry {
+                entry: inside.to_string_lossy().into_owned(),
+                reason: "names starting with '.wh.' are whiteout markers in a layer: rename the file",
+            });
+        }
         if whiteout_device || whiteout_file {
             let marker = relative.join(format!("{WHITEOUT_PREFIX}{}", name.to_string_lossy()));
             append(builder, &mut header(tar::EntryType::Regular, 0o644, 0), &marker, &mut std::io::empty())?;
@@ -127,13 +133,18 @@ pub fn unpack(archive: impl Read, dest: &Path) -> Result<(), CacheError> {
         let Some(name) = relative.file_name().map(|n| n.to_string_lossy().into_owned()) else { continue };
         let parent = dest.join(relative.parent().unwrap_or(Path::new("")));
         ensure_real_dirs(dest, &parent)?;
-        let mode = entry.header().mode().unwrap_or(0o644) & 0o777;
+        // No setuid/setgid/sticky bits and no group or other write: the layer is root's on the host, and a build step
+        // must not leave host users a way to change what later sandboxes run.
+        let mode = entry.header().mode().unwrap_or(0o644) & 0o755;
         if name == OPAQUE_MARKER {
             rustix::fs::lsetxattr(&parent, UNPACKED_OPAQUE_ATTRIBUTE, b"y", XattrFlags::empty())
                 .map_err(|e| CacheError::Io { action: "marking opaque", path: parent.clone(), source: e.into() })?;
             continue;
         }
         if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX) {
+            if hidden.is_empty() || hidden == "." || hidden == ".." {
+                return Err(CacheError::BadEntry { entry: name, reason: "a whiteout must name an entry" });
+            }
             let target = parent.join(hidden);
             rustix::fs::mknodat(rustix::fs::CWD, &target, FileType::CharacterDevice, Mode::empty(), 0).map_err(
                 |e| CacheError::Io { action: "creating the whiteout", path: target.clone(), source: e.into() },
@@ -143,8 +154,17 @@ pub fn unpack(archive: impl Read, dest: &Path) -> Result<(), CacheError> {
         let target = dest.join(&relative);
         match entry.header().entry_type() {
             tar::EntryType::Directory => {
-                if !target.is_dir() {
-                    fs::DirBuilder::new().mode(mode).create(&target).map_err(CacheError::io("creating", &target))?;
+                match fs::symlink_metadata(&target) {
+                    Ok(meta) if meta.is_dir() => {}
+                    Ok(_) => {
+                        return Err(CacheError::BadEntry {
+                            entry: raw.to_string_lossy().into_owned(),
+                            reason: "a directory entry over an existing file or symlink is refused",
+                        });
+                    }
+                    Err(_) => {
+                        fs::DirBuilder::new().mode(mode).create(&target).map_err(CacheError::io("creating", &target))?
+                    }
                 }
                 fs::set_permissions(&target, fs::Permissions::from_mode(mode))
                     .map_err(CacheError::io("chmod", &target))?;
@@ -257,5 +277,61 @@ mod tests {
         assert!(matches!(refused, Err(CacheError::BadEntry { .. })), "{refused:?}");
         assert!(entry_path(Path::new("../x")).is_err());
         assert!(entry_path(Path::new("/x")).is_err());
+    }
+
+    #[test]
+    fn a_directory_entry_over_a_symlink_never_changes_what_the_link_points_to() {
+        use std::os::unix::fs::PermissionsExt;
+        let canary = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        fs::set_permissions(canary.path(), fs::Permissions::from_mode(0o700)).unwrap_or_else(|e| panic!("{e}"));
+        let mut builder = tar::Builder::new(Vec::new());
+        let mut link = header(tar::EntryType::Symlink, 0o777, 0);
+        builder.append_link(&mut link, "opt/x", canary.path()).unwrap_or_else(|e| panic!("{e}"));
+        builder
+            .append_data(&mut header(tar::EntryType::Directory, 0o777, 0), "opt/x", std::io::empty())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let archive = builder.into_inner().unwrap_or_else(|e| panic!("{e}"));
+        let dest = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let refused = unpack(&archive[..], dest.path());
+        assert!(matches!(refused, Err(CacheError::BadEntry { .. })), "{refused:?}");
+        let mode = fs::metadata(canary.path()).map(|m| m.permissions().mode() & 0o7777).unwrap_or(0);
+        assert_eq!(mode, 0o700, "the link's target kept its mode");
+    }
+
+    #[test]
+    fn unpacked_modes_lose_setuid_and_foreign_write_and_whiteouts_must_name_an_entry() {
+        use std::os::unix::fs::PermissionsExt;
+        let mut builder = tar::Builder::new(Vec::new());
+        builder
+            .append_data(&mut header(tar::EntryType::Directory, 0o1777, 0), "opt/d", std::io::empty())
+            .unwrap_or_else(|e| panic!("{e}"));
+        builder
+            .append_data(&mut header(tar::EntryType::Regular, 0o6777, 1), "opt/d/f", &b"x"[..])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let archive = builder.into_inner().unwrap_or_else(|e| panic!("{e}"));
+        let dest = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        unpack(&archive[..], dest.path()).unwrap_or_else(|e| panic!("{e}"));
+        let mode = |path: &str| fs::metadata(dest.path().join(path)).map(|m| m.permissions().mode() & 0o7777);
+        assert_eq!(mode("opt/d").unwrap_or(0), 0o755);
+        assert_eq!(mode("opt/d/f").unwrap_or(0), 0o755);
+        for hidden in ["", ".", ".."] {
+            let mut builder = tar::Builder::new(Vec::new());
+            let name = format!("opt/.wh.{hidden}");
+            builder
+                .append_data(&mut header(tar::EntryType::Regular, 0o644, 0), &name, std::io::empty())
+                .unwrap_or_else(|e| panic!("{e}"));
+            let archive = builder.into_inner().unwrap_or_else(|e| panic!("{e}"));
+            let dest = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+            let refused = unpack(&archive[..], dest.path());
+            assert!(refused.is_err(), "whiteout {name:?}: {refused:?}");
+        }
+    }
+
+    #[test]
+    fn a_real_file_named_like_a_whiteout_is_refused_when_packing() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        fs::write(dir.path().join(".wh.config"), b"x").unwrap_or_else(|e| panic!("{e}"));
+        let refused = pack(dir.path(), Vec::new());
+        assert!(matches!(refused, Err(CacheError::BadEntry { .. })), "{refused:?}");
     }
 }

@@ -192,9 +192,13 @@ impl SavedVm {
         }
     }
 
-    /// Writes the saved disk to `disk` (raw, sparse).
+    /// Writes the saved disk to `disk` (raw, sparse). The image is read by `qemu-img` as the host's root, so one
+    /// whose qcow2 header names another file (a backing file or an external data file: any host path) is refused
+    /// before anything reads its data.
     pub(super) fn copy_disk_to(&self, disk: &Path) -> Result<(), RuntimeError> {
-        copy_disk(&self.dir.join(DISK_FILE), "qcow2", disk, "raw").map_err(|error| {
+        let saved = self.dir.join(DISK_FILE);
+        refuse_foreign_files(&saved)?;
+        copy_disk(&saved, "qcow2", disk, "raw").map_err(|error| {
             RuntimeError::InvalidInput(format!("the memory snapshot's disk cannot be read ({error}): it is damaged"))
         })
     }
@@ -222,6 +226,35 @@ pub(super) fn continue_loaded(files: &MicrovmFiles) -> Result<(), RuntimeError> 
         Err(error) => Err(RuntimeError::TierFailed(format!(
             "the VM could not load the memory snapshot (is it damaged or truncated?): {error}"
         ))),
+    }
+}
+
+/// Refuses a qcow2 image that is not self-contained: `qemu-img info` (which opens no backing file) must report
+/// neither a backing file nor an external data file.
+fn refuse_foreign_files(image: &Path) -> Result<(), RuntimeError> {
+    let output = std::process::Command::new("qemu-img")
+        .args(["info", "-U", "--output=json", "-f", "qcow2"])
+        .arg(image)
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .output()
+        .map_err(|e| RuntimeError::sys("running qemu-img (is qemu-utils installed?)", e))?;
+    let damaged = |why: String| {
+        RuntimeError::InvalidInput(format!("the memory snapshot's disk cannot be read ({why}): it is damaged"))
+    };
+    if !output.status.success() {
+        return Err(damaged(String::from_utf8_lossy(&output.stderr).trim().to_owned()));
+    }
+    let info: Value = serde_json::from_slice(&output.stdout).map_err(|e| damaged(format!("qemu-img info: {e}")))?;
+    let backing = info.get("backing-filename").or_else(|| info.get("full-backing-filename"));
+    let data_file = info.pointer("/format-specific/data/data-file");
+    match (backing, data_file) {
+        (None, None) => Ok(()),
+        _ => Err(RuntimeError::InvalidInput(
+            "the memory snapshot's disk names another file (a qcow2 backing or data file): refused, a snapshot's \
+             disk holds its data itself; take a new snapshot"
+                .to_owned(),
+        )),
     }
 }
 
@@ -305,5 +338,50 @@ mod tests {
         );
         let bigger = SavedConfig { shape: VmShape { memory_mib: 512, ..config().shape }, ..config() };
         assert!(saved.check_matches(&bigger).is_err());
+    }
+
+    /// A snapshot disk whose qcow2 header points at a host file must not bring that file's bytes into a guest.
+    #[test]
+    fn a_snapshot_disk_naming_a_host_file_is_refused_and_copies_nothing() {
+        if std::process::Command::new("qemu-img").arg("--version").output().is_err() {
+            eprintln!("skipped: qemu-img is not installed (scripts/setup.sh installs it)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let canary = dir.path().join("host-secret");
+        std::fs::write(&canary, b"host canary 5f3a9c").unwrap_or_else(|e| panic!("{e}"));
+        let qemu_img = |args: &[String]| {
+            let status = std::process::Command::new("qemu-img").args(args).status().unwrap_or_else(|e| panic!("{e}"));
+            assert!(status.success(), "qemu-img {args:?}");
+        };
+        let canary_path = canary.to_string_lossy().into_owned();
+        // A backing file, and an external raw data file (the image's clusters would be the host file's bytes).
+        for (case, options) in [
+            ("backing file", vec!["-F".to_owned(), "raw".to_owned(), "-b".to_owned(), canary_path.clone()]),
+            ("data file", vec!["-o".to_owned(), format!("data_file={canary_path},data_file_raw=on")]),
+        ] {
+            let snapshot = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+            let image = snapshot.path().join(DISK_FILE).to_string_lossy().into_owned();
+            let mut args: Vec<String> = ["create", "-q", "-f", "qcow2"].map(str::to_owned).to_vec();
+            args.extend(options);
+            args.extend([image, "1M".to_owned()]);
+            qemu_img(&args);
+            for name in [MEMORY_FILE, CONFIG_FILE] {
+                std::fs::write(snapshot.path().join(name), b"{}").unwrap_or_else(|e| panic!("{e}"));
+            }
+            let saved = SavedVm { dir: snapshot.path().to_owned(), config: config() };
+            let target = snapshot.path().join("disk.raw");
+            let refused = saved.copy_disk_to(&target).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(refused.contains("names another file"), "{case}: {refused}");
+            assert!(!target.exists(), "{case}: nothing was copied");
+        }
+        // Control: a self-contained image is copied.
+        let snapshot = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let image = snapshot.path().join(DISK_FILE).to_string_lossy().into_owned();
+        qemu_img(&["create", "-q", "-f", "qcow2", &image, "1M"].map(str::to_owned));
+        let saved = SavedVm { dir: snapshot.path().to_owned(), config: config() };
+        let target = snapshot.path().join("disk.raw");
+        saved.copy_disk_to(&target).unwrap_or_else(|e| panic!("{e}"));
+        assert!(target.exists());
     }
 }

@@ -6,7 +6,10 @@
 //! `kvm_pvm` module) runs it hundreds of times slower than TCG. No kernel, disk or device is involved, so a run
 //! costs QEMU's start (~0.1 s) plus the window.
 
+#![allow(unsafe_code)]
+
 use std::io::Read as _;
+use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -84,6 +87,14 @@ pub(crate) fn run(qemu_path: &Path, firmware: &Path, accel: MicrovmAccel) -> Pro
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // The probe's guest loops for ever: a QEMU whose caller is killed mid-probe must not outlive it.
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the forked child before execve and only calls prctl and getppid.
+    unsafe {
+        command.pre_exec(move || {
+            sandkasten_jail::namespaces::die_with_parent(parent).map_err(|e| std::io::Error::other(e.to_string()))
+        });
+    }
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(error) => return ProbeRun::Failed { why: format!("running {}: {error}", qemu_path.display()) },
