@@ -150,6 +150,37 @@ pub struct MicrovmSettings {
     /// `false`: the VM is stopped in place (QMP `stop` under the cgroup freeze; its RAM stays held, the resume is
     /// instant). Default true.
     pub release_paused: bool,
+    /// Guest kernel parameters appended to the tier's own command line (so a later one wins where the kernel takes
+    /// the last), e.g. `sysctl.vm.panic_on_oom=1` or `mitigations=off`: each one word of printable ASCII without
+    /// quotes, at most `MAX_KERNEL_ARGS_BYTES` in all. An operator's parameter can keep guests from booting; the
+    /// sandbox's create then fails with the guest console's last words. Default none.
+    pub kernel_args: Vec<String>,
+}
+
+/// The bytes `[microvm] kernel_args` may add to the guest kernel's command line (x86's limit is 2048 in all; the
+/// tier's own parameters take about 250).
+pub const MAX_KERNEL_ARGS_BYTES: usize = 1024;
+
+impl MicrovmSettings {
+    /// What is wrong with `kernel_args`, if anything.
+    pub fn kernel_args_problem(&self) -> Option<String> {
+        for (index, arg) in self.kernel_args.iter().enumerate() {
+            if arg.is_empty() || !arg.bytes().all(|b| b.is_ascii_graphic() && b != b'"') {
+                return Some(format!(
+                    "[{index}] {arg:?} is not one kernel parameter: give each as one word of printable ASCII without                      spaces or quotes, e.g. \"sysctl.vm.panic_on_oom=1\""
+                ));
+            }
+            if arg == "--" {
+                return Some(format!(
+                    "[{index}] \"--\" would hand the rest of the command line to the guest's init: leave it out"
+                ));
+            }
+        }
+        let total: usize = self.kernel_args.iter().map(|arg| arg.len() + 1).sum();
+        (total > MAX_KERNEL_ARGS_BYTES).then(|| {
+            format!("{total} bytes in all, more than {MAX_KERNEL_ARGS_BYTES}: the guest kernel's command line is short")
+        })
+    }
 }
 
 impl Default for MicrovmSettings {
@@ -160,6 +191,7 @@ impl Default for MicrovmSettings {
             accel: MicrovmAccel::Auto,
             allow_emulation: true,
             release_paused: true,
+            kernel_args: Vec::new(),
         }
     }
 }
@@ -246,5 +278,21 @@ mod tests {
             assert_eq!(tier.unavailable_reason().is_none(), Tier::CREATABLE.contains(&tier), "{tier}");
         }
         assert!(Tier::AVAILABLE.iter().all(|tier| Tier::CREATABLE.contains(tier)));
+    }
+
+    #[test]
+    fn operator_kernel_args_are_single_printable_words_within_a_bound() {
+        let with = |args: &[&str]| MicrovmSettings {
+            kernel_args: args.iter().map(|arg| (*arg).to_owned()).collect(),
+            ..MicrovmSettings::default()
+        };
+        assert_eq!(with(&[]).kernel_args_problem(), None);
+        assert_eq!(with(&["sysctl.vm.panic_on_oom=1", "mitigations=off"]).kernel_args_problem(), None);
+        for bad in ["two words", "", "quote=\"x\"", "tab\there", "--", "nul\0"] {
+            let problem = with(&["ok", bad]).kernel_args_problem();
+            assert!(problem.as_deref().is_some_and(|p| p.starts_with("[1] ")), "{bad:?}: {problem:?}");
+        }
+        let long = "x".repeat(MAX_KERNEL_ARGS_BYTES);
+        assert!(with(&[&long]).kernel_args_problem().is_some_and(|p| p.contains("in all")));
     }
 }

@@ -77,7 +77,8 @@ pub struct ServerConfig {
     pub gvisor: sandkasten_types::GvisorSettings,
     /// How the microvm tier runs its VMs: `[microvm] dir = "/var/lib/sandkasten/microvm"` (kernel, initramfs, root
     /// image from scripts/setup-microvm.sh), `qemu`, `accel = "auto" | "kvm" | "tcg"`, `allow_emulation`,
-    /// `release_paused` (whether a pause with memory saves the VM and ends its VMM).
+    /// `release_paused` (whether a pause with memory saves the VM and ends its VMM), `kernel_args` (guest kernel
+    /// parameters added to the tier's own).
     #[serde(default)]
     pub microvm: sandkasten_types::MicrovmSettings,
     /// The `/metrics` endpoint (`[metrics] require_auth = true`).
@@ -268,6 +269,7 @@ impl ServerConfig {
         self.mcp.check(&mut found);
         self.templates.check(&mut found);
         self.e2b.check(&mut found);
+        found.check("microvm.kernel_args", self.microvm.kernel_args_problem());
         found.0
     }
 }
@@ -458,6 +460,15 @@ mod tests {
         assert!(config.add_env_keys(&format!("other:{KEY}")).is_ok());
         let message = config.validate().map_err(|e| e.to_string()).err().unwrap_or_default();
         assert!(message.contains("more than once") && !message.contains(KEY), "{message}");
+    }
+
+    #[test]
+    fn a_guest_kernel_parameter_that_is_not_one_word_is_refused_at_its_key() {
+        let mut config = with_key();
+        config.microvm.kernel_args = vec!["sysctl.vm.panic_on_oom=1".into()];
+        assert!(paths(&config).is_empty());
+        config.microvm.kernel_args.push("init=/bin/sh rw".into());
+        assert_eq!(paths(&config), ["microvm.kernel_args"]);
     }
 
     #[test]

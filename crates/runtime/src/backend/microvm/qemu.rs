@@ -67,15 +67,21 @@ pub(crate) const TCG_CACHE_MIB: u64 = 32;
 pub(crate) const INCOMING_FDSET: u32 = 5;
 pub(crate) const OUTGOING_FDSET: u32 = 6;
 
-/// The guest kernel's command line.
-pub(crate) fn kernel_command_line(shape: &VmShape) -> String {
+/// The guest kernel's command line: the tier's own parameters, then the operator's (`[microvm] kernel_args`, checked
+/// by `MicrovmSettings::kernel_args_problem`), which come later so that they win.
+pub(crate) fn kernel_command_line(shape: &VmShape, operator_args: &[String]) -> String {
     // lpj: loops per jiffy for HZ=250 at the TSC's rate, so the kernel does not spend a second measuring it.
     let lpj = shape.tsc_khz.saturating_mul(4);
-    format!(
+    let mut line = format!(
         "console=ttyS0 quiet loglevel=3 panic=-1 reboot=t no_timer_check tsc_early_khz={} lpj={lpj} rdinit=/init \
          8250.nr_uarts=1 i8042.noaux i8042.nomux i8042.nopnp i8042.dumbkbd random.trust_cpu=on",
         shape.tsc_khz
-    )
+    );
+    for arg in operator_args {
+        line.push(' ');
+        line.push_str(arg);
+    }
+    line
 }
 
 /// `-accel` and `-cpu` for `accel` (`auto` reads as TCG): the same for every VM and for the speed probe's guest, so
@@ -90,8 +96,15 @@ pub(crate) fn accel_args(accel: MicrovmAccel) -> [String; 4] {
     ["-accel".to_owned(), accel, "-cpu".to_owned(), cpu.to_owned()]
 }
 
-/// QEMU's argv (program first, as a path inside the VMM's jail).
-pub(crate) fn command_line(qemu: &str, shape: &VmShape, boot: &BootFiles, fds: &VmDescriptors) -> Vec<String> {
+/// QEMU's argv (program first, as a path inside the VMM's jail); `kernel_args` are the operator's guest kernel
+/// parameters.
+pub(crate) fn command_line(
+    qemu: &str,
+    shape: &VmShape,
+    boot: &BootFiles,
+    fds: &VmDescriptors,
+    kernel_args: &[String],
+) -> Vec<String> {
     let mut argv: Vec<String> = vec![qemu.to_owned()];
     let mut push = |items: &[&str]| argv.extend(items.iter().map(|item| (*item).to_owned()));
     push(&["-M", "microvm,acpi=on"]);
@@ -101,7 +114,7 @@ pub(crate) fn command_line(qemu: &str, shape: &VmShape, boot: &BootFiles, fds: &
     push(&["-nodefaults", "-no-user-config", "-no-reboot", "-display", "none"]);
     push(&["-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"]);
     push(&["-kernel", &boot.kernel.to_string_lossy(), "-initrd", &boot.initrd.to_string_lossy()]);
-    push(&["-append", &kernel_command_line(shape)]);
+    push(&["-append", &kernel_command_line(shape, kernel_args)]);
     for (set, fd, serial, read_only) in [
         (1, fds.rootfs, "sandkasten-root", true),
         (2, fds.agent_disk, "sandkasten-agent", true),
@@ -172,7 +185,7 @@ mod tests {
     #[test]
     fn the_vm_has_disks_by_serial_a_channel_and_no_network_device() {
         let shape = VmShape { accel: MicrovmAccel::Tcg, memory_mib: 256, vcpus: 1, tsc_khz: 2_000_000 };
-        let argv = command_line("/usr/bin/qemu-system-x86_64", &shape, &boot(), &fds()).join(" ");
+        let argv = command_line("/usr/bin/qemu-system-x86_64", &shape, &boot(), &fds(), &[]).join(" ");
         for expected in [
             "-m 256M",
             "tcg,tb-size=32",
@@ -198,7 +211,7 @@ mod tests {
     fn a_restored_vm_loads_its_memory_from_a_descriptor() {
         let shape = VmShape { accel: MicrovmAccel::Tcg, memory_mib: 256, vcpus: 1, tsc_khz: 2_000_000 };
         let restored = VmDescriptors { incoming: Some(13), ..fds() };
-        let argv = command_line("q", &shape, &boot(), &restored).join(" ");
+        let argv = command_line("q", &shape, &boot(), &restored, &[]).join(" ");
         assert!(argv.contains("-add-fd fd=13,set=5 -incoming file:/dev/fdset/5"), "{argv}");
         assert!(restored.all().contains(&13) && restored.all().contains(&12), "the jail keeps both");
     }
@@ -207,7 +220,7 @@ mod tests {
     fn the_door_is_a_second_serial_port_and_still_no_network_device() {
         let shape = VmShape { accel: MicrovmAccel::Tcg, memory_mib: 256, vcpus: 1, tsc_khz: 2_000_000 };
         let with_door = VmDescriptors { door: Some(11), ..fds() };
-        let argv = command_line("q", &shape, &boot(), &with_door).join(" ");
+        let argv = command_line("q", &shape, &boot(), &with_door, &[]).join(" ");
         assert!(argv.contains("-chardev socket,id=door,fd=11"), "{argv}");
         assert!(argv.contains("virtserialport,chardev=door,name=sandkasten.door"), "{argv}");
         assert!(argv.contains("max_ports=3"), "port 0 is reserved for a console: {argv}");
@@ -218,8 +231,19 @@ mod tests {
     #[test]
     fn the_kernel_is_told_its_clock() {
         let shape = VmShape { accel: MicrovmAccel::Kvm, memory_mib: 128, vcpus: 2, tsc_khz: 2_500_000 };
-        let line = kernel_command_line(&shape);
+        let line = kernel_command_line(&shape, &[]);
         assert!(line.contains("tsc_early_khz=2500000") && line.contains("lpj=10000000"), "{line}");
-        assert!(command_line("q", &shape, &boot(), &fds()).iter().any(|arg| arg == "kvm"));
+        assert!(command_line("q", &shape, &boot(), &fds(), &[]).iter().any(|arg| arg == "kvm"));
+    }
+
+    #[test]
+    fn the_operator_s_kernel_parameters_come_last() {
+        let shape = VmShape { accel: MicrovmAccel::Tcg, memory_mib: 256, vcpus: 1, tsc_khz: 2_000_000 };
+        let operator = ["sysctl.vm.panic_on_oom=1".to_owned(), "loglevel=7".to_owned()];
+        let line = kernel_command_line(&shape, &operator);
+        assert!(line.ends_with(" random.trust_cpu=on sysctl.vm.panic_on_oom=1 loglevel=7"), "{line}");
+        let argv = command_line("q", &shape, &boot(), &fds(), &operator);
+        let append = argv.iter().position(|arg| arg == "-append").map(|at| &argv[at + 1]);
+        assert_eq!(append, Some(&line));
     }
 }
