@@ -242,3 +242,63 @@ fn the_sandbox_root_cannot_panic_its_guest_kernel() {
     assert_eq!(deleted.status, 204, "{deleted:?}");
     assert_no_microvm_leaks_within(&id, Duration::from_secs(30));
 }
+
+/// A guest kernel that panics while a command runs (here: the guest's OOM killer under the operator's
+/// `sysctl.vm.panic_on_oom=1`, a real panic started from inside the sandbox; an agent dying as the guest's PID 1
+/// ends the same way) ends the sandbox: the command's answer and the sandbox's end reason carry the kernel's panic
+/// line, the VMM is gone and nothing of the sandbox is left.
+#[test]
+fn a_guest_kernel_panic_ends_the_sandbox_with_the_panic_line_and_leaves_nothing() {
+    require_microvm!();
+    let server = Server::start_with("[microvm]\nkernel_args = [\"sysctl.vm.panic_on_oom=1\"]\n");
+    let id = create_microvm(&server);
+    let vmm = wait_for_vmm(&id, Duration::from_secs(5));
+    let bomb = "/usr/bin/python3 -c 'a = []\nwhile True: a.append(bytearray(10**7))'";
+    let answered = server.exec(&id, bomb);
+    let message = answered.json["error"]["message"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        message.contains("the guest kernel panicked: Kernel panic - not syncing: Out of memory"),
+        "the command's answer does not say the guest kernel panicked: {answered:?}"
+    );
+    let info = server.call("GET", &format!("/v1/sandboxes/{id}"), KEY_1, None);
+    assert_eq!(info.json["state"], Value::from("lost"), "{info:?}");
+    assert!(
+        info.json["end_reason"].as_str().is_some_and(|reason| reason.contains("Kernel panic - not syncing")),
+        "the sandbox's end reason does not carry the panic: {info:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(vmm) {
+        assert!(Instant::now() < deadline, "the VMM {vmm} of a panicked guest still runs");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_no_microvm_leaks(&id);
+}
+
+/// An operator's kernel parameter that keeps the guest from booting (`rdinit=` naming no file: the kernel falls back
+/// to mounting a root it has none of, and panics before any userspace) fails the create with the kernel's panic
+/// line, and leaves no sandbox and no VMM.
+#[test]
+fn a_guest_that_panics_at_boot_fails_the_create_with_the_panic_line_and_leaves_nothing() {
+    require_microvm!();
+    let server = Server::start_with("[microvm]\nkernel_args = [\"rdinit=/no-such-init\"]\n");
+    let reply = server.call("POST", "/v1/sandboxes", KEY_1, Some(json!({"isolation": "microvm"})));
+    assert!(reply.status >= 500, "a guest that cannot boot was created: {reply:?}");
+    let message = reply.json["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("the guest kernel panicked: Kernel panic - not syncing: VFS: Unable to mount root fs"),
+        "the create's error does not carry the panic line: {reply:?}"
+    );
+    let listed = server.call("GET", "/v1/sandboxes", KEY_1, None);
+    let ids: Vec<String> = listed.json["sandboxes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|sandbox| sandbox["state"] == "running")
+        .filter_map(|sandbox| sandbox["id"].as_str().map(str::to_owned))
+        .collect();
+    assert!(ids.is_empty(), "a failed create left a running sandbox: {listed:?}");
+    assert!(server_vmms(&server).is_empty(), "a failed create left a VMM");
+    for sandbox in listed.json["sandboxes"].as_array().into_iter().flatten() {
+        assert_no_microvm_leaks(sandbox["id"].as_str().unwrap_or_default());
+    }
+}

@@ -40,6 +40,12 @@ pub(crate) struct SandboxGuard {
 }
 
 impl SandboxGuard {
+    /// Why the sandbox ended on its own, where its tier can tell (a microVM's guest kernel panic); read before
+    /// `release` removes what says it.
+    pub(crate) fn why_it_ended(&self) -> Option<String> {
+        crate::backend::microvm::panic_line(&self.microvm.as_ref()?.console())
+    }
+
     /// Writes the record of sandbox `id` (naming `id_range`, which the guard then holds).
     pub(crate) fn record(
         config: &RuntimeConfig,

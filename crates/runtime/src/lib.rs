@@ -30,7 +30,7 @@ pub use host_pids::{pids_refusal, sandbox_pids_cap};
 pub use output::{DiscardOutput, OutputSink};
 pub use plan::{sets_variable, writable_dirs};
 pub use retained::{Held, OutputBudget, OutputRetention};
-pub use sandbox_runtime::{CellInterrupt, RuntimeFuture, SandboxRuntime};
+pub use sandbox_runtime::{CellInterrupt, LostSandbox, RuntimeFuture, SandboxRuntime};
 pub use sandkasten_agent::run_agent;
 pub use sandkasten_protocol::monotonic_ns;
 pub use vm_boot::VmBoot;

@@ -22,6 +22,15 @@ pub type CellInterrupt = oneshot::Receiver<()>;
 /// `Box::pin(async move { … })`).
 pub type RuntimeFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, Failure>> + Send + 'a>>;
 
+/// A sandbox that died on its own (`SandboxRuntime::take_lost`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostSandbox {
+    /// Its id.
+    pub id: String,
+    /// Why, where its tier could tell (a microVM guest's kernel panic line).
+    pub why: Option<String>,
+}
+
 /// Runs long-lived sandboxes. Implemented by the real runtime (`live::LiveRuntime`) and by test fakes.
 ///
 /// Ids and paths reaching a runtime are already validated by the server: ids are `sb-` + 16 hex digits, paths are
@@ -54,8 +63,14 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         None
     }
     /// Sandboxes that died on their own since the last call (their processes are gone; the server marks them lost).
-    fn take_lost(&self) -> Vec<String> {
+    fn take_lost(&self) -> Vec<LostSandbox> {
         Vec::new()
+    }
+    /// Why sandbox `id`, which a request just found gone (`FailureKind::SandboxGone`), ended, where its tier can
+    /// tell (a microVM guest's kernel panic line); `None` otherwise.
+    fn why_ended<'a>(&'a self, id: &'a str) -> RuntimeFuture<'a, Option<String>> {
+        let _ = id;
+        Box::pin(async { Ok(None) })
     }
     /// The most processes one sandbox may have on this host (`limits.pids` above it is refused before anything
     /// exists). The default allows what any spec may ask for.

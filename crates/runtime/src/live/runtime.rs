@@ -22,6 +22,7 @@ use super::supervisor::Supervisor;
 use crate::backend::gvisor;
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
+use crate::sandbox_runtime::LostSandbox;
 use crate::spawner::SpawnerEvent;
 use sandkasten_cgroups::{Cgroup, Hierarchy};
 
@@ -43,6 +44,13 @@ struct Member {
 
 type Agents = Arc<Mutex<HashMap<String, Member>>>;
 
+/// How many explained endings `LiveRuntime` holds for requests that have not asked yet (each a line of a console).
+const MAX_ENDINGS_HELD: usize = 256;
+
+/// How long a request whose sandbox vanished waits for the spawner to say why (the channel breaks a moment before
+/// the spawner reaps the sandbox and reports it).
+const ENDING_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Long-lived sandboxes of one owner.
 pub struct LiveRuntime {
     config: RuntimeConfig,
@@ -50,7 +58,10 @@ pub struct LiveRuntime {
     spawner: Arc<Supervisor>,
     agents: Agents,
     /// Sandboxes that died on their own (their agent, or the whole spawner), not yet reported to the owner.
-    lost: Arc<Mutex<Vec<String>>>,
+    lost: Arc<Mutex<Vec<LostSandbox>>>,
+    /// Why sandboxes that died on their own ended, where their tier could tell, until a request asks
+    /// (`why_ended`); at most `MAX_ENDINGS_HELD`.
+    endings: Arc<Mutex<HashMap<String, String>>>,
     contexts: Arc<Contexts>,
     commands: Arc<BackgroundCommands>,
 }
@@ -66,14 +77,24 @@ impl LiveRuntime {
         let agents: Agents = Arc::default();
         let contexts: Arc<Contexts> = Arc::default();
         let commands: Arc<BackgroundCommands> = Arc::default();
-        let lost: Arc<Mutex<Vec<String>>> = Arc::default();
+        let lost: Arc<Mutex<Vec<LostSandbox>>> = Arc::default();
+        let endings: Arc<Mutex<HashMap<String, String>>> = Arc::default();
         let (forget, forget_contexts) = (Arc::clone(&agents), Arc::clone(&contexts));
-        let (forget_commands, report) = (Arc::clone(&commands), Arc::clone(&lost));
+        let (forget_commands, report, explain) = (Arc::clone(&commands), Arc::clone(&lost), Arc::clone(&endings));
         let on_event = Arc::new(move |event| {
             let Ok(mut map) = forget.lock() else { return };
-            let gone: Vec<(String, Member)> = match event {
-                SpawnerEvent::Exited { id } => map.remove(&id).map(|member| (id, member)).into_iter().collect(),
-                SpawnerEvent::SpawnerGone => map.drain().collect(),
+            let (gone, why): (Vec<(String, Member)>, Option<String>) = match event {
+                SpawnerEvent::Exited { id, why } => {
+                    // Held before the member goes, so a request that finds no member finds the reason.
+                    if let (Some(why), Ok(mut endings)) = (&why, explain.lock()) {
+                        if endings.len() >= MAX_ENDINGS_HELD {
+                            endings.clear();
+                        }
+                        endings.insert(id.clone(), why.clone());
+                    }
+                    (map.remove(&id).map(|member| (id, member)).into_iter().collect(), why)
+                }
+                SpawnerEvent::SpawnerGone => (map.drain().collect(), None),
             };
             // A paused gVisor sandbox has no channel to end: its waiting requests learn it here.
             let gone: Vec<String> = gone
@@ -88,12 +109,12 @@ impl LiveRuntime {
                 forget_commands.forget(id);
             }
             if let Ok(mut lost) = report.lock() {
-                lost.extend(gone);
+                lost.extend(gone.into_iter().map(|id| LostSandbox { id, why: why.clone() }));
             }
         });
         let spawner = Supervisor::start(program.to_owned(), config.gvisor.clone(), config.microvm.clone(), on_event)?;
         let hierarchy = Hierarchy::detect().ok();
-        Ok(LiveRuntime { config, hierarchy, spawner, agents, lost, contexts, commands })
+        Ok(LiveRuntime { config, hierarchy, spawner, agents, lost, endings, contexts, commands })
     }
 
     /// How the microVM sandbox `id`'s guest started, if it is one and runs.
@@ -102,8 +123,24 @@ impl LiveRuntime {
     }
 
     /// Sandboxes that died on their own since the last call (their agent exited, or the spawner died with them).
-    pub(super) fn take_lost(&self) -> Vec<String> {
+    pub(super) fn take_lost(&self) -> Vec<LostSandbox> {
         self.lost.lock().map(|mut lost| std::mem::take(&mut *lost)).unwrap_or_default()
+    }
+
+    /// Why sandbox `id`, which a request just found gone, ended, where its tier could tell: waits (up to
+    /// `ENDING_WAIT`) while the spawner has not reported it yet.
+    pub(super) async fn why_ended(&self, id: &str) -> Option<String> {
+        let deadline = tokio::time::Instant::now() + ENDING_WAIT;
+        loop {
+            let reported = self.agents.lock().map(|agents| !agents.contains_key(id)).unwrap_or(true);
+            if let Some(why) = self.endings.lock().ok().and_then(|mut endings| endings.remove(id)) {
+                return Some(why);
+            }
+            if reported || tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 
     /// Why sandboxes cannot be created now (the spawner died and is being restarted), if they cannot.

@@ -47,8 +47,12 @@ impl SandboxRuntime for LiveRuntime {
         self.spawner_down()
     }
 
-    fn take_lost(&self) -> Vec<String> {
+    fn take_lost(&self) -> Vec<crate::sandbox_runtime::LostSandbox> {
         LiveRuntime::take_lost(self)
+    }
+
+    fn why_ended<'a>(&'a self, id: &'a str) -> RuntimeFuture<'a, Option<String>> {
+        Box::pin(async move { Ok(LiveRuntime::why_ended(self, id).await) })
     }
 
     fn vm_boot(&self, id: &str) -> Option<crate::VmBoot> {

@@ -21,6 +21,8 @@ pub enum SpawnerEvent {
     Exited {
         /// Sandbox id.
         id: String,
+        /// Why, where the tier could tell (a microVM guest's kernel panic line).
+        why: Option<String>,
     },
     /// The spawner itself is gone: every sandbox it held is gone too.
     SpawnerGone,
@@ -111,7 +113,9 @@ impl SpawnerClient {
                                 break;
                             }
                         }
-                        Ok(Some((SpawnerResponse::Exited { id }, _))) => on_event(SpawnerEvent::Exited { id }),
+                        Ok(Some((SpawnerResponse::Exited { id, why }, _))) => {
+                            on_event(SpawnerEvent::Exited { id, why });
+                        }
                         Ok(Some(_)) => {}
                         Ok(None) | Err(_) => break,
                     }

@@ -105,6 +105,9 @@ pub enum SpawnerResponse {
     Exited {
         /// Sandbox id.
         id: String,
+        /// Why, where the tier could tell (a microVM guest's kernel panic line).
+        #[serde(default)]
+        why: Option<String>,
     },
 }
 

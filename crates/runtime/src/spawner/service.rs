@@ -227,7 +227,8 @@ impl Spawner {
         {
             tracing::error!(sandbox = %id, %message, "removing a sandbox that failed to resume failed; gc will retry");
         }
-        if let Err(error) = send(control.as_fd(), &SpawnerResponse::Exited { id: id.to_owned() }, None) {
+        let exited = SpawnerResponse::Exited { id: id.to_owned(), why: Some("its resume failed".to_owned()) };
+        if let Err(error) = send(control.as_fd(), &exited, None) {
             tracing::warn!(%error, "reporting a sandbox that failed to resume failed");
         }
     }
@@ -309,7 +310,9 @@ impl Spawner {
             let found =
                 self.sandboxes.iter().find(|(_, guard)| guard.init_pid == Some(pid as u32)).map(|(id, _)| id.clone());
             let Some(id) = found else { continue };
+            let mut why = None;
             if let Some(mut guard) = self.sandboxes.remove(&id) {
+                why = guard.why_it_ended();
                 guard.init_pid = None;
                 guard.kill();
                 if let Err(error) = guard.release() {
@@ -317,7 +320,7 @@ impl Spawner {
                 }
                 let _ = self.hierarchy.remove_parent(&self.config.cgroup_parent);
             }
-            if let Err(error) = send(control.as_fd(), &SpawnerResponse::Exited { id }, None) {
+            if let Err(error) = send(control.as_fd(), &SpawnerResponse::Exited { id, why }, None) {
                 tracing::warn!(%error, "reporting an exited sandbox failed");
             }
         }

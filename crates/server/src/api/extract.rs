@@ -132,8 +132,8 @@ pub(crate) async fn runtime_result<T>(
 
 /// Turns a runtime failure into an API error; `SandboxGone` also ends the sandbox (`lifecycle::note_lost`).
 pub(crate) async fn runtime_error(state: &AppState, id: &str, failure: sandkasten_types::Failure) -> ApiError {
-    if let Err(error) = note_lost(state, id, &failure).await {
-        return ApiError::from(error);
+    match note_lost(state, id, failure).await {
+        Ok(failure) => ApiError::from(failure),
+        Err(error) => ApiError::from(error),
     }
-    ApiError::from(failure)
 }

@@ -128,10 +128,10 @@ pub(crate) fn request_user(headers: &HeaderMap) -> Result<String, E2bError> {
 
 /// The error of a failed runtime call on sandbox `id` (a vanished sandbox is also marked lost, as everywhere).
 pub(crate) async fn runtime_failure(state: &AppState, id: &str, failure: sandkasten_types::Failure) -> E2bError {
-    if let Err(error) = crate::lifecycle::note_lost(state, id, &failure).await {
-        return E2bError::from(crate::api::error::ApiError::from(error));
+    match crate::lifecycle::note_lost(state, id, failure).await {
+        Ok(failure) => E2bError::from(failure),
+        Err(error) => E2bError::from(crate::api::error::ApiError::from(error)),
     }
-    E2bError::from(failure)
 }
 
 /// The sandbox user a request names: `user` (uid 1000) or `root` (uid 0 inside the sandbox, without capabilities);

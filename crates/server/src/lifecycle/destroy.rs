@@ -78,15 +78,19 @@ pub(crate) async fn finish_run(state: &AppState, id: &str) {
 }
 
 /// When `failure` says the sandbox vanished: releases what the server still holds for it (its egress door and
-/// secrets, its E2B session, whatever the runtime kept) and marks it lost, as the startup reconcile does.
-pub(crate) async fn note_lost(state: &AppState, id: &str, failure: &Failure) -> Result<(), StoreError> {
+/// secrets, its E2B session, whatever the runtime kept) and marks it lost, as the startup reconcile does. Returns
+/// the failure, with why the sandbox ended added where its tier could tell (a microVM guest's kernel panic).
+pub(crate) async fn note_lost(state: &AppState, id: &str, mut failure: Failure) -> Result<Failure, StoreError> {
     if failure.kind != FailureKind::SandboxGone {
-        return Ok(());
+        return Ok(failure);
+    }
+    if let Ok(Some(why)) = state.runtime().why_ended(id).await {
+        failure.message = format!("{}: {why}", failure.message);
     }
     tracing::warn!(sandbox = id, reason = %failure.message, "sandbox lost");
     destroy_quietly(state, id).await;
     if state.store().mark_lost(id, &failure.message).await? {
         state.metrics().sandbox_exited(ExitReason::Lost);
     }
-    Ok(())
+    Ok(failure)
 }

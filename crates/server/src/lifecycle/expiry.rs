@@ -48,10 +48,11 @@ pub async fn sweep(state: &AppState, now_ms: i64) -> Result<usize, StoreError> {
 /// frees its quota; returns how many were running.
 pub async fn sweep_lost(state: &AppState) -> Result<usize, StoreError> {
     let mut lost = 0;
-    for id in state.runtime().take_lost() {
-        if state.store().mark_lost(&id, "its processes died").await? {
+    for sandkasten_runtime::LostSandbox { id, why } in state.runtime().take_lost() {
+        let reason = why.map_or_else(|| "its processes died".to_owned(), |why| format!("its processes died: {why}"));
+        if state.store().mark_lost(&id, &reason).await? {
             state.metrics().sandbox_exited(ExitReason::Lost);
-            tracing::warn!(sandbox = %id, "sandbox lost: its processes died");
+            tracing::warn!(sandbox = %id, %reason, "sandbox lost");
             lost += 1;
         }
     }

@@ -57,7 +57,7 @@ pub(crate) struct FakeRuntime {
     /// What `unhealthy` says (a failed part of the runtime).
     pub(crate) unhealthy: Mutex<Option<String>>,
     /// Sandboxes that died on their own, for `take_lost`.
-    pub(crate) lost: Mutex<Vec<String>>,
+    pub(crate) lost: Mutex<Vec<sandkasten_runtime::LostSandbox>>,
 }
 
 fn failure(kind: FailureKind, message: impl Into<String>) -> Failure {
@@ -132,7 +132,7 @@ impl SandboxRuntime for FakeRuntime {
         self.unhealthy.lock().unwrap().clone()
     }
 
-    fn take_lost(&self) -> Vec<String> {
+    fn take_lost(&self) -> Vec<sandkasten_runtime::LostSandbox> {
         std::mem::take(&mut *self.lost.lock().unwrap())
     }
 

@@ -231,7 +231,8 @@ async fn a_failed_runtime_part_is_a_503_healthz_with_the_reason_and_its_dead_san
     // sweeper hears of it.
     *h.runtime.unhealthy.lock().unwrap() = Some("the spawner exited; it is being restarted".into());
     h.runtime.kill(&id);
-    h.runtime.lost.lock().unwrap().push(id.clone());
+    let why = Some("the guest kernel panicked: Kernel panic - not syncing: Attempted to kill init!".to_owned());
+    h.runtime.lost.lock().unwrap().push(sandkasten_runtime::LostSandbox { id: id.clone(), why });
     let down = h.call("GET", "/healthz", None, axum::body::Body::empty()).await;
     assert_eq!(down.status.as_u16(), 503, "{}", down.text());
     assert_eq!(down.json()["status"], "unavailable");
@@ -241,6 +242,11 @@ async fn a_failed_runtime_part_is_a_503_healthz_with_the_reason_and_its_dead_san
     assert_eq!(expiry::sweep_lost(&h.state).await.unwrap(), 0, "reported once");
     let info = h.get(&format!("/v1/sandboxes/{id}"), KEY_A).await.json();
     assert_eq!(info["state"], "lost", "{info}");
+    assert_eq!(
+        info["end_reason"],
+        "its processes died: the guest kernel panicked: Kernel panic - not syncing: Attempted to kill init!",
+        "the tier's reason is the sandbox's end reason: {info}"
+    );
 
     // Recovered: healthy again, and the freed quota admits a new sandbox.
     *h.runtime.unhealthy.lock().unwrap() = None;

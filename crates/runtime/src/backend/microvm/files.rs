@@ -67,6 +67,17 @@ impl MicrovmFiles {
     }
 }
 
+/// Why a VM ended on its own, when its console says: a guest kernel panic (which is also how an agent that died
+/// as the guest's PID 1 ends: "Attempted to kill init!"), by the kernel's panic line.
+pub(crate) fn panic_line(console: &Path) -> Option<String> {
+    let text = std::fs::read(console).ok()?;
+    let text = String::from_utf8_lossy(&text[text.len().saturating_sub(16 * 1024)..]).into_owned();
+    let line = text.lines().rev().find(|line| line.contains("Kernel panic - not syncing"))?;
+    let line = line.trim_matches(|c: char| c.is_control() || c == ' ');
+    let line = line.find("Kernel panic").map_or(line, |at| &line[at..]);
+    Some(format!("the guest kernel panicked: {}", line.trim_end_matches(" ]---")))
+}
+
 /// The last lines of a log, joined, or `None` when it says nothing.
 pub(crate) fn last_lines(path: &Path, count: usize) -> Option<String> {
     let text = std::fs::read(path).ok()?;
@@ -95,4 +106,33 @@ pub(crate) fn remove_leftovers(
     is_live: &dyn Fn(&str) -> bool,
 ) -> Vec<String> {
     candidates.into_iter().filter(|id| !is_live(id) && MicrovmFiles::new(config, id).remove().is_ok()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_panicked_guest_is_told_by_its_panic_line_and_a_quiet_one_by_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let console = dir.path().join("console.log");
+        assert_eq!(panic_line(&console), None, "no console");
+        std::fs::write(&console, "[    1.2] EXT4-fs (vda): mounted\r\nsandkasten: serving\r\n").unwrap();
+        assert_eq!(panic_line(&console), None, "a console without a panic");
+        std::fs::write(
+            &console,
+            "[    9.1] Kernel panic - not syncing: Out of memory: system-wide panic_on_oom is enabled\r\n\
+             [    9.2] CPU: 0 PID: 1 Comm: python3\r\n[    9.3]  </TASK>\r\n\
+             [    9.4] ---[ end Kernel panic - not syncing: Out of memory: system-wide panic_on_oom is enabled ]---\r\n",
+        )
+        .unwrap();
+        assert_eq!(
+            panic_line(&console).as_deref(),
+            Some(
+                "the guest kernel panicked: Kernel panic - not syncing: Out of memory: system-wide panic_on_oom is enabled"
+            )
+        );
+    }
 }

@@ -39,7 +39,7 @@ use sandkasten_types::{MicrovmAccel, SandboxFile, SandboxSpec, Tier};
 
 pub use accel_choice::{AccelVerdict, CLEARLY_FASTER};
 pub(crate) use files::MicrovmFiles;
-pub(crate) use files::{leftover_candidates, remove_leftovers};
+pub(crate) use files::{leftover_candidates, panic_line, remove_leftovers};
 pub use speed_probe::ProbeRun;
 
 use super::{NotServing, TierBackend, wait_until_serving};
@@ -368,7 +368,7 @@ impl MicrovmTier<'_> {
             incoming: incoming.map(AsRawFd::as_raw_fd),
         };
         let qemu_path = resolve_qemu(settings).ok_or_else(|| RuntimeError::HostUnsupported("QEMU is gone".into()))?;
-        let argv = qemu::command_line(&qemu_path.to_string_lossy(), &shape, &boot, &fds);
+        let argv = qemu::command_line(&qemu_path.to_string_lossy(), &shape, &boot, &fds, &settings.kernel_args);
         let mut keep = fds.all();
         keep.push(vmm_log.as_raw_fd());
         let boot_dir = settings.dir.to_string_lossy().into_owned();
@@ -481,13 +481,16 @@ fn wait_for_boot(channel: &mut UnixStream, files: &MicrovmFiles) -> Result<(), R
     }
 }
 
-/// `what`, with the last words of the VMM and of the guest's console.
+/// `what`, with the last words of the VMM and of the guest's console (its kernel's panic line, if it panicked).
 fn lost_words(what: &str, files: &MicrovmFiles) -> String {
     let mut message = what.to_owned();
     if let Some(vmm) = files::last_lines(&files.vmm_log(), 3) {
         message.push_str(&format!("; QEMU said: {vmm}"));
     }
-    if let Some(console) = files::last_lines(&files.console(), 4) {
+    // A panic's last lines are its stack: its first line says what happened.
+    if let Some(panic) = files::panic_line(&files.console()) {
+        message.push_str(&format!("; {panic}"));
+    } else if let Some(console) = files::last_lines(&files.console(), 4) {
         message.push_str(&format!("; the guest's console: {console}"));
     }
     message
