@@ -4,8 +4,9 @@ guest boot, the agent, one command, destroy) against a bare `qemu-system-x86_64 
 kernel, initramfs modules and root image to a trivial init that runs the root's `/bin/true` and powers off: the
 floor under the tier (no jail, no agent, no sandbox disk, no protocol). Interleaved rounds, wall time and CPU time
 per operation (the children's user + system time: on a shared, noisy host CPU per operation is the steadier
-figure), medians and p99; plus the host memory of an idle microVM sandbox (its cgroup's charge and QEMU's RSS)
-against the guest's RAM, and (through one `sandkasten serve`) restore from a memory snapshot → first command. The acceleration used (`tcg` or `kvm`) is recorded beside every figure.
+figure), medians and p99; plus the host memory of an idle microVM sandbox (its cgroup's charge, QEMU's RSS and
+QEMU's own share beside the guest's resident RAM) against the guest's RAM, and (through one `sandkasten serve`)
+restore from a memory snapshot → first command and a pooled create → first command. The acceleration used (`tcg` or `kvm`) is recorded beside every figure.
 
 Writes bench/results/microvm.json and re-renders docs/benchmarks.md unless `--no-render`. Standard library only;
 run as root after scripts/setup.sh.
@@ -69,11 +70,18 @@ def children_cpu_ms() -> float:
     return (usage.ru_utime + usage.ru_stime) * 1000
 
 
-def bare_boot(initrd: Path) -> tuple[float, float]:
+def accel_args(accel: str) -> list[str]:
+    """QEMU's `-accel`/`-cpu` as the tier passes them (crates/runtime/src/backend/microvm/qemu.rs `accel_args`)."""
+    if accel == "kvm":
+        return ["-accel", "kvm", "-cpu", "max,-arch-capabilities"]
+    return ["-accel", "tcg,tb-size=32", "-cpu", "max"]
+
+
+def bare_boot(initrd: Path, accel: str) -> tuple[float, float]:
     """One bare QEMU boot to READY and power-off: (wall ms until READY, CPU ms of the whole run)."""
     khz = host_tsc_khz()
     argv = [
-        "qemu-system-x86_64", "-M", "microvm,acpi=on", "-accel", "tcg,tb-size=32", "-cpu", "max",
+        "qemu-system-x86_64", "-M", "microvm,acpi=on", *accel_args(accel),
         "-m", f"{GUEST_MIB}M", "-smp", "1", "-nodefaults", "-no-user-config", "-no-reboot", "-display", "none",
         "-kernel", str(MICROVM_DIR / "vmlinuz"), "-initrd", str(initrd),
         "-append", f"console=ttyS0 quiet loglevel=3 panic=-1 reboot=t no_timer_check tsc_early_khz={khz} "
@@ -108,11 +116,44 @@ def sandkasten_run(binary: Path) -> tuple[float, float, dict]:
     result = json.loads(done.stdout or "{}")
     if result.get("exit_code") != 0:
         raise RuntimeError(f"sandkasten run failed: {done.stdout[:300]} {done.stderr[:300]}")
-    return wall, children_cpu_ms() - cpu, result.get("phases", {})
+    phases = dict(result.get("phases", {}))
+    phases["accel"] = (result.get("isolation") or {}).get("accel")
+    return wall, children_cpu_ms() - cpu, phases
+
+
+def memory_cgroups() -> tuple[list[Path], str]:
+    """The sandboxes' memory cgroups and the file holding their charge (cgroup v1's memory controller or v2)."""
+    v1 = Path("/sys/fs/cgroup/memory/sandkasten")
+    if v1.is_dir():
+        return list(v1.glob("sb-*")), "memory.usage_in_bytes"
+    return list(Path("/sys/fs/cgroup/sandkasten").glob("sb-*")), "memory.current"
+
+
+def qemu_memory(pid: str) -> tuple[int, int]:
+    """(QEMU's RSS, the resident part of its guest-RAM mapping) from /proc/PID/smaps: the guest's RAM is the one
+    mapping at least the guest's size; everything else resident is QEMU's own (heap, translation cache, libraries)."""
+    rss = guest = 0
+    size = resident = 0
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        field = line.split()
+        if not field[0].endswith(":") or len(field) < 2:
+            # A new mapping's header: settle the previous one.
+            if size >= (GUEST_MIB << 10):
+                guest += resident << 10
+            size = resident = 0
+        elif field[0] == "Size:":
+            size = int(field[1])
+        elif field[0] == "Rss:":
+            resident = int(field[1])
+            rss += resident << 10
+    if size >= (GUEST_MIB << 10):
+        guest += resident << 10
+    return rss, guest
 
 
 def idle_memory(binary: Path) -> dict:
-    """The host memory of an idle microVM sandbox: its cgroup's charge and QEMU's RSS, a few seconds after boot."""
+    """The host memory of an idle microVM sandbox, a few seconds after boot: its cgroup's charge, QEMU's RSS, and how
+    much of that RSS is the guest's RAM (touched pages) and how much QEMU's own."""
     process = subprocess.Popen(
         [str(binary), "run", "--isolation", "microvm", "--memory", f"{GUEST_MIB}MiB", "--timeout", "60s", "--",
          "/bin/sh", "-c", "echo up; sleep 20"],
@@ -121,17 +162,17 @@ def idle_memory(binary: Path) -> dict:
     assert process.stdout is not None
     process.stdout.readline()
     time.sleep(5)
-    charged = rss = None
-    parent = Path("/sys/fs/cgroup/memory/sandkasten")
-    for cgroup in parent.glob("sb-*"):
-        charged = int((cgroup / "memory.usage_in_bytes").read_text())
+    charged = rss = guest = None
+    cgroups, charge_file = memory_cgroups()
+    for cgroup in cgroups:
+        charged = int((cgroup / charge_file).read_text())
         for pid in (cgroup / "cgroup.procs").read_text().split():
-            status = Path(f"/proc/{pid}/status").read_text()
             if "qemu" in Path(f"/proc/{pid}/comm").read_text():
-                rss = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS"))) * 1024
+                rss, guest = qemu_memory(pid)
     process.kill()
     process.wait()
-    return {"guest_ram_bytes": GUEST_MIB << 20, "cgroup_charge_bytes": charged, "qemu_rss_bytes": rss}
+    return {"guest_ram_bytes": GUEST_MIB << 20, "cgroup_charge_bytes": charged, "qemu_rss_bytes": rss,
+            "guest_resident_bytes": guest, "qemu_own_bytes": None if rss is None else rss - (guest or 0)}
 
 
 def restore_from_memory(binary: Path, rounds: int) -> dict:
@@ -171,6 +212,54 @@ def restore_from_memory(binary: Path, rounds: int) -> dict:
         server.cleanup()
 
 
+def pooled_create(binary: Path, rounds: int) -> dict:
+    """Through one `sandkasten serve` with a pool of one booted microVM: `rounds` creates, each timed until its first
+    command answers (the pool hands over a booted VM), the pool refilled before the next round."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from warm import Client, Server  # noqa: E402
+
+    pool = ["", "[[pools]]", 'name = "vm"', 'isolation = "microvm"', "min = 1", "max = 1"]
+    server = Server(str(binary), pooled=False, extra=pool)
+    server.start()
+    try:
+        client = Client(server.port)
+
+        def pool_size() -> float:
+            _, text, _ = client.request("GET", "/metrics")
+            for line in str(text).splitlines():
+                if line.startswith('sandkasten_pool_size{class="vm"}'):
+                    return float(line.split()[-1])
+            return 0.0
+
+        def wait_full() -> None:
+            deadline = time.monotonic() + 180
+            while pool_size() < 1:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the microVM pool did not fill in 180 s: {server.log_tail()}")
+                time.sleep(0.2)
+
+        def call(method: str, path: str, body: dict | None = None) -> dict:
+            status, answer, _ = client.request(method, path, body)
+            if status not in (200, 201, 204):
+                raise RuntimeError(f"{method} {path}: {status} {answer}")
+            return answer if isinstance(answer, dict) else {}
+
+        walls, boots = [], []
+        for _ in range(rounds):
+            wait_full()
+            time.sleep(1)  # the refilled VM's guest settles, as a pool's members do between claims
+            start = time.perf_counter_ns()
+            created = call("POST", "/v1/sandboxes", {"isolation": "microvm"})
+            call("POST", f"/v1/sandboxes/{created['id']}/exec", {"cmd": "true"})
+            walls.append((time.perf_counter_ns() - start) / 1e6)
+            boots.append(created.get("vm_boot_ms") or 0.0)
+            call("DELETE", f"/v1/sandboxes/{created['id']}")
+        return {"wall_ms": stats(walls), "vm_boot_ms_reported": stats(boots)}
+    finally:
+        server.stop()
+        server.cleanup()
+
+
 def stats(values: list[float]) -> dict:
     ordered = sorted(values)
     pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
@@ -190,10 +279,11 @@ def main(argv: list[str] | None = None) -> int:
         bare_wall, bare_cpu, sk_wall, sk_cpu, phases = [], [], [], [], []
         # Warm-up, not recorded: the first run of a build makes the agent's disk image; the first boot fills the
         # host's page cache with the kernel and images.
-        bare_boot(initrd)
-        sandkasten_run(args.binary)
+        # The bare boot uses the acceleration sandkasten chose (its speed probe's verdict), so the two compare.
+        accel = sandkasten_run(args.binary)[2].get("accel") or "tcg"
+        bare_boot(initrd, accel)
         for round_ in range(args.rounds):
-            wall, cpu = bare_boot(initrd)
+            wall, cpu = bare_boot(initrd, accel)
             bare_wall.append(wall)
             bare_cpu.append(cpu)
             wall, cpu, phase = sandkasten_run(args.binary)
@@ -203,11 +293,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"round {round_ + 1}/{args.rounds}: bare {bare_wall[-1]:.0f} ms, sandkasten {wall:.0f} ms", file=sys.stderr)
         memory = idle_memory(args.binary)
         restore = restore_from_memory(args.binary, args.rounds)
+        pooled = pooled_create(args.binary, args.rounds)
+    accels = sorted({str(phase.pop("accel", None)) for phase in phases})
     phase_names = sorted({name for phase in phases for name in phase})
     results = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": {"cpus": os.cpu_count(), "kernel": platform.release(), "load": os.getloadavg()},
-        "accel": "tcg",
+        "accel": "/".join(accels),
         "guest_mib": GUEST_MIB,
         "bare_qemu": {"wall_ms": stats(bare_wall), "cpu_ms": stats(bare_cpu)},
         "sandkasten": {
@@ -217,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "idle_memory": memory,
         "restore_from_memory_snapshot": restore,
+        "pooled_create": pooled,
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2) + "\n")
