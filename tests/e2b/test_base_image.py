@@ -1,14 +1,15 @@
 """What E2B's base image has and programs rely on, through the sync and async `e2b` SDK: `python` and `pip` (Python
 3), `node`/`npm`, `git`, `curl`, the user `user` with its home `/home/user` as HOME and working directory; the
 SDK's "killed or reached its end of life" error for a command its sandbox is killed under; the SDK's MCP gateway
-failure ("Failed to start MCP gateway") for `mcp`, since sandkasten has no gateway; and `sudo`, not there yet."""
+failure ("Failed to start MCP gateway") for `mcp`, since sandkasten has no gateway; and `sudo` for `user` (the
+sandbox's root, served by the agent: uid 0 of the sandbox's user namespace, no capabilities)."""
 
 import threading
 
 import pytest
 
 import support
-from e2b import AsyncSandbox, Sandbox, SandboxException
+from e2b import AsyncSandbox, CommandExitException, Sandbox, SandboxException
 
 TOOLS = {
     "python -c 'import sys; print(sys.version_info[0])'": "3",
@@ -72,7 +73,11 @@ def test_mcp_fails_as_a_failed_gateway_and_leaves_no_sandbox():
     assert left == [], "the SDK kills the sandbox whose gateway failed"
 
 
-@support.not_yet("`sudo` for `user`")
 def test_sudo_gives_the_sandbox_s_root(sbx):
     assert sbx.commands.run("sudo whoami").stdout.strip() == "root"
     assert sbx.commands.run("sudo -u user id -un").stdout.strip() == "user"
+    assert sbx.commands.run("sudo -i whoami").stdout.strip() == "root"
+    assert sbx.commands.run("echo piped | sudo tee /tmp/by-root >/dev/null; stat -c %U /tmp/by-root").stdout == "root\n"
+    with pytest.raises(CommandExitException) as failed:
+        sbx.commands.run("sudo sh -c 'exit 3'")
+    assert failed.value.exit_code == 3

@@ -44,6 +44,7 @@ pub(crate) fn run(plan: &AgentPlan, jail: &ProcessJail<'_>, channel: &mut UnixSt
         files: plan.root_files.clone(),
         host_read_only: plan.vmm.iter().flat_map(|vmm| vmm.host_read_only.iter().map(PathBuf::from)).collect(),
         template: plan.template.clone(),
+        agent_run_dir: plan.vmm.is_none(),
     };
     build_sandbox(&rootfs).map_err(|e| e.to_string())?;
     send(channel, Message::FilesystemReady { at_ns: monotonic_ns() });

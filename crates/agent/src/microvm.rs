@@ -125,7 +125,7 @@ fn block_all_signals() {
 }
 
 /// Builds the writable parts of the guest's root for `plan`: the disk holds the home and `/tmp`, the guest's own
-/// devpts and `/dev/shm`, the plan's root files (the synthesised `/etc`), the hostname and the loopback.
+/// devpts and `/dev/shm`, the agent's run directory, the plan's root files (the synthesised `/etc`), the hostname and the loopback.
 pub(crate) fn build_root(plan: &AgentPlan) -> Result<(), String> {
     let mkdir = |path: &str| std::fs::create_dir_all(path).map_err(|e| format!("creating {path}: {e}"));
     let disk = find_disk(DISK_SERIAL)?;
@@ -162,6 +162,12 @@ pub(crate) fn build_root(plan: &AgentPlan) -> Result<(), String> {
     let shm_size = CString::new(format!("size={},mode=1777", plan.disk_bytes.min(64 << 20))).unwrap_or_default();
     mount("shm", "/dev/shm", "tmpfs", nosuid_nodev | MountFlags::NOEXEC, Some(shm_size.as_c_str()))
         .map_err(|e| format!("mounting /dev/shm: {e}"))?;
+    let run_dir = sandkasten_jail::rootfs::AGENT_RUN_DIR;
+    mkdir(run_dir)?;
+    let run_options =
+        CString::new(format!("size={},mode=0755", sandkasten_jail::rootfs::AGENT_RUN_DIR_BYTES)).unwrap_or_default();
+    mount("agent", run_dir, "tmpfs", nosuid_nodev, Some(run_options.as_c_str()))
+        .map_err(|e| format!("mounting {run_dir}: {e}"))?;
     sandkasten_jail::mounts::write_files(&plan.root_files, plan.uid, plan.gid).map_err(|e| e.to_string())?;
     sandkasten_jail::namespaces::set_hostname("sandbox").map_err(|e| e.to_string())?;
     // The guest kernel is this sandbox's alone: its OOM kills are the sandbox's memory limit firing.

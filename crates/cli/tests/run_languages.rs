@@ -195,7 +195,7 @@ fn env_flag_is_visible_and_nothing_else(tier: Tier) {
     assert_eq!(env["EMPTY"], "", "{}", r.describe());
     assert_eq!(env["HOME"], "/workspace", "{}", r.describe());
     assert_eq!(env["LANG"], "C.UTF-8", "{}", r.describe());
-    assert_eq!(env["PATH"], "/usr/local/bin:/usr/bin:/bin", "{}", r.describe());
+    assert_eq!(env["PATH"], "/usr/local/bin:/usr/bin:/bin:/.sandkasten/run/bin", "{}", r.describe());
     let keys: Vec<&String> = env.as_object().unwrap().keys().collect();
     assert_eq!(keys, ["EMPTY", "FOO", "HOME", "LANG", "PATH"], "only the documented variables\n{}", r.describe());
     assert_gone(tier, &r.id());

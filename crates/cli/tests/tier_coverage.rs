@@ -58,6 +58,7 @@ const PER_TIER_SUITES: &[&str] = &[
     "client_cli.rs",
     "client_shell.rs",
     "attacks_agent.rs",
+    "attacks_sudo.rs",
     "attacks_fs.rs",
     "attacks_network.rs",
     "attacks_owner.rs",

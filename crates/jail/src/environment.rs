@@ -2,8 +2,9 @@
 
 use std::collections::BTreeMap;
 
-/// PATH inside every sandbox.
-pub const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+/// PATH inside every sandbox: the system's, then the agent's run directory's `bin` (the sandbox's `sudo`, last so that
+/// a template's own `sudo` would win).
+pub const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/.sandkasten/run/bin";
 
 /// The names of the base environment `build` sets.
 pub const BASE_NAMES: [&str; 3] = ["PATH", "HOME", "LANG"];

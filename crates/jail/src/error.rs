@@ -127,7 +127,7 @@ pub enum JailError {
         source: io::Error,
     },
     /// The program to run was not found on the sandbox's PATH.
-    #[error("{0}: command not found in the sandbox (PATH=/usr/local/bin:/usr/bin:/bin)")]
+    #[error("{0}: command not found in the sandbox (PATH={path})", path = crate::environment::SANDBOX_PATH)]
     ProgramNotFound(String),
     /// execve(2) failed.
     #[error("executing {program} failed: {source}")]

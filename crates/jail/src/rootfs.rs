@@ -57,7 +57,16 @@ pub struct RootfsSpec {
     pub host_read_only: Vec<PathBuf>,
     /// A built template's layers, mounted at `TEMPLATE_DIR` (and a build sandbox's capture as the overlay's upper).
     pub template: TemplateLayers,
+    /// Mount the agent's run directory (`AGENT_RUN_DIR`): a sandbox's agent serves `sudo` there; a VMM's jail has none.
+    pub agent_run_dir: bool,
 }
+
+/// The agent's run directory inside a sandbox: an empty tmpfs, root's (mode 0755), where the agent installs the
+/// sandbox's `sudo` and listens for it (`sandkasten_agent::serve::sudo`). Every tier mounts it.
+pub const AGENT_RUN_DIR: &str = "/.sandkasten/run";
+
+/// Size of the agent's run directory (the `sudo` client is about 1.1 MiB).
+pub const AGENT_RUN_DIR_BYTES: u64 = 4 << 20;
 
 /// Where a built template's layers are mounted: everything a `host`-based template adds is beneath it.
 pub const TEMPLATE_DIR: &str = "/opt";
@@ -328,6 +337,13 @@ pub fn plan_rootfs(spec: &RootfsSpec, host: &dyn HostFs) -> Vec<MountStep> {
         steps.push(MountStep::MakeReadOnly { target: at("/proc").join(path) });
     }
 
+    if spec.agent_run_dir {
+        steps.push(MountStep::Tmpfs {
+            target: at(AGENT_RUN_DIR),
+            options: format!("size={AGENT_RUN_DIR_BYTES},mode=0755"),
+            flags: MS_NOSUID | MS_NODEV,
+        });
+    }
     steps.push(MountStep::Mkdir { path: at("/sandbox"), mode: 0o755 });
     for file in &spec.files {
         let mut placed = file.clone();
@@ -382,6 +398,7 @@ mod tests {
             }],
             host_read_only: Vec::new(),
             template: TemplateLayers::default(),
+            agent_run_dir: true,
         }
     }
 
@@ -435,6 +452,20 @@ mod tests {
             source: "/etc/ld.so.cache".into(),
             target: "/tmp/etc/ld.so.cache".into(),
         }));
+    }
+
+    #[test]
+    fn the_agent_s_run_directory_is_a_tmpfs_mounted_before_the_root_is_sealed_and_a_vmm_jail_has_none() {
+        let steps = plan_rootfs(&spec(), &merged_usr_host());
+        let run_dir = |s: &MountStep| {
+            matches!(s, MountStep::Tmpfs { target, options, .. }
+            if target.as_path() == Path::new("/tmp/.sandkasten/run") && options.contains("mode=0755"))
+        };
+        let mounted = steps.iter().position(run_dir);
+        let sealed = steps.iter().rposition(|s| *s == MountStep::RemountReadOnly { target: "/tmp".into() });
+        assert!(matches!((mounted, sealed), (Some(mounted), Some(sealed)) if mounted < sealed), "{steps:?}");
+        let vmm = plan_rootfs(&RootfsSpec { agent_run_dir: false, ..spec() }, &merged_usr_host());
+        assert!(!vmm.iter().any(run_dir));
     }
 
     #[test]

@@ -81,7 +81,7 @@ fn etc_files(template: Template) -> Vec<SandboxFile> {
         system_file(
             "/etc/passwd",
             &format!(
-                "root:x:0:0:root:/root:/usr/sbin/nologin\n{user}:x:1000:1000:{user}:{home}:/bin/bash\n\
+                "root:x:0:0:root:/root:/bin/bash\n{user}:x:1000:1000:{user}:{home}:/bin/bash\n\
                  nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
             ),
         ),

@@ -21,6 +21,7 @@ use super::commands::{CommandContext, Commands};
 use super::errors::ServeError;
 use super::ports::PortStreams;
 use super::signals::ChildSignals;
+use super::sudo::{Sudo, SudoUnavailable};
 use super::watch::Watches;
 use super::{files, output};
 
@@ -33,6 +34,8 @@ enum Watch {
     Stdin(u64),
     Directory(u64),
     Port(u64),
+    SudoListener,
+    Sudo(u64),
 }
 
 /// How the loop ended.
@@ -47,20 +50,33 @@ pub enum LoopEnd {
 /// Runs the loop until `Shutdown` or the host goes away; every command's process group is killed on the way out.
 pub fn run(channel: &mut Channel, signals: &ChildSignals, context: &CommandContext<'_>) -> Result<LoopEnd, ServeError> {
     let mut commands = Commands::default();
-    let mut served = Served::default();
+    let sudo = match Sudo::open() {
+        Ok(sudo) => Some(sudo),
+        Err(SudoUnavailable::NoRunDirectory) => None,
+        Err(error @ SudoUnavailable::Setup(_)) => {
+            // The sandbox works on without it; its `sudo` says the socket is missing.
+            eprintln!("sandkasten agent: no sudo in this sandbox: {error}");
+            None
+        }
+    };
+    let mut served = Served { sudo, ..Served::default() };
     let result = serve_requests(channel, signals, context, &mut commands, &mut served);
     commands.kill_all();
+    if let Some(sudo) = &mut served.sudo {
+        sudo.kill_all();
+    }
     if result.as_ref().is_ok_and(|end| *end == LoopEnd::Shutdown) {
         channel.flush_for(5_000);
     }
     result
 }
 
-/// What the loop serves besides commands: directory watches and port streams.
+/// What the loop serves besides commands: directory watches, port streams and `sudo` inside the sandbox.
 #[derive(Default)]
 struct Served {
     directories: Watches,
     ports: PortStreams,
+    sudo: Option<Sudo>,
 }
 
 fn serve_requests(
@@ -73,6 +89,9 @@ fn serve_requests(
     loop {
         let now = monotonic_ns();
         commands.enforce_timeouts(now);
+        if let Some(sudo) = &mut served.sudo {
+            sudo.expire(now);
+        }
         if !commands.quiet {
             output::report_finished(commands, channel, now, context.home);
         }
@@ -114,7 +133,18 @@ fn serve_requests(
             watches.push(Watch::Port(id));
             fds.push(PollFd::from_borrowed_fd(fd, interest));
         }
-        let timeout = commands.next_due_ns(quiet).map(|due| {
+        // `sudo` is the sandbox's own business: served while quiesced too (nothing of it crosses the channel).
+        if let Some(sudo) = &served.sudo {
+            watches.push(Watch::SudoListener);
+            fds.push(PollFd::from_borrowed_fd(sudo.listener(), PollFlags::IN));
+            for (id, fd) in sudo.connections() {
+                watches.push(Watch::Sudo(id));
+                fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+            }
+        }
+        let sudo_due = served.sudo.as_ref().and_then(Sudo::next_due_ns);
+        let due = [commands.next_due_ns(quiet), sudo_due].into_iter().flatten().min();
+        let timeout = due.map(|due| {
             let left = due.saturating_sub(now);
             Timespec { tv_sec: (left / 1_000_000_000) as i64, tv_nsec: (left % 1_000_000_000) as i64 }
         });
@@ -134,6 +164,19 @@ fn serve_requests(
                         holder.reaped(&reaped.iter().map(|(pid, _)| *pid).collect::<Vec<_>>());
                     }
                     commands.record_exits(&reaped, monotonic_ns());
+                    if let Some(sudo) = &mut served.sudo {
+                        sudo.reaped(&reaped);
+                    }
+                }
+                Watch::SudoListener => {
+                    if let Some(sudo) = &mut served.sudo {
+                        sudo.accept(monotonic_ns());
+                    }
+                }
+                Watch::Sudo(id) => {
+                    if let Some(sudo) = &mut served.sudo {
+                        sudo.ready(context, id);
+                    }
                 }
                 Watch::Output(id, stream) => output::read_output(commands, channel, id, stream),
                 Watch::Stdin(id) => output::write_stdin(commands, id),

@@ -7,7 +7,8 @@
 //! `commands` (start, stdin, signals, timeouts), `output` (pipes ↔ frames, when a command is finished), `signals`
 //! (SIGCHLD + reaping), `launcher` (how a command is started), `files` + `remove` (file requests), `paths`
 //! (resolution in the root, filesystem identity), `terminal` (pseudo-terminals of `pty` commands), `watch`
-//! (directory watches: inotify), `ports` (connections to ports inside the sandbox for the host), `errors`.
+//! (directory watches: inotify), `ports` (connections to ports inside the sandbox for the host), `sudo` (the
+//! sandbox's `sudo`, served from inside), `errors`.
 
 mod channel;
 mod commands;
@@ -24,6 +25,7 @@ mod ports;
 mod remove;
 mod resolve;
 mod signals;
+mod sudo;
 mod terminal;
 mod watch;
 
@@ -38,6 +40,7 @@ pub use errors::ServeError;
 pub use event_loop::LoopEnd;
 pub use launcher::{JailLauncher, LaunchRequest, Launcher};
 pub use paths::{FsIdentity, SandboxRoot};
+pub use sudo::{CLIENT_PATH as SUDO_CLIENT_PATH, RUN_DIR as AGENT_RUN_DIR, SOCKET_PATH as SUDO_SOCKET_PATH};
 
 /// What serve mode runs with.
 pub struct ServeContext<'a> {

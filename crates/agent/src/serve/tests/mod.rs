@@ -251,7 +251,7 @@ fn run_child(root: &Path, channel: UnixStream) -> bool {
     // SAFETY: prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     let base_env: BTreeMap<String, String> =
-        [("PATH", "/usr/local/bin:/usr/bin:/bin"), ("HOME", "/workspace"), ("LANG", "C.UTF-8")]
+        [("PATH", sandkasten_jail::environment::SANDBOX_PATH), ("HOME", "/workspace"), ("LANG", "C.UTF-8")]
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect();

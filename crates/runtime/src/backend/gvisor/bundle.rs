@@ -14,7 +14,8 @@ use oci_spec::runtime::{
     ProcessBuilder, RootBuilder, Spec, SpecBuilder, UserBuilder,
 };
 use sandkasten_jail::rootfs::{
-    DEVICES, HOST_ETC_PATHS, HOST_SYSTEM_PATHS, HostEntry, HostFs, SHM_MAX_BYTES, SandboxFile,
+    AGENT_RUN_DIR, AGENT_RUN_DIR_BYTES, DEVICES, HOST_ETC_PATHS, HOST_SYSTEM_PATHS, HostEntry, HostFs, SHM_MAX_BYTES,
+    SandboxFile,
 };
 
 use crate::error::RuntimeError;
@@ -159,6 +160,8 @@ fn base_mounts(spec: &BundleSpec<'_>) -> Result<Vec<Mount>, RuntimeError> {
         mount("/dev/shm", "tmpfs", "shm", &flags(&format!("noexec,mode=1777,size={}", disk.min(SHM_MAX_BYTES))))?,
         mount(spec.home, "tmpfs", "tmpfs", &flags(&format!("mode=0755,size={disk}")))?,
         mount("/tmp", "tmpfs", "tmpfs", &flags(&format!("mode=1777,size={disk}")))?,
+        // The agent's own: it installs the sandbox's `sudo` there and listens for it.
+        mount(AGENT_RUN_DIR, "tmpfs", "tmpfs", &flags(&format!("mode=0755,size={AGENT_RUN_DIR_BYTES}")))?,
         bind(AGENT_PATH, spec.agent, &["bind", "ro"])?,
     ])
 }
