@@ -24,7 +24,7 @@ FEATURES: list[tuple[str, list[str]]] = [
     ]),
     ("`Secret` (create, get_info, update, list, destroy), secrets in `network.rules`", [r"test_secrets\.py::"]),
     ("the base image: `python`, `pip`, `node`, `git`, `curl`, home; `sudo`", [
-        r"test_base_image\.py::test_(base_image|sudo)",
+        r"test_base_image\.py::test_(base_image|sudo|the_user_s_home)",
     ]),
     ("a command killed with its sandbox, `mcp`", [
         r"test_base_image\.py::test_(a_command|an_async_command|mcp)",

@@ -70,6 +70,18 @@ def _reads_is_symlink() -> bool:
 READS_IS_SYMLINK = _reads_is_symlink()
 
 
+def _probes_unexplained_unavailable() -> bool:
+    from e2b.envd import rpc
+
+    return hasattr(rpc, "is_ambiguous_unavailable")
+
+
+# Newer releases probe the sandbox when a stream ends with an `unavailable` they cannot explain and then raise "killed
+# or reached its end of life"; older ones probe only when the connection itself breaks (a reset: HTTP/2's RST_STREAM
+# through E2B's proxy), and otherwise raise their "likely due to sandbox timeout" `TimeoutException`.
+PROBES_UNAVAILABLE = _probes_unexplained_unavailable()
+
+
 def sdk_differs(condition: bool, why: str):
     """A strict xfail where this SDK release sends or reads something differently than the suite expects of the
     newest one (`why` says what, and becomes the cell of docs/e2b-compat.md's matrix): an assertion must fail."""

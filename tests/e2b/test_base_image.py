@@ -39,6 +39,11 @@ async def test_base_image_tools_async():
         await sandbox.kill()
 
 
+@support.sdk_differs(
+    not support.PROBES_UNAVAILABLE,
+    "raises its 'likely due to sandbox timeout' TimeoutException for a killed sandbox: it tells a kill apart only by a "
+    "reset connection, which the facade's HTTP/1.1 streams do not send",
+)
 def test_a_command_whose_sandbox_is_killed_raises_the_sdk_s_killed_error():
     sandbox = support.create(Sandbox)
     threading.Timer(1.5, lambda: Sandbox.kill(sandbox.sandbox_id)).start()
@@ -46,6 +51,11 @@ def test_a_command_whose_sandbox_is_killed_raises_the_sdk_s_killed_error():
         sandbox.commands.run("sleep 60", timeout=30)
 
 
+@support.sdk_differs(
+    not support.PROBES_UNAVAILABLE,
+    "raises its 'likely due to sandbox timeout' TimeoutException for a killed sandbox: it tells a kill apart only by a "
+    "reset connection, which the facade's HTTP/1.1 streams do not send",
+)
 @pytest.mark.asyncio
 async def test_an_async_command_whose_sandbox_is_killed_raises_the_sdk_s_killed_error():
     import asyncio
@@ -81,3 +91,12 @@ def test_sudo_gives_the_sandbox_s_root(sbx):
     with pytest.raises(CommandExitException) as failed:
         sbx.commands.run("sudo sh -c 'exit 3'")
     assert failed.value.exit_code == 3
+
+
+def test_the_user_s_home_starts_with_the_skeleton_useradd_copies(sbx):
+    listed = sbx.commands.run("ls -A /home/user").stdout.split()
+    for name in (".bashrc", ".profile", ".bash_logout"):
+        assert name in listed, listed
+    assert sbx.commands.run("stat -c %U:%a /home/user/.bashrc").stdout.strip() == "user:644"
+    # A login shell reads them as on E2B's image: .profile sources .bashrc.
+    assert sbx.commands.run("bash -lc 'echo ${BASH_VERSION:+bash} $HOME'").stdout.strip() == "bash /home/user"

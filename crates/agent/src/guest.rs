@@ -5,6 +5,7 @@
 
 #![allow(unsafe_code)]
 
+use std::io::Write as _;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -121,10 +122,30 @@ pub(crate) fn serve_root(
 ) -> Result<(), String> {
     let identity = FsIdentity { uid: plan.uid, gid: plan.gid };
     let root = SandboxRoot::open(Path::new("/"), Some(identity)).map_err(|e| format!("opening the root: {e}"))?;
+    write_home_files(&root, &plan.home_files)?;
     let launcher = JailLauncher::new(jail);
     let context = ServeContext { root, base_env: &plan.env, launcher: &launcher, home: &plan.home, host_connections };
     let stream = channel.try_clone().map_err(|e| format!("duplicating the channel: {e}"))?;
     serve::serve(stream, &context).map(drop).map_err(|e| format!("serve loop: {e}"))
+}
+
+/// Creates the plan's home files (the user's skeleton) as the sandbox user, each only where nothing is yet: a file
+/// already there (a restored home's own) is kept.
+fn write_home_files(root: &SandboxRoot, files: &[sandkasten_types::SandboxFile]) -> Result<(), String> {
+    use rustix::fs::{Mode, OFlags};
+    for file in files {
+        let path = file.path.to_string_lossy();
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW;
+        let created = root.as_sandbox_user(|| root.open_in_root(&path, flags, Mode::from_raw_mode(file.mode & 0o777)));
+        match created {
+            Ok(fd) => std::fs::File::from(fd)
+                .write_all(&file.contents)
+                .map_err(|e| format!("writing {path} into the home: {e}"))?,
+            Err(failure) if failure.kind == sandkasten_types::FailureKind::AlreadyExists => {}
+            Err(failure) => return Err(format!("creating {path} in the home: {}", failure.message)),
+        }
+    }
+    Ok(())
 }
 
 /// The home is a fresh tmpfs of the sandbox's (root-owned when the starter mounted it): hand it to the sandbox user.

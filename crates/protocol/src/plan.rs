@@ -50,6 +50,10 @@ pub struct AgentPlan {
     /// build sandbox's capture as the overlay's upper).
     #[serde(default, skip_serializing_if = "TemplateLayers::is_empty")]
     pub template: TemplateLayers,
+    /// Files the agent creates in the home when it starts serving, as the sandbox user, each only if nothing is at
+    /// its path yet (the E2B user's skeleton: `.bashrc`, `.profile`, `.bash_logout`, as `useradd -m` copies them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub home_files: Vec<SandboxFile>,
 }
 
 /// The VMM a process-tier agent becomes (`AgentPlan::vmm`).

@@ -74,6 +74,38 @@ pub fn writable_dirs(template: Template) -> Vec<String> {
     vec![user_of(template).home.to_owned(), "/tmp".to_owned(), "/dev/shm".to_owned()]
 }
 
+/// Where a home's skeleton comes from: the system's `/etc/skel`, the files `useradd -m` copies into a new home.
+pub const SKELETON_DIR: &str = "/etc/skel";
+/// A skeleton file larger than this is left out (Debian's are a few KiB).
+const SKELETON_FILE_MAX_BYTES: u64 = 64 << 10;
+
+/// The home skeleton of `template`'s user: for the E2B user (whose base image made its home with `useradd -m`) the
+/// regular files directly in `skeleton` (`SKELETON_DIR`), owned by the user; none for the native `/workspace`.
+pub fn home_skeleton(template: Template, skeleton: &Path) -> Vec<SandboxFile> {
+    let home = user_of(template).home;
+    if home == WORKSPACE {
+        return Vec::new();
+    }
+    let Ok(entries) = std::fs::read_dir(skeleton) else { return Vec::new() };
+    let mut files: Vec<SandboxFile> = entries
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let meta = entry.metadata().ok()?;
+            if !meta.file_type().is_file() || meta.len() > SKELETON_FILE_MAX_BYTES {
+                return None;
+            }
+            Some(SandboxFile {
+                path: Path::new(home).join(entry.file_name()),
+                contents: std::fs::read(entry.path()).ok()?,
+                mode: 0o644,
+                owned_by_sandbox_user: true,
+            })
+        })
+        .collect();
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    files
+}
+
 /// `/etc` files synthesised for every sandbox: only the sandbox's own users, no host accounts, no DNS servers.
 fn etc_files(template: Template) -> Vec<SandboxFile> {
     let UserLayout { name: user, home } = user_of(template);
@@ -217,6 +249,7 @@ pub fn agent_plan(spec: &SandboxSpec, run_plan: RunPlan, oom_score_adj: i32) -> 
         door: door_exit(tier).map(|exit| DoorPlan { port: PROXY_PORT, exit }),
         vmm: None,
         template: spec.layers.clone(),
+        home_files: home_skeleton(spec.template, Path::new(SKELETON_DIR)),
     }
 }
 
@@ -292,6 +325,24 @@ fn with_proxy_environment(env: &BTreeMap<String, String>) -> BTreeMap<String, St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn the_e2b_user_s_home_gets_the_skeleton_s_regular_files_and_the_native_home_none() {
+        let skeleton = tempfile::tempdir().unwrap();
+        std::fs::write(skeleton.path().join(".bashrc"), "# bashrc\n").unwrap();
+        std::fs::write(skeleton.path().join(".profile"), "# profile\n").unwrap();
+        std::fs::write(skeleton.path().join("huge"), vec![b'x'; (SKELETON_FILE_MAX_BYTES + 1) as usize]).unwrap();
+        std::fs::create_dir(skeleton.path().join(".config")).unwrap();
+        std::os::unix::fs::symlink("/etc/shadow", skeleton.path().join(".link")).unwrap();
+        let files = home_skeleton(Template::E2b, skeleton.path());
+        let paths: Vec<_> = files.iter().map(|f| f.path.to_string_lossy().into_owned()).collect();
+        assert_eq!(paths, ["/home/user/.bashrc", "/home/user/.profile"]);
+        assert!(files.iter().all(|f| f.owned_by_sandbox_user && f.mode == 0o644));
+        assert_eq!(files[0].contents, b"# bashrc\n");
+        assert!(home_skeleton(Template::Host, skeleton.path()).is_empty());
+        assert!(home_skeleton(Template::E2b, Path::new("/nonexistent-skeleton")).is_empty());
+    }
 
     #[test]
     fn the_e2b_template_names_its_user_and_home() {

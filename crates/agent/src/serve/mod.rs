@@ -40,7 +40,6 @@ pub use errors::ServeError;
 pub use event_loop::LoopEnd;
 pub use launcher::{JailLauncher, LaunchRequest, Launcher};
 pub use paths::{FsIdentity, SandboxRoot};
-pub use sudo::{CLIENT_PATH as SUDO_CLIENT_PATH, RUN_DIR as AGENT_RUN_DIR, SOCKET_PATH as SUDO_SOCKET_PATH};
 
 /// What serve mode runs with.
 pub struct ServeContext<'a> {

@@ -443,6 +443,7 @@ fn vmm_jail_plan(
         door: None,
         vmm: Some(VmmPlan { argv, keep_fds, stderr_fd, host_read_only }),
         template: Default::default(),
+        home_files: Vec::new(),
     }
 }
 
