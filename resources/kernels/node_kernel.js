@@ -10,6 +10,9 @@
 // Arguments after the program (`node -e <this> [module ...]`) name modules to require before "ready" (a pool member's
 // spare kernel, adopted by the sandbox's first context of the language); one that cannot be loaded is skipped, and
 // `process.argv` holds only the node binary afterwards, as in a kernel started without them.
+// With SANDKASTEN_KERNEL_LANGUAGE=typescript it is the TypeScript kernel: every cell is first transpiled by the
+// `typescript` package the sandbox has (types are stripped, not checked; `import`s and top-level `await` are kept for
+// the steps below), and it reports ready as "typescript"; without the package it exits at once, saying so.
 'use strict';
 
 const fs = require('fs');
@@ -19,6 +22,49 @@ const readline = require('readline');
 
 let currentId = null;
 let count = 0;
+const language = process.env.SANDKASTEN_KERNEL_LANGUAGE === 'typescript' ? 'typescript' : 'javascript';
+delete process.env.SANDKASTEN_KERNEL_LANGUAGE;
+
+// Where Debian's node-typescript and npm's global typescript live.
+const TYPESCRIPT_PATHS = ['/usr/share/nodejs/typescript', '/usr/lib/node_modules/typescript',
+  '/usr/local/lib/node_modules/typescript'];
+
+function loadTypescript() {
+  for (const path of TYPESCRIPT_PATHS) {
+    try {
+      return require(path);
+    } catch (_) {
+      // Not there: the next place.
+    }
+  }
+  process.stderr.write(`the typescript package is not in the sandbox (looked in ${TYPESCRIPT_PATHS.join(', ')})\n`);
+  process.exit(3);
+}
+const typescript = language === 'typescript' ? loadTypescript() : null;
+
+// TypeScript to JavaScript, one cell at a time; a syntax error is thrown as a SyntaxError naming its line.
+function transpiled(source) {
+  if (typescript === null) return source;
+  const output = typescript.transpileModule(source, {
+    reportDiagnostics: true,
+    compilerOptions: {
+      target: typescript.ScriptTarget.ES2022,
+      module: typescript.ModuleKind.ESNext,
+      removeComments: false,
+      importsNotUsedAsValues: typescript.ImportsNotUsedAsValues ? typescript.ImportsNotUsedAsValues.Preserve : undefined,
+    },
+  });
+  const problem = (output.diagnostics || []).find((d) => d.category === typescript.DiagnosticCategory.Error);
+  if (problem) {
+    const text = typescript.flattenDiagnosticMessageText(problem.messageText, '\n');
+    const where = problem.file && problem.start !== undefined
+      ? problem.file.getLineAndCharacterOfPosition(problem.start).line + 1 : null;
+    throw new SyntaxError(where === null ? text : `${text} (line ${where})`);
+  }
+  // A module's empty export marker means nothing in a cell; the statement terminator the emitter adds last would
+  // keep a top-level `await` cell's final expression from being its value (see `compile`).
+  return output.outputText.replace(/^export \{\};\s*$/m, '').replace(/;\s*$/, '\n');
+}
 
 function send(message) {
   const data = Buffer.from(JSON.stringify(message) + '\n', 'utf8');
@@ -214,7 +260,7 @@ async function handle(request) {
   const results = [];
   let error = null;
   try {
-    const script = compile(String(request.code ?? ''), `cell-${count}.js`);
+    const script = compile(transpiled(String(request.code ?? '')), `cell-${count}.${language === 'typescript' ? 'ts' : 'js'}`);
     let value = script.runInContext(context, { timeout: timeoutMs, breakOnSigint: true, displayErrors: false });
     if (value && typeof value.then === 'function') {
       value = await withTimeout(Promise.resolve(value), Math.max(1, timeoutMs - (Date.now() - started)));
@@ -275,4 +321,4 @@ for (const name of process.argv.splice(1)) {
     // A module that cannot be loaded is simply not preloaded.
   }
 }
-send({ type: 'ready', language: 'javascript', pid: process.pid });
+send({ type: 'ready', language, pid: process.pid });

@@ -295,8 +295,6 @@ def test_javascript_values_are_rendered_as_e2b_renders_them(ci):
 @pytest.mark.parametrize(
     "language, runtime, install",
     [
-        ("typescript", "/usr/lib/node_modules/typescript", "npm install -g typescript"),
-        ("ts", "/usr/lib/node_modules/typescript", "npm install -g typescript"),
         ("r", "/usr/bin/Rscript", "apt-get install r-base"),
         ("java", "/usr/bin/jshell", "a JDK"),
     ],
@@ -315,6 +313,27 @@ def test_languages_without_a_kernel_are_a_400_naming_what_is_missing(ci, languag
         assert "its runtime is installed, but sandkasten has no" in message, message
     else:
         assert install in message, message
+
+
+def test_typescript_runs_with_its_types_stripped_and_keeps_state(ci):
+    first = ci.run_code("const base: number = 40\nfunction add(x: number): number { return base + x }", language="ts")
+    assert first.error is None, first.error
+    assert ci.run_code("add(2)", language="typescript").text == "42"
+    interface = ci.run_code("interface Point { x: number }\nconst p: Point = { x: 3 }\np.x * 2", language="ts")
+    assert interface.text == "6", interface
+    assert ci.run_code("import { basename } from 'path'\nbasename('/a/b.ts') as string", language="ts").text == "b.ts"
+    assert ci.run_code("await Promise.resolve<number>(7)", language="ts").text == "7"
+    printed = ci.run_code("enum Color { Red, Green }\nconsole.log(Color[1])", language="ts")
+    assert printed.logs.stdout == ["Green\n"]
+    broken = ci.run_code("let y: = 3", language="ts")
+    assert broken.error is not None and broken.error.name == "SyntaxError", broken.error
+    assert "Type expected" in broken.error.value
+    context = ci.create_code_context(language="typescript")
+    try:
+        assert context.language in ("typescript", "ts")
+        assert ci.run_code("typeof base", context=context).text == "undefined", "a context of its own"
+    finally:
+        ci.remove_code_context(context)
 
 
 def test_language_and_context_together_are_refused(ci):

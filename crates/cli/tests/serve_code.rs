@@ -212,6 +212,14 @@ fn code_contexts_keep_state_return_rich_results_survive_interrupts_and_clean_up(
     assert_eq!(main_text(&js_answer), Some("42"), "{js_answer}");
     assert_ne!(js_answer["context_id"], default_context.as_str());
 
+    // TypeScript: the JavaScript kernel, cells transpiled (types stripped), a context of its own.
+    let ts = |code: &str| server.code(&id, json!({"language": "typescript", "code": code}));
+    ts("interface P { v: number }\nconst p: P = { v: 20 }");
+    let ts_answer = ts("(p.v as number) * 2 + (typeof y)");
+    assert_eq!(main_text(&ts_answer), Some("'40undefined'"), "{ts_answer}");
+    let ts_broken = ts("let z: = 1");
+    assert_eq!(ts_broken["error"]["name"], "SyntaxError", "{ts_broken}");
+
     // Two contexts share nothing.
     let other = server.call("POST", &format!("/v1/sandboxes/{id}/contexts"), Some(json!({"language": "python"})));
     assert_eq!(other.status, 201, "{other:?}");
@@ -219,7 +227,7 @@ fn code_contexts_keep_state_return_rich_results_survive_interrupts_and_clean_up(
     let isolated = server.code(&id, json!({"context_id": other_id, "code": "x"}));
     assert_eq!(isolated["error"]["name"], "NameError", "{isolated}");
     let listed = server.call("GET", &format!("/v1/sandboxes/{id}/contexts"), None).json();
-    assert_eq!(listed["contexts"].as_array().unwrap().len(), 3, "{listed}");
+    assert_eq!(listed["contexts"].as_array().unwrap().len(), 4, "{listed}");
 
     // Output streams as events.
     let events = server

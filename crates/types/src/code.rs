@@ -16,15 +16,19 @@ pub enum CodeLanguage {
     Javascript,
     /// Bash (`bash` in the sandbox, driven by `python3`): a cell is a script sourced by one long-running shell.
     Bash,
+    /// TypeScript: the JavaScript kernel, each cell transpiled by the `typescript` package the sandbox has (types
+    /// are not checked, as a REPL's).
+    Typescript,
 }
 
 impl CodeLanguage {
-    /// The name used in the API (`python`, `javascript`, `bash`).
+    /// The name used in the API (`python`, `javascript`, `bash`, `typescript`).
     pub fn as_str(self) -> &'static str {
         match self {
             CodeLanguage::Python => "python",
             CodeLanguage::Javascript => "javascript",
             CodeLanguage::Bash => "bash",
+            CodeLanguage::Typescript => "typescript",
         }
     }
 }

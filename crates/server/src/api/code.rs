@@ -205,7 +205,8 @@ pub(crate) async fn cell_language(
     };
     Ok(language.map(|language| match language {
         CodeLanguage::Python => ScanLanguage::Python,
-        CodeLanguage::Javascript => ScanLanguage::Javascript,
+        // TypeScript is read with the JavaScript grammar: its type annotations are parse errors around the calls.
+        CodeLanguage::Javascript | CodeLanguage::Typescript => ScanLanguage::Javascript,
         CodeLanguage::Bash => ScanLanguage::Bash,
     }))
 }

@@ -22,6 +22,9 @@ pub enum LanguageName {
     /// Bash (`bash` in the sandbox, driven by `python3`): a cell is a script sourced by one long-running shell;
     /// a non-zero exit status is the cell's error.
     Bash,
+    /// TypeScript: the JavaScript kernel, each cell transpiled (not type-checked) by the sandbox's `typescript`
+    /// package (Debian's `node-typescript`, or npm's global one).
+    Typescript,
 }
 
 impl From<LanguageName> for CodeLanguage {
@@ -30,6 +33,7 @@ impl From<LanguageName> for CodeLanguage {
             LanguageName::Python => CodeLanguage::Python,
             LanguageName::Javascript => CodeLanguage::Javascript,
             LanguageName::Bash => CodeLanguage::Bash,
+            LanguageName::Typescript => CodeLanguage::Typescript,
         }
     }
 }
@@ -40,6 +44,7 @@ impl From<CodeLanguage> for LanguageName {
             CodeLanguage::Python => LanguageName::Python,
             CodeLanguage::Javascript => LanguageName::Javascript,
             CodeLanguage::Bash => LanguageName::Bash,
+            CodeLanguage::Typescript => LanguageName::Typescript,
         }
     }
 }
@@ -266,7 +271,7 @@ mod tests {
         assert_eq!(serde_json::to_value(CellResultBody::from(result.clone()))?, serde_json::to_value(&result)?);
         let error = CellError { name: "E".into(), value: "v".into(), traceback: vec!["t".into()] };
         assert_eq!(serde_json::to_value(CellErrorBody::from(error.clone()))?, serde_json::to_value(&error)?);
-        for language in [CodeLanguage::Python, CodeLanguage::Javascript, CodeLanguage::Bash] {
+        for language in [CodeLanguage::Python, CodeLanguage::Javascript, CodeLanguage::Bash, CodeLanguage::Typescript] {
             assert_eq!(serde_json::to_value(LanguageName::from(language))?, serde_json::to_value(language)?);
             for cwd in [None, Some("/home/user/work".to_owned())] {
                 let info = ContextInfo { id: "ctx-1".into(), language, default: true, execution_count: 3, cwd };

@@ -1,8 +1,8 @@
 //! The languages E2B's code interpreter names (`python`, `js`/`javascript`, `ts`/`typescript`, `bash`, `r`, `java`,
-//! any case), normalised as E2B's server does, and mapped onto sandkasten's kernels (Python, JavaScript, bash). A
-//! language sandkasten has no kernel for is a 400 that says what is missing: the runtime the template lacks (looked
-//! up in the sandbox, whose `/usr` is the host's) and how to install it, or, when the runtime is there, that no
-//! kernel drives it yet.
+//! any case), normalised as E2B's server does, and mapped onto sandkasten's kernels (Python, JavaScript, bash, and
+//! TypeScript where the sandbox has the `typescript` package). A language without its runtime or without a kernel is
+//! a 400 that says what is missing: the runtime the template lacks (looked up in the sandbox, whose `/usr` is the
+//! host's) and how to install it, or, when the runtime is there, that no kernel drives it yet.
 
 use sandkasten_types::CodeLanguage;
 
@@ -20,12 +20,19 @@ struct Missing {
     install: &'static str,
 }
 
-const MISSING: [Missing; 3] = [
-    Missing {
-        name: "typescript",
-        evidence: &["/usr/lib/node_modules/typescript", "/usr/local/lib/node_modules/typescript", "/usr/bin/tsx"],
-        install: "the npm package typescript on the server's host (npm install -g typescript)",
-    },
+/// TypeScript's kernel needs the `typescript` package in one of the places the JavaScript kernel loads it from.
+const TYPESCRIPT: Missing = Missing {
+    name: "typescript",
+    evidence: &[
+        "/usr/share/nodejs/typescript/package.json",
+        "/usr/lib/node_modules/typescript/package.json",
+        "/usr/local/lib/node_modules/typescript/package.json",
+    ],
+    install: "the typescript package on the server's host (Debian: apt-get install node-typescript; or npm install -g \
+              typescript)",
+};
+
+const MISSING: [Missing; 2] = [
     Missing {
         name: "r",
         evidence: &["/usr/bin/Rscript", "/usr/lib/R/bin/R"],
@@ -60,6 +67,15 @@ pub(crate) async fn kernel_for(
         "python" => return Ok(CodeLanguage::Python),
         "javascript" => return Ok(CodeLanguage::Javascript),
         "bash" => return Ok(CodeLanguage::Bash),
+        "typescript" => {
+            return match installed(state, access, &TYPESCRIPT).await {
+                true => Ok(CodeLanguage::Typescript),
+                false => Err(E2bError::invalid(format!(
+                    "language \"typescript\" needs its runtime in the sandbox, which the template lacks: install {}",
+                    TYPESCRIPT.install
+                ))),
+            };
+        }
         _ => {}
     }
     let Some(missing) = MISSING.iter().find(|missing| missing.name == name) else {
@@ -67,11 +83,7 @@ pub(crate) async fn kernel_for(
             "language {name:?} is not supported: use python, javascript (js), typescript (ts), bash, r or java"
         )));
     };
-    let mut installed = false;
-    for path in missing.evidence {
-        installed |= state.runtime().stat(&access.id, path).await.is_ok();
-    }
-    Err(E2bError::invalid(if installed {
+    Err(E2bError::invalid(if installed(state, access, missing).await {
         format!(
             "language {name:?}: its runtime is installed, but sandkasten has no {name} kernel yet: use python, \
              javascript or bash"
@@ -82,6 +94,16 @@ pub(crate) async fn kernel_for(
             missing.install
         )
     }))
+}
+
+/// Whether any of `language`'s evidence is in the sandbox.
+async fn installed(state: &AppState, access: &SandboxAccess, language: &Missing) -> bool {
+    for path in language.evidence {
+        if state.runtime().stat(&access.id, path).await.is_ok() {
+            return true;
+        }
+    }
+    false
 }
 
 #[cfg(test)]

@@ -56,14 +56,19 @@ pub struct Cell<'a> {
 pub fn kernel_command(language: CodeLanguage, preload: &[String], cwd: Option<&str>) -> CommandSpec {
     let head = match language {
         CodeLanguage::Python => ["python3", "-c", PYTHON_KERNEL],
-        CodeLanguage::Javascript => ["node", "-e", NODE_KERNEL],
+        CodeLanguage::Javascript | CodeLanguage::Typescript => ["node", "-e", NODE_KERNEL],
         CodeLanguage::Bash => ["python3", "-c", BASH_KERNEL],
     };
     let argv = head.into_iter().map(str::to_owned).chain(preload.iter().cloned()).collect();
-    let env = [("PYTHONDONTWRITEBYTECODE", "1"), ("MPLBACKEND", "Agg"), ("NODE_NO_WARNINGS", "1")]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
+    let mut env: BTreeMap<String, String> =
+        [("PYTHONDONTWRITEBYTECODE", "1"), ("MPLBACKEND", "Agg"), ("NODE_NO_WARNINGS", "1")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+    // The JavaScript kernel transpiles every cell first (`resources/kernels/node_kernel.js`).
+    if language == CodeLanguage::Typescript {
+        env.insert("SANDKASTEN_KERNEL_LANGUAGE".to_owned(), "typescript".to_owned());
+    }
     CommandSpec { argv: Some(argv), env, cwd: cwd.map(str::to_owned), ..CommandSpec::default() }
 }
 
@@ -167,7 +172,7 @@ impl Kernel {
         let mut stderr = Vec::new();
         let program = match language {
             CodeLanguage::Python => "python3",
-            CodeLanguage::Javascript => "node",
+            CodeLanguage::Javascript | CodeLanguage::Typescript => "node",
             CodeLanguage::Bash => "bash",
         };
         loop {
