@@ -135,18 +135,6 @@ fn parse_calls(stdout: &str) -> BTreeMap<String, (i64, String)> {
         .collect()
 }
 
-/// Host pids whose command line contains `marker`.
-fn host_pids_with(marker: &str) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(marker))
-        })
-        .collect()
-}
-
 fn sandbox_root_cannot_mount_unshare_or_write_host_files(tier: Tier) {
     if !cfg!(target_arch = "x86_64") {
         eprintln!("skipped: raw syscall numbers are x86_64");
@@ -274,11 +262,11 @@ fn sandbox_root_cannot_mount_unshare_or_write_host_files(tier: Tier) {
             assert!(Instant::now() < deadline, "the root command never showed up in the guest");
             std::thread::sleep(Duration::from_millis(100));
         }
-        let pids = host_pids_with(marker);
+        let pids = common::host_pids_with(marker);
         assert!(pids.is_empty(), "the guest's root command is a host process: {pids:?}");
     } else {
         let pids = loop {
-            let pids = host_pids_with(marker);
+            let pids = common::host_pids_with(marker);
             if !pids.is_empty() || Instant::now() > deadline {
                 break pids;
             }

@@ -179,7 +179,7 @@ fn root_through_sudo_reaches_nothing_on_the_host(tier: Tier) {
         reply.json["stdout"].as_str().is_some_and(|out| out.contains(&root_marker))
     });
     assert!(inside, "the sudo command never ran as root inside");
-    let host_pids = host_pids_with(&root_marker);
+    let host_pids = common::host_pids_with(&root_marker);
     match tier {
         Tier::Process => {
             assert!(!host_pids.is_empty(), "the sudo command is not a host process on the process tier");
@@ -192,18 +192,6 @@ fn root_through_sudo_reaches_nothing_on_the_host(tier: Tier) {
     }
     server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None);
     assert_sandbox_gone_on(tier, &id);
-}
-
-/// Host pids whose command line contains `marker`.
-fn host_pids_with(marker: &str) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(marker))
-        })
-        .collect()
 }
 
 fn wait_for(mut condition: impl FnMut() -> bool) -> bool {

@@ -484,6 +484,18 @@ pub fn host_pids() -> Vec<u32> {
     entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()).filter(|pid| *pid != me).collect()
 }
 
+/// Host pids whose command line contains `marker`.
+pub fn host_pids_with(marker: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(marker))
+        })
+        .collect()
+}
+
 /// A host process's argv joined with spaces (empty for kernel threads and vanished processes).
 pub fn cmdline(pid: u32) -> String {
     fs::read(format!("/proc/{pid}/cmdline"))
