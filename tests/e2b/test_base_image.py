@@ -41,8 +41,8 @@ async def test_base_image_tools_async():
 
 @support.sdk_differs(
     not support.PROBES_UNAVAILABLE,
-    "raises its 'likely due to sandbox timeout' TimeoutException for a killed sandbox: it tells a kill apart only by a "
-    "reset connection, which the facade's HTTP/1.1 streams do not send",
+    "raises its 'likely due to sandbox timeout' TimeoutException for a killed sandbox (it tells a kill apart only by a "
+    "reset connection, which the facade's HTTP/1.1 streams do not send)",
 )
 def test_a_command_whose_sandbox_is_killed_raises_the_sdk_s_killed_error():
     sandbox = support.create(Sandbox)
@@ -53,8 +53,8 @@ def test_a_command_whose_sandbox_is_killed_raises_the_sdk_s_killed_error():
 
 @support.sdk_differs(
     not support.PROBES_UNAVAILABLE,
-    "raises its 'likely due to sandbox timeout' TimeoutException for a killed sandbox: it tells a kill apart only by a "
-    "reset connection, which the facade's HTTP/1.1 streams do not send",
+    "raises its 'likely due to sandbox timeout' TimeoutException for a killed sandbox (it tells a kill apart only by a "
+    "reset connection, which the facade's HTTP/1.1 streams do not send)",
 )
 @pytest.mark.asyncio
 async def test_an_async_command_whose_sandbox_is_killed_raises_the_sdk_s_killed_error():
