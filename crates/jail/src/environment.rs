@@ -46,6 +46,12 @@ mod tests {
     }
 
     #[test]
+    fn the_path_ends_with_the_agent_s_run_directory_where_sudo_is() {
+        let last = SANDBOX_PATH.rsplit(':').next().unwrap_or_default();
+        assert_eq!(last, format!("{}/bin", crate::rootfs::AGENT_RUN_DIR));
+    }
+
+    #[test]
     fn caller_variables_are_added() {
         let env = build("/workspace", &BTreeMap::from([("A".to_owned(), "1".to_owned())]));
         assert_eq!(env["A"], "1");

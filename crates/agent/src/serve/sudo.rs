@@ -110,7 +110,7 @@ impl Sudo {
         rustix::net::bind(&listener, &address).map_err(|e| setup("binding the sudo socket", e.into()))?;
         rustix::net::sockopt::set_socket_passcred(&listener, true)
             .map_err(|e| setup("asking for the callers' credentials", e.into()))?;
-        // Anyone in the sandbox may connect; who may use it is decided by the peer's credentials.
+        // Anyone in the sandbox may connect; who may use it is decided by the credentials its request carries.
         std::fs::set_permissions(SOCKET_PATH, std::fs::Permissions::from_mode(0o666))
             .map_err(|e| setup("opening the sudo socket to the sandbox", e))?;
         rustix::net::listen(&listener, MAX_SESSIONS as i32).map_err(|e| setup("listening", e.into()))?;
@@ -543,6 +543,23 @@ mod tests {
 
     fn fields(items: &[&str]) -> Vec<Vec<u8>> {
         items.iter().map(|s| s.as_bytes().to_vec()).collect()
+    }
+
+    /// The client is compiled on its own (no crates), so it repeats these; they must not drift apart.
+    #[test]
+    fn the_client_speaks_this_protocol_at_this_path() {
+        let client = include_str!("../../../sudo/src/main.rs");
+        let protocol = String::from_utf8_lossy(PROTOCOL);
+        for line in [
+            format!("const SOCKET_PATH: &str = \"{SOCKET_PATH}\";"),
+            format!("const PROTOCOL: &str = \"{protocol}\";"),
+            "const MAX_REQUEST: usize = 128 << 10;".to_owned(),
+        ] {
+            assert!(client.contains(&line), "crates/sudo/src/main.rs lacks `{line}`");
+        }
+        assert_eq!(MAX_REQUEST, 128 << 10);
+        assert_eq!(SOCKET_PATH, format!("{RUN_DIR}/sudo.sock"));
+        assert_eq!(CLIENT_PATH, format!("{RUN_DIR}/bin/sudo"));
     }
 
     #[test]
