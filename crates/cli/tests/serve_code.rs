@@ -2,7 +2,7 @@
 //! (`x = 41`, then `x + 1` is `42`), matplotlib figures come back as PNG and DataFrames as HTML, exceptions carry a
 //! traceback, a cell past its timeout is interrupted (KeyboardInterrupt) and the context survives, JavaScript state
 //! persists, two contexts share nothing, output streams over SSE, and deleting the sandbox leaves no kernel process,
-//! cgroup or record behind.
+//! cgroup or record behind. The Java kernel keeps declarations, answers values and errors and survives interrupts.
 //!
 //! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
 
@@ -153,7 +153,10 @@ fn has_python_module(module: &str) -> bool {
     Command::new("/usr/bin/python3").args(["-c", &format!("import {module}")]).status().is_ok_and(|s| s.success())
 }
 
-per_tier!(code_contexts_keep_state_return_rich_results_survive_interrupts_and_clean_up);
+per_tier!(
+    code_contexts_keep_state_return_rich_results_survive_interrupts_and_clean_up,
+    java_contexts_keep_declarations_answer_values_and_errors_and_survive_interrupts,
+);
 
 fn code_contexts_keep_state_return_rich_results_survive_interrupts_and_clean_up(tier: Tier) {
     let _lock = common::shared_lock();
@@ -273,4 +276,59 @@ fn code_contexts_keep_state_return_rich_results_survive_interrupts_and_clean_up(
     let gone =
         server.call("POST", &format!("/v1/sandboxes/{id}/code"), Some(json!({"language": "python", "code": "1"})));
     assert!(gone.status == 404 || gone.status == 409, "{gone:?}");
+}
+
+/// The Java kernel (the JDK's jshell API in one JVM) inside the sandbox: state across cells, a String value shown as
+/// its text, output, exceptions and compile errors as errors, a cell's env put back, an interrupt at the timeout
+/// that leaves the context alive, and no kernel source file left in the sandbox's /tmp.
+fn java_contexts_keep_declarations_answer_values_and_errors_and_survive_interrupts(tier: Tier) {
+    if !Path::new("/usr/bin/jshell").exists() {
+        eprintln!("skipped: no JDK on this host (/usr/bin/jshell; scripts/setup.sh installs openjdk-17-jdk-headless)");
+        return;
+    }
+    let _lock = common::shared_lock();
+    let server = Server::start_on(tier);
+    let created = server.call("POST", "/v1/sandboxes", Some(json!({"isolation": tier.name()})));
+    assert_eq!(created.status, 201, "{created:?}");
+    let id = created.json()["id"].as_str().unwrap().to_owned();
+    let java = |code: &str| server.code(&id, json!({"language": "java", "code": code}));
+
+    let declared = java("import java.util.*;\nint x = 41;\nString greet(String who) { return \"hi \" + who; }");
+    assert_eq!(declared["error"], Value::Null, "{declared}");
+    assert_eq!(main_text(&declared), None, "declarations have no value: {declared}");
+    let answer = java("x + 1");
+    assert_eq!(main_text(&answer), Some("42"), "{answer}");
+    assert_eq!(answer["execution_count"], 2);
+    let text = java("System.out.println(greet(\"there\"));\nSystem.err.println(\"warned\");\ngreet(\"\\\"you\\\"\")");
+    assert_eq!(text["stdout"], "hi there\n", "{text}");
+    assert_eq!(text["stderr"], "warned\n", "{text}");
+    assert_eq!(main_text(&text), Some("hi \"you\""), "a String is its text, without quotes: {text}");
+    let list = java("List<Integer> l = new ArrayList<>(List.of(3, 1, 2)); Collections.sort(l); l");
+    assert_eq!(main_text(&list), Some("[1, 2, 3]"), "{list}");
+
+    let thrown = java("int divide(int a) {\n  return a / 0;\n}\ndivide(x)");
+    assert_eq!(thrown["error"]["name"], "java.lang.ArithmeticException", "{thrown}");
+    assert_eq!(thrown["error"]["value"], "/ by zero", "{thrown}");
+    assert!(thrown["error"]["traceback"].to_string().contains("at divide"), "{thrown}");
+    let broken = java("int y = ;");
+    assert_eq!(broken["error"]["name"], "CompilationException", "{broken}");
+
+    let env = server
+        .code(&id, json!({"language": "java", "code": "System.getenv(\"CELL_ONLY\")", "env": {"CELL_ONLY": "set"}}));
+    assert_eq!(main_text(&env), Some("set"), "{env}");
+    let after = java("System.getenv(\"CELL_ONLY\") == null");
+    assert_eq!(main_text(&after), Some("true"), "the cell's env was put back: {after}");
+
+    let started = Instant::now();
+    let spin = server.code(&id, json!({"language": "java", "code": "while (true) {}", "timeout_ms": 2000}));
+    assert_eq!(spin["error"]["name"], "KeyboardInterrupt", "{spin}");
+    assert_eq!(spin["context_restarted"], false, "{spin}");
+    assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
+    assert_eq!(main_text(&java("x")), Some("41"), "the context kept its state");
+
+    let listing = server.call("POST", &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": "ls -A /tmp"})));
+    let files = listing.json()["stdout"].as_str().unwrap_or_default().to_owned();
+    assert!(!files.contains("sandkasten-java-kernel"), "the kernel's source file was left in /tmp: {files}");
+    assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), None).status, 204);
+    common::assert_gone(tier, &id);
 }

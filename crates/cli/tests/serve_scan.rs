@@ -1,6 +1,7 @@
 //! The static scan on a real server: under `[scan] mode = "enforce"` a hostile `POST /v1/run` is refused with 422
 //! and the findings before any sandbox exists (no cgroup, no record, no database row appears: checked on the host),
-//! and under `warn` the code runs and its result carries the findings.
+//! and under `warn` the code runs and its result carries the findings. A language the scan cannot read (Java) fails
+//! closed.
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -96,5 +97,43 @@ fn warn_runs_and_the_result_carries_the_findings() {
     let findings = reply.json["findings"].as_array().cloned().unwrap_or_default();
     assert!(findings.iter().any(|f| f["rule"] == "process_exec" && f["line"] == 2), "{findings:?}");
     let id = reply.json["sandbox_id"].as_str().unwrap().to_owned();
+    serve::assert_sandbox_gone(&id);
+}
+
+/// Java has no grammar in the scan: under `enforce` a Java cell is refused before any JVM starts (none runs as a
+/// sandbox user on the host afterwards), under `warn` it runs and carries a `scan_incomplete` finding.
+#[test]
+fn a_language_the_scan_cannot_read_fails_closed() {
+    require_root!();
+    if !Path::new("/usr/bin/jshell").exists() {
+        eprintln!("skipped: no JDK on this host (/usr/bin/jshell; scripts/setup.sh installs openjdk-17-jdk-headless)");
+        return;
+    }
+    let jvms_of = |id: &str| {
+        common::processes_in_cgroup_matching(id)
+            .into_iter()
+            .filter(|(pid, _)| common::cmdline(*pid).starts_with("java"))
+            .count()
+    };
+    let enforcing = Server::start_with("[scan]\nmode = \"enforce\"\n");
+    let id = enforcing.create(json!({}));
+    let cell = json!({"language": "java", "code": "int x = 6 * 7;\nx"});
+    let reply = enforcing.call("POST", &format!("/v1/sandboxes/{id}/code"), KEY_1, Some(cell.clone()));
+    assert_eq!(reply.status, 422, "{:?}", reply.json);
+    assert_eq!(reply.json["error"]["code"], "scan_refused");
+    assert_eq!(reply.json["error"]["findings"][0]["rule"], "scan_incomplete", "{:?}", reply.json);
+    assert!(reply.json["error"]["message"].as_str().unwrap_or_default().contains("java"), "{:?}", reply.json);
+    assert_eq!(jvms_of(&id), 0, "a refused cell started a JVM");
+    assert_eq!(enforcing.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
+    serve::assert_sandbox_gone(&id);
+
+    let warning = Server::start_with("[scan]\nmode = \"warn\"\n");
+    let id = warning.create(json!({}));
+    let reply = warning.call("POST", &format!("/v1/sandboxes/{id}/code"), KEY_1, Some(cell));
+    assert_eq!(reply.status, 200, "{:?}", reply.json);
+    assert_eq!(reply.json["results"][0]["text/plain"], "42", "{:?}", reply.json);
+    assert_eq!(reply.json["findings"][0]["rule"], "scan_incomplete", "{:?}", reply.json);
+    assert_eq!(jvms_of(&id), 1, "the accepted cell's JVM runs in the sandbox");
+    assert_eq!(warning.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
     serve::assert_sandbox_gone(&id);
 }

@@ -6,10 +6,11 @@ use std::time::{Duration, Instant};
 
 use tree_sitter::{Language, Node, ParseOptions, Parser, Tree};
 
-use crate::finding::{ScanLanguage, ScanReport};
+use crate::finding::{Finding, ScanLanguage, ScanReport};
 use crate::findings::Findings;
 use crate::imports::{self, Import};
 use crate::policy::ScanPolicy;
+use crate::rules::SCAN_INCOMPLETE;
 
 /// How much one scan may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +69,24 @@ pub(crate) trait LanguageScan {
     fn visit(&mut self, node: Node<'_>, source: &[u8], findings: &mut Findings, imports: &mut Vec<Import>);
     /// Called once after the walk (rules about the whole file, e.g. a socket and dup2 together).
     fn finish(&mut self, _findings: &mut Findings, _imports: &[Import]) {}
+}
+
+/// The report on code in a language the scan has no grammar for (e.g. Java): none of it was read, so it carries a
+/// `scan_incomplete` finding, which blocks under `enforce` (the scan fails closed, as at its bounds) and warns under
+/// `warn`.
+pub fn unreadable(language: &str, policy: &ScanPolicy) -> ScanReport {
+    let finding = Finding {
+        rule: SCAN_INCOMPLETE.id.to_owned(),
+        severity: SCAN_INCOMPLETE.severity,
+        line: 1,
+        column: 1,
+        message: format!(
+            "the scan cannot read {language} (it reads Python, JavaScript, TypeScript as JavaScript, and bash), so \
+             none of the code was checked; under an enforce policy send it in one of those, or ask for a policy \
+             without enforce"
+        ),
+    };
+    policy.report(vec![finding])
 }
 
 /// Scans `code` under `policy` with the default bounds.

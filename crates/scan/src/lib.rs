@@ -15,7 +15,7 @@ mod policy;
 mod python;
 mod rules;
 
-pub use engine::{Bounds, ScanError, scan, scan_with};
+pub use engine::{Bounds, ScanError, scan, scan_with, unreadable};
 pub use finding::{Finding, ScanLanguage, ScanReport, Severity, Verdict};
 pub use policy::{ImportPolicy, Loosening, Mode, PolicyError, ScanPolicy, ScanPolicyOverride, module_matches};
 pub use rules::Rule;

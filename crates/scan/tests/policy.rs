@@ -103,3 +103,15 @@ fn overrides_may_not_loosen_and_name_the_field() {
     let error = tenant().tightened(&change(r#"{"python": {"allow_imports": ["requests"]}}"#)).err();
     assert!(error.is_some_and(|e| e.to_string().contains("requests")));
 }
+
+#[test]
+fn code_the_scan_cannot_read_blocks_under_enforce_warns_under_warn_and_passes_off() {
+    for (mode, verdict) in [("enforce", Verdict::Block), ("warn", Verdict::Warn), ("off", Verdict::Allow)] {
+        let report = sandkasten_scan::unreadable("java", &policy(&format!("mode = \"{mode}\"")));
+        assert_eq!(report.verdict, verdict, "{mode}");
+        assert_eq!(report.findings.len(), 1);
+        assert_eq!(report.findings[0].rule, "scan_incomplete");
+        assert_eq!(report.findings[0].severity, Severity::High);
+        assert!(report.findings[0].message.contains("cannot read java"), "{}", report.findings[0].message);
+    }
+}

@@ -19,16 +19,20 @@ pub enum CodeLanguage {
     /// TypeScript: the JavaScript kernel, each cell transpiled by the `typescript` package the sandbox has (types
     /// are not checked, as a REPL's).
     Typescript,
+    /// Java: one JVM whose cells the JDK's `jdk.jshell` API evaluates (the sandbox needs a JDK: `java` with the
+    /// `jdk.jshell` module).
+    Java,
 }
 
 impl CodeLanguage {
-    /// The name used in the API (`python`, `javascript`, `bash`, `typescript`).
+    /// The name used in the API (`python`, `javascript`, `bash`, `typescript`, `java`).
     pub fn as_str(self) -> &'static str {
         match self {
             CodeLanguage::Python => "python",
             CodeLanguage::Javascript => "javascript",
             CodeLanguage::Bash => "bash",
             CodeLanguage::Typescript => "typescript",
+            CodeLanguage::Java => "java",
         }
     }
 }

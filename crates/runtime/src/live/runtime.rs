@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 
 use super::agent_client::{AgentClient, sandbox_gone};
 use super::commands::BackgroundCommands;
-use super::contexts::Contexts;
+use super::contexts::{Contexts, KernelHost};
 use super::limits::Counters;
 use super::supervisor::Supervisor;
 use crate::backend::gvisor;
@@ -40,6 +40,8 @@ struct Member {
     _door: Option<super::vm_door::VmDoor>,
     /// How its microVM's guest started (microvm tier only).
     vm_boot: Option<crate::VmBoot>,
+    /// Its memory limit (kernels that size themselves by the machine's memory are told it).
+    memory_bytes: u64,
 }
 
 type Agents = Arc<Mutex<HashMap<String, Member>>>;
@@ -246,6 +248,7 @@ impl LiveRuntime {
             paused_at: None,
             _door: door,
             vm_boot: spawned.vm_boot,
+            memory_bytes: spec.limits.memory_bytes,
         };
         self.agents.lock().map_err(|_| lock_poisoned())?.insert(id.to_owned(), member);
         Ok(())
@@ -414,6 +417,19 @@ impl LiveRuntime {
     /// The agent of a live sandbox, or `SandboxGone` saying "the sandbox is gone" (code contexts and commands).
     pub(super) fn running_agent(&self, id: &str) -> Result<Arc<AgentClient>, Failure> {
         self.agent(id).ok_or_else(sandbox_gone)
+    }
+
+    /// What a code kernel of a live sandbox starts with (its agent and memory limit), or `SandboxGone` as
+    /// `running_agent`.
+    pub(super) fn kernel_host(&self, id: &str) -> Result<KernelHost, Failure> {
+        self.agents
+            .lock()
+            .ok()
+            .and_then(|map| {
+                map.get(id)
+                    .map(|member| KernelHost { agent: Arc::clone(&member.agent), memory_bytes: member.memory_bytes })
+            })
+            .ok_or_else(sandbox_gone)
     }
 
     /// The agent of a live sandbox, or `SandboxGone` naming the sandbox (file operations).

@@ -206,8 +206,8 @@ impl SandboxRuntime for LiveRuntime {
         cwd: Option<String>,
     ) -> RuntimeFuture<'a, ContextInfo> {
         Box::pin(async move {
-            let agent = self.running_agent(id)?;
-            self.contexts().create(&agent, id, language, cwd).await
+            let host = self.kernel_host(id)?;
+            self.contexts().create(&host, id, language, cwd).await
         })
     }
 
@@ -218,8 +218,8 @@ impl SandboxRuntime for LiveRuntime {
         preload: Vec<String>,
     ) -> RuntimeFuture<'a, ()> {
         Box::pin(async move {
-            let agent = self.running_agent(id)?;
-            self.contexts().prepare(&agent, id, language, &preload).await
+            let host = self.kernel_host(id)?;
+            self.contexts().prepare(&host, id, language, &preload).await
         })
     }
 
@@ -246,8 +246,8 @@ impl SandboxRuntime for LiveRuntime {
 
     fn restart_context<'a>(&'a self, id: &'a str, context: &'a str) -> RuntimeFuture<'a, ContextInfo> {
         Box::pin(async move {
-            let agent = self.running_agent(id)?;
-            self.contexts().restart(&agent, id, context).await
+            let host = self.kernel_host(id)?;
+            self.contexts().restart(&host, id, context).await
         })
     }
 
@@ -259,8 +259,8 @@ impl SandboxRuntime for LiveRuntime {
         interrupt: Option<CellInterrupt>,
     ) -> RuntimeFuture<'a, CellOutcome> {
         Box::pin(async move {
-            let agent = self.running_agent(id)?;
-            let outcome = self.contexts().run(&agent, id, request, events, interrupt).await;
+            let host = self.kernel_host(id)?;
+            let outcome = self.contexts().run(&host, id, request, events, interrupt).await;
             if !self.is_alive(id) {
                 // Killed or ended during the cell: that, not the lost interpreter, is the answer.
                 return Err(sandbox_gone());

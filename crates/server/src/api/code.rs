@@ -175,26 +175,35 @@ pub(crate) async fn run_cell(
 }
 
 /// What the static scan says of a cell (in its language; none when the language is unknown: the run answers 404).
-async fn scanned(
+pub(crate) async fn scanned(
     state: &AppState,
     tenant: &Tenant,
     id: &str,
     policy: Option<&ScanPolicyOverride>,
     request: &CodeRun,
 ) -> Result<Vec<Finding>, ApiError> {
-    Ok(match cell_language(state, id, request).await? {
-        Some(language) => scan::gate(tenant, policy, language, &request.code).await?,
-        None => Vec::new(),
-    })
+    let Some(language) = cell_language(state, id, request).await? else {
+        return Ok(Vec::new());
+    };
+    match scan_language(language) {
+        Some(grammar) => scan::gate(tenant, policy, grammar, &request.code).await,
+        None => scan::gate_unreadable(tenant, policy, language.as_str()),
+    }
 }
 
-/// The language a cell is scanned in: the request's, else its context's (`None` for an unknown context, which the
-/// run answers 404).
-pub(crate) async fn cell_language(
-    state: &AppState,
-    id: &str,
-    request: &CodeRun,
-) -> Result<Option<ScanLanguage>, ApiError> {
+/// The grammar a cell of `language` is scanned with; `None`: the scan cannot read it (Java).
+fn scan_language(language: CodeLanguage) -> Option<ScanLanguage> {
+    match language {
+        CodeLanguage::Python => Some(ScanLanguage::Python),
+        // TypeScript is read with the JavaScript grammar: its type annotations are parse errors around the calls.
+        CodeLanguage::Javascript | CodeLanguage::Typescript => Some(ScanLanguage::Javascript),
+        CodeLanguage::Bash => Some(ScanLanguage::Bash),
+        CodeLanguage::Java => None,
+    }
+}
+
+/// A cell's language: the request's, else its context's (`None` for an unknown context, which the run answers 404).
+async fn cell_language(state: &AppState, id: &str, request: &CodeRun) -> Result<Option<CodeLanguage>, ApiError> {
     let language = match (request.language, &request.context_id) {
         (Some(language), _) => Some(language),
         (None, Some(context)) => {
@@ -203,12 +212,7 @@ pub(crate) async fn cell_language(
         }
         (None, None) => None,
     };
-    Ok(language.map(|language| match language {
-        CodeLanguage::Python => ScanLanguage::Python,
-        // TypeScript is read with the JavaScript grammar: its type annotations are parse errors around the calls.
-        CodeLanguage::Javascript | CodeLanguage::Typescript => ScanLanguage::Javascript,
-        CodeLanguage::Bash => ScanLanguage::Bash,
-    }))
+    Ok(language)
 }
 
 /// The SSE response: a task forwards events while the cell runs.

@@ -25,6 +25,9 @@ pub enum LanguageName {
     /// TypeScript: the JavaScript kernel, each cell transpiled (not type-checked) by the sandbox's `typescript`
     /// package (Debian's `node-typescript`, or npm's global one).
     Typescript,
+    /// Java: the JDK's `jdk.jshell` API in one JVM (the sandbox needs a JDK); declarations, imports and classes
+    /// persist, a cell ending in an expression has its value as the result.
+    Java,
 }
 
 impl From<LanguageName> for CodeLanguage {
@@ -34,6 +37,7 @@ impl From<LanguageName> for CodeLanguage {
             LanguageName::Javascript => CodeLanguage::Javascript,
             LanguageName::Bash => CodeLanguage::Bash,
             LanguageName::Typescript => CodeLanguage::Typescript,
+            LanguageName::Java => CodeLanguage::Java,
         }
     }
 }
@@ -45,6 +49,7 @@ impl From<CodeLanguage> for LanguageName {
             CodeLanguage::Javascript => LanguageName::Javascript,
             CodeLanguage::Bash => LanguageName::Bash,
             CodeLanguage::Typescript => LanguageName::Typescript,
+            CodeLanguage::Java => LanguageName::Java,
         }
     }
 }
@@ -271,7 +276,13 @@ mod tests {
         assert_eq!(serde_json::to_value(CellResultBody::from(result.clone()))?, serde_json::to_value(&result)?);
         let error = CellError { name: "E".into(), value: "v".into(), traceback: vec!["t".into()] };
         assert_eq!(serde_json::to_value(CellErrorBody::from(error.clone()))?, serde_json::to_value(&error)?);
-        for language in [CodeLanguage::Python, CodeLanguage::Javascript, CodeLanguage::Bash, CodeLanguage::Typescript] {
+        for language in [
+            CodeLanguage::Python,
+            CodeLanguage::Javascript,
+            CodeLanguage::Bash,
+            CodeLanguage::Typescript,
+            CodeLanguage::Java,
+        ] {
             assert_eq!(serde_json::to_value(LanguageName::from(language))?, serde_json::to_value(language)?);
             for cwd in [None, Some("/home/user/work".to_owned())] {
                 let info = ContextInfo { id: "ctx-1".into(), language, default: true, execution_count: 3, cwd };

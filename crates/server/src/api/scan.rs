@@ -6,7 +6,7 @@
 use axum::Json;
 use axum::extract::State;
 use sandkasten_scan::{
-    Finding, Mode, ScanError, ScanLanguage, ScanPolicy, ScanPolicyOverride, ScanReport, Verdict, scan,
+    Finding, Mode, ScanError, ScanLanguage, ScanPolicy, ScanPolicyOverride, ScanReport, Verdict, scan, unreadable,
 };
 use serde::Deserialize;
 use utoipa::ToSchema;
@@ -63,13 +63,31 @@ pub(crate) async fn gate(
         return Ok(Vec::new());
     }
     let report = scan_blocking(language, code.to_owned(), policy.clone()).await?;
+    decided(report, &policy, language.as_str())
+}
+
+/// The gate for code in a language the scan has no grammar for (Java): it fails closed, as the scan does at its
+/// bounds (`sandkasten_scan::unreadable`: refused under `enforce`, a finding under `warn`, nothing under `off`).
+pub(crate) fn gate_unreadable(
+    tenant: &Tenant,
+    change: Option<&ScanPolicyOverride>,
+    language: &str,
+) -> Result<Vec<Finding>, ApiError> {
+    let policy = effective_policy(tenant, change)?;
+    if policy.mode == Mode::Off {
+        return Ok(Vec::new());
+    }
+    decided(unreadable(language, &policy), &policy, language)
+}
+
+/// The findings to carry with the result, or 422 `scan_refused` when the report's verdict is to block.
+fn decided(report: ScanReport, policy: &ScanPolicy, language: &str) -> Result<Vec<Finding>, ApiError> {
     if report.verdict == Verdict::Block {
         let blocking: Vec<String> =
-            report.blocking(&policy).take(3).map(|f| format!("{} at line {}", f.rule, f.line)).collect();
+            report.blocking(policy).take(3).map(|f| format!("{} at line {}", f.rule, f.line)).collect();
         let message = format!(
-            "the static scan refused the {} code under the tenant's policy (enforce): {}; see findings, change the \
-             code and send it again",
-            language.as_str(),
+            "the static scan refused the {language} code under the tenant's policy (enforce): {}; see findings, \
+             change the code and send it again",
             blocking.join(", ")
         );
         return Err(ApiError::scan_refused(message, report.findings));

@@ -22,10 +22,9 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::api::code::{cell_language, start};
+use crate::api::code::{scanned, start};
 use crate::api::contexts::is_context_id;
 use crate::api::running::pump;
-use crate::api::scan;
 use crate::e2b::auth::{runtime_failure, sandbox_access};
 use crate::e2b::error::{Code, E2bError, json_body};
 use crate::e2b::languages::kernel_for;
@@ -156,9 +155,7 @@ pub(crate) async fn execute(
         env,
     };
     // The tenant's scan policy refuses in enforce (the facade's answers have no place for warn findings).
-    if let Some(language) = cell_language(&state, &access.id, &run).await? {
-        scan::gate(&access.tenant, None, language, &run.code).await?;
-    }
+    scanned(&state, &access.tenant, &access.id, None, &run).await?;
     let (interrupt, interrupted) = oneshot::channel();
     let started = start(&state, &access.id, run, Some(interrupted));
     let (sender, receiver) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);

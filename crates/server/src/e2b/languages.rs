@@ -1,8 +1,8 @@
 //! The languages E2B's code interpreter names (`python`, `js`/`javascript`, `ts`/`typescript`, `bash`, `r`, `java`,
 //! any case), normalised as E2B's server does, and mapped onto sandkasten's kernels (Python, JavaScript, bash, and
-//! TypeScript where the sandbox has the `typescript` package). A language without its runtime or without a kernel is
-//! a 400 that says what is missing: the runtime the template lacks (looked up in the sandbox, whose `/usr` is the
-//! host's) and how to install it, or, when the runtime is there, that no kernel drives it yet.
+//! TypeScript and Java where the sandbox has the `typescript` package or a JDK). A language without its runtime or
+//! without a kernel is a 400 that says what is missing: the runtime the template lacks (looked up in the sandbox,
+//! whose `/usr` is the host's) and how to install it, or, when the runtime is there, that no kernel drives it yet.
 
 use sandkasten_types::CodeLanguage;
 
@@ -32,18 +32,19 @@ const TYPESCRIPT: Missing = Missing {
               typescript)",
 };
 
-const MISSING: [Missing; 2] = [
-    Missing {
-        name: "r",
-        evidence: &["/usr/bin/Rscript", "/usr/lib/R/bin/R"],
-        install: "R on the server's host (Debian: apt-get install r-base)",
-    },
-    Missing {
-        name: "java",
-        evidence: &["/usr/bin/jshell", "/usr/lib/jvm"],
-        install: "a JDK on the server's host (Debian: apt-get install openjdk-17-jdk-headless)",
-    },
-];
+/// Java's kernel needs a JDK (`jshell` comes with the `jdk.jshell` module the kernel uses; a JRE has neither), 17 or
+/// newer (the kernel is run as a Java 17 source file).
+const JAVA: Missing = Missing {
+    name: "java",
+    evidence: &["/usr/bin/jshell"],
+    install: "a JDK (17 or newer) on the server's host (Debian: apt-get install openjdk-17-jdk-headless)",
+};
+
+const MISSING: [Missing; 1] = [Missing {
+    name: "r",
+    evidence: &["/usr/bin/Rscript", "/usr/lib/R/bin/R"],
+    install: "R on the server's host (Debian: apt-get install r-base)",
+}];
 
 /// E2B's normal form of a language name: trimmed, lowercase, `js` → `javascript`, `ts` → `typescript`.
 fn normalized(name: Option<&str>) -> String {
@@ -67,15 +68,8 @@ pub(crate) async fn kernel_for(
         "python" => return Ok(CodeLanguage::Python),
         "javascript" => return Ok(CodeLanguage::Javascript),
         "bash" => return Ok(CodeLanguage::Bash),
-        "typescript" => {
-            return match installed(state, access, &TYPESCRIPT).await {
-                true => Ok(CodeLanguage::Typescript),
-                false => Err(E2bError::invalid(format!(
-                    "language \"typescript\" needs its runtime in the sandbox, which the template lacks: install {}",
-                    TYPESCRIPT.install
-                ))),
-            };
-        }
+        "typescript" => return needing(state, access, &TYPESCRIPT, CodeLanguage::Typescript).await,
+        "java" => return needing(state, access, &JAVA, CodeLanguage::Java).await,
         _ => {}
     }
     let Some(missing) = MISSING.iter().find(|missing| missing.name == name) else {
@@ -86,7 +80,7 @@ pub(crate) async fn kernel_for(
     Err(E2bError::invalid(if installed(state, access, missing).await {
         format!(
             "language {name:?}: its runtime is installed, but sandkasten has no {name} kernel yet: use python, \
-             javascript or bash"
+             javascript, typescript, bash or java"
         )
     } else {
         format!(
@@ -94,6 +88,22 @@ pub(crate) async fn kernel_for(
             missing.install
         )
     }))
+}
+
+/// `kernel` when `runtime` is in the sandbox, else a 400 naming what to install.
+async fn needing(
+    state: &AppState,
+    access: &SandboxAccess,
+    runtime: &Missing,
+    kernel: CodeLanguage,
+) -> Result<CodeLanguage, E2bError> {
+    match installed(state, access, runtime).await {
+        true => Ok(kernel),
+        false => Err(E2bError::invalid(format!(
+            "language {:?} needs its runtime in the sandbox, which the template lacks: install {}",
+            runtime.name, runtime.install
+        ))),
+    }
 }
 
 /// Whether any of `language`'s evidence is in the sandbox.

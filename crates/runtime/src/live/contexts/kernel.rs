@@ -12,9 +12,10 @@ use sandkasten_types::{CellError, CodeLanguage, CommandExit, CommandSpec, Failur
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::KernelHost;
 use super::error;
 use super::wire::{KernelMessage, Line, LineSplitter, Reply};
-use crate::live::agent_client::{AgentClient, sandbox_gone};
+use crate::live::agent_client::sandbox_gone;
 use crate::live::background::{BackgroundCommand, BackgroundEvent};
 use crate::sandbox_runtime::CellInterrupt;
 
@@ -27,6 +28,19 @@ pub const PYTHON_KERNEL: &str = concat!(
 pub const NODE_KERNEL: &str = include_str!("../../../../../resources/kernels/node_kernel.js");
 /// The bash kernel's source (run with `python3 -c`; it drives one `bash`).
 pub const BASH_KERNEL: &str = include_str!("../../../../../resources/kernels/bash_kernel.py");
+/// The Java kernel's source (run by the JDK's source-file mode, see `JAVA_LAUNCHER`).
+pub const JAVA_KERNEL: &str = include_str!("../../../../../resources/kernels/JavaKernel.java");
+
+/// Starts the Java kernel: `java` compiles a source file it is given by path (it reads it twice, so not a pipe), so the
+/// launcher writes its first argument to a temporary file, opens it on fd 3, removes it and runs `java` on
+/// `/proc/self/fd/3`: no file is left in the sandbox. The JVM is sized for a REPL in a sandbox of `$2` bytes
+/// (`MaxRAM`: no tier shows the JVM its cgroup, and `/proc/meminfo` is the host's, so without it the heap would be
+/// sized by the host's memory), with the serial collector (one GC thread), the first JIT tier only and no
+/// `/tmp/hsperfdata_*`; `java.util` is opened to the kernel, which sets a cell's `env` in the JVM's environment map.
+const JAVA_LAUNCHER: &str = "source=$(mktemp \"${TMPDIR:-/tmp}/sandkasten-java-kernel.XXXXXX\") \
+    && printf '%s' \"$1\" >\"$source\" && exec 3<\"$source\" && rm -f \"$source\" \
+    && exec java -XX:MaxRAM=\"$2\" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:-UsePerfData -Xshare:auto \
+    --add-opens=java.base/java.util=ALL-UNNAMED --source 17 /proc/self/fd/3";
 
 /// How long a kernel may take to start (a spare kernel: with importing its preload modules).
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -52,14 +66,21 @@ pub struct Cell<'a> {
 }
 
 /// The command that runs a kernel of `language`, importing (Python) or requiring (Node) the `preload` modules before
-/// it reports ready, in `cwd` (`None`: the sandbox's default working directory).
-pub fn kernel_command(language: CodeLanguage, preload: &[String], cwd: Option<&str>) -> CommandSpec {
-    let head = match language {
-        CodeLanguage::Python => ["python3", "-c", PYTHON_KERNEL],
-        CodeLanguage::Javascript | CodeLanguage::Typescript => ["node", "-e", NODE_KERNEL],
-        CodeLanguage::Bash => ["python3", "-c", BASH_KERNEL],
+/// it reports ready (Java ignores them), in `cwd` (`None`: the sandbox's default working directory), in a sandbox of
+/// `memory_bytes` (the JVM sizes its heap by it, as by a container's limit: at most a quarter).
+pub fn kernel_command(language: CodeLanguage, preload: &[String], cwd: Option<&str>, memory_bytes: u64) -> CommandSpec {
+    let head: &[&str] = match language {
+        CodeLanguage::Python => &["python3", "-c", PYTHON_KERNEL],
+        CodeLanguage::Javascript | CodeLanguage::Typescript => &["node", "-e", NODE_KERNEL],
+        CodeLanguage::Bash => &["python3", "-c", BASH_KERNEL],
+        // The kernel is the launcher's `$1`, the memory its `$2`; Java has nothing to preload.
+        CodeLanguage::Java => &["bash", "-c", JAVA_LAUNCHER, "sandkasten-java-kernel", JAVA_KERNEL],
     };
-    let argv = head.into_iter().map(str::to_owned).chain(preload.iter().cloned()).collect();
+    let tail = match language {
+        CodeLanguage::Java => vec![memory_bytes.to_string()],
+        _ => preload.to_vec(),
+    };
+    let argv = head.iter().copied().map(str::to_owned).chain(tail).collect();
     let mut env: BTreeMap<String, String> =
         [("PYTHONDONTWRITEBYTECODE", "1"), ("MPLBACKEND", "Agg"), ("NODE_NO_WARNINGS", "1")]
             .into_iter()
@@ -153,14 +174,15 @@ fn describe_exit(exit: &CommandExit) -> String {
 }
 
 impl Kernel {
-    /// Starts a kernel in `cwd` with the `preload` modules loaded and waits until it is ready.
+    /// Starts a kernel in `host`'s sandbox, in `cwd`, with the `preload` modules loaded, and waits until it is ready.
     pub async fn start(
-        agent: &Arc<AgentClient>,
+        host: &KernelHost,
         language: CodeLanguage,
         preload: &[String],
         cwd: Option<&str>,
     ) -> Result<Kernel, Failure> {
-        let (command, events) = agent.spawn_background(kernel_command(language, preload, cwd), None).await?;
+        let spec = kernel_command(language, preload, cwd, host.memory_bytes);
+        let (command, events) = host.agent.spawn_background(spec, None).await?;
         let mut kernel = Kernel {
             command: Arc::new(command),
             events: bounded(events),
@@ -174,6 +196,7 @@ impl Kernel {
             CodeLanguage::Python => "python3",
             CodeLanguage::Javascript | CodeLanguage::Typescript => "node",
             CodeLanguage::Bash => "bash",
+            CodeLanguage::Java => "java",
         };
         loop {
             let event = tokio::time::timeout_at(deadline, kernel.events.recv()).await;
@@ -378,12 +401,46 @@ mod tests {
     #[test]
     fn preload_modules_follow_the_kernel_program() {
         let preload = ["fractions".to_owned(), "json".to_owned()];
-        let python = kernel_command(CodeLanguage::Python, &preload, None);
+        let python = kernel_command(CodeLanguage::Python, &preload, None, 1 << 30);
         assert_eq!(python.argv.unwrap_or_default(), ["python3", "-c", PYTHON_KERNEL, "fractions", "json"]);
         assert_eq!(python.cwd, None, "the sandbox's default working directory");
-        let node = kernel_command(CodeLanguage::Javascript, &[], Some("/home/user/work"));
+        let node = kernel_command(CodeLanguage::Javascript, &[], Some("/home/user/work"), 1 << 30);
         assert_eq!(node.argv.unwrap_or_default(), ["node", "-e", NODE_KERNEL], "a cold kernel has no arguments");
         assert_eq!(node.cwd.as_deref(), Some("/home/user/work"));
+    }
+
+    /// The launcher and the kernel on the host (no sandbox): the kernel compiles, answers, and leaves no source file.
+    #[test]
+    fn java_kernel_starts_from_its_launcher_and_leaves_no_source_file() -> Result<(), Box<dyn std::error::Error>> {
+        use std::io::{BufRead, BufReader, Write};
+        if !std::path::Path::new("/usr/bin/jshell").exists() {
+            eprintln!("skipped: no JDK on this host (/usr/bin/jshell)");
+            return Ok(());
+        }
+        let tmp = tempfile::tempdir()?;
+        let spec = kernel_command(CodeLanguage::Java, &["ignored".to_owned()], None, 256 << 20);
+        let argv = spec.argv.unwrap_or_default();
+        assert_eq!(argv[argv.len() - 2..], [JAVA_KERNEL.to_owned(), (256u64 << 20).to_string()], "no preload names");
+        let mut child = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .env("TMPDIR", tmp.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()?;
+        let mut lines = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
+        let mut next = || -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+            Ok(serde_json::from_str(&lines.next().ok_or("the kernel ended")??)?)
+        };
+        let ready = next()?;
+        assert_eq!(ready["type"], "ready", "{ready}");
+        assert_eq!(std::fs::read_dir(tmp.path())?.count(), 0, "the kernel's source file was left behind");
+        let mut stdin = child.stdin.take().ok_or("no stdin")?;
+        stdin.write_all(b"{\"id\":1,\"code\":\"int x = 41;\\nx + 1\",\"env\":{}}\n")?;
+        drop(stdin);
+        let reply = next()?;
+        assert_eq!(reply["results"][0]["text/plain"], "42", "{reply}");
+        assert!(child.wait()?.success(), "the kernel ends when its input does");
+        Ok(())
     }
 
     #[tokio::test]

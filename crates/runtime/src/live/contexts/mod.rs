@@ -36,6 +36,15 @@ use spare::Spares;
 /// Most contexts one sandbox may have at once.
 pub const MAX_CONTEXTS: usize = 16;
 
+/// The sandbox a kernel starts in: its agent, and its memory limit, which a kernel that sizes itself by the machine's
+/// memory is told (a JVM's heap: the sandbox's `/proc/meminfo` shows the host's memory).
+pub struct KernelHost {
+    /// The sandbox's agent.
+    pub agent: Arc<AgentClient>,
+    /// The sandbox's memory limit in bytes.
+    pub memory_bytes: u64,
+}
+
 /// One context.
 struct Context {
     id: String,
@@ -75,15 +84,10 @@ impl Context {
     }
 
     /// Puts a kernel into `slot` (the caller holds the lock): `spare` when given, else a cold start.
-    async fn start(
-        &self,
-        agent: &Arc<AgentClient>,
-        slot: &mut Option<Kernel>,
-        spare: Option<Kernel>,
-    ) -> Result<(), Failure> {
+    async fn start(&self, host: &KernelHost, slot: &mut Option<Kernel>, spare: Option<Kernel>) -> Result<(), Failure> {
         let kernel = match spare {
             Some(kernel) => kernel,
-            None => Kernel::start(agent, self.language, &[], self.cwd.as_deref()).await?,
+            None => Kernel::start(host, self.language, &[], self.cwd.as_deref()).await?,
         };
         self.set_running(Some(kernel.command()));
         self.count.store(0, Ordering::Relaxed);
@@ -184,12 +188,12 @@ impl Contexts {
     /// context of that language to adopt; it replaces the sandbox's spare of that language, if there was one.
     pub async fn prepare(
         &self,
-        agent: &Arc<AgentClient>,
+        host: &KernelHost,
         sandbox: &str,
         language: CodeLanguage,
         preload: &[String],
     ) -> Result<(), Failure> {
-        let kernel = Kernel::start(agent, language, preload, None).await?;
+        let kernel = Kernel::start(host, language, preload, None).await?;
         let replaced = self.spares.lock().map_err(|_| sandbox_gone())?.put(sandbox, language, kernel);
         // Dropping a kernel kills it.
         drop(replaced);
@@ -220,18 +224,18 @@ impl Contexts {
     /// it. A spare kernel (started in the default directory) is adopted only by a context without a `cwd`.
     pub async fn create(
         &self,
-        agent: &Arc<AgentClient>,
+        host: &KernelHost,
         sandbox: &str,
         language: CodeLanguage,
         cwd: Option<String>,
     ) -> Result<ContextInfo, Failure> {
         if let Some(dir) = &cwd {
-            usable_cwd(agent, dir).await?;
+            usable_cwd(&host.agent, dir).await?;
         }
         let context = self.register(sandbox, language, false, cwd)?;
         let mut slot = context.kernel.lock().await;
         let spare = if context.cwd.is_none() { self.adopt_spare(sandbox, language) } else { None };
-        if let Err(error) = context.start(agent, &mut slot, spare).await {
+        if let Err(error) = context.start(host, &mut slot, spare).await {
             drop(slot);
             self.unregister(sandbox, &context.id);
             return Err(error);
@@ -259,7 +263,7 @@ impl Contexts {
     }
 
     /// Restarts a context's kernel: its state is gone, its count starts again.
-    pub async fn restart(&self, agent: &Arc<AgentClient>, sandbox: &str, id: &str) -> Result<ContextInfo, Failure> {
+    pub async fn restart(&self, host: &KernelHost, sandbox: &str, id: &str) -> Result<ContextInfo, Failure> {
         let context = self.get(sandbox, id)?;
         context.kill_running().await;
         let mut slot = context.kernel.lock().await;
@@ -267,7 +271,7 @@ impl Contexts {
             kernel.shutdown().await;
         }
         context.set_running(None);
-        context.start(agent, &mut slot, None).await?;
+        context.start(host, &mut slot, None).await?;
         Ok(context.info())
     }
 
@@ -310,7 +314,7 @@ impl Contexts {
     /// (killed from outside) is started again first, and the answer says the context was restarted.
     pub async fn run(
         &self,
-        agent: &Arc<AgentClient>,
+        host: &KernelHost,
         sandbox: &str,
         request: CodeRun,
         output: CellOutput,
@@ -330,7 +334,7 @@ impl Contexts {
         }
         if slot.is_none() {
             let spare = if restarted { None } else { self.adopt_spare(sandbox, context.language) };
-            context.start(agent, &mut slot, spare).await?;
+            context.start(host, &mut slot, spare).await?;
         }
         let Some(kernel) = slot.as_mut() else {
             return Err(error::not_found(&context.id));
@@ -369,7 +373,7 @@ impl Contexts {
             context.set_running(None);
             if !context.removed.load(Ordering::Relaxed) {
                 outcome.context_restarted = true;
-                if let Err(error) = context.start(agent, &mut slot, None).await
+                if let Err(error) = context.start(host, &mut slot, None).await
                     && let Some(cell_error) = &mut outcome.error
                 {
                     cell_error.value = format!("{}; restarting it failed: {error}", cell_error.value);
