@@ -376,6 +376,25 @@ async def test_code_interpreter_languages_async():
         await sandbox.kill()
 
 
+async def test_code_interpreter_languages_java_async():
+    import os
+
+    if not os.path.exists("/usr/bin/jshell"):
+        pytest.skip("no JDK on this host (/usr/bin/jshell; scripts/setup.sh installs openjdk-17-jdk-headless)")
+    sandbox = await support.acreate(AsyncCodeSandbox)
+    try:
+        await sandbox.run_code("var n = 41;", language="java")
+        assert (await sandbox.run_code("n + 1", language="java")).text == "42"
+        streamed = []
+        printed = await sandbox.run_code(
+            'System.out.println("async java");', language="java", on_stdout=lambda m: streamed.append(m.line)
+        )
+        assert printed.logs.stdout == ["async java\n"]
+        assert streamed == ["async java\n"]
+    finally:
+        await sandbox.kill()
+
+
 async def test_code_interpreter_display_async():
     sandbox = await support.acreate(AsyncCodeSandbox)
     try:
