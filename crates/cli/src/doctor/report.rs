@@ -5,7 +5,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::tiers::{Tier, TierSummary};
+use sandkasten_types::Tier;
+
+use super::tiers::{REPORTED, TierSummary};
 
 /// How a check went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -132,12 +134,13 @@ pub struct Tiers {
 }
 
 impl Tiers {
-    /// The verdict for one tier.
-    pub fn get(&self, tier: Tier) -> &TierSummary {
+    /// The verdict for one tier (`None` for `auto`, which is not a tier of its own).
+    pub fn get(&self, tier: Tier) -> Option<&TierSummary> {
         match tier {
-            Tier::Process => &self.process,
-            Tier::Gvisor => &self.gvisor,
-            Tier::Microvm => &self.microvm,
+            Tier::Process => Some(&self.process),
+            Tier::Gvisor => Some(&self.gvisor),
+            Tier::Microvm => Some(&self.microvm),
+            Tier::Auto => None,
         }
     }
 }
@@ -168,8 +171,7 @@ pub fn render_text(report: &Report) -> String {
         }
     }
     let _ = writeln!(out, "\ntiers:");
-    for tier in Tier::ALL {
-        let summary = report.tiers.get(tier);
+    for (tier, summary) in REPORTED.into_iter().filter_map(|tier| Some((tier, report.tiers.get(tier)?))) {
         let _ = writeln!(out, "{:<STATUS_WIDTH$}{} {}: {}", "", tier.name(), summary.verdict(), summary.reason);
     }
     out

@@ -2,52 +2,31 @@
 
 use serde::Serialize;
 
-use sandkasten_types::MicrovmAccel;
+use sandkasten_types::{MicrovmAccel, Tier};
 
 use super::microvm::MicrovmChoice;
 use super::report::{Check, CheckId, Status, Tiers};
 
-/// An isolation tier, in the order they are reported.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tier {
-    /// Namespaces, seccomp, landlock, cgroups (the default).
-    Process,
-    /// gVisor's `runsc`.
-    Gvisor,
-    /// A guest kernel in QEMU (KVM where it runs at hardware speed, else software emulation).
-    Microvm,
-}
+/// The tiers reported, in order: every tier a sandbox runs on (`auto` resolves to one of them).
+pub const REPORTED: [Tier; 3] = Tier::CREATABLE;
 
-impl Tier {
-    /// Every tier, in report order.
-    pub const ALL: [Tier; 3] = [Tier::Process, Tier::Gvisor, Tier::Microvm];
-
-    /// The tier's name as used on the command line and in JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            Tier::Process => "process",
-            Tier::Gvisor => "gvisor",
-            Tier::Microvm => "microvm",
-        }
-    }
-
-    /// The checks this tier needs; a failed one makes the tier unusable, a warning does not. (Landlock is
-    /// optional for the process tier: its check only ever warns.)
-    pub fn requirements(self) -> &'static [CheckId] {
-        match self {
-            Tier::Process => &[
-                CheckId::Root,
-                CheckId::UserNamespaces,
-                CheckId::Cgroups,
-                CheckId::Seccomp,
-                CheckId::Landlock,
-                CheckId::Filesystems,
-            ],
-            Tier::Gvisor => &[CheckId::Runsc, CheckId::RunscStart],
-            // KVM is not required: without it at hardware speed guests run under software emulation (TCG), where
-            // `[microvm] allow_emulation` allows it (the acceleration check).
-            Tier::Microvm => &[CheckId::Qemu, CheckId::MicrovmBoot, CheckId::MicrovmAccel],
-        }
+/// The checks `tier` needs; a failed one makes the tier unusable, a warning does not. (Landlock is optional for the
+/// process tier: its check only ever warns.) `auto` needs nothing of its own.
+pub fn requirements(tier: Tier) -> &'static [CheckId] {
+    match tier {
+        Tier::Process => &[
+            CheckId::Root,
+            CheckId::UserNamespaces,
+            CheckId::Cgroups,
+            CheckId::Seccomp,
+            CheckId::Landlock,
+            CheckId::Filesystems,
+        ],
+        Tier::Gvisor => &[CheckId::Runsc, CheckId::RunscStart],
+        // KVM is not required: without it at hardware speed guests run under software emulation (TCG), where
+        // `[microvm] allow_emulation` allows it (the acceleration check).
+        Tier::Microvm => &[CheckId::Qemu, CheckId::MicrovmBoot, CheckId::MicrovmAccel],
+        Tier::Auto => &[],
     }
 }
 
@@ -90,7 +69,7 @@ pub fn summarize(checks: &[Check], microvm: Option<&MicrovmChoice>) -> Tiers {
 fn summarize_tier(tier: Tier, checks: &[Check], microvm: Option<&MicrovmChoice>) -> TierSummary {
     let mut failed = Vec::new();
     let mut warned = Vec::new();
-    for id in tier.requirements() {
+    for id in requirements(tier) {
         match checks.iter().find(|c| c.id == *id) {
             None => failed.push(format!("{} (not checked)", id.name())),
             Some(check) => match check.status {
@@ -172,9 +151,10 @@ mod tests {
     fn every_tier_is_usable_when_every_check_passes() {
         let tiers = summarize(&all_ok());
         for tier in [Tier::Process, Tier::Gvisor] {
-            assert!(tiers.get(tier).usable, "{}", tier.name());
-            assert_eq!(tiers.get(tier).reason, "all requirements met");
-            assert_eq!(tiers.get(tier).verdict(), "usable");
+            let Some(summary) = tiers.get(tier) else { panic!("{tier} is reported") };
+            assert!(summary.usable, "{}", tier.name());
+            assert_eq!(summary.reason, "all requirements met");
+            assert_eq!(summary.verdict(), "usable");
         }
         assert!(tiers.microvm.usable);
         assert_eq!(tiers.microvm.verdict(), "usable (kvm)");

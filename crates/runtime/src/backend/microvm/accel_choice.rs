@@ -175,17 +175,38 @@ fn store(path: &Path, cached: &Cached) {
     }
 }
 
+/// What the probe's firmware files are called: `PREFIX<pid>-<ns>.rom`, the pid the process that wrote it.
+const FIRMWARE_PREFIX: &str = "sandkasten-accel-probe-";
+
+/// Removes the firmware files in `dir` of processes that no longer run (a server killed while it probed).
+fn sweep_stale_firmware(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(FIRMWARE_PREFIX)
+            .filter(|rest| rest.ends_with(".rom"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// The probe's firmware image in a file of its own, removed on drop.
 struct Firmware(PathBuf);
 
 impl Firmware {
     fn write() -> Option<Firmware> {
         use std::io::Write as _;
-        let path = std::env::temp_dir().join(format!(
-            "sandkasten-accel-probe-{}-{}.rom",
-            std::process::id(),
-            sandkasten_protocol::monotonic_ns()
-        ));
+        let dir = std::env::temp_dir();
+        sweep_stale_firmware(&dir);
+        let path =
+            dir.join(format!("{FIRMWARE_PREFIX}{}-{}.rom", std::process::id(), sandkasten_protocol::monotonic_ns()));
         let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(&path).ok()?;
         let firmware = Firmware(path);
         file.write_all(&speed_probe::firmware()).ok()?;
@@ -256,6 +277,25 @@ mod tests {
 
     /// The real probe on this host: TCG always runs; on `kvm_pvm` (KVM on emulated nested virtualisation) KVM must
     /// be measured slower than TCG and `auto` must say TCG with how much slower.
+    #[test]
+    fn firmware_of_processes_that_are_gone_is_swept_and_a_running_one_s_kept() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let dir = tempfile::tempdir()?;
+        let mut child = std::process::Command::new("true").spawn()?;
+        let gone = child.id();
+        child.wait()?;
+        let stale = dir.path().join(format!("{FIRMWARE_PREFIX}{gone}-1.rom"));
+        let live = dir.path().join(format!("{FIRMWARE_PREFIX}{}-2.rom", std::process::id()));
+        let other = dir.path().join(format!("{FIRMWARE_PREFIX}{gone}-3.txt"));
+        for path in [&stale, &live, &other] {
+            std::fs::write(path, b"rom")?;
+        }
+        sweep_stale_firmware(dir.path());
+        assert!(!stale.exists(), "a dead server's firmware is removed");
+        assert!(live.exists() && other.exists(), "a running probe's file and other names are kept");
+        Ok(())
+    }
+
     #[test]
     fn the_real_probe_measures_both_accelerations() {
         let Some(qemu) = crate::backend::resolve_program(Path::new("qemu-system-x86_64")) else {
