@@ -10,8 +10,12 @@
 // and System.err are captured as "stream" messages; System.in reads nothing (stdin is the protocol). `env` is set for
 // the cell only and put back after it (the JVM's environment map is reached by reflection: the command opens
 // java.util to this program). SIGINT (the host's interrupt) stops the running snippet, not the kernel.
-// Arguments after the file (a spare kernel's preload modules) are ignored: there is nothing to preload in Java.
+// A variable or statement naming something undefined is a CompilationException; a method or class may name what a
+// later cell defines (jshell's forward references). A snippet javac cannot generate (a string constant over 65535
+// bytes) leaves jshell unable to compile anything again: the kernel then starts a new evaluator and the error says the
+// context's state was reset.
 
+import java.io.BufferedInputStream;
 import java.io.ByteArrayOutputStream;
 import java.io.FileDescriptor;
 import java.io.FileInputStream;
@@ -29,21 +33,24 @@ import java.util.Locale;
 import java.util.Map;
 import java.util.stream.Collectors;
 
+import jdk.jshell.DeclarationSnippet;
 import jdk.jshell.Diag;
 import jdk.jshell.EvalException;
 import jdk.jshell.ExpressionSnippet;
 import jdk.jshell.JShell;
 import jdk.jshell.JShellException;
+import jdk.jshell.MethodSnippet;
 import jdk.jshell.Snippet;
 import jdk.jshell.SnippetEvent;
 import jdk.jshell.SourceCodeAnalysis;
+import jdk.jshell.TypeDeclSnippet;
 import jdk.jshell.UnresolvedReferenceException;
 import jdk.jshell.VarSnippet;
 
 public final class JavaKernel {
     /** The protocol's own descriptors, kept before System.out and System.in are replaced. */
     private static final OutputStream CHANNEL = new FileOutputStream(FileDescriptor.out);
-    private static final InputStream REQUESTS = new FileInputStream(FileDescriptor.in);
+    private static final InputStream REQUESTS = new BufferedInputStream(new FileInputStream(FileDescriptor.in), 1 << 16);
     /** How often captured output is forwarded while a cell runs. */
     private static final long FORWARD_EVERY_MS = 20;
 
@@ -52,6 +59,8 @@ public final class JavaKernel {
     /** Set by SIGINT while a cell runs: jshell reports a stopped snippet as if it had ended normally. */
     private static volatile boolean interrupted = false;
     private static int count = 0;
+    /** The evaluator; replaced when a snippet leaves it unable to compile anything again (`freshShell`). */
+    private static volatile JShell shell;
 
     static synchronized void send(Map<String, Object> message) {
         byte[] data = (Json.write(message) + "\n").getBytes(StandardCharsets.UTF_8);
@@ -236,7 +245,8 @@ public final class JavaKernel {
     }
 
     /** Runs one cell: snippet by snippet; the reply's results and error. */
-    static void runCell(JShell shell, String code, List<Object> results, Map<String, Object>[] failure) {
+    static void runCell(String code, List<Object> results, Map<String, Object>[] failure) {
+        JShell shell = JavaKernel.shell;
         SourceCodeAnalysis analysis = shell.sourceCodeAnalysis();
         String remaining = code;
         String lastValue = null;
@@ -264,13 +274,35 @@ public final class JavaKernel {
                     continue;
                 }
                 Snippet snippet = event.snippet();
+                String diagnostics = shell.diagnostics(snippet)
+                        .filter(Diag::isError)
+                        .map(diag -> diag.getMessage(Locale.ROOT))
+                        .collect(Collectors.joining("\n"));
                 if (event.status() == Snippet.Status.REJECTED) {
-                    String diagnostics = shell.diagnostics(snippet)
-                            .filter(Diag::isError)
-                            .map(diag -> diag.getMessage(Locale.ROOT))
-                            .collect(Collectors.joining("\n"));
                     failure[0] = error("CompilationException", diagnostics, List.of(snippet.source().trim()));
                     return;
+                }
+                if (event.status() == Snippet.Status.RECOVERABLE_NOT_DEFINED) {
+                    List<String> missing = snippet instanceof DeclarationSnippet
+                            ? shell.unresolvedDependencies((DeclarationSnippet) snippet).collect(Collectors.toList())
+                            : List.of();
+                    if (missing.isEmpty()) {
+                        // Compiled, yet not defined (javac could not generate it, e.g. a constant over 65535 bytes):
+                        // jshell keeps the failure in every later compilation, even with the snippet dropped, so
+                        // the only way on is a new evaluator, which the error says.
+                        String why = diagnostics.isEmpty() ? "the snippet could not be defined" : diagnostics;
+                        failure[0] = error("CompilationException", why + "; this context's Java state was reset, "
+                                + "as jshell cannot compile anything after this", List.of(snippet.source().trim()));
+                        shell.close();
+                        JavaKernel.shell = freshShell();
+                        return;
+                    }
+                    if (!(snippet instanceof MethodSnippet) && !(snippet instanceof TypeDeclSnippet)) {
+                        // A method or class may name what a later cell defines; a variable or statement cannot wait.
+                        failure[0] = error("CompilationException", "cannot find symbol: " + String.join(", ", missing),
+                                List.of(snippet.source().trim()));
+                        return;
+                    }
                 }
                 if (event.exception() != null) {
                     failure[0] = exceptionError(event.exception());
@@ -290,7 +322,7 @@ public final class JavaKernel {
     }
 
     @SuppressWarnings("unchecked")
-    static void handle(JShell shell, Map<String, Object> request) {
+    static void handle(Map<String, Object> request) {
         count += 1;
         currentId = request.get("id");
         List<Object> results = new ArrayList<>();
@@ -299,7 +331,7 @@ public final class JavaKernel {
         interrupted = false;
         inCell = true;
         try {
-            runCell(shell, String.valueOf(request.getOrDefault("code", "")), results, failure);
+            runCell(String.valueOf(request.getOrDefault("code", "")), results, failure);
         } catch (IllegalStateException closed) {
             failure[0] = error("KernelError", "the evaluation engine ended: " + closed.getMessage(), List.of());
         } finally {
@@ -325,12 +357,21 @@ public final class JavaKernel {
         }
     }
 
+    /** A new evaluator in this JVM, its compiler loaded (the first evaluation loads it: done here, then forgotten). */
+    static JShell freshShell() {
+        JShell fresh = JShell.builder().executionEngine("local").build();
+        for (SnippetEvent warm : fresh.eval("int sandkastenWarmUp = 0;")) {
+            fresh.drop(warm.snippet());
+        }
+        return fresh;
+    }
+
     @SuppressWarnings("unchecked")
     public static void main(String[] args) throws Exception {
         System.setIn(InputStream.nullInputStream());
         System.setOut(new PrintStream(STDOUT, true, StandardCharsets.UTF_8));
         System.setErr(new PrintStream(STDERR, true, StandardCharsets.UTF_8));
-        JShell shell = JShell.builder().executionEngine("local").build();
+        shell = freshShell();
         sun.misc.Signal.handle(new sun.misc.Signal("INT"), signal -> {
             if (inCell) {
                 interrupted = true;
@@ -350,10 +391,6 @@ public final class JavaKernel {
         }, "sandkasten-forwarder");
         forwarder.setDaemon(true);
         forwarder.start();
-        // The first evaluation loads the compiler: done before "ready", then forgotten.
-        for (SnippetEvent warm : shell.eval("int sandkastenWarmUp = 0;")) {
-            shell.drop(warm.snippet());
-        }
         send(message("type", "ready", "language", "java", "pid", ProcessHandle.current().pid()));
         while (true) {
             String line = readLine();
@@ -373,7 +410,7 @@ public final class JavaKernel {
                         "error", error("ProtocolError", "a request is a JSON object", List.of())));
                 continue;
             }
-            handle(shell, (Map<String, Object>) request);
+            handle((Map<String, Object>) request);
         }
         forwardAll();
         Runtime.getRuntime().halt(0);

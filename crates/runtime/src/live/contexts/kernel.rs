@@ -409,7 +409,8 @@ mod tests {
         assert_eq!(node.cwd.as_deref(), Some("/home/user/work"));
     }
 
-    /// The launcher and the kernel on the host (no sandbox): the kernel compiles, answers, and leaves no source file.
+    /// The launcher and the kernel on the host (no sandbox): the kernel compiles, answers, leaves no source file, and
+    /// recovers from a snippet that leaves jshell unable to compile.
     #[test]
     fn java_kernel_starts_from_its_launcher_and_leaves_no_source_file() -> Result<(), Box<dyn std::error::Error>> {
         use std::io::{BufRead, BufReader, Write};
@@ -436,9 +437,17 @@ mod tests {
         assert_eq!(std::fs::read_dir(tmp.path())?.count(), 0, "the kernel's source file was left behind");
         let mut stdin = child.stdin.take().ok_or("no stdin")?;
         stdin.write_all(b"{\"id\":1,\"code\":\"int x = 41;\\nx + 1\",\"env\":{}}\n")?;
+        // A constant javac cannot generate leaves jshell unable to compile anything: the kernel starts a new one.
+        let too_long = serde_json::json!({"id": 2, "code": format!("String s = \"{}\";", "x".repeat(70_000))});
+        stdin.write_all(format!("{too_long}\n{}\n", serde_json::json!({"id": 3, "code": "1 + 1"})).as_bytes())?;
         drop(stdin);
         let reply = next()?;
         assert_eq!(reply["results"][0]["text/plain"], "42", "{reply}");
+        let refused = next()?;
+        assert_eq!(refused["error"]["name"], "CompilationException", "{refused}");
+        assert!(refused["error"]["value"].as_str().unwrap_or_default().contains("state was reset"), "{refused}");
+        let after = next()?;
+        assert_eq!(after["results"][0]["text/plain"], "2", "the kernel compiles again: {after}");
         assert!(child.wait()?.success(), "the kernel ends when its input does");
         Ok(())
     }
