@@ -227,17 +227,20 @@ pub async fn serve_on(
         mcp_state.mcp_sessions().stopping().cancel();
     };
     let result = http_serve::serve(listener, router(state.clone()), config.http, shutdown).await;
-    sweeper.abort();
-    refill.abort();
-    sampler.abort();
-    if let Some(audit) = audit {
-        audit.abort();
+    // Wait for each background task to be gone, not only told to go, so none is mid-write when the store closes.
+    for task in [Some(sweeper), Some(refill), Some(sampler), audit].into_iter().flatten() {
+        task.abort();
+        let _cancelled = task.await;
     }
     // Idle pool members belong to nobody: destroy them now (a creation cut short by the abort is left to the
     // runtime, which destroys every sandbox when it goes).
     lifecycle::refill::destroy_idle(&state).await;
     // Sessions opened after the signal, and requests in flight then, may have created more.
     mcp::close_sessions(&state).await;
+    // Tasks a request started may still hold the store: close it now so the database is whole when this returns.
+    if let Err(error) = state.store().close().await {
+        tracing::warn!(%error, "closing the database failed");
+    }
     tracing::info!("sandkasten server stopped");
     result.map_err(ServerError::Serve)
 }

@@ -50,6 +50,9 @@ pub enum StoreError {
     /// A thread panicked while holding the connection.
     #[error("database connection poisoned by a panic")]
     Poisoned,
+    /// The database was closed (the server stopped).
+    #[error("the database is closed: the server has stopped")]
+    Closed,
     /// The blocking task did not complete.
     #[error("database task failed: {0}")]
     Join(#[from] tokio::task::JoinError),
@@ -264,7 +267,8 @@ pub struct CommandState {
 /// The SQLite store. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
-    conn: Arc<Mutex<Connection>>,
+    /// `None` once `close` has run: the server stopped, and a task still running then gets `StoreError::Closed`.
+    conn: Arc<Mutex<Option<Connection>>>,
     /// The keys secret values are sealed with (see `seal`).
     keys: Arc<SealKeys>,
 }
@@ -423,7 +427,7 @@ impl Store {
         if sealed + resealed > 0 {
             crate::seal::rows::scrub(&conn)?;
         }
-        Ok(Store { conn: Arc::new(Mutex::new(conn)), keys: Arc::new(keys) })
+        Ok(Store { conn: Arc::new(Mutex::new(Some(conn))), keys: Arc::new(keys) })
     }
 
     /// The keys secret values are sealed with.
@@ -440,7 +444,22 @@ impl Store {
         let conn = Arc::clone(&self.conn);
         tokio::task::spawn_blocking(move || {
             let mut guard = conn.lock().map_err(|_| StoreError::Poisoned)?;
-            f(&mut guard)
+            f(guard.as_mut().ok_or(StoreError::Closed)?)
+        })
+        .await?
+    }
+
+    /// Closes the database now, whoever still holds a clone of this store: SQLite checkpoints the write-ahead log
+    /// and removes its `-wal` and `-shm` files, so a stopped server leaves only the database file. Calls after this
+    /// fail with `StoreError::Closed`.
+    pub async fn close(&self) -> Result<(), StoreError> {
+        let conn = Arc::clone(&self.conn);
+        tokio::task::spawn_blocking(move || {
+            let taken = conn.lock().map_err(|_| StoreError::Poisoned)?.take();
+            match taken {
+                Some(connection) => connection.close().map_err(|(_, error)| StoreError::from(error)),
+                None => Ok(()),
+            }
         })
         .await?
     }
