@@ -363,6 +363,19 @@ def test_gzip_download(sbx, home):
     text = "compressible line\n" * 10_000
     sbx.files.write(f"{home}/gzip.txt", text)
     assert sbx.files.read(f"{home}/gzip.txt", gzip=True) == text
+    # On the wire: gzip for a client that takes it (the SDK's httpx unpacks it unseen), the bytes as they are for one
+    # that does not.
+    import gzip
+
+    import httpx
+
+    url = f"{sbx.download_url(f'{home}/gzip.txt')}&sandbox_id={sbx.sandbox_id}"
+    with httpx.stream("GET", url, headers={"Accept-Encoding": "gzip"}) as packed:
+        assert packed.status_code == 200 and packed.headers["content-encoding"] == "gzip"
+        body = b"".join(packed.iter_raw())
+    assert len(body) < len(text) // 10 and gzip.decompress(body).decode() == text
+    plain = httpx.get(url, headers={"Accept-Encoding": "identity"})
+    assert "content-encoding" not in plain.headers and plain.text == text
 
 
 def test_gzip_upload(sbx, home):

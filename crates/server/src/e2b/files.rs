@@ -9,7 +9,7 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequest, Multipart, Query, Request, State};
-use axum::http::header::CONTENT_TYPE;
+use axum::http::header::{ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_TYPE, VARY};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use sandkasten_types::{CommandUser, FailureKind, FileMetadata, check_metadata};
@@ -116,7 +116,21 @@ pub(crate) async fn download(
     let wanted = query.path.as_deref().ok_or_else(|| E2bError::invalid("give the file as ?path="))?;
     let path = paths::to_sandbox(wanted)?;
     let max = state.settings().max_file_bytes;
+    let gzip = accepts_gzip(&headers);
     match state.runtime().read_file_as(&access.id, &path, max, user).await {
+        Ok(data) if gzip => {
+            // Compressing is CPU work proportional to the file (up to `max_file_bytes`): off the async workers.
+            let compressed = tokio::task::spawn_blocking(move || compress(&data))
+                .await
+                .map_err(|error| E2bError::new(Code::Internal, format!("compressing the download: {error}")))?
+                .map_err(|error| E2bError::new(Code::Internal, format!("compressing the download: {error}")))?;
+            let headers = [
+                (CONTENT_TYPE, HeaderValue::from_static("application/octet-stream")),
+                (CONTENT_ENCODING, HeaderValue::from_static("gzip")),
+                (VARY, HeaderValue::from_static("accept-encoding")),
+            ];
+            Ok((headers, compressed).into_response())
+        }
         Ok(data) => Ok(([(CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"))], data).into_response()),
         Err(failure) if failure.kind == FailureKind::NotFound => {
             Err(E2bError::new(Code::NotFound, format!("path '{wanted}' does not exist")))
@@ -228,6 +242,27 @@ pub(crate) async fn upload(
     Ok(Json(written))
 }
 
+/// Whether the client takes a gzip-compressed answer (`Accept-Encoding: gzip`, as the SDK's `files.read(gzip=True)`
+/// sends it; `gzip;q=0` refuses it).
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers.get_all(ACCEPT_ENCODING).iter().filter_map(|value| value.to_str().ok()).flat_map(|v| v.split(',')).any(
+        |coding| {
+            let mut parts = coding.split(';').map(str::trim);
+            let name = parts.next().unwrap_or_default();
+            let refused = parts.any(|p| p.strip_prefix("q=").is_some_and(|q| q.parse::<f32>().is_ok_and(|q| q == 0.0)));
+            name.eq_ignore_ascii_case("gzip") && !refused
+        },
+    )
+}
+
+/// `data` gzip-compressed.
+fn compress(data: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder.write_all(data)?;
+    encoder.finish()
+}
+
 /// A gzip upload's bytes, at most `max` of them once unpacked (more is refused, however well it compresses).
 fn gunzip(compressed: &[u8], max: u64) -> Result<Vec<u8>, E2bError> {
     use std::io::Read as _;
@@ -253,6 +288,21 @@ mod gzip_tests {
         let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         encoder.write_all(data).unwrap();
         encoder.finish().unwrap()
+    }
+
+    #[test]
+    fn a_download_is_compressed_only_for_a_client_that_takes_gzip() {
+        let with = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(ACCEPT_ENCODING, HeaderValue::from_str(value).unwrap());
+            accepts_gzip(&headers)
+        };
+        assert!(with("gzip") && with("deflate, GZIP;q=0.5") && with("br, gzip"));
+        assert!(!with("identity") && !with("gzip;q=0") && !with("gzipped") && !accepts_gzip(&HeaderMap::new()));
+        let text = b"compressible line\n".repeat(1000);
+        let packed = compress(&text).unwrap();
+        assert!(packed.len() < text.len() / 10);
+        assert_eq!(gunzip(&packed, text.len() as u64).unwrap(), text);
     }
 
     #[test]
