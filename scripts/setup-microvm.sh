@@ -3,9 +3,10 @@
 #   vmlinuz      Debian's cloud kernel (extracted from its package, not installed: the host's boot is untouched)
 #   initrd.img   busybox (static, from Debian's package), the virtio and overlay modules of that kernel, and
 #                resources/microvm/init
-#   rootfs.ext4  the guest's read-only root: the files of the host's packages that sandboxes use (python3, node,
-#                bash, coreutils, git, curl, gcc) with everything they depend on, plus the host /etc files that the
-#                process tier shows too
+#   rootfs.ext4  the guest's read-only root: the files of the host's packages that sandboxes use (root_packages
+#                below: the shells and tools, python3 with numpy/pandas/matplotlib, node with typescript, the JDK,
+#                git, curl, wget, gcc) with everything they depend on, the links update-alternatives made for them,
+#                plus the host /etc files that the process tier shows too
 # and QEMU (qemu-system-x86 from bookworm-backports, which setup.sh has added). A stamp records what was built from
 # what; a changed input rebuilds.
 #
@@ -15,7 +16,9 @@ cd "$(dirname "$0")/.."
 
 dir=${SANDKASTEN_MICROVM_DIR:-/var/lib/sandkasten/microvm}
 kernel_package=linux-image-cloud-amd64
-root_packages=(bash coreutils dash findutils grep sed gawk tar gzip procps python3 nodejs git curl ca-certificates gcc libc6-dev make)
+root_packages=(bash coreutils dash findutils grep sed gawk tar gzip procps iproute2 hostname util-linux python3 python-is-python3
+  python3-pip python3-numpy python3-pandas python3-matplotlib python3-requests nodejs node-typescript openjdk-17-jdk-headless git curl wget
+  openssl ca-certificates gcc libc6-dev make)
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "setup-microvm: run as root (installs QEMU and writes $dir)" >&2
@@ -93,8 +96,18 @@ for path in /etc/ssl /etc/ca-certificates /etc/ld.so.conf /etc/ld.so.conf.d /etc
   /etc/protocols /etc/services /etc/mime.types /etc/gai.conf; do
   if [ -e "$path" ] || [ -L "$path" ]; then cp -a --parents "$path" "$rootfs/"; fi
 done
+# The links update-alternatives made (awk → gawk, java → the JDK's, libblas.so.3 → OpenBLAS, …), which no package's
+# file list holds: every link and slave link of the host's alternatives whose chosen file the root has.
+for name in $(ls /var/lib/dpkg/alternatives); do
+  update-alternatives --query "$name" 2>/dev/null | awk '/^$/ {done = 1} !done && /^Link: / {print $2} !done && /^ / {print $2}'
+done | sort -u | while read -r link; do
+  if [ -L "$link" ] && [[ "$(readlink "$link")" == /etc/alternatives/* ]] && [ -e "$rootfs$(readlink -f "$link")" ]; then
+    mkdir -p "$rootfs$(dirname "$link")"
+    cp -a "$link" "$rootfs$link"
+  fi
+done
 ldconfig -r "$rootfs" 2>/dev/null || true
-for mountpoint in dev proc sys tmp run workspace home/user root .sandkasten/agent; do
+for mountpoint in dev proc sys tmp run workspace .sandkasten/agent; do
   mkdir -p "$rootfs/$mountpoint"
 done
 chmod 1777 "$rootfs/tmp"

@@ -16,7 +16,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use sandkasten_protocol::{DoorExit, DoorPlan, Mux};
+use sandkasten_protocol::{DoorExit, DoorPlan, MAX_DOOR_STREAMS, Mux};
 
 use crate::serve::HostConnections;
 
@@ -118,12 +118,13 @@ fn serve(listener: TcpListener, socket: &str) {
     }
 }
 
-/// Carries every connection as a stream of the door mux over the virtio-serial port `name` (at most
-/// `MAX_CONNECTIONS`; the host bounds them too). Ends when the port does (the host went away).
+/// Carries every connection as a stream of the door mux over the virtio-serial port `name`, at most
+/// `MAX_DOOR_STREAMS` at once: at the cap the next connection waits in the listen backlog until a stream ends (the
+/// host, where each stream holds a descriptor, refuses more). Ends when the port does (the host went away).
 fn serve_over_port(listener: TcpListener, port: u16, name: &str) {
     let Ok(device) = crate::microvm::open_port(name) else { return };
     let Ok(writer) = device.try_clone() else { return };
-    let mux: Mux<TcpStream> = Mux::new(Box::new(writer), MAX_CONNECTIONS);
+    let mux: Mux<TcpStream> = Mux::new(Box::new(writer), MAX_DOOR_STREAMS);
     let reader = mux.clone();
     let demux = std::thread::Builder::new().name("door-port".into()).spawn(move || {
         reader.run(device, None);
@@ -133,9 +134,12 @@ fn serve_over_port(listener: TcpListener, port: u16, name: &str) {
     if demux.is_err() {
         return;
     }
-    for client in listener.incoming() {
-        let Ok(client) = client else { continue };
-        // Refused (too many, or the port is gone): the connection is dropped, its client sees it end.
+    loop {
+        while mux.is_full() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let Ok((client, _)) = listener.accept() else { continue };
+        // Refused (the host is at its cap, or the port is gone): the connection is dropped, its client sees it end.
         mux.open(client, port);
     }
 }

@@ -124,7 +124,14 @@ pub(crate) fn serve_root(
     let root = SandboxRoot::open(Path::new("/"), Some(identity)).map_err(|e| format!("opening the root: {e}"))?;
     write_home_files(&root, &plan.home_files)?;
     let launcher = JailLauncher::new(jail);
-    let context = ServeContext { root, base_env: &plan.env, launcher: &launcher, home: &plan.home, host_connections };
+    let context = ServeContext {
+        root,
+        base_env: &plan.env,
+        launcher: &launcher,
+        home: &plan.home,
+        disk_bytes: plan.disk_bytes,
+        host_connections,
+    };
     let stream = channel.try_clone().map_err(|e| format!("duplicating the channel: {e}"))?;
     serve::serve(stream, &context).map(drop).map_err(|e| format!("serve loop: {e}"))
 }

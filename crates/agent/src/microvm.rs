@@ -125,7 +125,8 @@ fn block_all_signals() {
 }
 
 /// Builds the writable parts of the guest's root for `plan`: the disk holds the home and `/tmp`, the guest's own
-/// devpts and `/dev/shm`, the agent's run directory, the plan's root files (the synthesised `/etc`), the hostname and the loopback.
+/// devpts and `/dev/shm`, the agent's run directory, the plan's root files (the synthesised `/etc`), the hostname and
+/// the loopback; then the root is made read-only.
 pub(crate) fn build_root(plan: &AgentPlan) -> Result<(), String> {
     let mkdir = |path: &str| std::fs::create_dir_all(path).map_err(|e| format!("creating {path}: {e}"));
     let disk = find_disk(DISK_SERIAL)?;
@@ -133,7 +134,9 @@ pub(crate) fn build_root(plan: &AgentPlan) -> Result<(), String> {
     let nosuid_nodev = MountFlags::NOSUID | MountFlags::NODEV;
     mount(&disk, DISK_MOUNT, "ext4", nosuid_nodev, None::<&std::ffi::CStr>)
         .map_err(|e| format!("mounting the sandbox's disk {}: {e}", disk.display()))?;
-    for (inside, on_disk, mode) in [(plan.home.as_str(), "home", 0o755), ("/tmp", "tmp", 0o1777)] {
+    // Mountinfo shows a bind's source path as the mount's root: the disk's directories are named so that none reads
+    // as a host directory (`/home`, `/tmp`) bound in.
+    for (inside, on_disk, mode) in [(plan.home.as_str(), "workspace", 0o755), ("/tmp", "scratch", 0o1777)] {
         let source = format!("{DISK_MOUNT}/{on_disk}");
         mkdir(&source)?;
         mkdir(inside)?;
@@ -172,7 +175,11 @@ pub(crate) fn build_root(plan: &AgentPlan) -> Result<(), String> {
     sandkasten_jail::namespaces::set_hostname("sandbox").map_err(|e| e.to_string())?;
     // The guest kernel is this sandbox's alone: its OOM kills are the sandbox's memory limit firing.
     crate::serve::guest_oom::own_the_kernel();
-    sandkasten_jail::net::bring_up_loopback().map_err(|e| e.to_string())
+    sandkasten_jail::net::bring_up_loopback().map_err(|e| e.to_string())?;
+    // Built: the root is read-only from here on, as on the other tiers (the writable places are the mounts above).
+    // Its overlay's upper layer is guest RAM, so a write there would touch nothing of the host, but a sandbox that
+    // can rewrite `/usr` behaves unlike every other tier, and whatever runs next in it would run what was written.
+    rustix::mount::mount_remount("/", MountFlags::RDONLY, "").map_err(|e| format!("making the root read-only: {e}"))
 }
 
 /// The block device whose virtio serial number is `serial`.

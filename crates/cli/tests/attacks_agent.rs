@@ -1,7 +1,7 @@
 //! Attacks on the sandbox's agent (PID 1 inside): it is a forked copy of the CLI, so its memory starts with the CLI's
 //! argv and environment; none of that may be readable from inside, and the agent must not be killable or traceable.
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #[macro_use]
 mod common;

@@ -1,7 +1,7 @@
 //! Filesystem and information-leak attacks, asserted on the host: reading host canary files, the host's environment,
 //! host mounts, writing outside /workspace and /tmp, sensitive /proc and /sys paths, filling the disk.
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code, clippy::unwrap_used, clippy::expect_used)]
 

@@ -4,7 +4,7 @@
 //! runs for real inside; the host checks its own page cache (`mincore` of the file), its disk's flush counter
 //! (`/proc/diskstats`) and its boot id, and opens and runs the watched files itself.
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code, clippy::unwrap_used, clippy::expect_used)]
 

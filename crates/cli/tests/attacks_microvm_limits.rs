@@ -15,13 +15,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::microvm::{Watched, alive, assert_no_microvm_leaks, children_of, wait_for_vmm};
+use common::microvm::{VMM_OVERHEAD_BYTES, Watched, alive, assert_no_microvm_leaks, children_of, wait_for_vmm};
 use common::{HostVictim, host_pids};
 
 /// How long a boot may take on a loaded host before the test gives up.
 const BOOT_LIMIT: Duration = Duration::from_secs(120);
-/// The VMM's memory beside the guest's RAM that the tier charges to the sandbox's cgroup (`VMM_OVERHEAD_BYTES`).
-const VMM_OVERHEAD_BYTES: u64 = 160 << 20;
 /// The host tasks a microVM sandbox's cgroup allows (`VMM_HOST_TASKS`): QEMU's threads, never the guest's processes.
 const VMM_HOST_TASKS: u64 = 64;
 
@@ -202,9 +200,9 @@ fn disk_fill_stops_at_the_sandboxs_disk_image() {
         .unwrap_or_else(|| panic!("the filler did not report\n{}", r.describe()));
     assert!(written > disk / 2, "positive control: the guest could write to its disk\n{}", r.describe());
     assert!(written <= disk, "the guest wrote {written} bytes to a {disk}-byte disk\n{}", r.describe());
-    // The image is the disk limit plus ext4's metadata (1/16 and 8 MiB): the guest cannot grow it on the host.
+    // The image is the disk limit plus ext4's metadata (1/32 and 2 MiB): the guest cannot grow it on the host.
     let largest = largest.expect("the sandbox's disk image was never seen while it ran");
-    let image_bytes = disk + disk / 16 + (8 << 20);
+    let image_bytes = disk + disk / 32 + (2 << 20);
     assert!(largest <= image_bytes, "the disk image took {largest} bytes on the host, past its {image_bytes}");
     assert_no_microvm_leaks(&id);
 }

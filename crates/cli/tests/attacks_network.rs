@@ -3,7 +3,7 @@
 //! sandbox's own loopback are charged: they cannot take the host's TCP or UDP memory beyond the sandbox's memory
 //! limit.
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code, clippy::unwrap_used, clippy::expect_used)]
 

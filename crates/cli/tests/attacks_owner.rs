@@ -1,7 +1,7 @@
 //! Attacks on what the sandbox's owner (the CLI) holds: its standard input (a file or terminal of the host), and
 //! process attributes the agent has for its own sake (an OOM score of -1000) that the program must not inherit.
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,8 +1,8 @@
 //! Process attacks, asserted on the host: fork bombs, escapees that double-fork and setsid,
 //! background processes that outlive the program, `kill -9 -1` against host processes, and seeing host processes.
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`), except the host uid
-//! mapping, which only the process tier has.
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`),
+//! except the host uid mapping, which only the process tier has.
 
 #![allow(unsafe_code, clippy::unwrap_used, clippy::expect_used)]
 

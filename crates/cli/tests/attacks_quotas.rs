@@ -2,7 +2,7 @@
 //! signals, pipe buffers, …) to the namespace's owner and to their host uid. A sandbox must not be able to use up
 //! host root's share, nor its neighbours' (each sandbox has a host id range of its own).
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -5,7 +5,7 @@
 //! agent's socket are refused without harming the agent, and what `sudo` started dies with its command and its
 //! sandbox.
 //!
-//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code, clippy::unwrap_used, clippy::expect_used)]
 

@@ -4,7 +4,7 @@
 //! Raw syscall numbers are x86_64. Arguments are real where the kernel would otherwise accept the call, so a missing
 //! filter shows up as success rather than as EFAULT.
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code, clippy::unwrap_used, clippy::expect_used)]
 

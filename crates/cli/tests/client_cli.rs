@@ -2,7 +2,7 @@
 //! exit-code passthrough, code cells with persistent state, cp in and out (bytes identical), list and info per
 //! tenant, rm; a one-shot run of Python and a C compile error over HTTP. Afterwards the server is stopped with SIGTERM and nothing of the sandboxes remains.
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]

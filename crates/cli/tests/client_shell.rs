@@ -4,7 +4,7 @@
 //! local size, a local resize (TIOCSWINSZ on the master: the CLI gets SIGWINCH) reaches the sandbox's terminal, the
 //! exit code is the shell's, and the local terminal is left as it was found (raw mode undone).
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]

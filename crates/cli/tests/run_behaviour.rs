@@ -1,7 +1,7 @@
 //! Programs behave inside as they do on a plain host: default signal actions, nothing blocked or ignored that the
 //! owner (a Rust program, which ignores SIGPIPE) happened to have.
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #[macro_use]
 mod common;

@@ -1,7 +1,7 @@
 //! Functional tests of `sandkasten run`: each language, code sources (--code, --file, stdin, raw command), stdin
 //! forwarding, uploads, env, exact binary output, identity inside the sandbox, exit codes in plain and JSON mode.
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code, clippy::unwrap_used, clippy::expect_used)]
 

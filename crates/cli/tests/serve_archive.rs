@@ -3,7 +3,7 @@
 //! the host or in the sandbox, and the download is a tar that `/usr/bin/tar` lists and unpacks, with symlinks
 //! stored as links (a link to `/` is not followed).
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -2,7 +2,7 @@
 //! live and replays after a reconnect (from the start, or after a `Last-Event-ID`), stdin reaches the program, signals
 //! and kills end it, the list shows states, another tenant gets 404, and deleting the sandbox kills what still runs.
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]

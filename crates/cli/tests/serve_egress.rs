@@ -5,7 +5,7 @@
 //! attempt is audited; a secret's value reaches only its host, in plain HTTP only to a port it names, through a CA
 //! constrained to its hosts; a blind tunnel's ClientHello must name the CONNECT host.
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -70,11 +70,11 @@ fn the_default_policy_reaches_nothing(tier: Tier) {
     let (listener, port) = host_loopback_listener();
     let id = world.server.create_on(tier, json!({}));
     assert_eq!(world.server.call("GET", &format!("/v1/sandboxes/{id}"), KEY_1, None).json["network"]["mode"], "none");
-    // Through the proxy variables: nothing listens on the proxy port (gVisor: the agent's bridge to the door
+    // Through the proxy variables: nothing listens on the proxy port (gVisor, microVM: the agent's bridge to the door
     // listens there from the start, and drops the connection while the host side of the door is shut).
     let (code, out, err) = world.sh(&id, &curl("http://allowed.test/whoami"));
     assert_ne!(code, 0, "{out}{err}");
-    if tier == Tier::Gvisor {
+    if tier != Tier::Process {
         assert!(err.contains("Connection reset by peer") || err.contains("Empty reply"), "{err}");
     } else {
         assert!(err.contains("Failed to connect") || err.contains("Couldn't connect"), "{err}");
@@ -99,7 +99,12 @@ fn an_allowlisted_name_works_from_common_clients(tier: Tier) {
     // pip's index and a git repository on allowed.test.
     build_package_index(world.allowed.dir());
     build_git_repository(world.allowed.dir());
-    let id = world.sandbox_on(tier, allowlist(&["allowed.test"]));
+    // `sh` runs up to the sandbox's command limit: 10 s by default, 60 s on an emulated CPU (a microVM under TCG,
+    // where `python3 -m pip` alone takes seconds to start).
+    let timeout_ms = if tier == Tier::Microvm { 60_000 } else { 10_000 };
+    let id = world
+        .server
+        .create_on(tier, json!({ "network": allowlist(&["allowed.test"]), "limits": { "timeout_ms": timeout_ms } }));
     let (code, out, err) = world.sh(&id, &curl("http://allowed.test/whoami"));
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("hello from allowed.test") && out.contains("STATUS 200"), "{out}{err}");
@@ -740,10 +745,15 @@ fn bad_network_input_is_refused_with_the_reason(tier: Tier) {
 
 /// The host inode of sandbox `id`'s egress door while the server listens at it: on the process tier the proxy's
 /// listener inside the sandbox's network namespace (from the sandbox's own `/proc/net/tcp`: 127.0.0.1:3128, LISTEN),
-/// on gVisor the host's listening unix socket in the sandbox's bundle (the agent bridges 127.0.0.1:3128 to it).
+/// on gVisor the host's listening unix socket in the sandbox's bundle (the agent bridges 127.0.0.1:3128 to it), on
+/// a microVM the host's listening unix socket in its directory (the host connects the door port's streams to it).
 fn door_inode(tier: Tier, world: &World, id: &str) -> Option<String> {
-    if tier == Tier::Gvisor {
-        let path = format!("{}/{id}/door/proxy.sock", common::GVISOR_BUNDLES);
+    let host_socket = match tier {
+        Tier::Gvisor => Some(format!("{}/{id}/door/proxy.sock", common::GVISOR_BUNDLES)),
+        Tier::Microvm => Some(common::microvm::state_dir_of(id).join("door.sock").display().to_string()),
+        _ => None,
+    };
+    if let Some(path) = host_socket {
         let table = std::fs::read_to_string("/proc/net/unix").unwrap();
         return table.lines().find_map(|line| {
             let fields: Vec<&str> = line.split_whitespace().collect();
@@ -776,7 +786,7 @@ fn the_proxy_door_closes_with_its_sandbox_or_policy(tier: Tier) {
     assert!(socket_held(&inode), "positive control: the server holds the door");
     // Policy none closes it.
     world.server.call("PUT", &format!("/v1/sandboxes/{id}/network"), KEY_1, Some(json!({"mode": "none"})));
-    if tier == Tier::Gvisor {
+    if tier != Tier::Process {
         // The door's listener is dropped asynchronously after the answer (ProxyHandle's drop); on the process tier
         // the exec that reads the sandbox's /proc/net/tcp takes longer than that, the host's own table does not.
         let deadline = Instant::now() + Duration::from_secs(2);
@@ -828,9 +838,9 @@ fn a_one_shot_run_through_the_server_gets_its_policy_and_a_local_one_refuses_it(
 fn a_process_squatting_the_proxy_port_gets_a_conflict_and_changes_nothing(tier: Tier) {
     let world = World::start_on(tier, "");
     let id = world.server.create_on(tier, json!({}));
-    if tier == Tier::Gvisor {
-        // gVisor: the agent's bridge to the door holds 127.0.0.1:3128 inside from the sandbox's start, whatever the
-        // policy: code cannot squat the port, and a policy change applies.
+    if tier != Tier::Process {
+        // gVisor and microVM: the agent's bridge to the door holds 127.0.0.1:3128 inside from the sandbox's start,
+        // whatever the policy: code cannot squat the port, and a policy change applies.
         let bind = "/usr/bin/python3 -c \"import socket; socket.socket().bind(('127.0.0.1', 3128))\"";
         let (code, out, err) = world.sh(&id, bind);
         assert!(code != 0 && err.contains("Address already in use"), "the squatter bound the port: {out}{err}");

@@ -3,7 +3,7 @@
 //! its home, a busy loop's CPU — read on the host from its cgroup and from its own filesystems; the sampler takes
 //! samples on its own every `sample_interval_s`, none while the sandbox is paused, and again after it resumes.
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -53,7 +53,11 @@ fn metrics_show_the_memory_disk_and_cpu_the_sandbox_uses(tier: Tier) {
     let limits = json!({"memory_bytes": 512u64 << 20, "disk_bytes": 256u64 << 20, "cpus": 1.0});
     let id = server.create_on(tier, json!({"limits": limits, "timeout_s": 300}));
     let idle = newest_until(&server, &id, "a first sample", |_| true);
-    assert!(idle["memory_used_bytes"].as_u64().unwrap() < 96 << 20, "an idle sandbox holds {idle}");
+    // A microVM's cgroup holds its VMM and the guest RAM the guest has touched (its kernel, what the boot read):
+    // ~200 MiB idle here, below the limit. Elsewhere it is what the sandbox's own processes hold.
+    let idle_bound: u64 = if tier == Tier::Microvm { 384 << 20 } else { 96 << 20 };
+    let idle_bytes = idle["memory_used_bytes"].as_u64().unwrap();
+    assert!(idle_bytes < idle_bound, "an idle sandbox holds {idle}");
     assert!(idle["disk_total_bytes"].as_u64().unwrap() >= 256 << 20, "the home alone is 256 MiB: {idle}");
 
     // 48 MiB written to the home: the disk fill shows it.
@@ -61,12 +65,14 @@ fn metrics_show_the_memory_disk_and_cpu_the_sandbox_uses(tier: Tier) {
     newest_until(&server, &id, "48 MiB on disk", |s| at_least(s, "disk_used_bytes", 48 << 20));
 
     // A process holding 128 MiB of touched memory: the memory shows it (a tmpfs file counts too, so at least
-    // the 128 MiB; the 48 MiB file is memory as well).
+    // the 128 MiB; the 48 MiB file is memory as well). In a microVM the guest's newly touched pages add to what
+    // the idle VM held (most of its 512 MiB were never touched before).
     let hold = "exec /usr/bin/python3 -c 'import time; b = bytearray(128 << 20); time.sleep(120)'";
     let started =
         server.call("POST", &format!("/v1/sandboxes/{id}/exec"), KEY_1, Some(json!({"cmd": hold, "background": true})));
     assert_eq!(started.status, 202, "{started:?}");
-    newest_until(&server, &id, "128 MiB held", |s| at_least(s, "memory_used_bytes", 128 << 20));
+    let held: u64 = if tier == Tier::Microvm { idle_bytes + (96 << 20) } else { 128 << 20 };
+    newest_until(&server, &id, "128 MiB held", |s| at_least(s, "memory_used_bytes", held));
 
     // A busy loop at one CPU: a sample measured over its run shows a good share of the allowance.
     let busy = json!({"cmd": "timeout 30 bash -c 'while :; do :; done'", "background": true});

@@ -8,7 +8,7 @@
 //! - a foreground exec of 300 MB of NUL bytes answers at most the budget in base64 (no `\u0000` escapes), marked
 //!   truncated with `limit: output`.
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -68,7 +68,7 @@ fn commands(server: &Server, id: &str) -> Vec<Value> {
 
 fn background_floods_do_not_grow_the_server_past_the_sandbox_budget(tier: Tier) {
     let server = server_on(tier);
-    let limits = json!({"memory_bytes": 64 << 20, "output_bytes": 1u64 << 30, "timeout_ms": 120_000});
+    let limits = json!({"memory_bytes": common::small_memory(tier, 64 << 20), "output_bytes": 1u64 << 30, "timeout_ms": 120_000});
     let id = server.create_on(tier, json!({"limits": limits}));
     let before_kib = status_kib(server.pid(), "VmHWM");
     for _ in 0..4 {
@@ -144,7 +144,7 @@ fn a_writer_past_its_cap_costs_the_server_no_cpu(tier: Tier) {
 
 fn a_binary_flood_answers_compactly_within_the_budget(tier: Tier) {
     let server = server_on(tier);
-    let limits = json!({"memory_bytes": 64 << 20, "output_bytes": 1u64 << 30, "timeout_ms": 120_000});
+    let limits = json!({"memory_bytes": common::small_memory(tier, 64 << 20), "output_bytes": 1u64 << 30, "timeout_ms": 120_000});
     let id = server.create_on(tier, json!({"limits": limits}));
     let small = server.call("POST", &format!("/v1/sandboxes/{id}/exec"), KEY_1, Some(json!({"cmd": "printf 'a\\0b'"})));
     assert_eq!((small.json["stdout"].as_str(), small.json["stdout_base64"].as_str()), (Some(""), Some("YQBi")));

@@ -5,7 +5,7 @@
 //! resume restores it with a Python context's variables and open files, a background command that keeps producing
 //! output on the same stream, and its files. A sandbox created with `lifecycle.auto_resume` is resumed by a request.
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -47,8 +47,8 @@ fn a_paused_sandbox_gets_no_cpu_answers_409_and_resumes_where_it_was(tier: Tier)
     // on a loaded host, and what is tested is that they run on after the resume, not how fast.
     let id = server.create_on(tier, json!({"timeout_s": 600, "limits": {"timeout_ms": 60000}}));
     let base = format!("/v1/sandboxes/{id}");
-    if tier == Tier::Gvisor {
-        return a_checkpointed_sandbox_holds_nothing_on_the_host_and_resumes_where_it_was(&server, &id);
+    if tier != Tier::Process {
+        return a_released_sandbox_holds_nothing_on_the_host_and_resumes_where_it_was(&server, tier, &id);
     }
     let token = format!("busy-{}", std::process::id());
     assert_eq!(server.exec(&id, "echo kept > /workspace/before").status, 200);
@@ -130,9 +130,11 @@ fn the_cli_pauses_and_resumes(tier: Tier) {
 
 fn auto_pause_pauses_at_the_timeout_where_the_tier_can(tier: Tier) {
     let server = Server::start_on(tier);
-    let id = server.create_on(tier, json!({"timeout_s": 1, "lifecycle": {"auto_pause": true}}));
+    // The timeout counts from the create, which on a microVM includes its boot (seconds under emulation).
+    let timeout_s = if tier == Tier::Microvm { 8 } else { 1 };
+    let id = server.create_on(tier, json!({"timeout_s": timeout_s, "lifecycle": {"auto_pause": true}}));
     let expected = "paused";
-    let deadline = Instant::now() + Duration::from_secs(15);
+    let deadline = Instant::now() + Duration::from_secs(15 + timeout_s);
     loop {
         let state = call(&server, "GET", &format!("/v1/sandboxes/{id}"), None).json["state"].clone();
         if state == expected {
@@ -141,8 +143,8 @@ fn auto_pause_pauses_at_the_timeout_where_the_tier_can(tier: Tier) {
         assert!(Instant::now() < deadline, "the sandbox is {state} long after its timeout, not {expected}");
         std::thread::sleep(Duration::from_millis(200));
     }
-    if tier == Tier::Gvisor {
-        // The database says paused first, the runtime follows: checkpointed, its cgroup gone.
+    if tier != Tier::Process {
+        // The database says paused first, the runtime follows: its memory saved, its cgroup gone.
         let deadline = Instant::now() + Duration::from_secs(10);
         while common::cgroup_paths(&id).iter().any(|path| path.exists()) {
             assert!(Instant::now() < deadline, "paused at the timeout, but its cgroup is still there");
@@ -172,9 +174,9 @@ fn kill_9_of_the_server_and_its_spawner_with_a_paused_sandbox_leaves_nothing(tie
     assert_eq!(started.status, 202, "{started:?}");
     let paused = call(&server, "POST", &format!("/v1/sandboxes/{id}/pause"), None);
     assert_eq!(paused.status, 200, "{paused:?}");
-    if tier == Tier::Gvisor {
-        let image = std::path::Path::new(common::GVISOR_CHECKPOINTS).join(&id);
-        assert!(image.is_dir(), "the paused sandbox's checkpoint image is at {}", image.display());
+    if tier != Tier::Process {
+        let image = saved_memory(tier, &id);
+        assert!(image.is_dir(), "the paused sandbox's saved memory is at {}", image.display());
     }
     let spawners = serve::children_of(server.pid());
     // SAFETY: kill(2) of the spawner, a child of our child, which we just listed.
@@ -187,9 +189,9 @@ fn kill_9_of_the_server_and_its_spawner_with_a_paused_sandbox_leaves_nothing(tie
     assert_eq!(call(&server, "GET", &format!("/v1/sandboxes/{id}"), None).json["state"], "lost");
 }
 
-/// The gVisor branch of the first test: pause is a checkpoint that leaves nothing running on the host, and the resume
-/// continues the sandbox where it was.
-fn a_checkpointed_sandbox_holds_nothing_on_the_host_and_resumes_where_it_was(server: &Server, id: &str) {
+/// The gVisor and microVM branch of the first test: pause saves the sandbox's memory (a `runsc checkpoint`, QEMU's
+/// migration to a file) and leaves nothing running on the host, and the resume continues the sandbox where it was.
+fn a_released_sandbox_holds_nothing_on_the_host_and_resumes_where_it_was(server: &Server, tier: Tier, id: &str) {
     let base = format!("/v1/sandboxes/{id}");
     assert_eq!(server.exec(id, "echo kept > /workspace/before").status, 200);
     let code = |code: &str| {
@@ -215,7 +217,7 @@ fn a_checkpointed_sandbox_holds_nothing_on_the_host_and_resumes_where_it_was(ser
     assert!(running.is_empty(), "no host process of the paused sandbox runs: {running:?}");
     let cgroups: Vec<_> = common::cgroup_paths(id).into_iter().filter(|path| path.exists()).collect();
     assert!(cgroups.is_empty(), "the paused sandbox's cgroup is gone: {cgroups:?}");
-    let image = std::path::Path::new(common::GVISOR_CHECKPOINTS).join(id);
+    let image = saved_memory(tier, id);
     let mode = std::fs::metadata(&image).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777);
     assert_eq!(mode.ok(), Some(0o700), "the checkpoint image {} is root's alone", image.display());
     let refused = call(server, "POST", &format!("{base}/exec"), Some(json!({"cmd": "true"})));
@@ -248,10 +250,19 @@ fn a_checkpointed_sandbox_holds_nothing_on_the_host_and_resumes_where_it_was(ser
     let expected: String = (1..=40).map(|i| format!("tick {i}\n")).collect();
     assert_eq!(stream_stdout(server, id, &command), expected);
 
-    // A paused gVisor sandbox can be deleted, and nothing of it is left.
+    // A paused sandbox can be deleted, and nothing of it is left.
     assert_eq!(call(server, "POST", &format!("{base}/pause"), None).status, 200);
     assert_eq!(call(server, "DELETE", &base, None).status, 204);
-    serve::assert_sandbox_gone_on(Tier::Gvisor, id);
+    serve::assert_sandbox_gone_on(tier, id);
+}
+
+/// Where a paused sandbox of a tier that saves memory keeps it: gVisor's checkpoint image, a released microVM's
+/// directory of QEMU's migration file.
+fn saved_memory(tier: Tier, id: &str) -> std::path::PathBuf {
+    match tier {
+        Tier::Microvm => common::microvm::state_dir_of(id).join("paused"),
+        _ => std::path::Path::new(common::GVISOR_CHECKPOINTS).join(id),
+    }
 }
 
 /// The whole stdout of an ended background command, from its event stream.

@@ -5,7 +5,7 @@
 //! files (a module "installed" into home imports, `/tmp` is back) with fresh processes. A kill -9 of the server and
 //! its spawner while it is paused keeps it paused, and it resumes after the restart. The CLI's `pause --filesystem`.
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]

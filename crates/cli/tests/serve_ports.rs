@@ -8,7 +8,7 @@
 //! most 32 port connections at once (the 33rd is a 409 until one ends); an open WebSocket survives a pause and resume
 //! (gVisor: checkpoint and restore, the connection inside the sandbox saved with it).
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -7,7 +7,7 @@
 //! terminal survives pause and resume (gVisor: checkpoint and restore). Bad
 //! sizes are 422 saying why; nothing is left after delete.
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]

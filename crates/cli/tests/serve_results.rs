@@ -4,7 +4,7 @@
 //! memory bomb is `oom_killed` with `limit: memory`, a flood is `limit: output`, a sleep is `limit: time`, and the
 //! phases are in order with the program's start before its first output.
 //!
-//! Every test runs on each isolation tier (`process::NAME` and `gvisor::NAME`, see `per_tier!`).
+//! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -45,7 +45,7 @@ fn exec(server: &Server, id: &str, body: Value) -> Value {
 
 fn a_live_exec_says_which_limit_fired_what_it_used_and_its_phases(tier: Tier) {
     let server = Server::start_on(tier);
-    let limits = json!({"memory_bytes": 96 << 20, "output_bytes": 4096});
+    let limits = json!({"memory_bytes": common::small_memory(tier, 96 << 20), "output_bytes": 4096});
     let id = server.create_on(tier, json!({"limits": limits}));
 
     let plain = exec(&server, &id, json!({"argv": ["/usr/bin/python3", "-c", "print(sum(range(10**6)))"]}));
@@ -93,7 +93,7 @@ fn last_exit_event(text: &str) -> Value {
 
 fn a_background_command_and_a_run_carry_the_same_fields(tier: Tier) {
     let server = Server::start_on(tier);
-    let id = server.create_on(tier, json!({"limits": {"memory_bytes": 96 << 20}}));
+    let id = server.create_on(tier, json!({"limits": {"memory_bytes": common::small_memory(tier, 96 << 20)}}));
     let body = json!({"argv": ["/usr/bin/python3", "-c", MEMORY_BOMB], "background": true});
     let started = server.call("POST", &format!("/v1/sandboxes/{id}/exec"), KEY_1, Some(body));
     assert_eq!(started.status, 202, "{started:?}");
@@ -133,7 +133,9 @@ fn a_background_command_and_a_run_carry_the_same_fields(tier: Tier) {
         allocate > 0.0 && filesystem >= allocate && first > started,
         "the run's phases count from its request: {ok}"
     );
-    let bomb = run_on_server(json!({"language": "python", "code": MEMORY_BOMB, "limits": {"memory_bytes": 96 << 20}}));
+    let bomb = run_on_server(
+        json!({"language": "python", "code": MEMORY_BOMB, "limits": {"memory_bytes": common::small_memory(tier, 96 << 20)}}),
+    );
     assert_eq!((bomb["oom_killed"].as_bool(), bomb["limit"].as_str()), (Some(true), Some("memory")), "{bomb}");
     assert!(bomb["usage"]["memory_peak_bytes"].as_u64().unwrap_or(0) > 32 << 20, "{bomb}");
 }

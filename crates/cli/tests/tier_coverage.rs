@@ -3,7 +3,7 @@
 //! The rules, checked on the suites' source text:
 //! - `per_tier!` (tests/common/mod.rs) expands into exactly the tiers of `Tier::AVAILABLE`.
 //! - Every behaviour suite (a file named `run_*`, `serve_*`, `attacks_*` or `client_*`) is in `PER_TIER_SUITES` or,
-//!   with a reason, in `NOT_PER_TIER`; files whose name says `gvisor` are that tier's own suites.
+//!   with a reason, in `NOT_PER_TIER`; files whose name says `gvisor` or `microvm` are that tier's own suites.
 //! - In a per-tier suite, tests are functions `fn name(tier: Tier)` listed in `per_tier!`, which writes their
 //!   `#[test]`s. So every `#[test]` written in such a file is a single-tier test, and needs an entry in `SINGLE_TIER`
 //!   saying why it runs on one tier only (every entry must still name such a test).
@@ -23,7 +23,7 @@ use common::Tier;
 per_tier!(each_variant_runs_its_sandbox_on_its_own_tier);
 
 /// The macro and `run_on` really hand each variant its tier: the process tier shares the host's kernel, gVisor's
-/// Sentry is a kernel of its own.
+/// Sentry and the microVM's guest kernel are kernels of their own.
 fn each_variant_runs_its_sandbox_on_its_own_tier(tier: Tier) {
     let host = std::fs::read_to_string("/proc/version").unwrap();
     let r = common::run_on(tier, ["--", "cat", "/proc/version"]).json();
@@ -71,12 +71,6 @@ const PER_TIER_SUITES: &[&str] = &[
 /// Behaviour suites (by file name) that are not per tier, and why.
 const NOT_PER_TIER: &[(&str, &str)] = &[
     ("templates.rs", "built templates run on the process tier only until the gVisor and microVM outputs land"),
-    ("attacks_microvm.rs", "microvm-only until the tier joins Tier::AVAILABLE"),
-    ("attacks_microvm_egress.rs", "microvm-only until the tier joins Tier::AVAILABLE"),
-    ("attacks_microvm_limits.rs", "microvm-only until the tier joins Tier::AVAILABLE"),
-    ("attacks_microvm_vmm.rs", "microvm-only until the tier joins Tier::AVAILABLE"),
-    ("serve_microvm.rs", "microvm-only until the tier joins Tier::AVAILABLE"),
-    ("serve_microvm_memory.rs", "microvm-only until the tier joins Tier::AVAILABLE (pause, memory snapshots, fork)"),
     ("serve_connections.rs", "the HTTP server's connection limits hold before any sandbox exists: no tier is involved"),
     (
         "serve_crash.rs",
@@ -166,7 +160,7 @@ fn calls_of(text: &str, call: &str) -> Vec<usize> {
 #[test]
 fn per_tier_expands_into_exactly_the_available_tiers() {
     assert_eq!(
-        [process::TIER, gvisor::TIER].as_slice(),
+        [process::TIER, gvisor::TIER, microvm::TIER].as_slice(),
         Tier::AVAILABLE.as_slice(),
         "per_tier! (tests/common/mod.rs) must expand into one module per tier of Tier::AVAILABLE, in its order: add \
          an `@tier` line for the new tier there, and its module here"
@@ -182,7 +176,7 @@ fn every_behaviour_suite_is_per_tier_or_says_why_not() {
     for entry in std::fs::read_dir(tests_dir()).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
         let suite = ["run_", "serve_", "attacks_", "client_"].iter().any(|p| name.starts_with(p));
-        if !suite || !name.ends_with(".rs") || name.contains("gvisor") {
+        if !suite || !name.ends_with(".rs") || name.contains("gvisor") || name.contains("microvm") {
             continue;
         }
         if !PER_TIER_SUITES.contains(&name.as_str()) && !NOT_PER_TIER.iter().any(|(file, _)| *file == name) {

@@ -15,7 +15,7 @@ mod serve_types;
 pub use clock::monotonic_ns;
 pub use codec::{FrameDecoder, MAX_FRAME_BYTES, ProtocolError, encode, read_frame, write_frame};
 pub use message::{Envelope, Message, PROTOCOL_VERSION};
-pub use mux::{Connect, Mux, MuxStream};
+pub use mux::{Connect, MAX_DOOR_STREAMS, MAX_HOST_DOOR_STREAMS, Mux, MuxStream};
 pub use plan::{AgentPlan, DoorExit, DoorPlan, SeccompPolicy, VmmPlan};
 pub use serve_types::{
     MAX_FILE_CHUNK_BYTES, MAX_OUTPUT_CHUNK_BYTES, MAX_PORT_CHUNK_BYTES, MAX_PORT_STREAMS, MAX_WATCH_EVENTS_PER_FRAME,

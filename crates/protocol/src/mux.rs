@@ -25,17 +25,23 @@ use crate::codec::{read_frame, write_frame};
 use crate::message::{Envelope, Message};
 use crate::serve_types::{MAX_PORT_CHUNK_BYTES, PORT_WINDOW_BYTES};
 
-/// A connection a stream carries: readable and writable from two threads at once, and shut down from a third.
-pub trait MuxStream: Read + Write + Send + Sync + Sized + 'static {
-    /// Another handle to the same connection.
-    fn duplicate(&self) -> io::Result<Self>;
+/// A connection a stream carries: read and written through shared references from two threads at once, and shut
+/// down from a third. One descriptor per stream: the pumps share it rather than each holding a duplicate.
+pub trait MuxStream: Send + Sync + Sized + 'static {
+    /// Reads what is there (as `Read::read`).
+    fn read_some(&self, buffer: &mut [u8]) -> io::Result<usize>;
+    /// Writes all of `bytes` (as `Write::write_all`).
+    fn write_every(&self, bytes: &[u8]) -> io::Result<()>;
     /// Shuts down one or both directions (ends a blocked read or write of another thread).
     fn shut(&self, how: Shutdown);
 }
 
 impl MuxStream for TcpStream {
-    fn duplicate(&self) -> io::Result<Self> {
-        self.try_clone()
+    fn read_some(&self, buffer: &mut [u8]) -> io::Result<usize> {
+        (&mut &*self).read(buffer)
+    }
+    fn write_every(&self, bytes: &[u8]) -> io::Result<()> {
+        (&mut &*self).write_all(bytes)
     }
     fn shut(&self, how: Shutdown) {
         let _ = self.shutdown(how);
@@ -43,13 +49,24 @@ impl MuxStream for TcpStream {
 }
 
 impl MuxStream for UnixStream {
-    fn duplicate(&self) -> io::Result<Self> {
-        self.try_clone()
+    fn read_some(&self, buffer: &mut [u8]) -> io::Result<usize> {
+        (&mut &*self).read(buffer)
+    }
+    fn write_every(&self, bytes: &[u8]) -> io::Result<()> {
+        (&mut &*self).write_all(bytes)
     }
     fn shut(&self, how: Shutdown) {
         let _ = self.shutdown(how);
     }
 }
+
+/// Most streams a microVM's egress door carries at once from the guest: its agent opens no more, and further
+/// connections wait in its listen backlog (as they wait in the sandbox's backlog for the proxy on the other tiers).
+pub const MAX_DOOR_STREAMS: usize = 16;
+
+/// Most streams the host's end of a microVM's door takes at once (each holds a host descriptor): the guest's cap, and
+/// a margin for streams the guest has let go that the host has not wound down yet.
+pub const MAX_HOST_DOOR_STREAMS: usize = MAX_DOOR_STREAMS + 8;
 
 /// How the acceptor connects a newly opened stream (`PortOpen`'s port → a connection), on the stream's own thread.
 pub type Connect<S> = Arc<dyn Fn(u16) -> io::Result<S> + Send + Sync>;
@@ -75,7 +92,7 @@ struct Shared<S> {
 }
 
 struct Stream<S> {
-    conn: Mutex<Option<S>>,
+    conn: Mutex<Option<Arc<S>>>,
     state: Mutex<State>,
     changed: Condvar,
     _slot: Slot,
@@ -127,6 +144,11 @@ impl<S: MuxStream> Mux<S> {
     /// How many streams exist (open, or closed with threads still winding down).
     pub fn alive(&self) -> usize {
         self.shared.alive.load(Ordering::Acquire)
+    }
+
+    /// Whether `max_streams` streams are alive: an opener waits before it takes another connection.
+    pub fn is_full(&self) -> bool {
+        self.shared.alive.load(Ordering::Acquire) >= self.shared.max_streams
     }
 
     /// Opener: carries `conn` as a new stream to `port` on the acceptor's side. False (and `conn` dropped) when
@@ -248,14 +270,8 @@ impl<S: MuxStream> Mux<S> {
 
     /// Starts the stream's two pumps over `conn`. False when it could not (the stream is closed).
     fn start(&self, id: u64, stream: Arc<Stream<S>>, conn: S) -> bool {
-        let Ok(reader) = conn.duplicate() else {
-            self.close(id, &stream, true);
-            return false;
-        };
-        let Ok(writer) = conn.duplicate() else {
-            self.close(id, &stream, true);
-            return false;
-        };
+        let conn = Arc::new(conn);
+        let (reader, writer) = (Arc::clone(&conn), Arc::clone(&conn));
         *lock(&stream.conn) = Some(conn);
         if lock(&stream.state).closed {
             // Closed while it connected.
@@ -280,7 +296,7 @@ impl<S: MuxStream> Mux<S> {
     }
 
     /// The connection's bytes to the peer, as the window allows; its end is the peer's `PortEof`.
-    fn pump_out(&self, id: u64, stream: &Stream<S>, mut conn: S) {
+    fn pump_out(&self, id: u64, stream: &Stream<S>, conn: Arc<S>) {
         let mut buffer = vec![0u8; MAX_PORT_CHUNK_BYTES];
         loop {
             let allowed = {
@@ -293,7 +309,7 @@ impl<S: MuxStream> Mux<S> {
                 }
                 (state.credit as usize).min(buffer.len())
             };
-            match conn.read(&mut buffer[..allowed]) {
+            match conn.read_some(&mut buffer[..allowed]) {
                 Ok(0) => {
                     self.send(id, Message::PortEof);
                     return;
@@ -314,7 +330,7 @@ impl<S: MuxStream> Mux<S> {
     }
 
     /// The peer's bytes into the connection, each write acknowledged; the peer's end becomes a half-close.
-    fn pump_in(&self, id: u64, stream: &Stream<S>, mut conn: S) {
+    fn pump_in(&self, id: u64, stream: &Stream<S>, conn: Arc<S>) {
         loop {
             let (bytes, eof) = {
                 let mut state = lock(&stream.state);
@@ -327,7 +343,7 @@ impl<S: MuxStream> Mux<S> {
                 (std::mem::take(&mut state.inbound), state.peer_eof)
             };
             if !bytes.is_empty() {
-                if conn.write_all(&bytes).is_err() {
+                if conn.write_every(&bytes).is_err() {
                     self.close_id(id, stream);
                     return;
                 }

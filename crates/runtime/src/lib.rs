@@ -32,5 +32,5 @@ pub use plan::{sets_variable, writable_dirs};
 pub use retained::{Held, OutputBudget, OutputRetention};
 pub use sandbox_runtime::{CellInterrupt, LostSandbox, RuntimeFuture, SandboxRuntime};
 pub use sandkasten_agent::run_agent;
-pub use sandkasten_protocol::monotonic_ns;
+pub use sandkasten_protocol::{MAX_HOST_DOOR_STREAMS, monotonic_ns};
 pub use vm_boot::VmBoot;

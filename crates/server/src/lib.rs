@@ -129,8 +129,10 @@ fn check_tiers(config: &ServerConfig, runtime: &dyn SandboxRuntime) -> Result<()
 const OTHER_DESCRIPTORS: u64 = 4096;
 
 /// Descriptors the server holds per running sandbox, at most: its agent's channel and the spawner's handle of it, and
-/// the egress door's listener (2 measured for a sandbox without a network policy, 3 with one, on both tiers).
-const DESCRIPTORS_PER_SANDBOX: u64 = 4;
+/// the egress door's listener (2 measured for a sandbox without a network policy, 3 with one, on the process and
+/// gVisor tiers), and a microVM's door streams (one each, also while the proxy has not taken them yet: the guest's
+/// waiting connections are the host's, where elsewhere they wait in the sandbox's own listen backlog).
+const DESCRIPTORS_PER_SANDBOX: u64 = 4 + sandkasten_runtime::MAX_HOST_DOOR_STREAMS as u64;
 
 /// The sandboxes this server may run at once: every tenant's `max_sandboxes` (the unauthenticated tenant's too when
 /// authentication is off) and every warm pool's `max` (idle members belong to no tenant).

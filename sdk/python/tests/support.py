@@ -18,6 +18,9 @@ OTHER_KEY = os.environ.get("SANDKASTEN_SUITE_OTHER_API_KEY", "")
 ADMIN_KEY = os.environ.get("SANDKASTEN_SUITE_ADMIN_API_KEY", "")
 #: The tier the server's sandboxes should be of (the Rust driver runs the suite once per tier), if known.
 TIER = os.environ.get("SANDKASTEN_SUITE_TIER")
+#: Limits for a sandbox whose code is heavy for an emulated CPU (a microVM under software emulation runs code an order
+#: of magnitude slower: importing matplotlib takes ~25 s there, past the default 10 s command limit).
+HEAVY_CODE_LIMITS = {"timeout_ms": 120_000} if TIER == "microvm" else None
 
 
 def labels(**extra: str) -> dict:

@@ -7,6 +7,8 @@ from typing import List
 
 from sandkasten import CellResult, Sandbox
 
+import support
+
 
 def test_state_persists_and_the_last_value_comes_back(sbx: Sandbox) -> None:
     sbx.run_code("x = 41")
@@ -14,8 +16,9 @@ def test_state_persists_and_the_last_value_comes_back(sbx: Sandbox) -> None:
     assert cell.text == "42" and cell.stdout == "side\n" and cell.error is None
 
 
-def test_a_figure_comes_back_as_png(sbx: Sandbox) -> None:
-    cell = sbx.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
+def test_a_figure_comes_back_as_png() -> None:
+    with support.create(limits=support.HEAVY_CODE_LIMITS) as sandbox:
+        cell = sandbox.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
     assert cell.error is None, cell.error
     assert cell.png and cell.png[0].startswith(b"\x89PNG\r\n\x1a\n")
 

@@ -40,6 +40,8 @@ pub struct CommandContext<'a> {
     pub launcher: &'a dyn Launcher,
     /// The working directory of commands that name none.
     pub home: &'a str,
+    /// The disk limit (`ServeContext::disk_bytes`).
+    pub disk_bytes: u64,
     /// Connections to host sockets besides the channel, closed before a checkpoint (`Quiesce`).
     pub host_connections: Option<&'a dyn super::HostConnections>,
 }

@@ -93,7 +93,7 @@ fn serve_requests(
             sudo.expire(now);
         }
         if !commands.quiet {
-            output::report_finished(commands, channel, now, context.home);
+            output::report_finished(commands, channel, now, context.home, context.disk_bytes);
         }
         channel.flush();
         if channel.broken() {

@@ -51,6 +51,8 @@ pub struct ServeContext<'a> {
     pub launcher: &'a dyn Launcher,
     /// The working directory of commands that name none: the sandbox user's home.
     pub home: &'a str,
+    /// The disk limit: a writable filesystem holding this much is full (`output::is_full`); 0 when none is set.
+    pub disk_bytes: u64,
     /// Connections to host sockets the agent holds besides its channel (gVisor's egress door), if any.
     pub host_connections: Option<&'a dyn HostConnections>,
 }
@@ -78,6 +80,7 @@ pub fn serve(channel: UnixStream, context: &ServeContext<'_>) -> Result<LoopEnd,
         base_env: context.base_env,
         launcher: context.launcher,
         home: context.home,
+        disk_bytes: context.disk_bytes,
         host_connections: context.host_connections,
     };
     event_loop::run(&mut channel, &signals, &commands)

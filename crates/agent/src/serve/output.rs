@@ -122,7 +122,7 @@ pub fn write_stdin(commands: &mut Commands, id: u64) {
 
 /// Reports and forgets every command that is finished. With output paused (the channel is congested) a command
 /// whose pipes are still open waits: its last output must go out before its `ExecExited`.
-pub fn report_finished(commands: &mut Commands, channel: &mut Channel, now_ns: u64, home: &str) {
+pub fn report_finished(commands: &mut Commands, channel: &mut Channel, now_ns: u64, home: &str, disk_bytes: u64) {
     let ids: Vec<u64> = commands
         .table
         .iter()
@@ -137,19 +137,20 @@ pub fn report_finished(commands: &mut Commands, channel: &mut Channel, now_ns: u
         for stream in [StreamKind::Stdout, StreamKind::Stderr] {
             pump(channel, id, &mut command, stream, FINAL_DRAIN_BYTES);
         }
-        let disk_full = [home, "/tmp", "/dev/shm"].iter().any(|mount| is_full(mount));
+        let disk_full = [home, "/tmp", "/dev/shm"].iter().any(|mount| is_full(mount, disk_bytes));
         channel.queue(id, Message::ExecExited { exit: command.command_exit(disk_full) });
     }
 }
 
-/// A writable filesystem counts as full when less than 64 KiB or 1 % of it is left (its size is the disk limit).
-pub(crate) fn is_full(mount: &str) -> bool {
-    match rustix::fs::statvfs(mount) {
-        Ok(stat) => {
-            let available = stat.f_bavail.saturating_mul(stat.f_frsize);
-            let total = stat.f_blocks.saturating_mul(stat.f_frsize);
-            total > 0 && (available < 64 << 10 || available.saturating_mul(100) < total)
-        }
-        Err(_) => false,
-    }
+/// A writable filesystem counts as full when less than 64 KiB or 1 % of it is left, or when it holds the disk limit
+/// `disk_bytes` but for that much (a microVM's disk is an ext4 image a little larger than the limit, whose
+/// `RLIMIT_FSIZE` stops a single file at the limit before the filesystem is full; a tmpfs's size is the limit).
+pub(crate) fn is_full(mount: &str, disk_bytes: u64) -> bool {
+    let Ok(stat) = rustix::fs::statvfs(mount) else { return false };
+    let available = stat.f_bavail.saturating_mul(stat.f_frsize);
+    let total = stat.f_blocks.saturating_mul(stat.f_frsize);
+    let used = stat.f_blocks.saturating_sub(stat.f_bfree).saturating_mul(stat.f_frsize);
+    let slack = |size: u64| (size / 100).max(64 << 10);
+    let holds_the_limit = disk_bytes > 0 && used.saturating_add(slack(disk_bytes)) >= disk_bytes;
+    total > 0 && (available < slack(total) || holds_the_limit)
 }

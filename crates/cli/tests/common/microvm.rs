@@ -3,7 +3,8 @@
 //! sandbox leaves behind, and one-shot runs watched while they run (`Watched`: the sandbox's id from its record,
 //! a marker the guest writes through to its disk image, the CLI's JSON result at the end).
 //!
-//! The tier is not in `Tier::AVAILABLE` yet, so its suites are plain tests: each starts with `require_microvm!`.
+//! `per_tier!` runs the shared suites on it (their `microvm::` tests); the tier's own suites start each test with
+//! `require_microvm!`.
 
 use std::fs;
 use std::io::Read;
@@ -19,6 +20,11 @@ pub const MICROVM_BOOT_DIR: &str = "/var/lib/sandkasten/microvm";
 pub const MICROVM_STATE_DIR: &str = "/run/sandkasten/microvm";
 /// The VMM the tier runs (`[microvm] qemu`'s default), looked up on PATH.
 pub const QEMU: &str = "qemu-system-x86_64";
+/// The smallest memory limit the tier takes (its guest kernel's needs; the runtime refuses less).
+pub const MICROVM_MIN_MEMORY_BYTES: u64 = 128 << 20;
+/// The VMM's memory beside the guest's RAM that the tier charges to the sandbox's cgroup (the runtime's
+/// `VMM_OVERHEAD_BYTES`).
+pub const VMM_OVERHEAD_BYTES: u64 = 160 << 20;
 /// How long a one-shot microVM run may take before the watchdog fails the test: boots take ~5 s under software
 /// emulation, far more on a loaded 2-core host.
 pub const VM_WATCHDOG: Duration = Duration::from_secs(240);
@@ -43,7 +49,7 @@ pub fn microvm_unavailable() -> Option<String> {
 }
 
 /// Returns from the test (skipping it, with the reason on stderr) when the microvm tier cannot run here.
-#[allow(unused_macros)] // only the microvm suites use it
+#[allow(unused_macros)] // files without per-tier or microvm tests include this module too
 macro_rules! require_microvm {
     () => {
         require_root!();

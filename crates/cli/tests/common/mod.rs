@@ -923,9 +923,10 @@ pub fn wait_for_runsc_processes(id: &str, limit: Duration) -> Vec<(u32, String)>
 pub use sandkasten_types::Tier;
 
 /// Runs each listed test function (`fn name(tier: Tier)`, defined beside the invocation, without `#[test]`) once per
-/// isolation tier, as the tests `process::name` and `gvisor::name`. The process variant skips (saying why) without
-/// root, the gvisor variant without root or runsc (`require_runsc!`). Use it once per file: it defines the modules
-/// `process` and `gvisor`, each with a `TIER` constant. A listed function that does not exist fails to compile; one
+/// isolation tier, as the tests `process::name`, `gvisor::name` and `microvm::name`. The process variant skips
+/// (saying why) without root, the gvisor variant without root or runsc (`require_runsc!`), the microvm variant
+/// without root, QEMU or the boot files (`require_microvm!`). Use it once per file: it defines the modules
+/// `process`, `gvisor` and `microvm`, each with a `TIER` constant. A listed function that does not exist fails to compile; one
 /// that is written but not listed is dead code, which clippy refuses.
 ///
 /// One `@tier` line per tier: `tier_coverage.rs` fails while these differ from `Tier::AVAILABLE`, and counts every
@@ -948,6 +949,7 @@ macro_rules! per_tier {
     ($($name:ident),* $(,)?) => {
         per_tier!(@tier process, Process, require_root, $($name),*);
         per_tier!(@tier gvisor, Gvisor, require_runsc, $($name),*);
+        per_tier!(@tier microvm, Microvm, require_microvm, $($name),*);
     };
 }
 
@@ -959,7 +961,10 @@ where
 {
     let mut all: Vec<String> = vec!["--isolation".into(), tier.name().into()];
     all.extend(args.into_iter().map(Into::into));
-    run(all)
+    match tier {
+        Tier::Microvm => run(all).watchdog(microvm::VM_WATCHDOG),
+        _ => run(all),
+    }
 }
 
 /// `sandkasten run --isolation <tier> --lang <lang> --code <code> <extra...>`.
@@ -969,10 +974,20 @@ pub fn code_on(tier: Tier, lang: &str, code: &str, extra: &[&str]) -> Cli {
     run_on(tier, args)
 }
 
+/// A small memory limit of `bytes` as `tier` takes it: a microVM needs `MICROVM_MIN_MEMORY_BYTES` for its guest
+/// kernel, so a test that wants a small limit (a memory bomb that should fire soon) gets that there.
+pub fn small_memory(tier: Tier, bytes: u64) -> u64 {
+    match tier {
+        Tier::Microvm => bytes.max(microvm::MICROVM_MIN_MEMORY_BYTES),
+        _ => bytes,
+    }
+}
+
 /// What is left of sandbox `id` of `tier` on the host (`leftovers`, plus `gvisor_leftovers` for gVisor).
 pub fn leftovers_on(tier: Tier, id: &str) -> Vec<String> {
     match tier {
         Tier::Gvisor => gvisor_leftovers(id),
+        Tier::Microvm => microvm::microvm_leftovers(id),
         _ => leftovers(id),
     }
 }
@@ -982,6 +997,7 @@ pub fn leftovers_on(tier: Tier, id: &str) -> Vec<String> {
 pub fn assert_gone(tier: Tier, id: &str) {
     match tier {
         Tier::Gvisor => assert_no_gvisor_leaks(id),
+        Tier::Microvm => microvm::assert_no_microvm_leaks(id),
         _ => assert_no_leaks(id),
     }
 }

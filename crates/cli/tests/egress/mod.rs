@@ -142,14 +142,9 @@ impl World {
         self.server.create(json!({ "network": network }))
     }
 
-    /// Runs `cmd` in sandbox `id`; returns (exit code, stdout, stderr).
+    /// Runs `cmd` in sandbox `id` for up to its command limit; returns (exit code, stdout, stderr).
     pub fn sh(&self, id: &str, cmd: &str) -> (i64, String, String) {
-        let reply = self.server.call(
-            "POST",
-            &format!("/v1/sandboxes/{id}/exec"),
-            KEY_1,
-            Some(json!({ "cmd": cmd, "timeout_ms": 10_000 })),
-        );
+        let reply = self.server.call("POST", &format!("/v1/sandboxes/{id}/exec"), KEY_1, Some(json!({ "cmd": cmd })));
         assert_eq!(reply.status, 200, "exec failed: {reply:?}");
         let text = |key: &str| reply.json[key].as_str().unwrap_or_default().to_owned();
         (reply.json["exit_code"].as_i64().unwrap_or(-1), text("stdout"), text("stderr"))

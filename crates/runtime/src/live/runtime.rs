@@ -422,14 +422,14 @@ impl LiveRuntime {
     /// What a code kernel of a live sandbox starts with (its agent and memory limit), or `SandboxGone` as
     /// `running_agent`.
     pub(super) fn kernel_host(&self, id: &str) -> Result<KernelHost, Failure> {
-        self.agents
+        let (agent, memory_bytes, tier) = self
+            .agents
             .lock()
             .ok()
-            .and_then(|map| {
-                map.get(id)
-                    .map(|member| KernelHost { agent: Arc::clone(&member.agent), memory_bytes: member.memory_bytes })
-            })
-            .ok_or_else(sandbox_gone)
+            .and_then(|map| map.get(id).map(|member| (Arc::clone(&member.agent), member.memory_bytes, member.tier)))
+            .ok_or_else(sandbox_gone)?;
+        let emulated = tier == Tier::Microvm && self.microvm_accel() == sandkasten_types::MicrovmAccel::Tcg;
+        Ok(KernelHost { agent, memory_bytes, emulated })
     }
 
     /// The agent of a live sandbox, or `SandboxGone` naming the sandbox (file operations).

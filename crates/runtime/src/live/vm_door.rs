@@ -2,7 +2,8 @@
 //! `sandkasten.door` port, connecting each stream the guest opens to the sandbox's door socket
 //! (`microvm/ID/door.sock`), where the egress proxy listens while the policy lets anything out (`listen`). While it
 //! does not (policy `none`), nothing listens there: every stream is refused at once and nothing leaves. The guest
-//! holds at most `MAX_DOOR_STREAMS` streams on the host (two threads and one proxy connection each) and at most
+//! holds at most `MAX_HOST_DOOR_STREAMS` streams on the host (two threads and one descriptor, its proxy connection,
+//! each; the guest's agent opens at most `MAX_DOOR_STREAMS`) and at most
 //! `PORT_WINDOW_BYTES` per stream of its bytes; the door ends with the sandbox (dropping `VmDoor`) or its VMM.
 
 use std::os::fd::OwnedFd;
@@ -10,13 +11,10 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use sandkasten_protocol::{Connect, Mux};
+use sandkasten_protocol::{Connect, MAX_HOST_DOOR_STREAMS, Mux};
 
 use crate::backend::microvm::MicrovmFiles;
 use crate::config::RuntimeConfig;
-
-/// Most streams one microVM's door carries at once (each one a connection to the proxy, which caps them too).
-pub(crate) const MAX_DOOR_STREAMS: usize = 64;
 
 /// A microVM sandbox's running door.
 pub(crate) struct VmDoor {
@@ -34,7 +32,7 @@ impl VmDoor {
     pub(crate) fn start(config: &RuntimeConfig, id: &str, channel: OwnedFd) -> std::io::Result<VmDoor> {
         let channel = UnixStream::from(channel);
         let (reader, writer) = (channel.try_clone()?, channel.try_clone()?);
-        let mux: Mux<UnixStream> = Mux::new(Box::new(writer), MAX_DOOR_STREAMS);
+        let mux: Mux<UnixStream> = Mux::new(Box::new(writer), MAX_HOST_DOOR_STREAMS);
         let socket = door_socket(config, id);
         let connect: Connect<UnixStream> = Arc::new(move |_port| connect_to(&socket));
         let serving = mux.clone();

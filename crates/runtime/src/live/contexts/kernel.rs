@@ -44,6 +44,14 @@ const JAVA_LAUNCHER: &str = "source=$(mktemp \"${TMPDIR:-/tmp}/sandkasten-java-k
 
 /// How long a kernel may take to start (a spare kernel: with importing its preload modules).
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a kernel may take to start on an emulated CPU (a microVM under TCG): the JVM's start, with jshell's
+/// compiler, takes about 40 s there against 2 s on the host's CPU.
+const EMULATED_START_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// How long a kernel in `host`'s sandbox may take to start.
+fn start_timeout(host: &KernelHost) -> Duration {
+    if host.emulated { EMULATED_START_TIMEOUT } else { START_TIMEOUT }
+}
 /// How long an interrupted cell has to answer before the kernel is killed.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(3);
 /// Most bytes of a failed start's stderr kept for the error message.
@@ -190,7 +198,8 @@ impl Kernel {
             next_request: 1,
             exited: None,
         };
-        let deadline = Instant::now() + START_TIMEOUT;
+        let timeout = start_timeout(host);
+        let deadline = Instant::now() + timeout;
         let mut stderr = Vec::new();
         let program = match language {
             CodeLanguage::Python => "python3",
@@ -227,7 +236,7 @@ impl Kernel {
                     let _ = kernel.command.kill().await;
                     return Err(error::start_failed(format!(
                         "the {program} kernel was not ready after {} s",
-                        START_TIMEOUT.as_secs()
+                        timeout.as_secs()
                     )));
                 }
             }

@@ -43,6 +43,9 @@ pub struct KernelHost {
     pub agent: Arc<AgentClient>,
     /// The sandbox's memory limit in bytes.
     pub memory_bytes: u64,
+    /// Whether the sandbox's CPU is emulated (a microVM under TCG): everything in it runs an order of magnitude
+    /// slower, a JVM's start included, so a kernel gets longer to start there (`kernel::start_timeout`).
+    pub emulated: bool,
 }
 
 /// One context.
