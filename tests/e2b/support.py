@@ -38,6 +38,22 @@ QUERY_STARTED_AFTER = "started_after" in inspect.signature(e2b.SandboxQuery).par
 NEWER_LISTING = LIST_ORDER and QUERY_STARTED_AFTER
 
 
+def _watches_with_entries() -> bool:
+    from e2b.envd.filesystem import filesystem_pb
+
+    return hasattr(filesystem_pb.WatchDirRequest(), "include_entry")
+
+
+# `files.watch_dir(include_entry=True)` (envd 0.6.3: each event carries its entry's info), which older releases lack.
+WATCH_ENTRY = _watches_with_entries()
+
+
+def needs_watch_entry():
+    import pytest
+
+    return pytest.mark.skipif(not WATCH_ENTRY, reason="no watch_dir(include_entry) in this SDK")
+
+
 def needs_newer_listing():
     import pytest
 

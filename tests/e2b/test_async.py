@@ -101,6 +101,24 @@ async def test_watch_dir_streams_events_until_stopped(asbx):
     assert len(events) == count, "no event after stop()"
 
 
+@support.needs_watch_entry()
+async def test_a_streamed_watch_carries_the_entry_when_asked(asbx):
+    base = support.unique("/home/user/aentries")
+    await asbx.files.make_dir(base)
+    events = []
+    handle = await asbx.files.watch_dir(base, on_event=events.append, include_entry=True)
+    try:
+        await asbx.files.write(f"{base}/one.txt", "1")
+        deadline = asyncio.get_running_loop().time() + 10
+        while not any(e.name == "one.txt" and e.type == FilesystemEventType.CREATE for e in events):
+            assert asyncio.get_running_loop().time() < deadline, f"events seen: {events}"
+            await asyncio.sleep(0.05)
+    finally:
+        await handle.stop()
+    created = next(e for e in events if e.name == "one.txt" and e.type == FilesystemEventType.CREATE)
+    assert created.entry is not None and (created.entry.name, created.entry.path) == ("one.txt", f"{base}/one.txt")
+
+
 async def test_a_watch_of_a_removed_directory_ends(asbx):
     base = support.unique("/home/user/agone")
     await asbx.files.make_dir(base)
@@ -280,7 +298,7 @@ async def test_list_pages_by_cursor_filters_and_reports_info():
         ascending = await AsyncSandbox.list(query=query, order="asc").next_items()
         assert [info.sandbox_id for info in ascending] == oldest_first
         info = await sandboxes[0].get_info()
-        assert (info.name, info.envd_version) == ("base", "0.6.2")
+        assert (info.name, info.envd_version) == ("base", "0.6.3")
         assert info.lifecycle == {"on_timeout": "kill", "auto_resume": False}
         assert info.allow_internet_access is False and info.network["deny_out"] == ["0.0.0.0/0"]
         with pytest.raises(SandboxException, match="400: Invalid next token"):

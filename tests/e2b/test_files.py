@@ -296,6 +296,45 @@ def test_watch_dir_reports_created_written_renamed_chmodded_and_removed_files(sb
         handle.get_new_events()  # stopped
 
 
+@support.needs_watch_entry()
+def test_watch_events_carry_the_entry_when_asked(sbx, home):
+    base = support.unique(f"{home}/entries")
+    sbx.files.make_dir(base)
+    handle = sbx.files.watch_dir(base, include_entry=True)
+    events = []
+    try:
+        sbx.files.write(f"{base}/a.txt", "12345")
+        sbx.commands.run(f"mkdir {base}/sub && ln -s a.txt {base}/link && echo gone > {base}/c.txt")
+        sbx.files.remove(f"{base}/c.txt")
+
+        def seen():
+            events.extend(handle.get_new_events())
+            names = {(e.name, e.type) for e in events}
+            return {("c.txt", FilesystemEventType.REMOVE), ("link", FilesystemEventType.CREATE)} <= names
+
+        support.wait_until(seen, "the remove of c.txt and the create of link")
+    finally:
+        handle.stop()
+    created = next(e for e in events if e.name == "a.txt" and e.type == FilesystemEventType.CREATE)
+    assert created.entry is not None and created.entry.path == f"{base}/a.txt" and created.entry.type == FileType.FILE
+    directory = next(e for e in events if e.name == "sub" and e.type == FilesystemEventType.CREATE)
+    assert directory.entry is not None and directory.entry.type == FileType.DIR
+    link = next(e for e in events if e.name == "link" and e.type == FilesystemEventType.CREATE)
+    assert link.entry is not None and link.entry.symlink_target == f"{base}/a.txt"
+    removed = next(e for e in events if e.name == "c.txt" and e.type == FilesystemEventType.REMOVE)
+    assert removed.entry is None, "a removed entry has no info"
+    # Without include_entry, no entry.
+    plain = sbx.files.watch_dir(base)
+    try:
+        sbx.files.write(f"{base}/b.txt", "x")
+        later = []
+        support.wait_until(lambda: later.extend(plain.get_new_events()) or any(e.name == "b.txt" for e in later),
+                           "an event for b.txt")
+    finally:
+        plain.stop()
+    assert all(e.entry is None for e in later), later
+
+
 def test_a_recursive_watch_follows_new_subdirectories(sbx, home):
     base = support.unique(f"{home}/tree")
     sbx.files.make_dir(f"{base}/old")

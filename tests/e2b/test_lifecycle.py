@@ -203,7 +203,7 @@ def test_get_info_reports_what_e2b_returns():
         info = sandbox.get_info()
         assert (info.sandbox_id, info.template_id, info.name) == (sandbox.sandbox_id, "base", "base")
         assert info.cpu_count >= 1 and info.memory_mb > 0
-        assert info.envd_version == "0.6.2"
+        assert info.envd_version == "0.6.3"
         assert info.sandbox_domain is None
         assert info.lifecycle == {"on_timeout": "pause", "auto_resume": True}
         # No network options: sandkasten gives no network at all (E2B's default would be the internet).

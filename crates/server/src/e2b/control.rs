@@ -27,9 +27,9 @@ use crate::store_snapshots::SnapshotRecord;
 use crate::validate;
 
 /// The envd version the facade claims: it decides which features the SDK uses (stdin, close_stdin, octet-stream
-/// uploads and, from 0.6.2, file metadata yes; 0.6.3's entry info in watch events and 0.6.4's network-mount watches
-/// no: the SDKs refuse those options themselves below them).
-pub(crate) const ENVD_VERSION: &str = "0.6.2";
+/// uploads, 0.6.2's file metadata and 0.6.3's entry info in watch events yes; 0.6.4's network-mount watches no:
+/// a sandbox has no network mounts to watch, and the SDKs refuse that option themselves below 0.6.4).
+pub(crate) const ENVD_VERSION: &str = "0.6.3";
 /// The client id answered (E2B's is an internal node id).
 pub(crate) const CLIENT_ID: &str = "sandkasten";
 /// Longest a facade command or cell may run (its sandbox's `limits.timeout_ms`): E2B programs run servers and long

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use sandkasten_types::FsEvent;
+use serde_json::Value;
 use tokio::task::AbortHandle;
 
 /// Most events one watcher holds between two polls.
@@ -15,15 +15,15 @@ pub(crate) const MAX_PENDING_EVENTS: usize = 4096;
 /// What a watcher has collected.
 #[derive(Debug, Default)]
 pub(crate) struct Pending {
-    /// Events since the last poll, oldest first.
-    pub(crate) events: VecDeque<FsEvent>,
+    /// Events since the last poll, oldest first, as the answer shows them (envd's `FilesystemEvent`s).
+    pub(crate) events: VecDeque<Value>,
     /// Its watch ended (its directory went away): after these events there will be none.
     pub(crate) ended: bool,
 }
 
 impl Pending {
     /// Adds events, dropping the oldest beyond the bound.
-    pub(crate) fn push(&mut self, events: Vec<FsEvent>) {
+    pub(crate) fn push(&mut self, events: Vec<Value>) {
         self.events.extend(events);
         let excess = self.events.len().saturating_sub(MAX_PENDING_EVENTS);
         self.events.drain(..excess);
@@ -53,7 +53,7 @@ impl Watchers {
 
     /// Takes watcher `id`'s events (it must be sandbox `sandbox`'s): `None` when there is no such watcher, else the
     /// events and whether its watch has ended.
-    pub(crate) fn take(&self, sandbox: &str, id: &str) -> Option<(Vec<FsEvent>, bool)> {
+    pub(crate) fn take(&self, sandbox: &str, id: &str) -> Option<(Vec<Value>, bool)> {
         let watchers = self.by_id.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let watcher = watchers.get(id).filter(|watcher| watcher.sandbox == sandbox)?;
         let mut pending = watcher.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -87,12 +87,10 @@ impl Watchers {
 
 #[cfg(test)]
 mod tests {
-    use sandkasten_types::FsEventKind;
-
     use super::*;
 
-    fn event(n: usize) -> FsEvent {
-        FsEvent { name: n.to_string(), kind: FsEventKind::Create }
+    fn event(n: usize) -> Value {
+        serde_json::json!({ "name": n.to_string(), "type": "EVENT_TYPE_CREATE" })
     }
 
     #[test]

@@ -22,7 +22,10 @@ async fn open(h: &Harness) -> Opened {
     let reply = h.call_with("POST", "/v2/sandboxes", None, Body::from(body.to_string()), &headers).await;
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
     let json = reply.json();
-    assert_eq!(json["envdVersion"], "0.6.2", "the version that turns file metadata on in the SDKs");
+    assert_eq!(
+        json["envdVersion"], "0.6.3",
+        "the version that turns file metadata and watch entry info on in the SDKs"
+    );
     Opened { id: json["sandboxID"].as_str().unwrap().into(), token: json["envdAccessToken"].as_str().unwrap().into() }
 }
 
