@@ -105,7 +105,7 @@ test('files: write text and bytes, read them back, list, exists, remove, and Not
   await assert.rejects(sandbox.files.read(`${dir}/notes.txt`), NotFoundError)
 })
 
-test('pty: create, type into it, read its output, resize, and kill', async () => {
+test('pty: create, type into it, read its output, resize, reattach, and kill', async () => {
   const output = []
   const decoder = new TextDecoder()
   const seen = () => output.join('')
@@ -126,6 +126,13 @@ test('pty: create, type into it, read its output, resize, and kill', async () =>
     await sandbox.pty.resize(terminal.pid, { cols: 132, rows: 40 })
     await type('stty size\n')
     await waitUntil(() => seen().includes('40 132'), 'the new terminal size')
+    // A second client re-attaches and gets what the terminal printed so far, then what follows.
+    const replay = []
+    const attached = await sandbox.pty.connect(terminal.pid, { onData: (data) => replay.push(decoder.decode(data)) })
+    await waitUntil(() => replay.join('').includes('hi-42 in /tmp as user'), 'the output so far, replayed')
+    await type('echo after-$((40 + 2))\n')
+    await waitUntil(() => replay.join('').includes('after-42'), 'what follows the connect')
+    await attached.disconnect()
     assert.ok((await listedPids(sandbox)).has(terminal.pid), 'the pty is listed as a process')
     assert.equal(await sandbox.pty.kill(terminal.pid), true)
     await terminal.wait().catch(() => {}) // a killed terminal's wait may reject; either way it ends

@@ -21,10 +21,12 @@ FEATURES: list[tuple[str, list[str]]] = [
     ]),
     ("network options, `update_network`", [
         r"test_lifecycle\.py::test_(internet_access|network_rules|update_network|features_sandkasten_lacks)",
+        r"test_async\.py::test_update_network",
     ]),
     ("`Secret` (create, get_info, update, list, destroy), secrets in `network.rules`", [r"test_secrets\.py::"]),
     ("the base image: `python`, `pip`, `node`, `git`, `curl`, home; `sudo`", [
         r"test_base_image\.py::test_(base_image|sudo|the_user_s_home)",
+        r"test_async\.py::test_sudo",
     ]),
     ("a command killed with its sandbox, `mcp`", [
         r"test_base_image\.py::test_(a_command|an_async_command|mcp)",
@@ -59,8 +61,8 @@ FEATURES: list[tuple[str, list[str]]] = [
     ]),
     ("`download_url` / `upload_url` (signed)", [r"test_files\.py::test_signed_download_and_upload_urls"]),
     ("`files.watch_dir`", [
-        r"test_files\.py::test_(watch|a_recursive_watch|a_watch)",
-        r"test_async\.py::test_(watch_dir|a_watch)",
+        r"test_files\.py::test_(watch|a_recursive_watch|a_watch|a_sandbox_holds_at_most_16_watches)",
+        r"test_async\.py::test_(watch_dir|a_watch|a_streamed_watch)",
     ]),
     ("PTY (`sandbox.pty`)", [r"test_pty\.py::"]),
     ("`get_host(port)`", [r"test_ports\.py::"]),

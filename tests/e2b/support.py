@@ -138,6 +138,19 @@ def not_yet(feature: str):
     )
 
 
+def native_network_policy(sandbox_id):
+    """The sandbox's network policy as sandkasten's own API shows it (the E2B key is a sandkasten tenant key)."""
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{os.environ['E2B_API_URL']}/v1/sandboxes/{sandbox_id}",
+        headers={"Authorization": f"Bearer {os.environ['E2B_API_KEY']}"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)["network"]
+
+
 def missing_env() -> list[str]:
     return [name for name in REQUIRED_ENV if not os.environ.get(name)]
 

@@ -276,6 +276,36 @@ async def test_files_answer_as_envd_does(asbx):
     "sends allow_internet_access=True by default (E2B's default), so its sandboxes are online without network options",
 )
 @support.needs_newer_listing()
+@support.sdk_differs(
+    support.PUBLIC_WITH_NETWORK,
+    "sends allowPublicTraffic=true with any network option, so those sandboxes' ports need no traffic token",
+)
+async def test_update_network_replaces_the_egress_policy_live_async():
+    sandbox = await support.acreate(AsyncSandbox, network={"deny_out": ["0.0.0.0/0"], "allow_out": ["api.example.com"]})
+    try:
+        await sandbox.update_network({"deny_out": ["0.0.0.0/0"], "allow_out": ["*.example.org"]})
+        policy = support.native_network_policy(sandbox.sandbox_id)
+        assert (policy["mode"], policy["allow"]) == ("allowlist", ["*.example.org"]), policy
+        refused = await sandbox.commands.run("curl -s -m 5 http://api.example.com/; echo")
+        assert "not in the allowlist" in refused.stdout, refused.stdout
+        await AsyncSandbox.update_network(sandbox.sandbox_id, {"deny_out": ["198.51.100.7"]})
+        assert support.native_network_policy(sandbox.sandbox_id) == {"mode": "open", "allow": [], "deny": ["198.51.100.7"]}
+        with pytest.raises(SandboxException) as raised:
+            await sandbox.update_network({"deny_out": ["10.0.0.0/8"]})
+        assert "not supported" in str(raised.value)
+        assert support.native_network_policy(sandbox.sandbox_id)["mode"] == "open", "a refused update changes nothing"
+    finally:
+        await sandbox.kill()
+
+
+async def test_sudo_gives_the_sandbox_s_root_async(asbx):
+    assert (await asbx.commands.run("sudo whoami")).stdout.strip() == "root"
+    assert (await asbx.commands.run("sudo -u user id -un")).stdout.strip() == "user"
+    with pytest.raises(CommandExitException) as failed:
+        await asbx.commands.run("sudo sh -c 'exit 3'")
+    assert failed.value.exit_code == 3
+
+
 async def test_list_pages_by_cursor_filters_and_reports_info():
     tag = support.unique("async-paging")
     sandboxes = [await support.acreate(AsyncSandbox, metadata={"tag": tag}) for _ in range(3)]

@@ -372,6 +372,23 @@ def test_a_recursive_watch_follows_new_subdirectories(sbx, home):
         handle.stop()
 
 
+def test_a_sandbox_holds_at_most_16_watches():
+    # A sandbox of its own: the module's sandbox may hold watches of other tests.
+    with support.create(Sandbox) as sandbox:
+        base = support.unique("/home/user/many")
+        sandbox.files.make_dir(base)
+        handles = [sandbox.files.watch_dir(base) for _ in range(16)]
+        try:
+            with pytest.raises(SandboxException) as refused:
+                sandbox.files.watch_dir(base)
+            assert "16 watches" in str(refused.value), refused.value
+            handles.pop().stop()
+            handles.append(sandbox.files.watch_dir(base))  # a stopped watch frees its place
+        finally:
+            for handle in handles:
+                handle.stop()
+
+
 def test_watching_a_file_or_a_missing_path_fails_as_envd_does(sbx, home):
     sbx.files.write(f"{home}/plain.txt", "not a directory")
     with pytest.raises(SandboxException) as raised:

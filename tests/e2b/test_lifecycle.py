@@ -360,16 +360,6 @@ def test_internet_access_goes_through_the_egress_proxy_and_never_to_the_metadata
         assert result.stdout.strip() == "403", result.stdout
 
 
-def native_network_policy(sandbox_id):
-    """The sandbox's network policy as sandkasten's own API shows it (the E2B key is a sandkasten tenant key)."""
-    request = urllib.request.Request(
-        f"{os.environ['E2B_API_URL']}/v1/sandboxes/{sandbox_id}",
-        headers={"Authorization": f"Bearer {os.environ['E2B_API_KEY']}"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.load(response)["network"]
-
-
 @support.sdk_differs(
     support.PUBLIC_WITH_NETWORK,
     "sends allowPublicTraffic=true with any network option, so those sandboxes' ports need no traffic token",
@@ -377,14 +367,14 @@ def native_network_policy(sandbox_id):
 def test_network_rules_become_an_egress_allowlist():
     network = {"deny_out": ["0.0.0.0/0"], "allow_out": ["api.example.com", "*.example.org"]}
     with support.create(Sandbox, network=network) as sandbox:
-        policy = native_network_policy(sandbox.sandbox_id)
+        policy = support.native_network_policy(sandbox.sandbox_id)
         assert policy["mode"] == "allowlist", policy
         assert policy["allow"] == ["api.example.com", "*.example.org"], policy
         # Anything else is refused by the proxy with the rule, the metadata address included.
         result = sandbox.commands.run("curl -s -m 5 http://169.254.169.254/latest; echo")
         assert "not in the allowlist" in result.stdout, result.stdout
     with support.create(Sandbox, network={"deny_out": ["198.51.100.7"]}) as sandbox:
-        assert native_network_policy(sandbox.sandbox_id) == {"mode": "open", "allow": [], "deny": ["198.51.100.7"]}
+        assert support.native_network_policy(sandbox.sandbox_id) == {"mode": "open", "allow": [], "deny": ["198.51.100.7"]}
 
 
 @support.sdk_differs(
@@ -395,18 +385,18 @@ def test_update_network_replaces_the_egress_policy_live():
     network = {"deny_out": ["0.0.0.0/0"], "allow_out": ["api.example.com"]}
     with support.create(Sandbox, network=network) as sandbox:
         sandbox.update_network({"deny_out": ["0.0.0.0/0"], "allow_out": ["*.example.org"]})
-        policy = native_network_policy(sandbox.sandbox_id)
+        policy = support.native_network_policy(sandbox.sandbox_id)
         assert (policy["mode"], policy["allow"]) == ("allowlist", ["*.example.org"]), policy
         refused = sandbox.commands.run("curl -s -m 5 http://api.example.com/; echo")
         assert "not in the allowlist" in refused.stdout, refused.stdout
         Sandbox.update_network(sandbox.sandbox_id, {"deny_out": ["198.51.100.7"]})
-        assert native_network_policy(sandbox.sandbox_id) == {"mode": "open", "allow": [], "deny": ["198.51.100.7"]}
+        assert support.native_network_policy(sandbox.sandbox_id) == {"mode": "open", "allow": [], "deny": ["198.51.100.7"]}
         sandbox.update_network({})
-        assert native_network_policy(sandbox.sandbox_id)["mode"] == "none", "nothing asked: no network, as at create"
+        assert support.native_network_policy(sandbox.sandbox_id)["mode"] == "none", "nothing asked: no network, as at create"
         with pytest.raises(SandboxException) as raised:
             sandbox.update_network({"deny_out": ["10.0.0.0/8"]})
         assert "not supported" in str(raised.value)
-        assert native_network_policy(sandbox.sandbox_id)["mode"] == "none", "a refused update changes nothing"
+        assert support.native_network_policy(sandbox.sandbox_id)["mode"] == "none", "a refused update changes nothing"
     with pytest.raises(SandboxException):
         Sandbox.update_network(sandbox.sandbox_id, {"allow_out": ["x.example"]})  # killed
 

@@ -2,7 +2,8 @@
 http.server`, a background command) is reached at `https://{get_host(port)}` as E2B programs do; here the request goes to
 the server's own address with that name as its `Host` (what a wildcard DNS record `*.DOMAIN` would do). Unlike E2B, a
 sandbox's ports need its `traffic_access_token` (`e2b-traffic-access-token`) unless it was created with
-`network={"allow_public_traffic": True}`; a port nothing listens on is a 502 naming it."""
+`network={"allow_public_traffic": True}`; a port nothing listens on is a 502 naming it. A WebSocket upgrade through the
+same name is bridged both ways."""
 
 import asyncio
 import os
@@ -72,6 +73,93 @@ def test_allow_public_traffic_serves_the_port_without_the_token():
         # Inbound traffic is not egress: the sandbox still reaches nothing outside.
         with pytest.raises(CommandExitException):
             sbx.commands.run("python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 80), 3)'", timeout=30)
+    finally:
+        sbx.kill()
+
+
+# A WebSocket echo server for the sandbox (standard library only): text frames come back as `echo:…`.
+WEBSOCKET_ECHO = r"""
+import base64, hashlib, http.server
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        key = self.headers["Sec-WebSocket-Key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", base64.b64encode(hashlib.sha1(key.encode()).digest()).decode())
+        self.end_headers()
+        self.wfile.flush()
+        while True:
+            head = self.rfile.read(2)
+            if len(head) < 2 or head[0] & 0x0F == 8:
+                return
+            mask = self.rfile.read(4)
+            data = bytes(b ^ mask[i % 4] for i, b in enumerate(self.rfile.read(head[1] & 0x7F)))
+            reply = b"echo:" + data
+            self.wfile.write(bytes([0x81, len(reply)]) + reply)
+            self.wfile.flush()
+
+http.server.HTTPServer(("127.0.0.1", 8765), Handler).serve_forever()
+"""
+
+
+def _websocket(host: str, token: str):
+    """A WebSocket to the sandbox's port named by `host` through the server (raw: the suite's venv has no WebSocket
+    client); returns the socket after the server's 101, or fails naming what came instead."""
+    import base64
+    import hashlib
+    import socket
+    import urllib.parse
+
+    url = urllib.parse.urlsplit(SERVER)
+    connection = socket.create_connection((url.hostname, url.port or 80), timeout=30)
+    key = base64.b64encode(os.urandom(16)).decode()
+    request = (
+        f"GET /chat HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+        f"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\ne2b-traffic-access-token: {token}\r\n\r\n"
+    )
+    connection.sendall(request.encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = connection.recv(1)
+        assert chunk, f"the connection ended before the upgrade: {head!r}"
+        head += chunk
+    accept = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
+    assert head.startswith(b"HTTP/1.1 101") and accept in head, head
+    return connection
+
+
+def _exchange(connection, text: str) -> bytes:
+    """Sends `text` as a masked text frame (as clients must) and returns the payload of the frame that answers."""
+    mask = os.urandom(4)
+    payload = bytes(b ^ mask[i % 4] for i, b in enumerate(text.encode()))
+    connection.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + payload)
+
+    def exactly(size: int) -> bytes:
+        data = b""
+        while len(data) < size:
+            chunk = connection.recv(size - len(data))
+            assert chunk, f"the connection ended inside a frame: {data!r}"
+            data += chunk
+        return data
+
+    head = exactly(2)
+    assert head[0] == 0x81, head
+    return exactly(head[1] & 0x7F)
+
+
+def test_a_websocket_to_a_port_is_bridged_both_ways():
+    sbx = support.create(Sandbox, timeout=300)
+    try:
+        sbx.files.write("/home/user/ws.py", WEBSOCKET_ECHO)
+        sbx.commands.run("python3 /home/user/ws.py", background=True, timeout=0)
+        listening = "for i in $(seq 300); do (echo > /dev/tcp/127.0.0.1/8765) 2>/dev/null && exit 0; sleep 0.1; done; exit 1"
+        sbx.commands.run(listening, timeout=60)
+        connection = _websocket(_check_host(sbx, 8765), sbx.traffic_access_token)
+        with connection:
+            assert _exchange(connection, "hello") == b"echo:hello"
+            assert _exchange(connection, "twice") == b"echo:twice"
     finally:
         sbx.kill()
 

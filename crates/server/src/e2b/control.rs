@@ -159,8 +159,7 @@ pub(crate) async fn create(
     body: axum::body::Bytes,
 ) -> Result<Response, E2bError> {
     let tenant = api_tenant(&state, &headers)?;
-    let body: NewSandbox =
-        serde_json::from_slice(&body).map_err(|error| E2bError::invalid(format!("malformed request body: {error}")))?;
+    let body: NewSandbox = crate::e2b::error::parse_json(&body)?;
     refuse_unsupported(&body)?;
     let snapshot = if is_snapshot_id(&body.template_id) {
         Some(snapshots::for_create(&state, &tenant, &body.template_id).await?)

@@ -182,6 +182,11 @@ pub(crate) fn json_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -
     if body.is_empty() {
         return Ok(T::default());
     }
+    parse_json(body)
+}
+
+/// A request body that must be a JSON `T`: anything else is `invalid_argument` naming the field and why.
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, E2bError> {
     serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(body)).map_err(|error| {
         let at = error.path().to_string();
         let field = if at == "." { String::new() } else { format!("{at}: ") };

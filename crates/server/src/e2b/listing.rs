@@ -120,7 +120,8 @@ fn listed(state: &AppState, record: SandboxRecord, detailed: bool) -> SandboxLis
         SandboxDetail {
             envd_access_token: session.map(|s| s.token),
             allow_internet_access,
-            domain: None,
+            // The wildcard domain its ports are served under (`[e2b] domain`), as the create answered it.
+            domain: state.effective_config().e2b.domain.clone(),
             network,
             lifecycle: lifecycle_info(&record.lifecycle),
             pause_mode: paused.then_some(if record.pause_snapshot.is_some() { "filesystem" } else { "full" }),

@@ -594,6 +594,33 @@ async fn listing_pages_by_cursor_newest_first_with_e2b_s_filters_and_errors() {
 }
 
 #[tokio::test]
+async fn a_create_with_metadata_that_is_not_strings_is_a_400_naming_it_and_makes_nothing() {
+    let h = Harness::new();
+    for metadata in [json!({"k": 1}), json!({"k": ["a"]}), json!(["not", "a", "map"])] {
+        let body = json!({ "templateID": "base", "timeout": 60, "metadata": metadata });
+        let refused = control(&h, "POST", "/v2/sandboxes", KEY_A, Some(body)).await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{metadata}: {}", refused.text());
+        let message = refused.json()["message"].as_str().unwrap_or_default().to_owned();
+        assert!(message.contains("metadata"), "{metadata}: {message}");
+    }
+    let listed = control(&h, "GET", "/v2/sandboxes", KEY_A, None).await.json();
+    assert_eq!(listed, json!([]), "a refused create leaves no sandbox");
+}
+
+#[tokio::test]
+async fn the_configured_domain_is_in_the_create_answer_and_in_get_info() {
+    let mut config = crate::harness::test_config();
+    config.e2b.domain = Some("sandboxes.example.test".to_owned());
+    let h = Harness::with_config(config);
+    let body = json!({ "templateID": "base", "timeout": 60 });
+    let created = control(&h, "POST", "/v2/sandboxes", KEY_A, Some(body)).await.json();
+    assert_eq!(created["domain"], "sandboxes.example.test", "{created}");
+    let id = created["sandboxID"].as_str().unwrap();
+    let info = control(&h, "GET", &format!("/sandboxes/{id}"), KEY_A, None).await.json();
+    assert_eq!(info["domain"], "sandboxes.example.test", "get_info answers the domain the create did: {info}");
+}
+
+#[tokio::test]
 async fn get_info_has_e2b_s_detail_fields() {
     let h = Harness::new();
     let sb = open(&h, KEY_A, json!({})).await;
