@@ -13,3 +13,4 @@ pub mod serve;
 mod step;
 
 pub use guest::run_agent;
+pub use microvm::TEMPLATE_SERIAL;

@@ -24,6 +24,9 @@ pub const AGENT_PORT: &str = "sandkasten.agent";
 pub const DISK_SERIAL: &str = "sandkasten-disk";
 /// Where the sandbox's disk is mounted in the guest.
 const DISK_MOUNT: &str = "/.sandkasten/disk";
+/// The serial number of a built template's read-only disk, mounted at the template directory (`/opt`) when the plan
+/// names a template.
+pub const TEMPLATE_SERIAL: &str = "sandkasten-template";
 
 /// Opens the agent's port, bridges it to a socketpair whose other end becomes descriptor 0 (where every agent finds
 /// its channel), says `GuestBooted` and returns; the caller then reads the plan as any agent does.
@@ -124,9 +127,9 @@ fn block_all_signals() {
     }
 }
 
-/// Builds the writable parts of the guest's root for `plan`: the disk holds the home and `/tmp`, the guest's own
-/// devpts and `/dev/shm`, the agent's run directory, the plan's root files (the synthesised `/etc`), the hostname and
-/// the loopback; then the root is made read-only.
+/// Builds the writable parts of the guest's root for `plan`: the disk holds the home and `/tmp`, a built template's
+/// disk is `/opt` (read-only), the guest's own devpts and `/dev/shm`, the agent's run directory, the plan's root files
+/// (the synthesised `/etc`), the hostname and the loopback; then the root is made read-only.
 pub(crate) fn build_root(plan: &AgentPlan) -> Result<(), String> {
     let mkdir = |path: &str| std::fs::create_dir_all(path).map_err(|e| format!("creating {path}: {e}"));
     let disk = find_disk(DISK_SERIAL)?;
@@ -142,6 +145,13 @@ pub(crate) fn build_root(plan: &AgentPlan) -> Result<(), String> {
         mkdir(inside)?;
         set_mode(&source, mode)?;
         mount_bind(source.as_str(), inside).map_err(|e| format!("binding {inside} to the disk: {e}"))?;
+    }
+    if !plan.template.is_empty() {
+        let template = find_disk(TEMPLATE_SERIAL)?;
+        let at = sandkasten_jail::rootfs::TEMPLATE_DIR;
+        mkdir(at)?;
+        mount(&template, at, "ext4", nosuid_nodev | MountFlags::RDONLY, Some(c"noload"))
+            .map_err(|e| format!("mounting the template's disk {} at {at}: {e}", template.display()))?;
     }
     mkdir("/dev/pts")?;
     mount(

@@ -36,7 +36,7 @@ pub struct RunArgs {
     pub isolation: Option<Tier>,
     /// A built template (`sandkasten template build`): its layers are the sandbox's read-only `/opt`, its
     /// environment (PATH with its venv and npm packages first, NODE_PATH, its `env`) the program's. Local runs on the
-    /// process tier only, so far.
+    /// process and microvm tiers, so far.
     #[arg(long, value_name = "NAME")]
     pub template: Option<String>,
     /// The template cache `--template` reads. Default /var/lib/sandkasten/templates.

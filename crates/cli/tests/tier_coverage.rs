@@ -70,7 +70,10 @@ const PER_TIER_SUITES: &[&str] = &[
 
 /// Behaviour suites (by file name) that are not per tier, and why.
 const NOT_PER_TIER: &[(&str, &str)] = &[
-    ("templates.rs", "built templates run on the process tier only until the gVisor and microVM outputs land"),
+    (
+        "templates.rs",
+        "built templates run on the process and microvm tiers (each test checks both) until the gVisor output lands",
+    ),
     ("serve_connections.rs", "the HTTP server's connection limits hold before any sandbox exists: no tier is involved"),
     (
         "serve_crash.rs",

@@ -117,7 +117,10 @@ pub(crate) fn run(
     let channel = backend.spawn(&mut guard, spec, &run_plan.files, &agent_plan)?;
     at.vm_boot = guard.vm_boot;
     let limits = &spec.limits;
-    let deadline_ns = started_ns.saturating_add(limits.timeout_ms.saturating_mul(1_000_000));
+    // The wall timeout counts the run's own time: not a microVM's boot (launch to the guest's greeting), which takes
+    // seconds under software emulation, more on a loaded host, and is bounded by itself (the spawn's ready timeout).
+    let boot_ns = at.vm_boot.map_or(0, |vm| vm.booted_ns.saturating_sub(vm.launched_ns));
+    let deadline_ns = started_ns.saturating_add(boot_ns).saturating_add(limits.timeout_ms.saturating_mul(1_000_000));
     let mut observed = Observed::new(limits.output_bytes);
     let flow = async {
         let agent = Arc::new(AgentClient::new(channel.into()).map_err(|e| RuntimeError::sys("agent channel", e))?);

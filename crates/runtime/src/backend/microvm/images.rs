@@ -1,5 +1,6 @@
 //! The files a microVM boots from. Shared and read-only: the guest kernel, initramfs and template root image that
-//! `scripts/setup-microvm.sh` builds into `[microvm] dir`, and the agent's disk (an ext4 image holding this build's
+//! `scripts/setup-microvm.sh` builds into `[microvm] dir`, a built template's image (`template_image`), and the
+//! agent's disk (an ext4 image holding this build's
 //! `sandkasten` binary, made on first use and cached by the binary's identity). Per sandbox: its writable disk, a
 //! sparse ext4 image of the disk limit in the sandbox's own directory.
 
@@ -42,7 +43,7 @@ impl BootFiles {
 }
 
 /// Runs a helper program (`mkfs.ext4`), turning a failure into an error that says what it printed.
-fn run(program: &str, args: &[&std::ffi::OsStr], what: &str) -> Result<(), RuntimeError> {
+pub(super) fn run(program: &str, args: &[&std::ffi::OsStr], what: &str) -> Result<(), RuntimeError> {
     let output = Command::new(program)
         .args(args)
         .env_clear()
@@ -121,7 +122,7 @@ pub(crate) fn agent_disk(settings: &MicrovmSettings, agent: &Path) -> Result<Pat
 const AGENT_DISK_UNUSED: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Notes that `image` was used now (its mtime), so that pruning keeps it.
-fn mark_used(image: &Path) {
+pub(super) fn mark_used(image: &Path) {
     let now = rustix::fs::Timestamps {
         last_access: rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_NOW },
         last_modification: rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_NOW },
@@ -148,7 +149,7 @@ fn prune_agent_disks(dir: &Path) {
 }
 
 /// A directory removed when dropped (a half-built agent disk).
-struct Staging(PathBuf);
+pub(super) struct Staging(pub(super) PathBuf);
 
 impl Drop for Staging {
     fn drop(&mut self) {

@@ -26,6 +26,7 @@ mod pause;
 mod qemu;
 mod qmp;
 mod speed_probe;
+mod template_image;
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -340,6 +341,10 @@ impl MicrovmTier<'_> {
         };
         let rootfs = read(&boot.rootfs)?;
         let agent_image = read(&agent_disk)?;
+        let template = match template_image::template_image(settings, &spec.layers)? {
+            Some(image) => Some(read(&image)?),
+            None => None,
+        };
         let disk = OpenOptions::new()
             .read(true)
             .write(true)
@@ -366,6 +371,7 @@ impl MicrovmTier<'_> {
             door: door.as_ref().map(|(_, guest)| guest.as_raw_fd()),
             monitor: monitor.as_raw_fd(),
             incoming: incoming.map(AsRawFd::as_raw_fd),
+            template: template.as_ref().map(AsRawFd::as_raw_fd),
         };
         let qemu_path = resolve_qemu(settings).ok_or_else(|| RuntimeError::HostUnsupported("QEMU is gone".into()))?;
         let argv = qemu::command_line(&qemu_path.to_string_lossy(), &shape, &boot, &fds, &settings.kernel_args);
@@ -381,7 +387,7 @@ impl MicrovmTier<'_> {
             drop(guest);
             std::os::fd::OwnedFd::from(host)
         });
-        drop((rootfs, agent_image, disk, disk_read_only, console, vmm_log, guest_end, monitor));
+        drop((rootfs, agent_image, template, disk, disk_read_only, console, vmm_log, guest_end, monitor));
         wait_for_vmm(&mut jail, files)?;
         Ok(StartedVm { channel, door: door_host_end, launched_ns })
     }

@@ -29,6 +29,8 @@ pub(crate) struct VmDescriptors {
     pub(crate) monitor: RawFd,
     /// A memory snapshot to start from (read-only), instead of booting the kernel (`memory`).
     pub(crate) incoming: Option<RawFd>,
+    /// A built template's image (read-only), when the sandbox has one (`template_image`).
+    pub(crate) template: Option<RawFd>,
 }
 
 impl VmDescriptors {
@@ -45,6 +47,7 @@ impl VmDescriptors {
         ];
         all.extend(self.door);
         all.extend(self.incoming);
+        all.extend(self.template);
         all
     }
 }
@@ -66,6 +69,8 @@ pub(crate) const TCG_CACHE_MIB: u64 = 32;
 /// The fdset of a memory snapshot being loaded (`-incoming`), and of one being saved (`migrate`).
 pub(crate) const INCOMING_FDSET: u32 = 5;
 pub(crate) const OUTGOING_FDSET: u32 = 6;
+/// The fdset of a built template's image.
+pub(crate) const TEMPLATE_FDSET: u32 = 7;
 
 /// The guest kernel's command line: the tier's own parameters, then the operator's (`[microvm] kernel_args`, checked
 /// by `MicrovmSettings::kernel_args_problem`), which come later so that they win.
@@ -131,6 +136,17 @@ pub(crate) fn command_line(
         ]);
         push(&["-device", &format!("virtio-blk-device,drive=disk{set},serial={serial}")]);
     }
+    if let Some(template) = fds.template {
+        push(&["-add-fd", &format!("fd={template},set={TEMPLATE_FDSET}")]);
+        push(&[
+            "-drive",
+            &format!(
+                "file=/dev/fdset/{TEMPLATE_FDSET},format=raw,if=none,id=template,cache=unsafe,file.locking=off,\
+                 readonly=on"
+            ),
+        ]);
+        push(&["-device", &format!("virtio-blk-device,drive=template,serial={}", sandkasten_agent::TEMPLATE_SERIAL)]);
+    }
     push(&["-device", "virtio-serial-device,max_ports=3"]);
     push(&["-chardev", &format!("socket,id=agent,fd={}", fds.channel)]);
     push(&["-device", "virtserialport,chardev=agent,name=sandkasten.agent"]);
@@ -175,6 +191,7 @@ mod tests {
             door: None,
             monitor: 12,
             incoming: None,
+            template: None,
         }
     }
 
@@ -205,6 +222,22 @@ mod tests {
         assert!(!argv.contains("sandkasten.door"), "no door port without a door: {argv}");
         assert!(argv.contains("-chardev socket,id=monitor,fd=12,server=on,wait=off -mon chardev=monitor,mode=control"));
         assert!(!argv.contains("-incoming"), "a booted VM loads no memory: {argv}");
+        assert!(!argv.contains("sandkasten-template"), "no template disk without a built template: {argv}");
+    }
+
+    #[test]
+    fn a_built_template_is_a_read_only_disk_of_its_own() {
+        let shape = VmShape { accel: MicrovmAccel::Tcg, memory_mib: 256, vcpus: 1, tsc_khz: 2_000_000 };
+        let with = VmDescriptors { template: Some(14), ..fds() };
+        let argv = command_line("q", &shape, &boot(), &with, &[]).join(" ");
+        for expected in [
+            "-add-fd fd=14,set=7",
+            "file=/dev/fdset/7,format=raw,if=none,id=template,cache=unsafe,file.locking=off,readonly=on",
+            "virtio-blk-device,drive=template,serial=sandkasten-template",
+        ] {
+            assert!(argv.contains(expected), "{expected} missing from {argv}");
+        }
+        assert!(with.all().contains(&14), "the jail keeps the template's descriptor");
     }
 
     #[test]

@@ -1,0 +1,177 @@
+//! A built template's layers as a microVM disk: the layers' `/opt` trees merged as the process tier's overlay shows
+//! them (topmost wins, whiteouts and opaque directories applied) into one read-only ext4 image, made on first use and
+//! cached under `[microvm] dir`/templates by the layers it holds (SHA-256 of their paths, which name their content
+//! digests). The guest's agent mounts it at `/opt` (`sandkasten_agent::microvm::TEMPLATE_SERIAL`).
+//!
+//! The merge is the kernel's own: an overlay of the layers mounted read-only in a private mount namespace of a child
+//! (`unshare --mount`), which `mkfs.ext4 -d` copies; when the child ends, its mount ends with it, so nothing is left
+//! mounted on the host however the server dies. The image is written in a staging directory and renamed into place;
+//! an image no VM started from for an hour is pruned, as agent disks are.
+
+use std::path::{Path, PathBuf};
+
+use sandkasten_types::{MicrovmSettings, TemplateLayers};
+use sha2::{Digest, Sha256};
+
+use super::images::{Staging, mark_used, run};
+use crate::error::RuntimeError;
+
+/// Where a template layer's files are, inside its layer directory (the process tier's template directory).
+const LAYER_ROOT: &str = "opt";
+
+/// How long an image no VM started from is kept.
+const UNUSED: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Merges the overlay of the layers (`$1`, overlay's `lowerdir`) at `$2` and copies it into the ext4 image `$3`,
+/// without the `lost+found` mkfs adds (the guest's `/opt` shows what the template holds, as on the process tier).
+const MERGE_AND_FORMAT: &str = "mount -t overlay -o ro,userxattr,lowerdir=\"$1\" sandkasten-template \"$2\" && \
+     mkfs.ext4 -q -F -O ^has_journal -L sandkasten-tpl -E root_owner=0:0 -d \"$2\" \"$3\" && \
+     debugfs -w -R 'rmdir lost+found' \"$3\" >/dev/null 2>&1";
+
+/// The disk image of `layers` (built now if no VM has used it yet); `None` for a sandbox without a built template.
+pub(crate) fn template_image(
+    settings: &MicrovmSettings,
+    layers: &TemplateLayers,
+) -> Result<Option<PathBuf>, RuntimeError> {
+    if layers.layers.is_empty() {
+        return Ok(None);
+    }
+    let dir = settings.dir.join("templates");
+    let image = dir.join(format!("template-{}.ext4", key_of(&layers.layers)));
+    if image.is_file() {
+        mark_used(&image);
+        return Ok(Some(image));
+    }
+    prune(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| RuntimeError::sys_owned(format!("creating {}", dir.display()), e))?;
+    let staging = Staging(dir.join(format!(".build-{}-{}", std::process::id(), crate::ids::new_sandbox_id()?)));
+    let (empty, merged) = (staging.0.join("empty"), staging.0.join("merged"));
+    for path in [&staging.0, &empty, &merged] {
+        std::fs::create_dir(path).map_err(|e| RuntimeError::sys_owned(format!("creating {}", path.display()), e))?;
+    }
+    let lower = lower_dirs(&layers.layers, &empty)?;
+    let built = staging.0.join("template.ext4");
+    let file = std::fs::File::create(&built).map_err(|e| RuntimeError::sys("creating the template image", e))?;
+    file.set_len(image_bytes(&layers.layers)).map_err(|e| RuntimeError::sys("sizing the template image", e))?;
+    drop(file);
+    let args: Vec<&std::ffi::OsStr> = vec![
+        "--mount".as_ref(),
+        "--propagation".as_ref(),
+        "private".as_ref(),
+        "sh".as_ref(),
+        "-c".as_ref(),
+        MERGE_AND_FORMAT.as_ref(),
+        "sh".as_ref(),
+        lower.as_ref(),
+        merged.as_os_str(),
+        built.as_os_str(),
+    ];
+    run("unshare", &args, "building the template's microVM image")?;
+    std::fs::rename(&built, &image).map_err(|e| RuntimeError::sys("placing the template image", e))?;
+    Ok(Some(image))
+}
+
+/// The cache key of `layers`: their paths name their content (each layer directory is its digest).
+fn key_of(layers: &[PathBuf]) -> String {
+    let mut hash = Sha256::new();
+    for layer in layers {
+        hash.update(layer.as_os_str().as_encoded_bytes());
+        hash.update(b"\n");
+    }
+    hash.finalize().iter().take(16).map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Overlay's `lowerdir` for `layers` (bottom first in `layers`, topmost first in the option) over `empty`, as the
+/// process tier mounts them; a path overlay options cannot name is refused.
+fn lower_dirs(layers: &[PathBuf], empty: &Path) -> Result<String, RuntimeError> {
+    let mut dirs: Vec<PathBuf> =
+        layers.iter().rev().map(|layer| layer.join(LAYER_ROOT)).filter(|dir| dir.is_dir()).collect();
+    dirs.push(empty.to_path_buf());
+    let named: Vec<String> = dirs.iter().map(|dir| dir.to_string_lossy().into_owned()).collect();
+    if let Some(bad) = named.iter().find(|dir| dir.contains([':', ',', '\\'])) {
+        return Err(RuntimeError::InvalidInput(format!("template layer {bad} holds ':', ',' or '\\'")));
+    }
+    Ok(named.join(":"))
+}
+
+/// The image's size: what the layers hold (each file rounded up to a block, and a block per entry), a fifth more
+/// for ext4's own structures, and 16 MiB. Sparse: only what mkfs writes takes host disk.
+fn image_bytes(layers: &[PathBuf]) -> u64 {
+    let held: u64 = layers.iter().map(|layer| tree_bytes(&layer.join(LAYER_ROOT))).sum();
+    held.saturating_add(held / 5).saturating_add(16 << 20)
+}
+
+/// The bytes a tree holds, as `image_bytes` counts them (links are not followed).
+fn tree_bytes(root: &Path) -> u64 {
+    const BLOCK: u64 = 4096;
+    let mut total = 0u64;
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        total = total.saturating_add(BLOCK).saturating_add(meta.len().div_ceil(BLOCK) * BLOCK);
+        if meta.is_dir()
+            && let Ok(entries) = std::fs::read_dir(&path)
+        {
+            pending.extend(entries.flatten().map(|entry| entry.path()));
+        }
+    }
+    total
+}
+
+/// Removes images no VM started from for `UNUSED` and staging directories of builds that died.
+fn prune(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let old = entry
+            .metadata()
+            .and_then(|meta| meta.modified())
+            .is_ok_and(|modified| modified.elapsed().is_ok_and(|age| age > UNUSED));
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if old && name.starts_with("template-") && name.ends_with(".ext4") {
+            let _ = std::fs::remove_file(entry.path());
+        } else if old && name.starts_with(".build-") {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_names_the_layers_in_order() {
+        let (a, b) = (PathBuf::from("/t/layers/aa"), PathBuf::from("/t/layers/bb"));
+        assert_eq!(key_of(&[a.clone(), b.clone()]), key_of(&[a.clone(), b.clone()]));
+        assert_ne!(key_of(&[a.clone(), b.clone()]), key_of(&[b, a.clone()]));
+        assert_ne!(key_of(std::slice::from_ref(&a)), key_of(&[a.clone(), a.clone()]));
+        assert_eq!(key_of(&[a]).len(), 32);
+    }
+
+    #[test]
+    fn lower_dirs_put_the_topmost_layer_first_and_the_empty_directory_last() {
+        let root = tempfile::tempdir().unwrap();
+        let layer = |name: &str| {
+            let path = root.path().join(name);
+            std::fs::create_dir_all(path.join(LAYER_ROOT)).unwrap();
+            path
+        };
+        let (bottom, top) = (layer("bottom"), layer("top"));
+        let empty = root.path().join("empty");
+        let lower = lower_dirs(&[bottom.clone(), top.clone()], &empty).unwrap();
+        let expected = format!("{}/opt:{}/opt:{}", top.display(), bottom.display(), empty.display());
+        assert_eq!(lower, expected);
+        let odd = layer("a:b");
+        assert!(lower_dirs(&[odd], &empty).is_err(), "a ':' in a layer path cannot be named to overlay");
+    }
+
+    #[test]
+    fn the_image_holds_what_the_layers_hold_with_room() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("l/opt/d")).unwrap();
+        std::fs::write(root.path().join("l/opt/d/f"), vec![0u8; 10_000]).unwrap();
+        let bytes = image_bytes(&[root.path().join("l")]);
+        assert!(bytes >= (16 << 20) + 12_288 + 3 * 4096, "{bytes}");
+    }
+}
