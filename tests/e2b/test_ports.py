@@ -82,6 +82,8 @@ WEBSOCKET_ECHO = r"""
 import base64, hashlib, http.server
 
 class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
     def do_GET(self):
         key = self.headers["Sec-WebSocket-Key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
         self.send_response(101)

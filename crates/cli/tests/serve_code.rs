@@ -139,13 +139,17 @@ fn main_text(outcome: &Value) -> Option<&str> {
     outcome["results"].as_array()?.iter().find(|r| r["is_main_result"] == true)?["text/plain"].as_str()
 }
 
-/// Host pids of sandbox `id`'s kernels (sandbox uids, in its cgroup, running a kernel).
+/// Host pids of sandbox `id`'s kernels (sandbox uids, in its cgroup, running a kernel; a microVM's VMM, whose
+/// command line names its `sandkasten-…` disks, is not one).
 fn kernel_pids(id: &str) -> Vec<u32> {
     common::processes_in_cgroup_matching(id)
         .into_iter()
         .map(|(pid, _)| pid)
         .filter(|pid| common::process_uid(*pid).is_some_and(|uid| uid >= common::SANDBOX_UID_BASE))
-        .filter(|pid| common::cmdline(*pid).contains("sandkasten"))
+        .filter(|pid| {
+            let cmdline = common::cmdline(*pid);
+            cmdline.contains("sandkasten") && !cmdline.contains("qemu-system")
+        })
         .collect()
 }
 
