@@ -46,6 +46,9 @@ local({
     commands <- file(sprintf("/proc/self/fd/%s", arguments[[1]]), open = "r", raw = TRUE)
     answers <- file(sprintf("/proc/self/fd/%s", arguments[[2]]), open = "wb", raw = TRUE)
     token <- arguments[[3]]
+    # The sync tokens go to fds 1 and 2 themselves, past any sink() a cell left open.
+    output <- file("/proc/self/fd/1", open = "w", raw = TRUE)
+    errors <- file("/proc/self/fd/2", open = "w", raw = TRUE)
     plots <- file.path(tempdir(), "sandkasten-plots")
     dir.create(plots, showWarnings = FALSE)
     # The devices plotting opened during the cell (not those the cell opened itself, e.g. a pdf() it writes to).
@@ -181,9 +184,10 @@ local({
         }, interrupt = function(condition) {
             list(error_name = "KeyboardInterrupt", error_value = "the cell was interrupted")
         }, error = function(e) list(error_name = "KernelError", error_value = conditionMessage(e)))
-        cat(token)
-        flush(stdout())
-        cat(token, file = stderr())
+        cat(token, file = output)
+        flush(output)
+        cat(token, file = errors)
+        flush(errors)
         send(answer)
     }
 })

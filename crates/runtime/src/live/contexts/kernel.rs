@@ -517,7 +517,6 @@ mod tests {
         let after = reply()?;
         assert_eq!(after["error"], serde_json::Value::Null, "an interrupt between cells stopped the next: {after}");
         assert_eq!(after["results"][0]["text/plain"], "[1] 41", "{after}");
-        drop(send);
         drop(stdin);
         assert!(child.wait()?.success(), "the kernel ends when its input does");
         Ok(())
