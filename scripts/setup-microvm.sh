@@ -17,8 +17,8 @@ cd "$(dirname "$0")/.."
 dir=${SANDKASTEN_MICROVM_DIR:-/var/lib/sandkasten/microvm}
 kernel_package=linux-image-cloud-amd64
 root_packages=(bash coreutils dash findutils grep sed gawk tar gzip procps iproute2 hostname util-linux python3 python-is-python3
-  python3-pip python3-numpy python3-pandas python3-matplotlib python3-requests nodejs node-typescript openjdk-17-jdk-headless r-base-core git curl wget
-  openssl ca-certificates gcc libc6-dev make)
+  python3-pip python3-numpy python3-pandas python3-matplotlib python3-requests nodejs node-typescript openjdk-17-jdk-headless
+  r-base-core git curl wget openssl ca-certificates gcc libc6-dev make)
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "setup-microvm: run as root (installs QEMU and writes $dir)" >&2

@@ -2,7 +2,8 @@
 # Installs what building and testing need, plus any Debian packages named as arguments (scripts/bench.sh adds
 # runsc), idempotently: nothing is installed twice, and apt-get update runs only when a package is missing.
 # python-is-python3 and python3-pip give sandboxes E2B's `python` and `pip` (the e2b template reads the host's /usr);
-# node-typescript, openjdk-17-jdk-headless and r-base-core give the code interpreter its TypeScript, Java and R kernels.
+# node-typescript, openjdk-17-jdk-headless and r-base-core give the code interpreter its TypeScript, Java and R
+# kernels.
 #
 #   scripts/setup.sh [PACKAGE...]
 set -euo pipefail

@@ -76,8 +76,8 @@ pub struct Cell<'a> {
 }
 
 /// The command that runs a kernel of `language`, importing (Python) or requiring (Node) the `preload` modules before
-/// it reports ready (Java and R ignore them), in `cwd` (`None`: the sandbox's default working directory), in a sandbox of
-/// `memory_bytes` (the JVM sizes its heap by it, as by a container's limit: at most a quarter).
+/// it reports ready (Java and R ignore them), in `cwd` (`None`: the sandbox's default working directory), in a
+/// sandbox of `memory_bytes` (the JVM sizes its heap by it, as by a container's limit: at most a quarter).
 pub fn kernel_command(language: CodeLanguage, preload: &[String], cwd: Option<&str>, memory_bytes: u64) -> CommandSpec {
     let head: &[&str] = match language {
         CodeLanguage::Python => &["python3", "-c", PYTHON_KERNEL],
