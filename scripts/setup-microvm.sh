@@ -5,7 +5,7 @@
 #                resources/microvm/init
 #   rootfs.ext4  the guest's read-only root: the files of the host's packages that sandboxes use (root_packages
 #                below: the shells and tools, python3 with numpy/pandas/matplotlib, node with typescript, the JDK,
-#                git, curl, wget, gcc) with everything they depend on, the links update-alternatives made for them,
+#                R, git, curl, wget, gcc) with everything they depend on, the links update-alternatives made for them,
 #                plus the host /etc files that the process tier shows too
 # and QEMU (qemu-system-x86 from bookworm-backports, which setup.sh has added). A stamp records what was built from
 # what; a changed input rebuilds.
@@ -17,8 +17,8 @@ cd "$(dirname "$0")/.."
 dir=${SANDKASTEN_MICROVM_DIR:-/var/lib/sandkasten/microvm}
 kernel_package=linux-image-cloud-amd64
 root_packages=(bash coreutils dash findutils grep sed gawk tar gzip procps iproute2 hostname util-linux python3 python-is-python3
-  python3-pip python3-numpy python3-pandas python3-matplotlib python3-requests nodejs node-typescript openjdk-17-jdk-headless git curl wget
-  openssl ca-certificates gcc libc6-dev make)
+  python3-pip python3-numpy python3-pandas python3-matplotlib python3-requests nodejs node-typescript openjdk-17-jdk-headless
+  r-base-core git curl wget openssl ca-certificates gcc libc6-dev make)
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "setup-microvm: run as root (installs QEMU and writes $dir)" >&2

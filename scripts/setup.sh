@@ -2,12 +2,13 @@
 # Installs what building and testing need, plus any Debian packages named as arguments (scripts/bench.sh adds
 # runsc), idempotently: nothing is installed twice, and apt-get update runs only when a package is missing.
 # python-is-python3 and python3-pip give sandboxes E2B's `python` and `pip` (the e2b template reads the host's /usr);
-# node-typescript and openjdk-17-jdk-headless give the code interpreter its TypeScript and Java kernels.
+# node-typescript, openjdk-17-jdk-headless and r-base-core give the code interpreter its TypeScript, Java and R
+# kernels.
 #
 #   scripts/setup.sh [PACKAGE...]
 set -euo pipefail
 
-packages=(gcc nodejs node-typescript openjdk-17-jdk-headless python3 python-is-python3 python3-pip python3-numpy python3-pandas python3-matplotlib python3-requests bubblewrap iproute2 util-linux curl git openssl "$@")
+packages=(gcc nodejs node-typescript openjdk-17-jdk-headless r-base-core python3 python-is-python3 python3-pip python3-numpy python3-pandas python3-matplotlib python3-requests bubblewrap iproute2 util-linux curl git openssl "$@")
 missing=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")

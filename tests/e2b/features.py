@@ -86,7 +86,7 @@ FEATURES: list[tuple[str, list[str]]] = [
     ]),
     ("code contexts (`create`/`list`/`restart`/`remove`)", [r"test_code_interpreter\.py::test_created_context_is"]),
     ("`run_code` JavaScript, bash, other languages", [
-        r"test_code_interpreter\.py::test_(javascript|languages|language_and_context|bash|typescript|java)",
+        r"test_code_interpreter\.py::test_(javascript|languages|language_and_context|bash|typescript|java|r_)",
         r"test_async\.py::test_code_interpreter_languages",
     ]),
     ("`display(...)`", [

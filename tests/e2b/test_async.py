@@ -418,7 +418,7 @@ async def test_code_interpreter_languages_async():
         from e2b import SandboxException
 
         with pytest.raises(SandboxException) as raised:
-            await sandbox.run_code("1", language="r")
+            await sandbox.run_code("1", language="cobol")
         assert str(raised.value).startswith("400")
     finally:
         await sandbox.kill()

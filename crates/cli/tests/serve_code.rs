@@ -2,7 +2,8 @@
 //! (`x = 41`, then `x + 1` is `42`), matplotlib figures come back as PNG and DataFrames as HTML, exceptions carry a
 //! traceback, a cell past its timeout is interrupted (KeyboardInterrupt) and the context survives, JavaScript state
 //! persists, two contexts share nothing, output streams over SSE, and deleting the sandbox leaves no kernel process,
-//! cgroup or record behind. The Java kernel keeps declarations, answers values and errors and survives interrupts.
+//! cgroup or record behind. The Java kernel keeps declarations, answers values and errors and survives interrupts; so
+//! does the R kernel, which also answers plots and starts in its context's directory.
 //!
 //! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
@@ -160,6 +161,7 @@ fn has_python_module(module: &str) -> bool {
 per_tier!(
     code_contexts_keep_state_return_rich_results_survive_interrupts_and_clean_up,
     java_contexts_keep_declarations_answer_values_and_errors_and_survive_interrupts,
+    r_contexts_keep_state_answer_printed_values_plots_and_errors_and_survive_interrupts,
 );
 
 fn code_contexts_keep_state_return_rich_results_survive_interrupts_and_clean_up(tier: Tier) {
@@ -338,6 +340,87 @@ fn java_contexts_keep_declarations_answer_values_and_errors_and_survive_interrup
     let listing = server.call("POST", &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": "ls -A /tmp"})));
     let files = listing.json()["stdout"].as_str().unwrap_or_default().to_owned();
     assert!(!files.contains("sandkasten-java-kernel"), "the kernel's source file was left in /tmp: {files}");
+    assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), None).status, 204);
+    common::assert_gone(tier, &id);
+}
+
+/// The R kernel (one R session driven by `r_kernel.py`) inside the sandbox: state across cells, the last visible
+/// value printed as the console prints it, earlier ones and `cat` on stdout, `message` on stderr, a plot as a PNG,
+/// errors with the condition's class and the calls, a cell's env put back, a context's `cwd`, and an interrupt at the
+/// timeout that leaves the session alive. Skipped where the sandbox has no R (a microVM guest image built before
+/// `r-base-core` joined `scripts/setup-microvm.sh`).
+fn r_contexts_keep_state_answer_printed_values_plots_and_errors_and_survive_interrupts(tier: Tier) {
+    if !Path::new("/usr/bin/R").exists() {
+        eprintln!("skipped: no R on this host (/usr/bin/R; scripts/setup.sh installs r-base-core)");
+        return;
+    }
+    let _lock = common::shared_lock();
+    let server = Server::start_on(tier);
+    let created = server.call("POST", "/v1/sandboxes", Some(json!({"isolation": tier.name()})));
+    assert_eq!(created.status, 201, "{created:?}");
+    let id = created.json()["id"].as_str().unwrap().to_owned();
+    let probe = server.call("POST", &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": "test -x /usr/bin/R"})));
+    if probe.json()["exit_code"] != 0 {
+        eprintln!(
+            "skipped: the {tier} sandbox has no /usr/bin/R (rebuild the microVM image: scripts/setup-microvm.sh)"
+        );
+        assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), None).status, 204);
+        return;
+    }
+    let r = |code: &str| server.code(&id, json!({"language": "r", "code": code}));
+
+    let assigned = r("x <- 41\nsquare <- function(n) n^2");
+    assert_eq!(assigned["error"], Value::Null, "{assigned}");
+    assert_eq!(main_text(&assigned), None, "an assignment is invisible: {assigned}");
+    let answer = r("x + 1");
+    assert_eq!(main_text(&answer), Some("[1] 42"), "{answer}");
+    assert_eq!(answer["execution_count"], 2);
+    let printed = r("square(1:3)\ncat('hi', 'there\\n')\nmessage('warned')\nc(a = 1, b = 2)");
+    assert_eq!(printed["stdout"], "[1] 1 4 9\nhi there\n", "an earlier visible value is printed: {printed}");
+    assert_eq!(printed["stderr"], "warned\n", "{printed}");
+    assert_eq!(main_text(&printed), Some("a b \n1 2 "), "{printed}");
+    assert_eq!(main_text(&r("'quoted'")), Some("[1] \"quoted\""));
+
+    let plot = r("plot(1:10)");
+    assert_eq!(plot["error"], Value::Null, "{plot}");
+    let png = plot["results"].as_array().unwrap().iter().find_map(|r| r["image/png"].as_str());
+    assert!(png.is_some_and(|png| common::base64_decode(png).starts_with(b"\x89PNG\r\n\x1a\n")), "{plot}");
+
+    let failed = r("inner <- function(n) stop('bad value: ', n)\nouter <- function(n) inner(n)\nouter(x)");
+    assert_eq!(failed["error"]["name"], "Error", "{failed}");
+    assert_eq!(failed["error"]["value"], "bad value: 41", "{failed}");
+    let traceback = failed["error"]["traceback"].to_string();
+    assert!(traceback.contains("Error in inner(n) : bad value: 41") && traceback.contains("outer(x)"), "{failed}");
+    let classed = r("stop(structure(class = c('myError', 'error', 'condition'), list(message = 'mine', call = NULL)))");
+    assert_eq!(classed["error"]["name"], "myError", "{classed}");
+    let broken = r("1 +");
+    assert!(broken["error"]["value"].as_str().unwrap_or_default().contains("unexpected end of input"), "{broken}");
+
+    let env =
+        server.code(&id, json!({"language": "r", "code": "Sys.getenv('CELL_ONLY')", "env": {"CELL_ONLY": "set"}}));
+    assert_eq!(main_text(&env), Some("[1] \"set\""), "{env}");
+    let after = r("is.na(Sys.getenv('CELL_ONLY', unset = NA))");
+    assert_eq!(main_text(&after), Some("[1] TRUE"), "the cell's env was put back: {after}");
+
+    let started = Instant::now();
+    let spin = server.code(&id, json!({"language": "r", "code": "repeat {}", "timeout_ms": 2000}));
+    assert_eq!(spin["error"]["name"], "KeyboardInterrupt", "{spin}");
+    assert_eq!(spin["context_restarted"], false, "{spin}");
+    assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
+    assert_eq!(main_text(&r("x")), Some("[1] 41"), "the session kept its state");
+
+    let made = server.call("POST", &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": "mkdir -p /tmp/r-work"})));
+    assert_eq!(made.json()["exit_code"], 0, "{made:?}");
+    let context = server.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/contexts"),
+        Some(json!({"language": "r", "cwd": "/tmp/r-work"})),
+    );
+    assert_eq!(context.status, 201, "{context:?}");
+    let context_id = context.json()["id"].as_str().unwrap().to_owned();
+    let there = server.code(&id, json!({"context_id": context_id, "code": "paste(getwd(), exists('x'))"}));
+    assert_eq!(main_text(&there), Some("[1] \"/tmp/r-work FALSE\""), "its own session, in its cwd: {there}");
+
     assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), None).status, 204);
     common::assert_gone(tier, &id);
 }

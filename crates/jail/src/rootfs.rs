@@ -188,8 +188,10 @@ pub enum MountStep {
 pub const HOST_SYSTEM_PATHS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
 
 /// Host `/etc` entries a program may need and that carry no secrets: TLS roots, the dynamic linker's cache,
-/// alternatives (e.g. `cc`), time zone, protocol/service names, fontconfig and matplotlib's defaults (plots), and the
-/// JDK's configuration (Debian's JDK links `conf/security/java.security` there; a JVM does not start without it).
+/// alternatives (e.g. `cc`), time zone, protocol/service names, fontconfig and matplotlib's defaults (plots), the
+/// JDK's configuration (Debian's JDK links `conf/security/java.security` there; a JVM does not start without it), and
+/// R's (Debian's `/usr/lib/R/etc` links `Renviron`, `ldpaths` and `Rprofile.site` there; `R` does not start without
+/// them).
 pub const HOST_ETC_PATHS: &[&str] = &[
     "/etc/ssl",
     "/etc/ca-certificates",
@@ -207,6 +209,7 @@ pub const HOST_ETC_PATHS: &[&str] = &[
     "/etc/matplotlibrc",
     "/etc/java-17-openjdk",
     "/etc/java-21-openjdk",
+    "/etc/R",
 ];
 
 /// Options of the sandbox's devpts: a new instance (not the host's terminals), whose `ptmx` anyone in the sandbox may

@@ -71,7 +71,7 @@ pub(crate) trait LanguageScan {
     fn finish(&mut self, _findings: &mut Findings, _imports: &[Import]) {}
 }
 
-/// The report on code in a language the scan has no grammar for (e.g. Java): none of it was read, so it carries a
+/// The report on code in a language the scan has no grammar for (e.g. Java, R): none of it was read, so it carries a
 /// `scan_incomplete` finding, which blocks under `enforce` (the scan fails closed, as at its bounds) and warns under
 /// `warn`.
 pub fn unreadable(language: &str, policy: &ScanPolicy) -> ScanReport {

@@ -22,10 +22,12 @@ pub enum CodeLanguage {
     /// Java: one JVM whose cells the JDK's `jdk.jshell` API evaluates (the sandbox needs a JDK: `java` with the
     /// `jdk.jshell` module).
     Java,
+    /// R: one R session (`R` in the sandbox, driven by `python3`) whose global environment persists across cells.
+    R,
 }
 
 impl CodeLanguage {
-    /// The name used in the API (`python`, `javascript`, `bash`, `typescript`, `java`).
+    /// The name used in the API (`python`, `javascript`, `bash`, `typescript`, `java`, `r`).
     pub fn as_str(self) -> &'static str {
         match self {
             CodeLanguage::Python => "python",
@@ -33,6 +35,7 @@ impl CodeLanguage {
             CodeLanguage::Bash => "bash",
             CodeLanguage::Typescript => "typescript",
             CodeLanguage::Java => "java",
+            CodeLanguage::R => "r",
         }
     }
 }

@@ -191,14 +191,14 @@ pub(crate) async fn scanned(
     }
 }
 
-/// The grammar a cell of `language` is scanned with; `None`: the scan cannot read it (Java).
+/// The grammar a cell of `language` is scanned with; `None`: the scan cannot read it (Java, R).
 fn scan_language(language: CodeLanguage) -> Option<ScanLanguage> {
     match language {
         CodeLanguage::Python => Some(ScanLanguage::Python),
         // TypeScript is read with the JavaScript grammar: its type annotations are parse errors around the calls.
         CodeLanguage::Javascript | CodeLanguage::Typescript => Some(ScanLanguage::Javascript),
         CodeLanguage::Bash => Some(ScanLanguage::Bash),
-        CodeLanguage::Java => None,
+        CodeLanguage::Java | CodeLanguage::R => None,
     }
 }
 

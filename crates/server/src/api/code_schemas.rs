@@ -28,6 +28,9 @@ pub enum LanguageName {
     /// Java: the JDK's `jdk.jshell` API in one JVM (the sandbox needs a JDK); declarations, imports and classes
     /// persist, a cell ending in an expression has its value as the result.
     Java,
+    /// R: one R session (the sandbox needs R); the global environment persists, a cell ending in a visible value
+    /// has it as the result, printed as the R console prints it (`[1] 42`).
+    R,
 }
 
 impl From<LanguageName> for CodeLanguage {
@@ -38,6 +41,7 @@ impl From<LanguageName> for CodeLanguage {
             LanguageName::Bash => CodeLanguage::Bash,
             LanguageName::Typescript => CodeLanguage::Typescript,
             LanguageName::Java => CodeLanguage::Java,
+            LanguageName::R => CodeLanguage::R,
         }
     }
 }
@@ -50,6 +54,7 @@ impl From<CodeLanguage> for LanguageName {
             CodeLanguage::Bash => LanguageName::Bash,
             CodeLanguage::Typescript => LanguageName::Typescript,
             CodeLanguage::Java => LanguageName::Java,
+            CodeLanguage::R => LanguageName::R,
         }
     }
 }
@@ -282,6 +287,7 @@ mod tests {
             CodeLanguage::Bash,
             CodeLanguage::Typescript,
             CodeLanguage::Java,
+            CodeLanguage::R,
         ] {
             assert_eq!(serde_json::to_value(LanguageName::from(language))?, serde_json::to_value(language)?);
             for cwd in [None, Some("/home/user/work".to_owned())] {

@@ -66,7 +66,7 @@ pub(crate) async fn gate(
     decided(report, &policy, language.as_str())
 }
 
-/// The gate for code in a language the scan has no grammar for (Java): it fails closed, as the scan does at its
+/// The gate for code in a language the scan has no grammar for (Java, R): it fails closed, as the scan does at its
 /// bounds (`sandkasten_scan::unreadable`: refused under `enforce`, a finding under `warn`, nothing under `off`).
 pub(crate) fn gate_unreadable(
     tenant: &Tenant,

@@ -1,8 +1,8 @@
 //! The languages E2B's code interpreter names (`python`, `js`/`javascript`, `ts`/`typescript`, `bash`, `r`, `java`,
 //! any case), normalised as E2B's server does, and mapped onto sandkasten's kernels (Python, JavaScript, bash, and
-//! TypeScript and Java where the sandbox has the `typescript` package or a JDK). A language without its runtime or
-//! without a kernel is a 400 that says what is missing: the runtime the template lacks (looked up in the sandbox,
-//! whose `/usr` is the host's) and how to install it, or, when the runtime is there, that no kernel drives it yet.
+//! TypeScript, Java and R where the sandbox has the `typescript` package, a JDK or R). A language without its runtime
+//! is a 400 that says what is missing: the runtime the template lacks (looked up in the sandbox, whose `/usr` is the
+//! host's) and how to install it; a name E2B does not know is a 400 listing the ones it does.
 
 use sandkasten_types::CodeLanguage;
 
@@ -10,8 +10,8 @@ use crate::e2b::auth::SandboxAccess;
 use crate::e2b::error::E2bError;
 use crate::state::AppState;
 
-/// A language without a sandkasten kernel: the files that show its runtime is installed, and what installs it.
-struct Missing {
+/// The runtime a kernel needs in the sandbox: the files that show it is installed, and what installs it.
+struct Runtime {
     /// E2B's name for it.
     name: &'static str,
     /// Any one of these in the sandbox means the runtime is there.
@@ -21,7 +21,7 @@ struct Missing {
 }
 
 /// TypeScript's kernel needs the `typescript` package in one of the places the JavaScript kernel loads it from.
-const TYPESCRIPT: Missing = Missing {
+const TYPESCRIPT: Runtime = Runtime {
     name: "typescript",
     evidence: &[
         "/usr/share/nodejs/typescript/package.json",
@@ -34,17 +34,18 @@ const TYPESCRIPT: Missing = Missing {
 
 /// Java's kernel needs a JDK (`jshell` comes with the `jdk.jshell` module the kernel uses; a JRE has neither), 17 or
 /// newer (the kernel is run as a Java 17 source file).
-const JAVA: Missing = Missing {
+const JAVA: Runtime = Runtime {
     name: "java",
     evidence: &["/usr/bin/jshell"],
     install: "a JDK (17 or newer) on the server's host (Debian: apt-get install openjdk-17-jdk-headless)",
 };
 
-const MISSING: [Missing; 1] = [Missing {
+/// R's kernel runs `R` (its `python3` driver is always there).
+const R: Runtime = Runtime {
     name: "r",
-    evidence: &["/usr/bin/Rscript", "/usr/lib/R/bin/R"],
-    install: "R on the server's host (Debian: apt-get install r-base)",
-}];
+    evidence: &["/usr/bin/R"],
+    install: "R on the server's host (Debian: apt-get install r-base-core)",
+};
 
 /// E2B's normal form of a language name: trimmed, lowercase, `js` → `javascript`, `ts` → `typescript`.
 fn normalized(name: Option<&str>) -> String {
@@ -65,36 +66,23 @@ pub(crate) async fn kernel_for(
 ) -> Result<CodeLanguage, E2bError> {
     let name = normalized(name);
     match name.as_str() {
-        "python" => return Ok(CodeLanguage::Python),
-        "javascript" => return Ok(CodeLanguage::Javascript),
-        "bash" => return Ok(CodeLanguage::Bash),
-        "typescript" => return needing(state, access, &TYPESCRIPT, CodeLanguage::Typescript).await,
-        "java" => return needing(state, access, &JAVA, CodeLanguage::Java).await,
-        _ => {}
-    }
-    let Some(missing) = MISSING.iter().find(|missing| missing.name == name) else {
-        return Err(E2bError::invalid(format!(
+        "python" => Ok(CodeLanguage::Python),
+        "javascript" => Ok(CodeLanguage::Javascript),
+        "bash" => Ok(CodeLanguage::Bash),
+        "typescript" => needing(state, access, &TYPESCRIPT, CodeLanguage::Typescript).await,
+        "java" => needing(state, access, &JAVA, CodeLanguage::Java).await,
+        "r" => needing(state, access, &R, CodeLanguage::R).await,
+        _ => Err(E2bError::invalid(format!(
             "language {name:?} is not supported: use python, javascript (js), typescript (ts), bash, r or java"
-        )));
-    };
-    Err(E2bError::invalid(if installed(state, access, missing).await {
-        format!(
-            "language {name:?}: its runtime is installed, but sandkasten has no {name} kernel yet: use python, \
-             javascript, typescript, bash or java"
-        )
-    } else {
-        format!(
-            "language {name:?} needs its runtime in the sandbox, which the template lacks: install {}",
-            missing.install
-        )
-    }))
+        ))),
+    }
 }
 
 /// `kernel` when `runtime` is in the sandbox, else a 400 naming what to install.
 async fn needing(
     state: &AppState,
     access: &SandboxAccess,
-    runtime: &Missing,
+    runtime: &Runtime,
     kernel: CodeLanguage,
 ) -> Result<CodeLanguage, E2bError> {
     match installed(state, access, runtime).await {
@@ -107,8 +95,8 @@ async fn needing(
 }
 
 /// Whether any of `language`'s evidence is in the sandbox.
-async fn installed(state: &AppState, access: &SandboxAccess, language: &Missing) -> bool {
-    for path in language.evidence {
+async fn installed(state: &AppState, access: &SandboxAccess, runtime: &Runtime) -> bool {
+    for path in runtime.evidence {
         if state.runtime().stat(&access.id, path).await.is_ok() {
             return true;
         }

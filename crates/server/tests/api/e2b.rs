@@ -679,7 +679,7 @@ async fn a_cell_whose_client_leaves_is_interrupted() {
 }
 
 #[tokio::test]
-async fn languages_without_a_kernel_are_400_naming_what_to_install() {
+async fn languages_without_their_runtime_are_400_naming_what_to_install() {
     let h = Harness::new();
     let sb = open(&h, KEY_A, json!({})).await;
     for (language, expected) in [

@@ -114,6 +114,12 @@ async fn enforce_refuses_exec_and_code_before_they_start() {
     let reply = h.post(&code, KEY_A, cell).await;
     reply.assert_error(422, "scan_refused");
     assert!(rules(&reply.json()["error"]["findings"]).contains(&("import_denied".to_owned(), 1)));
+    // The scan has no grammar for R (nor Java): their cells fail closed.
+    for language in ["r", "java"] {
+        let reply = h.post(&code, KEY_A, json!({"language": language, "code": "1"})).await;
+        reply.assert_error(422, "scan_refused");
+        assert_eq!(rules(&reply.json()["error"]["findings"]), [("scan_incomplete".to_owned(), 1)], "{language}");
+    }
 }
 
 #[tokio::test]

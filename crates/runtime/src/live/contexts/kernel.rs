@@ -28,6 +28,8 @@ pub const PYTHON_KERNEL: &str = concat!(
 pub const NODE_KERNEL: &str = include_str!("../../../../../resources/kernels/node_kernel.js");
 /// The bash kernel's source (run with `python3 -c`; it drives one `bash`).
 pub const BASH_KERNEL: &str = include_str!("../../../../../resources/kernels/bash_kernel.py");
+/// The R kernel's source (run with `python3 -c`; it drives one `R` session).
+pub const R_KERNEL: &str = include_str!("../../../../../resources/kernels/r_kernel.py");
 /// The Java kernel's source (run by the JDK's source-file mode, see `JAVA_LAUNCHER`).
 pub const JAVA_KERNEL: &str = include_str!("../../../../../resources/kernels/JavaKernel.java");
 
@@ -74,18 +76,21 @@ pub struct Cell<'a> {
 }
 
 /// The command that runs a kernel of `language`, importing (Python) or requiring (Node) the `preload` modules before
-/// it reports ready (Java ignores them), in `cwd` (`None`: the sandbox's default working directory), in a sandbox of
-/// `memory_bytes` (the JVM sizes its heap by it, as by a container's limit: at most a quarter).
+/// it reports ready (Java and R ignore them), in `cwd` (`None`: the sandbox's default working directory), in a
+/// sandbox of `memory_bytes` (the JVM sizes its heap by it, as by a container's limit: at most a quarter).
 pub fn kernel_command(language: CodeLanguage, preload: &[String], cwd: Option<&str>, memory_bytes: u64) -> CommandSpec {
     let head: &[&str] = match language {
         CodeLanguage::Python => &["python3", "-c", PYTHON_KERNEL],
         CodeLanguage::Javascript | CodeLanguage::Typescript => &["node", "-e", NODE_KERNEL],
         CodeLanguage::Bash => &["python3", "-c", BASH_KERNEL],
+        CodeLanguage::R => &["python3", "-c", R_KERNEL],
         // The kernel is the launcher's `$1`, the memory its `$2`; Java has nothing to preload.
         CodeLanguage::Java => &["bash", "-c", JAVA_LAUNCHER, "sandkasten-java-kernel", JAVA_KERNEL],
     };
     let tail = match language {
         CodeLanguage::Java => vec![memory_bytes.to_string()],
+        // The R kernel has nothing to preload.
+        CodeLanguage::R => Vec::new(),
         _ => preload.to_vec(),
     };
     let argv = head.iter().copied().map(str::to_owned).chain(tail).collect();
@@ -206,6 +211,7 @@ impl Kernel {
             CodeLanguage::Javascript | CodeLanguage::Typescript => "node",
             CodeLanguage::Bash => "bash",
             CodeLanguage::Java => "java",
+            CodeLanguage::R => "R",
         };
         loop {
             let event = tokio::time::timeout_at(deadline, kernel.events.recv()).await;
@@ -457,6 +463,61 @@ mod tests {
         assert!(refused["error"]["value"].as_str().unwrap_or_default().contains("state was reset"), "{refused}");
         let after = next()?;
         assert_eq!(after["results"][0]["text/plain"], "2", "the kernel compiles again: {after}");
+        assert!(child.wait()?.success(), "the kernel ends when its input does");
+        Ok(())
+    }
+
+    /// The R kernel on the host (no sandbox): a value printed as R prints it, an interrupt sent to the kernel's
+    /// process group (as the host sends it) stops the running cell and not the session, and one that lands between
+    /// cells does not stop the next cell.
+    #[test]
+    fn r_kernel_answers_values_and_survives_interrupts_in_and_between_cells() -> Result<(), Box<dyn std::error::Error>>
+    {
+        use std::io::{BufRead, BufReader, Write};
+        use std::os::unix::process::CommandExt;
+        if !std::path::Path::new("/usr/bin/R").exists() {
+            eprintln!("skipped: no R on this host (/usr/bin/R)");
+            return Ok(());
+        }
+        let spec = kernel_command(CodeLanguage::R, &["ignored".to_owned()], None, 256 << 20);
+        let argv = spec.argv.unwrap_or_default();
+        assert_eq!(argv, ["python3", "-c", R_KERNEL], "no preload names");
+        let mut child = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .process_group(0)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()?;
+        let group = format!("-{}", child.id());
+        let interrupt = || std::process::Command::new("kill").args(["-INT", "--", &group]).status();
+        let mut lines = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
+        let mut reply = || -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+            loop {
+                let message: serde_json::Value = serde_json::from_str(&lines.next().ok_or("the kernel ended")??)?;
+                if message["type"] != "stream" {
+                    return Ok(message);
+                }
+            }
+        };
+        assert_eq!(reply()?["type"], "ready");
+        let mut stdin = child.stdin.take().ok_or("no stdin")?;
+        let mut send = |id: u32, code: &str| {
+            stdin.write_all(format!("{}\n", serde_json::json!({"id": id, "code": code, "env": {}})).as_bytes())
+        };
+        send(1, "x <- 41\nx + 1")?;
+        assert_eq!(reply()?["results"][0]["text/plain"], "[1] 42");
+        send(2, "repeat {}")?;
+        std::thread::sleep(Duration::from_millis(1500));
+        interrupt()?;
+        let stopped = reply()?;
+        assert_eq!(stopped["error"]["name"], "KeyboardInterrupt", "{stopped}");
+        interrupt()?;
+        std::thread::sleep(Duration::from_millis(300));
+        send(3, "for (i in 1:3e6) NULL\nx")?;
+        let after = reply()?;
+        assert_eq!(after["error"], serde_json::Value::Null, "an interrupt between cells stopped the next: {after}");
+        assert_eq!(after["results"][0]["text/plain"], "[1] 41", "{after}");
+        drop(stdin);
         assert!(child.wait()?.success(), "the kernel ends when its input does");
         Ok(())
     }
