@@ -76,7 +76,7 @@ pub(crate) fn agent_disk(settings: &MicrovmSettings, agent: &Path) -> Result<Pat
         mark_used(&image);
         return Ok(image);
     }
-    prune_agent_disks(&dir);
+    prune_unused(&dir, "agent-", AGENT_DISK_UNUSED);
     std::fs::create_dir_all(&dir).map_err(|e| RuntimeError::sys_owned(format!("creating {}", dir.display()), e))?;
     let staging = Staging(dir.join(format!(".build-{}-{}", std::process::id(), crate::ids::new_sandbox_id()?)));
     std::fs::create_dir(&staging.0)
@@ -130,17 +130,17 @@ pub(super) fn mark_used(image: &Path) {
     let _ = rustix::fs::utimensat(rustix::fs::CWD, image, &now, rustix::fs::AtFlags::empty());
 }
 
-/// Removes agent disks no VM started from for `AGENT_DISK_UNUSED` (each is the size of a build's binary) and
-/// staging directories of builds that died.
-fn prune_agent_disks(dir: &Path) {
+/// Removes the images in `dir` named `PREFIX….ext4` that no VM started from for `unused` (agent disks, each the size
+/// of a build's binary; template images) and staging directories of builds that died.
+pub(super) fn prune_unused(dir: &Path, prefix: &str, unused: std::time::Duration) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
         let old = entry
             .metadata()
             .and_then(|meta| meta.modified())
-            .is_ok_and(|modified| modified.elapsed().is_ok_and(|age| age > AGENT_DISK_UNUSED));
+            .is_ok_and(|modified| modified.elapsed().is_ok_and(|age| age > unused));
         let name = entry.file_name().to_string_lossy().into_owned();
-        if old && name.starts_with("agent-") && name.ends_with(".ext4") {
+        if old && name.starts_with(prefix) && name.ends_with(".ext4") {
             let _ = std::fs::remove_file(entry.path());
         } else if old && name.starts_with(".build-") {
             let _ = std::fs::remove_dir_all(entry.path());

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use sandkasten_types::{MicrovmSettings, TemplateLayers};
 use sha2::{Digest, Sha256};
 
-use super::images::{Staging, mark_used, run};
+use super::images::{Staging, mark_used, prune_unused, run};
 use crate::error::RuntimeError;
 
 /// Where a template layer's files are, inside its layer directory (the process tier's template directory).
@@ -42,7 +42,7 @@ pub(crate) fn template_image(
         mark_used(&image);
         return Ok(Some(image));
     }
-    prune(&dir);
+    prune_unused(&dir, "template-", UNUSED);
     std::fs::create_dir_all(&dir).map_err(|e| RuntimeError::sys_owned(format!("creating {}", dir.display()), e))?;
     let staging = Staging(dir.join(format!(".build-{}-{}", std::process::id(), crate::ids::new_sandbox_id()?)));
     let (empty, merged) = (staging.0.join("empty"), staging.0.join("merged"));
@@ -116,23 +116,6 @@ fn tree_bytes(root: &Path) -> u64 {
         }
     }
     total
-}
-
-/// Removes images no VM started from for `UNUSED` and staging directories of builds that died.
-fn prune(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for entry in entries.flatten() {
-        let old = entry
-            .metadata()
-            .and_then(|meta| meta.modified())
-            .is_ok_and(|modified| modified.elapsed().is_ok_and(|age| age > UNUSED));
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if old && name.starts_with("template-") && name.ends_with(".ext4") {
-            let _ = std::fs::remove_file(entry.path());
-        } else if old && name.starts_with(".build-") {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
 }
 
 #[cfg(test)]
