@@ -356,7 +356,11 @@ fn r_contexts_keep_state_answer_printed_values_plots_and_errors_and_survive_inte
     }
     let _lock = common::shared_lock();
     let server = Server::start_on(tier);
-    let created = server.call("POST", "/v1/sandboxes", Some(json!({"isolation": tier.name()})));
+    // Cells run up to the sandbox's command limit, 10 s by default: an emulated CPU (a microVM under TCG) starts R
+    // and draws a plot an order of magnitude slower.
+    let timeout_ms = if tier == Tier::Microvm { 120_000 } else { 10_000 };
+    let body = json!({"isolation": tier.name(), "limits": {"timeout_ms": timeout_ms}});
+    let created = server.call("POST", "/v1/sandboxes", Some(body));
     assert_eq!(created.status, 201, "{created:?}");
     let id = created.json()["id"].as_str().unwrap().to_owned();
     let probe = server.call("POST", &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": "test -x /usr/bin/R"})));
