@@ -92,7 +92,7 @@ merged_usr() {
   if [ -f "$path" ] || [ -L "$path" ]; then printf '%s\n' "${path#/}"; fi
 done | merged_usr | sort -u > "$work/files"
 tar -C / --no-recursion -T "$work/files" -cf - 2>/dev/null | tar -C "$rootfs" --keep-directory-symlink -xf -
-for path in /etc/ssl /etc/ca-certificates /etc/ld.so.conf /etc/ld.so.conf.d /etc/alternatives /etc/localtime \
+for path in /etc/ssl /etc/ca-certificates /etc/ld.so.conf /etc/ld.so.conf.d /etc/alternatives /etc/localtime /etc/R \
   /etc/protocols /etc/services /etc/mime.types /etc/gai.conf; do
   if [ -e "$path" ] || [ -L "$path" ]; then cp -a --parents "$path" "$rootfs/"; fi
 done
