@@ -272,11 +272,6 @@ async def test_files_answer_as_envd_does(asbx):
 
 
 @support.sdk_differs(
-    support.ASKS_FOR_INTERNET,
-    "sends allow_internet_access=True by default (E2B's default), so its sandboxes are online without network options",
-)
-@support.needs_newer_listing()
-@support.sdk_differs(
     support.PUBLIC_WITH_NETWORK,
     "sends allowPublicTraffic=true with any network option, so those sandboxes' ports need no traffic token",
 )
@@ -306,6 +301,11 @@ async def test_sudo_gives_the_sandbox_s_root_async(asbx):
     assert failed.value.exit_code == 3
 
 
+@support.sdk_differs(
+    support.ASKS_FOR_INTERNET,
+    "sends allow_internet_access=True by default (E2B's default), so its sandboxes are online without network options",
+)
+@support.needs_newer_listing()
 async def test_list_pages_by_cursor_filters_and_reports_info():
     tag = support.unique("async-paging")
     sandboxes = [await support.acreate(AsyncSandbox, metadata={"tag": tag}) for _ in range(3)]
