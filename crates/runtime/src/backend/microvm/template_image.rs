@@ -149,6 +149,47 @@ mod tests {
         assert!(lower_dirs(&[odd], &empty).is_err(), "a ':' in a layer path cannot be named to overlay");
     }
 
+    /// A layer is what a build step's (untrusted) code left: a link in it to a host file must reach the image as a
+    /// link, never as the host file's bytes (the merge runs as the host's root), and whiteouts hide what they name.
+    #[test]
+    fn a_layers_links_to_host_files_stay_links_and_whiteouts_hide_the_file() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: building a template image mounts an overlay (needs root)");
+            return;
+        }
+        let host = tempfile::tempdir().unwrap();
+        let canary = host.path().join("canary");
+        let secret = format!("host-canary-{}", std::process::id());
+        std::fs::write(&canary, &secret).unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let (bottom, top) = (root.path().join("bottom"), root.path().join("top"));
+        std::fs::create_dir_all(bottom.join(LAYER_ROOT)).unwrap();
+        std::fs::create_dir_all(top.join(LAYER_ROOT)).unwrap();
+        std::os::unix::fs::symlink(&canary, bottom.join("opt/canary-link")).unwrap();
+        std::fs::write(bottom.join("opt/removed"), "removed").unwrap();
+        std::fs::write(bottom.join("opt/kept"), "kept").unwrap();
+        // The top layer deletes `removed`: an overlay whiteout, a 0:0 character device.
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &top.join("opt/removed"),
+            rustix::fs::FileType::CharacterDevice,
+            rustix::fs::Mode::empty(),
+            0,
+        )
+        .unwrap();
+        let settings = MicrovmSettings { dir: root.path().join("microvm"), ..MicrovmSettings::default() };
+        let layers = TemplateLayers { layers: vec![bottom, top], capture: None };
+        let image = template_image(&settings, &layers).unwrap().unwrap();
+        let bytes = std::fs::read(&image).unwrap();
+        let holds = |needle: &[u8]| bytes.windows(needle.len()).any(|window| window == needle);
+        assert!(!holds(secret.as_bytes()), "the host file's bytes are in the template image");
+        assert!(holds(canary.as_os_str().as_encoded_bytes()), "the link's target is kept as a link");
+        assert!(holds(b"kept") && !holds(b"removed"), "the whiteout hides `removed`");
+        assert_eq!(template_image(&settings, &layers).unwrap(), Some(image), "the second use takes the cached image");
+        let mounted = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(!mounted.contains(&root.path().display().to_string()), "the merge left a mount: {mounted}");
+    }
+
     #[test]
     fn the_image_holds_what_the_layers_hold_with_room() {
         let root = tempfile::tempdir().unwrap();
