@@ -171,7 +171,7 @@ mod tests {
         // The top layer deletes `removed`: an overlay whiteout, a 0:0 character device.
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &top.join("opt/removed"),
+            top.join("opt/removed"),
             rustix::fs::FileType::CharacterDevice,
             rustix::fs::Mode::empty(),
             0,
