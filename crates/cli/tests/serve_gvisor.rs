@@ -139,3 +139,70 @@ fn a_sandbox_whose_restore_fails_answers_why_and_is_lost_with_nothing_left() {
     let exec = server.exec(&id, "true");
     assert_eq!(exec.status, 409, "a lost sandbox runs nothing: {exec:?}");
 }
+
+/// The OOM score adjustments of sandbox `id`'s host processes: (Sentry and gofer, the stubs that hold its programs'
+/// memory). The stubs are the Sentry's descendants that are not runsc processes (their argv is empty).
+fn oom_scores(id: &str) -> (Vec<i32>, Vec<i32>) {
+    let score =
+        |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj")).unwrap().trim().parse().unwrap();
+    let runtime = common::wait_for_runsc_processes(id, Duration::from_secs(10));
+    let sentry = runtime.iter().find(|(_, line)| line.starts_with("runsc-sandbox")).map(|(pid, _)| *pid);
+    let sentry = sentry.unwrap_or_else(|| panic!("no Sentry of {id} on the host: {runtime:?}"));
+    let cgroup = format!("/sys/fs/cgroup/memory/sandkasten/{id}/cgroup.procs");
+    let cgroup = if std::path::Path::new(&cgroup).exists() {
+        cgroup
+    } else {
+        format!("/sys/fs/cgroup/sandkasten/{id}/cgroup.procs")
+    };
+    let stubs: Vec<u32> = std::fs::read_to_string(&cgroup)
+        .unwrap()
+        .lines()
+        .filter_map(|line| line.parse().ok())
+        .filter(|pid| !runtime.iter().any(|(runsc, _)| runsc == pid))
+        .collect();
+    assert!(!stubs.is_empty(), "no stub processes of {id} in {cgroup} (systrap maps each program into one)");
+    let runtime_scores = runtime.iter().filter(|(pid, _)| *pid != sentry).map(|(pid, _)| score(*pid));
+    (std::iter::once(score(sentry)).chain(runtime_scores).collect(), stubs.into_iter().map(score).collect())
+}
+
+/// A memory bomb in a live gVisor sandbox ends the program, never the sandbox: the host's OOM killer weighs each
+/// program's stub process against the Sentry, and the Sentry is the heavier of the two often enough (about every
+/// other bomb before the stubs were given the higher OOM score) that five bombs in a row would end it. Checked on a
+/// fresh sandbox and on one resumed from a pause (a restore starts the Sentry and its stubs anew).
+#[test]
+fn memory_bombs_end_the_program_never_the_gvisor_sandbox() {
+    require_runsc!();
+    let server = Server::start();
+    let id = server.create_on(Tier::Gvisor, json!({"limits": {"memory_bytes": 96 << 20}}));
+    let bomb = "a = []\nwhile True:\n    a.append(bytearray(8 << 20))\n";
+    for round in ["fresh", "resumed"] {
+        if round == "resumed" {
+            for step in ["pause", "resume"] {
+                let reply = server.call("POST", &format!("/v1/sandboxes/{id}/{step}"), KEY_1, None);
+                assert_eq!(reply.status, 200, "{step}: {reply:?}");
+            }
+        }
+        let (runtime, stubs) = oom_scores(&id);
+        assert!(
+            stubs.iter().all(|stub| runtime.iter().all(|own| stub > own)),
+            "{round}: a stub is not a likelier OOM pick than the Sentry and gofer: stubs {stubs:?}, runtime {runtime:?}"
+        );
+        let sentry = common::wait_for_runsc_processes(&id, Duration::from_secs(10));
+        for attempt in 1..=5 {
+            let reply = server.call(
+                "POST",
+                &format!("/v1/sandboxes/{id}/exec"),
+                KEY_1,
+                Some(json!({"argv": ["/usr/bin/python3", "-c", bomb]})),
+            );
+            assert_eq!(reply.status, 200, "{round} bomb {attempt} ended the sandbox: {reply:?}");
+            let limit = (reply.json["oom_killed"].as_bool(), reply.json["limit"].as_str());
+            assert_eq!(limit, (Some(true), Some("memory")), "{round} bomb {attempt}: {}", reply.json);
+            let after = common::wait_for_runsc_processes(&id, Duration::from_secs(1));
+            assert_eq!(after, sentry, "{round} bomb {attempt}: the sandbox's runsc processes changed");
+            assert_eq!(uname_in(&server, &id), GVISOR_RELEASE, "{round} bomb {attempt}: the sandbox no longer runs");
+        }
+    }
+    assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
+    assert_sandbox_gone_on(Tier::Gvisor, &id);
+}

@@ -132,6 +132,7 @@ pub(super) fn restore(
     let cgroup_ms = started.elapsed().as_millis() as u64;
     let channel = super::runsc::start(config, guard, &files, &restore)?;
     wait_until_running(guard, &files)?;
+    super::oom::shield_runtime(guard);
     let running_ms = started.elapsed().as_millis() as u64;
     if let Some(gvisor) = &mut guard.gvisor {
         gvisor.checkpointed = false;

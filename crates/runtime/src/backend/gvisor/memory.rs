@@ -70,5 +70,6 @@ pub(super) fn start_from(
     ];
     let channel = super::runsc::start(config, guard, host, &restore)?;
     wait_until_running(guard, host)?;
+    super::oom::shield_runtime(guard);
     Ok(channel)
 }

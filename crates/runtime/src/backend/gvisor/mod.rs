@@ -14,6 +14,7 @@ mod bundle;
 mod checkpoint;
 mod cleanup;
 mod memory;
+mod oom;
 mod runsc;
 
 use std::io::Read;
@@ -166,6 +167,7 @@ fn spawn(
     let mut channel = runsc::start(config, guard, &host, &run)?;
     write_frame(&mut channel, &Envelope::new(0, Message::Plan { plan: plan.clone() }))?;
     wait_until_ready(&mut channel, &host.bundle.join("runsc.log"))?;
+    oom::shield_runtime(guard);
     Ok(channel)
 }
 

@@ -43,6 +43,9 @@ pub(super) fn start(
         .iter()
         .filter_map(|dir| CString::new(dir.join("cgroup.procs").into_os_string().into_encoded_bytes()).ok())
         .collect();
+    let Ok(oom_score) = CString::new(super::oom::raised_score()) else {
+        return Err(RuntimeError::Runsc("an OOM score with a NUL byte".to_owned()));
+    };
     let runsc = resolve_runsc(config).ok_or_else(|| RuntimeError::HostUnsupported(runsc_missing(config)))?;
     let mut command = Command::new(&runsc);
     command
@@ -68,6 +71,7 @@ pub(super) fn start(
     unsafe {
         command.pre_exec(move || {
             join_cgroup_and_die_with_parent(&procs)?;
+            raise_oom_score(&oom_score)?;
             read_only_sources(&read_only)
         });
     }
@@ -106,6 +110,23 @@ fn join_cgroup_and_die_with_parent(procs: &[CString]) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// In the forked child: the OOM score runsc and everything it starts inherit (`oom::raised_score`; the Sentry and
+/// the gofer are set back once the sandbox runs, the stubs keep it).
+fn raise_oom_score(score: &CString) -> std::io::Result<()> {
+    let path = c"/proc/self/oom_score_adj";
+    let bytes = score.as_bytes();
+    // SAFETY: open/write/close on a NUL-terminated path and a buffer prepared before the fork; async-signal-safe.
+    let ok = unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        let written = fd >= 0 && libc::write(fd, bytes.as_ptr().cast(), bytes.len()) == bytes.len() as isize;
+        if fd >= 0 {
+            libc::close(fd);
+        }
+        written
+    };
+    if ok { Ok(()) } else { Err(std::io::Error::last_os_error()) }
 }
 
 /// In the forked child, before runsc executes: a mount namespace of its own in which every host path the sandbox
