@@ -35,8 +35,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "TIER", value_parser = crate::client::isolation_parser())]
     pub isolation: Option<Tier>,
     /// A built template (`sandkasten template build`): its layers are the sandbox's read-only `/opt`, its
-    /// environment (PATH with its venv and npm packages first, NODE_PATH, its `env`) the program's. Local runs on the
-    /// process and microvm tiers, so far.
+    /// environment (PATH with its venv and npm packages first, NODE_PATH, its `env`) the program's. Local runs, on
+    /// every tier.
     #[arg(long, value_name = "NAME")]
     pub template: Option<String>,
     /// The template cache `--template` reads. Default /var/lib/sandkasten/templates.

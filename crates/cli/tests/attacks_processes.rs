@@ -92,7 +92,10 @@ fn double_fork_setsid_escapee_is_killed_when_program_exits(tier: Tier) {
     let r = code_on(tier, "python", &code, &["--timeout", "20s"]).watchdog(Duration::from_secs(30)).json();
     assert!(r.stdout().contains("True"), "positive control: the escapee ran with the token\n{}", r.describe());
     r.assert_exit(0);
-    assert!(r.output.elapsed < Duration::from_secs(15), "the run waited for the escapee ({:?})", r.output.elapsed);
+    // Waiting for the escapee would end the run at its 20 s timeout; a microVM's boot (seconds under TCG, not counted
+    // by the timeout) makes the wall time no measure of that.
+    assert!(!r.flag("timed_out") && r.limit().is_none(), "the run waited for the escapee\n{}", r.describe());
+    assert!(r.output.elapsed < Duration::from_secs(15) || tier == Tier::Microvm, "{:?}", r.output.elapsed);
     assert_no_token_processes(&token);
     assert_gone(tier, &r.id());
 }
@@ -103,7 +106,8 @@ fn escapee_holding_stdout_does_not_hang_the_run(tier: Tier) {
     let r = code_on(tier, "bash", &code, &["--timeout", "20s"]).watchdog(Duration::from_secs(30)).json();
     r.assert_exit(0);
     assert_eq!(r.stdout(), "started\n", "{}", r.describe());
-    assert!(r.output.elapsed < Duration::from_secs(15), "the run waited for the holder ({:?})", r.output.elapsed);
+    assert!(!r.flag("timed_out") && r.limit().is_none(), "the run waited for the holder\n{}", r.describe());
+    assert!(r.output.elapsed < Duration::from_secs(15) || tier == Tier::Microvm, "{:?}", r.output.elapsed);
     assert_no_token_processes(&token);
     assert_gone(tier, &r.id());
 }

@@ -26,10 +26,11 @@ use serve::{Server, assert_sandbox_gone_on, children_of};
 
 /// Longest the install or the suite may take on `tier` before it is killed and the test fails; the suite takes about
 /// 30 s on the process tier (half of it mypy), 45 s on gVisor and about 3 minutes on microVMs under software emulation
-/// (a boot of seconds per sandbox it creates). Below nextest's own limit for the test (.config/nextest.toml).
+/// (a boot of seconds per sandbox it creates), but more than 5.5 minutes were seen beside the rest of CI's suite (its
+/// two cores shared with other VMs' emulation). Below nextest's own limit for the test (.config/nextest.toml).
 fn client_limit(tier: Tier) -> Duration {
     match tier {
-        Tier::Microvm => Duration::from_secs(330),
+        Tier::Microvm => Duration::from_secs(570),
         _ => Duration::from_secs(170),
     }
 }

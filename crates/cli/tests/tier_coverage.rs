@@ -72,7 +72,7 @@ const PER_TIER_SUITES: &[&str] = &[
 const NOT_PER_TIER: &[(&str, &str)] = &[
     (
         "templates.rs",
-        "built templates run on the process and microvm tiers (each test checks both) until the gVisor output lands",
+        "one build per test, run on each tier by the test itself (process, then gVisor and microVM where they run)",
     ),
     ("serve_connections.rs", "the HTTP server's connection limits hold before any sandbox exists: no tier is involved"),
     (

@@ -222,29 +222,21 @@ fn overlay_read_only(source: &Path, target: &Path) -> Result<(), JailError> {
 /// See `MountStep::TemplateOverlay`. A path holding `:`, `,` or `\\` cannot be named in overlay options and fails.
 fn template_overlay(target: &Path, lowers: &[PathBuf], capture: Option<&Path>) -> Result<(), JailError> {
     create_dir_all(target)?;
-    let mut layers: Vec<PathBuf> = lowers.to_vec();
-    layers.push(target.to_path_buf());
-    let mut options = format!(
-        "userxattr,lowerdir={}",
-        layers.iter().map(|p| p.to_string_lossy().into_owned()).collect::<Vec<_>>().join(":")
-    );
+    let unnameable = |path: PathBuf| JailError::CreatePath {
+        path,
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "an overlay layer path with ':', ',' or '\\'"),
+    };
+    let mut options = crate::rootfs::read_only_overlay_options(lowers, target).map_err(unnameable)?;
     let mut flags = libc::MS_NOSUID | libc::MS_NODEV;
     match capture {
         Some(capture) => {
             let (upper, work) = (capture.join("upper/opt"), capture.join("work"));
+            if let Some(bad) = [&upper, &work].into_iter().find(|p| p.to_string_lossy().contains([':', ',', '\\'])) {
+                return Err(unnameable(bad.clone()));
+            }
             options.push_str(&format!(",upperdir={},workdir={}", upper.to_string_lossy(), work.to_string_lossy()));
-            layers.extend([upper, work]);
         }
         None => flags |= libc::MS_RDONLY,
-    }
-    if let Some(bad) = layers.iter().find(|p| p.to_string_lossy().contains([':', ',', '\\'])) {
-        return Err(JailError::CreatePath {
-            path: bad.clone(),
-            source: std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "an overlay layer path with ':', ',' or '\\'",
-            ),
-        });
     }
     sys_mount("overlay", target, "overlay", flags, &options)
 }

@@ -71,6 +71,31 @@ pub const AGENT_RUN_DIR_BYTES: u64 = 4 << 20;
 /// Where a built template's layers are mounted: everything a `host`-based template adds is beneath it.
 pub const TEMPLATE_DIR: &str = "/opt";
 
+/// The overlay lower directories of a built template's `layers` (bottom first, each holding `opt/…`), as every tier
+/// mounts them at `TEMPLATE_DIR`: topmost first, each layer's `opt` where it has one.
+pub fn template_lowers(layers: &[PathBuf], host: &dyn HostFs) -> Vec<PathBuf> {
+    let inside = TEMPLATE_DIR.trim_start_matches('/');
+    layers
+        .iter()
+        .rev()
+        .map(|layer| layer.join(inside))
+        .filter(|lower| host.entry(lower) == Some(HostEntry::Dir))
+        .collect()
+}
+
+/// Overlay's mount options for a read-only overlay of `lowers` (topmost first) above `bottom` (an empty directory:
+/// an overlay without an upper layer needs two lowers). `userxattr`: a build's capture layers mark opaque directories
+/// with `user.overlay.opaque` (it runs in a user namespace). A path that overlay options cannot name (holding `:`,
+/// `,` or `\\`) is returned as the error.
+pub fn read_only_overlay_options(lowers: &[PathBuf], bottom: &Path) -> Result<String, PathBuf> {
+    let all: Vec<&Path> = lowers.iter().map(PathBuf::as_path).chain(std::iter::once(bottom)).collect();
+    if let Some(bad) = all.iter().find(|path| path.to_string_lossy().contains([':', ',', '\\'])) {
+        return Err(bad.to_path_buf());
+    }
+    let named: Vec<String> = all.iter().map(|path| path.to_string_lossy().into_owned()).collect();
+    Ok(format!("userxattr,lowerdir={}", named.join(":")))
+}
+
 /// Kind of a bind mount's target, created before the bind (`mounts` falls back to binds of host paths).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BindKind {
@@ -285,11 +310,9 @@ pub fn plan_rootfs(spec: &RootfsSpec, host: &dyn HostFs) -> Vec<MountStep> {
     }
 
     if !spec.template.is_empty() {
-        let inside = TEMPLATE_DIR.trim_start_matches('/');
-        let lowers = spec.template.layers.iter().rev().map(|layer| layer.join(inside));
         steps.push(MountStep::TemplateOverlay {
             target: at(TEMPLATE_DIR),
-            lowers: lowers.filter(|lower| host.entry(lower) == Some(HostEntry::Dir)).collect(),
+            lowers: template_lowers(&spec.template.layers, host),
             capture: spec.template.capture.clone(),
         });
     }

@@ -253,18 +253,12 @@ pub fn agent_plan(spec: &SandboxSpec, run_plan: RunPlan, oom_score_adj: i32) -> 
     }
 }
 
-/// A built template's layers mount on the process tier (an overlay at `/opt`) and in microVMs (an image of them, the
-/// guest's `/opt`), not on gVisor yet; each must be an absolute path.
+/// A built template's layers mount on the process tier (an overlay at `/opt`), on gVisor (the same overlay, mounted
+/// in runsc's mount namespace and bound at `/opt`) and in microVMs (an image of them, the guest's `/opt`); each must be
+/// an absolute path.
 fn check_layers(spec: &SandboxSpec) -> Result<(), RuntimeError> {
     if spec.layers.is_empty() {
         return Ok(());
-    }
-    if spec.tier() == Tier::Gvisor {
-        return Err(RuntimeError::InvalidInput(
-            "built templates run on the process and microvm tiers so far, not gvisor: use --isolation process or \
-             --isolation microvm"
-                .to_owned(),
-        ));
     }
     if spec.layers.capture.is_some() && spec.tier() != Tier::Process {
         return Err(RuntimeError::InvalidInput("template build sandboxes run on the process tier".to_owned()));

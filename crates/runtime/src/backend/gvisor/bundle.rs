@@ -15,7 +15,7 @@ use oci_spec::runtime::{
 };
 use sandkasten_jail::rootfs::{
     AGENT_RUN_DIR, AGENT_RUN_DIR_BYTES, DEVICES, HOST_ETC_PATHS, HOST_SYSTEM_PATHS, HostEntry, HostFs, SHM_MAX_BYTES,
-    SandboxFile,
+    SandboxFile, TEMPLATE_DIR,
 };
 
 use crate::error::RuntimeError;
@@ -45,6 +45,9 @@ pub(crate) struct BundleSpec<'a> {
     pub agent: &'a Path,
     /// Bind the bundle's `door/` directory at `DOOR_DIR` (the egress door's socket lives there).
     pub door: bool,
+    /// Bind this directory of the bundle (where runsc's mount namespace mounts a built template's overlay) at
+    /// `TEMPLATE_DIR`, read-only.
+    pub template: Option<&'a Path>,
 }
 
 fn io(what: &str, path: &Path, source: std::io::Error) -> RuntimeError {
@@ -86,6 +89,10 @@ pub(crate) fn write(bundle: &Path, spec: &BundleSpec<'_>, host: &dyn HostFs) -> 
     }
     for file in spec.files {
         write_file(&rootfs, file, spec.uid, spec.gid)?;
+    }
+    if let Some(template) = spec.template {
+        make_dir(template)?;
+        mounts.push(bind(TEMPLATE_DIR, template, &["rbind", "ro"])?);
     }
     if spec.door {
         let door = bundle.join("door");
@@ -259,6 +266,7 @@ mod tests {
             gid: 1000,
             agent: Path::new("/usr/bin/true"),
             door: false,
+            template: None,
         };
         let read_only = write(dir.path(), &spec, &host).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(read_only, [PathBuf::from("/usr/bin/true"), "/usr".into(), "/etc/ld.so.cache".into()]);
@@ -281,5 +289,29 @@ mod tests {
         assert!(dir.path().join("rootfs/.sandkasten/agent").is_file());
         assert_eq!(std::fs::read(dir.path().join("rootfs/etc/passwd")).unwrap_or_default(), b"x");
         assert!(json["linux"]["namespaces"].to_string().contains("network"));
+    }
+
+    #[test]
+    fn a_template_is_its_mount_point_bound_read_only_at_opt() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let point = dir.path().join("template");
+        let spec = BundleSpec {
+            home: "/workspace",
+            disk_bytes: 1 << 20,
+            files: &[],
+            uid: 1000,
+            gid: 1000,
+            agent: Path::new("/usr/bin/true"),
+            door: false,
+            template: Some(&point),
+        };
+        write(dir.path(), &spec, &FakeHost(HashMap::new())).unwrap_or_else(|e| panic!("{e}"));
+        assert!(point.is_dir(), "the mount point (and the overlay's bottom layer) is made");
+        let config = std::fs::read_to_string(dir.path().join("config.json")).unwrap_or_default();
+        let json: serde_json::Value = serde_json::from_str(&config).unwrap_or_default();
+        let mounts = json["mounts"].as_array().cloned().unwrap_or_default();
+        let opt = mounts.iter().find(|m| m["destination"] == TEMPLATE_DIR).cloned().unwrap_or_default();
+        assert_eq!(opt["source"], point.display().to_string());
+        assert_eq!(opt["options"], serde_json::json!(["rbind", "ro"]));
     }
 }

@@ -25,6 +25,9 @@ pub(crate) struct GvisorFiles {
     pub door: bool,
     /// The sandbox is checkpointed: no process of it runs, its memory is in `checkpoint`.
     pub checkpointed: bool,
+    /// A built template's layers: overlay's options for the read-only overlay runsc's mount namespace gets at
+    /// `bundle/template` (bound at `/opt` inside).
+    pub template: Option<String>,
 }
 
 impl GvisorFiles {
@@ -38,7 +41,14 @@ impl GvisorFiles {
             read_only: Vec::new(),
             door: false,
             checkpointed: false,
+            template: None,
         }
+    }
+
+    /// Where runsc's mount namespace mounts the template's overlay (an empty directory of the bundle, also the
+    /// overlay's bottom layer).
+    pub fn template_mount_point(&self) -> PathBuf {
+        self.bundle.join("template")
     }
 
     /// Deletes runsc's record of the container, the bundle and the checkpoint image. Idempotent.

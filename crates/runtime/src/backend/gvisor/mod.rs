@@ -7,6 +7,8 @@
 //!
 //! Host-side limits: `runsc run` is placed in the sandbox's cgroup before it executes (`--ignore-cgroups`, so runsc
 //! itself touches no cgroup), so the Sentry, the gofer and everything they start are charged to and killed with it.
+//! A built template's layers are a read-only overlay that runsc's own mount namespace mounts in the bundle (`runsc`)
+//! and the bundle binds at `/opt`: the gofer serves the merged tree, and the mount ends with runsc's processes.
 //! Steps: record → cgroup → bundle → runsc (in the cgroup: `runsc`) → plan → ready. Pause and resume are a
 //! checkpoint to disk and a restore from it (`checkpoint`).
 
@@ -22,7 +24,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sandkasten_jail::rootfs::RealHostFs;
+use sandkasten_jail::rootfs::{RealHostFs, read_only_overlay_options, template_lowers};
 use sandkasten_protocol::{AgentPlan, Envelope, Message, read_frame, write_frame};
 use sandkasten_types::{SandboxFile, SandboxSpec};
 
@@ -185,6 +187,13 @@ fn write_bundle(
     guard.gvisor = Some(host.clone());
     std::fs::create_dir_all(&host.bundle)
         .map_err(|e| RuntimeError::sys_owned(format!("creating {}", host.bundle.display()), e))?;
+    let mount_point = host.template_mount_point();
+    if !spec.layers.layers.is_empty() {
+        let lowers = template_lowers(&spec.layers.layers, &RealHostFs);
+        host.template = Some(read_only_overlay_options(&lowers, &mount_point).map_err(|bad| {
+            RuntimeError::InvalidInput(format!("template layer {} holds ':', ',' or '\\'", bad.display()))
+        })?);
+    }
     let bundle_spec = bundle::BundleSpec {
         home: plan.home.as_str(),
         disk_bytes: spec.limits.disk_bytes,
@@ -193,6 +202,7 @@ fn write_bundle(
         gid: plan.gid,
         agent,
         door: plan.door.is_some(),
+        template: host.template.is_some().then_some(mount_point.as_path()),
     };
     host.read_only = bundle::write(&host.bundle, &bundle_spec, &RealHostFs)?;
     host.door = bundle_spec.door;

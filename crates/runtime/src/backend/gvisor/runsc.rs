@@ -3,6 +3,7 @@
 //! as parent-death signal, in a mount namespace of their own where every host path the sandbox binds is read-only at
 //! the host kernel's level, with a clean environment, and with one end of a new socketpair as the container's stdin
 //! (the agent's channel; on a restore runsc hands the new descriptor to the restored init in place of the old one).
+//! A built template's overlay is mounted in that namespace too.
 
 #![allow(unsafe_code)]
 
@@ -43,6 +44,16 @@ pub(super) fn start(
         .iter()
         .filter_map(|dir| CString::new(dir.join("cgroup.procs").into_os_string().into_encoded_bytes()).ok())
         .collect();
+    let template = match &files.template {
+        Some(options) => {
+            let point = CString::new(files.template_mount_point().into_os_string().into_encoded_bytes());
+            match (point, CString::new(options.as_str())) {
+                (Ok(point), Ok(options)) => Some((point, options)),
+                _ => return Err(RuntimeError::InvalidInput("a template layer path with a NUL byte".to_owned())),
+            }
+        }
+        None => None,
+    };
     let Ok(oom_score) = CString::new(super::oom::raised_score()) else {
         return Err(RuntimeError::Runsc("an OOM score with a NUL byte".to_owned()));
     };
@@ -72,7 +83,8 @@ pub(super) fn start(
         command.pre_exec(move || {
             join_cgroup_and_die_with_parent(&procs)?;
             raise_oom_score(&oom_score)?;
-            read_only_sources(&read_only)
+            read_only_sources(&read_only)?;
+            mount_template(template.as_ref())
         });
     }
     let spawned = command.spawn();
@@ -110,6 +122,18 @@ fn join_cgroup_and_die_with_parent(procs: &[CString]) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// In the forked child, in the mount namespace `read_only_sources` made: the template's read-only overlay at its mount
+/// point in the bundle (`point`, `options`), which the bundle binds at `/opt`. It ends with runsc's processes.
+fn mount_template(template: Option<&(CString, CString)>) -> std::io::Result<()> {
+    let Some((point, options)) = template else { return Ok(()) };
+    let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
+    // SAFETY: mount takes NUL-terminated strings prepared before the fork and integer flags; async-signal-safe.
+    let mounted = unsafe {
+        libc::mount(c"overlay".as_ptr(), point.as_ptr(), c"overlay".as_ptr(), flags, options.as_ptr().cast())
+    };
+    if mounted == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
 }
 
 /// In the forked child: the OOM score runsc and everything it starts inherit (`oom::raised_score`; the Sentry and

@@ -10,21 +10,22 @@
 
 use std::path::{Path, PathBuf};
 
+use sandkasten_jail::rootfs::{RealHostFs, read_only_overlay_options, template_lowers};
 use sandkasten_types::{MicrovmSettings, TemplateLayers};
 use sha2::{Digest, Sha256};
 
 use super::images::{Staging, mark_used, prune_unused, run};
 use crate::error::RuntimeError;
 
-/// Where a template layer's files are, inside its layer directory (the process tier's template directory).
+/// Where a template layer's files are, inside its layer directory (the template directory).
 const LAYER_ROOT: &str = "opt";
 
 /// How long an image no VM started from is kept.
 const UNUSED: std::time::Duration = std::time::Duration::from_secs(3600);
 
-/// Merges the overlay of the layers (`$1`, overlay's `lowerdir`) at `$2` and copies it into the ext4 image `$3`,
+/// Merges the overlay of the layers (`$1`, overlay's options) at `$2` and copies it into the ext4 image `$3`,
 /// without the `lost+found` mkfs adds (the guest's `/opt` shows what the template holds, as on the process tier).
-const MERGE_AND_FORMAT: &str = "mount -t overlay -o ro,userxattr,lowerdir=\"$1\" sandkasten-template \"$2\" && \
+const MERGE_AND_FORMAT: &str = "mount -t overlay -o \"ro,$1\" sandkasten-template \"$2\" && \
      mkfs.ext4 -q -F -O ^has_journal -L sandkasten-tpl -E root_owner=0:0 -d \"$2\" \"$3\" && \
      debugfs -w -R 'rmdir lost+found' \"$3\" >/dev/null 2>&1";
 
@@ -49,7 +50,7 @@ pub(crate) fn template_image(
     for path in [&staging.0, &empty, &merged] {
         std::fs::create_dir(path).map_err(|e| RuntimeError::sys_owned(format!("creating {}", path.display()), e))?;
     }
-    let lower = lower_dirs(&layers.layers, &empty)?;
+    let lower = overlay_options(&layers.layers, &empty)?;
     let built = staging.0.join("template.ext4");
     let file = std::fs::File::create(&built).map_err(|e| RuntimeError::sys("creating the template image", e))?;
     file.set_len(image_bytes(&layers.layers)).map_err(|e| RuntimeError::sys("sizing the template image", e))?;
@@ -81,17 +82,12 @@ fn key_of(layers: &[PathBuf]) -> String {
     hash.finalize().iter().take(16).map(|byte| format!("{byte:02x}")).collect()
 }
 
-/// Overlay's `lowerdir` for `layers` (bottom first in `layers`, topmost first in the option) over `empty`, as the
-/// process tier mounts them; a path overlay options cannot name is refused.
-fn lower_dirs(layers: &[PathBuf], empty: &Path) -> Result<String, RuntimeError> {
-    let mut dirs: Vec<PathBuf> =
-        layers.iter().rev().map(|layer| layer.join(LAYER_ROOT)).filter(|dir| dir.is_dir()).collect();
-    dirs.push(empty.to_path_buf());
-    let named: Vec<String> = dirs.iter().map(|dir| dir.to_string_lossy().into_owned()).collect();
-    if let Some(bad) = named.iter().find(|dir| dir.contains([':', ',', '\\'])) {
-        return Err(RuntimeError::InvalidInput(format!("template layer {bad} holds ':', ',' or '\\'")));
-    }
-    Ok(named.join(":"))
+/// Overlay's options for `layers` over `empty`, as every tier mounts them (`sandkasten_jail::rootfs`); a path
+/// overlay options cannot name is refused.
+fn overlay_options(layers: &[PathBuf], empty: &Path) -> Result<String, RuntimeError> {
+    let lowers = template_lowers(layers, &RealHostFs);
+    read_only_overlay_options(&lowers, empty)
+        .map_err(|bad| RuntimeError::InvalidInput(format!("template layer {} holds ':', ',' or '\\'", bad.display())))
 }
 
 /// The image's size: what the layers hold (each file rounded up to a block, and a block per entry), a fifth more
@@ -133,7 +129,7 @@ mod tests {
     }
 
     #[test]
-    fn lower_dirs_put_the_topmost_layer_first_and_the_empty_directory_last() {
+    fn the_overlay_puts_the_topmost_layer_first_and_the_empty_directory_last() {
         let root = tempfile::tempdir().unwrap();
         let layer = |name: &str| {
             let path = root.path().join(name);
@@ -142,11 +138,11 @@ mod tests {
         };
         let (bottom, top) = (layer("bottom"), layer("top"));
         let empty = root.path().join("empty");
-        let lower = lower_dirs(&[bottom.clone(), top.clone()], &empty).unwrap();
-        let expected = format!("{}/opt:{}/opt:{}", top.display(), bottom.display(), empty.display());
-        assert_eq!(lower, expected);
+        let options = overlay_options(&[bottom.clone(), top.clone()], &empty).unwrap();
+        let expected = format!("userxattr,lowerdir={}/opt:{}/opt:{}", top.display(), bottom.display(), empty.display());
+        assert_eq!(options, expected);
         let odd = layer("a:b");
-        assert!(lower_dirs(&[odd], &empty).is_err(), "a ':' in a layer path cannot be named to overlay");
+        assert!(overlay_options(&[odd], &empty).is_err(), "a ':' in a layer path cannot be named to overlay");
     }
 
     /// A layer is what a build step's (untrusted) code left: a link in it to a host file must reach the image as a
