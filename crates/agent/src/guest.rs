@@ -63,7 +63,7 @@ fn take_channel() -> std::io::Result<UnixStream> {
 
 fn run(channel: &mut UnixStream) -> Result<(), String> {
     let plan = match read_frame(channel) {
-        Ok(Some(Envelope { msg: Message::Plan { plan }, .. })) => plan,
+        Ok(Some(Envelope { msg: Message::Plan { plan }, .. })) => *plan,
         Ok(_) => return Err("the host did not send the plan".to_owned()),
         Err(error) => return Err(format!("reading the plan: {error}")),
     };

@@ -35,11 +35,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "TIER", value_parser = crate::client::isolation_parser())]
     pub isolation: Option<Tier>,
     /// A built template (`sandkasten template build`): its layers are the sandbox's read-only `/opt`, its
-    /// environment (PATH with its venv and npm packages first, NODE_PATH, its `env`) the program's. Local runs, on
-    /// every tier.
+    /// environment (PATH with its venv and npm packages first, NODE_PATH, its `env`) the program's. On every tier;
+    /// with --server, a template built on the server (its `[templates] cache`).
     #[arg(long, value_name = "NAME")]
     pub template: Option<String>,
-    /// The template cache `--template` reads. Default /var/lib/sandkasten/templates.
+    /// The template cache `--template` reads in a local run. Default /var/lib/sandkasten/templates.
     #[arg(long, value_name = "DIR", env = "SANDKASTEN_TEMPLATES")]
     pub template_cache: Option<PathBuf>,
     /// What the code needs, for `--isolation auto`: `needs=language|linux`, `io_profile=compute|syscall_heavy`,
@@ -112,6 +112,8 @@ pub struct RunInput {
     pub request: ExecRequest,
     /// Where stdin comes from.
     pub stdin: ProgramStdin,
+    /// `--template` of a run on a server (which resolves the name itself); local runs carry it in `spec`.
+    pub server_template: Option<String>,
 }
 
 fn limits(args: &RunArgs) -> Result<Limits, String> {
@@ -223,18 +225,20 @@ pub fn parse(args: &RunArgs) -> Result<RunInput, String> {
         }
         spec.network = serde_json::from_value(policy).map_err(|e| format!("--network: {e}"))?;
     }
-    if let Some(name) = &args.template {
-        if args.server.is_some() {
-            return Err("--template is for local runs so far (the server's templates come next): drop --server".into());
-        }
+    let mut server_template = None;
+    if let Some(name) = &args.template
+        && args.server.is_some()
+    {
+        server_template = Some(name.clone());
+    } else if let Some(name) = &args.template {
         let root = args.template_cache.clone().unwrap_or_else(|| sandkasten_template::cache::DEFAULT_ROOT.into());
         let cache = sandkasten_template::TemplateCache::open(root).map_err(|e| e.to_string())?;
         let record = cache.template(name).map_err(|e| e.to_string())?;
-        spec.layers.layers = record.layers.iter().map(|digest| cache.layer_dir(digest)).collect();
+        spec.layers = cache.layers_of(&record);
         spec.env = record.env;
     }
     let request = ExecRequest { command, env: environment(args)?, uploads: uploads(args)? };
-    Ok(RunInput { spec, request, stdin })
+    Ok(RunInput { spec, request, stdin, server_template })
 }
 
 /// `--workload`: the request's JSON object, or `key=value` pairs read as its fields (`needs_kernel` takes a

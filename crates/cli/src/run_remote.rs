@@ -57,6 +57,9 @@ fn request(input: &RunInput) -> Result<Value, ClientError> {
     if let Some(tier) = input.spec.isolation {
         body.insert("isolation".into(), tier.name().into());
     }
+    if let Some(template) = &input.server_template {
+        body.insert("template".into(), template.clone().into());
+    }
     if !input.spec.workload.is_unset() {
         body.insert("workload".into(), serde_json::to_value(input.spec.workload).unwrap_or_default());
     }

@@ -47,6 +47,7 @@ const PER_TIER_SUITES: &[&str] = &[
     "serve_pty.rs",
     "serve_ports.rs",
     "serve_results.rs",
+    "serve_templates.rs",
     "serve_output_bounds.rs",
     "serve_pause.rs",
     "serve_pause_files.rs",

@@ -439,6 +439,7 @@ mod tests {
         let template = TemplateLayers {
             layers: vec!["/cache/layers/a".into(), "/cache/layers/b".into(), "/cache/layers/empty".into()],
             capture: Some("/cache/build/x".into()),
+            ..TemplateLayers::default()
         };
         let steps = plan_rootfs(&RootfsSpec { template, ..spec() }, &host);
         assert!(steps.contains(&MountStep::TemplateOverlay {

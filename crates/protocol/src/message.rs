@@ -69,8 +69,8 @@ pub enum Message {
     /// host → guest agent (an agent that is its own executable: gVisor, microVM): the whole plan; the agent answers
     /// `FilesystemReady` once it serves, or `SetupFailed`.
     Plan {
-        /// What to serve and how to confine commands.
-        plan: AgentPlan,
+        /// What to serve and how to confine commands (boxed: the largest message by far, sent once).
+        plan: Box<AgentPlan>,
     },
     /// host → process-tier starter: ids are mapped; become the namespace's root and execute the agent.
     Start,

@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod auth;
+mod built_templates;
 pub mod clock;
 pub mod config;
 mod e2b;

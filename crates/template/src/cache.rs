@@ -112,6 +112,15 @@ impl TemplateCache {
         self.root.join("layers").join(digest)
     }
 
+    /// The layers of `record` as a sandbox mounts them at `/opt`, named after it.
+    pub fn layers_of(&self, record: &TemplateRecord) -> sandkasten_types::TemplateLayers {
+        sandkasten_types::TemplateLayers {
+            name: Some(record.name.clone()),
+            layers: record.layers.iter().map(|digest| self.layer_dir(digest)).collect(),
+            capture: None,
+        }
+    }
+
     /// The layer a step with `key` made before, if it is still there.
     pub fn cached_layer(&self, key: &str) -> Option<String> {
         let digest = fs::read_to_string(self.root.join("keys").join(key)).ok()?;

@@ -67,6 +67,9 @@ pub enum Template {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TemplateLayers {
+    /// The built template's name, as a sandbox's answers report it (`template`); none for a build sandbox.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// Unpacked layer directories on the host (each holding `opt/…`), lowest first.
     pub layers: Vec<std::path::PathBuf>,
     /// A build sandbox's scratch directory on the host (on a size-limited tmpfs): the runtime makes `upper/` and

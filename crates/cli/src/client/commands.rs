@@ -28,6 +28,8 @@ pub struct CreateOptions {
     pub secrets: Vec<String>,
     /// `--from`: a snapshot to start on.
     pub from: Option<String>,
+    /// `--template`: a built-in layout or a template built on the server.
+    pub template: Option<String>,
 }
 
 /// `KEY=VALUE` items as a JSON object; `flag` names the option in messages.
@@ -89,6 +91,9 @@ fn limits(args: &LimitArgs) -> Result<Map<String, Value>, ClientError> {
 /// `sandbox create`: prints the new id (or the sandbox as JSON).
 pub fn create(client: &Client, options: CreateOptions, json: bool) -> Result<i32, ClientError> {
     let mut body = Map::new();
+    if let Some(template) = &options.template {
+        body.insert("template".into(), template.clone().into());
+    }
     if let Some(tier) = options.isolation {
         body.insert("isolation".into(), tier.name().into());
     }

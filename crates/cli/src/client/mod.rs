@@ -95,6 +95,10 @@ pub enum SandboxCommand {
         /// Start on a snapshot's files (`sandbox snapshot`): its sandbox's isolation and limits unless given here.
         #[arg(long = "from", value_name = "SNAPSHOT")]
         from: Option<String>,
+        /// The template: `host` (default), `e2b`, or a template built on the server (`[templates] cache`): its
+        /// packages read-only at `/opt`, its environment under `--env`.
+        #[arg(long, value_name = "NAME")]
+        template: Option<String>,
         /// Print the sandbox as JSON.
         #[arg(long)]
         json: bool,
@@ -228,9 +232,29 @@ pub fn run(args: SandboxArgs) -> i32 {
 
 fn dispatch(client: &Client, command: SandboxCommand) -> Result<i32, ClientError> {
     match command {
-        SandboxCommand::Create { isolation, timeout_s, limits, env, metadata, network, secrets, from, json } => {
-            let options =
-                commands::CreateOptions { isolation, timeout_s, limits, env, metadata, network, secrets, from };
+        SandboxCommand::Create {
+            isolation,
+            timeout_s,
+            limits,
+            env,
+            metadata,
+            network,
+            secrets,
+            from,
+            template,
+            json,
+        } => {
+            let options = commands::CreateOptions {
+                isolation,
+                timeout_s,
+                limits,
+                env,
+                metadata,
+                network,
+                secrets,
+                from,
+                template,
+            };
             commands::create(client, options, json)
         }
         SandboxCommand::Network { id, network, json } => network::set_network(client, &id, &network, json),

@@ -133,6 +133,7 @@ impl<'a> BuildSandbox<'a> {
             layers: TemplateLayers {
                 layers: recipe.layers,
                 capture: recipe.capture.map(|capture| capture.path().to_path_buf()),
+                name: None,
             },
             ..SandboxSpec::default()
         };

@@ -68,7 +68,9 @@ pub(crate) async fn run(
 ) -> Result<Response, ApiError> {
     let requested = Instant::now();
     let (scan_input, scan_policy) = (body.scan_input(), body.scan_policy.clone());
-    let plan = request::plan(body, state.settings())?;
+    let template = body.template.clone();
+    let mut plan = request::plan(body, state.settings())?;
+    crate::built_templates::choose(&state.effective_config().templates, template.as_deref())?.apply(&mut plan.spec);
     // Resolved here as `start_sandbox` will (which gives the answer its isolation), so that a tier that cannot run
     // is refused before the scan.
     resolve_isolation(&state, &tenant, plan.spec.isolation, &plan.spec.workload)?;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use sandkasten_types::{Limits, SandboxSpec, Template};
+use sandkasten_types::{Limits, SandboxSpec};
 
 use crate::api::error::{ApiError, ErrorBody};
 use crate::api::extract::{IdPath, JsonBody, QueryParams, own_sandbox, running_sandbox};
@@ -73,35 +73,36 @@ pub(crate) async fn create(
             start_from_memory(&state, &tenant, &snapshot, body.metadata, (expires_ms, body.lifecycle)).await?;
         return Ok((StatusCode::CREATED, Json(current.into())));
     }
-    let template: Template = body.template.unwrap_or_default();
     let (isolation, limits, template) = match &snapshot {
         Some(snapshot) => {
-            if body.template.is_some_and(|asked| asked != snapshot.spec.template) {
+            let theirs = crate::built_templates::name_of(&snapshot.spec);
+            if body.template.as_ref().is_some_and(|asked| *asked != theirs) {
                 return Err(ApiError::unprocessable(format!(
-                    "snapshot {} holds the files of a {:?} template sandbox; omit template or ask for that one",
-                    snapshot.id, snapshot.spec.template
+                    "snapshot {} holds the files of a {theirs:?} template sandbox; omit template or ask for that one",
+                    snapshot.id
                 )));
             }
             let limits = body.limits.map_or_else(|| snapshot.spec.limits.clone(), Limits::from);
-            (body.isolation.or(snapshot.spec.isolation), limits, snapshot.spec.template)
+            (body.isolation.or(snapshot.spec.isolation), limits, Some(theirs))
         }
-        None => (body.isolation, body.limits.unwrap_or_default().into(), template),
+        None => (body.isolation, body.limits.unwrap_or_default().into(), body.template),
     };
     limits.validate().map_err(|error| ApiError::unprocessable(format!("limits: {error}")))?;
     validate::environment(&body.env).map_err(ApiError::unprocessable)?;
     validate::metadata(&body.metadata).map_err(ApiError::unprocessable)?;
+    let chosen = crate::built_templates::choose(&state.effective_config().templates, template.as_deref())?;
     let settings = state.settings();
     let expires_ms = check_timeout(settings, body.timeout_s.unwrap_or(settings.default_timeout_s))?;
-    let spec = SandboxSpec {
+    let mut spec = SandboxSpec {
         isolation,
-        template,
         limits,
         env: body.env,
         network: body.network.unwrap_or_default().into(),
         secrets: body.secrets,
         workload: body.workload,
-        layers: Default::default(),
+        ..SandboxSpec::default()
     };
+    chosen.apply(&mut spec);
     let Some(snapshot) = snapshot else {
         let current = start_sandbox(&state, &tenant, spec, body.metadata, (expires_ms, body.lifecycle)).await?;
         return Ok((StatusCode::CREATED, Json(SandboxBody::created(current, state.runtime()))));

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use sandkasten_scan::{Finding, ScanPolicyOverride};
-use sandkasten_types::{CommandExit, FileInfo, FileKind, Isolation, LimitKind, Limits, PtySize, Template, Workload};
+use sandkasten_types::{CommandExit, FileInfo, FileKind, Isolation, LimitKind, Limits, PtySize, Workload};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -83,9 +83,13 @@ pub struct CreateSandboxRequest {
     /// `syscall_heavy`), `needs_kernel` (true: only a microVM will do). Default: nothing said.
     #[serde(default)]
     pub workload: Workload,
-    /// Root filesystem template. Default `host`.
+    /// The sandbox's template: `host` (the default: the host's `/usr` read-only, a synthesised `/etc`), `e2b` (the
+    /// same, laid out as E2B programs expect: user `user`, home `/home/user`), or the name of a template built into
+    /// the server's template cache (`[templates] cache`; `sandkasten template build`): its layers read-only at `/opt`
+    /// and its environment (`PATH` with its venv first, `NODE_PATH`, its `env`) under the request's `env`. A name
+    /// that is none of these is 422.
     #[serde(default)]
-    pub template: Option<Template>,
+    pub template: Option<String>,
     /// Hard limits; omitted fields take their defaults.
     #[serde(default)]
     pub limits: Option<LimitsBody>,
@@ -159,8 +163,8 @@ pub struct SandboxBody {
     /// The isolation tier it runs on, why (`requested`, `server default`, or the `auto` rule that chose it), and for a
     /// microVM how its guest runs (`accel`: `kvm` or `tcg`).
     pub isolation: Isolation,
-    /// Template.
-    pub template: Template,
+    /// Template: `host`, `e2b` or the name of a built template.
+    pub template: String,
     /// Hard limits.
     pub limits: LimitsBody,
     /// Labels.
@@ -207,7 +211,7 @@ impl From<SandboxRecord> for SandboxBody {
             }),
             state: record.state.into(),
             isolation: record.isolation,
-            template: record.spec.template,
+            template: crate::built_templates::name_of(&record.spec),
             limits: record.spec.limits.into(),
             metadata: record.metadata,
             env_names: record.spec.env.into_keys().collect(),

@@ -20,7 +20,6 @@ use crate::state::AppState;
 use crate::store_snapshots::{SnapshotRecord, SnapshotState};
 use crate::transfers::TransferProgress;
 use crate::validate;
-use sandkasten_types::Template;
 
 /// `POST /v1/sandboxes/{id}/snapshots`.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
@@ -58,7 +57,7 @@ pub struct SnapshotBody {
     #[schema(value_type = crate::api::isolation::IsolationName)]
     pub isolation: Tier,
     /// The source sandbox's template (a sandbox made from it has the same).
-    pub template: Template,
+    pub template: String,
     /// Whether it holds processes and memory as well as files.
     pub memory: bool,
     /// Saving or ready.
@@ -83,7 +82,7 @@ impl From<SnapshotRecord> for SnapshotBody {
             name: record.name,
             sandbox_id: record.source_sandbox,
             isolation: record.spec.tier(),
-            template: record.spec.template,
+            template: crate::built_templates::name_of(&record.spec),
             memory: record.memory,
             state: match record.state {
                 SnapshotState::Saving => SnapshotStateName::Saving,

@@ -1,5 +1,6 @@
-//! `[templates]`: what template builds (`sandkasten template build --config FILE`) may reach. Unset, the registries
-//! come from the host's own pip, npm and apt configuration at build time.
+//! `[templates]`: where the server finds built templates (`cache`, what `{"template": NAME}` names), and what
+//! template builds (`sandkasten template build --config FILE`) may reach. Unset, the registries come from the host's
+//! own pip, npm and apt configuration at build time.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -10,6 +11,10 @@ use crate::config::problem::Found;
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TemplatesConfig {
+    /// The template cache built templates are read from (`sandkasten template build --cache DIR` writes it). Default:
+    /// `/var/lib/sandkasten/templates`, the CLI's default too.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<std::path::PathBuf>,
     /// Host patterns (`name`, `*.name`, each with an optional `:port`) a build step may reach through the egress
     /// proxy, replacing the registries read from the host's clients. Default: empty (read from the host). The
     /// build's proxy uses `[egress]` too (`allow_cidrs` for a registry mirror on a private network).
@@ -17,8 +22,21 @@ pub struct TemplatesConfig {
 }
 
 impl TemplatesConfig {
+    /// The template cache's directory (`cache`, or the default).
+    pub fn cache_root(&self) -> std::path::PathBuf {
+        self.cache.clone().unwrap_or_else(|| sandkasten_template::cache::DEFAULT_ROOT.into())
+    }
+
     /// Records what is wrong with these values.
     pub(crate) fn check(&self, found: &mut Found) {
+        if let Some(cache) = &self.cache {
+            if !cache.is_absolute() {
+                found.add("templates.cache", format!("{} is not an absolute path", cache.display()));
+            } else if cache.starts_with("/tmp") {
+                found
+                    .add("templates.cache", "is under /tmp, which sandboxes cover with their own root: choose another");
+            }
+        }
         for (index, pattern) in self.registries.iter().enumerate() {
             if let Err(error) = sandkasten_egress::Pattern::parse("registries", pattern) {
                 found.add(format!("templates.registries[{index}]"), error.reason);

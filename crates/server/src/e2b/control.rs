@@ -161,19 +161,31 @@ pub(crate) async fn create(
     let tenant = api_tenant(&state, &headers)?;
     let body: NewSandbox = crate::e2b::error::parse_json(&body)?;
     refuse_unsupported(&body)?;
+    let mut built = None;
     let snapshot = if is_snapshot_id(&body.template_id) {
         Some(snapshots::for_create(&state, &tenant, &body.template_id).await?)
     } else if TEMPLATES.contains(&body.template_id.as_str()) {
         None
     } else {
-        return Err(E2bError::new(
-            Code::NotFound,
-            format!(
-                "template {:?} not found: sandkasten serves {} and your snapshots (sn-…)",
-                body.template_id,
-                TEMPLATES.join(", ")
-            ),
-        ));
+        let templates = &state.effective_config().templates;
+        match crate::built_templates::choose(templates, Some(&body.template_id)) {
+            // A template built on this server: its layers at `/opt`, in the facade's layout.
+            Ok(chosen) => built = Some(crate::built_templates::Chosen { layout: Template::E2b, ..chosen }),
+            Err(error) if error.code == crate::api::error::ErrorCode::Unprocessable => {
+                return Err(E2bError::new(
+                    Code::NotFound,
+                    format!(
+                        "template {:?} not found: sandkasten serves {}, the templates built on this server \
+                         (`sandkasten template build --cache {}`) and your snapshots (sn-…)",
+                        body.template_id,
+                        TEMPLATES.join(", "),
+                        templates.cache_root().display()
+                    ),
+                ));
+            }
+            Err(error) => return Err(error.into()),
+        }
+        None
     };
     let env = body.env_vars.unwrap_or_default();
     let metadata = body.metadata.unwrap_or_default();
@@ -193,6 +205,9 @@ pub(crate) async fn create(
         return created(&state, &record, &tenant, Some(&body.template_id));
     }
     let mut spec = facade_spec(env, network);
+    if let Some(built) = built {
+        built.apply(&mut spec);
+    }
     if let Some(snapshot) = &snapshot {
         on_snapshot(&mut spec, snapshot);
     }

@@ -12,7 +12,6 @@ use crate::api::egress_schemas::NetworkPolicyBody;
 use crate::api::error::ApiError;
 use crate::api::schemas::CreateSandboxRequest;
 use crate::mcp::handler::{Caller, SandboxTools, answer, check_name};
-use sandkasten_types::Template;
 
 /// Arguments of `create_sandbox`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -22,9 +21,10 @@ pub(crate) struct CreateSandboxArgs {
     /// code that may attack the kernel). Default: the server's.
     #[serde(default)]
     isolation: Option<Tier>,
-    /// Root filesystem template: `host` (default) or `e2b` (user `user`, home `/home/user`).
+    /// Template: `host` (default), `e2b` (user `user`, home `/home/user`) or the name of a template built on the
+    /// server (its packages read-only at `/opt`).
     #[serde(default)]
-    template: Option<Template>,
+    template: Option<String>,
     /// Network access; default none. `{"mode": "allowlist", "allow": ["pypi.org", "*.example.com:443"]}` lets the
     /// sandbox reach only those hosts.
     #[serde(default)]

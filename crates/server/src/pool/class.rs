@@ -186,6 +186,7 @@ impl PoolClass {
             && spec.secrets.is_empty()
             && spec.tier() == self.spec.tier()
             && spec.template == self.spec.template
+            && spec.layers == self.spec.layers
             && spec.limits == self.spec.limits
     }
 

@@ -12,7 +12,7 @@ type Case = (&'static str, &'static str, &'static str, u16, &'static str);
 const CREATE_CASES: &[Case] = &[
     ("POST", "/v1/sandboxes", "{", 400, "bad_request"),
     ("POST", "/v1/sandboxes", "42", 422, "unprocessable"),
-    ("POST", "/v1/sandboxes", r#"{"template": 1}"#, 400, "bad_request"),
+    ("POST", "/v1/sandboxes", r#"{"template": 1}"#, 422, "unprocessable"),
     ("POST", "/v1/sandboxes", r#"{"bogus": 1}"#, 422, "unprocessable"),
     ("POST", "/v1/sandboxes", r#"{"template": "windows"}"#, 422, "unprocessable"),
     ("POST", "/v1/sandboxes", r#"{"limits": {"memory_bytes": 1}}"#, 422, "unprocessable"),

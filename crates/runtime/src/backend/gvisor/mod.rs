@@ -167,7 +167,7 @@ fn spawn(
     let host = write_bundle(config, guard, spec, files, plan, agent)?;
     let run = ["run".into(), "--bundle".into(), host.bundle.clone().into_os_string()];
     let mut channel = runsc::start(config, guard, &host, &run)?;
-    write_frame(&mut channel, &Envelope::new(0, Message::Plan { plan: plan.clone() }))?;
+    write_frame(&mut channel, &Envelope::new(0, Message::Plan { plan: Box::new(plan.clone()) }))?;
     wait_until_ready(&mut channel, &host.bundle.join("runsc.log"))?;
     oom::shield_runtime(guard);
     Ok(channel)

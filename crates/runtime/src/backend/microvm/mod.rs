@@ -165,7 +165,7 @@ impl TierBackend for MicrovmTier<'_> {
         wait_for_boot(&mut vm.channel, &files)?;
         let booted_ns = sandkasten_protocol::monotonic_ns();
         guard.vm_boot = Some(crate::VmBoot { accel: shape.accel, booted_ns, launched_ns: vm.launched_ns });
-        write_frame(&mut vm.channel, &Envelope::new(0, Message::Plan { plan: plan.clone() }))?;
+        write_frame(&mut vm.channel, &Envelope::new(0, Message::Plan { plan: Box::new(plan.clone()) }))?;
         match wait_until_serving(&mut vm.channel) {
             Ok(()) => {
                 guard.door = vm.door;

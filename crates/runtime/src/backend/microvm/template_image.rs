@@ -174,7 +174,7 @@ mod tests {
         )
         .unwrap();
         let settings = MicrovmSettings { dir: root.path().join("microvm"), ..MicrovmSettings::default() };
-        let layers = TemplateLayers { layers: vec![bottom, top], capture: None };
+        let layers = TemplateLayers { layers: vec![bottom, top], ..TemplateLayers::default() };
         let image = template_image(&settings, &layers).unwrap().unwrap();
         let bytes = std::fs::read(&image).unwrap();
         let holds = |needle: &[u8]| bytes.windows(needle.len()).any(|window| window == needle);

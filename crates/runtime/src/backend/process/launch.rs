@@ -208,7 +208,7 @@ impl Launcher<'_> {
         }
         let mut channel = host_channel;
         write_frame(&mut channel, &Envelope::new(0, Message::Start))?;
-        write_frame(&mut channel, &Envelope::new(0, Message::Plan { plan: plan.clone() }))?;
+        write_frame(&mut channel, &Envelope::new(0, Message::Plan { plan: Box::new(plan.clone()) }))?;
         // The agent builds its filesystem meanwhile; it runs nothing of the caller's before `CgroupJoined`.
         guard.cgroup()?.add_process(pid)?;
         write_frame(&mut channel, &Envelope::new(0, Message::CgroupJoined))?;

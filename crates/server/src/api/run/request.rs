@@ -77,6 +77,9 @@ pub struct RunRequest {
     /// `syscall_heavy`), `needs_kernel`. Default: nothing said.
     #[serde(default)]
     pub workload: sandkasten_types::Workload,
+    /// The run's template: `host` (the default), `e2b` or the name of a template built on the server, as on create.
+    #[serde(default)]
+    pub template: Option<String>,
     /// Language of `code`.
     #[serde(default)]
     pub language: Option<RunLanguage>,

@@ -1,0 +1,121 @@
+//! Built templates through the server (issue #16), on every tier: a template built into a cache
+//! (`sandkasten template build --cache DIR`, one `run` step, no network) is what `{"template": NAME}` names on create
+//! and on `POST /v1/run` once the server reads that cache (`[templates] cache`): its file is at `/opt`, read-only, its
+//! environment is under the request's, the answers name it, the CLI names it (`run --server`, `sandbox create`), and
+//! E2B's create takes its name as a template id. A name
+//! that is neither built in nor built is 422 saying how to build it, and nothing is created.
+
+#![allow(unsafe_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod common;
+mod serve;
+
+use std::time::Duration;
+
+use common::{Cli, Tier};
+use serde_json::json;
+use serve::{KEY_1, Server, assert_sandbox_gone_on};
+
+per_tier!(a_built_template_is_what_create_and_run_name);
+
+/// Builds the template `marked` into a new cache (not under /tmp: sandboxes assemble their root there).
+fn build_marked() -> tempfile::TempDir {
+    let cache = tempfile::Builder::new().prefix("sk-serve-templates-").tempdir_in("/var/tmp").expect("cache dir");
+    let spec_dir = tempfile::tempdir().expect("spec dir");
+    let spec = spec_dir.path().join("template.toml");
+    let toml = "name = \"marked\"\nbase = \"host\"\nrun = [\"echo made-by-the-template > /opt/marker\"]\n\
+                [env]\nFROM_TEMPLATE = \"template\"\nBOTH = \"template\"\n";
+    std::fs::write(&spec, toml).expect("write spec");
+    let cache_arg = cache.path().display().to_string();
+    let built = Cli::new(["template", "--cache", &cache_arg, "build", &spec.display().to_string()])
+        .watchdog(Duration::from_secs(120))
+        .output();
+    assert_eq!(built.code, 0, "{}", built.describe());
+    cache
+}
+
+fn a_built_template_is_what_create_and_run_name(tier: Tier) {
+    let cache = build_marked();
+    let config = format!("[templates]\ncache = \"{}\"\n", cache.path().display());
+    let server = Server::start_with_on(tier, &config);
+
+    let id = server.create_on(tier, json!({"template": "marked", "env": {"BOTH": "request"}}));
+    let info = server.call("GET", &format!("/v1/sandboxes/{id}"), KEY_1, None);
+    assert_eq!(info.json["template"], "marked", "{info:?}");
+    let seen = server.exec(&id, "cat /opt/marker; echo $FROM_TEMPLATE $BOTH; touch /opt/x 2>/dev/null || echo ro");
+    assert_eq!(seen.status, 200, "{seen:?}");
+    assert_eq!(seen.json["stdout"], "made-by-the-template\ntemplate request\nro\n", "{seen:?}");
+    assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
+    assert_sandbox_gone_on(tier, &id);
+
+    // A sandbox without a template has no marker: the file is the template's, not the host's.
+    let plain = server.create_on(tier, json!({}));
+    let seen = server.exec(&plain, "cat /opt/marker 2>/dev/null || echo absent");
+    assert_eq!(seen.json["stdout"], "absent\n", "{seen:?}");
+    assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{plain}"), KEY_1, None).status, 204);
+    assert!(!std::path::Path::new("/opt/marker").exists(), "the host has the template's file");
+
+    let run = server.call(
+        "POST",
+        "/v1/run",
+        KEY_1,
+        Some(json!({"isolation": tier.name(), "template": "marked", "cmd": "cat /opt/marker"})),
+    );
+    assert_eq!(run.status, 200, "{run:?}");
+    assert_eq!(run.json["stdout"], "made-by-the-template\n", "{run:?}");
+
+    // The CLI names it too: `run --server … --template`, `sandbox create --template`.
+    let isolation = tier.name();
+    let url = server.url.as_str();
+    let cli_run = Cli::new([
+        "run",
+        "--server",
+        url,
+        "--isolation",
+        isolation,
+        "--template",
+        "marked",
+        "--",
+        "cat",
+        "/opt/marker",
+    ])
+    .env("SANDKASTEN_API_KEY", KEY_1)
+    .watchdog(Duration::from_secs(120))
+    .output();
+    assert_eq!(cli_run.stdout_text(), "made-by-the-template\n", "{}", cli_run.describe());
+    let created = Cli::new(["sandbox", "--url", url, "create", "--isolation", isolation, "--template", "marked"])
+        .env("SANDKASTEN_API_KEY", KEY_1)
+        .watchdog(Duration::from_secs(120))
+        .output();
+    assert_eq!(created.code, 0, "{}", created.describe());
+    let cli_id = created.stdout_text().trim().to_owned();
+    assert_eq!(server.call("GET", &format!("/v1/sandboxes/{cli_id}"), KEY_1, None).json["template"], "marked");
+    assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{cli_id}"), KEY_1, None).status, 204);
+
+    let listed = server.call("GET", "/v1/sandboxes", KEY_1, None);
+    let before = listed.json["sandboxes"].as_array().map_or(0, Vec::len);
+    let unknown = server.call("POST", "/v1/sandboxes", KEY_1, Some(json!({"template": "nonesuch"})));
+    assert_eq!(unknown.status, 422, "{unknown:?}");
+    let message = unknown.json["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("\"nonesuch\"") && message.contains("template build"), "{message}");
+    let listed = server.call("GET", "/v1/sandboxes", KEY_1, None);
+    assert_eq!(listed.json["sandboxes"].as_array().map_or(0, Vec::len), before, "a refused create made a sandbox");
+
+    // E2B's create takes the built template's name as its template id.
+    let e2b = server
+        .http()
+        .post(format!("{}/sandboxes", server.url))
+        .header("X-API-Key", KEY_1)
+        .send_json(json!({"templateID": "marked"}))
+        .unwrap();
+    assert_eq!(e2b.status().as_u16(), 201);
+    let created: serde_json::Value = serde_json::from_reader(e2b.into_body().into_reader()).unwrap();
+    let e2b_id = created["sandboxID"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(created["templateID"], "marked", "{created}");
+    let seen = server.exec(&e2b_id, "cat /opt/marker; echo $HOME");
+    assert_eq!(seen.json["stdout"], "made-by-the-template\n/home/user\n", "{seen:?}");
+    assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{e2b_id}"), KEY_1, None).status, 204);
+    assert_sandbox_gone_on(tier, &e2b_id);
+}
