@@ -53,8 +53,12 @@ pub(super) fn checkpoint(config: &RuntimeConfig, guard: &mut SandboxGuard) -> Re
     remove_image(&files.checkpoint)?;
     make_private_dir(&files.checkpoint)?;
     let started = Instant::now();
-    let saved =
-        runsc(&files).arg("checkpoint").arg(format!("--image-path={}", files.checkpoint.display())).arg(&id).output();
+    let saved = runsc(&files)
+        .arg("checkpoint")
+        .args(super::runsc::CHECKPOINT_FLAGS)
+        .arg(format!("--image-path={}", files.checkpoint.display()))
+        .arg(&id)
+        .output();
     let said = match saved {
         Ok(output) if output.status.success() => None,
         Ok(output) => Some(String::from_utf8_lossy(&output.stderr).trim().to_owned()),

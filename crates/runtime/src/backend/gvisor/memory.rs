@@ -32,6 +32,7 @@ pub(super) fn snapshot(guard: &SandboxGuard, dir: &Path) -> Result<(), RuntimeEr
     let started = Instant::now();
     let saved = runsc(files)
         .args(["checkpoint", "--leave-running"])
+        .args(super::runsc::CHECKPOINT_FLAGS)
         .arg(format!("--image-path={}", dir.display()))
         .arg(id)
         .output()

@@ -17,6 +17,11 @@ use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
 use crate::guard::SandboxGuard;
 
+/// How every checkpoint is written: uncompressed (a restore reads the pages straight into the memory file instead of
+/// inflating them through the Sentry's heap, which stayed charged to the sandbox's memory limit) and without pages
+/// that were committed but hold only zeros.
+pub(super) const CHECKPOINT_FLAGS: [&str; 2] = ["--compression=none", "--exclude-committed-zero-pages"];
+
 /// Starts `runsc <global flags> <subcommand…> ID` for the sandbox of `guard` (whose cgroup exists) and returns the
 /// host end of its channel; `guard.init_pid` is runsc's pid from then on (reaped by the guard's owner). runsc writes
 /// its log to `runsc.log` in the bundle.
