@@ -13,6 +13,9 @@
 #                               ~3 min, bench/results/snapshots.json)
 #   scripts/bench.sh --microvm-only   the microvm tier against a bare QEMU boot of the same kernel and root
 #                               (bench/microvm.py, ~3 min, bench/results/microvm.json)
+#   scripts/bench.sh --templates-only   python-data's build cold vs cached, and a first cell `import pandas` cold vs
+#                               from a pool whose zygote preloaded it (bench/templates.py, ~4 min,
+#                               bench/results/templates.json)
 #   scripts/bench.sh --cold-only / --warm-only / --runs-only / --egress-only   one part (the doc is rendered from
 #                               all JSON files); egress = the proxy vs a direct connection on loopback
 #                               (crates/egress/examples/egress_bench, ~15 s, bench/results/egress.json)
@@ -30,22 +33,24 @@ oneshot=1
 egress=1
 snapshots=1
 microvm=1
+templates=1
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --quick) runs=30; quick=--quick ;;
-    --cold-only) warm= oneshot= egress= snapshots= microvm= ;;
-    --warm-only) cold= oneshot= egress= snapshots= microvm= ;;
-    --runs-only) cold= warm= egress= snapshots= microvm= ;;
-    --egress-only) cold= warm= oneshot= snapshots= microvm= ;;
-    --snapshots-only) cold= warm= oneshot= egress= microvm= ;;
-    --microvm-only) cold= warm= oneshot= egress= snapshots= ;;
+    --cold-only) warm= oneshot= egress= snapshots= microvm= templates= ;;
+    --warm-only) cold= oneshot= egress= snapshots= microvm= templates= ;;
+    --runs-only) cold= warm= egress= snapshots= microvm= templates= ;;
+    --egress-only) cold= warm= oneshot= snapshots= microvm= templates= ;;
+    --snapshots-only) cold= warm= oneshot= egress= microvm= templates= ;;
+    --microvm-only) cold= warm= oneshot= egress= snapshots= templates= ;;
+    --templates-only) cold= warm= oneshot= egress= snapshots= microvm= ;;
     --runs)
       [ "$#" -ge 2 ] || { echo "bench: --runs needs a number" >&2; exit 2; }
       runs=$2
       shift
       ;;
     -h | --help)
-      sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+      sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
@@ -59,7 +64,7 @@ case "$runs" in
   '' | *[!0-9]* | 0) echo "bench: --runs must be a positive integer, got '$runs'" >&2; exit 2 ;;
 esac
 
-if [ -n "$cold$warm$oneshot$snapshots$microvm" ]; then
+if [ -n "$cold$warm$oneshot$snapshots$microvm$templates" ]; then
   scripts/setup.sh   # installs runsc (bookworm-backports) and bubblewrap
   cargo build --release -p sandkasten-cli
 fi
@@ -88,6 +93,9 @@ if [ -n "$microvm" ]; then
   rounds=10
   [ -n "$quick" ] && rounds=3
   /usr/bin/python3 bench/microvm.py --binary "$target_dir/release/sandkasten" --rounds "$rounds" --no-render || status=$?
+fi
+if [ -n "$templates" ]; then
+  /usr/bin/python3 bench/templates.py --sandkasten "$target_dir/release/sandkasten" $quick --no-render || status=$?
 fi
 /usr/bin/python3 bench/render.py
 exit "${status:-0}"

@@ -8,7 +8,7 @@
 #   scripts/setup.sh [PACKAGE...]
 set -euo pipefail
 
-packages=(gcc nodejs node-typescript openjdk-17-jdk-headless r-base-core python3 python-is-python3 python3-pip python3-numpy python3-pandas python3-matplotlib python3-requests bubblewrap iproute2 util-linux curl git openssl "$@")
+packages=(gcc g++ make nodejs node-typescript openjdk-17-jdk-headless r-base-core python3 python-is-python3 python3-pip python3-numpy python3-pandas python3-matplotlib python3-requests bubblewrap iproute2 util-linux curl git openssl "$@")
 missing=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")

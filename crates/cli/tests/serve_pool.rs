@@ -2,7 +2,8 @@
 //! returns to a pool, a pool member killed from the host is replaced, the pool refills after a burst, quotas count
 //! claimed sandboxes only, shutdown leaves nothing behind, an admin resizes a pool through the API, and a pool of
 //! the `e2b` template serves the E2B facade. Zygote pools: runs fork from the zygote, and a code context adopts the
-//! member's spare kernel (preloaded, shared with nobody).
+//! member's spare kernel (preloaded, shared with nobody). A pool of a built template serves creates naming it and
+//! preloads the template's modules.
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -457,6 +458,52 @@ fn an_e2b_pool_serves_the_facades_creates_with_the_e2b_layout() {
     assert_eq!(layout.json["stdout"], "user\n/home/user\n/home/user\nuser\n", "{layout:?}");
     delete(&server, KEY_1, &id);
     assert_sandbox_gone(&id);
+}
+
+/// A pool of a built template: its members carry the template's layers and environment, a create or run naming the
+/// template (and no environment of its own) takes one, and the zygote has imported the template's own `preload`
+/// besides the pool's. A create with an environment of its own is not served by the pool.
+#[test]
+fn a_pool_of_a_built_template_serves_its_creates_with_the_templates_preload() {
+    require_root!();
+    let _lock = common::shared_lock();
+    let cache = common::build_template(
+        "name = \"warmed\"\nbase = \"host\"\npreload = [\"warm\"]\n\
+         run = [\"mkdir -p /opt/mods && echo 'import os; LOADED_IN = os.getpid()' > /opt/mods/warm.py\"]\n\
+         [env]\nPYTHONPATH = \"/opt/mods\"\n",
+    );
+    let config = format!(
+        "[templates]\ncache = \"{}\"\n[[pools]]\nname = \"std\"\ntemplate = \"warmed\"\nmin = 1\nmax = 2\n\
+         zygote = \"python\"\npreload = [\"json\"]\n",
+        cache.path().display()
+    );
+    let server = Server::start_with(&config);
+    wait_pool_size(&server, 1.0);
+    let hits = metric(&server, "sandkasten_pool_hits_total");
+    let code = "import sys, os\nprint('warm' in sys.modules, 'json' in sys.modules, sys.modules['warm'].LOADED_IN != os.getpid())";
+    let run =
+        server.call("POST", "/v1/run", KEY_1, Some(json!({"template": "warmed", "language": "python", "code": code})));
+    assert_eq!(run.status, 200, "{run:?}");
+    assert_eq!(
+        run.json["stdout"], "True True True\n",
+        "the zygote imported the template's and the pool's preload: {run:?}"
+    );
+    assert_eq!(metric(&server, "sandkasten_pool_hits_total"), hits + 1.0, "the run took a pool member");
+
+    wait_pool_size(&server, 1.0);
+    let created = server.call("POST", "/v1/sandboxes", KEY_1, Some(json!({"template": "warmed"})));
+    assert_eq!(created.status, 201, "{created:?}");
+    assert_eq!(metric(&server, "sandkasten_pool_hits_total"), hits + 2.0, "the create took a pool member");
+    let id = created.json["id"].as_str().expect("id").to_owned();
+    assert_eq!(created.json["template"], "warmed", "{created:?}");
+    let seen = server.exec(&id, "cat /opt/mods/warm.py; echo $PYTHONPATH");
+    assert_eq!(seen.json["stdout"], "import os; LOADED_IN = os.getpid()\n/opt/mods\n", "{seen:?}");
+    delete(&server, KEY_1, &id);
+
+    let own_env = server.call("POST", "/v1/sandboxes", KEY_1, Some(json!({"template": "warmed", "env": {"A": "1"}})));
+    assert_eq!(own_env.status, 201, "{own_env:?}");
+    assert_eq!(metric(&server, "sandkasten_pool_hits_total"), hits + 2.0, "a create with its own env took a member");
+    delete(&server, KEY_1, own_env.json["id"].as_str().expect("id"));
 }
 
 /// Host pids of sandbox `id`'s code-context kernels of `language` ("Python" or "JavaScript"), running or spare.

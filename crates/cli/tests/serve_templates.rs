@@ -20,24 +20,11 @@ use serve::{KEY_1, Server, assert_sandbox_gone_on};
 
 per_tier!(a_built_template_is_what_create_and_run_name);
 
-/// Builds the template `marked` into a new cache (not under /tmp: sandboxes assemble their root there).
-fn build_marked() -> tempfile::TempDir {
-    let cache = tempfile::Builder::new().prefix("sk-serve-templates-").tempdir_in("/var/tmp").expect("cache dir");
-    let spec_dir = tempfile::tempdir().expect("spec dir");
-    let spec = spec_dir.path().join("template.toml");
-    let toml = "name = \"marked\"\nbase = \"host\"\nrun = [\"echo made-by-the-template > /opt/marker\"]\n\
-                [env]\nFROM_TEMPLATE = \"template\"\nBOTH = \"template\"\n";
-    std::fs::write(&spec, toml).expect("write spec");
-    let cache_arg = cache.path().display().to_string();
-    let built = Cli::new(["template", "--cache", &cache_arg, "build", &spec.display().to_string()])
-        .watchdog(Duration::from_secs(120))
-        .output();
-    assert_eq!(built.code, 0, "{}", built.describe());
-    cache
-}
-
 fn a_built_template_is_what_create_and_run_name(tier: Tier) {
-    let cache = build_marked();
+    let cache = common::build_template(
+        "name = \"marked\"\nbase = \"host\"\nrun = [\"echo made-by-the-template > /opt/marker\"]\n\
+         [env]\nFROM_TEMPLATE = \"template\"\nBOTH = \"template\"\n",
+    );
     let config = format!("[templates]\ncache = \"{}\"\n", cache.path().display());
     let server = Server::start_with_on(tier, &config);
 

@@ -20,15 +20,18 @@ pub(crate) struct Chosen {
     pub layers: TemplateLayers,
     /// A built template's environment (the request's own goes over it).
     pub env: BTreeMap<String, String>,
+    /// The modules a built template names for a warm pool's zygote to import ahead of time.
+    pub preload: Vec<String>,
 }
 
 impl Chosen {
     /// `spec` with this template: its layout, its layers and its environment under the spec's own.
     pub(crate) fn apply(self, spec: &mut SandboxSpec) {
-        spec.template = self.layout;
-        spec.layers = self.layers;
+        let Chosen { layout, layers, env, preload: _ } = self;
+        spec.template = layout;
+        spec.layers = layers;
         let own = std::mem::take(&mut spec.env);
-        spec.env = self.env;
+        spec.env = env;
         spec.env.extend(own);
     }
 }
@@ -61,7 +64,7 @@ pub(crate) fn choose(config: &TemplatesConfig, name: Option<&str>) -> Result<Cho
     if let Some(missing) = record.layers.iter().find(|digest| !cache.layer_dir(digest).is_dir()) {
         return Err(ApiError::internal(format!("template {name}: layer {missing} is missing from {}", root.display())));
     }
-    Ok(Chosen { layout: Template::Host, layers: cache.layers_of(&record), env: record.env })
+    Ok(Chosen { layout: Template::Host, layers: cache.layers_of(&record), env: record.env, preload: record.preload })
 }
 
 /// The name a sandbox's answers give its template: the built template's, or the layout's.

@@ -27,11 +27,12 @@
 //! [[pools]]                                       # warm pool (none by default): sandboxes created ahead of time
 //! name = "default"                                # label of the sandkasten_pool_size metric; default "pool-N"
 //! isolation = "process"                           # tier of its members; default [defaults] isolation
+//! template = "python-data"                        # host (default), e2b, or a template built into [templates] cache
 //! limits = { memory_bytes = 268435456 }           # omitted fields take their defaults, as in POST /v1/sandboxes
 //! min = 2                                         # ready sandboxes kept (refilled in the background)
 //! max = 8                                         # never more than this many, ready or being created
 //! zygote = "python"                               # optional: "python" or "node", an interpreter waiting in each member
-//! preload = ["json"]                              # modules the zygote imports ahead of time (needs zygote)
+//! preload = ["json"]                              # modules the zygote imports, besides its template's `preload`
 //!
 //! [scan]                                          # the static scan before runs (default for tenants without scan)
 //! mode = "warn"                                   # "off" (default) | "warn" (run, carry findings) | "enforce" (refuse)

@@ -201,8 +201,7 @@ pub async fn serve_on(
         .map_err(|source| ServerError::Store { path: config.database.clone(), source })?;
     let snapshots = SnapshotStore::open(&config.snapshots.store_config(&config.database))
         .map_err(|e| ServerError::Config(ConfigError::at("snapshots.store", e)))?;
-    let state = AppState::new(&config, store, snapshots, runtime)
-        .map_err(|e| ServerError::Config(ConfigError::at(format!("egress.{}", e.key()), e)))?;
+    let state = AppState::new(&config, store, snapshots, runtime)?;
     lifecycle::reconcile::register_tenants(&state).await.map_err(ServerError::Reconcile)?;
     let lost = lifecycle::reconcile::reconcile(&state).await.map_err(ServerError::Reconcile)?;
     let unfinished = lifecycle::reconcile_snapshots(&state).await.map_err(ServerError::Reconcile)?;

@@ -4,13 +4,13 @@
 use sandkasten_snapshot_store::SnapshotStore;
 use std::sync::{Arc, Mutex};
 
-use sandkasten_egress::{AuditEvent, AuditSink, ConfigError as EgressError, Proxy};
+use sandkasten_egress::{AuditEvent, AuditSink, Proxy};
 use sandkasten_runtime::SandboxRuntime;
 use sandkasten_types::Tier;
 use tokio::sync::mpsc;
 
 use crate::auth::Keyring;
-use crate::config::ServerConfig;
+use crate::config::{ConfigError, ServerConfig};
 use crate::e2b::sessions::Sessions;
 use crate::egress::Egress;
 use crate::egress::audit::{self, AuditQueue};
@@ -97,15 +97,18 @@ impl std::fmt::Debug for AppState {
 }
 
 impl AppState {
-    /// State for a validated `config`, an opened `store` and a `runtime`.
+    /// State for a validated `config`, an opened `store` and a `runtime`; an egress setting the proxy refuses or a
+    /// pool whose template is not built is a config error.
     pub fn new(
         config: &ServerConfig,
         store: Store,
         snapshots: SnapshotStore,
         runtime: Arc<dyn SandboxRuntime>,
-    ) -> Result<AppState, EgressError> {
+    ) -> Result<AppState, ConfigError> {
         let (queue, receiver) = audit::queue();
-        let proxy = Proxy::new(config.egress.clone(), Arc::clone(&queue) as Arc<dyn AuditSink>)?;
+        let proxy = Proxy::new(config.egress.clone(), Arc::clone(&queue) as Arc<dyn AuditSink>)
+            .map_err(|e| ConfigError::at(format!("egress.{}", e.key()), e))?;
+        let pools = Pools::new(&config.pools, config.defaults.isolation, &config.templates)?;
         Ok(AppState {
             inner: Arc::new(Inner {
                 store,
@@ -113,7 +116,7 @@ impl AppState {
                 settings: Settings::from_config(config),
                 auto: config.isolation.auto.clone(),
                 metrics: Metrics::new(),
-                pools: Pools::new(&config.pools, config.defaults.isolation),
+                pools,
                 egress: Egress::new(proxy),
                 audit: Mutex::new(Some((queue, receiver))),
                 e2b: Sessions::default(),

@@ -318,6 +318,21 @@ pub fn run_code(lang: &str, code: &str, extra: &[&str]) -> Cli {
     run(args)
 }
 
+/// Builds the template spec `toml` (no network: `run` steps and files only) into a new template cache, which the
+/// returned directory holds (under /var/tmp: sandboxes assemble their root under /tmp).
+pub fn build_template(toml: &str) -> tempfile::TempDir {
+    let cache = tempfile::Builder::new().prefix("sk-test-templates-").tempdir_in("/var/tmp").expect("cache dir");
+    let spec_dir = tempfile::tempdir().expect("spec dir");
+    let spec = spec_dir.path().join("template.toml");
+    std::fs::write(&spec, toml).expect("write spec");
+    let cache_arg = cache.path().display().to_string();
+    let built = Cli::new(["template", "--cache", &cache_arg, "build", &spec.display().to_string()])
+        .watchdog(std::time::Duration::from_secs(120))
+        .output();
+    assert_eq!(built.code, 0, "{}", built.describe());
+    cache
+}
+
 /// The parsed `--json` result of one run, with the raw CLI output kept for messages.
 #[derive(Debug)]
 pub struct RunResult {

@@ -1,7 +1,7 @@
 //! `[[pools]]`: warm pools, sandboxes of one tier, template and limits class created ahead of time (optionally with
 //! an interpreter, the zygote, waiting in each), and their checks.
 
-use sandkasten_types::{Limits, Template, Tier};
+use sandkasten_types::{Limits, Tier};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -21,9 +21,11 @@ pub struct PoolConfig {
     /// Isolation tier of the pool's sandboxes. Default `[defaults] isolation`.
     #[serde(default)]
     pub isolation: Option<Tier>,
-    /// Template of the pool's sandboxes. Default `host`.
-    #[serde(default)]
-    pub template: Template,
+    /// Template of the pool's sandboxes: `host`, `e2b` or a template built into `[templates] cache` (resolved when
+    /// the server starts: a rebuilt template reaches the pool at the next start). A `zygote` also imports the
+    /// template's own `preload`. Default `host`.
+    #[serde(default = "default_pool_template")]
+    pub template: String,
     /// Limits of the pool's sandboxes; omitted fields take their defaults.
     #[serde(default)]
     pub limits: Limits,
@@ -62,6 +64,11 @@ impl ZygoteKind {
             ZygoteKind::Node => sandkasten_types::CodeLanguage::Javascript,
         }
     }
+}
+
+/// A pool's template when the config names none.
+fn default_pool_template() -> String {
+    "host".to_owned()
 }
 
 /// Most modules a zygote may preload.
@@ -123,6 +130,9 @@ pub(crate) fn check(pools: &[PoolConfig], default: Tier, found: &mut Found) {
         }
         if pool.max > MAX_POOL_SIZE {
             found.add(format!("{at}.max"), format!("must be at most {MAX_POOL_SIZE}, got {}", pool.max));
+        }
+        if let Err(rule) = sandkasten_template::spec::check_name(&pool.template) {
+            found.add(format!("{at}.template"), format!("template name {:?}: {rule}", pool.template));
         }
         if pool.zygote.is_none() && !pool.preload.is_empty() {
             found.add(format!("{at}.preload"), "preload needs a zygote (zygote = \"python\" or \"node\")");

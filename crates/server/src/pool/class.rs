@@ -178,11 +178,11 @@ impl PoolClass {
     }
 
     /// Whether a request for `spec` may take a sandbox of this pool: same isolation tier (both resolved: the
-    /// server sets the request's before it claims), template and limits, and no `env` or secrets (the agent bakes
-    /// the environment in at creation). The network policy does not matter: it is applied by the egress proxy after
+    /// server sets the request's before it claims), template (layout and layers) and limits, no `env` but the template's own and no secrets (the agent
+    /// bakes the environment in at creation). The network policy does not matter: it is applied by the egress proxy after
     /// the claim.
     pub(crate) fn serves(&self, spec: &SandboxSpec) -> bool {
-        spec.env.is_empty()
+        spec.env == self.spec.env
             && spec.secrets.is_empty()
             && spec.tier() == self.spec.tier()
             && spec.template == self.spec.template

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use sandkasten_types::{CodeLanguage, SandboxSpec, Tier};
 use tokio::sync::Notify;
 
-use crate::config::{PoolConfig, ZygoteKind};
+use crate::config::{ConfigError, PoolConfig, TemplatesConfig, ZygoteKind};
 use crate::metrics::Metrics;
 use class::PoolClass;
 pub(crate) use class::{Member, PoolStatus};
@@ -106,26 +106,30 @@ pub struct Pools {
 
 impl Pools {
     /// Empty pools as configured (the refill task fills them); a pool without its own `isolation` gets
-    /// `default_tier` (`[defaults] isolation`).
-    pub fn new(configs: &[PoolConfig], default_tier: Tier) -> Pools {
-        let classes = configs
-            .iter()
-            .enumerate()
-            .map(|(index, config)| {
-                let spec = SandboxSpec {
-                    isolation: Some(config.tier(default_tier)),
-                    template: config.template,
-                    limits: config.limits.clone(),
-                    ..SandboxSpec::default()
-                };
-                let mut class = PoolClass::new(config.name_at(index), spec, config.min, config.max);
-                class.zygote = config.zygote.map(|kind| zygote_argv(kind, &config.preload));
-                class.zygote_kind = config.zygote;
-                class.preload = config.preload.clone();
-                class
-            })
-            .collect();
-        Pools { classes: Mutex::new(classes), wake: Notify::new() }
+    /// `default_tier` (`[defaults] isolation`). A pool's template is resolved now against `templates`: one that is
+    /// not built is a config error naming the pool.
+    pub fn new(configs: &[PoolConfig], default_tier: Tier, templates: &TemplatesConfig) -> Result<Pools, ConfigError> {
+        let mut classes = Vec::with_capacity(configs.len());
+        for (index, config) in configs.iter().enumerate() {
+            let chosen = crate::built_templates::choose(templates, Some(&config.template))
+                .map_err(|error| ConfigError::at(format!("pools[{index}].template"), error.message))?;
+            let mut preload = config.preload.clone();
+            if config.zygote.is_some() {
+                preload.extend(chosen.preload.iter().filter(|module| !config.preload.contains(module)).cloned());
+            }
+            let mut spec = SandboxSpec {
+                isolation: Some(config.tier(default_tier)),
+                limits: config.limits.clone(),
+                ..SandboxSpec::default()
+            };
+            chosen.apply(&mut spec);
+            let mut class = PoolClass::new(config.name_at(index), spec, config.min, config.max);
+            class.zygote = config.zygote.map(|kind| zygote_argv(kind, &preload));
+            class.zygote_kind = config.zygote;
+            class.preload = preload;
+            classes.push(class);
+        }
+        Ok(Pools { classes: Mutex::new(classes), wake: Notify::new() })
     }
 
     /// Whether any pool is configured.
@@ -281,4 +285,21 @@ pub(crate) struct Fill {
     pub(crate) zygote: Option<Vec<String>>,
     /// The spare kernel's language and preload modules, when the pool has a zygote.
     pub(crate) spare: Option<(CodeLanguage, Vec<String>)>,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_of_a_template_that_is_not_built_is_a_config_error_naming_the_pool() {
+        let templates = TemplatesConfig { cache: Some("/nonexistent-cache".into()), ..TemplatesConfig::default() };
+        let pool = |template: &str| PoolConfig { template: template.to_owned(), ..toml::from_str("").unwrap() };
+        assert!(Pools::new(&[pool("host"), pool("e2b")], Tier::Process, &templates).is_ok());
+        let error = Pools::new(&[pool("host"), pool("nonesuch")], Tier::Process, &templates).unwrap_err();
+        let problem = &error.problems()[0];
+        assert_eq!(problem.path, "pools[1].template", "{error}");
+        assert!(problem.message.contains("template build"), "{error}");
+    }
 }
