@@ -23,7 +23,6 @@ rows interleaved like the runs, each after the pools are full. Writes bench/resu
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -179,7 +178,7 @@ def main() -> int:
                      "pool_min": POOL_MIN, "pool_max": POOL_MAX}, "rows": [], "context_rows": [], "errors": []}
     results["loadavg_before"] = [round(x, 2) for x in os.getloadavg()]
     started = time.monotonic()
-    server = warm.Server(binary, False, config_lines())
+    server = warm.Server(binary, False, config_lines(), max_sandboxes=200)
     try:
         warm.log("runs: one server, three pools; configurations interleaved")
         server.start()
@@ -201,15 +200,7 @@ def main() -> int:
         # Host-wide: other users of the machine's sandboxes count too, so this is recorded, not judged.
         results["leftovers"], _ = warm.wait_clean(15)
         server.cleanup()
-    results["elapsed_s"] = round(time.monotonic() - started, 1)
-    results["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(results, indent=1) + "\n")
-    warm.log(f"wrote {args.json} ({results['elapsed_s']} s)")
-    if not args.no_render:
-        import render
-        render.main([])
-    return 1 if results["errors"] else 0
+    return warm.finish(results, started, args.json, not args.no_render)
 
 
 if __name__ == "__main__":

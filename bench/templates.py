@@ -164,7 +164,7 @@ def main() -> int:
         pool = ["", "[templates]", f'cache = "{cache}"', "", "[[pools]]", 'name = "python-data"',
                 'template = "python-data"', f"min = {POOL_MIN}", f"max = {POOL_MAX}", 'zygote = "python"',
                 f"limits = {{ pids = {POOLED_PIDS} }}"]
-        server = warm.Server(binary, False, pool)
+        server = warm.Server(binary, False, pool, max_sandboxes=64)
         server.start()
         warm.log(f"templates: first cell `import pandas`, bare / cold sandbox / pooled zygote, {runs} rounds")
         results["cells"] = measure_cells(server, runs)
@@ -180,15 +180,7 @@ def main() -> int:
             results["leftovers"], _ = warm.wait_clean(15)
             server.cleanup()
         shutil.rmtree(cache, ignore_errors=True)
-    results["elapsed_s"] = round(time.monotonic() - started, 1)
-    results["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(results, indent=1) + "\n")
-    warm.log(f"wrote {args.json} ({results['elapsed_s']} s)")
-    if not args.no_render:
-        import render
-        render.main([])
-    return 1 if results["errors"] else 0
+    return warm.finish(results, started, args.json, not args.no_render)
 
 
 if __name__ == "__main__":

@@ -87,8 +87,8 @@ def free_port() -> int:
 class Server:
     """`sandkasten serve` with a temp config and database; `stop()` sends SIGTERM (SIGKILL after 30 s)."""
 
-    def __init__(self, binary: str, pooled: bool, extra: list[str] | None = None):
-        self.binary, self.pooled, self.extra = binary, pooled, extra or []
+    def __init__(self, binary: str, pooled: bool, extra: list[str] | None = None, max_sandboxes: int = 2000):
+        self.binary, self.pooled, self.extra, self.max_sandboxes = binary, pooled, extra or [], max_sandboxes
         self.dir = Path(tempfile.mkdtemp(prefix="sandkasten-warm-"))
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
@@ -102,7 +102,7 @@ class Server:
             "[[tenants]]",
             'name = "bench"',
             f'api_keys = ["{API_KEY}"]',
-            "max_sandboxes = 2000",
+            f"max_sandboxes = {self.max_sandboxes}",
             f"max_memory_bytes = {1 << 40}",
             "max_pids = 1000000000",
             "",
@@ -1007,12 +1007,18 @@ def main() -> int:
             if label.startswith("gvisor") and "gvisor" in results:
                 # the whole phase, server start and stop included
                 results["gvisor"]["elapsed_s"]["pool_phase"] = round(time.monotonic() - t0, 1)
+    return finish(results, started, args.json, not args.no_render)
+
+
+def finish(results: dict, started: float, path: Path, render_doc: bool) -> int:
+    """Records the elapsed time (since `started`, monotonic) and the load, writes `results` to `path`, re-renders
+    docs/benchmarks.md when `render_doc`; the exit code: 1 when a measurement failed."""
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     results["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(results, indent=1) + "\n")
-    log(f"wrote {args.json} ({results['elapsed_s']} s)")
-    if not args.no_render:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1) + "\n")
+    log(f"wrote {path} ({results['elapsed_s']} s)")
+    if render_doc:
         sys.dont_write_bytecode = True  # no bench/__pycache__
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import render

@@ -353,3 +353,43 @@ fn a_file_a_later_step_deletes_is_gone_from_the_template() {
         assert_eq!(vm.stdout_text().split_whitespace().collect::<Vec<_>>(), vec!["b"], "{}", vm.describe());
     }
 }
+
+/// A template removed while one of its sandboxes runs keeps its layers until that sandbox ended: the sandbox still
+/// reads the template's file after `template rm`, and `template gc` afterwards removes the layer.
+#[test]
+fn a_template_removed_while_its_sandbox_runs_keeps_its_layers_until_gc() {
+    require_root!();
+    let cache = common::build_template("name = \"held\"\nbase = \"host\"\nrun = [\"echo held > /opt/held\"]\n");
+    let cache_arg = cache.path().display().to_string();
+    let layers = || std::fs::read_dir(cache.path().join("layers")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(layers(), 1);
+    let sandbox = std::process::Command::new(common::bin())
+        .args(["run", "--template-cache", &cache_arg, "--template", "held", "--timeout", "60s", "--"])
+        .args(["bash", "-c", "sleep 5; cat /opt/held"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("sandkasten run");
+    // The sandbox's runtime record names the layer once it is being set up.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let recorded = || {
+        std::fs::read_dir("/run/sandkasten/sandboxes").into_iter().flatten().flatten().any(|entry| {
+            std::fs::read_to_string(entry.path()).is_ok_and(|text| text.contains(cache.path().to_str().unwrap()))
+        })
+    };
+    while !recorded() {
+        assert!(std::time::Instant::now() < deadline, "no sandbox record names the template's layer");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let removed = template(cache.path(), &["rm", "held"]).output();
+    assert_eq!(removed.code, 0, "{}", removed.describe());
+    assert!(removed.stdout_text().contains("1 kept while sandboxes read them"), "{}", removed.describe());
+    assert_eq!(layers(), 1, "the running sandbox's layer was removed");
+    let finished = sandbox.wait_with_output().expect("the sandbox's run");
+    assert!(finished.status.success(), "{}", String::from_utf8_lossy(&finished.stderr));
+    assert_eq!(String::from_utf8_lossy(&finished.stdout), "held\n");
+    let collected = template(cache.path(), &["gc"]).output();
+    assert_eq!(collected.code, 0, "{}", collected.describe());
+    assert!(collected.stdout_text().contains("1 unused layers removed"), "{}", collected.describe());
+    assert_eq!(layers(), 0, "gc left the layer of a removed template whose sandbox ended");
+}

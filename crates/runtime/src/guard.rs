@@ -46,16 +46,19 @@ impl SandboxGuard {
         crate::backend::microvm::panic_line(&self.microvm.as_ref()?.console())
     }
 
-    /// Writes the record of sandbox `id` (naming `id_range`, which the guard then holds).
+    /// Writes the record of sandbox `id` (naming `id_range`, which the guard then holds, and the template `layers`
+    /// its root reads).
     pub(crate) fn record(
         config: &RuntimeConfig,
         id: &str,
         tier: Tier,
         id_range: Option<IdRange>,
+        layers: &[std::path::PathBuf],
     ) -> Result<SandboxGuard, RuntimeError> {
         let store = RecordStore::new(config.records_dir());
         let mut record = SandboxRecord::owned_by_me(id, tier.name(), &config.cgroup_parent);
         record.id_base = id_range.as_ref().map(IdRange::base);
+        record.layers = layers.to_vec();
         store.write(&record)?;
         Ok(SandboxGuard {
             store,

@@ -29,6 +29,10 @@ pub struct SandboxRecord {
     /// First host uid/gid of the sandbox's own id range (process tier; see `id_ranges`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id_base: Option<u32>,
+    /// The template layer directories the sandbox's root reads: while the record exists, `template rm` and
+    /// `template gc` keep them (see [`layers_in_use`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<PathBuf>,
 }
 
 /// Start time of a live process in clock ticks since boot, or `None` when it does not exist or has exited (a zombie
@@ -58,6 +62,7 @@ impl SandboxRecord {
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
             id_base: None,
+            layers: Vec::new(),
         }
     }
 
@@ -65,6 +70,14 @@ impl SandboxRecord {
     pub fn owner_alive(&self) -> bool {
         process_start_ticks(self.owner_pid) == Some(self.owner_start_ticks)
     }
+}
+
+/// The template layer directories that the sandboxes recorded in `dir` read (every record counts, its owner alive or
+/// not: a crashed owner's sandbox keeps its layers until `sandkasten gc` removes its record). Unreadable records are
+/// skipped; a missing directory means none.
+pub fn layers_in_use(dir: &Path) -> std::collections::HashSet<PathBuf> {
+    let store = RecordStore::new(dir.to_path_buf());
+    store.list().unwrap_or_default().into_iter().flatten().flat_map(|record| record.layers).collect()
 }
 
 /// The record store: a directory of `<id>.json` files.

@@ -3,6 +3,7 @@
 //! (`templates/<name>.json`). Everything appears by rename of a finished temporary, so a build killed at any point
 //! leaves nothing a later build would take for finished; `collect_garbage` removes leftovers and unused layers.
 
+use std::collections::HashSet;
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::DirBuilderExt;
@@ -192,12 +193,13 @@ impl TemplateCache {
         Ok(found)
     }
 
-    /// Removes the template `name`, then every layer no template uses.
-    pub fn remove_template(&self, name: &str) -> Result<GcReport, CacheError> {
+    /// Removes the template `name`, then every layer no template uses and no sandbox reads (`in_use`: layer
+    /// directories, as the runtime's sandbox records name them).
+    pub fn remove_template(&self, name: &str, in_use: &HashSet<PathBuf>) -> Result<GcReport, CacheError> {
         self.template(name)?;
         let path = self.record_path(name);
         fs::remove_file(&path).map_err(CacheError::io("removing", &path))?;
-        self.collect_garbage()
+        self.collect_garbage(in_use)
     }
 
     /// The total size of `layers`, bytes.
@@ -205,14 +207,21 @@ impl TemplateCache {
         layers.iter().map(|digest| size_of(&self.layer_dir(digest))).sum()
     }
 
-    /// Removes what no template uses: layers (and the step-cache entries naming them) and the temporaries of
-    /// builds that did not finish. Call it only while no build runs (the CLI holds the cache's lock).
-    pub fn collect_garbage(&self) -> Result<GcReport, CacheError> {
-        let used: std::collections::HashSet<String> = self.templates()?.into_iter().flat_map(|t| t.layers).collect();
+    /// Removes what no template uses and no sandbox reads (`in_use`: layer directories, as the runtime's sandbox
+    /// records name them; a template removed while its sandboxes run keeps its layers until a later collection):
+    /// layers (and the step-cache entries naming them) and the temporaries of builds that did not finish. Call it
+    /// only while no build runs (the CLI holds the cache's lock).
+    pub fn collect_garbage(&self, in_use: &HashSet<PathBuf>) -> Result<GcReport, CacheError> {
+        let mut used: HashSet<String> = self.templates()?.into_iter().flat_map(|t| t.layers).collect();
         let mut report = GcReport::default();
         let layers = self.root.join("layers");
         for entry in fs::read_dir(&layers).map_err(CacheError::io("reading", &layers))?.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.starts_with(PARTIAL) && !used.contains(&name) && in_use.contains(&entry.path()) {
+                report.layers_in_use += 1;
+                used.insert(name);
+                continue;
+            }
             if name.starts_with(PARTIAL) || !used.contains(&name) {
                 let path = entry.path();
                 let removed = if path.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
@@ -256,6 +265,8 @@ impl TemplateCache {
 pub struct GcReport {
     /// Layers no template used.
     pub layers_removed: usize,
+    /// Layers no template uses that were kept because a sandbox reads them.
+    pub layers_in_use: usize,
 }
 
 /// SHA-256 of a file, `sha256:`-less hex.
@@ -308,9 +319,14 @@ mod tests {
         };
         cache.put_template(&record).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(cache.templates().ok(), Some(vec![record]));
-        assert_eq!(cache.collect_garbage().ok(), Some(GcReport { layers_removed: 0 }));
+        let none = HashSet::new();
+        assert_eq!(cache.collect_garbage(&none).ok(), Some(GcReport::default()));
         assert!(cache.cached_layer("k1").is_some(), "used layers stay");
-        let report = cache.remove_template("t").unwrap_or_else(|e| panic!("{e}"));
+        let read_by_a_sandbox = HashSet::from([cache.layer_dir(&digest)]);
+        let report = cache.remove_template("t", &read_by_a_sandbox).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(report, GcReport { layers_removed: 0, layers_in_use: 1 }, "a sandbox still reads the layer");
+        assert!(cache.layer_dir(&digest).is_dir() && cache.cached_layer("k1").is_some());
+        let report = cache.collect_garbage(&none).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(report.layers_removed, 1);
         assert!(cache.cached_layer("k1").is_none());
         assert!(matches!(cache.template("t"), Err(CacheError::UnknownTemplate(_))));

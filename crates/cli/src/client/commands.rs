@@ -10,25 +10,35 @@ use crate::client::http::{Client, ClientError};
 use crate::client::output;
 
 /// What `sandbox create` asks for.
-#[derive(Debug)]
+#[derive(Debug, clap::Args)]
 pub struct CreateOptions {
-    /// `--isolation` (unset: the server's default).
+    /// Isolation tier: process (namespaces, seccomp, landlock; shares the host kernel) or gvisor (a user-space
+    /// kernel between the code and the host's; needs runsc on the server). Default: the server's.
+    #[arg(long, value_name = "TIER", value_parser = super::isolation_parser())]
     pub isolation: Option<Tier>,
-    /// Lifetime in seconds.
+    /// Seconds until the server destroys the sandbox (default: the server's, 300).
+    #[arg(long = "timeout-s", value_name = "N")]
     pub timeout_s: Option<u64>,
-    /// Limits given on the command line.
+    #[command(flatten)]
     pub limits: LimitArgs,
-    /// `--env` items.
+    /// Environment variable of every command (KEY=VALUE, or KEY to pass this shell's value). Repeatable.
+    #[arg(long = "env", value_name = "KEY=VALUE")]
     pub env: Vec<String>,
-    /// `--metadata` items.
+    /// A label to find the sandbox by (KEY=VALUE). Repeatable.
+    #[arg(long = "metadata", value_name = "KEY=VALUE")]
     pub metadata: Vec<String>,
-    /// `--network`, `--allow`, `--deny`.
+    #[command(flatten)]
     pub network: crate::client::network::NetworkArgs,
-    /// `--secret` names.
+    /// A secret of yours (`sandbox secret put`) to expose as a placeholder in $NAME; the egress proxy puts the
+    /// real value in requests to the secret's hosts only. Repeatable.
+    #[arg(long = "secret", value_name = "NAME")]
     pub secrets: Vec<String>,
-    /// `--from`: a snapshot to start on.
+    /// Start on a snapshot's files (`sandbox snapshot`): its sandbox's isolation and limits unless given here.
+    #[arg(long = "from", value_name = "SNAPSHOT")]
     pub from: Option<String>,
-    /// `--template`: a built-in layout or a template built on the server.
+    /// The template: `host` (default), `e2b`, or a template built on the server (`[templates] cache`): its
+    /// packages read-only at `/opt`, its environment under `--env`.
+    #[arg(long, value_name = "NAME")]
     pub template: Option<String>,
 }
 

@@ -71,34 +71,8 @@ pub struct LimitArgs {
 pub enum SandboxCommand {
     /// Create a sandbox and print its id.
     Create {
-        /// Isolation tier: process (namespaces, seccomp, landlock; shares the host kernel) or gvisor (a user-space
-        /// kernel between the code and the host's; needs runsc on the server). Default: the server's.
-        #[arg(long, value_name = "TIER", value_parser = isolation_parser())]
-        isolation: Option<Tier>,
-        /// Seconds until the server destroys the sandbox (default: the server's, 300).
-        #[arg(long = "timeout-s", value_name = "N")]
-        timeout_s: Option<u64>,
         #[command(flatten)]
-        limits: LimitArgs,
-        /// Environment variable of every command (KEY=VALUE, or KEY to pass this shell's value). Repeatable.
-        #[arg(long = "env", value_name = "KEY=VALUE")]
-        env: Vec<String>,
-        /// A label to find the sandbox by (KEY=VALUE). Repeatable.
-        #[arg(long = "metadata", value_name = "KEY=VALUE")]
-        metadata: Vec<String>,
-        #[command(flatten)]
-        network: network::NetworkArgs,
-        /// A secret of yours (`sandbox secret put`) to expose as a placeholder in $NAME; the egress proxy puts the
-        /// real value in requests to the secret's hosts only. Repeatable.
-        #[arg(long = "secret", value_name = "NAME")]
-        secrets: Vec<String>,
-        /// Start on a snapshot's files (`sandbox snapshot`): its sandbox's isolation and limits unless given here.
-        #[arg(long = "from", value_name = "SNAPSHOT")]
-        from: Option<String>,
-        /// The template: `host` (default), `e2b`, or a template built on the server (`[templates] cache`): its
-        /// packages read-only at `/opt`, its environment under `--env`.
-        #[arg(long, value_name = "NAME")]
-        template: Option<String>,
+        options: commands::CreateOptions,
         /// Print the sandbox as JSON.
         #[arg(long)]
         json: bool,
@@ -232,31 +206,7 @@ pub fn run(args: SandboxArgs) -> i32 {
 
 fn dispatch(client: &Client, command: SandboxCommand) -> Result<i32, ClientError> {
     match command {
-        SandboxCommand::Create {
-            isolation,
-            timeout_s,
-            limits,
-            env,
-            metadata,
-            network,
-            secrets,
-            from,
-            template,
-            json,
-        } => {
-            let options = commands::CreateOptions {
-                isolation,
-                timeout_s,
-                limits,
-                env,
-                metadata,
-                network,
-                secrets,
-                from,
-                template,
-            };
-            commands::create(client, options, json)
-        }
+        SandboxCommand::Create { options, json } => commands::create(client, options, json),
         SandboxCommand::Network { id, network, json } => network::set_network(client, &id, &network, json),
         SandboxCommand::Egress { id, limit, json } => network::egress(client, &id, limit, json),
         SandboxCommand::Secret(command) => network::secret(client, command),
@@ -300,7 +250,7 @@ mod tests {
     #[test]
     fn create_takes_an_isolation_tier() -> Result<(), clap::Error> {
         let tier = |command| match command {
-            SandboxCommand::Create { isolation, .. } => isolation,
+            SandboxCommand::Create { options, .. } => options.isolation,
             _ => None,
         };
         assert_eq!(tier(command(&["create", "--isolation", "gvisor"])?), Some(Tier::Gvisor));

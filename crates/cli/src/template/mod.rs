@@ -1,5 +1,6 @@
 //! `sandkasten template`: `check FILE` (a spec or Dockerfile, exit 0 or 2 naming the field), `build FILE` (each step
-//! in a build sandbox, layers cached), `list`, `rm NAME` (with garbage collection of unused layers).
+//! in a build sandbox, layers cached), `list`, `rm NAME` (with garbage collection of unused layers), `gc`. A layer
+//! that a sandbox on this host reads (its runtime record names it) outlives its template until a later `rm` or `gc`.
 
 mod build;
 mod build_sandbox;
@@ -41,11 +42,14 @@ pub enum TemplateCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Remove a template, then every layer no template uses.
+    /// Remove a template, then every layer no template uses and no sandbox reads.
     Rm {
         /// The template's name.
         name: String,
     },
+    /// Remove every layer no template uses and no sandbox reads (those of templates removed while their sandboxes
+    /// ran), and what unfinished builds left.
+    Gc,
 }
 
 /// Runs `sandkasten template …` and returns the exit code.
@@ -64,8 +68,14 @@ pub fn run(args: TemplateArgs) -> i32 {
         },
         TemplateCommand::Build(build_args) => build::run(&root, &build_args),
         TemplateCommand::List { json } => list(&root, json),
-        TemplateCommand::Rm { name } => remove(&root, &name),
+        TemplateCommand::Rm { name } => remove(&root, Some(&name)),
+        TemplateCommand::Gc => remove(&root, None),
     }
+}
+
+/// The layer directories the sandboxes on this host read (their runtime records name them).
+fn layers_in_use() -> std::collections::HashSet<PathBuf> {
+    sandkasten_runtime::records::layers_in_use(&sandkasten_runtime::RuntimeConfig::default().records_dir())
 }
 
 fn open(root: &std::path::Path) -> Result<TemplateCache, i32> {
@@ -100,7 +110,8 @@ fn list(root: &std::path::Path, json: bool) -> i32 {
     0
 }
 
-fn remove(root: &std::path::Path, name: &str) -> i32 {
+/// `rm NAME` (`name`), or `gc` (none).
+fn remove(root: &std::path::Path, name: Option<&str>) -> i32 {
     let cache = match open(root) {
         Ok(cache) => cache,
         Err(code) => return code,
@@ -109,9 +120,19 @@ fn remove(root: &std::path::Path, name: &str) -> i32 {
         Ok(lock) => lock,
         Err(code) => return code,
     };
-    match cache.remove_template(name) {
+    let in_use = layers_in_use();
+    let removed = match name {
+        Some(name) => cache.remove_template(name, &in_use),
+        None => cache.collect_garbage(&in_use),
+    };
+    let name = name.unwrap_or("nothing");
+    match removed {
         Ok(report) => {
-            println!("removed {name} ({} unused layers removed)", report.layers_removed);
+            let kept = match report.layers_in_use {
+                0 => String::new(),
+                n => format!("; {n} kept while sandboxes read them: `sandkasten template gc` once they ended"),
+            };
+            println!("removed {name} ({} unused layers removed{kept})", report.layers_removed);
             0
         }
         Err(error @ sandkasten_template::CacheError::UnknownTemplate(_)) => {

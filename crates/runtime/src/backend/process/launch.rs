@@ -130,6 +130,15 @@ impl Launcher<'_> {
     /// Writes the record and creates the cgroup: the sandbox's host resources exist from here on, owned by the
     /// returned guard.
     pub(crate) fn allocate(&self, id: &str, spec: &SandboxSpec) -> Result<SandboxGuard, RuntimeError> {
+        // A template's layer that is gone (its template removed and collected since this spec was made, e.g. for a
+        // snapshot) would leave the sandbox without the template's files and no word said.
+        if let Some(missing) = spec.layers.layers.iter().find(|layer| !layer.is_dir()) {
+            let template = spec.layers.name.as_deref().unwrap_or("the sandbox's template");
+            return Err(RuntimeError::InvalidInput(format!(
+                "{template}'s layer {} is gone (the template was removed since): build the template again",
+                missing.display()
+            )));
+        }
         // A process-tier sandbox maps its ids to a host range of its own (per-user kernel quotas are per sandbox).
         let id_range = match spec.tier() {
             // A microVM's VMM runs in a process-tier jail of its own, under the sandbox's host ids.
@@ -138,7 +147,7 @@ impl Launcher<'_> {
             }
             _ => None,
         };
-        let mut guard = SandboxGuard::record(self.config, id, spec.tier(), id_range)?;
+        let mut guard = SandboxGuard::record(self.config, id, spec.tier(), id_range, &spec.layers.layers)?;
         let limits = cgroup_limits(spec);
         guard.cgroup = Some(self.create_cgroup(id, &limits)?);
         guard.cgroup_limits = Some(limits);
