@@ -123,12 +123,15 @@ pub(crate) fn serve_root(
     let identity = FsIdentity { uid: plan.uid, gid: plan.gid };
     let root = SandboxRoot::open(Path::new("/"), Some(identity)).map_err(|e| format!("opening the root: {e}"))?;
     write_home_files(&root, &plan.home_files)?;
+    let workdir = plan.template.workdir.as_deref().unwrap_or(&plan.home);
+    make_workdir(&root, workdir);
     let launcher = JailLauncher::new(jail);
     let context = ServeContext {
         root,
         base_env: &plan.env,
         launcher: &launcher,
         home: &plan.home,
+        workdir,
         disk_bytes: plan.disk_bytes,
         host_connections,
     };
@@ -153,6 +156,17 @@ fn write_home_files(root: &SandboxRoot, files: &[sandkasten_types::SandboxFile])
         }
     }
     Ok(())
+}
+
+/// Creates a built template's working directory where it is missing, as the sandbox user (so only where that user
+/// may write: the home, `/tmp`). Best effort: one it cannot create (under the read-only `/opt`) makes each command
+/// that names no directory fail saying the directory does not exist.
+fn make_workdir(root: &SandboxRoot, workdir: &str) {
+    match root.as_sandbox_user(|| Ok(std::fs::create_dir_all(workdir))) {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => eprintln!("sandkasten-agent: creating the template's working directory {workdir}: {error}"),
+        Err(failure) => eprintln!("sandkasten-agent: creating {workdir} as the sandbox user: {}", failure.message),
+    }
 }
 
 /// The home is a fresh tmpfs of the sandbox's (root-owned when the starter mounted it): hand it to the sandbox user.

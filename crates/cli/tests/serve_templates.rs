@@ -1,7 +1,8 @@
 //! Built templates through the server (issue #16), on every tier: a template built into a cache
 //! (`sandkasten template build --cache DIR`, one `run` step, no network) is what `{"template": NAME}` names on create
 //! and on `POST /v1/run` once the server reads that cache (`[templates] cache`): its file is at `/opt`, read-only, its
-//! environment is under the request's, the answers name it, the CLI names it (`run --server`, `sandbox create`), and
+//! environment is under the request's, its `workdir` is where commands start and its `user` names uid 1000, the
+//! answers name it, the CLI names it (`run --server`, `sandbox create`), and
 //! E2B's create takes its name as a template id. A name
 //! that is neither built in nor built is 422 saying how to build it, and nothing is created.
 
@@ -22,7 +23,8 @@ per_tier!(a_built_template_is_what_create_and_run_name);
 
 fn a_built_template_is_what_create_and_run_name(tier: Tier) {
     let cache = common::build_template(
-        "name = \"marked\"\nbase = \"host\"\nrun = [\"echo made-by-the-template > /opt/marker\"]\n\
+        "name = \"marked\"\nbase = \"host\"\nworkdir = \"/opt/app\"\nuser = \"analyst\"\n\
+         run = [\"echo made-by-the-template > /opt/marker && mkdir /opt/app\"]\n\
          [env]\nFROM_TEMPLATE = \"template\"\nBOTH = \"template\"\n",
     );
     let config = format!("[templates]\ncache = \"{}\"\n", cache.path().display());
@@ -34,6 +36,9 @@ fn a_built_template_is_what_create_and_run_name(tier: Tier) {
     let seen = server.exec(&id, "cat /opt/marker; echo $FROM_TEMPLATE $BOTH; touch /opt/x 2>/dev/null || echo ro");
     assert_eq!(seen.status, 200, "{seen:?}");
     assert_eq!(seen.json["stdout"], "made-by-the-template\ntemplate request\nro\n", "{seen:?}");
+    // The template's working directory and its name for the sandbox user.
+    let seen = server.exec(&id, "pwd; whoami; id -u");
+    assert_eq!(seen.json["stdout"], "/opt/app\nanalyst\n1000\n", "{seen:?}");
     assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
     assert_sandbox_gone_on(tier, &id);
 

@@ -106,9 +106,14 @@ pub fn home_skeleton(template: Template, skeleton: &Path) -> Vec<SandboxFile> {
     files
 }
 
-/// `/etc` files synthesised for every sandbox: only the sandbox's own users, no host accounts, no DNS servers.
-fn etc_files(template: Template) -> Vec<SandboxFile> {
-    let UserLayout { name: user, home } = user_of(template);
+/// `/etc` files synthesised for every sandbox: only the sandbox's own users (uid 1000 named by the layout, or by a
+/// built template on the `host` layout), no host accounts, no DNS servers.
+fn etc_files(spec: &SandboxSpec) -> Vec<SandboxFile> {
+    let UserLayout { name, home } = user_of(spec.template);
+    let user = match (spec.template, &spec.layers.user) {
+        (Template::Host, Some(user)) => user.as_str(),
+        _ => name,
+    };
     vec![
         system_file(
             "/etc/passwd",
@@ -175,7 +180,7 @@ pub fn plan(spec: &SandboxSpec, request: &ExecRequest) -> Result<RunPlan, Runtim
         return Err(RuntimeError::InvalidInput("one-shot runs use the host template".to_owned()));
     }
     check_layers(spec)?;
-    let mut files = etc_files(spec.template);
+    let mut files = etc_files(spec);
     let (compile, program) = match &request.command {
         Command::Argv(argv) if argv.is_empty() || argv[0].is_empty() => {
             return Err(RuntimeError::InvalidInput("no program given: pass one after `--`".to_owned()));
@@ -255,8 +260,21 @@ pub fn agent_plan(spec: &SandboxSpec, run_plan: RunPlan, oom_score_adj: i32) -> 
 
 /// A built template's layers mount on the process tier (an overlay at `/opt`), on gVisor (the same overlay, mounted
 /// in runsc's mount namespace and bound at `/opt`) and in microVMs (an image of them, the guest's `/opt`); each must be
-/// an absolute path.
+/// an absolute path. Its `workdir` must be a clean absolute path and its `user` a sandbox user's name.
 fn check_layers(spec: &SandboxSpec) -> Result<(), RuntimeError> {
+    // What a template cache says goes into `/etc/passwd` and becomes every command's working directory.
+    if let Some(workdir) = &spec.layers.workdir {
+        let clean = Path::new(workdir).components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+        if !workdir.starts_with('/') || !clean {
+            return Err(RuntimeError::InvalidInput(format!(
+                "template workdir {workdir:?} is not a clean absolute path"
+            )));
+        }
+    }
+    if let Some(user) = &spec.layers.user {
+        sandkasten_types::check_user_name(user)
+            .map_err(|why| RuntimeError::InvalidInput(format!("template user {user:?}: {why}")))?;
+    }
     if spec.layers.is_empty() {
         return Ok(());
     }
@@ -289,7 +307,7 @@ pub fn plan_live(spec: &SandboxSpec) -> Result<RunPlan, RuntimeError> {
     if let Some(bad) = spec.env.keys().find(|k| !environment::is_valid_name(k)) {
         return Err(RuntimeError::InvalidInput(format!("'{bad}' is not a valid environment variable name")));
     }
-    let mut files = etc_files(spec.template);
+    let mut files = etc_files(spec);
     files.push(system_file(NODE_FETCH_PROXY, include_str!("../../../resources/node/fetch_proxy.cjs")));
     Ok(RunPlan {
         files,

@@ -8,8 +8,18 @@ use std::collections::BTreeMap;
 use sandkasten_template::{CacheError, TemplateCache};
 use sandkasten_types::{SandboxSpec, Template, TemplateLayers};
 
-use crate::api::error::ApiError;
 use crate::config::TemplatesConfig;
+
+/// Why a request's `template` names nothing this server can start.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ChooseError {
+    /// Neither built in nor built on this server; the message says how to build it.
+    #[error("{0}")]
+    Unknown(String),
+    /// The template cache could not be read, or a layer of the template is missing from it.
+    #[error("{0}")]
+    Cache(String),
+}
 
 /// What a request's `template` makes of a sandbox.
 #[derive(Debug, Default)]
@@ -37,7 +47,7 @@ impl Chosen {
 }
 
 /// Resolves `name` (none: `host`) against the built-in layouts and then the template cache of `config`.
-pub(crate) fn choose(config: &TemplatesConfig, name: Option<&str>) -> Result<Chosen, ApiError> {
+pub(crate) fn choose(config: &TemplatesConfig, name: Option<&str>) -> Result<Chosen, ChooseError> {
     let name = match name {
         None | Some("host") => return Ok(Chosen::default()),
         Some("e2b") => return Ok(Chosen { layout: Template::E2b, ..Chosen::default() }),
@@ -45,7 +55,7 @@ pub(crate) fn choose(config: &TemplatesConfig, name: Option<&str>) -> Result<Cho
     };
     let root = config.cache_root();
     let unknown = || {
-        ApiError::unprocessable(format!(
+        ChooseError::Unknown(format!(
             "template {name:?} is neither built in (host, e2b) nor built on this server (in {}): build it with \
              `sandkasten template build --cache {} FILE`",
             root.display(),
@@ -55,14 +65,14 @@ pub(crate) fn choose(config: &TemplatesConfig, name: Option<&str>) -> Result<Cho
     if !root.is_dir() {
         return Err(unknown());
     }
-    let cache = TemplateCache::open(&root).map_err(ApiError::internal)?;
+    let cache = TemplateCache::open(&root).map_err(|error| ChooseError::Cache(error.to_string()))?;
     let record = match cache.template(name) {
         Ok(record) => record,
         Err(CacheError::UnknownTemplate(_)) => return Err(unknown()),
-        Err(error) => return Err(ApiError::internal(error)),
+        Err(error) => return Err(ChooseError::Cache(error.to_string())),
     };
     if let Some(missing) = record.layers.iter().find(|digest| !cache.layer_dir(digest).is_dir()) {
-        return Err(ApiError::internal(format!("template {name}: layer {missing} is missing from {}", root.display())));
+        return Err(ChooseError::Cache(format!("template {name}: layer {missing} is missing from {}", root.display())));
     }
     Ok(Chosen { layout: Template::Host, layers: cache.layers_of(&record), env: record.env, preload: record.preload })
 }
@@ -87,7 +97,10 @@ mod tests {
         assert_eq!(choose(&config, None).unwrap().layout, Template::Host);
         assert_eq!(choose(&config, Some("e2b")).unwrap().layout, Template::E2b);
         let error = choose(&config, Some("tables")).unwrap_err();
-        assert!(error.message.contains("\"tables\"") && error.message.contains("template build"), "{}", error.message);
+        assert!(
+            matches!(&error, ChooseError::Unknown(message) if message.contains("\"tables\"") && message.contains("template build")),
+            "{error}"
+        );
     }
 
     #[test]

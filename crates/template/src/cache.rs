@@ -119,6 +119,8 @@ impl TemplateCache {
             name: Some(record.name.clone()),
             layers: record.layers.iter().map(|digest| self.layer_dir(digest)).collect(),
             capture: None,
+            workdir: record.workdir.clone(),
+            user: (record.user != crate::spec::DEFAULT_USER).then(|| record.user.clone()),
         }
     }
 
@@ -193,6 +195,33 @@ impl TemplateCache {
         Ok(found)
     }
 
+    /// Takes the cache's lock, waiting while a build holds it.
+    pub fn lock(&self) -> Result<CacheLock, CacheError> {
+        let file = self.lock_file()?;
+        file.lock().map_err(CacheError::io("locking", &self.root.join("lock")))?;
+        Ok(CacheLock(file))
+    }
+
+    /// Takes the cache's lock if nobody holds it; `None` while a build does.
+    pub fn try_lock(&self) -> Result<Option<CacheLock>, CacheError> {
+        let file = self.lock_file()?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(CacheLock(file))),
+            Err(fs::TryLockError::WouldBlock) => Ok(None),
+            Err(fs::TryLockError::Error(error)) => Err(CacheError::io("locking", &self.root.join("lock"))(error)),
+        }
+    }
+
+    fn lock_file(&self) -> Result<fs::File, CacheError> {
+        let path = self.root.join("lock");
+        fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(CacheError::io("opening", &path))
+    }
+
     /// Removes the template `name`, then every layer no template uses and no sandbox reads (`in_use`: layer
     /// directories, as the runtime's sandbox records name them).
     pub fn remove_template(&self, name: &str, in_use: &HashSet<PathBuf>) -> Result<GcReport, CacheError> {
@@ -259,6 +288,11 @@ impl TemplateCache {
         Ok(())
     }
 }
+
+/// Holds a template cache's lock (the `lock` file's): one build or removal at a time, across processes (the CLI's
+/// builds, the server's removals). Released when dropped.
+#[derive(Debug)]
+pub struct CacheLock(#[allow(dead_code)] fs::File);
 
 /// What a garbage collection removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

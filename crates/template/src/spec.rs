@@ -303,19 +303,7 @@ fn check_file(file: &FileSpec, base: &Base) -> Result<(), (&'static str, String)
     Ok(())
 }
 
-fn check_user(user: &str) -> Result<(), String> {
-    if user == "root" {
-        return Err("the sandbox user is never root: name the unprivileged user (uid 1000), e.g. \"user\"".to_owned());
-    }
-    let valid = !user.is_empty()
-        && user.len() <= 32
-        && user.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-        && user.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-'));
-    if !valid {
-        return Err("not a user name: a-z, 0-9, '_' and '-', starting with a letter, at most 32".to_owned());
-    }
-    Ok(())
-}
+use sandkasten_types::check_user_name as check_user;
 
 /// Whether `name` is a POSIX environment variable name.
 pub fn is_env_name(name: &str) -> bool {

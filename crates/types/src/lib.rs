@@ -36,7 +36,7 @@ pub use limits::{LimitKind, Limits, LimitsError, MAX_PIDS};
 pub use result::{ExecResult, OutputStream, PhaseTimings, ResourceUsage, json_forms};
 pub use spec::{
     Entrance, HeaderRule, NetworkMode, NetworkPolicy, PROXY_PORT, SandboxSpec, Template, TemplateLayers,
-    proxy_environment,
+    check_user_name, proxy_environment,
 };
 pub use stream::{OutputChunk, StreamKind};
 pub use tier::{GvisorPlatform, GvisorSettings, MicrovmAccel, MicrovmSettings, Tier};

@@ -75,6 +75,29 @@ pub struct TemplateLayers {
     /// A build sandbox's scratch directory on the host (on a size-limited tmpfs): the runtime makes `upper/` and
     /// `work/` in it for the overlay, and what the step wrote is `upper/` afterwards.
     pub capture: Option<std::path::PathBuf>,
+    /// The built template's working directory of commands that name none (absolute; the agent creates it as the
+    /// sandbox user where it is missing and writable); none: the home.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    /// The built template's name for the sandbox user (uid 1000) in the synthesised `/etc/passwd` of the `host`
+    /// layout; none: the layout's own (`sandbox`; the E2B layout's is always `user`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+/// Whether `user` may name the sandbox user (uid 1000) in `/etc/passwd`; why not, when not.
+pub fn check_user_name(user: &str) -> Result<(), String> {
+    if user == "root" {
+        return Err("the sandbox user is never root: name the unprivileged user (uid 1000), e.g. \"user\"".to_owned());
+    }
+    let valid = !user.is_empty()
+        && user.len() <= 32
+        && user.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && user.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-'));
+    if !valid {
+        return Err("not a user name: a-z, 0-9, '_' and '-', starting with a letter, at most 32".to_owned());
+    }
+    Ok(())
 }
 
 impl TemplateLayers {

@@ -38,8 +38,10 @@ pub struct CommandContext<'a> {
     pub base_env: &'a BTreeMap<String, String>,
     /// How commands are started.
     pub launcher: &'a dyn Launcher,
-    /// The working directory of commands that name none.
+    /// The sandbox user's home.
     pub home: &'a str,
+    /// The working directory of commands that name none.
+    pub workdir: &'a str,
     /// The disk limit (`ServeContext::disk_bytes`).
     pub disk_bytes: u64,
     /// Connections to host sockets besides the channel, closed before a checkpoint (`Quiesce`).
@@ -165,7 +167,7 @@ impl Commands {
         let argv = spec.resolved_argv().map_err(exec_failed)?;
         let mut env = context.base_env.clone();
         env.extend(spec.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let cwd_path = spec.cwd.as_deref().unwrap_or(context.home);
+        let cwd_path = spec.cwd.as_deref().unwrap_or(context.workdir);
         let cwd = context
             .root
             .as_sandbox_user(|| context.root.open_in_root(cwd_path, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()))

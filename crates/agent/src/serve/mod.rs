@@ -49,8 +49,10 @@ pub struct ServeContext<'a> {
     pub base_env: &'a BTreeMap<String, String>,
     /// How commands are started.
     pub launcher: &'a dyn Launcher,
-    /// The working directory of commands that name none: the sandbox user's home.
+    /// The sandbox user's home (whose filesystem the disk limit measures).
     pub home: &'a str,
+    /// The working directory of commands that name none: a built template's `workdir`, else the home.
+    pub workdir: &'a str,
     /// The disk limit: a writable filesystem holding this much is full (`output::is_full`); 0 when none is set.
     pub disk_bytes: u64,
     /// Connections to host sockets the agent holds besides its channel (gVisor's egress door), if any.
@@ -80,6 +82,7 @@ pub fn serve(channel: UnixStream, context: &ServeContext<'_>) -> Result<LoopEnd,
         base_env: context.base_env,
         launcher: context.launcher,
         home: context.home,
+        workdir: context.workdir,
         disk_bytes: context.disk_bytes,
         host_connections: context.host_connections,
     };

@@ -63,21 +63,12 @@ const OUTPUT_KEPT: usize = 64 << 10;
 /// The output limit of one step's command, bytes (past it the step fails).
 const OUTPUT_LIMIT: u64 = 64 << 20;
 
-/// Holds the template cache's lock: one build or removal at a time.
-pub struct CacheLock(#[allow(dead_code)] std::fs::File);
-
 /// Takes the cache's lock, waiting for a running build.
-pub fn lock(cache: &TemplateCache) -> Result<CacheLock, i32> {
-    let path = cache.root().join("lock");
-    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(|error| {
-        eprintln!("sandkasten: opening {}: {error}", path.display());
+pub fn lock(cache: &TemplateCache) -> Result<sandkasten_template::cache::CacheLock, i32> {
+    cache.lock().map_err(|error| {
+        eprintln!("sandkasten: {error}");
         exit_codes::SANDBOX_ERROR
-    })?;
-    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive).map_err(|error| {
-        eprintln!("sandkasten: locking {}: {error}", path.display());
-        exit_codes::SANDBOX_ERROR
-    })?;
-    Ok(CacheLock(file))
+    })
 }
 
 /// Why a build failed: the spec (exit 2: a step or `ready` failed, or the spec cannot be built yet) or sandkasten.
@@ -398,6 +389,7 @@ impl Builder<'_> {
             registries,
             env: step_env,
             limits: self.limits(),
+            workdir: None,
         };
         let sandbox = BuildSandbox::create(self.runtime, proxy, recipe).await?;
         let progress = self.progress(step, total);
@@ -475,6 +467,8 @@ impl Builder<'_> {
             registries: &[],
             env: env.clone(),
             limits: self.limits(),
+            // `ready` runs where the template's commands will: a workdir it cannot enter fails the build.
+            workdir: self.spec.workdir.clone(),
         };
         let sandbox = BuildSandbox::create(self.runtime, proxy, recipe).await?;
         let mut tail = Tail::default();

@@ -101,6 +101,8 @@ pub struct SandboxRecipe<'a> {
     pub env: std::collections::BTreeMap<String, String>,
     /// Its limits.
     pub limits: Limits,
+    /// The default working directory of its commands (the template's `workdir`, for `ready`; none: the home).
+    pub workdir: Option<String>,
 }
 
 /// A running build sandbox.
@@ -134,6 +136,8 @@ impl<'a> BuildSandbox<'a> {
                 layers: recipe.layers,
                 capture: recipe.capture.map(|capture| capture.path().to_path_buf()),
                 name: None,
+                workdir: recipe.workdir,
+                user: None,
             },
             ..SandboxSpec::default()
         };

@@ -309,3 +309,13 @@ pub(crate) async fn route_not_found() -> ApiError {
 pub(crate) async fn method_not_allowed() -> ApiError {
     ApiError::new(ErrorCode::MethodNotAllowed, "this route does not accept that method; see /openapi.json")
 }
+
+/// A template name that resolves to nothing: 422 saying how to build it; an unreadable cache is the server's fault.
+impl From<crate::built_templates::ChooseError> for ApiError {
+    fn from(error: crate::built_templates::ChooseError) -> Self {
+        match error {
+            crate::built_templates::ChooseError::Unknown(message) => ApiError::unprocessable(message),
+            crate::built_templates::ChooseError::Cache(detail) => ApiError::internal(detail),
+        }
+    }
+}

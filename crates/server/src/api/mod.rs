@@ -32,6 +32,7 @@ pub mod schemas;
 mod secrets;
 mod service;
 mod snapshots;
+pub mod templates;
 pub(crate) mod usage;
 
 use axum::Router;
@@ -95,6 +96,8 @@ pub fn router(state: AppState) -> Router {
         .route("/scan", post(scan::scan_code))
         .route("/pools", get(pools::list))
         .route("/pools/{name}", axum::routing::put(pools::resize))
+        .route("/templates", get(templates::list))
+        .route("/templates/{name}", axum::routing::delete(templates::delete))
         .route("/config", get(config::get))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate::require_tenant));
     let metrics = match state.settings().metrics_require_auth {

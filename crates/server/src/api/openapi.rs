@@ -9,7 +9,7 @@ use utoipa::{Modify, OpenApi};
 use crate::api::{
     archive, code, code_schemas, command_schemas, command_stream, commands, config, contexts, egress, egress_schemas,
     error, exec, files, fork, isolation, pause, pools, ports, run, sandboxes, scan, schemas, secrets, service,
-    snapshots, usage,
+    snapshots, templates, usage,
 };
 
 /// The OpenAPI description of every route.
@@ -33,7 +33,7 @@ use crate::api::{
         code::run_code, contexts::create, contexts::list, contexts::delete, contexts::restart,
         run::run, scan::scan_code,
         egress::set_network, egress::audit, secrets::put, secrets::get, secrets::list, secrets::delete,
-        pools::list, pools::resize,
+        pools::list, pools::resize, templates::list, templates::delete,
         files::read, files::write, files::remove, files::list, files::stat, files::mkdir, files::rename,
         archive::upload, archive::download, ports::forward_path,
         config::get, service::healthz, service::metrics, openapi,
@@ -45,7 +45,7 @@ use crate::api::{
         run::RunExitEvent,
         command_schemas::CommandStateName,
         egress_schemas::NetworkModeName, crate::egress::store::EgressEvent,
-        pools::PoolBody, pools::PoolList, pools::PoolSizes,
+        pools::PoolBody, pools::PoolList, pools::PoolSizes, templates::TemplateBody, templates::TemplateList,
         sandkasten_scan::Finding, sandkasten_scan::Severity, sandkasten_scan::Verdict,
     )),
     modifiers(&BearerAuth),
@@ -58,6 +58,8 @@ use crate::api::{
         (name = "files", description = "Files inside a sandbox"),
         (name = "network", description = "Egress: network policy, audit, secrets"),
         (name = "pools", description = "Warm pools: sizes and counts; resizing is for admin tenants"),
+        (name = "templates", description = "Templates built on the server (`sandkasten template build --cache`): \
+            list; removing is for admin tenants"),
         (name = "scan", description = "Static scan of code before it runs: findings, import validation, the \
             tenant's policy"),
         (name = "service", description = "Health, metrics, the effective config (admin tenants), this description"),

@@ -16,7 +16,6 @@ use crate::config::{MAX_POOL_SIZE, ZygoteKind};
 use crate::lifecycle::refill;
 use crate::pool::PoolStatus;
 use crate::state::AppState;
-use sandkasten_types::Template;
 use sandkasten_types::Tier;
 
 /// A warm pool: which sandboxes it holds and how full it is.
@@ -27,8 +26,8 @@ pub struct PoolBody {
     /// Isolation tier of its sandboxes: only creates and runs that resolve to this tier take one of them.
     #[schema(value_type = IsolationName)]
     pub isolation: Tier,
-    /// Template of its sandboxes.
-    pub template: Template,
+    /// Template of its sandboxes: `host`, `e2b` or a template built on the server.
+    pub template: String,
     /// Limits of its sandboxes: a create or run with exactly these limits (and no env) takes one of them.
     pub limits: LimitsBody,
     /// The interpreter waiting in each member (`python` or `node`), if any.
@@ -84,7 +83,7 @@ impl From<PoolStatus> for PoolBody {
         PoolBody {
             name: status.name,
             isolation: status.spec.tier(),
-            template: status.spec.template,
+            template: crate::built_templates::name_of(&status.spec),
             limits: status.spec.limits.into(),
             zygote: status.zygote.map(|kind| zygote_name(kind).to_owned()),
             min: as_u64(numbers.min),

@@ -171,7 +171,7 @@ pub(crate) async fn create(
         match crate::built_templates::choose(templates, Some(&body.template_id)) {
             // A template built on this server: its layers at `/opt`, in the facade's layout.
             Ok(chosen) => built = Some(crate::built_templates::Chosen { layout: Template::E2b, ..chosen }),
-            Err(error) if error.code == crate::api::error::ErrorCode::Unprocessable => {
+            Err(crate::built_templates::ChooseError::Unknown(_)) => {
                 return Err(E2bError::new(
                     Code::NotFound,
                     format!(
@@ -183,7 +183,7 @@ pub(crate) async fn create(
                     ),
                 ));
             }
-            Err(error) => return Err(error.into()),
+            Err(error) => return Err(crate::api::error::ApiError::from(error).into()),
         }
         None
     };

@@ -112,7 +112,7 @@ impl Pools {
         let mut classes = Vec::with_capacity(configs.len());
         for (index, config) in configs.iter().enumerate() {
             let chosen = crate::built_templates::choose(templates, Some(&config.template))
-                .map_err(|error| ConfigError::at(format!("pools[{index}].template"), error.message))?;
+                .map_err(|error| ConfigError::at(format!("pools[{index}].template"), error))?;
             let mut preload = config.preload.clone();
             if config.zygote.is_some() {
                 preload.extend(chosen.preload.iter().filter(|module| !config.preload.contains(module)).cloned());

@@ -32,6 +32,7 @@ mod scan;
 mod secrets_at_rest;
 mod snapshots;
 mod tcp;
+mod templates;
 mod tier_results;
 mod tiers;
 mod usage;

@@ -168,6 +168,8 @@ async fn live_responses_match_the_spec() {
     seen.push(check("GET", "/v1/config")(admin.get("/v1/config", crate::config::KEY_OPS).await));
     let sizes = Body::from(r#"{"min": 1, "max": 2}"#);
     seen.push(check("PUT", "/v1/pools/{name}")(h.call("PUT", "/v1/pools/p", Some(KEY_A), sizes).await));
+    seen.push(check("GET", "/v1/templates")(h.get("/v1/templates", KEY_A).await));
+    seen.push(check("DELETE", "/v1/templates/{name}")(h.delete("/v1/templates/nonesuch", KEY_A).await));
     let code = format!("{s}/code");
     let contexts = format!("{s}/contexts");
     seen.push(check("POST", "/v1/sandboxes/{id}/code")(

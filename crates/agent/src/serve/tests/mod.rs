@@ -261,6 +261,7 @@ fn run_child(root: &Path, channel: UnixStream) -> bool {
         base_env: &base_env,
         launcher: &ForkExecLauncher,
         home: super::DEFAULT_CWD,
+        workdir: super::DEFAULT_CWD,
         disk_bytes: 0,
         host_connections: None,
     };
