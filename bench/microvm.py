@@ -181,7 +181,7 @@ def restore_from_memory(binary: Path, rounds: int) -> dict:
     sys.path.insert(0, str(ROOT / "bench"))
     from warm import Client, Server  # noqa: E402
 
-    server = Server(str(binary), pooled=False, extra=["", "[snapshots]", "gc_grace_s = 0"])
+    server = Server(str(binary), pooled=False, extra=["", "[snapshots]", "gc_grace_s = 0"], max_sandboxes=64)
     server.start()
     try:
         client = Client(server.port)
@@ -219,7 +219,7 @@ def pooled_create(binary: Path, rounds: int) -> dict:
     from warm import Client, Server  # noqa: E402
 
     pool = ["", "[[pools]]", 'name = "vm"', 'isolation = "microvm"', "min = 1", "max = 1"]
-    server = Server(str(binary), pooled=False, extra=pool)
+    server = Server(str(binary), pooled=False, extra=pool, max_sandboxes=64)
     server.start()
     try:
         client = Client(server.port)

@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-render", action="store_true")
     args = parser.parse_args(argv)
     rounds = 3 if args.quick else args.rounds
-    server = Server(args.sandkasten, pooled=False, extra=["", "[snapshots]", "gc_grace_s = 0"])
+    server = Server(args.sandkasten, pooled=False, extra=["", "[snapshots]", "gc_grace_s = 0"], max_sandboxes=64)
     server.start()
     results: dict = {"method": {"rounds": rounds, "quick": args.quick, "nproc": os.cpu_count(),
                                 "kernel": platform.release(),
