@@ -167,8 +167,11 @@ async def test_errors_and_the_rest_of_the_client(aclient: AsyncClient) -> None:
     assert (await aclient.secrets.get("SDK_ASYNC")).version == 1
     await aclient.secrets.delete("SDK_ASYNC")
     assert isinstance(await aclient.pools.list(), list)
+    assert isinstance(await aclient.templates.list(), list)
     with pytest.raises((Forbidden, NotFound)):
         await aclient.pools.resize("none", min=0, max=1)
+    with pytest.raises((Forbidden, NotFound)):
+        await aclient.templates.delete("none")
     with pytest.raises(Forbidden):
         await aclient.config()
     async with AsyncClient(api_key=support.ADMIN_KEY) as admin:

@@ -40,6 +40,7 @@ SYNC = [
     sandkasten.Snapshots,
     sandkasten.Secrets,
     sandkasten.Pools,
+    sandkasten.Templates,
 ]
 ASYNC = [
     sandkasten.AsyncSandbox,
@@ -51,6 +52,7 @@ ASYNC = [
     sandkasten.AsyncSnapshots,
     sandkasten.AsyncSecrets,
     sandkasten.AsyncPools,
+    sandkasten.AsyncTemplates,
 ]
 
 

@@ -91,6 +91,13 @@ def test_pool_resize_needs_an_admin(client: Client) -> None:
     assert isinstance(caught.value, SandkastenError) and caught.value.message
 
 
+def test_templates_are_listed_and_removing_one_needs_an_admin(client: Client) -> None:
+    assert isinstance(client.templates.list(), list)
+    with pytest.raises((Forbidden, NotFound)) as caught:
+        client.templates.delete("no-such-template")
+    assert isinstance(caught.value, SandkastenError) and caught.value.message
+
+
 def test_the_config_is_for_admins_and_shows_no_key(client: Client) -> None:
     with pytest.raises(Forbidden) as caught:
         client.config()

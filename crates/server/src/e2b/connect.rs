@@ -89,6 +89,11 @@ impl StreamWriter {
         self.sender.send(Ok(Bytes::from(envelope(0, &payload)))).await.is_ok()
     }
 
+    /// Resolves once the client has gone (the answer's body was dropped), without waiting for a message to fail.
+    pub(crate) async fn closed(&self) {
+        self.sender.closed().await;
+    }
+
     /// Ends the stream, with an error when given.
     pub(crate) async fn finish(self, error: Option<E2bError>) {
         let end = match error {

@@ -123,6 +123,9 @@ pub(super) async fn watch_dir(state: &AppState, access: &SandboxAccess, body: &[
                         return;
                     }
                 }
+                // The client stopped the watch (`handle.stop()` closes the stream): free its place in the sandbox's
+                // watches now, not at the next event or keepalive.
+                () = writer.closed() => return,
             }
         }
     });

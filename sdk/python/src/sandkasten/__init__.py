@@ -9,10 +9,10 @@ and SANDKASTEN_API_KEY.
 """
 
 from ._http import __version__
-from .aio_client import AsyncClient, AsyncPools, AsyncSecrets, AsyncSnapshots
+from .aio_client import AsyncClient, AsyncPools, AsyncSecrets, AsyncSnapshots, AsyncTemplates
 from .aio_files import AsyncFiles
 from .aio_sandbox import AsyncCommandHandle, AsyncCommands, AsyncContexts, AsyncSandbox, Creating
-from .client import Client, Pools, Secrets, Snapshots
+from .client import Client, Pools, Secrets, Snapshots, Templates
 from .errors import (
     BadRequest,
     Conflict,
@@ -49,6 +49,7 @@ from .models import (
     SecretInfo,
     ServerConfigInfo,
     SnapshotInfo,
+    TemplateInfo,
     TierStatus,
     Transfer,
     UsageSample,
@@ -78,6 +79,7 @@ __all__ = [
     "AsyncSandbox",
     "AsyncSecrets",
     "AsyncSnapshots",
+    "AsyncTemplates",
     "BadRequest",
     "CellError",
     "CellResult",
@@ -124,6 +126,8 @@ __all__ = [
     "Snapshots",
     "SnapshotInfo",
     "StoreFailed",
+    "TemplateInfo",
+    "Templates",
     "TierFailed",
     "TierStatus",
     "TierUnavailable",

@@ -79,6 +79,8 @@ OPERATIONS: Dict[str, Operation] = _table(
     ("secrets.delete", "DELETE", "/v1/secrets/{name}"),
     ("pools.list", "GET", "/v1/pools"),
     ("pools.resize", "PUT", "/v1/pools/{name}"),
+    ("templates.list", "GET", "/v1/templates"),
+    ("templates.delete", "DELETE", "/v1/templates/{name}"),
     ("scan", "POST", "/v1/scan"),
     ("config", "GET", "/v1/config"),
 )

@@ -20,6 +20,7 @@ from .models import (
     SecretInfo,
     ServerConfigInfo,
     SnapshotInfo,
+    TemplateInfo,
 )
 from .results import RunResult, stream_bytes
 
@@ -35,6 +36,7 @@ class AsyncClient:
         self.snapshots = AsyncSnapshots(self._transport)
         self.secrets = AsyncSecrets(self._transport)
         self.pools = AsyncPools(self._transport)
+        self.templates = AsyncTemplates(self._transport)
 
     @uses("sandboxes.create")
     async def create_sandbox(
@@ -229,3 +231,20 @@ class AsyncPools:
     async def resize(self, name: str, *, min: int, max: int) -> PoolInfo:
         body = {"min": min, "max": max}
         return PoolInfo.from_json(json_of(await self._transport.request(op("pools.resize"), {"name": name}, json=body)))
+
+
+class AsyncTemplates:
+    """The templates built on the server (`sandkasten template build --cache`); removing one needs an admin tenant."""
+
+    def __init__(self, transport: AsyncTransport) -> None:
+        self._transport = transport
+
+    @uses("templates.list")
+    async def list(self) -> List[TemplateInfo]:
+        response = await self._transport.request(op("templates.list"), {})
+        return [TemplateInfo.from_json(item) for item in json_of(response).get("templates", [])]
+
+    @uses("templates.delete")
+    async def delete(self, name: str) -> None:
+        """Removes the template; its running sandboxes keep their layers until they end."""
+        await self._transport.request(op("templates.delete"), {"name": name})

@@ -20,6 +20,7 @@ from .models import (
     SecretInfo,
     ServerConfigInfo,
     SnapshotInfo,
+    TemplateInfo,
 )
 from .results import RunResult, stream_bytes
 from .sandbox import Sandbox
@@ -36,6 +37,7 @@ class Client:
         self.snapshots = Snapshots(self._transport)
         self.secrets = Secrets(self._transport)
         self.pools = Pools(self._transport)
+        self.templates = Templates(self._transport)
 
     @uses("sandboxes.create")
     def create_sandbox(
@@ -228,3 +230,20 @@ class Pools:
     def resize(self, name: str, *, min: int, max: int) -> PoolInfo:
         body = {"min": min, "max": max}
         return PoolInfo.from_json(json_of(self._transport.request(op("pools.resize"), {"name": name}, json=body)))
+
+
+class Templates:
+    """The templates built on the server (`sandkasten template build --cache`); removing one needs an admin tenant."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+
+    @uses("templates.list")
+    def list(self) -> List[TemplateInfo]:
+        response = self._transport.request(op("templates.list"), {})
+        return [TemplateInfo.from_json(item) for item in json_of(response).get("templates", [])]
+
+    @uses("templates.delete")
+    def delete(self, name: str) -> None:
+        """Removes the template; its running sandboxes keep their layers until they end."""
+        self._transport.request(op("templates.delete"), {"name": name})

@@ -419,6 +419,26 @@ class ServerConfigInfo:
 
 
 @dataclass(frozen=True)
+class TemplateInfo:
+    """A template built on the server (`TemplateBody`): what `create_sandbox(template=...)` may name."""
+
+    name: str
+    digest: str
+    base: str
+    layers: int
+    size_bytes: int
+    created: int
+    workdir: Optional[str]
+    user: str
+    preload: List[str]
+    raw: Json = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, body: Json) -> TemplateInfo:
+        return cls(**_fields(cls, body, skip=("raw",)), raw=body)
+
+
+@dataclass(frozen=True)
 class PoolInfo:
     """A warm pool (`PoolBody`)."""
 
