@@ -393,3 +393,65 @@ fn a_template_removed_while_its_sandbox_runs_keeps_its_layers_until_gc() {
     assert!(collected.stdout_text().contains("1 unused layers removed"), "{}", collected.describe());
     assert_eq!(layers(), 0, "gc left the layer of a removed template whose sandbox ended");
 }
+
+/// A template extends another built one: the base's layers lie below (its files are there, the new step reads
+/// them), its env is inherited and overridden key by key, a rebuild with no change is cached, and a rebuilt base
+/// (another layer) rebuilds what extends it; an unbuilt base exits 2 naming `base`.
+#[test]
+fn a_template_extends_another_built_one() {
+    require_root!();
+    let cache = cache_dir();
+    let base_spec = |line: &str| {
+        format!(
+            "name = \"lower\"\nbase = \"host\"\nrun = [\"echo {line} > /opt/lower.txt\"]\n[env]\nMODE = \"lower\"\n\
+             KEPT = \"from-lower\"\n"
+        )
+    };
+    let (lower_dir, lower) = spec_file(&base_spec("first-base"));
+    let lower = lower.display().to_string();
+    let built = template(cache.path(), &["build", "--json", &lower]).output();
+    assert_eq!(built.code, 0, "{}", built.describe());
+    let (_upper_dir, upper) = spec_file(
+        "name = \"upper\"\nbase = \"lower\"\nrun = [\"cat /opt/lower.txt > /opt/upper.txt; echo upper >> \
+         /opt/upper.txt\"]\nready = \"test \\\"$KEPT\\\" = from-lower\"\n[env]\nMODE = \"upper\"\n",
+    );
+    let upper = upper.display().to_string();
+    let build_upper = || template(cache.path(), &["build", "--json", &upper]).output();
+    let first = build_upper();
+    assert_eq!(first.code, 0, "{}", first.describe());
+    assert_eq!(
+        steps(&first),
+        vec![("run cat /opt/lower.txt > /opt/upper.txt; echo upper >> /opt/upper.txt".to_owned(), false)]
+    );
+    let cache_arg = cache.path().display().to_string();
+    let script = "cat /opt/upper.txt /opt/lower.txt; echo \"$MODE $KEPT\"";
+    let run =
+        || common::run(["--template-cache", &cache_arg, "--template", "upper", "--", "bash", "-c", script]).output();
+    let output = run();
+    assert_eq!(output.code, 0, "{}", output.describe());
+    assert_eq!(output.stdout_text(), "first-base\nupper\nfirst-base\nupper from-lower\n", "{}", output.describe());
+    let listed = template(cache.path(), &["list", "--json"]).output();
+    let listed: Vec<Value> = serde_json::from_str(&listed.stdout_text()).expect("list json");
+    let upper_record = listed.iter().find(|t| t["name"] == "upper").expect("upper listed");
+    assert_eq!(upper_record["base"], "lower");
+    assert_eq!(upper_record["layers"].as_array().map(Vec::len), Some(2), "{upper_record}");
+
+    let again = build_upper();
+    assert_eq!(again.code, 0, "{}", again.describe());
+    assert!(steps(&again).iter().all(|(_, cached)| *cached), "{}", again.describe());
+
+    std::fs::write(lower_dir.path().join("template.toml"), base_spec("second-base")).expect("rewrite lower");
+    let rebuilt = template(cache.path(), &["build", &lower]).output();
+    assert_eq!(rebuilt.code, 0, "{}", rebuilt.describe());
+    let after = build_upper();
+    assert_eq!(after.code, 0, "{}", after.describe());
+    assert!(steps(&after).iter().all(|(_, cached)| !*cached), "a rebuilt base left upper cached: {}", after.describe());
+    let output = run();
+    assert_eq!(output.stdout_text(), "second-base\nupper\nsecond-base\nupper from-lower\n", "{}", output.describe());
+
+    let (_missing_dir, missing) = spec_file("name = \"orphan\"\nbase = \"never-built\"\n");
+    let orphan = template(cache.path(), &["build", &missing.display().to_string()]).output();
+    assert_eq!(orphan.code, 2, "{}", orphan.describe());
+    assert!(orphan.stderr_text().contains("base: no template named \"never-built\" is built"), "{}", orphan.describe());
+    assert!(!template_names(cache.path()).contains(&"orphan".to_owned()));
+}

@@ -112,6 +112,7 @@ mod tests {
             name: "tables".into(),
             digest: "sha256:00".into(),
             base: "host".into(),
+            root: sandkasten_template::Base::Host,
             layers: vec!["aa".into()],
             env: BTreeMap::from([("PATH".into(), "/opt/v/bin:/usr/bin".into()), ("A".into(), "template".into())]),
             workdir: None,

@@ -27,8 +27,12 @@ pub struct TemplateRecord {
     pub name: String,
     /// SHA-256 of its layer list (`sha256:` + hex): changes whenever any layer does.
     pub digest: String,
-    /// What it was built on (`host`, ...).
+    /// What it was built on (`host`, or the template it extends).
     pub base: String,
+    /// What its lowest layer lies on: `host` (the host's read-only `/usr`) for every template built so far; a
+    /// template extending another has that one's root.
+    #[serde(default = "host_root")]
+    pub root: crate::Base,
     /// Its layers' digests, lowest first.
     pub layers: Vec<String>,
     /// Its sandboxes' environment (the spec's `env` plus `PATH`/`NODE_PATH` for its venv and npm prefix).
@@ -43,6 +47,10 @@ pub struct TemplateRecord {
     pub size_bytes: u64,
     /// When it was made, seconds since the Unix epoch.
     pub created: u64,
+}
+
+fn host_root() -> crate::Base {
+    crate::Base::Host
 }
 
 /// The digest of a layer list.
@@ -343,6 +351,7 @@ mod tests {
             name: "t".into(),
             digest: template_digest(std::slice::from_ref(&digest)),
             base: "host".into(),
+            root: crate::Base::Host,
             layers: vec![digest.clone()],
             env: Default::default(),
             workdir: None,

@@ -211,22 +211,13 @@ impl TemplateSpec {
         if self.base == Base::Template(self.name.clone()) {
             return Err(SpecError::at("base", "a template cannot extend itself: name another template"));
         }
-        if self.base == Base::Host && !self.packages.apt.is_empty() {
-            return Err(SpecError::at(
-                "packages.apt",
-                "apt packages need a Debian base: set base = \"debian:bookworm\" (the host's /usr is read-only)",
-            ));
-        }
         for (list, packages) in [("apt", &self.packages.apt), ("pip", &self.packages.pip), ("npm", &self.packages.npm)]
         {
             for (index, package) in packages.iter().enumerate() {
                 check_package(package).map_err(|reason| SpecError::at(format!("packages.{list}[{index}]"), reason))?;
             }
         }
-        for (index, file) in self.files.iter().enumerate() {
-            check_file(file, &self.base)
-                .map_err(|(key, reason)| SpecError::at(format!("files[{index}].{key}"), reason))?;
-        }
+        self.check_on_root(&self.base)?;
         for name in self.env.keys() {
             if !is_env_name(name) {
                 return Err(SpecError::at(
@@ -260,6 +251,21 @@ impl TemplateSpec {
             if !valid {
                 return Err(SpecError::at(format!("preload[{index}]"), "not a Python module name, e.g. \"pandas\""));
             }
+        }
+        Ok(())
+    }
+
+    /// Checks what depends on the root the template's layers end on (`host` or a Debian suite; for a template base
+    /// its base's root): apt needs Debian, a host-rooted template adds files under `/opt` only.
+    pub fn check_on_root(&self, root: &Base) -> Result<(), SpecError> {
+        if *root == Base::Host && !self.packages.apt.is_empty() {
+            return Err(SpecError::at(
+                "packages.apt",
+                "apt packages need a Debian base: set base = \"debian:bookworm\" (the host's /usr is read-only)",
+            ));
+        }
+        for (index, file) in self.files.iter().enumerate() {
+            check_file(file, root).map_err(|(key, reason)| SpecError::at(format!("files[{index}].{key}"), reason))?;
         }
         Ok(())
     }

@@ -123,9 +123,59 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The key the first step's parent has: the base's.
-pub fn base_key(base: &Base) -> String {
-    sha256_hex(format!("{STEP_FORMAT}\nbase:{base}").as_bytes())
+/// The key the first step's parent has: the base's. A template base (`built`: its record) adds its digest and
+/// environment, so a rebuilt base (new layers, or the same layers with another `env`) rebuilds what extends it.
+pub fn base_key(base: &Base, built: Option<&crate::TemplateRecord>) -> String {
+    match built {
+        None => sha256_hex(format!("{STEP_FORMAT}\nbase:{base}").as_bytes()),
+        Some(record) => {
+            let env = serde_json::to_string(&record.env).unwrap_or_default();
+            sha256_hex(format!("{STEP_FORMAT}\nbase:{base}\ndigest:{}\nenv:{env}", record.digest).as_bytes())
+        }
+    }
+}
+
+/// Where a spec's `[[files]]` are read from: the spec's directory (a file on disk), or the files a build request
+/// carried (the API's).
+pub trait FileSource {
+    /// The contents of `files[index]`'s `src`.
+    fn read(&self, index: usize, src: &str) -> Result<Vec<u8>, SpecError>;
+}
+
+/// The files next to a spec on disk.
+pub struct SpecDir<'a>(pub &'a Path);
+
+impl FileSource for SpecDir<'_> {
+    fn read(&self, index: usize, src: &str) -> Result<Vec<u8>, SpecError> {
+        let path: PathBuf = self.0.join(src);
+        let size = std::fs::metadata(&path).map_err(|source| SpecError::Read { path: path.clone(), source })?.len();
+        check_size(index, &path.display().to_string(), size)?;
+        std::fs::read(&path).map_err(|source| SpecError::Read { path, source })
+    }
+}
+
+/// Files given by name (`src`) with their contents.
+impl FileSource for std::collections::BTreeMap<String, Vec<u8>> {
+    fn read(&self, index: usize, src: &str) -> Result<Vec<u8>, SpecError> {
+        let contents = self.get(src).ok_or_else(|| {
+            SpecError::at(
+                format!("files[{index}].src"),
+                format!("{src:?} is not among the request's files: add it to `files` by that name"),
+            )
+        })?;
+        check_size(index, src, contents.len() as u64)?;
+        Ok(contents.clone())
+    }
+}
+
+fn check_size(index: usize, what: &str, size: u64) -> Result<(), SpecError> {
+    if size > MAX_FILE_BYTES {
+        return Err(SpecError::at(
+            format!("files[{index}].src"),
+            format!("{what} is {size} bytes; a file may have at most {MAX_FILE_BYTES}"),
+        ));
+    }
+    Ok(())
 }
 
 /// The cache key of a step of `kind` after `parent`, in a template with `env`.
@@ -144,8 +194,8 @@ pub fn step_key(parent: &str, kind: &StepKind, env: &std::collections::BTreeMap<
     sha256_hex(serde_json::to_string(&keyed).unwrap_or_default().as_bytes())
 }
 
-/// The steps of `spec`, whose `files` are read from `spec_dir`.
-pub fn plan_steps(spec: &TemplateSpec, spec_dir: &Path) -> Result<Vec<BuildStep>, SpecError> {
+/// The steps of `spec`, whose `files` are read from `files`, after a base whose key is `parent` ([`base_key`]).
+pub fn plan_steps(spec: &TemplateSpec, files: &dyn FileSource, parent: String) -> Result<Vec<BuildStep>, SpecError> {
     let mut kinds = Vec::new();
     for (packages, kind) in [
         (&spec.packages.apt, StepKind::Apt as fn(Vec<String>) -> StepKind),
@@ -159,15 +209,7 @@ pub fn plan_steps(spec: &TemplateSpec, spec_dir: &Path) -> Result<Vec<BuildStep>
     if !spec.files.is_empty() {
         let mut inputs = Vec::new();
         for (index, file) in spec.files.iter().enumerate() {
-            let path: PathBuf = spec_dir.join(&file.src);
-            let size = std::fs::metadata(&path).map_err(|source| SpecError::Read { path: path.clone(), source })?.len();
-            if size > MAX_FILE_BYTES {
-                return Err(SpecError::at(
-                    format!("files[{index}].src"),
-                    format!("{} is {size} bytes; a file may have at most {MAX_FILE_BYTES}", path.display()),
-                ));
-            }
-            let contents = std::fs::read(&path).map_err(|source| SpecError::Read { path: path.clone(), source })?;
+            let contents = files.read(index, &file.src)?;
             inputs.push(FileInput {
                 dest: file.dest.clone(),
                 mode: file.mode(),
@@ -178,7 +220,7 @@ pub fn plan_steps(spec: &TemplateSpec, spec_dir: &Path) -> Result<Vec<BuildStep>
         kinds.push(StepKind::Files(inputs));
     }
     kinds.extend(spec.run.iter().cloned().map(StepKind::Run));
-    let mut parent = base_key(&spec.base);
+    let mut parent = parent;
     let mut steps = Vec::with_capacity(kinds.len());
     for (index, kind) in kinds.into_iter().enumerate() {
         let key = step_key(&parent, &kind, &spec.env);
@@ -201,7 +243,7 @@ mod tests {
     }
 
     fn keys(spec: &TemplateSpec) -> Vec<String> {
-        plan_steps(spec, Path::new("/nonexistent"))
+        plan_steps(spec, &SpecDir(Path::new("/nonexistent")), base_key(&spec.base, None))
             .unwrap_or_else(|e| panic!("{e}"))
             .into_iter()
             .map(|s| s.key)
@@ -231,16 +273,19 @@ mod tests {
         std::fs::write(dir.path().join("f"), "one").unwrap_or_else(|e| panic!("{e}"));
         let mut with_file = spec(&[]);
         with_file.files.push(crate::spec::FileSpec { src: "f".into(), dest: "/opt/f".into(), mode: None });
-        let first = plan_steps(&with_file, dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let plan = |spec: &TemplateSpec| plan_steps(spec, &SpecDir(dir.path()), base_key(&spec.base, None));
+        let first = plan(&with_file).unwrap_or_else(|e| panic!("{e}"));
         std::fs::write(dir.path().join("f"), "two").unwrap_or_else(|e| panic!("{e}"));
-        let second = plan_steps(&with_file, dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let second = plan(&with_file).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(first[0].key, second[0].key);
         assert_ne!(first[1].key, second[1].key);
     }
 
     #[test]
     fn steps_come_in_order_packages_files_run() {
-        let steps = plan_steps(&spec(&["echo hi"]), Path::new("/")).unwrap_or_else(|e| panic!("{e}"));
+        let spec = spec(&["echo hi"]);
+        let steps =
+            plan_steps(&spec, &SpecDir(Path::new("/")), base_key(&spec.base, None)).unwrap_or_else(|e| panic!("{e}"));
         assert!(matches!(steps[0].kind, StepKind::Pip(_)));
         assert!(steps[0].command().contains("/opt/sandkasten-venv/bin/pip install"), "{}", steps[0].command());
         assert_eq!(steps[1].title(), "run echo hi");

@@ -3,7 +3,6 @@
 //! that a sandbox on this host reads (its runtime record names it) outlives its template until a later `rm` or `gc`.
 
 mod build;
-mod build_sandbox;
 
 use std::path::PathBuf;
 

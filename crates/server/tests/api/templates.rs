@@ -17,6 +17,7 @@ fn record(name: &str, layer: &str) -> TemplateRecord {
         name: name.into(),
         digest: format!("sha256:{layer}"),
         base: "host".into(),
+        root: sandkasten_template::Base::Host,
         layers: vec![layer.into()],
         env: BTreeMap::new(),
         workdir: Some("/opt/app".into()),

@@ -6,7 +6,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use anyhow::{Context, Result, anyhow};
 use rustix::mount::{MountFlags, UnmountFlags};
 use sandkasten_egress::{AuditEvent, AuditSink, Decision, Mode, Policy, Proxy, SandboxEgress};
 use sandkasten_runtime::SandboxRuntime;
@@ -15,6 +14,10 @@ use sandkasten_types::{
     TemplateLayers, Tier,
 };
 use tokio::sync::mpsc;
+
+use crate::error::{BuildError, internal};
+
+type Result<T> = std::result::Result<T, BuildError>;
 
 /// The egress attempts a build sandbox's proxy refused (shown with a failing step: a registry that is not allowed).
 #[derive(Default)]
@@ -47,18 +50,23 @@ impl Capture {
     /// Mounts a fresh tmpfs of `bytes` at a new directory under `build_dir`.
     pub fn new(build_dir: &Path, bytes: u64) -> Result<Capture> {
         let mut random = [0u8; 8];
-        rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty()).context("random capture name")?;
+        rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty())
+            .map_err(internal("random capture name"))?;
         let path = build_dir.join(sandkasten_template::steps::hex(&random));
-        std::fs::create_dir(&path).with_context(|| format!("creating {}", path.display()))?;
+        std::fs::create_dir(&path).map_err(internal(&format!("creating {}", path.display())))?;
         let capture = Capture { path };
         rustix::mount::mount(
             "sandkasten-build",
             &capture.path,
             "tmpfs",
             MountFlags::NOSUID | MountFlags::NODEV,
-            Some(std::ffi::CString::new(format!("size={bytes},mode=0755")).context("tmpfs options")?.as_c_str()),
+            Some(
+                std::ffi::CString::new(format!("size={bytes},mode=0755"))
+                    .map_err(internal("tmpfs options"))?
+                    .as_c_str(),
+            ),
         )
-        .with_context(|| format!("mounting the build's tmpfs at {}", capture.path.display()))?;
+        .map_err(internal(&format!("mounting the build's tmpfs at {}", capture.path.display())))?;
         Ok(capture)
     }
 
@@ -120,7 +128,8 @@ impl<'a> BuildSandbox<'a> {
         recipe: SandboxRecipe<'_>,
     ) -> Result<Self> {
         let mut random = [0u8; 8];
-        rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty()).context("random sandbox id")?;
+        rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty())
+            .map_err(internal("random sandbox id"))?;
         let id = format!("sb-{}", sandkasten_template::steps::hex(&random));
         let network = if recipe.registries.is_empty() {
             NetworkPolicy::none()
@@ -141,19 +150,17 @@ impl<'a> BuildSandbox<'a> {
             },
             ..SandboxSpec::default()
         };
-        runtime
-            .create(&id, &spec)
-            .await
-            .map_err(|failure| anyhow!("creating the build sandbox: {}", failure.message))?;
+        runtime.create(&id, &spec).await.map_err(|failure| internal("creating the build sandbox")(failure.message))?;
         let mut sandbox = BuildSandbox { runtime, id, proxy: None };
         if network.reaches_out() {
             let policy = Policy::compile(Mode::Allowlist, &network.allow, &[])
-                .map_err(|e| anyhow!("registry pattern {:?}: {}", e.pattern, e.reason))?;
+                .map_err(|e| internal(&format!("registry pattern {:?}", e.pattern))(e.reason))?;
             let entrance = runtime
                 .listen_in_sandbox(&sandbox.id, PROXY_PORT)
-                .map_err(|failure| anyhow!("opening the build sandbox's egress: {}", failure.message))?;
+                .map_err(|failure| internal("opening the build sandbox's egress")(failure.message))?;
             let egress = Arc::new(SandboxEgress::new(sandbox.id.clone(), "template-build", policy, None));
-            sandbox.proxy = Some(proxy.serve_at(entrance, egress).context("serving the build sandbox's egress")?);
+            sandbox.proxy =
+                Some(proxy.serve_at(entrance, egress).map_err(internal("serving the build sandbox's egress"))?);
         }
         Ok(sandbox)
     }
@@ -165,12 +172,12 @@ impl<'a> BuildSandbox<'a> {
             self.runtime
                 .mkdir_as(&self.id, &parent, true, CommandUser::Sandbox)
                 .await
-                .map_err(|failure| anyhow!("creating {parent}: {}", failure.message))?;
+                .map_err(|failure| internal(&format!("creating {parent}"))(failure.message))?;
         }
         self.runtime
             .write_file_as(&self.id, path, contents, CommandUser::Sandbox)
             .await
-            .map_err(|failure| anyhow!("writing {path}: {}", failure.message))
+            .map_err(|failure| internal(&format!("writing {path}"))(failure.message))
     }
 
     /// Runs `command` with bash as the sandbox user; each output chunk goes to `output` as it comes.
@@ -196,11 +203,11 @@ impl<'a> BuildSandbox<'a> {
                     while let Ok(chunk) = receiver.try_recv() {
                         output(chunk);
                     }
-                    return exit.map_err(|failure| anyhow!("running the step: {}", failure.message));
+                    return exit.map_err(|failure| internal("running the step")(failure.message));
                 }
             }
         }
-        exec.await.map_err(|failure| anyhow!("running the step: {}", failure.message))
+        exec.await.map_err(|failure| internal("running the step")(failure.message))
     }
 
     /// Destroys the sandbox and stops its egress.
@@ -211,6 +218,6 @@ impl<'a> BuildSandbox<'a> {
         self.runtime
             .destroy(&self.id)
             .await
-            .map_err(|failure| anyhow!("destroying the build sandbox: {}", failure.message))
+            .map_err(|failure| internal("destroying the build sandbox")(failure.message))
     }
 }
