@@ -110,7 +110,13 @@ per_tier!(python_sdk_passes_its_suite_against_a_real_server);
 const ADMIN_KEY: &str = "ops-key-0123456789abcdefghij";
 
 fn python_sdk_passes_its_suite_against_a_real_server(tier: Tier) {
-    let admin = format!("[[tenants]]\nname = \"ops\"\napi_keys = [\"{ADMIN_KEY}\"]\nadmin = true\nmax_sandboxes = 1\n");
+    // The suite builds a template (`client.templates.build`): into a cache of its own, not the host's.
+    let templates = tempfile::Builder::new().prefix("sk-sdk-templates-").tempdir_in("/var/tmp").expect("cache dir");
+    let admin = format!(
+        "[templates]\ncache = \"{}\"\n\n[[tenants]]\nname = \"ops\"\napi_keys = [\"{ADMIN_KEY}\"]\nadmin = true\n\
+         max_sandboxes = 1\n",
+        templates.path().display()
+    );
     let server = Server::start_with_on(tier, &admin);
     let scratch = tempfile::tempdir().expect("tempdir");
     let site = scratch.path().join("site");

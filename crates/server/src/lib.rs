@@ -205,6 +205,7 @@ pub async fn serve_on(
     lifecycle::reconcile::register_tenants(&state).await.map_err(ServerError::Reconcile)?;
     let lost = lifecycle::reconcile::reconcile(&state).await.map_err(ServerError::Reconcile)?;
     let unfinished = lifecycle::reconcile_snapshots(&state).await.map_err(ServerError::Reconcile)?;
+    clean_template_builds(&config.templates.cache_root()).await;
     let addr = listener.local_addr().map_err(ServerError::Serve)?;
     if config.insecure_no_auth {
         tracing::warn!(%addr, "authentication is off (insecure_no_auth): every request acts as tenant 'default'");
@@ -225,6 +226,7 @@ pub async fn serve_on(
     let mcp_state = state.clone();
     let shutdown = async move {
         shutdown.await;
+        mcp_state.stopping().cancel();
         mcp::close_sessions(&mcp_state).await;
         mcp_state.mcp_sessions().stopping().cancel();
     };
@@ -245,6 +247,22 @@ pub async fn serve_on(
     }
     tracing::info!("sandkasten server stopped");
     result.map_err(ServerError::Serve)
+}
+
+/// Clears what a build killed with the server left in the template cache (its step's mounted capture, partial
+/// entries), unless a build of the CLI holds the cache now (it clears them itself when it starts).
+async fn clean_template_builds(root: &std::path::Path) {
+    if !root.is_dir() {
+        return;
+    }
+    let root = root.to_path_buf();
+    let _ = tokio::task::spawn_blocking(move || {
+        let Ok(cache) = sandkasten_template::TemplateCache::open(&root) else { return };
+        if let Ok(Some(_lock)) = cache.try_lock() {
+            sandkasten_template_build::clean_leftovers(&cache);
+        }
+    })
+    .await;
 }
 
 #[cfg(test)]

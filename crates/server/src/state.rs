@@ -79,6 +79,9 @@ struct Inner {
     mcp: crate::mcp::sessions::McpSessions,
     mcp_config: crate::config::McpConfig,
     effective_config: ServerConfig,
+    /// Cancelled when the server begins to stop: long streams (a template build's) end then, so the graceful
+    /// shutdown does not wait for them.
+    stopping: tokio_util::sync::CancellationToken,
 }
 
 /// The audit queue's two ends, until `serve_on` starts the writer.
@@ -129,6 +132,7 @@ impl AppState {
                 mcp: crate::mcp::sessions::McpSessions::default(),
                 mcp_config: config.mcp,
                 effective_config: config.effective(runtime.max_pids()),
+                stopping: tokio_util::sync::CancellationToken::new(),
                 runtime,
             }),
         })
@@ -167,6 +171,16 @@ impl AppState {
 
     pub(crate) fn runtime(&self) -> &dyn SandboxRuntime {
         self.inner.runtime.as_ref()
+    }
+
+    /// Cancelled when the server begins to stop.
+    pub(crate) fn stopping(&self) -> &tokio_util::sync::CancellationToken {
+        &self.inner.stopping
+    }
+
+    /// The runtime, shared (for work that outlives a borrow: a template build's sandboxes).
+    pub(crate) fn shared_runtime(&self) -> Arc<dyn SandboxRuntime> {
+        Arc::clone(&self.inner.runtime)
     }
 
     pub(crate) fn keyring(&self) -> &Keyring {

@@ -103,6 +103,18 @@ pub enum FailedPhase {
 }
 
 impl BuildEvent {
+    /// The event's name (its `event` field): `step`, `output`, `layer`, `ready`, `done` or `failed`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            BuildEvent::Step { .. } => "step",
+            BuildEvent::Output { .. } => "output",
+            BuildEvent::Layer { .. } => "layer",
+            BuildEvent::Ready { .. } => "ready",
+            BuildEvent::Done { .. } => "done",
+            BuildEvent::Failed { .. } => "failed",
+        }
+    }
+
     /// The `output` event of `chunk` (`step`: `None` for `ready`).
     pub fn output(step: Option<usize>, chunk: &OutputChunk) -> BuildEvent {
         BuildEvent::Output { step, stream: chunk.stream, data: String::from_utf8_lossy(&chunk.data).into_owned() }

@@ -202,6 +202,21 @@ impl TemplateSpec {
         Ok(spec)
     }
 
+    /// Parses and validates a spec given as JSON (the API's): the same fields as the TOML, every problem named by
+    /// its field's path.
+    pub fn from_json(value: serde_json::Value) -> Result<TemplateSpec, SpecError> {
+        let spec: TemplateSpec = serde_path_to_error::deserialize(value).map_err(|error| {
+            let path = error.path().to_string();
+            let mut message = error.inner().to_string();
+            if message.starts_with("unknown field") {
+                message.push_str(": remove the key or fix its spelling");
+            }
+            SpecError::at(if path == "." { "spec".to_owned() } else { path }, message)
+        })?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
     /// Checks what the types cannot: names, paths, modes, package names, which base offers what.
     pub fn validate(&self) -> Result<(), SpecError> {
         check_name(&self.name).map_err(|reason| SpecError::at("name", reason))?;
@@ -398,6 +413,22 @@ mod tests {
             let found = field_of(text);
             assert!(found.starts_with(&format!("{field} |")), "{text}: {found}");
         }
+    }
+
+    #[test]
+    fn a_json_spec_names_the_field_of_its_problem() {
+        let error = |value: serde_json::Value| TemplateSpec::from_json(value).err().map(|e| e.to_string());
+        let unknown = error(serde_json::json!({"name": "a", "base": "host", "packages": {"pipp": []}}));
+        assert!(
+            unknown.as_deref().is_some_and(|e| e.starts_with("packages.pipp: unknown field `pipp`")),
+            "{unknown:?}"
+        );
+        let wrong = error(serde_json::json!({"name": "a", "base": "host", "run": "echo"}));
+        assert!(wrong.as_deref().is_some_and(|e| e.starts_with("run: invalid type")), "{wrong:?}");
+        let semantic = error(serde_json::json!({"name": "host", "base": "host"}));
+        assert!(semantic.as_deref().is_some_and(|e| e.starts_with("name: ")), "{semantic:?}");
+        let spec = TemplateSpec::from_json(serde_json::json!({"name": "a", "base": "host", "run": ["true"]}));
+        assert!(spec.is_ok_and(|spec| spec.run == ["true"]));
     }
 
     #[test]

@@ -174,6 +174,10 @@ async def test_errors_and_the_rest_of_the_client(aclient: AsyncClient) -> None:
         await aclient.templates.delete("none")
     with pytest.raises(Forbidden):
         await aclient.config()
+    with pytest.raises(Forbidden):
+        await aclient.templates.build({"name": "sdk-async", "base": "host", "run": ["true"]})
     async with AsyncClient(api_key=support.ADMIN_KEY) as admin:
+        built = await admin.templates.build(dockerfile="FROM host\nRUN echo async > /opt/async.txt\n", name="sdk-async")
+        assert built.name == "sdk-async" and len(built.layers) == 1
         info = await admin.config()
     assert "ops" in [tenant["name"] for tenant in info.config["tenants"]] and info.tiers

@@ -14,6 +14,7 @@ from sandkasten import (
     Paused,
     Sandbox,
     SandkastenError,
+    TemplateBuildFailed,
     Unauthorized,
     Unprocessable,
 )
@@ -96,6 +97,35 @@ def test_templates_are_listed_and_removing_one_needs_an_admin(client: Client) ->
     with pytest.raises((Forbidden, NotFound)) as caught:
         client.templates.delete("no-such-template")
     assert isinstance(caught.value, SandkastenError) and caught.value.message
+
+
+def test_an_admin_builds_a_template_and_a_failing_step_raises_with_its_output(client: Client) -> None:
+    spec = {
+        "name": "sdk-built",
+        "base": "host",
+        "files": [{"src": "note.txt", "dest": "/opt/sdk/note.txt"}],
+        "run": ["echo sdk-step-output; cp /opt/sdk/note.txt /opt/copy.txt"],
+    }
+    with pytest.raises(Forbidden):
+        client.templates.build(spec, files={"note.txt": "n"})
+    output: list = []
+    events: list = []
+    with Client(api_key=support.ADMIN_KEY) as admin:
+        built = admin.templates.build(spec, files={"note.txt": b"a note\n"}, on_output=output.append, on_event=events.append)
+        assert built.name == "sdk-built" and built.digest.startswith("sha256:") and len(built.layers) == 2
+        assert not built.cached and "sdk-step-output" in "".join(output)
+        assert [event["event"] for event in events][-1] == "done"
+        again = admin.templates.build(spec, files={"note.txt": b"a note\n"})
+        assert again.cached and again.digest == built.digest
+        with pytest.raises(TemplateBuildFailed) as failed:
+            admin.templates.build('name = "sdk-broken"\nbase = "host"\nrun = ["echo sdk-visible; exit 3"]\n')
+        assert failed.value.step == {"index": 0, "title": "run echo sdk-visible; exit 3"}
+        assert "sdk-visible" in failed.value.output and "exited with 3" in failed.value.message
+        with pytest.raises(Unprocessable) as bad:
+            admin.templates.build({"name": "sdk-bad", "base": "host", "rn": []})
+        assert "rn" in bad.value.message
+    assert "sdk-built" in [template.name for template in client.templates.list()]
+    assert "sdk-broken" not in [template.name for template in client.templates.list()]
 
 
 def test_the_config_is_for_admins_and_shows_no_key(client: Client) -> None:

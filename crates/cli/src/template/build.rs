@@ -162,10 +162,8 @@ pub fn run(root: &Path, args: &BuildArgs) -> i32 {
 
 /// Reports the build's end: `done` (exit 0), `failed` with the step's output (exit 2), or sandkasten's own failure.
 fn report(json: bool, name: &str, outcome: Result<TemplateRecord, BuildError>) -> i32 {
-    if let Some(event) = BuildEvent::finished(name, &outcome) {
-        if json {
-            println!("{}", serde_json::to_string(&event).unwrap_or_default());
-        }
+    if json && let Some(event) = BuildEvent::finished(name, &outcome) {
+        println!("{}", serde_json::to_string(&event).unwrap_or_default());
     }
     match outcome {
         Ok(record) => {

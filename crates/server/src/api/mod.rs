@@ -32,6 +32,7 @@ pub mod schemas;
 mod secrets;
 mod service;
 mod snapshots;
+mod template_build;
 pub mod templates;
 pub(crate) mod usage;
 
@@ -96,7 +97,7 @@ pub fn router(state: AppState) -> Router {
         .route("/scan", post(scan::scan_code))
         .route("/pools", get(pools::list))
         .route("/pools/{name}", axum::routing::put(pools::resize))
-        .route("/templates", get(templates::list))
+        .route("/templates", get(templates::list).post(template_build::build))
         .route("/templates/{name}", axum::routing::delete(templates::delete))
         .route("/config", get(config::get))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate::require_tenant));

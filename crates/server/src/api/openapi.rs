@@ -9,7 +9,7 @@ use utoipa::{Modify, OpenApi};
 use crate::api::{
     archive, code, code_schemas, command_schemas, command_stream, commands, config, contexts, egress, egress_schemas,
     error, exec, files, fork, isolation, pause, pools, ports, run, sandboxes, scan, schemas, secrets, service,
-    snapshots, templates, usage,
+    snapshots, template_build, templates, usage,
 };
 
 /// The OpenAPI description of every route.
@@ -33,7 +33,7 @@ use crate::api::{
         code::run_code, contexts::create, contexts::list, contexts::delete, contexts::restart,
         run::run, scan::scan_code,
         egress::set_network, egress::audit, secrets::put, secrets::get, secrets::list, secrets::delete,
-        pools::list, pools::resize, templates::list, templates::delete,
+        pools::list, pools::resize, templates::list, templates::delete, template_build::build,
         files::read, files::write, files::remove, files::list, files::stat, files::mkdir, files::rename,
         archive::upload, archive::download, ports::forward_path,
         config::get, service::healthz, service::metrics, openapi,
@@ -46,6 +46,8 @@ use crate::api::{
         command_schemas::CommandStateName,
         egress_schemas::NetworkModeName, crate::egress::store::EgressEvent,
         pools::PoolBody, pools::PoolList, pools::PoolSizes, templates::TemplateBody, templates::TemplateList,
+        template_build::BuildRequest, sandkasten_template_build::BuildEvent, sandkasten_template_build::FailedAt,
+        sandkasten_template_build::FailedPhase,
         sandkasten_scan::Finding, sandkasten_scan::Severity, sandkasten_scan::Verdict,
     )),
     modifiers(&BearerAuth),

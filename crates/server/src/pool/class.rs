@@ -177,10 +177,10 @@ impl PoolClass {
         surplus
     }
 
-    /// Whether a request for `spec` may take a sandbox of this pool: same isolation tier (both resolved: the
-    /// server sets the request's before it claims), template (layout and layers) and limits, no `env` but the template's own and no secrets (the agent
-    /// bakes the environment in at creation). The network policy does not matter: it is applied by the egress proxy after
-    /// the claim.
+    /// Whether a request for `spec` may take a sandbox of this pool: same isolation tier (both resolved: the server
+    /// sets the request's before it claims), template (layout and layers) and limits, no `env` but the template's own
+    /// and no secrets (the agent bakes the environment in at creation). The network policy does not matter: it is
+    /// applied by the egress proxy after the claim.
     pub(crate) fn serves(&self, spec: &SandboxSpec) -> bool {
         spec.env == self.spec.env
             && spec.secrets.is_empty()

@@ -116,6 +116,8 @@ impl Pools {
             let mut preload = config.preload.clone();
             if config.zygote.is_some() {
                 preload.extend(chosen.preload.iter().filter(|module| !config.preload.contains(module)).cloned());
+                // The template's list comes from the operator's cache, each name checked; the merge is bounded too.
+                preload.truncate(crate::config::MAX_PRELOAD);
             }
             let mut spec = SandboxSpec {
                 isolation: Some(config.tier(default_tier)),

@@ -79,3 +79,57 @@ async fn templates_are_listed_and_an_admin_removes_one_keeping_the_layers_its_sa
     let empty = h.get("/v1/templates", KEY_A).await;
     assert_eq!(empty.json()["templates"], json!([]));
 }
+
+/// `POST /v1/templates` refuses before anything runs: a tenant that is not an admin (403); a spec with an unknown
+/// key, a wrong type or no base, a base that is not built, a Dockerfile without a name, a file the spec names but the
+/// request lacks or one not in base64 (422, each naming the field); a build while another holds the cache (409).
+/// Nothing is made.
+#[tokio::test]
+async fn a_template_build_request_is_checked_before_anything_runs() {
+    let root = tempfile::tempdir_in("/var/tmp").unwrap();
+    let cache = TemplateCache::open(root.path()).unwrap();
+    let mut config = test_config();
+    let mut ops = tenant("ops", KEY_OPS, 1, 1 << 30);
+    ops.admin = true;
+    config.tenants.push(ops);
+    config.templates.cache = Some(root.path().into());
+    let h = Harness::with_config(config);
+    let good = json!({"spec": "name = \"t\"\nbase = \"host\"\nrun = [\"true\"]\n"});
+
+    let refused = h.post("/v1/templates", KEY_A, good.clone()).await;
+    refused.assert_error(403, "forbidden");
+    assert!(refused.text().contains("admin = true"), "{}", refused.text());
+
+    for (body, needle) in [
+        (json!({"spec": "name = \"t\"\nbase = \"host\"\nrn = [\"x\"]\n"}), "unknown field `rn`"),
+        (json!({"spec": {"name": "t", "base": "host", "run": "true"}}), "run: invalid type"),
+        (json!({"spec": {"name": "t"}}), "missing field `base`"),
+        (json!({"spec": {"name": "t", "base": "never-built"}}), "base: no template named \"never-built\" is built"),
+        (json!({"spec": 3}), "spec: give the template.toml text"),
+        (json!({}), "nothing to build"),
+        (json!({"dockerfile": "FROM host\nRUN true\n"}), "name: required with a dockerfile"),
+        (json!({"dockerfile": "FROM host\nEXPOSE 80\n", "name": "d"}), "line 2: EXPOSE is not supported"),
+        (
+            json!({"spec": {"name": "t", "base": "host", "files": [{"src": "a.py", "dest": "/opt/a.py"}]}}),
+            "files[0].src: \"a.py\" is not among the request's files",
+        ),
+        (
+            json!({"spec": {"name": "t", "base": "host", "files": [{"src": "a.py", "dest": "/opt/a.py"}]},
+                   "files": {"a.py": "not base64!"}}),
+            "files.a.py: not standard base64",
+        ),
+        (json!({"spec": good["spec"], "surprise": 1}), "unknown field `surprise`"),
+    ] {
+        let answer = h.post("/v1/templates", KEY_OPS, body.clone()).await;
+        answer.assert_error(422, "unprocessable");
+        let message = answer.json()["error"]["message"].as_str().unwrap_or_default().to_owned();
+        assert!(message.contains(needle), "{body}: {needle}: {message}");
+    }
+    {
+        let _build = cache.lock().unwrap();
+        let busy = h.post("/v1/templates", KEY_OPS, good).await;
+        busy.assert_error(409, "conflict");
+        assert!(busy.text().contains("another template build"), "{}", busy.text());
+    }
+    assert!(cache.templates().unwrap().is_empty());
+}

@@ -65,6 +65,28 @@ def command_fields(command: Command) -> Json:
     return {"argv": argv}
 
 
+def template_build_body(
+    spec: Union[str, Mapping[str, Any], None],
+    dockerfile: Optional[str],
+    name: Optional[str],
+    files: Optional[Mapping[str, Union[str, bytes]]],
+) -> Json:
+    """`POST /v1/templates`: the spec (template.toml text or its fields) or a Dockerfile, and the files it copies."""
+    body: Json = {}
+    if spec is not None:
+        body["spec"] = spec if isinstance(spec, str) else dict(spec)
+    if dockerfile is not None:
+        body["dockerfile"] = dockerfile
+    if name is not None:
+        body["name"] = name
+    if files:
+        body["files"] = {
+            src: base64.b64encode(data.encode("utf-8") if isinstance(data, str) else data).decode("ascii")
+            for src, data in files.items()
+        }
+    return body
+
+
 def seconds_to_ms(seconds: Optional[float]) -> Optional[int]:
     return None if seconds is None else max(1, int(seconds * 1000))
 

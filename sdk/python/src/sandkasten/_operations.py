@@ -80,6 +80,7 @@ OPERATIONS: Dict[str, Operation] = _table(
     ("pools.list", "GET", "/v1/pools"),
     ("pools.resize", "PUT", "/v1/pools/{name}"),
     ("templates.list", "GET", "/v1/templates"),
+    ("templates.build", "POST", "/v1/templates"),
     ("templates.delete", "DELETE", "/v1/templates/{name}"),
     ("scan", "POST", "/v1/scan"),
     ("config", "GET", "/v1/config"),

@@ -1,7 +1,8 @@
 """Server-sent events, without I/O: `SseParser` turns lines into events, and the collectors fold the events of one
 stream into its result, calling the caller's callbacks on the way. The exec and command streams send `stdout`/`stderr`
 (`OutputEvent`) then `exit` (or `error`); one-shot runs the same with a `RunExitEvent`; code cells `stdout`/`stderr`,
-`result`, `error` (the cell's exception), then `end` (the whole `CodeResponse`) or `failure`. The sync and async
+`result`, `error` (the cell's exception), then `end` (the whole `CodeResponse`) or `failure`; template builds
+`step`, `output`, `layer`, `ready`, then `done`, `failed` or `error`. The sync and async
 clients share these; a callback may return an awaitable, which the async client awaits (`pending`)."""
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Dict, Generic, Iterator, List, Optional, TypeVar
 
-from .errors import ProtocolError, error_from_detail
+from .errors import ProtocolError, TemplateBuildFailed, error_from_detail
+from .models import TemplateBuild
 from .results import CellResult, CodeResult, ExecResult, RunResult
 
 #: A callback for output: gets each chunk as text (binary chunks decoded with replacement characters).
@@ -157,6 +159,38 @@ class CodeCollector(_Collector[CodeResult]):
             return CodeResult.from_json(event.json())
         elif event.event == "failure":
             raise error_from_detail(event.json())
+        return None
+
+
+class TemplateBuildCollector(_Collector[TemplateBuild]):
+    """A template build's stream: each event to `on_event` (a dict, its `event` field names it), each step's output
+    to `on_output`; `done` is the result, `failed` raises `TemplateBuildFailed`, `error` the server's error."""
+
+    def __init__(self, on_output: Optional[OutputCallback], on_event: Optional[Callable[[Any], Any]]) -> None:
+        super().__init__(None, None)
+        self._on_output = on_output
+        self._on_event = on_event
+        self._steps: List[Any] = []
+
+    def _final(self, event: SseEvent) -> Optional[TemplateBuild]:
+        body = event.json()
+        if event.event == "error":
+            raise error_from_detail(body)
+        self._call(self._on_event, body)
+        if event.event == "output":
+            self._call(self._on_output, str(body.get("data", "")))
+        elif event.event == "step":
+            self._steps.append(body)
+        elif event.event == "failed":
+            raise TemplateBuildFailed(str(body.get("message", "")), body.get("step"), str(body.get("output", "")))
+        elif event.event == "done":
+            return TemplateBuild(
+                name=body["name"],
+                digest=body["digest"],
+                layers=list(body.get("layers") or []),
+                size_bytes=int(body.get("size_bytes") or 0),
+                steps=self._steps,
+            )
         return None
 
 

@@ -4,12 +4,12 @@ it shares its connections); `async with AsyncClient(...) as client:` closes them
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Type, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Type, Union
 
 from . import _bodies
 from ._http import DEFAULT_TIMEOUT, AsyncTransport, json_of
 from ._operations import op, uses
-from ._streams import OutputCallback, RunCollector, adrain
+from ._streams import OutputCallback, RunCollector, TemplateBuildCollector, adrain
 from .aio_sandbox import AsyncSandbox
 from .models import (
     LimitsLike,
@@ -20,6 +20,7 @@ from .models import (
     SecretInfo,
     ServerConfigInfo,
     SnapshotInfo,
+    TemplateBuild,
     TemplateInfo,
 )
 from .results import RunResult, stream_bytes
@@ -243,6 +244,26 @@ class AsyncTemplates:
     async def list(self) -> List[TemplateInfo]:
         response = await self._transport.request(op("templates.list"), {})
         return [TemplateInfo.from_json(item) for item in json_of(response).get("templates", [])]
+
+    @uses("templates.build")
+    async def build(
+        self,
+        spec: Union[str, Mapping[str, Any], None] = None,
+        *,
+        dockerfile: Optional[str] = None,
+        name: Optional[str] = None,
+        files: Optional[Mapping[str, Union[str, bytes]]] = None,
+        on_output: Optional[OutputCallback] = None,
+        on_event: Optional[Callable[[Any], Any]] = None,
+    ) -> TemplateBuild:
+        """Builds a template on the server (admin tenants only): `spec` is a template.toml text or its fields as a
+        dict, or give a `dockerfile` (and `name`); `files` are what its `[[files]]` (or `COPY`) name, by `src`. Each
+        step's output goes to `on_output`, every event (`step`, `output`, `layer`, `ready`, `done`) to `on_event`.
+        Returns the template's digest and layers; a failing step or `ready` raises `TemplateBuildFailed` with its
+        output, a bad spec `Unprocessable` naming the field."""
+        body = _bodies.template_build_body(spec, dockerfile, name, files)
+        collector = TemplateBuildCollector(on_output, on_event)
+        return await adrain(self._transport.stream(op("templates.build"), {}, json=body), collector)
 
     @uses("templates.delete")
     async def delete(self, name: str) -> None:

@@ -5,12 +5,12 @@ aio_client.py is the same over asyncio."""
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Type, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Type, Union
 
 from . import _bodies
 from ._http import DEFAULT_TIMEOUT, Transport, json_of
 from ._operations import op, uses
-from ._streams import OutputCallback, RunCollector, drain
+from ._streams import OutputCallback, RunCollector, TemplateBuildCollector, drain
 from .models import (
     LimitsLike,
     NetworkLike,
@@ -20,6 +20,7 @@ from .models import (
     SecretInfo,
     ServerConfigInfo,
     SnapshotInfo,
+    TemplateBuild,
     TemplateInfo,
 )
 from .results import RunResult, stream_bytes
@@ -242,6 +243,26 @@ class Templates:
     def list(self) -> List[TemplateInfo]:
         response = self._transport.request(op("templates.list"), {})
         return [TemplateInfo.from_json(item) for item in json_of(response).get("templates", [])]
+
+    @uses("templates.build")
+    def build(
+        self,
+        spec: Union[str, Mapping[str, Any], None] = None,
+        *,
+        dockerfile: Optional[str] = None,
+        name: Optional[str] = None,
+        files: Optional[Mapping[str, Union[str, bytes]]] = None,
+        on_output: Optional[OutputCallback] = None,
+        on_event: Optional[Callable[[Any], Any]] = None,
+    ) -> TemplateBuild:
+        """Builds a template on the server (admin tenants only): `spec` is a template.toml text or its fields as a
+        dict, or give a `dockerfile` (and `name`); `files` are what its `[[files]]` (or `COPY`) name, by `src`. Each
+        step's output goes to `on_output`, every event (`step`, `output`, `layer`, `ready`, `done`) to `on_event`.
+        Returns the template's digest and layers; a failing step or `ready` raises `TemplateBuildFailed` with its
+        output, a bad spec `Unprocessable` naming the field."""
+        body = _bodies.template_build_body(spec, dockerfile, name, files)
+        collector = TemplateBuildCollector(on_output, on_event)
+        return drain(self._transport.stream(op("templates.build"), {}, json=body), collector)
 
     @uses("templates.delete")
     def delete(self, name: str) -> None:

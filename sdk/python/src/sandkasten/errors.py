@@ -74,6 +74,16 @@ class InternalError(SandkastenError):
     """`internal`: a server bug; the message says what failed."""
 
 
+class TemplateBuildFailed(SandkastenError):
+    """A template build's `failed` event: a step or `ready` failed (`step` says which: `{"index", "title"}`,
+    `"ready"` or `"spec"`), `output` is the tail of what it printed. No template was made."""
+
+    def __init__(self, message: str, step: Any, output: str) -> None:
+        super().__init__("build_failed", message)
+        self.step = step
+        self.output = output
+
+
 class ProtocolError(SandkastenError):
     """The server's answer was not what the API documents (not JSON, a stream that ended early)."""
 

@@ -419,6 +419,23 @@ class ServerConfigInfo:
 
 
 @dataclass(frozen=True)
+class TemplateBuild:
+    """A finished template build (its `done` event): the template's name, digest and layers, and the build's
+    `step` events in order (each says whether its layer came from the cache)."""
+
+    name: str
+    digest: str
+    layers: List[str]
+    size_bytes: int
+    steps: List[Json]
+
+    @property
+    def cached(self) -> bool:
+        """Whether every step's layer came from the cache."""
+        return all(step.get("cached") for step in self.steps)
+
+
+@dataclass(frozen=True)
 class TemplateInfo:
     """A template built on the server (`TemplateBody`): what `create_sandbox(template=...)` may name."""
 
