@@ -53,7 +53,7 @@ impl BuildOptions {
 }
 
 /// A spec ready to build: its base resolved and its steps keyed. Making one runs nothing, so a request can be
-/// refused (400, exit 2) before any build output.
+/// refused (exit 2, HTTP 422) before any build output.
 #[derive(Debug)]
 pub struct Plan {
     spec: TemplateSpec,
@@ -159,12 +159,15 @@ impl Builder<'_> {
         if let Some(ready) = &spec.ready {
             self.check_ready(ready, &layers, &env, &proxy).await?;
         }
+        let layers_for_size = layers.clone();
+        let size_bytes =
+            self.blocking(move |cache| Ok(cache.size_of_layers(&layers_for_size)), "measuring the layers").await?;
         let record = TemplateRecord {
             name: spec.name.clone(),
             digest: sandkasten_template::cache::template_digest(&layers),
             base: spec.base.to_string(),
             root: base.root.clone(),
-            size_bytes: self.cache.size_of_layers(&layers),
+            size_bytes,
             layers,
             env,
             workdir: base.workdir(spec),
@@ -174,8 +177,20 @@ impl Builder<'_> {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |elapsed| elapsed.as_secs()),
         };
-        self.cache.put_template(&record).map_err(internal("writing the template"))?;
+        let written = record.clone();
+        self.blocking(move |cache| cache.put_template(&written), "writing the template").await?;
         Ok(record)
+    }
+
+    /// Runs `work` on the cache on a blocking thread (packing a layer, walking layers, writing records: disk work
+    /// that must not hold an async worker of a server).
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(TemplateCache) -> Result<T, sandkasten_template::CacheError> + Send + 'static,
+        doing: &str,
+    ) -> Result<T, BuildError> {
+        let cache = self.cache.clone();
+        tokio::task::spawn_blocking(move || work(cache)).await.map_err(internal(doing))?.map_err(internal(doing))
     }
 
     fn announce(&self, step: &BuildStep, total: usize, layer: Option<&str>) {
@@ -256,7 +271,8 @@ impl Builder<'_> {
             let at = FailedAt::Step { index: step.index, title: step.title() };
             return Err(BuildError::Failed { at, message, output: tail.text() });
         }
-        let digest = self.cache.add_layer(&step.key, &capture.upper()).map_err(internal("storing the step's layer"))?;
+        let (key, upper) = (step.key.clone(), capture.upper());
+        let digest = self.blocking(move |cache| cache.add_layer(&key, &upper), "storing the step's layer").await?;
         (self.events)(BuildEvent::Layer { index: step.index, title: step.title(), layer: digest.clone() });
         Ok(digest)
     }

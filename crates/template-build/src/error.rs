@@ -1,5 +1,5 @@
 //! Why a build failed: the spec as written (a field, a base that is not built), a step or `ready` that failed with
-//! its output (both the user's to fix: exit 2, HTTP 400 or a `failed` event), or sandkasten itself.
+//! its output (both the user's to fix: exit 2, HTTP 422 or a `failed` event), or sandkasten itself.
 
 use sandkasten_template::SpecError;
 

@@ -118,6 +118,8 @@ pub struct BuildSandbox<'a> {
     runtime: &'a Arc<dyn SandboxRuntime>,
     id: String,
     proxy: Option<sandkasten_egress::ProxyHandle>,
+    /// Whether `destroy` ran (else `Drop` destroys it).
+    destroyed: bool,
 }
 
 impl<'a> BuildSandbox<'a> {
@@ -151,7 +153,8 @@ impl<'a> BuildSandbox<'a> {
             ..SandboxSpec::default()
         };
         runtime.create(&id, &spec).await.map_err(|failure| internal("creating the build sandbox")(failure.message))?;
-        let mut sandbox = BuildSandbox { runtime, id, proxy: None };
+        // From here the sandbox exists: a failure below (or a dropped future) destroys it (`Drop`).
+        let mut sandbox = BuildSandbox { runtime, id, proxy: None, destroyed: false };
         if network.reaches_out() {
             let policy = Policy::compile(Mode::Allowlist, &network.allow, &[])
                 .map_err(|e| internal(&format!("registry pattern {:?}", e.pattern))(e.reason))?;
@@ -215,9 +218,32 @@ impl<'a> BuildSandbox<'a> {
         if let Some(proxy) = self.proxy.take() {
             proxy.shutdown().await;
         }
+        self.destroyed = true;
         self.runtime
             .destroy(&self.id)
             .await
             .map_err(|failure| internal("destroying the build sandbox")(failure.message))
+    }
+}
+
+impl Drop for BuildSandbox<'_> {
+    /// A sandbox not destroyed by `destroy` (its creation failed half-way, or the build's future was dropped: a
+    /// stopping server) is destroyed by a task of its own, so a long-lived process (the server) does not keep it.
+    fn drop(&mut self) {
+        if self.destroyed {
+            return;
+        }
+        let (runtime, id) = (Arc::clone(self.runtime), std::mem::take(&mut self.id));
+        let proxy = self.proxy.take();
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                if let Some(proxy) = proxy {
+                    proxy.shutdown().await;
+                }
+                if let Err(failure) = runtime.destroy(&id).await {
+                    tracing::warn!(sandbox = %id, error = %failure.message, "destroying an abandoned build sandbox");
+                }
+            });
+        }
     }
 }

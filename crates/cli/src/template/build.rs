@@ -90,6 +90,11 @@ pub fn run(root: &Path, args: &BuildArgs) -> i32 {
         Ok(plan) => plan,
         Err(BuildError::Spec(error)) => {
             eprintln!("sandkasten: {}: {error}", args.file.display());
+            if args.json
+                && let Some(event) = BuildEvent::finished(&name, &Err(BuildError::Spec(error)))
+            {
+                println!("{}", serde_json::to_string(&event).unwrap_or_default());
+            }
             return exit_codes::BAD_INPUT;
         }
         Err(error) => return report(args.json, &name, Err(error)),

@@ -5,7 +5,8 @@
 //! (`step`, `output`, `layer`, `ready`, then `done` or `failed`; `error` if sandkasten itself failed), the same
 //! objects `sandkasten template build --json` prints. The build runs to its end even when the client goes; each
 //! step runs in a build sandbox of the server's runtime, one at a time (the cache's lock), outside the tenants'
-//! quotas. A stopping server ends the stream and the build. Output a slow client has not read is dropped past `OUTPUT_QUEUED` (a failing step's tail is in `failed`).
+//! quotas. A stopping server cancels the build (its sandbox destroyed) and ends the stream. Output events are dropped
+//! while a slow client leaves `OUTPUT_QUEUED` bytes of events unread (a failing step's tail is in `failed`).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -22,7 +23,7 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 use utoipa::ToSchema;
 
-use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
+use crate::api::error::{ApiError, ErrorBody, ErrorCode, ErrorDetail};
 use crate::api::extract::JsonBody;
 use crate::api::output::json_event;
 use crate::auth::Tenant;
@@ -30,8 +31,12 @@ use crate::state::AppState;
 
 /// The Python whose pip configuration names the registries when `[templates] registries` is unset.
 const HOST_PYTHON: &str = "/usr/bin/python3";
-/// Output events queued for a client, bytes, past which more are dropped until it catches up.
+/// Events queued for a client, bytes, past which output events are dropped until it catches up.
 const OUTPUT_QUEUED: u64 = 1 << 20;
+/// What one queued event costs besides its JSON (the event, its name, the queue's slot), bytes.
+const EVENT_OVERHEAD: u64 = 128;
+/// How long a stream waits, once the server stops, for the build's last event before it ends anyway.
+const STOPPING_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A template to build.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -50,7 +55,7 @@ pub(crate) struct BuildRequest {
     #[serde(default)]
     pub name: Option<String>,
     /// The files the spec's `[[files]]` (a Dockerfile's `COPY`) name, by their `src`: the contents in standard
-    /// base64, at most 8 MiB each.
+    /// base64, at most 8 MiB each, the whole body within the server's `max_json_bytes` (default 4 MiB).
     #[serde(default)]
     pub files: BTreeMap<String, String>,
 }
@@ -161,27 +166,36 @@ pub(crate) async fn build(
     tokio::spawn(async move {
         let Accepted { cache, lock, plan, options } = accepted;
         let send = |event: BuildEvent| {
-            let size = match &event {
-                BuildEvent::Output { data, .. } => data.len() as u64,
-                _ => 0,
-            };
-            if size > 0 && producer_queued.load(Ordering::Relaxed) + size > OUTPUT_QUEUED {
+            // What the queued event holds: its JSON (escaping included) and the event's own overhead.
+            let text = serde_json::to_string(&event).unwrap_or_default();
+            let size = text.len() as u64 + EVENT_OVERHEAD;
+            let output = matches!(event, BuildEvent::Output { .. });
+            if output && producer_queued.load(Ordering::Relaxed) + size > OUTPUT_QUEUED {
                 return;
             }
             producer_queued.fetch_add(size, Ordering::Relaxed);
-            let _ = sender.send((json_event(event.name(), &event), size));
+            let _ = sender.send((Event::default().event(event.name()).data(text), size));
         };
         let outcome = tokio::select! {
-            outcome = sandkasten_template_build::build(&runtime, &cache, &options, &plan, &send) => outcome,
-            // The runtime destroys the step's sandbox when the server goes; the next start clears its capture.
-            () = stopping.cancelled() => Err(BuildError::Internal("the server is stopping".to_owned())),
+            outcome = sandkasten_template_build::build(&runtime, &cache, &options, &plan, &send) => Some(outcome),
+            // Dropping the build destroys the step's sandbox (`BuildSandbox`'s drop); the next start clears its
+            // capture if the unmount did not finish.
+            () = stopping.cancelled() => None,
         };
         drop(lock);
+        let Some(outcome) = outcome else {
+            tracing::info!(template = %name, "template build cancelled: the server is stopping");
+            let cancelled = ApiError::new(
+                ErrorCode::Internal,
+                "the server is stopping: the build was cancelled and made nothing; build again once it is back",
+            );
+            let _ = sender.send((json_event("error", &ErrorDetail::from(cancelled)), 0));
+            return;
+        };
         match BuildEvent::finished(&name, &outcome) {
             Some(event) => send(event),
             None => {
                 let message = outcome.err().map(|error| error.to_string()).unwrap_or_default();
-                tracing::error!(template = %name, %message, "template build failed");
                 let _ = sender.send((json_event("error", &ErrorDetail::from(ApiError::internal(message))), 0));
                 return;
             }
@@ -193,9 +207,13 @@ pub(crate) async fn build(
         queued.fetch_sub(size, Ordering::Relaxed);
         Some((Ok::<Event, Infallible>(event), (receiver, queued)))
     });
-    // The stream ends when the server stops (its graceful shutdown waits for open responses).
+    // The stream ends with the build's last event; when the server stops, that comes at once (the build is
+    // cancelled), and the stream ends anyway after a grace (the graceful shutdown waits for open responses).
     let stopping = state.stopping().clone();
-    let events = futures::StreamExt::take_until(events, async move { stopping.cancelled().await });
+    let events = futures::StreamExt::take_until(events, async move {
+        stopping.cancelled().await;
+        tokio::time::sleep(STOPPING_GRACE).await;
+    });
     Ok(Sse::new(events).keep_alive(KeepAlive::default()).into_response())
 }
 
@@ -209,14 +227,20 @@ fn accept(
     egress: sandkasten_egress::EgressConfig,
 ) -> Result<Accepted, ApiError> {
     let cache = TemplateCache::open(root).map_err(ApiError::internal)?;
+    let plan = |spec: TemplateSpec| {
+        Plan::new(&cache, spec, files).map_err(|error| match error {
+            BuildError::Spec(error) => ApiError::unprocessable(format!("the template: {error}")),
+            other => ApiError::internal(other),
+        })
+    };
+    // A spec problem is 422 whether or not a build runs; the plan is made again under the lock, which a build of
+    // the base template would have held.
+    plan(spec.clone())?;
     let lock = cache.try_lock().map_err(ApiError::internal)?.ok_or_else(|| {
         ApiError::conflict("another template build holds the template cache: try again when it finished")
     })?;
     sandkasten_template_build::clean_leftovers(&cache);
-    let plan = Plan::new(&cache, spec, files).map_err(|error| match error {
-        BuildError::Spec(error) => ApiError::unprocessable(format!("the template: {error}")),
-        other => ApiError::internal(other),
-    })?;
+    let plan = plan(spec)?;
     let registries = if configured.is_empty() {
         sandkasten_template::registries::discover(plan.spec(), HOST_PYTHON)
     } else {

@@ -28,6 +28,16 @@ fn record(name: &str, layer: &str) -> TemplateRecord {
     }
 }
 
+/// A harness whose config adds the admin tenant `ops` and reads templates from `cache`.
+fn with_admin_and_cache(cache: &std::path::Path) -> Harness {
+    let mut config = test_config();
+    let mut ops = tenant("ops", KEY_OPS, 1, 1 << 30);
+    ops.admin = true;
+    config.tenants.push(ops);
+    config.templates.cache = Some(cache.into());
+    Harness::with_config(config)
+}
+
 #[tokio::test]
 async fn templates_are_listed_and_an_admin_removes_one_keeping_the_layers_its_sandboxes_read() {
     let root = tempfile::tempdir_in("/var/tmp").unwrap();
@@ -36,12 +46,7 @@ async fn templates_are_listed_and_an_admin_removes_one_keeping_the_layers_its_sa
         std::fs::create_dir_all(cache.layer_dir(layer).join("opt")).unwrap();
         cache.put_template(&record(name, layer)).unwrap();
     }
-    let mut config = test_config();
-    let mut ops = tenant("ops", KEY_OPS, 1, 1 << 30);
-    ops.admin = true;
-    config.tenants.push(ops);
-    config.templates.cache = Some(root.path().into());
-    let h = Harness::with_config(config);
+    let h = with_admin_and_cache(root.path());
 
     let listed = h.get("/v1/templates", KEY_A).await;
     assert_eq!(listed.status, StatusCode::OK, "{}", listed.text());
@@ -88,12 +93,7 @@ async fn templates_are_listed_and_an_admin_removes_one_keeping_the_layers_its_sa
 async fn a_template_build_request_is_checked_before_anything_runs() {
     let root = tempfile::tempdir_in("/var/tmp").unwrap();
     let cache = TemplateCache::open(root.path()).unwrap();
-    let mut config = test_config();
-    let mut ops = tenant("ops", KEY_OPS, 1, 1 << 30);
-    ops.admin = true;
-    config.tenants.push(ops);
-    config.templates.cache = Some(root.path().into());
-    let h = Harness::with_config(config);
+    let h = with_admin_and_cache(root.path());
     let good = json!({"spec": "name = \"t\"\nbase = \"host\"\nrun = [\"true\"]\n"});
 
     let refused = h.post("/v1/templates", KEY_A, good.clone()).await;
