@@ -206,3 +206,36 @@ fn a_server_killed_during_a_build_leaves_nothing_and_builds_again() {
     let listed = server.call("GET", "/v1/templates", KEY_1, None);
     assert!(!listed.json["templates"].as_array().unwrap().iter().any(|t| t["name"] == "api-stopped"), "{listed:?}");
 }
+
+/// `[templates] share`: two servers with caches of their own and one store. A template built through the API on the
+/// first is pushed to the store when its build ends; a create naming it on the second pulls it first and runs it.
+#[test]
+fn a_template_built_on_one_server_is_pulled_by_another_sharing_the_store() {
+    require_root!();
+    let store = tempfile::Builder::new().prefix("sk-shared-store-").tempdir_in("/var/tmp").expect("store");
+    let (first_cache, second_cache) = (cache_dir(), cache_dir());
+    let shared = |cache: &std::path::Path| {
+        Server::start_with(&format!(
+            "[templates]\ncache = \"{}\"\nshare = true\n\n[snapshots]\nstore = \"file://{}\"\n\n[[tenants]]\n\
+             name = \"ops\"\napi_keys = [\"{KEY_OPS}\"]\nadmin = true\n",
+            cache.display(),
+            store.path().display()
+        ))
+    };
+    let first = shared(first_cache.path());
+    let events = build(
+        &first,
+        json!({"spec": {"name": "across-hosts", "base": "host", "run": ["echo built-on-the-first > /opt/where"]}}),
+    );
+    assert_eq!(named(&events, "done").len(), 1, "{events:?}");
+    drop(first);
+    let second = shared(second_cache.path());
+    let listed = second.call("GET", "/v1/templates", KEY_1, None);
+    assert_eq!(listed.json["templates"], json!([]), "the second cache starts empty: {listed:?}");
+    let id = second.create(json!({"template": "across-hosts"}));
+    let seen = second.exec(&id, "cat /opt/where");
+    assert_eq!(seen.json["stdout"], "built-on-the-first\n", "{seen:?}");
+    assert_eq!(second.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
+    let unknown = second.call("POST", "/v1/sandboxes", KEY_1, Some(json!({"template": "nowhere-built"})));
+    assert_eq!(unknown.status, 422, "{unknown:?}");
+}

@@ -455,3 +455,58 @@ fn a_template_extends_another_built_one() {
     assert!(orphan.stderr_text().contains("base: no template named \"never-built\" is built"), "{}", orphan.describe());
     assert!(!template_names(cache.path()).contains(&"orphan".to_owned()));
 }
+
+/// `template push` copies a built template into the template store beside the snapshot store of `--config`, and
+/// `template pull` into another cache copies it back: a sandbox of the second cache runs it (the layers came from
+/// the store, not the first cache, which is gone by then); a name the store lacks exits 2.
+#[test]
+fn a_template_is_pushed_to_the_store_and_pulled_into_another_cache() {
+    require_root!();
+    let first = cache_dir();
+    let second = cache_dir();
+    let store = tempfile::Builder::new().prefix("sk-template-store-").tempdir_in("/var/tmp").expect("store");
+    let (spec_dir, spec) = spec_file(
+        "name = \"shared\"\nbase = \"host\"\nrun = [\"echo from-the-store > /opt/shared.txt\", \"mkdir -p /opt/d && echo two > /opt/d/two\"]\n\
+         [env]\nSHARED = \"yes\"\n",
+    );
+    let built = template(first.path(), &["build", &spec.display().to_string()]).output();
+    assert_eq!(built.code, 0, "{}", built.describe());
+    let config = spec_dir.path().join("sandkasten.toml");
+    std::fs::write(&config, format!("[snapshots]\nstore = \"file://{}\"\n", store.path().display())).expect("config");
+    let config = config.display().to_string();
+    let pushed = template(first.path(), &["push", "shared", "--config", &config]).output();
+    assert_eq!(pushed.code, 0, "{}", pushed.describe());
+    assert!(pushed.stdout_text().starts_with("pushed shared sha256:"), "{}", pushed.describe());
+    assert!(store.path().join("templates").join("manifests").is_dir(), "nothing in the template store");
+    let again = template(first.path(), &["push", "shared", "--config", &config]).output();
+    assert_eq!(again.code, 0, "an unchanged template is pushed again as a no-op: {}", again.describe());
+    drop(first);
+
+    let pulled = template(second.path(), &["pull", "shared", "--config", &config]).output();
+    assert_eq!(pulled.code, 0, "{}", pulled.describe());
+    let cache_arg = second.path().display().to_string();
+    let run = common::run([
+        "--template-cache",
+        &cache_arg,
+        "--template",
+        "shared",
+        "--",
+        "bash",
+        "-c",
+        "cat /opt/shared.txt /opt/d/two; echo $SHARED",
+    ])
+    .output();
+    assert_eq!(run.code, 0, "{}", run.describe());
+    assert_eq!(run.stdout_text(), "from-the-store\ntwo\nyes\n", "{}", run.describe());
+    assert!(partials(second.path()).is_empty(), "{:?}", partials(second.path()));
+
+    let missing = template(second.path(), &["pull", "never-pushed", "--config", &config]).output();
+    assert_eq!(missing.code, 2, "{}", missing.describe());
+    assert!(
+        missing.stderr_text().contains("no template named \"never-pushed\" is in the template store"),
+        "{}",
+        missing.describe()
+    );
+    let unknown = template(second.path(), &["push", "never-built", "--config", &config]).output();
+    assert_eq!(unknown.code, 2, "{}", unknown.describe());
+}

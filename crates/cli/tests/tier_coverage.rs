@@ -75,6 +75,11 @@ const NOT_PER_TIER: &[(&str, &str)] = &[
         "templates.rs",
         "one build per test, run on each tier by the test itself (process, then gVisor and microVM where they run)",
     ),
+    (
+        "serve_template_build.rs",
+        "template builds run in process-tier build sandboxes whatever the server's tiers; a built template on every \
+         tier is serve_templates.rs's per-tier test",
+    ),
     ("serve_connections.rs", "the HTTP server's connection limits hold before any sandbox exists: no tier is involved"),
     (
         "serve_crash.rs",

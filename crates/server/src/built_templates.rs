@@ -19,6 +19,12 @@ pub(crate) enum ChooseError {
     /// The template cache could not be read, or a layer of the template is missing from it.
     #[error("{0}")]
     Cache(String),
+    /// The template is not in this host's cache and a build holds the cache, so it cannot be pulled now.
+    #[error("{0}")]
+    Busy(String),
+    /// Pulling the template from the template store failed.
+    #[error("{0}")]
+    Store(String),
 }
 
 /// What a request's `template` makes of a sandbox.
@@ -43,6 +49,46 @@ impl Chosen {
         let own = std::mem::take(&mut spec.env);
         spec.env = env;
         spec.env.extend(own);
+    }
+}
+
+/// With `[templates] share`: copies the template `name` from the template store into this host's cache when the
+/// cache lacks it (another host built and pushed it), so that `choose` finds it. Nothing for a built-in layout, a
+/// template the cache has, or a name the store lacks (`choose` then says it is unknown).
+pub(crate) async fn fetch_shared(config: &crate::config::ServerConfig, name: Option<&str>) -> Result<(), ChooseError> {
+    let Some(name) = name.filter(|name| !matches!(*name, "host" | "e2b")) else { return Ok(()) };
+    if !config.templates.share || sandkasten_template::spec::check_name(name).is_err() {
+        return Ok(());
+    }
+    let root = config.templates.cache_root();
+    let opening = (root.clone(), name.to_owned());
+    let opened = tokio::task::spawn_blocking(move || {
+        let (root, name) = opening;
+        let cache = TemplateCache::open(&root).map_err(|error| ChooseError::Cache(error.to_string()))?;
+        if cache.template(&name).is_ok() {
+            return Ok(None);
+        }
+        match cache.try_lock().map_err(|error| ChooseError::Cache(error.to_string()))? {
+            // Pulled by another request while this one waited for nothing: the lock's holder wrote it.
+            Some(_) if cache.template(&name).is_ok() => Ok(None),
+            Some(lock) => Ok(Some((cache, lock))),
+            None => Err(ChooseError::Busy(format!(
+                "template {name:?} is not in this host's cache yet and a build holds the cache: retry when it finished"
+            ))),
+        }
+    })
+    .await
+    .map_err(|error| ChooseError::Cache(error.to_string()))??;
+    let Some((cache, _lock)) = opened else { return Ok(()) };
+    let store = sandkasten_template_build::TemplateStore::beside(&config.snapshots.store_config(&config.database))
+        .map_err(|error| ChooseError::Store(format!("the template store: {error}")))?;
+    match store.pull(&cache, name).await {
+        Ok(record) => {
+            tracing::info!(template = %name, digest = %record.digest, "template pulled from the template store");
+            Ok(())
+        }
+        Err(sandkasten_template_build::ShareError::NotInStore(_)) => Ok(()),
+        Err(error) => Err(ChooseError::Store(format!("pulling template {name:?} from the template store: {error}"))),
     }
 }
 

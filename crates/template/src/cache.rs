@@ -163,6 +163,32 @@ impl TemplateCache {
         result
     }
 
+    /// Packs the cached layer `digest` into the tar `out` (as `add_layer` packed it, modes as unpacked), to copy it
+    /// to an object store.
+    pub fn pack_layer(&self, digest: &str, out: impl Write) -> Result<(), CacheError> {
+        check_digest(digest)?;
+        layer::pack(&self.layer_dir(digest), out)
+    }
+
+    /// Unpacks the layer archive `archive` (from an object store, where the layer was stored under `digest`) into
+    /// the cache as the layer `digest`, unless it is there; by rename of a finished temporary, as `add_layer`.
+    pub fn import_layer(&self, digest: &str, archive: impl std::io::Read) -> Result<(), CacheError> {
+        check_digest(digest)?;
+        let dest = self.layer_dir(digest);
+        if dest.is_dir() {
+            return Ok(());
+        }
+        let scratch = self.root.join("layers").join(format!("{PARTIAL}{}-import-{digest}", std::process::id()));
+        let _ = fs::remove_dir_all(&scratch);
+        let result = (|| {
+            create_dir(&scratch)?;
+            layer::unpack(archive, &scratch)?;
+            fs::rename(&scratch, &dest).map_err(CacheError::io("renaming into place", &dest))
+        })();
+        let _ = fs::remove_dir_all(&scratch);
+        result
+    }
+
     /// Makes `record` the template of its name (replacing an older one).
     pub fn put_template(&self, record: &TemplateRecord) -> Result<(), CacheError> {
         let path = self.record_path(&record.name);
@@ -312,6 +338,16 @@ pub struct GcReport {
 }
 
 /// SHA-256 of a file, `sha256:`-less hex.
+/// A layer's digest is 64 lower-case hex digits (SHA-256): anything else (a record from an object store naming
+/// `../x`) is refused before it becomes a path.
+fn check_digest(digest: &str) -> Result<(), CacheError> {
+    if digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        Ok(())
+    } else {
+        Err(CacheError::BadEntry { entry: digest.to_owned(), reason: "a layer digest is 64 lower-case hex digits" })
+    }
+}
+
 fn digest_file(path: &Path) -> Result<String, CacheError> {
     use sha2::{Digest, Sha256};
     let mut file = fs::File::open(path).map_err(CacheError::io("reading", path))?;

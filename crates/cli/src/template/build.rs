@@ -173,7 +173,7 @@ fn report(json: bool, name: &str, outcome: Result<TemplateRecord, BuildError>) -
     match outcome {
         Ok(record) => {
             if !json {
-                println!("built {} {} ({})", record.name, record.digest, units::format_bytes(record.size_bytes));
+                println!("built {} {} ({})", record.name, record.digest, indicatif::HumanBytes(record.size_bytes));
             }
             0
         }

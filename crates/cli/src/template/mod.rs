@@ -1,8 +1,10 @@
 //! `sandkasten template`: `check FILE` (a spec or Dockerfile, exit 0 or 2 naming the field), `build FILE` (each step
-//! in a build sandbox, layers cached), `list`, `rm NAME` (with garbage collection of unused layers), `gc`. A layer
+//! in a build sandbox, layers cached), `list`, `rm NAME` (with garbage collection of unused layers), `gc`, `push NAME`
+//! and `pull NAME` (to and from the template store beside the snapshot store). A layer
 //! that a sandbox on this host reads (its runtime record names it) outlives its template until a later `rm` or `gc`.
 
 mod build;
+mod share;
 
 use std::path::PathBuf;
 
@@ -49,6 +51,23 @@ pub enum TemplateCommand {
     /// Remove every layer no template uses and no sandbox reads (those of templates removed while their sandboxes
     /// ran), and what unfinished builds left.
     Gc,
+    /// Copy a built template into the template store beside the snapshot store (`[snapshots] store` of --config,
+    /// else the server's default), so other hosts can pull it.
+    Push {
+        /// The template's name.
+        name: String,
+        /// The server's config file: its `[snapshots]` settings name the store.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+    /// Copy the newest version of a template from the template store into the cache.
+    Pull {
+        /// The template's name.
+        name: String,
+        /// The server's config file: its `[snapshots]` settings name the store.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
 }
 
 /// Runs `sandkasten template …` and returns the exit code.
@@ -69,6 +88,8 @@ pub fn run(args: TemplateArgs) -> i32 {
         TemplateCommand::List { json } => list(&root, json),
         TemplateCommand::Rm { name } => remove(&root, Some(&name)),
         TemplateCommand::Gc => remove(&root, None),
+        TemplateCommand::Push { name, config } => share::run(&root, &name, config.as_ref(), true),
+        TemplateCommand::Pull { name, config } => share::run(&root, &name, config.as_ref(), false),
     }
 }
 
@@ -103,7 +124,7 @@ fn list(root: &std::path::Path, json: bool) -> i32 {
     println!("{:<24} {:<20} {:>10}  CREATED", "NAME", "DIGEST", "SIZE");
     for template in templates {
         let short: String = template.digest.chars().take(19).collect();
-        let size = sandkasten_types::units::format_bytes(template.size_bytes);
+        let size = indicatif::HumanBytes(template.size_bytes).to_string();
         println!("{:<24} {short:<20} {size:>10}  {}", template.name, template.created);
     }
     0

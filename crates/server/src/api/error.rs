@@ -316,6 +316,8 @@ impl From<crate::built_templates::ChooseError> for ApiError {
         match error {
             crate::built_templates::ChooseError::Unknown(message) => ApiError::unprocessable(message),
             crate::built_templates::ChooseError::Cache(detail) => ApiError::internal(detail),
+            crate::built_templates::ChooseError::Busy(message) => ApiError::conflict(message),
+            crate::built_templates::ChooseError::Store(message) => ApiError::new(ErrorCode::StoreFailed, message),
         }
     }
 }

@@ -161,6 +161,14 @@ pub(crate) async fn build(
     let (sender, receiver) = mpsc::unbounded_channel::<(Event, u64)>();
     let queued = Arc::new(AtomicU64::new(0));
     let runtime = state.shared_runtime();
+    let config = state.effective_config();
+    let share = match config.templates.share {
+        true => Some(
+            sandkasten_template_build::TemplateStore::beside(&config.snapshots.store_config(&config.database))
+                .map_err(|error| ApiError::new(ErrorCode::StoreFailed, format!("the template store: {error}")))?,
+        ),
+        false => None,
+    };
     let producer_queued = Arc::clone(&queued);
     let stopping = state.stopping().clone();
     tokio::spawn(async move {
@@ -182,8 +190,8 @@ pub(crate) async fn build(
             // capture if the unmount did not finish.
             () = stopping.cancelled() => None,
         };
-        drop(lock);
         let Some(outcome) = outcome else {
+            drop(lock);
             tracing::info!(template = %name, "template build cancelled: the server is stopping");
             let cancelled = ApiError::new(
                 ErrorCode::Internal,
@@ -192,6 +200,19 @@ pub(crate) async fn build(
             let _ = sender.send((json_event("error", &ErrorDetail::from(cancelled)), 0));
             return;
         };
+        // With `[templates] share`, the template goes to the template store before the build is reported done.
+        if let (Some(store), Ok(record)) = (&share, &outcome)
+            && let Err(error) = store.push(&cache, &record.name).await
+        {
+            drop(lock);
+            let failed = ApiError::new(
+                ErrorCode::StoreFailed,
+                format!("template {name} was built on this host but not pushed to the template store: {error}"),
+            );
+            let _ = sender.send((json_event("error", &ErrorDetail::from(failed)), 0));
+            return;
+        }
+        drop(lock);
         match BuildEvent::finished(&name, &outcome) {
             Some(event) => send(event),
             None => {

@@ -19,6 +19,11 @@ pub struct TemplatesConfig {
     /// proxy, replacing the registries read from the host's clients. Default: empty (read from the host). The
     /// build's proxy uses `[egress]` too (`allow_cidrs` for a registry mirror on a private network).
     pub registries: Vec<String>,
+    /// Share templates through the template store beside the snapshot store (`[snapshots] store` with `/templates`
+    /// appended): a template built through the API is pushed there when its build ends, and a create or run naming a
+    /// template this host's cache lacks pulls it from there first (`sandkasten template push/pull` do the same by
+    /// hand). Default false.
+    pub share: bool,
 }
 
 impl TemplatesConfig {

@@ -167,6 +167,9 @@ pub(crate) async fn create(
     } else if TEMPLATES.contains(&body.template_id.as_str()) {
         None
     } else {
+        crate::built_templates::fetch_shared(state.effective_config(), Some(&body.template_id))
+            .await
+            .map_err(crate::api::error::ApiError::from)?;
         let templates = &state.effective_config().templates;
         match crate::built_templates::choose(templates, Some(&body.template_id)) {
             // A template built on this server: its layers at `/opt`, in the facade's layout.

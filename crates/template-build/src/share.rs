@@ -1,0 +1,194 @@
+//! Templates in an object store, so several hosts share them: the store is the snapshot store's configuration with
+//! `templates` appended to its URL (a local directory by default, `s3://bucket/prefix/templates` when configured), a
+//! store of its own so the server's snapshot reconcile and GC never see template manifests. Each pushed version of
+//! a template is one manifest, `t-<SHA-256 of the name, 20 hex>-<the template's digest, 40 hex>`, whose parts are
+//! its layers as tar (`layer-0`, … lowest first, packed from the cache) and whose metadata is the template record;
+//! the pull takes the newest version of a name (its record's `created`), unpacks each layer the cache lacks under the
+//! digest its record names, and writes the record last. The store is the operator's and trusted like the cache: a
+//! layer is not re-hashed on pull (chunks are checked against their BLAKE3 names as they are read).
+
+use futures::TryStreamExt;
+use sandkasten_snapshot_store::{SnapshotStore, StoreConfig, StoreError};
+use sandkasten_template::steps::sha256_hex;
+use sandkasten_template::{CacheError, TemplateCache, TemplateRecord};
+
+/// Why a push or pull failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ShareError {
+    /// The object store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The local cache failed (or has no template of that name to push).
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    /// No version of the template is in the store.
+    #[error("no template named {0:?} is in the template store: push it from the host that built it")]
+    NotInStore(String),
+    /// A stored template's manifest does not hold what a pushed template does.
+    #[error("the stored template {id}: {reason}")]
+    Damaged {
+        /// The manifest's id.
+        id: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A temporary file for a layer on its way failed.
+    #[error("{doing}: {source}")]
+    Io {
+        /// What was being done.
+        doing: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+}
+
+fn io(doing: impl Into<String>) -> impl FnOnce(std::io::Error) -> ShareError {
+    let doing = doing.into();
+    move |source| ShareError::Io { doing, source }
+}
+
+/// The templates of an object store.
+#[derive(Clone, Debug)]
+pub struct TemplateStore {
+    store: SnapshotStore,
+}
+
+impl TemplateStore {
+    /// The template store beside the snapshot store `snapshots` configures (`<url>/templates`).
+    pub fn beside(snapshots: &StoreConfig) -> Result<TemplateStore, StoreError> {
+        let mut config = snapshots.clone();
+        config.url = format!("{}/templates", snapshots.url.trim_end_matches('/'));
+        Ok(TemplateStore { store: SnapshotStore::open(&config)? })
+    }
+
+    /// Copies the cached template `name` into the store (a version already there is left as it is); returns its
+    /// record.
+    pub async fn push(&self, cache: &TemplateCache, name: &str) -> Result<TemplateRecord, ShareError> {
+        let record = cache.template(name)?;
+        let id = version_id(&record);
+        match self.store.manifest(&id).await {
+            Ok(_) => return Ok(record),
+            Err(StoreError::NotFound { .. }) => {}
+            Err(error) => return Err(error.into()),
+        }
+        let mut writer = self.store.writer(&id)?;
+        for (index, digest) in record.layers.iter().enumerate() {
+            let scratch = scratch_file(cache, "push")?;
+            let (packing_cache, packing_digest, file) =
+                (cache.clone(), digest.clone(), scratch.reopen().map_err(io("reopening a layer's archive"))?);
+            tokio::task::spawn_blocking(move || {
+                packing_cache.pack_layer(&packing_digest, std::io::BufWriter::new(file))
+            })
+            .await
+            .map_err(|error| ShareError::Io {
+                doing: "packing a layer".into(),
+                source: std::io::Error::other(error),
+            })??;
+            let file = tokio::fs::File::open(scratch.path()).await.map_err(io("reading a layer's archive"))?;
+            writer.add_part(&format!("layer-{index}"), tokio_util::io::ReaderStream::new(file), None).await?;
+        }
+        let metadata = serde_json::to_value(&record)
+            .map_err(|error| ShareError::Damaged { id: id.clone(), reason: error.to_string() })?;
+        match writer.commit(metadata).await {
+            Ok(_) | Err(StoreError::AlreadyExists { .. }) => Ok(record),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// The newest version of `name` in the store, copied into the cache (its layers, then its record); returns the
+    /// record. The caller holds the cache's lock.
+    pub async fn pull(&self, cache: &TemplateCache, name: &str) -> Result<TemplateRecord, ShareError> {
+        let prefix = format!("{}-", name_prefix(name));
+        let mut newest: Option<(TemplateRecord, sandkasten_snapshot_store::Manifest)> = None;
+        for id in self.store.list().await?.into_iter().filter(|id| id.starts_with(&prefix)) {
+            let manifest = self.store.manifest(&id).await?;
+            let record: TemplateRecord = serde_json::from_value(manifest.metadata.clone())
+                .map_err(|error| ShareError::Damaged { id: id.clone(), reason: format!("its record: {error}") })?;
+            if record.name != name || version_id(&record) != id {
+                return Err(ShareError::Damaged { id, reason: "its record names another template".into() });
+            }
+            if newest.as_ref().is_none_or(|(best, _)| record.created >= best.created) {
+                newest = Some((record, manifest));
+            }
+        }
+        let Some((record, manifest)) = newest else { return Err(ShareError::NotInStore(name.to_owned())) };
+        for (index, digest) in record.layers.iter().enumerate() {
+            if cache.layer_dir(digest).is_dir() {
+                continue;
+            }
+            let part = format!("layer-{index}");
+            if manifest.part(&part).is_none() {
+                return Err(ShareError::Damaged { id: manifest.snapshot_id, reason: format!("no part {part}") });
+            }
+            let scratch = scratch_file(cache, "pull")?;
+            let mut file = tokio::fs::File::from_std(scratch.reopen().map_err(io("reopening a layer's archive"))?);
+            let mut chunks = std::pin::pin!(self.store.read_part(&manifest, &part));
+            while let Some(chunk) = chunks.try_next().await? {
+                tokio::io::AsyncWriteExt::write_all(&mut file, &chunk)
+                    .await
+                    .map_err(io("writing a layer's archive"))?;
+            }
+            tokio::io::AsyncWriteExt::flush(&mut file).await.map_err(io("writing a layer's archive"))?;
+            let (importing_cache, importing_digest) = (cache.clone(), digest.clone());
+            let archive = scratch.reopen().map_err(io("reading a layer's archive"))?;
+            tokio::task::spawn_blocking(move || {
+                importing_cache.import_layer(&importing_digest, std::io::BufReader::new(archive))
+            })
+            .await
+            .map_err(|error| ShareError::Io {
+                doing: "unpacking a layer".into(),
+                source: std::io::Error::other(error),
+            })??;
+        }
+        cache.put_template(&record)?;
+        Ok(record)
+    }
+}
+
+/// The manifest id of a template's version.
+fn version_id(record: &TemplateRecord) -> String {
+    let digest = record.digest.trim_start_matches("sha256:");
+    format!("{}-{}", name_prefix(&record.name), &digest[..40.min(digest.len())])
+}
+
+fn name_prefix(name: &str) -> String {
+    format!("t-{}", &sha256_hex(name.as_bytes())[..20])
+}
+
+/// A temporary file in the cache's build directory (same filesystem as the layers; removed when dropped).
+fn scratch_file(cache: &TemplateCache, what: &str) -> Result<tempfile::NamedTempFile, ShareError> {
+    let dir = cache.build_dir();
+    std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
+    tempfile::Builder::new().prefix(&format!("{what}-")).tempfile_in(&dir).map_err(io("creating a layer's archive"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(name: &str, digest: &str, created: u64) -> TemplateRecord {
+        TemplateRecord {
+            name: name.into(),
+            digest: format!("sha256:{digest}"),
+            base: "host".into(),
+            root: sandkasten_template::Base::Host,
+            layers: Vec::new(),
+            env: Default::default(),
+            workdir: None,
+            user: "sandbox".into(),
+            preload: Vec::new(),
+            size_bytes: 0,
+            created,
+        }
+    }
+
+    #[test]
+    fn versions_of_a_name_share_a_prefix_and_fit_a_manifest_id() {
+        let a = version_id(&record("python-data", &"a".repeat(64), 1));
+        let b = version_id(&record("python-data", &"b".repeat(64), 2));
+        assert_eq!(a[..23], b[..23]);
+        assert_ne!(a, b);
+        assert!(a.len() <= 64 && a.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-'));
+        assert!(!version_id(&record("python_data", &"a".repeat(64), 1)).starts_with(&a[..23]));
+    }
+}
