@@ -52,9 +52,15 @@ impl Chosen {
     }
 }
 
+/// How long a create waits for the template cache's lock before it answers 409 (a build, or another request's
+/// pull of a large template, holds it).
+const SHARED_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// With `[templates] share`: copies the template `name` from the template store into this host's cache when the
 /// cache lacks it (another host built and pushed it), so that `choose` finds it. Nothing for a built-in layout, a
-/// template the cache has, or a name the store lacks (`choose` then says it is unknown).
+/// template the cache has (a newer push is not looked for: `sandkasten template pull` takes it), or a name the store
+/// lacks (`choose` then says it is unknown). The pull runs in a task that owns the cache's lock, so a request that
+/// goes away mid-pull leaves it to finish under the lock.
 pub(crate) async fn fetch_shared(config: &crate::config::ServerConfig, name: Option<&str>) -> Result<(), ChooseError> {
     let Some(name) = name.filter(|name| !matches!(*name, "host" | "e2b")) else { return Ok(()) };
     if !config.templates.share || sandkasten_template::spec::check_name(name).is_err() {
@@ -68,27 +74,45 @@ pub(crate) async fn fetch_shared(config: &crate::config::ServerConfig, name: Opt
         if cache.template(&name).is_ok() {
             return Ok(None);
         }
-        match cache.try_lock().map_err(|error| ChooseError::Cache(error.to_string()))? {
-            // Pulled by another request while this one waited for nothing: the lock's holder wrote it.
-            Some(_) if cache.template(&name).is_ok() => Ok(None),
-            Some(lock) => Ok(Some((cache, lock))),
-            None => Err(ChooseError::Busy(format!(
-                "template {name:?} is not in this host's cache yet and a build holds the cache: retry when it finished"
-            ))),
+        let deadline = std::time::Instant::now() + SHARED_LOCK_WAIT;
+        loop {
+            match cache.try_lock().map_err(|error| ChooseError::Cache(error.to_string()))? {
+                // Pulled by another request while this one waited: nothing to do.
+                Some(_) if cache.template(&name).is_ok() => return Ok(None),
+                Some(lock) => return Ok(Some((cache, lock))),
+                None if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(100))
+                }
+                None => {
+                    return Err(ChooseError::Busy(format!(
+                        "template {name:?} is not in this host's cache and the cache is busy (a build, or a pull of \
+                         it for another request): retry in a moment"
+                    )));
+                }
+            }
         }
     })
     .await
     .map_err(|error| ChooseError::Cache(error.to_string()))??;
-    let Some((cache, _lock)) = opened else { return Ok(()) };
+    let Some((cache, lock)) = opened else { return Ok(()) };
     let store = sandkasten_template_build::TemplateStore::beside(&config.snapshots.store_config(&config.database))
         .map_err(|error| ChooseError::Store(format!("the template store: {error}")))?;
-    match store.pull(&cache, name).await {
+    let wanted = name.to_owned();
+    let pull = tokio::spawn(async move {
+        let pulled = store.pull(&cache, &wanted).await;
+        drop(lock);
+        pulled
+    });
+    match pull.await.map_err(|error| ChooseError::Cache(error.to_string()))? {
         Ok(record) => {
             tracing::info!(template = %name, digest = %record.digest, "template pulled from the template store");
             Ok(())
         }
         Err(sandkasten_template_build::ShareError::NotInStore(_)) => Ok(()),
-        Err(error) => Err(ChooseError::Store(format!("pulling template {name:?} from the template store: {error}"))),
+        Err(error @ sandkasten_template_build::ShareError::Store(_)) => {
+            Err(ChooseError::Store(format!("pulling template {name:?} from the template store: {error}")))
+        }
+        Err(error) => Err(ChooseError::Cache(format!("pulling template {name:?} into this host's cache: {error}"))),
     }
 }
 
@@ -117,6 +141,9 @@ pub(crate) fn choose(config: &TemplatesConfig, name: Option<&str>) -> Result<Cho
         Err(CacheError::UnknownTemplate(_)) => return Err(unknown()),
         Err(error) => return Err(ChooseError::Cache(error.to_string())),
     };
+    if let Some(bad) = record.layers.iter().find(|digest| !sandkasten_template::cache::is_layer_digest(digest)) {
+        return Err(ChooseError::Cache(format!("template {name}: {bad:?} is not a layer digest")));
+    }
     if let Some(missing) = record.layers.iter().find(|digest| !cache.layer_dir(digest).is_dir()) {
         return Err(ChooseError::Cache(format!("template {name}: layer {missing} is missing from {}", root.display())));
     }
@@ -135,6 +162,9 @@ pub(crate) fn name_of(spec: &SandboxSpec) -> String {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    /// A layer digest (64 hex digits: `choose` refuses anything else).
+    const LAYER: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+
     use super::*;
 
     #[test]
@@ -153,13 +183,13 @@ mod tests {
     fn a_built_template_brings_its_layers_and_environment_under_the_requests() {
         let root = tempfile::tempdir_in("/var/tmp").unwrap();
         let cache = TemplateCache::open(root.path()).unwrap();
-        std::fs::create_dir_all(cache.layer_dir("aa")).unwrap();
+        std::fs::create_dir_all(cache.layer_dir(LAYER)).unwrap();
         let record = sandkasten_template::TemplateRecord {
             name: "tables".into(),
             digest: "sha256:00".into(),
             base: "host".into(),
             root: sandkasten_template::Base::Host,
-            layers: vec!["aa".into()],
+            layers: vec![LAYER.into()],
             env: BTreeMap::from([("PATH".into(), "/opt/v/bin:/usr/bin".into()), ("A".into(), "template".into())]),
             workdir: None,
             user: "sandbox".into(),
@@ -171,7 +201,7 @@ mod tests {
         let config = TemplatesConfig { cache: Some(root.path().into()), ..TemplatesConfig::default() };
         let mut spec = SandboxSpec { env: BTreeMap::from([("A".into(), "request".into())]), ..SandboxSpec::default() };
         choose(&config, Some("tables")).unwrap().apply(&mut spec);
-        assert_eq!(spec.layers.layers, vec![cache.layer_dir("aa")]);
+        assert_eq!(spec.layers.layers, vec![cache.layer_dir(LAYER)]);
         assert_eq!(name_of(&spec), "tables");
         assert_eq!(spec.env["A"], "request", "the request's environment goes over the template's");
         assert_eq!(spec.env["PATH"], "/opt/v/bin:/usr/bin");

@@ -101,12 +101,24 @@ impl TemplateStore {
         let prefix = format!("{}-", name_prefix(name));
         let mut newest: Option<(TemplateRecord, sandkasten_snapshot_store::Manifest)> = None;
         for id in self.store.list().await?.into_iter().filter(|id| id.starts_with(&prefix)) {
-            let manifest = self.store.manifest(&id).await?;
-            let record: TemplateRecord = serde_json::from_value(manifest.metadata.clone())
-                .map_err(|error| ShareError::Damaged { id: id.clone(), reason: format!("its record: {error}") })?;
-            if record.name != name || version_id(&record) != id {
-                return Err(ShareError::Damaged { id, reason: "its record names another template".into() });
-            }
+            let manifest = match self.store.manifest(&id).await {
+                Ok(manifest) => manifest,
+                Err(error @ StoreError::ManifestDamaged { .. }) => {
+                    tracing::warn!(version = %id, %error, "skipping a damaged template version in the store");
+                    continue;
+                }
+                Err(error) => return Err(error.into()),
+            };
+            let record = match serde_json::from_value::<TemplateRecord>(manifest.metadata.clone())
+                .map_err(|error| format!("its record does not parse: {error}"))
+                .and_then(|record| check_record(&record, name, &id).map(|()| record))
+            {
+                Ok(record) => record,
+                Err(reason) => {
+                    tracing::warn!(version = %id, %reason, "skipping a damaged template version in the store");
+                    continue;
+                }
+            };
             if newest.as_ref().is_none_or(|(best, _)| record.created >= best.created) {
                 newest = Some((record, manifest));
             }
@@ -148,7 +160,49 @@ impl TemplateStore {
 /// The manifest id of a template's version.
 fn version_id(record: &TemplateRecord) -> String {
     let digest = record.digest.trim_start_matches("sha256:");
-    format!("{}-{}", name_prefix(&record.name), &digest[..40.min(digest.len())])
+    format!("{}-{}", name_prefix(&record.name), digest.get(..40).unwrap_or(digest))
+}
+
+/// Checks a record read from the store (version `id`, wanted as `name`) before anything of it is used: every layer
+/// digest is hex (a digest becomes a path under the cache: `/root` or `../x` would mount a host directory), the
+/// template digest is its layers', and env, workdir, user and preload are what a build could have made.
+fn check_record(record: &TemplateRecord, name: &str, id: &str) -> Result<(), String> {
+    use sandkasten_template::spec::{check_name, is_env_name};
+    if record.name != name || check_name(&record.name).is_err() || version_id(record) != id {
+        return Err(format!("its record names another template ({:?})", record.name));
+    }
+    if let Some(bad) = record.layers.iter().find(|digest| !sandkasten_template::cache::is_layer_digest(digest)) {
+        return Err(format!("layer {bad:?} is not a layer digest (64 hex digits)"));
+    }
+    if record.digest != sandkasten_template::cache::template_digest(&record.layers) {
+        return Err("its digest is not its layers'".to_owned());
+    }
+    if record.root != sandkasten_template::Base::Host {
+        return Err(format!("its root {} is not one this sandkasten runs", record.root));
+    }
+    if let Some((key, _)) = record.env.iter().find(|(key, value)| !is_env_name(key) || value.contains('\0')) {
+        return Err(format!("env {key:?} is not a variable a build makes"));
+    }
+    let clean = |path: &str| {
+        let path = std::path::Path::new(path);
+        path.is_absolute()
+            && path.components().all(|c| matches!(c, std::path::Component::RootDir | std::path::Component::Normal(_)))
+    };
+    if record.workdir.as_deref().is_some_and(|workdir| !clean(workdir)) {
+        return Err("its workdir is not a clean absolute path".to_owned());
+    }
+    sandkasten_types::check_user_name(&record.user).map_err(|reason| format!("its user: {reason}"))?;
+    let module = |name: &str| {
+        !name.is_empty()
+            && name.split('.').all(|part| {
+                part.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                    && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            })
+    };
+    if let Some(bad) = record.preload.iter().find(|name| !module(name)) {
+        return Err(format!("preload {bad:?} is not a Python module name"));
+    }
+    Ok(())
 }
 
 fn name_prefix(name: &str) -> String {
@@ -180,6 +234,35 @@ mod tests {
             size_bytes: 0,
             created,
         }
+    }
+
+    #[test]
+    fn a_stored_record_naming_a_path_or_a_bad_digest_is_refused() {
+        let good = |layers: Vec<String>| {
+            let mut record = record("t", "", 1);
+            record.digest = sandkasten_template::cache::template_digest(&layers);
+            record.layers = layers;
+            record
+        };
+        let fine = good(vec!["a".repeat(64)]);
+        assert_eq!(check_record(&fine, "t", &version_id(&fine)), Ok(()));
+        for layers in [vec!["/root".to_owned()], vec!["../../..".to_owned()], vec!["A".repeat(64)]] {
+            let bad = good(layers);
+            let refused = check_record(&bad, "t", &version_id(&bad));
+            assert!(refused.as_ref().is_err_and(|e| e.contains("not a layer digest")), "{refused:?}");
+        }
+        let mut lying = good(vec!["a".repeat(64)]);
+        lying.layers = vec!["b".repeat(64)];
+        assert!(check_record(&lying, "t", &version_id(&lying)).is_err());
+        let mut env = good(vec![]);
+        env.env.insert("LD_PRELOAD\0".into(), "x".into());
+        assert!(check_record(&env, "t", &version_id(&env)).is_err());
+        let mut workdir = good(vec![]);
+        workdir.workdir = Some("/opt/../etc".into());
+        assert!(check_record(&workdir, "t", &version_id(&workdir)).is_err());
+        assert!(check_record(&fine, "other", &version_id(&fine)).is_err());
+        let multibyte = record("t", &"é".repeat(30), 1);
+        let _ = version_id(&multibyte);
     }
 
     #[test]

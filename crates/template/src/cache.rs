@@ -178,12 +178,18 @@ impl TemplateCache {
         if dest.is_dir() {
             return Ok(());
         }
-        let scratch = self.root.join("layers").join(format!("{PARTIAL}{}-import-{digest}", std::process::id()));
-        let _ = fs::remove_dir_all(&scratch);
+        // A directory of this import's own: two imports of one digest (a pull cut off and retried) never share one.
+        static IMPORTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let nth = IMPORTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let scratch = self.root.join("layers").join(format!("{PARTIAL}{}-import-{nth}-{digest}", std::process::id()));
         let result = (|| {
             create_dir(&scratch)?;
             layer::unpack(archive, &scratch)?;
-            fs::rename(&scratch, &dest).map_err(CacheError::io("renaming into place", &dest))
+            match fs::rename(&scratch, &dest) {
+                // Another import of the digest finished first: its layer is whole, this one is not needed.
+                Err(_) if dest.is_dir() => Ok(()),
+                renamed => renamed.map_err(CacheError::io("renaming into place", &dest)),
+            }
         })();
         let _ = fs::remove_dir_all(&scratch);
         result
@@ -337,17 +343,21 @@ pub struct GcReport {
     pub layers_in_use: usize,
 }
 
-/// SHA-256 of a file, `sha256:`-less hex.
-/// A layer's digest is 64 lower-case hex digits (SHA-256): anything else (a record from an object store naming
-/// `../x`) is refused before it becomes a path.
+/// Whether `digest` is a layer's digest: 64 lower-case hex digits (SHA-256). Anything else (a record from an object
+/// store naming `/root` or `../x`) must never become a path.
+pub fn is_layer_digest(digest: &str) -> bool {
+    digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 fn check_digest(digest: &str) -> Result<(), CacheError> {
-    if digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+    if is_layer_digest(digest) {
         Ok(())
     } else {
         Err(CacheError::BadEntry { entry: digest.to_owned(), reason: "a layer digest is 64 lower-case hex digits" })
     }
 }
 
+/// SHA-256 of a file, `sha256:`-less hex.
 fn digest_file(path: &Path) -> Result<String, CacheError> {
     use sha2::{Digest, Sha256};
     let mut file = fs::File::open(path).map_err(CacheError::io("reading", path))?;

@@ -52,7 +52,8 @@ pub enum TemplateCommand {
     /// ran), and what unfinished builds left.
     Gc,
     /// Copy a built template into the template store beside the snapshot store (`[snapshots] store` of --config,
-    /// else the server's default), so other hosts can pull it.
+    /// else the server's default), so other hosts can pull it. The cache is --cache, else `[templates] cache` of
+    /// --config.
     Push {
         /// The template's name.
         name: String,
@@ -60,7 +61,8 @@ pub enum TemplateCommand {
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
-    /// Copy the newest version of a template from the template store into the cache.
+    /// Copy the newest version of a template from the template store into the cache (--cache, else `[templates]
+    /// cache` of --config, which a server with that config reads).
     Pull {
         /// The template's name.
         name: String,
@@ -88,8 +90,8 @@ pub fn run(args: TemplateArgs) -> i32 {
         TemplateCommand::List { json } => list(&root, json),
         TemplateCommand::Rm { name } => remove(&root, Some(&name)),
         TemplateCommand::Gc => remove(&root, None),
-        TemplateCommand::Push { name, config } => share::run(&root, &name, config.as_ref(), true),
-        TemplateCommand::Pull { name, config } => share::run(&root, &name, config.as_ref(), false),
+        TemplateCommand::Push { name, config } => share::run(args.cache.as_deref(), &name, config.as_ref(), true),
+        TemplateCommand::Pull { name, config } => share::run(args.cache.as_deref(), &name, config.as_ref(), false),
     }
 }
 

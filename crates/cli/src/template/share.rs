@@ -9,8 +9,8 @@ use sandkasten_template_build::{ShareError, TemplateStore};
 
 use crate::exit_codes;
 
-/// Push (`true`) or pull the template `name`; returns the exit code.
-pub fn run(root: &Path, name: &str, config: Option<&PathBuf>, push: bool) -> i32 {
+/// Push (`true`) or pull the template `name` of the cache `cache` (else the config's); returns the exit code.
+pub fn run(cache: Option<&Path>, name: &str, config: Option<&PathBuf>, push: bool) -> i32 {
     let config = match sandkasten_server::ServerConfig::load_with(config.map(PathBuf::as_path), |config| {
         // Only the store settings are read: the file's API keys are not needed.
         config.insecure_no_auth = true;
@@ -30,7 +30,8 @@ pub fn run(root: &Path, name: &str, config: Option<&PathBuf>, push: bool) -> i32
             return exit_codes::BAD_INPUT;
         }
     };
-    let cache = match TemplateCache::open(root) {
+    let root = cache.map_or_else(|| config.templates.cache_root(), Path::to_path_buf);
+    let cache = match TemplateCache::open(&root) {
         Ok(cache) => cache,
         Err(error) => {
             eprintln!("sandkasten: the template cache: {error}");

@@ -201,9 +201,17 @@ pub(crate) async fn build(
             return;
         };
         // With `[templates] share`, the template goes to the template store before the build is reported done.
-        if let (Some(store), Ok(record)) = (&share, &outcome)
-            && let Err(error) = store.push(&cache, &record.name).await
-        {
+        let pushed = match (&share, &outcome) {
+            (Some(store), Ok(record)) => tokio::select! {
+                pushed = store.push(&cache, &record.name) => pushed.map(|_| ()),
+                () = stopping.cancelled() => Err(sandkasten_template_build::ShareError::Io {
+                    doing: "pushing".to_owned(),
+                    source: std::io::Error::other("the server is stopping"),
+                }),
+            },
+            _ => Ok(()),
+        };
+        if let Err(error) = pushed {
             drop(lock);
             let failed = ApiError::new(
                 ErrorCode::StoreFailed,

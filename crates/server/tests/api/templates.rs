@@ -42,7 +42,8 @@ fn with_admin_and_cache(cache: &std::path::Path) -> Harness {
 async fn templates_are_listed_and_an_admin_removes_one_keeping_the_layers_its_sandboxes_read() {
     let root = tempfile::tempdir_in("/var/tmp").unwrap();
     let cache = TemplateCache::open(root.path()).unwrap();
-    for (name, layer) in [("alpha-t", "aa"), ("beta-t", "bb")] {
+    let (aa, bb) = ("a".repeat(64), "b".repeat(64));
+    for (name, layer) in [("alpha-t", aa.as_str()), ("beta-t", bb.as_str())] {
         std::fs::create_dir_all(cache.layer_dir(layer).join("opt")).unwrap();
         cache.put_template(&record(name, layer)).unwrap();
     }
@@ -74,13 +75,13 @@ async fn templates_are_listed_and_an_admin_removes_one_keeping_the_layers_its_sa
         .map(|t| t["name"].clone())
         .collect();
     assert_eq!(names, [json!("beta-t")]);
-    assert!(cache.layer_dir("aa").is_dir(), "the running sandbox's layer was removed");
+    assert!(cache.layer_dir(&aa).is_dir(), "the running sandbox's layer was removed");
     h.delete("/v1/templates/alpha-t", KEY_OPS).await.assert_error(404, "not_found");
     h.post("/v1/sandboxes", KEY_A, json!({"template": "alpha-t"})).await.assert_error(422, "unprocessable");
 
     assert_eq!(h.delete(&format!("/v1/sandboxes/{id}"), KEY_A).await.status, StatusCode::NO_CONTENT);
     assert_eq!(h.delete("/v1/templates/beta-t", KEY_OPS).await.status, StatusCode::NO_CONTENT);
-    assert!(!cache.layer_dir("aa").exists() && !cache.layer_dir("bb").exists(), "unused layers stay");
+    assert!(!cache.layer_dir(&aa).exists() && !cache.layer_dir(&bb).exists(), "unused layers stay");
     let empty = h.get("/v1/templates", KEY_A).await;
     assert_eq!(empty.json()["templates"], json!([]));
 }
