@@ -167,7 +167,7 @@ fn version_id(record: &TemplateRecord) -> String {
 /// digest is hex (a digest becomes a path under the cache: `/root` or `../x` would mount a host directory), the
 /// template digest is its layers', and env, workdir, user and preload are what a build could have made.
 fn check_record(record: &TemplateRecord, name: &str, id: &str) -> Result<(), String> {
-    use sandkasten_template::spec::{check_name, is_env_name};
+    use sandkasten_template::spec::{check_name, is_clean_absolute, is_env_name, is_module_name};
     if record.name != name || check_name(&record.name).is_err() || version_id(record) != id {
         return Err(format!("its record names another template ({:?})", record.name));
     }
@@ -183,23 +183,11 @@ fn check_record(record: &TemplateRecord, name: &str, id: &str) -> Result<(), Str
     if let Some((key, _)) = record.env.iter().find(|(key, value)| !is_env_name(key) || value.contains('\0')) {
         return Err(format!("env {key:?} is not a variable a build makes"));
     }
-    let clean = |path: &str| {
-        let path = std::path::Path::new(path);
-        path.is_absolute()
-            && path.components().all(|c| matches!(c, std::path::Component::RootDir | std::path::Component::Normal(_)))
-    };
-    if record.workdir.as_deref().is_some_and(|workdir| !clean(workdir)) {
+    if record.workdir.as_deref().is_some_and(|workdir| !is_clean_absolute(workdir)) {
         return Err("its workdir is not a clean absolute path".to_owned());
     }
     sandkasten_types::check_user_name(&record.user).map_err(|reason| format!("its user: {reason}"))?;
-    let module = |name: &str| {
-        !name.is_empty()
-            && name.split('.').all(|part| {
-                part.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-                    && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            })
-    };
-    if let Some(bad) = record.preload.iter().find(|name| !module(name)) {
+    if let Some(bad) = record.preload.iter().find(|name| !is_module_name(name)) {
         return Err(format!("preload {bad:?} is not a Python module name"));
     }
     Ok(())

@@ -258,12 +258,7 @@ impl TemplateSpec {
             return Err(SpecError::at("ready", "an empty command: remove `ready` or write a check"));
         }
         for (index, module) in self.preload.iter().enumerate() {
-            let valid = !module.is_empty()
-                && module.split('.').all(|part| {
-                    part.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-                        && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                });
-            if !valid {
+            if !is_module_name(module) {
                 return Err(SpecError::at(format!("preload[{index}]"), "not a Python module name, e.g. \"pandas\""));
             }
         }
@@ -333,7 +328,17 @@ pub fn is_env_name(name: &str) -> bool {
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-fn is_clean_absolute(path: &str) -> bool {
+/// Whether `name` is a Python module's dotted name (`pandas`, `os.path`): what a zygote may `import`.
+pub fn is_module_name(name: &str) -> bool {
+    (1..=255).contains(&name.len())
+        && name.split('.').all(|part| {
+            part.bytes().next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+                && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        })
+}
+
+/// Whether `path` is absolute with no `.` or `..` component.
+pub fn is_clean_absolute(path: &str) -> bool {
     let path = Path::new(path);
     path.is_absolute() && path.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
 }

@@ -2,7 +2,7 @@
 //! `GET /v1/templates` lists the built templates (any tenant: they are what creates may name), `DELETE
 //! /v1/templates/{name}` removes one (admin tenants only: templates are operator-wide) and then every layer that no
 //! template uses, no sandbox of this server (running or paused) reads and no sandbox record on this host names. Builds
-//! run with `sandkasten template build --cache DIR` on the host.
+//! run on the host (`sandkasten template build --cache DIR`) or through `POST /v1/templates` (`template_build.rs`).
 
 use std::collections::HashSet;
 use std::path::PathBuf;

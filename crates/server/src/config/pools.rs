@@ -77,11 +77,7 @@ pub const MAX_PRELOAD: usize = 64;
 /// Whether `name` is a dotted module name: identifiers (ASCII letters, digits, `_`, not starting with a digit)
 /// joined by single dots, at most 255 bytes.
 pub fn valid_module_name(name: &str) -> bool {
-    (1..=255).contains(&name.len())
-        && name.split('.').all(|part| {
-            part.bytes().next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
-                && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        })
+    sandkasten_template::spec::is_module_name(name)
 }
 
 fn default_pool_min() -> usize {
