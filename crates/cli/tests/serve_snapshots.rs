@@ -10,6 +10,8 @@
 //! copy; a count of 0 is refused before anything is made. Checked on the host: the sandboxes that remain are exactly
 //! the ones the API names, and nothing of the refused or deleted ones is left. A restore from a snapshot whose chunks
 //! went bad on disk is refused with 409 naming the snapshot as damaged, and nothing of the sandbox it began is left.
+//! Snapshots and forks of a sandbox whose files come and go while they are read (a loop creating and removing them)
+//! succeed: a file gone before tar reads it is left out, not a failure.
 //!
 //! Every test runs on each isolation tier (`process::NAME`, `gvisor::NAME` and `microvm::NAME`, see `per_tier!`).
 
@@ -37,6 +39,7 @@ per_tier!(
     kill_9_during_a_restore_leaves_no_sandbox_running_and_the_snapshot_restorable,
     a_corrupted_chunk_fails_the_restore_naming_the_snapshot_and_leaves_nothing,
     a_save_and_a_restore_show_their_bytes_while_they_run,
+    files_that_come_and_go_while_a_snapshot_or_fork_reads_them_fail_neither,
 );
 
 fn call(server: &Server, method: &str, path: &str, body: Option<Value>) -> serve::Reply {
@@ -235,6 +238,38 @@ fn a_corrupted_chunk_fails_the_restore_naming_the_snapshot_and_leaves_nothing(ti
     }
     // The damaged snapshot can still be deleted.
     assert_eq!(call(&server, "DELETE", &format!("/v1/snapshots/{snapshot}"), None).status, 204);
+    assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{source}"), None).status, 204);
+    assert_sandbox_gone_on(tier, &source);
+}
+
+/// A background loop that creates and removes files in `/tmp` as fast as it can: some the archive lists are gone
+/// by the time it reads them.
+const CHURN: &str = "while :; do for i in $(seq 100); do echo x > /tmp/churn-$i; done; rm -f /tmp/churn-*; done";
+
+fn files_that_come_and_go_while_a_snapshot_or_fork_reads_them_fail_neither(tier: Tier) {
+    let server = Server::start_with_on(tier, "[snapshots]\ngc_grace_s = 0\n");
+    let source = server.create_on(tier, json!({"timeout_s": 600, "limits": {"timeout_ms": TICKER_LIMIT_MS}}));
+    let churn =
+        call(&server, "POST", &format!("/v1/sandboxes/{source}/exec"), Some(json!({"cmd": CHURN, "background": true})));
+    assert_eq!(churn.status, 202, "{churn:?}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while server.exec(&source, "ls /tmp | grep -q churn-").json["exit_code"] != 0 {
+        assert!(std::time::Instant::now() < deadline, "the churn loop in {source} made no file in 30 s");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    for _ in 0..5 {
+        let taken = call(&server, "POST", &format!("/v1/sandboxes/{source}/snapshots"), Some(json!({})));
+        assert_eq!((taken.status, taken.json["state"].as_str()), (201, Some("ready")), "{taken:?}");
+    }
+    if !tier.saves_memory() {
+        // A fork of a tier that copies files reads them the same way (a memory fork reads none).
+        for _ in 0..3 {
+            let forked = call(&server, "POST", &format!("/v1/sandboxes/{source}/fork"), Some(json!({"count": 1})));
+            assert_eq!(forked.status, 201, "{forked:?}");
+            let copy = forked.json["sandboxes"][0]["id"].as_str().unwrap().to_owned();
+            assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{copy}"), None).status, 204);
+        }
+    }
     assert_eq!(call(&server, "DELETE", &format!("/v1/sandboxes/{source}"), None).status, 204);
     assert_sandbox_gone_on(tier, &source);
 }

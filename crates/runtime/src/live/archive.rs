@@ -14,6 +14,7 @@ use sandkasten_types::{CommandSpec, Failure, FailureKind, OutputChunk, StreamKin
 use tokio::sync::mpsc;
 
 use super::agent_client::AgentClient;
+use super::tar_stderr::{MAX_KEPT as MAX_STDERR, TarStderr};
 
 /// The tar every template has (read-only, from the image's `/usr`).
 const TAR: &str = "/usr/bin/tar";
@@ -21,8 +22,6 @@ const TAR: &str = "/usr/bin/tar";
 const BASH: &str = "/bin/bash";
 /// Longest a tar of a sandbox may take, either way.
 const TAR_TIMEOUT: Duration = Duration::from_secs(15 * 60);
-/// Most of tar's own complaints kept for an error message.
-const MAX_STDERR: usize = 4096;
 /// How long to wait before sending a chunk again that the agent's full stdin buffer refused.
 const STDIN_RETRY: Duration = Duration::from_millis(5);
 
@@ -58,7 +57,8 @@ fn tar_failed(what: &str, exit_code: Option<i32>, signal: Option<i32>, stderr: &
 }
 
 /// Streams a tar of `dirs` (absolute directories inside the sandbox) to `sink`, at the sink's pace. GNU tar's exit
-/// code 1 (a file changed while it was read) is accepted: the archive is whole, that file as tar saw it.
+/// code 1 (a file changed while it was read) is accepted: the archive is whole, that file as tar saw it; so is its 2
+/// when all it said was about files removed after `find` listed them (`TarStderr`): the archive is whole without them.
 pub(super) async fn export_tar(
     agent: &AgentClient,
     dirs: &[String],
@@ -70,7 +70,7 @@ pub(super) async fn export_tar(
         BASH.to_owned(),
         "-c".to_owned(),
         format!(
-            "set -o pipefail; cd / && find \"$@\" -mindepth 1 -maxdepth 1 -print0 | \
+            "set -o pipefail; export LC_ALL=C; cd / && find \"$@\" -mindepth 1 -maxdepth 1 -print0 | \
              {TAR} --create --file=- --null --files-from=- --sparse --numeric-owner"
         ),
         "export".to_owned(),
@@ -78,16 +78,13 @@ pub(super) async fn export_tar(
     argv.extend(operands(dirs)?);
     let (output, mut chunks) = mpsc::channel::<OutputChunk>(4);
     let forward = async move {
-        let mut stderr = Vec::new();
+        let mut stderr = TarStderr::default();
         let mut sink_open = true;
         while let Some(chunk) = chunks.recv().await {
             match chunk.stream {
                 StreamKind::Stdout if sink_open => sink_open = sink.send(chunk.data).await.is_ok(),
                 StreamKind::Stdout => {}
-                StreamKind::Stderr => {
-                    let room = MAX_STDERR.saturating_sub(stderr.len());
-                    stderr.extend_from_slice(&chunk.data[..chunk.data.len().min(room)]);
-                }
+                StreamKind::Stderr => stderr.push(&chunk.data),
             }
         }
         (stderr, sink_open)
@@ -97,9 +94,11 @@ pub(super) async fn export_tar(
     if !sink_open {
         return Err(Failure::new(FailureKind::Internal, "the archive's reader went away"));
     }
+    let (only_vanished_files, said) = stderr.only_vanished_files();
     match exit.exit_code {
         Some(0 | 1) => Ok(()),
-        code => Err(tar_failed("archiving the sandbox's files", code, exit.signal, &stderr)),
+        Some(2) if only_vanished_files => Ok(()),
+        code => Err(tar_failed("archiving the sandbox's files", code, exit.signal, &said)),
     }
 }
 

@@ -14,6 +14,7 @@ mod phases;
 mod runtime;
 mod sandbox_runtime;
 mod supervisor;
+mod tar_stderr;
 mod vm_door;
 
 pub use agent_client::{AgentClient, PortStream};
