@@ -25,6 +25,7 @@ pub mod pool;
 mod port_forward;
 pub mod retention;
 mod sandbox_lifecycle;
+pub(crate) mod shared_templates;
 pub mod seal;
 pub mod secret_rules;
 pub mod state;

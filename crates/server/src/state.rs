@@ -82,6 +82,7 @@ struct Inner {
     /// Cancelled when the server begins to stop: long streams (a template build's) end then, so the graceful
     /// shutdown does not wait for them.
     stopping: tokio_util::sync::CancellationToken,
+    shared_templates: crate::shared_templates::SharedTemplates,
 }
 
 /// The audit queue's two ends, until `serve_on` starts the writer.
@@ -133,6 +134,7 @@ impl AppState {
                 mcp_config: config.mcp,
                 effective_config: config.effective(runtime.max_pids()),
                 stopping: tokio_util::sync::CancellationToken::new(),
+                shared_templates: crate::shared_templates::SharedTemplates::default(),
                 runtime,
             }),
         })
@@ -171,6 +173,11 @@ impl AppState {
 
     pub(crate) fn runtime(&self) -> &dyn SandboxRuntime {
         self.inner.runtime.as_ref()
+    }
+
+    /// Pulls of templates from the template store (`[templates] share`).
+    pub(crate) fn shared_templates(&self) -> &crate::shared_templates::SharedTemplates {
+        &self.inner.shared_templates
     }
 
     /// Cancelled when the server begins to stop.

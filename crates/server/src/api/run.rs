@@ -70,7 +70,7 @@ pub(crate) async fn run(
     let (scan_input, scan_policy) = (body.scan_input(), body.scan_policy.clone());
     let template = body.template.clone();
     let mut plan = request::plan(body, state.settings())?;
-    crate::built_templates::fetch_shared(state.effective_config(), template.as_deref()).await?;
+    state.shared_templates().fetch(state.effective_config(), template.as_deref()).await?;
     crate::built_templates::choose(&state.effective_config().templates, template.as_deref())?.apply(&mut plan.spec);
     // Resolved here as `start_sandbox` will (which gives the answer its isolation), so that a tier that cannot run
     // is refused before the scan.

@@ -90,7 +90,7 @@ pub(crate) async fn create(
     limits.validate().map_err(|error| ApiError::unprocessable(format!("limits: {error}")))?;
     validate::environment(&body.env).map_err(ApiError::unprocessable)?;
     validate::metadata(&body.metadata).map_err(ApiError::unprocessable)?;
-    crate::built_templates::fetch_shared(state.effective_config(), template.as_deref()).await?;
+    state.shared_templates().fetch(state.effective_config(), template.as_deref()).await?;
     let chosen = crate::built_templates::choose(&state.effective_config().templates, template.as_deref())?;
     let settings = state.settings();
     let expires_ms = check_timeout(settings, body.timeout_s.unwrap_or(settings.default_timeout_s))?;
