@@ -88,12 +88,19 @@ impl Drop for Capture {
     }
 }
 
-/// Unmounts and removes what killed builds left in `build_dir` (the caller holds the cache's lock, so no build runs).
+/// Unmounts and removes what killed builds, pushes and pulls left in `build_dir`: step captures (directories, maybe
+/// still mounted) and layer archives on their way to or from the template store (files). The caller holds the
+/// cache's lock, so nothing that writes there runs.
 pub fn remove_stale_captures(build_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(build_dir) else { return };
     for entry in entries.flatten() {
-        let _ = rustix::mount::unmount(entry.path(), UnmountFlags::DETACH);
-        let _ = std::fs::remove_dir_all(entry.path());
+        let path = entry.path();
+        let _ = rustix::mount::unmount(&path, UnmountFlags::DETACH);
+        if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+            let _ = std::fs::remove_dir_all(&path);
+        } else {
+            let _ = std::fs::remove_file(&path);
+        }
     }
 }
 
@@ -245,5 +252,22 @@ impl Drop for BuildSandbox<'_> {
                 }
             });
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_killed_builds_pushes_and_pulls_left_is_removed() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        std::fs::create_dir_all(dir.path().join("step-1/upper/opt")).unwrap();
+        std::fs::write(dir.path().join("step-1/upper/opt/file"), b"x").unwrap();
+        std::fs::write(dir.path().join("pull-Ab12"), b"half a layer").unwrap();
+        std::fs::write(dir.path().join("push-Cd34"), b"half a layer").unwrap();
+        remove_stale_captures(dir.path());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }
