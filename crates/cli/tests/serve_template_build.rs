@@ -3,7 +3,9 @@
 //! events; the template is then listed and what `{"template": NAME}` names, a rebuild takes every layer from the
 //! cache, a template built through the API extends another, and a failing step ends the stream with `failed` naming
 //! the step with its output, leaving no template. A server killed with SIGKILL during a build leaves no mount, and
-//! the next build runs.
+//! the next build runs. A hostile version in the shared template store, whose record names a host directory as a
+//! layer, is skipped: a create or run naming it is refused, nothing of it reaches the cache and no sandbox sees the
+//! directory.
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -13,6 +15,7 @@ mod common;
 mod serve;
 
 use std::io::Read;
+use std::os::unix::fs::PermissionsExt as _;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -238,4 +241,108 @@ fn a_template_built_on_one_server_is_pulled_by_another_sharing_the_store() {
     assert_eq!(second.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
     let unknown = second.call("POST", "/v1/sandboxes", KEY_1, Some(json!({"template": "nowhere-built"})));
     assert_eq!(unknown.status, 422, "{unknown:?}");
+}
+
+/// A hostile version in the shared template store: a record whose layer is an absolute host path (a directory holding
+/// a secret), with a digest computed over that layer list and a manifest named by the version-id scheme, so that only
+/// the check that layer digests are hex stands between it and a sandbox (a digest becomes `layers/<digest>` under the
+/// cache, and joining an absolute path replaces the base: the pull would skip it as present and `/opt` would show the
+/// host directory's `opt`). A create and a run naming the template are refused as for an unknown one, nothing of it
+/// reaches the cache, no sandbox exists, and no sandbox reads the secret; a genuine version beside it is still pulled
+/// and used.
+#[test]
+fn a_hostile_record_in_the_template_store_mounts_no_host_directory() {
+    require_root!();
+    let store = tempfile::Builder::new().prefix("sk-hostile-store-").tempdir_in("/var/tmp").expect("store");
+    let (first_cache, second_cache) = (cache_dir(), cache_dir());
+    let shared = |cache: &std::path::Path| {
+        Server::start_with(&format!(
+            "[templates]\ncache = \"{}\"\nshare = true\n\n[snapshots]\nstore = \"file://{}\"\n\n[[tenants]]\n\
+             name = \"ops\"\napi_keys = [\"{KEY_OPS}\"]\nadmin = true\n",
+            cache.display(),
+            store.path().display()
+        ))
+    };
+    // The host directory the hostile record names, laid out and readable as a layer is (its `opt` is what `/opt`
+    // shows), with a secret in it; under /var/tmp, as the caches are (a layer under /tmp fails the sandbox's setup, so
+    // the test would pass there whether or not the record were refused).
+    let host = tempfile::Builder::new().prefix("sk-host-secret-").tempdir_in("/var/tmp").expect("host dir");
+    std::fs::create_dir(host.path().join("opt")).unwrap();
+    for dir in [host.path().to_owned(), host.path().join("opt")] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let canary = common::Canary::create(host.path().join("opt/secret.txt"));
+    std::fs::set_permissions(&canary.path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let host_dir = host.path().display().to_string();
+
+    // A genuine version of "evil", built and pushed by another server; its manifest is then copied into a hostile one.
+    let first = shared(first_cache.path());
+    let events = build(&first, json!({"spec": {"name": "evil", "base": "host", "run": ["echo genuine > /opt/where"]}}));
+    assert_eq!(named(&events, "done").len(), 1, "{events:?}");
+    drop(first);
+    let manifests = store.path().join("templates/manifests");
+    let pushed: Vec<_> = std::fs::read_dir(&manifests).unwrap().map(|entry| entry.unwrap().path()).collect();
+    assert_eq!(pushed.len(), 1, "the build pushed one version: {pushed:?}");
+    let genuine_text = std::fs::read(&pushed[0]).unwrap();
+    let mut manifest: Value = serde_json::from_slice(&genuine_text).unwrap();
+    let layers = vec![host_dir.clone()];
+    let digest = sandkasten_template::cache::template_digest(&layers);
+    let name_hash = sandkasten_template::steps::sha256_hex(b"evil");
+    let hostile_id = format!("t-{}-{}", &name_hash[..20], &digest.trim_start_matches("sha256:")[..40]);
+    let genuine_name = pushed[0].file_name().unwrap().to_str().unwrap().to_owned();
+    assert!(genuine_name.starts_with(&hostile_id[..23]), "the version-id scheme: {genuine_name} {hostile_id}");
+    let genuine_digest = manifest["metadata"]["digest"].clone();
+    let record = &mut manifest["metadata"];
+    assert_eq!(record["name"], "evil", "{record}");
+    record["layers"] = json!(layers);
+    record["digest"] = json!(digest);
+    record["created"] = json!(record["created"].as_u64().unwrap() + 1);
+    manifest["snapshot_id"] = json!(hostile_id);
+    let hostile_path = manifests.join(format!("{hostile_id}.json"));
+    std::fs::write(&hostile_path, serde_json::to_vec(&manifest).unwrap()).unwrap();
+    // Only the hostile version in the store, first.
+    let genuine_path = pushed[0].clone();
+    std::fs::remove_file(&genuine_path).unwrap();
+
+    let mut second = shared(second_cache.path());
+    let leaked = |reply: &serve::Reply| String::from_utf8_lossy(&reply.body).contains(&canary.secret);
+    let created = second.call("POST", "/v1/sandboxes", KEY_1, Some(json!({"template": "evil"})));
+    if created.status == 201 {
+        let id = created.json["id"].as_str().unwrap().to_owned();
+        let seen = second.exec(&id, "cat /opt/secret.txt; ls -la /opt");
+        let deleted = second.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None);
+        assert!(!leaked(&seen), "a sandbox of the hostile template read the host's secret: {seen:?}");
+        assert_eq!(deleted.status, 204, "{deleted:?}");
+        serve::assert_sandbox_gone(&id);
+    }
+    assert!(!leaked(&created), "{created:?}");
+    assert_eq!(created.status, 422, "the hostile version is not in the store for this server: {created:?}");
+    let message = created.json["error"]["message"].as_str().unwrap();
+    assert!(message.contains("neither built in"), "{created:?}");
+    assert!(!message.contains(&host_dir), "the answer names the host directory: {created:?}");
+    let run = second.call("POST", "/v1/run", KEY_1, Some(json!({"template": "evil", "cmd": "cat /opt/secret.txt"})));
+    assert!(!leaked(&run), "a run of the hostile template read the host's secret: {run:?}");
+    assert_eq!(run.status, 422, "{run:?}");
+    assert!(run.json["error"]["message"].as_str().unwrap().contains("neither built in"), "{run:?}");
+    let listed = second.call("GET", "/v1/sandboxes", KEY_1, None);
+    assert_eq!(listed.json["sandboxes"], json!([]), "a refused sandbox exists: {listed:?}");
+    assert!(!second_cache.path().join("templates/evil.json").exists(), "the hostile record reached the cache");
+    let templates = second.call("GET", "/v1/templates", KEY_1, None);
+    assert_eq!(templates.json["templates"], json!([]), "{templates:?}");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&host_dir), "the host directory is mounted somewhere");
+
+    // Positive control: with the genuine version back beside the (newer) hostile one, a create pulls the genuine (on
+    // a restarted server: a name the store lacked may be remembered as missing for a while).
+    std::fs::write(&genuine_path, &genuine_text).unwrap();
+    second.restart();
+    let id = second.create(json!({"template": "evil"}));
+    let seen = second.exec(&id, "cat /opt/where; cat /opt/secret.txt");
+    assert!(!leaked(&seen), "{seen:?}");
+    assert!(seen.json["stdout"].as_str().unwrap().starts_with("genuine\n"), "{seen:?}");
+    assert_eq!(second.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
+    serve::assert_sandbox_gone(&id);
+    let cached: Value =
+        serde_json::from_slice(&std::fs::read(second_cache.path().join("templates/evil.json")).unwrap()).unwrap();
+    assert_eq!(cached["digest"], genuine_digest, "{cached}");
 }
