@@ -57,7 +57,8 @@ impl SharedTemplates {
             ))
         };
         let deadline = tokio::time::Instant::now() + LOCK_WAIT;
-        let pulling = tokio::time::timeout_at(deadline, Arc::clone(&self.pulling).lock_owned()).await.map_err(|_| busy())?;
+        let pulling =
+            tokio::time::timeout_at(deadline, Arc::clone(&self.pulling).lock_owned()).await.map_err(|_| busy())?;
         // Pulled, or found missing, by the request this one waited for.
         if self.missing_lately(name, Instant::now()) || has_template(&cache, name).await? {
             return Ok(());

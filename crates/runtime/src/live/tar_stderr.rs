@@ -105,8 +105,7 @@ mod tests {
     #[test]
     fn anything_else_is_a_complaint_and_is_kept_for_the_message() {
         let denied = "/usr/bin/tar: tmp/secret: Cannot open: Permission denied\n";
-        let (only_vanished, kept) =
-            said(&["/usr/bin/tar: tmp/x: Cannot stat: No such file or directory\n", denied]);
+        let (only_vanished, kept) = said(&["/usr/bin/tar: tmp/x: Cannot stat: No such file or directory\n", denied]);
         assert!(!only_vanished);
         assert!(String::from_utf8(kept).unwrap().contains("Permission denied"));
         // A last line without its newline counts too.

@@ -167,7 +167,9 @@ pub(crate) async fn create(
     } else if TEMPLATES.contains(&body.template_id.as_str()) {
         None
     } else {
-        state.shared_templates().fetch(state.effective_config(), Some(&body.template_id))
+        state
+            .shared_templates()
+            .fetch(state.effective_config(), Some(&body.template_id))
             .await
             .map_err(crate::api::error::ApiError::from)?;
         let templates = &state.effective_config().templates;
