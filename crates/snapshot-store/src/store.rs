@@ -84,6 +84,13 @@ impl SnapshotStore {
     /// Deletes the snapshot's manifest, then collects garbage ([`SnapshotStore::gc`]): the chunks no other
     /// snapshot references go (once past the grace period).
     pub async fn delete(&self, snapshot_id: &str) -> Result<GcReport, StoreError> {
+        self.delete_manifest(snapshot_id).await?;
+        self.gc().await
+    }
+
+    /// Deletes the snapshot's manifest only: its chunks stay until a [`SnapshotStore::gc`] (one collection after
+    /// many deletes). [`StoreError::NotFound`] when there is none.
+    pub async fn delete_manifest(&self, snapshot_id: &str) -> Result<(), StoreError> {
         validate_snapshot_id(snapshot_id)?;
         let path = manifest_path(snapshot_id);
         // S3 answers a delete of a missing object with success: ask first, so an unknown id is `NotFound` everywhere.
@@ -94,8 +101,7 @@ impl SnapshotStore {
             }
             Err(source) => return Err(StoreError::object_store("head", &path, source)),
         }
-        self.inner.objects.delete(&path).await.map_err(|source| StoreError::object_store("delete", &path, source))?;
-        self.gc().await
+        self.inner.objects.delete(&path).await.map_err(|source| StoreError::object_store("delete", &path, source))
     }
 
     /// Deletes every chunk no manifest references that is older than the grace period and that no put of this

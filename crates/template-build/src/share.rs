@@ -4,13 +4,18 @@
 //! a template is one manifest, `t-<SHA-256 of the name, 20 hex>-<the template's digest, 40 hex>`, whose parts are
 //! its layers as tar (`layer-0`, … lowest first, packed from the cache) and whose metadata is the template record;
 //! the pull takes the newest version of a name (its record's `created`), unpacks each layer the cache lacks under the
-//! digest its record names, and writes the record last. The store is the operator's and trusted like the cache: a
-//! layer is not re-hashed on pull (chunks are checked against their BLAKE3 names as they are read).
+//! digest its record names, and writes the record last (`prune` deletes old versions). The store is the operator's
+//! and trusted like the cache: a layer is not re-hashed on pull (chunks are checked against their BLAKE3 names as
+//! they are read).
+
+mod prune;
 
 use futures::TryStreamExt;
 use sandkasten_snapshot_store::{SnapshotStore, StoreConfig, StoreError};
 use sandkasten_template::steps::sha256_hex;
 use sandkasten_template::{CacheError, TemplateCache, TemplateRecord};
+
+pub use prune::PruneReport;
 
 /// Why a push or pull failed.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +45,17 @@ pub enum ShareError {
         /// Why it failed.
         source: std::io::Error,
     },
+}
+
+/// Runs the cache's disk `work` on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    doing: &str,
+    work: impl FnOnce() -> Result<T, CacheError> + Send + 'static,
+) -> Result<T, ShareError> {
+    let joined = tokio::task::spawn_blocking(work).await;
+    joined
+        .map_err(|error| ShareError::Io { doing: doing.to_owned(), source: std::io::Error::other(error) })?
+        .map_err(Into::into)
 }
 
 fn io(doing: impl Into<String>) -> impl FnOnce(std::io::Error) -> ShareError {
@@ -76,14 +92,10 @@ impl TemplateStore {
             let scratch = scratch_file(cache, "push")?;
             let (packing_cache, packing_digest, file) =
                 (cache.clone(), digest.clone(), scratch.reopen().map_err(io("reopening a layer's archive"))?);
-            tokio::task::spawn_blocking(move || {
+            blocking("packing a layer", move || {
                 packing_cache.pack_layer(&packing_digest, std::io::BufWriter::new(file))
             })
-            .await
-            .map_err(|error| ShareError::Io {
-                doing: "packing a layer".into(),
-                source: std::io::Error::other(error),
-            })??;
+            .await?;
             let file = tokio::fs::File::open(scratch.path()).await.map_err(io("reading a layer's archive"))?;
             writer.add_part(&format!("layer-{index}"), tokio_util::io::ReaderStream::new(file), None).await?;
         }
@@ -98,27 +110,8 @@ impl TemplateStore {
     /// The newest version of `name` in the store, copied into the cache (its layers, then its record); returns the
     /// record. The caller holds the cache's lock.
     pub async fn pull(&self, cache: &TemplateCache, name: &str) -> Result<TemplateRecord, ShareError> {
-        let prefix = format!("{}-", name_prefix(name));
         let mut newest: Option<(TemplateRecord, sandkasten_snapshot_store::Manifest)> = None;
-        for id in self.store.list().await?.into_iter().filter(|id| id.starts_with(&prefix)) {
-            let manifest = match self.store.manifest(&id).await {
-                Ok(manifest) => manifest,
-                Err(error @ StoreError::ManifestDamaged { .. }) => {
-                    tracing::warn!(version = %id, %error, "skipping a damaged template version in the store");
-                    continue;
-                }
-                Err(error) => return Err(error.into()),
-            };
-            let record = match serde_json::from_value::<TemplateRecord>(manifest.metadata.clone())
-                .map_err(|error| format!("its record does not parse: {error}"))
-                .and_then(|record| check_record(&record, name, &id).map(|()| record))
-            {
-                Ok(record) => record,
-                Err(reason) => {
-                    tracing::warn!(version = %id, %reason, "skipping a damaged template version in the store");
-                    continue;
-                }
-            };
+        for (record, manifest) in self.stored_versions(Some(name)).await? {
             if newest.as_ref().is_none_or(|(best, _)| record.created >= best.created) {
                 newest = Some((record, manifest));
             }
@@ -143,17 +136,49 @@ impl TemplateStore {
             tokio::io::AsyncWriteExt::flush(&mut file).await.map_err(io("writing a layer's archive"))?;
             let (importing_cache, importing_digest) = (cache.clone(), digest.clone());
             let archive = scratch.reopen().map_err(io("reading a layer's archive"))?;
-            tokio::task::spawn_blocking(move || {
+            blocking("unpacking a layer", move || {
                 importing_cache.import_layer(&importing_digest, std::io::BufReader::new(archive))
             })
-            .await
-            .map_err(|error| ShareError::Io {
-                doing: "unpacking a layer".into(),
-                source: std::io::Error::other(error),
-            })??;
+            .await?;
         }
         cache.put_template(&record)?;
         Ok(record)
+    }
+}
+
+impl TemplateStore {
+    /// The versions in the store (of the template `name`, when given) whose records check, with their manifests,
+    /// by version id; a version that fails is skipped with a warning.
+    async fn stored_versions(
+        &self,
+        name: Option<&str>,
+    ) -> Result<Vec<(TemplateRecord, sandkasten_snapshot_store::Manifest)>, ShareError> {
+        let prefix = name.map_or_else(|| "t-".to_owned(), |name| format!("{}-", name_prefix(name)));
+        let mut versions = Vec::new();
+        for id in self.store.list().await?.into_iter().filter(|id| id.starts_with(&prefix)) {
+            let manifest = match self.store.manifest(&id).await {
+                Ok(manifest) => manifest,
+                // Deleted since the listing (a prune elsewhere).
+                Err(StoreError::NotFound { .. }) => continue,
+                Err(error @ StoreError::ManifestDamaged { .. }) => {
+                    tracing::warn!(version = %id, %error, "skipping a damaged template version in the store");
+                    continue;
+                }
+                Err(error) => return Err(error.into()),
+            };
+            let record = match serde_json::from_value::<TemplateRecord>(manifest.metadata.clone())
+                .map_err(|error| format!("its record does not parse: {error}"))
+                .and_then(|record| check_record(&record, name.unwrap_or(&record.name), &id).map(|()| record))
+            {
+                Ok(record) => record,
+                Err(reason) => {
+                    tracing::warn!(version = %id, %reason, "skipping a damaged template version in the store");
+                    continue;
+                }
+            };
+            versions.push((record, manifest));
+        }
+        Ok(versions)
     }
 }
 
@@ -208,7 +233,7 @@ fn scratch_file(cache: &TemplateCache, what: &str) -> Result<tempfile::NamedTemp
 mod tests {
     use super::*;
 
-    fn record(name: &str, digest: &str, created: u64) -> TemplateRecord {
+    pub(super) fn record(name: &str, digest: &str, created: u64) -> TemplateRecord {
         TemplateRecord {
             name: name.into(),
             digest: format!("sha256:{digest}"),

@@ -1,6 +1,7 @@
 //! `sandkasten template`: `check FILE` (a spec or Dockerfile, exit 0 or 2 naming the field), `build FILE` (each step
 //! in a build sandbox, layers cached), `list`, `rm NAME` (with garbage collection of unused layers), `gc`, `push NAME`
-//! and `pull NAME` (to and from the template store beside the snapshot store). A layer
+//! and `pull NAME` (to and from the template store beside the snapshot store), `prune` (old versions out of the
+//! store). A layer
 //! that a sandbox on this host reads (its runtime record names it) outlives its template until a later `rm` or `gc`.
 
 mod build;
@@ -70,6 +71,22 @@ pub enum TemplateCommand {
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
+    /// Delete old versions from the template store: of each template (or of the ones named) the newest --keep stay;
+    /// then the chunks nothing references go, once past the store's grace period (`[snapshots] gc_grace_s`).
+    Prune {
+        /// Only these templates (default: every template in the store).
+        names: Vec<String>,
+        /// How many of each template's newest versions stay (0 deletes the named templates from the store; it needs
+        /// names).
+        #[arg(long, default_value_t = 3)]
+        keep: usize,
+        /// The server's config file: its `[snapshots]` settings name the store.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Runs `sandkasten template …` and returns the exit code.
@@ -92,6 +109,7 @@ pub fn run(args: TemplateArgs) -> i32 {
         TemplateCommand::Gc => remove(&root, None),
         TemplateCommand::Push { name, config } => share::run(args.cache.as_deref(), &name, config.as_ref(), true),
         TemplateCommand::Pull { name, config } => share::run(args.cache.as_deref(), &name, config.as_ref(), false),
+        TemplateCommand::Prune { names, keep, config, json } => share::prune(&names, keep, config.as_ref(), json),
     }
 }
 
