@@ -1,10 +1,11 @@
 //! Templates (issue #16) on every tier: a template with a pip and an npm package built from the real registries
-//! (through the egress proxy) runs with both importable while the host stays without them (on gVisor from the overlay
-//! runsc's mount namespace mounts, in a microVM from the image of its layers); an unchanged
-//! rebuild takes every layer from the cache and a changed last step rebuilds only that one (the build's JSON lines
+//! (through the egress proxy, the steps reporting their downloads) runs with both importable while the host stays
+//! without them (on gVisor from the overlay runsc's mount namespace mounts, in a microVM from the image of its
+//! layers); an unchanged rebuild takes every layer from the cache and a changed last step rebuilds only that one (the build's JSON lines
 //! say so); bad specs, failing steps and a failing `ready` exit 2 naming the field or the step with its output and
 //! leave no template; a build step cannot reach a host that is not an allowed registry (the test host sees nothing);
-//! a build killed with SIGKILL leaves nothing a later build takes for finished.
+//! a build killed with SIGKILL leaves nothing a later build takes for finished. Templates are pushed to and pulled
+//! from the template store, and `template prune` deletes old versions there with the chunks only they referenced.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -87,6 +88,15 @@ fn template_names(cache: &Path) -> Vec<String> {
     listed.iter().map(|t| t["name"].as_str().unwrap_or_default().to_owned()).collect()
 }
 
+/// Every file under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries
+        .flatten()
+        .flat_map(|entry| if entry.path().is_dir() { files_under(&entry.path()) } else { vec![entry.path()] })
+        .collect()
+}
+
 fn partials(cache: &Path) -> Vec<String> {
     ["layers", "keys", "templates"]
         .iter()
@@ -131,6 +141,20 @@ fn a_template_with_pip_and_npm_packages_runs_and_rebuilds_from_its_cache() {
             ("run echo one > /opt/marker.txt".to_owned(), false)
         ]
     );
+    // The pip and npm steps report what they downloaded through the egress proxy, growing; the `run` step nothing.
+    let downloads = |index: u64| -> Vec<u64> {
+        events(&first)
+            .iter()
+            .filter(|event| event["event"] == "download" && event["index"] == index)
+            .map(|event| event["bytes"].as_u64().unwrap())
+            .collect()
+    };
+    for index in [0, 1] {
+        let seen = downloads(index);
+        assert!(seen.last().is_some_and(|last| *last > 1000), "step {index} downloaded {seen:?}");
+        assert!(seen.windows(2).all(|pair| pair[0] < pair[1]), "step {index}: {seen:?}");
+    }
+    assert_eq!(downloads(2), Vec::<u64>::new());
 
     let script = "python3 -c 'import tabulate; print(tabulate.tabulate([[\"ok\", 1]]))' && \
                   node -e 'console.log(require(\"left-pad\")(\"pad\", 6, \"*\"))' && cat /opt/marker.txt";
@@ -509,4 +533,69 @@ fn a_template_is_pushed_to_the_store_and_pulled_into_another_cache() {
     );
     let unknown = template(second.path(), &["push", "never-built", "--config", &config]).output();
     assert_eq!(unknown.code, 2, "{}", unknown.describe());
+}
+
+/// `template prune` keeps the newest `--keep` versions of each template in the store and deletes the rest, then the
+/// chunks only they referenced (`gc_grace_s = 0`); a pull then takes the newest. `--keep 0` needs names and deletes
+/// those templates from the store, leaving the others.
+#[test]
+fn old_versions_are_pruned_from_the_store_with_their_chunks() {
+    require_root!();
+    let cache = cache_dir();
+    let store = tempfile::Builder::new().prefix("sk-template-store-").tempdir_in("/var/tmp").expect("store");
+    let spec_dir = tempfile::Builder::new().prefix("sk-prune-spec-").tempdir_in("/var/tmp").expect("spec dir");
+    let config = spec_dir.path().join("sandkasten.toml");
+    std::fs::write(&config, format!("[snapshots]\nstore = \"file://{}\"\ngc_grace_s = 0\n", store.path().display()))
+        .expect("config");
+    let config = config.display().to_string();
+    let build_and_push = |name: &str, version: u32| {
+        let spec = spec_dir.path().join(format!("{name}.toml"));
+        let run = format!("echo {name}-{version} > /opt/v");
+        std::fs::write(&spec, format!("name = \"{name}\"\nbase = \"host\"\nrun = [\"{run}\"]\n")).expect("spec");
+        let built = template(cache.path(), &["build", &spec.display().to_string()]).output();
+        assert_eq!(built.code, 0, "{}", built.describe());
+        let pushed = template(cache.path(), &["push", name, "--config", &config]).output();
+        assert_eq!(pushed.code, 0, "{}", pushed.describe());
+    };
+    for version in 1..=3 {
+        build_and_push("pruned", version);
+        // Versions are ordered by their records' `created`, in seconds.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+    }
+    build_and_push("other", 1);
+    let manifests = || std::fs::read_dir(store.path().join("templates/manifests")).map_or(0, |dir| dir.count());
+    let chunks = || files_under(&store.path().join("templates/chunks")).len();
+    assert_eq!(manifests(), 4);
+    let chunks_before = chunks();
+
+    let pruned = template(cache.path(), &["prune", "--keep", "1", "--config", &config, "--json"]).output();
+    assert_eq!(pruned.code, 0, "{}", pruned.describe());
+    let report: serde_json::Value = serde_json::from_str(pruned.stdout_text().trim()).expect("prune --json");
+    let deleted = report["deleted"].as_array().expect("deleted");
+    assert_eq!(deleted.len(), 2, "{report}");
+    assert!(deleted.iter().all(|version| version["name"] == "pruned"), "{report}");
+    assert_eq!(report["kept"], 2, "{report}");
+    assert_eq!(manifests(), 2);
+    let freed = report["chunks_deleted"].as_u64().expect("chunks_deleted");
+    assert!(freed >= 2, "the two old versions' layers were theirs alone: {report}");
+    assert_eq!(chunks(), chunks_before - freed as usize, "{report}");
+
+    let fresh = cache_dir();
+    let pulled = template(fresh.path(), &["pull", "pruned", "--config", &config]).output();
+    assert_eq!(pulled.code, 0, "{}", pulled.describe());
+    let cache_arg = fresh.path().display().to_string();
+    let run = common::run(["--template-cache", &cache_arg, "--template", "pruned", "--", "cat", "/opt/v"]).output();
+    assert_eq!(run.stdout_text(), "pruned-3\n", "the newest version stays: {}", run.describe());
+
+    let everything = template(cache.path(), &["prune", "--keep", "0", "--config", &config]).output();
+    assert_eq!(everything.code, 2, "{}", everything.describe());
+    assert!(everything.stderr_text().contains("name the templates"), "{}", everything.describe());
+    assert_eq!(manifests(), 2, "a refused prune deletes nothing");
+    let named = template(cache.path(), &["prune", "--keep", "0", "pruned", "--config", &config]).output();
+    assert_eq!(named.code, 0, "{}", named.describe());
+    assert!(named.stdout_text().contains("1 versions deleted, 0 kept"), "{}", named.describe());
+    let gone = template(cache_dir().path(), &["pull", "pruned", "--config", &config]).output();
+    assert_eq!(gone.code, 2, "{}", gone.describe());
+    let other = template(cache_dir().path(), &["pull", "other", "--config", &config]).output();
+    assert_eq!(other.code, 0, "the other template stays: {}", other.describe());
 }

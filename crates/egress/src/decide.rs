@@ -106,7 +106,7 @@ pub(crate) async fn decide_and_connect(
         Ok((host, addrs, stream)) => {
             event.connection = Some(next_connection());
             ctx.inner.audit.record(AuditEvent { open: true, ..event.clone() });
-            let counters = Counters::new();
+            let counters = Counters::upstream_of(ctx.sandbox.traffic_counters());
             let guard = AuditGuard { event: Some(event), counters: counters.clone(), sink: ctx.inner.audit.clone() };
             let upstream = CountingIo::new(stream, counters.clone());
             Ok(Go { host, port, addrs, upstream, counters, guard })

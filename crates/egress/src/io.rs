@@ -10,10 +10,32 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+/// The bytes one sandbox moved through the proxy so far, all its connections together, live (a connection's own
+/// counts reach the audit when it ends).
+#[derive(Debug, Default)]
+pub struct Traffic {
+    up: AtomicU64,
+    down: AtomicU64,
+}
+
+impl Traffic {
+    /// Bytes sent upstream (sandbox → remote hosts).
+    pub fn bytes_up(&self) -> u64 {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    /// Bytes received from upstream (remote hosts → sandbox): what the sandbox downloaded.
+    pub fn bytes_down(&self) -> u64 {
+        self.down.load(Ordering::Relaxed)
+    }
+}
+
 /// Byte counters and last-activity time of one or more streams.
 #[derive(Debug)]
 pub(crate) struct Counters {
     start: Instant,
+    /// The sandbox's traffic, which upstream streams add to (written = up, read = down).
+    sandbox: Option<Arc<Traffic>>,
     /// Bytes written through the wrapped stream(s).
     written: AtomicU64,
     /// Bytes read through the wrapped stream(s).
@@ -24,8 +46,18 @@ pub(crate) struct Counters {
 
 impl Counters {
     pub(crate) fn new() -> Arc<Counters> {
+        Self::with(None)
+    }
+
+    /// Counters of upstream streams, whose bytes count as `sandbox`'s traffic too.
+    pub(crate) fn upstream_of(sandbox: Arc<Traffic>) -> Arc<Counters> {
+        Self::with(Some(sandbox))
+    }
+
+    fn with(sandbox: Option<Arc<Traffic>>) -> Arc<Counters> {
         Arc::new(Counters {
             start: Instant::now(),
+            sandbox,
             written: AtomicU64::new(0),
             read: AtomicU64::new(0),
             last_ms: AtomicU64::new(0),
@@ -82,6 +114,9 @@ impl<T: AsyncRead + Unpin> AsyncRead for CountingIo<T> {
         let n = buf.filled().len().saturating_sub(before) as u64;
         if n > 0 {
             self.counters.read.fetch_add(n, Ordering::Relaxed);
+            if let Some(sandbox) = &self.counters.sandbox {
+                sandbox.down.fetch_add(n, Ordering::Relaxed);
+            }
             self.counters.touch();
         }
         res
@@ -95,6 +130,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CountingIo<T> {
             && n > 0
         {
             self.counters.written.fetch_add(n as u64, Ordering::Relaxed);
+            if let Some(sandbox) = &self.counters.sandbox {
+                sandbox.up.fetch_add(n as u64, Ordering::Relaxed);
+            }
             self.counters.touch();
         }
         res

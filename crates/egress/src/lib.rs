@@ -125,6 +125,7 @@ pub use config::{
 };
 pub use entrance::Entrance;
 pub use host::{Host, HostError, canonicalize_host, unmap};
+pub use io::Traffic;
 pub use policy::{Mode, Pattern, Policy, PolicyError};
 pub use proxy::{HEADER_READ_TIMEOUT, MAX_HEAD_BYTES, Proxy, ProxyHandle};
 pub use ranges::special_range;

@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock};
 use tokio::sync::Semaphore;
 
 use crate::ca::SandboxCa;
+use crate::io::Traffic;
 use crate::policy::Policy;
 use crate::resolve::MAX_LOOKUPS_PER_SANDBOX;
 use crate::secrets::{CompiledSecret, Secret, SecretError};
@@ -22,6 +23,8 @@ pub struct SandboxEgress {
     ca: Option<SandboxCa>,
     /// Places for this sandbox's system name lookups in flight.
     lookups: Arc<Semaphore>,
+    /// What its connections moved so far.
+    traffic: Arc<Traffic>,
 }
 
 impl SandboxEgress {
@@ -40,6 +43,7 @@ impl SandboxEgress {
             secrets: RwLock::new(Arc::new(Vec::new())),
             ca,
             lookups: Arc::new(Semaphore::new(MAX_LOOKUPS_PER_SANDBOX)),
+            traffic: Arc::default(),
         }
     }
 
@@ -67,6 +71,15 @@ impl SandboxEgress {
 
     pub(crate) fn lookups(&self) -> &Arc<Semaphore> {
         &self.lookups
+    }
+
+    /// The bytes the sandbox's connections moved so far (upstream side), live.
+    pub fn traffic(&self) -> &Traffic {
+        &self.traffic
+    }
+
+    pub(crate) fn traffic_counters(&self) -> Arc<Traffic> {
+        Arc::clone(&self.traffic)
     }
 
     /// The interception CA, if the sandbox has one.

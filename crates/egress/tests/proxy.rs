@@ -1,7 +1,7 @@
 //! The proxy's decisions over real sockets (loopback only): CONNECT and plain HTTP allowed and refused, the
 //! special-range check after resolution (static entries to metadata and loopback, odd IP spellings) with no
 //! connect attempt, live policy changes, upstream failures, hostile input, idle timeouts, and the audit of each
-//! attempt.
+//! attempt (and the sandbox's live traffic count).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -26,6 +26,8 @@ async fn connect_to_allowed_host_tunnels_bytes_and_audits_them() {
     let mut back = [0u8; 19];
     c.read_exact(&mut back).await.unwrap();
     assert_eq!(&back, b"ping-through-tunnel");
+    // The sandbox's traffic counts live, while the tunnel is open (the audit has it only when the tunnel ends).
+    assert_eq!((p.sandbox.traffic().bytes_up(), p.sandbox.traffic().bytes_down()), (19, 19));
     drop(c);
     let events = p.audit.wait_for(1).await;
     let e = &events[0];

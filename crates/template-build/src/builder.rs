@@ -242,10 +242,16 @@ impl Builder<'_> {
                 }
             }
             sandbox
-                .run(&step.command(), self.options.step_timeout_ms, OUTPUT_LIMIT, |chunk: OutputChunk| {
-                    tail.push(&chunk.data);
-                    (self.events)(BuildEvent::output(Some(step.index), &chunk));
-                })
+                .run(
+                    &step.command(),
+                    self.options.step_timeout_ms,
+                    OUTPUT_LIMIT,
+                    |chunk: OutputChunk| {
+                        tail.push(&chunk.data);
+                        (self.events)(BuildEvent::output(Some(step.index), &chunk));
+                    },
+                    |bytes| (self.events)(BuildEvent::Download { index: step.index, bytes }),
+                )
                 .await
         }
         .await;
@@ -296,10 +302,17 @@ impl Builder<'_> {
         let sandbox = BuildSandbox::create(self.runtime, proxy, recipe).await?;
         let mut tail = Tail::default();
         let exit = sandbox
-            .run(ready, self.options.step_timeout_ms, OUTPUT_LIMIT, |chunk: OutputChunk| {
-                tail.push(&chunk.data);
-                (self.events)(BuildEvent::output(None, &chunk));
-            })
+            .run(
+                ready,
+                self.options.step_timeout_ms,
+                OUTPUT_LIMIT,
+                |chunk: OutputChunk| {
+                    tail.push(&chunk.data);
+                    (self.events)(BuildEvent::output(None, &chunk));
+                },
+                // `ready` reaches no registry.
+                |_| {},
+            )
             .await;
         let destroyed = sandbox.destroy().await;
         let exit = exit?;

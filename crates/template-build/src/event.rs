@@ -37,6 +37,14 @@ pub enum BuildEvent {
         /// The bytes, as UTF-8 (invalid sequences replaced).
         data: String,
     },
+    /// A running step has downloaded `bytes` from the registries so far (through its egress proxy; sent when the
+    /// count grew, at most four times a second, and once when the step ends).
+    Download {
+        /// The step's index.
+        index: usize,
+        /// Bytes received from the registries since the step began.
+        bytes: u64,
+    },
     /// A step ran and its layer was stored.
     Layer {
         /// 0-based position.
@@ -103,11 +111,12 @@ pub enum FailedPhase {
 }
 
 impl BuildEvent {
-    /// The event's name (its `event` field): `step`, `output`, `layer`, `ready`, `done` or `failed`.
+    /// The event's name (its `event` field): `step`, `output`, `download`, `layer`, `ready`, `done` or `failed`.
     pub fn name(&self) -> &'static str {
         match self {
             BuildEvent::Step { .. } => "step",
             BuildEvent::Output { .. } => "output",
+            BuildEvent::Download { .. } => "download",
             BuildEvent::Layer { .. } => "layer",
             BuildEvent::Ready { .. } => "ready",
             BuildEvent::Done { .. } => "done",

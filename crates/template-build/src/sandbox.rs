@@ -125,9 +125,14 @@ pub struct BuildSandbox<'a> {
     runtime: &'a Arc<dyn SandboxRuntime>,
     id: String,
     proxy: Option<sandkasten_egress::ProxyHandle>,
+    /// Its egress state (when it may reach registries): what it downloaded so far.
+    egress: Option<Arc<SandboxEgress>>,
     /// Whether `destroy` ran (else `Drop` destroys it).
     destroyed: bool,
 }
+
+/// How often a running step's download count is looked at (and reported when it grew).
+const DOWNLOAD_TICK: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl<'a> BuildSandbox<'a> {
     /// Creates the sandbox (and its egress when it may reach registries).
@@ -161,7 +166,7 @@ impl<'a> BuildSandbox<'a> {
         };
         runtime.create(&id, &spec).await.map_err(|failure| internal("creating the build sandbox")(failure.message))?;
         // From here the sandbox exists: a failure below (or a dropped future) destroys it (`Drop`).
-        let mut sandbox = BuildSandbox { runtime, id, proxy: None, destroyed: false };
+        let mut sandbox = BuildSandbox { runtime, id, proxy: None, egress: None, destroyed: false };
         if network.reaches_out() {
             let policy = Policy::compile(Mode::Allowlist, &network.allow, &[])
                 .map_err(|e| internal(&format!("registry pattern {:?}", e.pattern))(e.reason))?;
@@ -169,8 +174,12 @@ impl<'a> BuildSandbox<'a> {
                 .listen_in_sandbox(&sandbox.id, PROXY_PORT)
                 .map_err(|failure| internal("opening the build sandbox's egress")(failure.message))?;
             let egress = Arc::new(SandboxEgress::new(sandbox.id.clone(), "template-build", policy, None));
-            sandbox.proxy =
-                Some(proxy.serve_at(entrance, egress).map_err(internal("serving the build sandbox's egress"))?);
+            sandbox.proxy = Some(
+                proxy
+                    .serve_at(entrance, Arc::clone(&egress))
+                    .map_err(internal("serving the build sandbox's egress"))?,
+            );
+            sandbox.egress = Some(egress);
         }
         Ok(sandbox)
     }
@@ -190,34 +199,52 @@ impl<'a> BuildSandbox<'a> {
             .map_err(|failure| internal(&format!("writing {path}"))(failure.message))
     }
 
-    /// Runs `command` with bash as the sandbox user; each output chunk goes to `output` as it comes.
+    /// The bytes the sandbox downloaded from registries so far.
+    fn downloaded(&self) -> u64 {
+        self.egress.as_ref().map_or(0, |egress| egress.traffic().bytes_down())
+    }
+
+    /// Runs `command` with bash as the sandbox user; each output chunk goes to `output` as it comes, and the bytes
+    /// downloaded so far to `downloaded` whenever they grew (looked at every `DOWNLOAD_TICK`, and at the end).
     pub async fn run(
         &self,
         command: &str,
         timeout_ms: u64,
         output_limit: u64,
         mut output: impl FnMut(OutputChunk),
+        mut downloaded: impl FnMut(u64),
     ) -> Result<CommandExit> {
         let spec =
             CommandSpec { cmd: Some(command.to_owned()), timeout_ms: Some(timeout_ms), ..CommandSpec::default() };
         let (sender, mut receiver) = mpsc::channel(64);
         let exec = self.runtime.exec(&self.id, spec, output_limit, sender);
         tokio::pin!(exec);
-        loop {
+        let mut ticks = tokio::time::interval(DOWNLOAD_TICK);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut reported = 0;
+        let mut report = |now: u64| {
+            if now > reported {
+                reported = now;
+                downloaded(now);
+            }
+        };
+        let exit = loop {
             tokio::select! {
                 chunk = receiver.recv() => match chunk {
                     Some(chunk) => output(chunk),
-                    None => break,
+                    None => break exec.await,
                 },
                 exit = &mut exec => {
                     while let Ok(chunk) = receiver.try_recv() {
                         output(chunk);
                     }
-                    return exit.map_err(|failure| internal("running the step")(failure.message));
+                    break exit;
                 }
+                _ = ticks.tick(), if self.egress.is_some() => report(self.downloaded()),
             }
-        }
-        exec.await.map_err(|failure| internal("running the step")(failure.message))
+        };
+        report(self.downloaded());
+        exit.map_err(|failure| internal("running the step")(failure.message))
     }
 
     /// Destroys the sandbox and stops its egress.

@@ -265,11 +265,33 @@ impl Progress {
                     None => write(),
                 }
             }
-            BuildEvent::Layer { index, title, layer } => {
-                if let Some(bar) = spinner.take() {
-                    bar.finish_and_clear();
+            BuildEvent::Download { bytes, .. } => {
+                if let Some(bar) = spinner.as_ref() {
+                    if bar.position() == 0 {
+                        bar.set_style(
+                            ProgressStyle::with_template(
+                                "{spinner} {msg} ({elapsed}) ↓ {binary_bytes} at {binary_bytes_per_sec}",
+                            )
+                            .unwrap_or(ProgressStyle::default_spinner()),
+                        );
+                    }
+                    bar.set_position(*bytes);
                 }
-                eprintln!("[{}/{steps}] {title} → layer {}", index + 1, &layer[..12.min(layer.len())]);
+            }
+            BuildEvent::Layer { index, title, layer } => {
+                let downloaded = spinner.take().map_or(0, |bar| {
+                    bar.finish_and_clear();
+                    bar.position()
+                });
+                let layer = &layer[..12.min(layer.len())];
+                match downloaded {
+                    0 => eprintln!("[{}/{steps}] {title} → layer {layer}", index + 1),
+                    bytes => eprintln!(
+                        "[{}/{steps}] {title} → layer {layer} (↓ {})",
+                        index + 1,
+                        indicatif::HumanBytes(bytes)
+                    ),
+                }
             }
             BuildEvent::Ready { command } => eprintln!("ready: {command} (ok)"),
             BuildEvent::Output { step: None, .. } | BuildEvent::Done { .. } | BuildEvent::Failed { .. } => {}
