@@ -121,8 +121,8 @@ struct Accepted {
     post, path = "/v1/templates", tag = "templates",
     request_body = BuildRequest,
     responses(
-        (status = 200, description = "The build's events as server-sent events: `step`, `output`, `layer` and \
-            `ready` as it goes (data: BuildEvent), then `done` or `failed` (data: BuildEvent; `failed` names the \
+        (status = 200, description = "The build's events as server-sent events: `step`, `output`, `download`, \
+            `layer` and `ready` as it goes (data: BuildEvent), then `done` or `failed` (data: BuildEvent; `failed` names the \
             step and carries its output's tail: nothing was made), or `error` (data: ErrorDetail) when sandkasten \
             itself failed", content((BuildEvent = "text/event-stream"))),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),

@@ -2,7 +2,7 @@
 stream into its result, calling the caller's callbacks on the way. The exec and command streams send `stdout`/`stderr`
 (`OutputEvent`) then `exit` (or `error`); one-shot runs the same with a `RunExitEvent`; code cells `stdout`/`stderr`,
 `result`, `error` (the cell's exception), then `end` (the whole `CodeResponse`) or `failure`; template builds
-`step`, `output`, `layer`, `ready`, then `done`, `failed` or `error`. The sync and async
+`step`, `output`, `download`, `layer`, `ready`, then `done`, `failed` or `error`. The sync and async
 clients share these; a callback may return an awaitable, which the async client awaits (`pending`)."""
 
 from __future__ import annotations

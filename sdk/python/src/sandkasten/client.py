@@ -257,8 +257,8 @@ class Templates:
     ) -> TemplateBuild:
         """Builds a template on the server (admin tenants only): `spec` is a template.toml text or its fields as a
         dict, or give a `dockerfile` (and `name`); `files` are what its `[[files]]` (or `COPY`) name, by `src`. Each
-        step's output goes to `on_output`, every event (`step`, `output`, `layer`, `ready`, `done`) to `on_event`.
-        Returns the template's digest and layers; a failing step or `ready` raises `TemplateBuildFailed` with its
+        step's output goes to `on_output`, every event (`step`, `output`, `download`, `layer`, `ready`, `done`) to
+        `on_event`. Returns the template's digest and layers; a failing step or `ready` raises `TemplateBuildFailed` with its
         output, a bad spec `Unprocessable` naming the field."""
         body = _bodies.template_build_body(spec, dockerfile, name, files)
         collector = TemplateBuildCollector(on_output, on_event)
