@@ -122,9 +122,9 @@ struct Accepted {
     request_body = BuildRequest,
     responses(
         (status = 200, description = "The build's events as server-sent events: `step`, `output`, `download`, \
-            `layer` and `ready` as it goes (data: BuildEvent), then `done` or `failed` (data: BuildEvent; `failed` names the \
-            step and carries its output's tail: nothing was made), or `error` (data: ErrorDetail) when sandkasten \
-            itself failed", content((BuildEvent = "text/event-stream"))),
+            `layer` and `ready` as it goes (data: BuildEvent), then `done` or `failed` (data: BuildEvent; `failed` \
+            names the step and carries its output's tail: nothing was made), or `error` (data: ErrorDetail) when \
+            sandkasten itself failed", content((BuildEvent = "text/event-stream"))),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 403, description = "The tenant is not an admin", body = ErrorBody),
         (status = 409, description = "Another build holds the template cache: try again when it finished",
