@@ -5,7 +5,7 @@
 //! the step with its output, leaving no template. A server killed with SIGKILL during a build leaves no mount, and
 //! the next build runs. A hostile version in the shared template store, whose record names a host directory as a
 //! layer, is skipped: a create or run naming it is refused, nothing of it reaches the cache and no sandbox sees the
-//! directory.
+//! directory. A gVisor memory snapshot keeps its template's layers through the template's removal.
 
 #![allow(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -345,4 +345,55 @@ fn a_hostile_record_in_the_template_store_mounts_no_host_directory() {
     let cached: Value =
         serde_json::from_slice(&std::fs::read(second_cache.path().join("templates/evil.json")).unwrap()).unwrap();
     assert_eq!(cached["digest"], genuine_digest, "{cached}");
+}
+
+/// A memory snapshot of a gVisor sandbox of a built template holds the template's layers: its restore mounts those
+/// very layers again (the processes in it have them open), so removing the template keeps them, and the restored
+/// copy reads the template's files with its process still running. Once the snapshot is deleted, the next removal
+/// collects them.
+#[test]
+fn a_memory_snapshot_keeps_its_templates_layers_through_the_templates_removal() {
+    require_runsc!();
+    let cache = cache_dir();
+    let server = Server::start_with_on(
+        common::Tier::Gvisor,
+        &format!(
+            "[templates]\ncache = \"{}\"\n\n[[tenants]]\nname = \"ops\"\napi_keys = [\"{KEY_OPS}\"]\nadmin = true\n",
+            cache.path().display()
+        ),
+    );
+    for (name, run) in [("held-by-memory", "echo held > /opt/held"), ("another", "echo other > /opt/other")] {
+        let events = build(&server, json!({"spec": {"name": name, "base": "host", "run": [run]}}));
+        assert_eq!(named(&events, "done").len(), 1, "{events:?}");
+    }
+    let layer_dirs = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(cache.path().join("layers")).unwrap().flatten().map(|entry| entry.path()).collect()
+    };
+    assert_eq!(layer_dirs().len(), 2);
+    let source = server.create_on(common::Tier::Gvisor, json!({"template": "held-by-memory", "timeout_s": 600}));
+    let started = server.call(
+        "POST",
+        &format!("/v1/sandboxes/{source}/exec"),
+        KEY_1,
+        Some(json!({"cmd": "exec 3</opt/held; sleep 600", "background": true})),
+    );
+    assert_eq!(started.status, 202, "{started:?}");
+    let taken = server.call("POST", &format!("/v1/sandboxes/{source}/snapshots"), KEY_1, Some(json!({"memory": true})));
+    assert_eq!(taken.status, 201, "{taken:?}");
+    let snapshot = taken.json["snapshot_id"].as_str().unwrap().to_owned();
+    assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{source}"), KEY_1, None).status, 204);
+
+    let removed = server.call("DELETE", "/v1/templates/held-by-memory", KEY_OPS, None);
+    assert_eq!(removed.status, 204, "{removed:?}");
+    assert_eq!(layer_dirs().len(), 2, "the memory snapshot's layer was collected");
+    let restored = server.call("POST", "/v1/sandboxes", KEY_1, Some(json!({"snapshot": snapshot})));
+    assert_eq!(restored.status, 201, "{restored:?}");
+    let copy = restored.json["id"].as_str().unwrap().to_owned();
+    let seen = server.exec(&copy, "cat /opt/held; pgrep -c sleep");
+    assert_eq!(seen.json["stdout"], "held\n1\n", "{seen:?}");
+    assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{copy}"), KEY_1, None).status, 204);
+
+    assert_eq!(server.call("DELETE", &format!("/v1/snapshots/{snapshot}"), KEY_1, None).status, 204);
+    assert_eq!(server.call("DELETE", "/v1/templates/another", KEY_OPS, None).status, 204);
+    assert_eq!(layer_dirs(), Vec::<std::path::PathBuf>::new(), "layers nothing names any more stay");
 }

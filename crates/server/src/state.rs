@@ -83,6 +83,9 @@ struct Inner {
     /// shutdown does not wait for them.
     stopping: tokio_util::sync::CancellationToken,
     shared_templates: crate::shared_templates::SharedTemplates,
+    /// Read-held by a create from choosing its template until its sandbox's row exists; write-held by a template's
+    /// removal while it finds the layers still needed and removes the rest.
+    template_use: Arc<tokio::sync::RwLock<()>>,
 }
 
 /// The audit queue's two ends, until `serve_on` starts the writer.
@@ -135,6 +138,7 @@ impl AppState {
                 effective_config: config.effective(runtime.max_pids()),
                 stopping: tokio_util::sync::CancellationToken::new(),
                 shared_templates: crate::shared_templates::SharedTemplates::default(),
+                template_use: Arc::default(),
                 runtime,
             }),
         })
@@ -173,6 +177,17 @@ impl AppState {
 
     pub(crate) fn runtime(&self) -> &dyn SandboxRuntime {
         self.inner.runtime.as_ref()
+    }
+
+    /// Held by a create from choosing its template until its sandbox is recorded (`start_sandbox` returned), so a
+    /// template removal (`removing_templates`) sees its layers as used.
+    pub(crate) async fn using_templates(&self) -> tokio::sync::OwnedRwLockReadGuard<()> {
+        Arc::clone(&self.inner.template_use).read_owned().await
+    }
+
+    /// Held by a template removal: no create is between choosing a template and recording its sandbox.
+    pub(crate) async fn removing_templates(&self) -> tokio::sync::OwnedRwLockWriteGuard<()> {
+        Arc::clone(&self.inner.template_use).write_owned().await
     }
 
     /// Pulls of templates from the template store (`[templates] share`).

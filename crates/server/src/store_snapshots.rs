@@ -208,6 +208,23 @@ impl Store {
         .await
     }
 
+    /// The template layers the sandboxes of memory snapshots and of pauses read: their restore mounts those very
+    /// layers again (a files snapshot is restored onto its template as built when it is restored).
+    pub async fn snapshot_layers(&self) -> Result<Vec<std::path::PathBuf>, StoreError> {
+        self.call(|conn| {
+            let mut statement =
+                conn.prepare_cached("SELECT spec_json FROM snapshots WHERE memory != 0 OR for_pause != 0")?;
+            let mut rows = statement.query([])?;
+            let mut layers = Vec::new();
+            while let Some(row) = rows.next()? {
+                let spec: sandkasten_types::SandboxSpec = serde_json::from_str(&row.get::<_, String>(0)?)?;
+                layers.extend(spec.layers.layers);
+            }
+            Ok(layers)
+        })
+        .await
+    }
+
     /// Every snapshot's id and state (the reconcile with the store at start).
     pub async fn all_snapshots(&self) -> Result<Vec<(String, SnapshotState)>, StoreError> {
         self.call(|conn| {

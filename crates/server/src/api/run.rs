@@ -71,6 +71,8 @@ pub(crate) async fn run(
     let template = body.template.clone();
     let mut plan = request::plan(body, state.settings())?;
     state.shared_templates().fetch(state.effective_config(), template.as_deref()).await?;
+    // Until the run's sandbox is recorded, a template removal waits (the layers chosen stay).
+    let using_templates = state.using_templates().await;
     crate::built_templates::choose(&state.effective_config().templates, template.as_deref())?.apply(&mut plan.spec);
     // Resolved here as `start_sandbox` will (which gives the answer its isolation), so that a tier that cannot run
     // is refused before the scan.
@@ -84,6 +86,7 @@ pub(crate) async fn run(
     let started = task::spawn(state.clone(), tenant.clone(), plan, requested);
     let (id, tier) =
         started.ready.await.map_err(|_| ApiError::internal("the run's task ended before its sandbox was ready"))??;
+    drop(using_templates);
     if output::wants_stream(&headers) {
         return Ok(stream(state, id, tier, started.events, limit, findings));
     }

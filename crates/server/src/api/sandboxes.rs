@@ -91,6 +91,12 @@ pub(crate) async fn create(
     validate::environment(&body.env).map_err(ApiError::unprocessable)?;
     validate::metadata(&body.metadata).map_err(ApiError::unprocessable)?;
     state.shared_templates().fetch(state.effective_config(), template.as_deref()).await?;
+    // Until the sandbox is recorded, a template removal waits (the layers chosen stay). Not for a restore, which
+    // can take minutes: a template removed meanwhile fails it, naming the missing layer.
+    let _using_templates = match snapshot {
+        None => Some(state.using_templates().await),
+        Some(_) => None,
+    };
     let chosen = crate::built_templates::choose(&state.effective_config().templates, template.as_deref())?;
     let settings = state.settings();
     let expires_ms = check_timeout(settings, body.timeout_s.unwrap_or(settings.default_timeout_s))?;

@@ -1,8 +1,8 @@
 //! Template routes on the server's template cache (`[templates] cache`, what `{"template": NAME}` names):
 //! `GET /v1/templates` lists the built templates (any tenant: they are what creates may name), `DELETE
 //! /v1/templates/{name}` removes one (admin tenants only: templates are operator-wide) and then every layer that no
-//! template uses, no sandbox of this server (running or paused) reads and no sandbox record on this host names. Builds
-//! run on the host (`sandkasten template build --cache DIR`) or through `POST /v1/templates` (`template_build.rs`).
+//! template uses, no sandbox of this server (running or paused), memory snapshot or pool reads and no sandbox record on this
+//! host names (creates between choosing a template and recording their sandbox finish first). Builds run on the host (`sandkasten template build --cache DIR`) or through `POST /v1/templates` (`template_build.rs`).
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -94,8 +94,20 @@ pub(crate) async fn list(State(state): State<AppState>, _tenant: Tenant) -> Resu
     Ok(Json(TemplateList { templates: templates.into_iter().map(TemplateBody::from).collect() }))
 }
 
-/// Remove a built template (admin tenants only), then every layer nothing uses any more. Its running sandboxes keep
-/// running: their layers stay until they ended and a later removal (or `sandkasten template gc`) collects them.
+/// The template layers this server still needs: its sandboxes' (running or paused), its memory snapshots' and
+/// pauses' (their restore mounts those very layers), its pools' (members yet to be made). The runtime records of
+/// this host add the rest.
+async fn layers_held(state: &AppState) -> Result<HashSet<PathBuf>, ApiError> {
+    let sandboxes = state.store().running_sandboxes().await.map_err(ApiError::internal)?;
+    let mut held: HashSet<PathBuf> = sandboxes.into_iter().flat_map(|record| record.spec.layers.layers).collect();
+    held.extend(state.store().snapshot_layers().await.map_err(ApiError::internal)?);
+    held.extend(state.pools().template_layers());
+    Ok(held)
+}
+
+/// Remove a built template (admin tenants only), then every layer nothing uses any more. Its sandboxes (running or
+/// paused), memory snapshots and pools keep theirs: those layers stay until nothing names them and a later removal (or
+/// `sandkasten template gc`) collects them.
 #[utoipa::path(
     delete, path = "/v1/templates/{name}", tag = "templates",
     params(("name" = String, Path, description = "The template's name")),
@@ -120,14 +132,9 @@ pub(crate) async fn delete(
             tenant.name
         )));
     }
-    let mut in_use: HashSet<PathBuf> = state
-        .store()
-        .running_sandboxes()
-        .await
-        .map_err(ApiError::internal)?
-        .into_iter()
-        .flat_map(|record| record.spec.layers.layers)
-        .collect();
+    // No create is between choosing a template and recording its sandbox while this holds.
+    let _removing = state.removing_templates().await;
+    let mut in_use = layers_held(&state).await?;
     let unknown = || ApiError::not_found(format!("no template named {name:?}; GET /v1/templates lists them"));
     let removing = name.clone();
     let report = tokio::task::spawn_blocking(move || {

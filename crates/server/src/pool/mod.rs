@@ -134,6 +134,12 @@ impl Pools {
         Ok(Pools { classes: Mutex::new(classes), wake: Notify::new() })
     }
 
+    /// The template layers the pools' members are made of (members yet to be made need them too).
+    pub(crate) fn template_layers(&self) -> Vec<std::path::PathBuf> {
+        let classes = self.classes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        classes.iter().flat_map(|class| class.spec.layers.layers.iter().cloned()).collect()
+    }
+
     /// Whether any pool is configured.
     pub fn is_empty(&self) -> bool {
         self.classes.lock().map(|c| c.is_empty()).unwrap_or(true)

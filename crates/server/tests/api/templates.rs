@@ -1,6 +1,7 @@
 //! Templates through the API, over the fake runtime: `GET /v1/templates` lists what the server's template cache
 //! holds (any tenant); `DELETE /v1/templates/{name}` is for admin tenants, removes the name at once and the layers
-//! once no running sandbox reads them, answers 404 for an unknown name and 409 while a build holds the cache.
+//! once no running or paused sandbox and no pool reads them, answers 404 for an unknown name and 409 while a build
+//! holds the cache.
 
 use std::collections::BTreeMap;
 
@@ -84,6 +85,40 @@ async fn templates_are_listed_and_an_admin_removes_one_keeping_the_layers_its_sa
     assert!(!cache.layer_dir(&aa).exists() && !cache.layer_dir(&bb).exists(), "unused layers stay");
     let empty = h.get("/v1/templates", KEY_A).await;
     assert_eq!(empty.json()["templates"], json!([]));
+}
+
+/// A pool's template keeps its layers when the template is removed (its members yet to be made need them), and so
+/// does a paused sandbox's; once no pool and no sandbox names a layer, the next removal collects it.
+#[tokio::test]
+async fn a_removed_templates_layers_stay_while_a_pool_or_a_paused_sandbox_names_them() {
+    let root = tempfile::tempdir_in("/var/tmp").unwrap();
+    let cache = TemplateCache::open(root.path()).unwrap();
+    let (pooled, paused, other) = ("c".repeat(64), "d".repeat(64), "e".repeat(64));
+    for (name, layer) in [("pooled-t", pooled.as_str()), ("paused-t", paused.as_str()), ("other-t", other.as_str())] {
+        std::fs::create_dir_all(cache.layer_dir(layer).join("opt")).unwrap();
+        cache.put_template(&record(name, layer)).unwrap();
+    }
+    let mut config = test_config();
+    let mut ops = tenant("ops", KEY_OPS, 1, 1 << 30);
+    ops.admin = true;
+    config.tenants.push(ops);
+    config.templates.cache = Some(root.path().into());
+    config.pools = vec![toml::from_str("name = \"warm\"\ntemplate = \"pooled-t\"\nmin = 1\nmax = 1\n").unwrap()];
+    let h = Harness::with_config(config);
+
+    let id = h.create(KEY_A, json!({"template": "paused-t"})).await;
+    assert_eq!(h.post(&format!("/v1/sandboxes/{id}/pause"), KEY_A, json!({})).await.status, StatusCode::OK);
+    for name in ["pooled-t", "paused-t"] {
+        assert_eq!(h.delete(&format!("/v1/templates/{name}"), KEY_OPS).await.status, StatusCode::NO_CONTENT);
+    }
+    assert!(cache.layer_dir(&pooled).is_dir(), "the pool's layer was removed");
+    assert!(cache.layer_dir(&paused).is_dir(), "the paused sandbox's layer was removed");
+    let resumed = h.post(&format!("/v1/sandboxes/{id}/resume"), KEY_A, json!({})).await;
+    assert_eq!(resumed.status, StatusCode::OK, "{}", resumed.text());
+    assert_eq!(h.delete(&format!("/v1/sandboxes/{id}"), KEY_A).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(h.delete("/v1/templates/other-t", KEY_OPS).await.status, StatusCode::NO_CONTENT);
+    assert!(!cache.layer_dir(&paused).exists(), "a layer nothing names any more stays");
+    assert!(cache.layer_dir(&pooled).is_dir(), "the pool's layer was removed");
 }
 
 /// `POST /v1/templates` refuses before anything runs: a tenant that is not an admin (403); a spec with an unknown
