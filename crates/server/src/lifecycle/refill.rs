@@ -1,6 +1,6 @@
 //! The warm pools' side of the lifecycle: the refill task that creates members (and starts their zygote and spare
-//! kernel), a resize that destroys the ready members past a lower `max`, and the destruction of idle members at
-//! shutdown. The bookkeeping (what to create, claims, sizes) is `pool`'s; the sandboxes are made and destroyed here.
+//! kernel), a resize that destroys the ready members past a lower `max`, the replacement of a pool's members when
+//! its template was rebuilt, and the destruction of idle members at shutdown. The bookkeeping (what to create, claims, sizes) is `pool`'s; the sandboxes are made and destroyed here.
 
 use std::time::{Duration, Instant};
 
@@ -16,19 +16,28 @@ use crate::state::AppState;
 const ZYGOTE_TIMEOUT_MS: u64 = 365 * 24 * 3600 * 1000;
 /// How often the refill task looks for dead members when nothing wakes it.
 const CHECK_EVERY: Duration = Duration::from_millis(200);
+/// How often the pools' templates are resolved again (a rebuilt one replaces the pool's members).
+const TEMPLATES_EVERY: Duration = Duration::from_secs(2);
 /// Pause after a failed creation before the next attempt.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// The refill task: keeps every pool of `state` filled to its target; runs until aborted (`serve_on` spawns it).
+/// The refill task: keeps every pool of `state` filled to its target, and its members made of its template as built
+/// now; runs until aborted (`serve_on` spawns it).
 pub async fn run(state: AppState) {
     let (pools, metrics) = (state.pools(), state.metrics());
     pools.report_all(metrics);
+    let mut templates_looked_at = Instant::now();
     loop {
         pools.prune(state.runtime(), metrics);
-        let Some(Fill { class, spec, zygote, spare }) = pools.next_fill() else {
+        if pools.follows_templates() && templates_looked_at.elapsed() >= TEMPLATES_EVERY {
+            templates_looked_at = Instant::now();
+            follow_templates(&state).await;
+        }
+        let Some(fill) = pools.next_fill() else {
             pools.wait_for_change(CHECK_EVERY).await;
             continue;
         };
+        let Fill { spec, zygote, spare, .. } = fill.clone();
         let started = Instant::now();
         let created = match ids::sandbox_id() {
             Ok(id) => state.runtime().create(&id, &spec).await.map(|()| id).map_err(|f| f.message),
@@ -45,16 +54,30 @@ pub async fn run(state: AppState) {
         match created {
             Ok(member) => {
                 metrics.pool_refilled(started.elapsed().as_secs_f64());
-                if let Some(surplus) = pools.fill_finished(class, Some(member), metrics) {
+                if let Some(surplus) = pools.fill_finished(&fill, Some(member), metrics) {
                     destroy_quietly(&state, &surplus).await;
                 }
             }
             Err(reason) => {
-                pools.fill_finished(class, None, metrics);
+                pools.fill_finished(&fill, None, metrics);
                 tracing::warn!(%reason, "creating a pool sandbox failed; retrying shortly");
                 tokio::time::sleep(RETRY_AFTER).await;
             }
         }
+    }
+}
+
+/// Makes the pools whose template was rebuilt make their members of the new one, destroying their ready members of
+/// the old.
+async fn follow_templates(state: &AppState) {
+    let looking = state.clone();
+    let stale = tokio::task::spawn_blocking(move || {
+        looking.pools().follow_templates(&looking.effective_config().templates, looking.metrics())
+    })
+    .await
+    .unwrap_or_default();
+    for id in stale {
+        destroy_quietly(state, &id).await;
     }
 }
 

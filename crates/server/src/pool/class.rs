@@ -78,6 +78,8 @@ pub(crate) struct PoolClass {
     pub(crate) zygote_kind: Option<ZygoteKind>,
     /// The modules the zygote and the spare kernel preload.
     pub(crate) preload: Vec<String>,
+    /// Counts the spec's replacements (a rebuilt template): a creation started under an older one is not kept.
+    pub(crate) generation: u64,
     min: usize,
     max: usize,
     ready: VecDeque<Member>,
@@ -99,6 +101,7 @@ impl PoolClass {
             zygote: None,
             zygote_kind: None,
             preload: Vec::new(),
+            generation: 0,
             min,
             max: max.max(min),
             ready: VecDeque::new(),
@@ -216,13 +219,13 @@ impl PoolClass {
         self.filling += 1;
     }
 
-    /// Counts a creation that ended: `Some(member)` when the sandbox is ready. Returns its id back when the pool
-    /// holds its target already (a claimed member given back meanwhile, a target that went down): the caller
-    /// destroys it.
-    pub(crate) fn fill_finished(&mut self, member: Option<Member>) -> Option<String> {
+    /// Counts a creation that ended (started under spec `generation`): `Some(member)` when the sandbox is ready.
+    /// Returns its id back when the pool holds its target already (a claimed member given back meanwhile, a target
+    /// that went down) or the spec was replaced since the creation started: the caller destroys it.
+    pub(crate) fn fill_finished(&mut self, member: Option<Member>, generation: u64) -> Option<String> {
         self.filling = self.filling.saturating_sub(1);
         let member = member?;
-        if self.ready.len() >= self.target() {
+        if generation != self.generation || self.ready.len() >= self.target() {
             return Some(member.id);
         }
         self.ready.push_back(member);
@@ -234,6 +237,21 @@ impl PoolClass {
         let (keep, dead): (VecDeque<Member>, VecDeque<Member>) = self.ready.drain(..).partition(|m| alive(&m.id));
         self.ready = keep;
         dead.into_iter().map(|m| m.id).collect()
+    }
+
+    /// Makes the pool's sandboxes of `spec` (its template was rebuilt) with `zygote` and `preload`: the ready ones
+    /// of the old spec are removed and returned (the caller destroys them), creations in flight are not kept.
+    pub(crate) fn replace_spec(
+        &mut self,
+        spec: SandboxSpec,
+        zygote: Option<Vec<String>>,
+        preload: Vec<String>,
+    ) -> Vec<String> {
+        self.spec = spec;
+        self.zygote = zygote;
+        self.preload = preload;
+        self.generation += 1;
+        self.drain()
     }
 
     /// Every ready sandbox, removed from the pool (shutdown).
@@ -260,8 +278,8 @@ mod tests {
         assert!(p.wants_more());
         p.fill_started();
         assert!(!p.wants_more(), "two in flight reach min");
-        assert_eq!(p.fill_finished(Some(Member::plain("a"))), None);
-        assert_eq!(p.fill_finished(None), None);
+        assert_eq!(p.fill_finished(Some(Member::plain("a")), 0), None);
+        assert_eq!(p.fill_finished(None, 0), None);
         assert_eq!(p.ready(), 1);
         assert!(p.wants_more(), "a failed creation is retried");
     }
@@ -271,7 +289,7 @@ mod tests {
         let mut p = pool(2, 2);
         for id in ["a", "b"] {
             p.fill_started();
-            p.fill_finished(Some(Member::plain(id)));
+            p.fill_finished(Some(Member::plain(id)), 0);
         }
         assert_eq!(p.take(), Some(Member::plain("a")));
         assert_eq!(p.take(), Some(Member::plain("b")));
@@ -283,9 +301,9 @@ mod tests {
     fn never_holds_more_than_max() {
         let mut p = pool(1, 1);
         p.fill_started();
-        p.fill_finished(Some(Member::plain("a")));
+        p.fill_finished(Some(Member::plain("a")), 0);
         p.fill_started();
-        assert_eq!(p.fill_finished(Some(Member::plain("b"))).as_deref(), Some("b"));
+        assert_eq!(p.fill_finished(Some(Member::plain("b")), 0).as_deref(), Some("b"));
         assert_eq!(p.ready(), 1);
     }
 
@@ -293,11 +311,11 @@ mod tests {
     fn a_member_given_back_while_its_replacement_was_made_leaves_no_surplus() {
         let mut p = pool(1, 4);
         p.fill_started();
-        p.fill_finished(Some(Member::plain("a")));
+        p.fill_finished(Some(Member::plain("a")), 0);
         let claimed = p.take().unwrap_or_else(|| Member::plain("none"));
         p.fill_started(); // the refill replaces it...
         p.give_back(claimed); // ...while the caller is refused and gives it back
-        assert_eq!(p.fill_finished(Some(Member::plain("b"))).as_deref(), Some("b"));
+        assert_eq!(p.fill_finished(Some(Member::plain("b")), 0).as_deref(), Some("b"));
         assert_eq!(p.ready(), 1);
     }
 
@@ -328,7 +346,7 @@ mod tests {
         let mut p = pool(3, 3);
         for id in ["a", "b", "c"] {
             p.fill_started();
-            p.fill_finished(Some(Member::plain(id)));
+            p.fill_finished(Some(Member::plain(id)), 0);
         }
         assert_eq!(p.prune(|id| id != "b"), vec!["b".to_owned()]);
         assert_eq!(p.ready(), 2);
@@ -342,7 +360,7 @@ mod tests {
         let mut p = pool(min, max);
         for id in ids {
             p.fill_started();
-            p.fill_finished(Some(Member::plain(id)));
+            p.fill_finished(Some(Member::plain(id)), 0);
         }
         p
     }
@@ -397,5 +415,20 @@ mod tests {
         assert_eq!(p.target(), 2, "the growth never exceeds the new max");
         p.resize(0, 0);
         assert_eq!((p.target(), p.ready()), (0, 0));
+    }
+
+    #[test]
+    fn a_replaced_spec_drains_the_ready_members_and_keeps_no_creation_started_before() {
+        let mut p = pool(2, 2);
+        p.fill_started();
+        p.fill_started();
+        assert_eq!(p.fill_finished(Some(Member::plain("a")), 0), None);
+        let spec = SandboxSpec { env: [("V".to_owned(), "2".to_owned())].into(), ..SandboxSpec::default() };
+        assert_eq!(p.replace_spec(spec.clone(), None, Vec::new()), ["a"]);
+        assert_eq!((p.ready(), p.spec.env.get("V").map(String::as_str)), (0, Some("2")));
+        assert_eq!(p.fill_finished(Some(Member::plain("b")), 0).as_deref(), Some("b"), "made with the old spec");
+        p.fill_started();
+        assert_eq!(p.fill_finished(Some(Member::plain("c")), 1), None);
+        assert_eq!(p.ready(), 1);
     }
 }

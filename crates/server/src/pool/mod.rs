@@ -14,6 +14,10 @@
 //!   `max` and lowered back one step per `class::GROW_DECAY` (10 s) without a miss (see `class`).
 //! - An admin resizes a pool at run time (`PUT /v1/pools/{name}`): a higher `min` is refilled, a lower `max` destroys
 //!   the ready members past it. Sizes set this way last until the server restarts (the config file is not written).
+//! - A pool whose template is rebuilt (built again into the template cache: other layers, environment or preload)
+//!   makes its members of the new one: the refill task resolves the pools' templates every 2 s, destroys the ready
+//!   members of the old one and keeps no creation started before ([`Pools::follow_templates`]). A template removed
+//!   meanwhile leaves its pool as it was (its layers stay: `template_layers`).
 //! - Members are runtime sandboxes like any other: when the server goes, the runtime destroys them with the rest.
 //! - A pool with a zygote (`zygote = "python"` or `"node"`) starts it in each new member as a background command
 //!   (`python3 -c <resources/zygotes/python_zygote.py> <preload...>`, `node -e <resources/zygotes/node_zygote.js>
@@ -101,7 +105,37 @@ impl Claim {
 #[derive(Debug, Default)]
 pub struct Pools {
     classes: Mutex<Vec<PoolClass>>,
+    /// The pools' config entries and the default tier, in `classes`' order: what a rebuilt template is applied to.
+    configs: Vec<PoolConfig>,
+    default_tier: Option<Tier>,
     wake: Notify,
+}
+
+/// What a pool's members are made of: its spec, its zygote's argv and the modules the zygote and spare kernel
+/// preload.
+type Recipe = (SandboxSpec, Option<Vec<String>>, Vec<String>);
+
+/// The recipe of the pool `config` (its template resolved against `templates` now).
+fn recipe(
+    config: &PoolConfig,
+    default_tier: Tier,
+    templates: &TemplatesConfig,
+) -> Result<Recipe, crate::built_templates::ChooseError> {
+    let chosen = crate::built_templates::choose(templates, Some(&config.template))?;
+    let mut preload = config.preload.clone();
+    if config.zygote.is_some() {
+        preload.extend(chosen.preload.iter().filter(|module| !config.preload.contains(module)).cloned());
+        // The template's list comes from the operator's cache, each name checked; the merge is bounded too.
+        preload.truncate(crate::config::MAX_PRELOAD);
+    }
+    let mut spec = SandboxSpec {
+        isolation: Some(config.tier(default_tier)),
+        limits: config.limits.clone(),
+        ..SandboxSpec::default()
+    };
+    chosen.apply(&mut spec);
+    let zygote = config.zygote.map(|kind| zygote_argv(kind, &preload));
+    Ok((spec, zygote, preload))
 }
 
 impl Pools {
@@ -111,27 +145,51 @@ impl Pools {
     pub fn new(configs: &[PoolConfig], default_tier: Tier, templates: &TemplatesConfig) -> Result<Pools, ConfigError> {
         let mut classes = Vec::with_capacity(configs.len());
         for (index, config) in configs.iter().enumerate() {
-            let chosen = crate::built_templates::choose(templates, Some(&config.template))
+            let (spec, zygote, preload) = recipe(config, default_tier, templates)
                 .map_err(|error| ConfigError::at(format!("pools[{index}].template"), error))?;
-            let mut preload = config.preload.clone();
-            if config.zygote.is_some() {
-                preload.extend(chosen.preload.iter().filter(|module| !config.preload.contains(module)).cloned());
-                // The template's list comes from the operator's cache, each name checked; the merge is bounded too.
-                preload.truncate(crate::config::MAX_PRELOAD);
-            }
-            let mut spec = SandboxSpec {
-                isolation: Some(config.tier(default_tier)),
-                limits: config.limits.clone(),
-                ..SandboxSpec::default()
-            };
-            chosen.apply(&mut spec);
             let mut class = PoolClass::new(config.name_at(index), spec, config.min, config.max);
-            class.zygote = config.zygote.map(|kind| zygote_argv(kind, &preload));
+            class.zygote = zygote;
             class.zygote_kind = config.zygote;
             class.preload = preload;
             classes.push(class);
         }
-        Ok(Pools { classes: Mutex::new(classes), wake: Notify::new() })
+        Ok(Pools {
+            classes: Mutex::new(classes),
+            configs: configs.to_vec(),
+            default_tier: Some(default_tier),
+            wake: Notify::new(),
+        })
+    }
+
+    /// Whether a pool names a template built into the cache (which a rebuild may change).
+    pub(crate) fn follows_templates(&self) -> bool {
+        self.configs.iter().any(|config| !matches!(config.template.as_str(), "host" | "e2b"))
+    }
+
+    /// Resolves every pool's template again (blocking: reads the template cache); a pool whose template was rebuilt
+    /// (other layers, environment or preload) makes its members of the new one from now on. Returns the ready
+    /// members of the old ones, removed from their pools, for the caller to destroy. A template that no longer
+    /// resolves (removed, or the cache unreadable) leaves its pool as it is.
+    pub(crate) fn follow_templates(&self, templates: &TemplatesConfig, metrics: &Metrics) -> Vec<String> {
+        let Some(default_tier) = self.default_tier else { return Vec::new() };
+        let recipes: Vec<Option<Recipe>> =
+            self.configs.iter().map(|config| recipe(config, default_tier, templates).ok()).collect();
+        let Ok(mut classes) = self.classes.lock() else { return Vec::new() };
+        let mut stale = Vec::new();
+        for (pool, recipe) in classes.iter_mut().zip(recipes) {
+            let Some((spec, zygote, preload)) = recipe else { continue };
+            if spec == pool.spec && preload == pool.preload {
+                continue;
+            }
+            tracing::info!(pool = %pool.name, template = ?spec.layers.name, "pool template rebuilt: replacing its members");
+            stale.extend(pool.replace_spec(spec, zygote, preload));
+            report(metrics, pool);
+        }
+        drop(classes);
+        if !stale.is_empty() {
+            self.wake.notify_one();
+        }
+        stale
     }
 
     /// The template layers the pools' members are made of (members yet to be made need them too).
@@ -244,17 +302,19 @@ impl Pools {
         pool.fill_started();
         Some(Fill {
             class,
+            generation: pool.generation,
             spec: pool.spec.clone(),
             zygote: pool.zygote.clone(),
             spare: pool.zygote_kind.map(|kind| (kind.language(), pool.preload.clone())),
         })
     }
 
-    /// Ends a creation; returns an id to destroy when the pool turned out full.
-    pub(crate) fn fill_finished(&self, class: usize, member: Option<Member>, metrics: &Metrics) -> Option<String> {
+    /// Ends a creation `fill` started; returns an id to destroy when the pool turned out full or its spec was
+    /// replaced meanwhile.
+    pub(crate) fn fill_finished(&self, fill: &Fill, member: Option<Member>, metrics: &Metrics) -> Option<String> {
         let mut classes = self.classes.lock().ok()?;
-        let pool = classes.get_mut(class)?;
-        let surplus = pool.fill_finished(member);
+        let pool = classes.get_mut(fill.class)?;
+        let surplus = pool.fill_finished(member, fill.generation);
         report(metrics, pool);
         surplus
     }
@@ -284,9 +344,12 @@ impl Pools {
 }
 
 /// One member to create.
+#[derive(Clone)]
 pub(crate) struct Fill {
     /// Which pool.
     pub(crate) class: usize,
+    /// The pool's spec generation (see `PoolClass::generation`).
+    pub(crate) generation: u64,
     /// The pool's spec.
     pub(crate) spec: SandboxSpec,
     /// The zygote's argv, when the pool has one.

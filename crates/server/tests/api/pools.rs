@@ -1,7 +1,8 @@
 //! Warm pools through the API, over the fake runtime with the refill task running: `GET /v1/pools` shows each pool's
 //! class and counts, only an admin tenant may resize one, bad sizes are refused naming the field, a higher `min`
 //! refills, a lower `max` destroys the ready members past it, and a miss raises the target. A zygote pool's members get
-//! a spare kernel of the zygote's language with the pool's preload, which a create keeps and a run discards.
+//! a spare kernel of the zygote's language with the pool's preload, which a create keeps and a run discards. A pool of
+//! a built template replaces its members when the template is rebuilt.
 
 use std::time::{Duration, Instant};
 
@@ -203,4 +204,52 @@ async fn refused_creates_neither_count_nor_make_a_pool_grow() {
     let std = pool_named(&h, "std").await;
     let counts = (std["hits"].as_u64(), std["misses"].as_u64(), std["target"].as_u64(), std["ready"].as_u64());
     assert_eq!(counts, (Some(1), Some(0), Some(1), Some(1)), "{std}");
+}
+
+/// A pool of a built template follows its rebuilds: once the template names other layers, the pool's ready member
+/// of the old build is destroyed and a new one made, which a create naming the template takes (a hit).
+#[tokio::test]
+async fn a_pool_replaces_its_members_when_its_template_is_rebuilt() {
+    let root = tempfile::tempdir_in("/var/tmp").unwrap();
+    let cache = sandkasten_template::TemplateCache::open(root.path()).unwrap();
+    let record = |layer: &str| sandkasten_template::TemplateRecord {
+        name: "rebuilt-t".into(),
+        digest: format!("sha256:{layer}"),
+        base: "host".into(),
+        root: sandkasten_template::Base::Host,
+        layers: vec![layer.into()],
+        env: Default::default(),
+        workdir: None,
+        user: "sandbox".into(),
+        preload: Vec::new(),
+        size_bytes: 1,
+        created: 1,
+    };
+    let (first, second) = ("1".repeat(64), "2".repeat(64));
+    for layer in [&first, &second] {
+        std::fs::create_dir_all(cache.layer_dir(layer).join("opt")).unwrap();
+    }
+    cache.put_template(&record(&first)).unwrap();
+    let mut config = test_config();
+    config.templates.cache = Some(root.path().into());
+    config.pools = vec![PoolConfig { template: "rebuilt-t".into(), ..pool("built", Limits::default(), 1, 1) }];
+    let h = Harness::with_config(config);
+    let _refill = Refill(tokio::spawn(sandkasten_server::lifecycle::refill::run(h.state.clone())));
+    wait_pool(&h, "built", |p| p["ready"] == 1).await;
+    let old = h.runtime.ids();
+    assert_eq!(old.len(), 1, "{old:?}");
+
+    cache.put_template(&record(&second)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = h.runtime.ids();
+        if now.len() == 1 && now.is_disjoint(&old) && pool_named(&h, "built").await["ready"] == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the pool kept its old member: {old:?} → {now:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    h.create(KEY_A, json!({"template": "rebuilt-t"})).await;
+    let built = pool_named(&h, "built").await;
+    assert_eq!((built["hits"].as_u64(), built["misses"].as_u64()), (Some(1), Some(0)), "{built}");
 }
