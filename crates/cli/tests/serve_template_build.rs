@@ -32,6 +32,17 @@ fn server(cache: &std::path::Path) -> Server {
     ))
 }
 
+/// A server reading `cache` and sharing templates through the store at `store` (`[templates] share`), with an admin
+/// tenant `ops`.
+fn sharing(cache: &std::path::Path, store: &std::path::Path) -> Server {
+    Server::start_with(&format!(
+        "[templates]\ncache = \"{}\"\nshare = true\n\n[snapshots]\nstore = \"file://{}\"\n\n[[tenants]]\n\
+         name = \"ops\"\napi_keys = [\"{KEY_OPS}\"]\nadmin = true\n",
+        cache.display(),
+        store.display()
+    ))
+}
+
 /// POSTs a build and reads its whole stream: `(event, data)` pairs.
 fn build(server: &Server, body: Value) -> Vec<(String, Value)> {
     let response = server
@@ -217,14 +228,7 @@ fn a_template_built_on_one_server_is_pulled_by_another_sharing_the_store() {
     require_root!();
     let store = tempfile::Builder::new().prefix("sk-shared-store-").tempdir_in("/var/tmp").expect("store");
     let (first_cache, second_cache) = (cache_dir(), cache_dir());
-    let shared = |cache: &std::path::Path| {
-        Server::start_with(&format!(
-            "[templates]\ncache = \"{}\"\nshare = true\n\n[snapshots]\nstore = \"file://{}\"\n\n[[tenants]]\n\
-             name = \"ops\"\napi_keys = [\"{KEY_OPS}\"]\nadmin = true\n",
-            cache.display(),
-            store.path().display()
-        ))
-    };
+    let shared = |cache: &std::path::Path| sharing(cache, store.path());
     let first = shared(first_cache.path());
     let events = build(
         &first,
@@ -255,14 +259,7 @@ fn a_hostile_record_in_the_template_store_mounts_no_host_directory() {
     require_root!();
     let store = tempfile::Builder::new().prefix("sk-hostile-store-").tempdir_in("/var/tmp").expect("store");
     let (first_cache, second_cache) = (cache_dir(), cache_dir());
-    let shared = |cache: &std::path::Path| {
-        Server::start_with(&format!(
-            "[templates]\ncache = \"{}\"\nshare = true\n\n[snapshots]\nstore = \"file://{}\"\n\n[[tenants]]\n\
-             name = \"ops\"\napi_keys = [\"{KEY_OPS}\"]\nadmin = true\n",
-            cache.display(),
-            store.path().display()
-        ))
-    };
+    let shared = |cache: &std::path::Path| sharing(cache, store.path());
     // The host directory the hostile record names, laid out and readable as a layer is (its `opt` is what `/opt`
     // shows), with a secret in it; under /var/tmp, as the caches are (a layer under /tmp fails the sandbox's setup, so
     // the test would pass there whether or not the record were refused).

@@ -30,8 +30,31 @@ const MAX_MISSING: usize = 1024;
 pub(crate) struct SharedTemplates {
     /// Held by the pull in progress.
     pulling: Arc<tokio::sync::Mutex<()>>,
-    /// Names the store lacked, with when that was seen.
-    missing: Mutex<HashMap<String, Instant>>,
+    /// Names the store lacked.
+    missing: Arc<Missing>,
+}
+
+/// Names the store lacked, with when that was seen.
+#[derive(Debug, Default)]
+struct Missing(Mutex<HashMap<String, Instant>>);
+
+impl Missing {
+    /// True when the store lacked `name` less than `MISSING_FOR` before `now`.
+    fn lately(&self, name: &str, now: Instant) -> bool {
+        let missing = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        missing.get(name).is_some_and(|seen| now.saturating_duration_since(*seen) < MISSING_FOR)
+    }
+
+    fn remember(&self, name: &str, now: Instant) {
+        let mut missing = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        missing.retain(|_, seen| now.saturating_duration_since(*seen) < MISSING_FOR);
+        if missing.len() >= MAX_MISSING
+            && let Some(oldest) = missing.iter().min_by_key(|(_, seen)| **seen).map(|(name, _)| name.clone())
+        {
+            missing.remove(&oldest);
+        }
+        missing.insert(name.to_owned(), now);
+    }
 }
 
 impl SharedTemplates {
@@ -42,7 +65,7 @@ impl SharedTemplates {
         let Some(name) = name.filter(|name| !matches!(*name, "host" | "e2b")) else { return Ok(()) };
         if !config.templates.share
             || sandkasten_template::spec::check_name(name).is_err()
-            || self.missing_lately(name, Instant::now())
+            || self.missing.lately(name, Instant::now())
         {
             return Ok(());
         }
@@ -60,7 +83,7 @@ impl SharedTemplates {
         let pulling =
             tokio::time::timeout_at(deadline, Arc::clone(&self.pulling).lock_owned()).await.map_err(|_| busy())?;
         // Pulled, or found missing, by the request this one waited for.
-        if self.missing_lately(name, Instant::now()) || has_template(&cache, name).await? {
+        if self.missing.lately(name, Instant::now()) || has_template(&cache, name).await? {
             return Ok(());
         }
         let lock = loop {
@@ -77,9 +100,14 @@ impl SharedTemplates {
         };
         let store = TemplateStore::beside(&config.snapshots.store_config(&config.database))
             .map_err(|error| ChooseError::Store(format!("the template store: {error}")))?;
-        let wanted = name.to_owned();
+        let (wanted, missing) = (name.to_owned(), Arc::clone(&self.missing));
         let pull = tokio::spawn(async move {
             let pulled = store.pull(&cache, &wanted).await;
+            // Remembered before the locks go, so that a request waiting for them finds it (and also when the request
+            // that started the pull went away).
+            if let Err(ShareError::NotInStore(_)) = &pulled {
+                missing.remember(&wanted, Instant::now());
+            }
             drop((lock, pulling));
             pulled
         });
@@ -88,32 +116,12 @@ impl SharedTemplates {
                 tracing::info!(template = %name, digest = %record.digest, "template pulled from the template store");
                 Ok(())
             }
-            Err(ShareError::NotInStore(_)) => {
-                self.remember_missing(name, Instant::now());
-                Ok(())
-            }
+            Err(ShareError::NotInStore(_)) => Ok(()),
             Err(error @ ShareError::Store(_)) => {
                 Err(ChooseError::Store(format!("pulling template {name:?} from the template store: {error}")))
             }
             Err(error) => Err(ChooseError::Cache(format!("pulling template {name:?} into this host's cache: {error}"))),
         }
-    }
-
-    /// True when the store lacked `name` less than `MISSING_FOR` before `now`.
-    fn missing_lately(&self, name: &str, now: Instant) -> bool {
-        let missing = self.missing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        missing.get(name).is_some_and(|seen| now.saturating_duration_since(*seen) < MISSING_FOR)
-    }
-
-    fn remember_missing(&self, name: &str, now: Instant) {
-        let mut missing = self.missing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        missing.retain(|_, seen| now.saturating_duration_since(*seen) < MISSING_FOR);
-        if missing.len() >= MAX_MISSING
-            && let Some(oldest) = missing.iter().min_by_key(|(_, seen)| **seen).map(|(name, _)| name.clone())
-        {
-            missing.remove(&oldest);
-        }
-        missing.insert(name.to_owned(), now);
     }
 }
 
@@ -138,19 +146,19 @@ mod tests {
 
     #[test]
     fn a_missing_name_is_remembered_for_a_while_and_the_memory_is_bounded() {
-        let shared = SharedTemplates::default();
+        let missing = Missing::default();
         let start = Instant::now();
-        assert!(!shared.missing_lately("tables", start));
-        shared.remember_missing("tables", start);
-        assert!(shared.missing_lately("tables", start + MISSING_FOR / 2));
-        assert!(!shared.missing_lately("tables", start + MISSING_FOR));
-        assert!(!shared.missing_lately("other", start));
+        assert!(!missing.lately("tables", start));
+        missing.remember("tables", start);
+        assert!(missing.lately("tables", start + MISSING_FOR / 2));
+        assert!(!missing.lately("tables", start + MISSING_FOR));
+        assert!(!missing.lately("other", start));
         for index in 0..MAX_MISSING + 10 {
-            shared.remember_missing(&format!("name-{index}"), start + Duration::from_millis(index as u64));
+            missing.remember(&format!("name-{index}"), start + Duration::from_millis(index as u64));
         }
-        let remembered = shared.missing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len();
+        let remembered = missing.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len();
         assert_eq!(remembered, MAX_MISSING);
-        assert!(!shared.missing_lately("name-0", start + Duration::from_secs(1)), "the oldest is forgotten first");
-        assert!(shared.missing_lately(&format!("name-{}", MAX_MISSING + 9), start + Duration::from_secs(1)));
+        assert!(!missing.lately("name-0", start + Duration::from_secs(1)), "the oldest is forgotten first");
+        assert!(missing.lately(&format!("name-{}", MAX_MISSING + 9), start + Duration::from_secs(1)));
     }
 }

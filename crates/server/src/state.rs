@@ -83,8 +83,8 @@ struct Inner {
     /// shutdown does not wait for them.
     stopping: tokio_util::sync::CancellationToken,
     shared_templates: crate::shared_templates::SharedTemplates,
-    /// Read-held by a create from choosing its template until its sandbox's row exists; write-held by a template's
-    /// removal while it finds the layers still needed and removes the rest.
+    /// Read-held by a create naming a built template from choosing it until its sandbox is started; write-held by a
+    /// template's removal while it finds the layers still needed and removes the rest.
     template_use: Arc<tokio::sync::RwLock<()>>,
 }
 
@@ -179,9 +179,18 @@ impl AppState {
         self.inner.runtime.as_ref()
     }
 
-    /// Held by a create from choosing its template until its sandbox is recorded (`start_sandbox` returned), so a
-    /// template removal (`removing_templates`) sees its layers as used.
-    pub(crate) async fn using_templates(&self) -> tokio::sync::OwnedRwLockReadGuard<()> {
+    /// Held by a create naming a built template (`name`; none for a built-in layout) from choosing it until its
+    /// sandbox is started (its row, which a template removal reads, exists from early in the start), so a removal
+    /// (`removing_templates`) sees its layers as used.
+    pub(crate) async fn using_template(&self, name: Option<&str>) -> Option<tokio::sync::OwnedRwLockReadGuard<()>> {
+        match name {
+            None | Some("host" | "e2b") => None,
+            Some(_) => Some(self.holding_templates().await),
+        }
+    }
+
+    /// Holds off template removals (the pools' refill while it switches a pool to a rebuilt template's layers).
+    pub(crate) async fn holding_templates(&self) -> tokio::sync::OwnedRwLockReadGuard<()> {
         Arc::clone(&self.inner.template_use).read_owned().await
     }
 

@@ -208,12 +208,12 @@ impl Store {
         .await
     }
 
-    /// The template layers the sandboxes of memory snapshots and of pauses read: their restore mounts those very
-    /// layers again (a files snapshot is restored onto its template as built when it is restored).
+    /// The template layers the sandboxes of memory snapshots read: their restore mounts those very layers again (a
+    /// files snapshot is restored onto its template as built when it is restored; a paused sandbox's row names its
+    /// own).
     pub async fn snapshot_layers(&self) -> Result<Vec<std::path::PathBuf>, StoreError> {
         self.call(|conn| {
-            let mut statement =
-                conn.prepare_cached("SELECT spec_json FROM snapshots WHERE memory != 0 OR for_pause != 0")?;
+            let mut statement = conn.prepare_cached("SELECT spec_json FROM snapshots WHERE memory != 0")?;
             let mut rows = statement.query([])?;
             let mut layers = Vec::new();
             while let Some(row) = rows.next()? {
@@ -273,6 +273,21 @@ mod tests {
             created_ms: 5,
             for_pause: false,
         }
+    }
+
+    #[tokio::test]
+    async fn the_layers_of_memory_snapshots_are_held_and_those_of_files_snapshots_not() -> Result<(), StoreError> {
+        let store = Store::open_in_memory()?;
+        let with_layer = |id: &str, memory: bool, layer: &str| {
+            let mut snapshot = record(id, "t1");
+            snapshot.memory = memory;
+            snapshot.spec.layers.layers = vec![layer.into()];
+            snapshot
+        };
+        store.begin_snapshot(with_layer("sn-memory", true, "/cache/layers/aa"), quota(100)).await?.expect("room");
+        store.begin_snapshot(with_layer("sn-files", false, "/cache/layers/bb"), quota(100)).await?.expect("room");
+        assert_eq!(store.snapshot_layers().await?, vec![std::path::PathBuf::from("/cache/layers/aa")]);
+        Ok(())
     }
 
     #[tokio::test]

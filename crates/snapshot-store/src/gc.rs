@@ -4,11 +4,11 @@
 //! What keeps a chunk a put still needs:
 //! - in this process, the put's pins (the `pins` module): GC never deletes a chunk a put found already stored
 //!   (possibly an orphan, however old) or uploaded, from before the put looks for it until its manifest is written;
-//! - from other processes on the same store (several servers sharing a bucket), only the grace period: a chunk
-//!   they upload is young and kept. A chunk another process *found already stored* (dedup) but has not yet
-//!   referenced in a manifest is not protected: if it was an old orphan, GC here can delete it and that snapshot
-//!   then reads as damaged. Sharing one store between servers needs a lock outside this crate (or no GC on all but
-//!   one server with a grace period longer than any put).
+//! - from other processes on the same store (several servers or hosts sharing a bucket), the grace period: a chunk
+//!   they upload is young and kept, and a put that finds a chunk already stored but older than half the grace
+//!   period writes it again (`writer::put_chunk_if_absent`), so an old orphan it reuses is young again. What stays
+//!   unprotected is a put that takes longer than half the grace period between finding a chunk and committing its
+//!   manifest: keep the grace period (`gc_grace_s`, an hour by default) well above the longest put.
 //!
 //! A manifest that cannot be read stops GC before anything is deleted: its chunks may be referenced.
 

@@ -130,6 +130,11 @@ impl SnapshotStore {
         self.inner.objects.clone()
     }
 
+    /// How long an unreferenced chunk is kept by a collection.
+    pub(crate) fn gc_grace(&self) -> Duration {
+        self.inner.gc_grace
+    }
+
     pub(crate) fn local_directory(&self) -> Option<&std::path::Path> {
         self.inner.local_directory.as_deref()
     }

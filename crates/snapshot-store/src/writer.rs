@@ -153,6 +153,9 @@ impl SnapshotWriter {
     /// Stores one chunk unless this snapshot or the store already has it.
     fn store_chunk(&mut self, data: Bytes) -> BoxFuture<'static, Result<StoredChunk, StoreError>> {
         let objects = self.store.objects();
+        // With no grace period nothing unreferenced survives a collection anyway: no refresh.
+        let grace = self.store.gc_grace();
+        let refresh_after = (!grace.is_zero()).then_some(grace / 2);
         let hash = ChunkHash::of(&data);
         let len = data.len() as u64;
         if let Some(&stored_len) = self.known.get(&hash) {
@@ -165,7 +168,7 @@ impl SnapshotWriter {
         let pins = self.pins.pin(hash);
         async move {
             pins.wait_while_deleting(hash).await;
-            put_chunk_if_absent(objects, hash, data).await
+            put_chunk_if_absent(objects, hash, data, refresh_after).await
         }
         .boxed()
     }
@@ -212,6 +215,11 @@ impl SnapshotWriter {
     }
 }
 
+/// Whether `written` lies more than `age` in the past (a clock that disagrees counts as not).
+fn is_older_than(written: std::time::SystemTime, age: std::time::Duration) -> bool {
+    std::time::SystemTime::now().duration_since(written).is_ok_and(|elapsed| elapsed > age)
+}
+
 /// A chunk of a part as stored, and whether this put uploaded it.
 struct StoredChunk {
     chunk: ChunkRef,
@@ -220,17 +228,25 @@ struct StoredChunk {
 
 /// Uploads the chunk unless the store has it (a chunk written by any earlier or concurrent put counts: the same hash
 /// is the same bytes, so a race between two uploads of it writes the same object twice). Presence is all that is
-/// checked: a stored chunk damaged since it was written is reused as it is, and shows when a snapshot is read.
+/// checked: a stored chunk damaged since it was written is reused as it is, and shows when a snapshot is read. A
+/// stored chunk older than `refresh_after` (half the grace period; none without one) is written again: it may be an orphan (its snapshot deleted), which a
+/// collection in another process deletes once past the grace period; written now, it is young for a whole grace
+/// period, in which this put commits and references it (see `gc`).
 async fn put_chunk_if_absent(
     objects: Arc<dyn ObjectStore>,
     hash: ChunkHash,
     data: Bytes,
+    refresh_after: Option<std::time::Duration>,
 ) -> Result<StoredChunk, StoreError> {
     let path = hash.path();
     let len = data.len() as u64;
     match objects.head(&path).await {
-        Ok(meta) => return Ok(StoredChunk { chunk: ChunkRef { hash, len, stored_len: meta.size }, uploaded: false }),
-        Err(object_store::Error::NotFound { .. }) => {}
+        Ok(meta)
+            if refresh_after.is_none_or(|age| !is_older_than(std::time::SystemTime::from(meta.last_modified), age)) =>
+        {
+            return Ok(StoredChunk { chunk: ChunkRef { hash, len, stored_len: meta.size }, uploaded: false });
+        }
+        Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
         Err(source) => return Err(StoreError::object_store("head", &path, source)),
     }
     let compressed = tokio::task::spawn_blocking(move || compress(&data)).await?.map_err(StoreError::Compress)?;

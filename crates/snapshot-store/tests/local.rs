@@ -53,6 +53,7 @@ local_cases!(
     two_tars_that_differ_a_little_share_most_chunks,
     gc_keeps_orphans_younger_than_the_grace_period,
     gc_spares_orphan_chunks_a_put_in_progress_reuses,
+    an_old_orphan_a_put_reuses_survives_another_processs_gc,
     ids_duplicates_and_unknown_snapshots_are_refused,
     a_damaged_manifest_stops_gc_before_it_deletes,
 );

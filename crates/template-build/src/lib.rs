@@ -16,7 +16,7 @@ pub use base::ResolvedBase;
 pub use builder::{BuildOptions, OUTPUT_LIMIT, Plan, build};
 pub use error::BuildError;
 pub use event::{BuildEvent, FailedAt, FailedPhase};
-pub use share::{PruneReport, ShareError, TemplateStore};
+pub use share::{PruneFailure, PruneReport, PrunedVersion, ShareError, TemplateStore};
 
 /// Clears what killed builds left in `cache` (partial entries, mounted step captures). The caller holds the cache's
 /// lock, so no build is running.

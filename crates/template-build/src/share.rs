@@ -15,7 +15,7 @@ use sandkasten_snapshot_store::{SnapshotStore, StoreConfig, StoreError};
 use sandkasten_template::steps::sha256_hex;
 use sandkasten_template::{CacheError, TemplateCache, TemplateRecord};
 
-pub use prune::PruneReport;
+pub use prune::{PruneFailure, PruneReport, PrunedVersion};
 
 /// Why a push or pull failed.
 #[derive(Debug, thiserror::Error)]
@@ -110,12 +110,9 @@ impl TemplateStore {
     /// The newest version of `name` in the store, copied into the cache (its layers, then its record); returns the
     /// record. The caller holds the cache's lock.
     pub async fn pull(&self, cache: &TemplateCache, name: &str) -> Result<TemplateRecord, ShareError> {
-        let mut newest: Option<(TemplateRecord, sandkasten_snapshot_store::Manifest)> = None;
-        for (record, manifest) in self.stored_versions(Some(name)).await? {
-            if newest.as_ref().is_none_or(|(best, _)| record.created >= best.created) {
-                newest = Some((record, manifest));
-            }
-        }
+        let mut versions = self.stored_versions(Some(name)).await?;
+        newest_first(&mut versions);
+        let newest = versions.into_iter().next();
         let Some((record, manifest)) = newest else { return Err(ShareError::NotInStore(name.to_owned())) };
         for (index, digest) in record.layers.iter().enumerate() {
             if cache.layer_dir(digest).is_dir() {
@@ -182,6 +179,12 @@ impl TemplateStore {
     }
 }
 
+/// Sorts `versions` newest first: by their records' `created` (seconds, the building host's clock), then by version
+/// id; a pull takes the first, a prune keeps the first ones.
+fn newest_first<T>(versions: &mut [(TemplateRecord, T)]) {
+    versions.sort_by_cached_key(|(record, _)| std::cmp::Reverse((record.created, version_id(record))));
+}
+
 /// The manifest id of a template's version.
 fn version_id(record: &TemplateRecord) -> String {
     let digest = record.digest.trim_start_matches("sha256:");
@@ -233,7 +236,7 @@ fn scratch_file(cache: &TemplateCache, what: &str) -> Result<tempfile::NamedTemp
 mod tests {
     use super::*;
 
-    pub(super) fn record(name: &str, digest: &str, created: u64) -> TemplateRecord {
+    fn record(name: &str, digest: &str, created: u64) -> TemplateRecord {
         TemplateRecord {
             name: name.into(),
             digest: format!("sha256:{digest}"),
@@ -276,6 +279,19 @@ mod tests {
         assert!(check_record(&fine, "other", &version_id(&fine)).is_err());
         let multibyte = record("t", &"é".repeat(30), 1);
         let _ = version_id(&multibyte);
+    }
+
+    #[test]
+    fn versions_sort_newest_first_and_ties_by_version_id() {
+        let mut versions: Vec<(TemplateRecord, u8)> = vec![
+            (record("t", &"1".repeat(64), 1), 1),
+            (record("t", &"2".repeat(64), 3), 2),
+            (record("t", &"3".repeat(64), 3), 3),
+            (record("t", &"4".repeat(64), 2), 4),
+        ];
+        newest_first(&mut versions);
+        let order: Vec<u8> = versions.iter().map(|(_, tag)| *tag).collect();
+        assert_eq!(order, [3, 2, 4, 1]);
     }
 
     #[test]

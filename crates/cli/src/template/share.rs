@@ -101,22 +101,28 @@ pub fn prune(names: &[String], keep: usize, config: Option<&PathBuf>, json: bool
         Err(code) => return code,
     };
     match runtime.block_on(store.prune(keep, names)) {
-        Ok(report) if json => {
-            println!("{}", serde_json::to_string(&report).unwrap_or_default());
-            0
-        }
         Ok(report) => {
-            for version in &report.deleted {
-                println!("deleted {} {}", version.name, version.digest);
+            if json {
+                println!("{}", serde_json::to_string(&report).unwrap_or_default());
+            } else {
+                for version in &report.deleted {
+                    println!("deleted {} {}", version.name, version.digest);
+                }
+                println!(
+                    "{} versions deleted, {} kept; {} chunks ({}) freed",
+                    report.deleted.len(),
+                    report.kept,
+                    report.chunks_deleted,
+                    indicatif::HumanBytes(report.bytes_deleted)
+                );
             }
-            println!(
-                "{} versions deleted, {} kept; {} chunks ({}) freed",
-                report.deleted.len(),
-                report.kept,
-                report.chunks_deleted,
-                indicatif::HumanBytes(report.bytes_deleted)
-            );
-            0
+            for failure in &report.failed {
+                eprintln!("sandkasten: deleting {} {} failed: {}", failure.name, failure.digest, failure.error);
+            }
+            if let Some(error) = &report.collection_failed {
+                eprintln!("sandkasten: collecting the store's unreferenced chunks failed: {error}");
+            }
+            if report.failed.is_empty() && report.collection_failed.is_none() { 0 } else { exit_codes::SANDBOX_ERROR }
         }
         Err(error) => {
             eprintln!("sandkasten: pruning the template store: {error}");

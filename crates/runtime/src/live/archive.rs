@@ -57,8 +57,9 @@ fn tar_failed(what: &str, exit_code: Option<i32>, signal: Option<i32>, stderr: &
 }
 
 /// Streams a tar of `dirs` (absolute directories inside the sandbox) to `sink`, at the sink's pace. GNU tar's exit
-/// code 1 (a file changed while it was read) is accepted: the archive is whole, that file as tar saw it; so is its 2
-/// when all it said was about files removed after `find` listed them (`TarStderr`): the archive is whole without them.
+/// codes 1 (a file changed while it was read) and 2 (a file `find` listed was removed before tar read it) are
+/// accepted when all that was said was about such files (`TarStderr`): the archive is whole, those files as tar saw
+/// them or without them. Anything else (a file or directory the user cannot read) fails, naming it.
 pub(super) async fn export_tar(
     agent: &AgentClient,
     dirs: &[String],
@@ -96,8 +97,8 @@ pub(super) async fn export_tar(
     }
     let (only_vanished_files, said) = stderr.only_vanished_files();
     match exit.exit_code {
-        Some(0 | 1) => Ok(()),
-        Some(2) if only_vanished_files => Ok(()),
+        Some(0) => Ok(()),
+        Some(1 | 2) if only_vanished_files => Ok(()),
         code => Err(tar_failed("archiving the sandbox's files", code, exit.signal, &said)),
     }
 }

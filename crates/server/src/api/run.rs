@@ -71,8 +71,9 @@ pub(crate) async fn run(
     let template = body.template.clone();
     let mut plan = request::plan(body, state.settings())?;
     state.shared_templates().fetch(state.effective_config(), template.as_deref()).await?;
-    // Until the run's sandbox is recorded, a template removal waits (the layers chosen stay).
-    let using_templates = state.using_templates().await;
+    // Until the run's sandbox is started, a template removal waits (the layers chosen stay): the run's task holds
+    // it, so a client that goes away does not release it early.
+    let using_template = state.using_template(template.as_deref()).await;
     crate::built_templates::choose(&state.effective_config().templates, template.as_deref())?.apply(&mut plan.spec);
     // Resolved here as `start_sandbox` will (which gives the answer its isolation), so that a tier that cannot run
     // is refused before the scan.
@@ -83,10 +84,9 @@ pub(crate) async fn run(
         None => Vec::new(),
     };
     let limit = plan.spec.limits.output_bytes;
-    let started = task::spawn(state.clone(), tenant.clone(), plan, requested);
+    let started = task::spawn(state.clone(), tenant.clone(), plan, requested, using_template);
     let (id, tier) =
         started.ready.await.map_err(|_| ApiError::internal("the run's task ended before its sandbox was ready"))??;
-    drop(using_templates);
     if output::wants_stream(&headers) {
         return Ok(stream(state, id, tier, started.events, limit, findings));
     }

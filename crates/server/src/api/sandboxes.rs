@@ -91,10 +91,10 @@ pub(crate) async fn create(
     validate::environment(&body.env).map_err(ApiError::unprocessable)?;
     validate::metadata(&body.metadata).map_err(ApiError::unprocessable)?;
     state.shared_templates().fetch(state.effective_config(), template.as_deref()).await?;
-    // Until the sandbox is recorded, a template removal waits (the layers chosen stay). Not for a restore, which
-    // can take minutes: a template removed meanwhile fails it, naming the missing layer.
-    let _using_templates = match snapshot {
-        None => Some(state.using_templates().await),
+    // Until the sandbox is started, a template removal waits (the layers chosen stay). Not for a restore from a
+    // snapshot, which can take minutes: a template removed meanwhile fails it, naming the missing layer.
+    let _using_template = match snapshot {
+        None => state.using_template(template.as_deref()).await,
         Some(_) => None,
     };
     let chosen = crate::built_templates::choose(&state.effective_config().templates, template.as_deref())?;

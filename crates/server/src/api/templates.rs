@@ -1,8 +1,10 @@
 //! Template routes on the server's template cache (`[templates] cache`, what `{"template": NAME}` names):
 //! `GET /v1/templates` lists the built templates (any tenant: they are what creates may name), `DELETE
-//! /v1/templates/{name}` removes one (admin tenants only: templates are operator-wide) and then every layer that no
-//! template uses, no sandbox of this server (running or paused), memory snapshot or pool reads and no sandbox record on this
-//! host names (creates between choosing a template and recording their sandbox finish first). Builds run on the host (`sandkasten template build --cache DIR`) or through `POST /v1/templates` (`template_build.rs`).
+//! /v1/templates/{name}` removes one (admin tenants only: templates are operator-wide; not one a pool names) and then
+//! every layer that no template uses, no sandbox of this server (running or paused), memory snapshot or pool reads
+//! and no sandbox record on this host names (creates between choosing a template and recording their sandbox finish
+//! first). Builds run on the host (`sandkasten template build --cache DIR`) or through `POST /v1/templates`
+//! (`template_build.rs`).
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -94,9 +96,9 @@ pub(crate) async fn list(State(state): State<AppState>, _tenant: Tenant) -> Resu
     Ok(Json(TemplateList { templates: templates.into_iter().map(TemplateBody::from).collect() }))
 }
 
-/// The template layers this server still needs: its sandboxes' (running or paused), its memory snapshots' and
-/// pauses' (their restore mounts those very layers), its pools' (members yet to be made). The runtime records of
-/// this host add the rest.
+/// The template layers this server still needs: its sandboxes' (running or paused), its memory snapshots' (their
+/// restore mounts those very layers), its pools' (members yet to be made). The runtime records of this host add the
+/// rest.
 async fn layers_held(state: &AppState) -> Result<HashSet<PathBuf>, ApiError> {
     let sandboxes = state.store().running_sandboxes().await.map_err(ApiError::internal)?;
     let mut held: HashSet<PathBuf> = sandboxes.into_iter().flat_map(|record| record.spec.layers.layers).collect();
@@ -116,7 +118,8 @@ async fn layers_held(state: &AppState) -> Result<HashSet<PathBuf>, ApiError> {
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 403, description = "The tenant is not an admin", body = ErrorBody),
         (status = 404, description = "No template of that name", body = ErrorBody),
-        (status = 409, description = "A build holds the template cache: try again when it finished", body = ErrorBody),
+        (status = 409, description = "A build or pull holds the template cache (try again when it finished), or a \
+            pool of the server's config names the template", body = ErrorBody),
     ),
     security(("api_key" = []))
 )]
@@ -132,19 +135,27 @@ pub(crate) async fn delete(
             tenant.name
         )));
     }
-    // No create is between choosing a template and recording its sandbox while this holds.
-    let _removing = state.removing_templates().await;
+    if let Some(pool) = state.pools().pool_of_template(&name) {
+        return Err(ApiError::conflict(format!(
+            "template {name:?} is the template of pool {pool:?} (a [[pools]] table of the server's config), which a \
+             server start would refuse without it: remove the pool from the config and restart first"
+        )));
+    }
+    // No create is between choosing a template and recording its sandbox while this holds; it moves into the
+    // removal's thread, so a client that goes away does not release it before the removal ends.
+    let removing_templates = state.removing_templates().await;
     let mut in_use = layers_held(&state).await?;
     let unknown = || ApiError::not_found(format!("no template named {name:?}; GET /v1/templates lists them"));
     let removing = name.clone();
     let report = tokio::task::spawn_blocking(move || {
+        let _removing_templates = removing_templates;
         in_use.extend(sandkasten_runtime::records::layers_in_use(
             &sandkasten_runtime::RuntimeConfig::default().records_dir(),
         ));
         let Some(cache) = open_cache(&state)? else { return Ok(None) };
         let Some(_lock) = cache.try_lock().map_err(ApiError::internal)? else {
             return Err(ApiError::conflict(
-                "a template build holds the template cache: try again when it finished".to_owned(),
+                "a template build or pull holds the template cache: try again when it finished".to_owned(),
             ));
         };
         match cache.remove_template(&removing, &in_use) {

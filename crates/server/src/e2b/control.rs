@@ -162,7 +162,7 @@ pub(crate) async fn create(
     let body: NewSandbox = crate::e2b::error::parse_json(&body)?;
     refuse_unsupported(&body)?;
     let mut built = None;
-    let mut _using_templates = None;
+    let mut _using_template = None;
     let snapshot = if is_snapshot_id(&body.template_id) {
         Some(snapshots::for_create(&state, &tenant, &body.template_id).await?)
     } else if TEMPLATES.contains(&body.template_id.as_str()) {
@@ -173,8 +173,8 @@ pub(crate) async fn create(
             .fetch(state.effective_config(), Some(&body.template_id))
             .await
             .map_err(crate::api::error::ApiError::from)?;
-        // Until the sandbox is recorded, a template removal waits (the layers chosen stay).
-        _using_templates = Some(state.using_templates().await);
+        // Until the sandbox is started, a template removal waits (the layers chosen stay).
+        _using_template = state.using_template(Some(&body.template_id)).await;
         let templates = &state.effective_config().templates;
         match crate::built_templates::choose(templates, Some(&body.template_id)) {
             // A template built on this server: its layers at `/opt`, in the facade's layout.

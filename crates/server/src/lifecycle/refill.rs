@@ -1,6 +1,7 @@
 //! The warm pools' side of the lifecycle: the refill task that creates members (and starts their zygote and spare
 //! kernel), a resize that destroys the ready members past a lower `max`, the replacement of a pool's members when
-//! its template was rebuilt, and the destruction of idle members at shutdown. The bookkeeping (what to create, claims, sizes) is `pool`'s; the sandboxes are made and destroyed here.
+//! its template was rebuilt, and the destruction of idle members at shutdown. The bookkeeping (what to create,
+//! claims, sizes) is `pool`'s; the sandboxes are made and destroyed here.
 
 use std::time::{Duration, Instant};
 
@@ -71,7 +72,11 @@ pub async fn run(state: AppState) {
 /// the old.
 async fn follow_templates(state: &AppState) {
     let looking = state.clone();
+    // A template removal between reading a rebuilt template and switching the pool to it would not see its layers
+    // as the pool's.
+    let holding = state.holding_templates().await;
     let stale = tokio::task::spawn_blocking(move || {
+        let _holding = holding;
         looking.pools().follow_templates(&looking.effective_config().templates, looking.metrics())
     })
     .await

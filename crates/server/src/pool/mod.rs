@@ -161,6 +161,12 @@ impl Pools {
         })
     }
 
+    /// The name of the first pool whose config names the template `name`.
+    pub(crate) fn pool_of_template(&self, name: &str) -> Option<String> {
+        let index = self.configs.iter().position(|config| config.template == name)?;
+        Some(self.configs[index].name_at(index))
+    }
+
     /// Whether a pool names a template built into the cache (which a rebuild may change).
     pub(crate) fn follows_templates(&self) -> bool {
         self.configs.iter().any(|config| !matches!(config.template.as_str(), "host" | "e2b"))

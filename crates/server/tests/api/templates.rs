@@ -1,7 +1,7 @@
 //! Templates through the API, over the fake runtime: `GET /v1/templates` lists what the server's template cache
 //! holds (any tenant); `DELETE /v1/templates/{name}` is for admin tenants, removes the name at once and the layers
 //! once no running or paused sandbox and no pool reads them, answers 404 for an unknown name and 409 while a build
-//! holds the cache.
+//! holds the cache or when a pool names the template.
 
 use std::collections::BTreeMap;
 
@@ -87,15 +87,19 @@ async fn templates_are_listed_and_an_admin_removes_one_keeping_the_layers_its_sa
     assert_eq!(empty.json()["templates"], json!([]));
 }
 
-/// A pool's template keeps its layers when the template is removed (its members yet to be made need them), and so
-/// does a paused sandbox's; once no pool and no sandbox names a layer, the next removal collects it.
+/// A template a pool names is not removed (409 naming the pool: the next start would refuse the config); the layers a
+/// pool's members are made of stay while the pool names them, even once its template was rebuilt and a removal of
+/// another template collects what no template uses; a paused sandbox's layers stay through its template's removal;
+/// once nothing names a layer, the next removal collects it.
 #[tokio::test]
-async fn a_removed_templates_layers_stay_while_a_pool_or_a_paused_sandbox_names_them() {
+async fn layers_a_pool_or_a_paused_sandbox_reads_stay_and_a_pools_template_is_not_removed() {
     let root = tempfile::tempdir_in("/var/tmp").unwrap();
     let cache = TemplateCache::open(root.path()).unwrap();
-    let (pooled, paused, other) = ("c".repeat(64), "d".repeat(64), "e".repeat(64));
-    for (name, layer) in [("pooled-t", pooled.as_str()), ("paused-t", paused.as_str()), ("other-t", other.as_str())] {
+    let (pooled, rebuilt, paused, other) = ("c".repeat(64), "f".repeat(64), "d".repeat(64), "e".repeat(64));
+    for layer in [&pooled, &rebuilt, &paused, &other] {
         std::fs::create_dir_all(cache.layer_dir(layer).join("opt")).unwrap();
+    }
+    for (name, layer) in [("pooled-t", &pooled), ("paused-t", &paused), ("other-t", &other)] {
         cache.put_template(&record(name, layer)).unwrap();
     }
     let mut config = test_config();
@@ -106,19 +110,27 @@ async fn a_removed_templates_layers_stay_while_a_pool_or_a_paused_sandbox_names_
     config.pools = vec![toml::from_str("name = \"warm\"\ntemplate = \"pooled-t\"\nmin = 1\nmax = 1\n").unwrap()];
     let h = Harness::with_config(config);
 
+    let refused = h.delete("/v1/templates/pooled-t", KEY_OPS).await.assert_error(409, "conflict");
+    assert!(refused.contains("pool \"warm\""), "{refused}");
     let id = h.create(KEY_A, json!({"template": "paused-t"})).await;
     assert_eq!(h.post(&format!("/v1/sandboxes/{id}/pause"), KEY_A, json!({})).await.status, StatusCode::OK);
-    for name in ["pooled-t", "paused-t"] {
-        assert_eq!(h.delete(&format!("/v1/templates/{name}"), KEY_OPS).await.status, StatusCode::NO_CONTENT);
-    }
+    assert_eq!(h.delete("/v1/templates/paused-t", KEY_OPS).await.status, StatusCode::NO_CONTENT);
+    assert!(cache.layer_dir(&paused).is_dir(), "the paused sandbox's layer was removed");
+    // The pool's template is rebuilt (no refill task runs here: the pool still makes its members of the old build).
+    cache.put_template(&record("pooled-t", &rebuilt)).unwrap();
+    assert_eq!(h.delete("/v1/templates/other-t", KEY_OPS).await.status, StatusCode::NO_CONTENT);
     assert!(cache.layer_dir(&pooled).is_dir(), "the pool's layer was removed");
     assert!(cache.layer_dir(&paused).is_dir(), "the paused sandbox's layer was removed");
+    assert!(!cache.layer_dir(&other).exists(), "a layer nothing names stays");
+
     let resumed = h.post(&format!("/v1/sandboxes/{id}/resume"), KEY_A, json!({})).await;
     assert_eq!(resumed.status, StatusCode::OK, "{}", resumed.text());
     assert_eq!(h.delete(&format!("/v1/sandboxes/{id}"), KEY_A).await.status, StatusCode::NO_CONTENT);
-    assert_eq!(h.delete("/v1/templates/other-t", KEY_OPS).await.status, StatusCode::NO_CONTENT);
+    let spare = "9".repeat(64);
+    std::fs::create_dir_all(cache.layer_dir(&spare).join("opt")).unwrap();
+    cache.put_template(&record("spare-t", &spare)).unwrap();
+    assert_eq!(h.delete("/v1/templates/spare-t", KEY_OPS).await.status, StatusCode::NO_CONTENT);
     assert!(!cache.layer_dir(&paused).exists(), "a layer nothing names any more stays");
-    assert!(cache.layer_dir(&pooled).is_dir(), "the pool's layer was removed");
 }
 
 /// `POST /v1/templates` refuses before anything runs: a tenant that is not an admin (403); a spec with an unknown

@@ -53,6 +53,7 @@ pub const ALL: &[(&str, Case)] = &[
     ("two_tars_that_differ_a_little_share_most_chunks", |h| Box::pin(tar_dedup(h))),
     ("gc_keeps_orphans_younger_than_the_grace_period", |h| Box::pin(grace_keeps_young(h))),
     ("gc_spares_orphan_chunks_a_put_in_progress_reuses", |h| Box::pin(gc_spares_chunks_in_use(h))),
+    ("an_old_orphan_a_put_reuses_survives_another_processs_gc", |h| Box::pin(old_orphan_reused_is_refreshed(h))),
     ("ids_duplicates_and_unknown_snapshots_are_refused", |h| Box::pin(refusals(h))),
     ("a_damaged_manifest_stops_gc_before_it_deletes", |h| Box::pin(damaged_manifest_stops_gc(h))),
 ];
@@ -332,6 +333,27 @@ async fn gc_spares_chunks_in_use(harness: &Harness) {
     abandoned.add_part("extra.img", pieces(&noise(2 << 20, 12)), None).await.unwrap();
     drop(abandoned);
     assert!(store.gc().await.unwrap().chunks_deleted >= 1);
+}
+
+/// Another process (another server or host on the same store) knows nothing of this one's pins: only age protects a
+/// chunk from its collection. A put that reuses a stored chunk older than half the grace period writes it again, so
+/// an old orphan it dedups against (its snapshot deleted, not yet collected) is young when the other process collects.
+async fn old_orphan_reused_is_refreshed(harness: &Harness) {
+    let store = harness.store_with_grace(Duration::from_secs(4));
+    let data = noise(3 << 20, 13);
+    put(&store, "orphaned", &[("layer.tar", &data)]).await;
+    harness.raw.delete(&Path::from("manifests/orphaned.json")).await.unwrap();
+    let orphans = harness.stored_chunks().await.len();
+    // Older than half the writer's grace period, and than the other process's whole one.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    let mut writer = store.writer("reuses-old").unwrap();
+    let summary = writer.add_part("layer.tar", pieces(&data), None).await.unwrap();
+    assert_eq!(summary.chunks, orphans, "{summary:?}");
+    let elsewhere = harness.store_with_grace(Duration::from_secs(2)).gc().await.unwrap();
+    assert_eq!(elsewhere.chunks_deleted, 0, "the other process collected chunks the put reuses: {elsewhere:?}");
+    let manifest = writer.commit(serde_json::Value::Null).await.unwrap();
+    assert!(read(&store, &manifest, "layer.tar").await.unwrap() == data);
 }
 
 async fn refusals(harness: &Harness) {

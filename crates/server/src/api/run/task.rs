@@ -68,21 +68,32 @@ pub(crate) struct Started {
 }
 
 /// Starts a run in its own task; `requested` is when its request arrived (the phases count from there).
-pub(crate) fn spawn(state: AppState, tenant: Tenant, plan: RunPlan, requested: Instant) -> Started {
+pub(crate) fn spawn(
+    state: AppState,
+    tenant: Tenant,
+    plan: RunPlan,
+    requested: Instant,
+    using_template: Option<UsingTemplate>,
+) -> Started {
     let (ready_sender, ready) = oneshot::channel();
     let (event_sender, events) = mpsc::channel(64);
     let clock = RunClock::new(requested);
-    tokio::spawn(run(state, tenant, plan, clock, ready_sender, event_sender));
+    tokio::spawn(run(state, tenant, plan, clock, (ready_sender, event_sender), using_template));
     Started { ready, events }
 }
+
+/// What a create naming a built template holds until its sandbox is started (`AppState::using_template`).
+type UsingTemplate = tokio::sync::OwnedRwLockReadGuard<()>;
+/// Where the run's task says its sandbox is ready (or why it is not), and where its events go.
+type RunChannels = (oneshot::Sender<Result<(String, Isolation), ApiError>>, mpsc::Sender<RunEvent>);
 
 async fn run(
     state: AppState,
     tenant: Tenant,
     plan: RunPlan,
     clock: RunClock,
-    ready: oneshot::Sender<Result<(String, Isolation), ApiError>>,
-    events: mpsc::Sender<RunEvent>,
+    (ready, events): RunChannels,
+    using_template: Option<UsingTemplate>,
 ) {
     let expires_ms = now_ms().saturating_add(i64::try_from(plan.lifetime_s.saturating_mul(1000)).unwrap_or(i64::MAX));
     let metadata = Default::default();
@@ -101,6 +112,7 @@ async fn run(
             return;
         }
     };
+    drop(using_template);
     clock.allocated();
     clock.vm_booted(state.runtime().vm_boot(&id));
     // From here on the sandbox exists: whatever happens below, it is destroyed before this task ends.
