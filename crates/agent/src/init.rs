@@ -9,8 +9,8 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
 use sandkasten_jail::process::ProcessJail;
-use sandkasten_jail::rootfs::{RealHostFs, RootfsSpec, plan_rootfs};
-use sandkasten_jail::{mounts, namespaces, net};
+use sandkasten_jail::rootfs::{RealHostFs, RootfsSpec, plan_rootfs, template_lowers};
+use sandkasten_jail::{idmap, mounts, namespaces, net};
 use sandkasten_protocol::{AgentPlan, Envelope, Message, monotonic_ns, read_frame, write_frame};
 
 /// Where the new root is assembled before pivot_root (a tmpfs is mounted over it).
@@ -35,6 +35,14 @@ pub(crate) fn run(plan: &AgentPlan, jail: &ProcessJail<'_>, channel: &mut UnixSt
     if host_hung_up(channel) {
         return Err("the host exited before the sandbox was built".to_owned());
     }
+    // A build sandbox's lower layers come as idmapped mounts right after the plan (`idmap`).
+    let layer_mounts = match &plan.template.capture {
+        Some(_) => {
+            let count = template_lowers(&plan.template.layers, &RealHostFs).len();
+            idmap::receive_fds(channel, count).map_err(|e| e.to_string())?
+        }
+        None => Vec::new(),
+    };
     let rootfs = RootfsSpec {
         new_root: PathBuf::from(NEW_ROOT),
         home: PathBuf::from(&plan.home),
@@ -46,7 +54,7 @@ pub(crate) fn run(plan: &AgentPlan, jail: &ProcessJail<'_>, channel: &mut UnixSt
         template: plan.template.clone(),
         agent_run_dir: plan.vmm.is_none(),
     };
-    build_sandbox(&rootfs).map_err(|e| e.to_string())?;
+    build_sandbox(&rootfs, layer_mounts).map_err(|e| e.to_string())?;
     send(channel, Message::FilesystemReady { at_ns: monotonic_ns() });
     match read_frame(channel) {
         Ok(Some(Envelope { msg: Message::CgroupJoined, .. })) => {}
@@ -91,11 +99,14 @@ fn host_hung_up(channel: &UnixStream) -> bool {
         && fds[0].revents().intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR)
 }
 
-fn build_sandbox(rootfs: &RootfsSpec) -> Result<(), sandkasten_jail::JailError> {
+fn build_sandbox(
+    rootfs: &RootfsSpec,
+    layer_mounts: Vec<std::os::fd::OwnedFd>,
+) -> Result<(), sandkasten_jail::JailError> {
     namespaces::set_hostname("sandbox")?;
     net::bring_up_loopback()?;
     net::limit_tcp_buffers();
     let steps = plan_rootfs(rootfs, &RealHostFs);
-    mounts::execute(&steps, rootfs.sandbox_uid, rootfs.sandbox_gid)?;
+    mounts::execute(&steps, rootfs.sandbox_uid, rootfs.sandbox_gid, layer_mounts)?;
     mounts::pivot_into(&rootfs.new_root)
 }

@@ -4,7 +4,8 @@
 //! layers); an unchanged rebuild takes every layer from the cache and a changed last step rebuilds only that one (the build's JSON lines
 //! say so); bad specs, failing steps and a failing `ready` exit 2 naming the field or the step with its output and
 //! leave no template; a build step cannot reach a host that is not an allowed registry (the test host sees nothing);
-//! a build killed with SIGKILL leaves nothing a later build takes for finished. Templates are pushed to and pulled
+//! a build killed with SIGKILL leaves nothing a later build takes for finished; a template changes and deletes what
+//! its base's layers hold (pip into the base's venv) without changing them. Templates are pushed to and pulled
 //! from the template store, and `template prune` deletes old versions there with the chunks only they referenced.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -478,6 +479,85 @@ fn a_template_extends_another_built_one() {
     assert_eq!(orphan.code, 2, "{}", orphan.describe());
     assert!(orphan.stderr_text().contains("base: no template named \"never-built\" is built"), "{}", orphan.describe());
     assert!(!template_names(cache.path()).contains(&"orphan".to_owned()));
+}
+
+/// Every entry under `dir` (not following symlinks) with its owner, mode and contents (a symlink's target).
+fn tree_state(dir: &Path) -> std::collections::BTreeMap<PathBuf, (u32, u32, u32, Vec<u8>)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut state = std::collections::BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        let meta = std::fs::symlink_metadata(&path).expect("stat");
+        let contents = if meta.file_type().is_symlink() {
+            std::fs::read_link(&path).expect("readlink").into_os_string().into_encoded_bytes()
+        } else if meta.is_file() {
+            std::fs::read(&path).expect("read")
+        } else {
+            Vec::new()
+        };
+        if meta.is_dir() {
+            pending.extend(std::fs::read_dir(&path).expect("readdir").map(|entry| entry.expect("entry").path()));
+        }
+        state.insert(path, (meta.uid(), meta.gid(), meta.mode(), contents));
+    }
+    state
+}
+
+/// A later build step changes what an earlier layer holds (a build sandbox's lower layers are idmapped to its
+/// user): a template installs a pip package into the venv its base made, appends to a file of the base and deletes
+/// another. Its sandboxes on every tier see both packages and the changes; the base's sandboxes see the base as it
+/// was, and the base's layers on the host (contents, owners, modes) are untouched; nothing stays mounted.
+#[test]
+fn a_template_changes_and_deletes_what_its_bases_layers_hold() {
+    require_root!();
+    let cache = cache_dir();
+    let build = |spec: &Path| {
+        template(cache.path(), &["build", "--json", "--allow-registry-addresses", &spec.display().to_string()]).output()
+    };
+    let (_base_dir, base) = spec_file(
+        "name = \"venv-base\"\nbase = \"host\"\nrun = [\"echo base > /opt/kept.txt; echo doomed > /opt/doomed.txt\"]\n\
+         [packages]\npip = [\"tabulate==0.10.0\"]\n",
+    );
+    let built = build(&base);
+    assert_eq!(built.code, 0, "{}", built.describe());
+    let base_layers = tree_state(&cache.path().join("layers"));
+
+    let (_child_dir, child) = spec_file(
+        "name = \"venv-child\"\nbase = \"venv-base\"\nrun = [\"echo child >> /opt/kept.txt; rm /opt/doomed.txt\"]\n\
+         ready = \"python3 -c 'import tabulate, six'\"\n[packages]\npip = [\"six==1.16.0\"]\n",
+    );
+    let built = build(&child);
+    assert_eq!(built.code, 0, "{}", built.describe());
+    assert_eq!(
+        steps(&built),
+        vec![
+            ("pip six==1.16.0".to_owned(), false),
+            ("run echo child >> /opt/kept.txt; rm /opt/doomed.txt".to_owned(), false)
+        ]
+    );
+    let after = tree_state(&cache.path().join("layers"));
+    let changed: Vec<&PathBuf> =
+        base_layers.iter().filter(|(path, state)| after.get(*path) != Some(state)).map(|(path, _)| path).collect();
+    assert!(changed.is_empty(), "the child's build changed the base's layers on the host: {changed:?}");
+
+    let cache_arg = cache.path().display().to_string();
+    let script = "python3 -c 'import tabulate, six; print(six.__version__)'; cat /opt/kept.txt; \
+                  test ! -e /opt/doomed.txt && echo doomed-gone";
+    let expected = "1.16.0\nbase\nchild\ndoomed-gone\n";
+    let base_script = "cat /opt/kept.txt /opt/doomed.txt; python3 -c 'import six' 2>/dev/null || echo no-six";
+    let base_expected = "base\ndoomed\nno-six\n";
+    for (name, script, expected) in [("venv-child", script, expected), ("venv-base", base_script, base_expected)] {
+        let output =
+            common::run(["--template-cache", &cache_arg, "--template", name, "--", "bash", "-c", script]).output();
+        assert_eq!(output.stdout_text(), expected, "{name} on the process tier: {}", output.describe());
+        if let Some(gv) = on_gvisor(&cache_arg, name, &["bash", "-c", script]) {
+            assert_eq!(gv.stdout_text(), expected, "{name} on gVisor: {}", gv.describe());
+        }
+        if let Some(vm) = on_microvm(&cache_arg, name, &["bash", "-c", script]) {
+            assert_eq!(vm.stdout_text(), expected, "{name} in a microVM: {}", vm.describe());
+        }
+    }
+    assert!(mounts_under(cache.path()).is_empty(), "{:?}", mounts_under(cache.path()));
 }
 
 /// `template push` copies a built template into the template store beside the snapshot store of `--config`, and

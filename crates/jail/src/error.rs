@@ -37,6 +37,15 @@ pub enum JailError {
     /// unshare(2) of a namespace after setup failed.
     #[error("unshare failed: {0}")]
     Unshare(#[source] io::Error),
+    /// Making, passing or attaching a build sandbox's idmapped layer mounts (`idmap`) failed.
+    #[error("{what} failed: {source}")]
+    Idmap {
+        /// The step that failed.
+        what: String,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
     /// sethostname(2) failed.
     #[error("sethostname failed: {0}")]
     SetHostname(#[source] io::Error),

@@ -122,9 +122,44 @@ pub fn write_files(files: &[SandboxFile], sandbox_uid: u32, sandbox_gid: u32) ->
 }
 
 /// Carries out the steps in order. `sandbox_uid`/`sandbox_gid` own the files marked as the sandbox user's.
-pub fn execute(steps: &[MountStep], sandbox_uid: u32, sandbox_gid: u32) -> Result<(), JailError> {
+/// `layer_mounts`: a build sandbox's idmapped lower layers (`idmap`), one per lower of its `TemplateOverlay`, in
+/// the same order; empty for every other sandbox.
+pub fn execute(
+    steps: &[MountStep],
+    sandbox_uid: u32,
+    sandbox_gid: u32,
+    layer_mounts: Vec<std::os::fd::OwnedFd>,
+) -> Result<(), JailError> {
+    let mut layer_mounts = Some(layer_mounts);
     for step in steps {
+        if let MountStep::TemplateOverlay { lowers, .. } = step {
+            attach_layer_mounts(lowers, layer_mounts.take().unwrap_or_default())?;
+        }
         execute_step(step, sandbox_uid, sandbox_gid)?;
+    }
+    match layer_mounts {
+        Some(left) if !left.is_empty() => Err(JailError::Idmap {
+            what: "attaching layer mounts".to_owned(),
+            source: io::Error::other("the plan mounts no template layers"),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Attaches each idmapped layer mount over its lower's path (this mount namespace only, after it was made private),
+/// so the overlay mounted next reads the layers through them.
+fn attach_layer_mounts(lowers: &[PathBuf], mounts: Vec<std::os::fd::OwnedFd>) -> Result<(), JailError> {
+    if mounts.is_empty() {
+        return Ok(());
+    }
+    if mounts.len() != lowers.len() {
+        return Err(JailError::Idmap {
+            what: "attaching layer mounts".to_owned(),
+            source: io::Error::other(format!("{} mounts for {} layers", mounts.len(), lowers.len())),
+        });
+    }
+    for (tree, lower) in mounts.into_iter().zip(lowers) {
+        crate::idmap::attach(tree, lower)?;
     }
     Ok(())
 }

@@ -33,7 +33,6 @@ impl ResolvedBase {
             Base::Template(name) => match cache.template(name) {
                 Ok(record) => {
                     spec.check_on_root(&record.root)?;
-                    check_extendable(spec, &record)?;
                     Ok(ResolvedBase { root: record.root.clone(), template: Some(record) })
                 }
                 Err(CacheError::UnknownTemplate(_)) => Err(SpecError::at(
@@ -109,27 +108,6 @@ impl ResolvedBase {
     }
 }
 
-/// A layer is the host's and read-only to later build steps (they add files, they do not change an earlier layer's),
-/// so a template cannot install more packages into the venv or npm prefix its base made.
-fn check_extendable(spec: &TemplateSpec, base: &TemplateRecord) -> Result<(), SpecError> {
-    for (field, wanted, variable, place) in [
-        ("packages.pip", !spec.packages.pip.is_empty(), "VIRTUAL_ENV", VENV_DIR),
-        ("packages.npm", !spec.packages.npm.is_empty(), "NODE_PATH", NPM_PREFIX),
-    ] {
-        if wanted && base.env.contains_key(variable) {
-            return Err(SpecError::at(
-                field,
-                format!(
-                    "base template {:?} already installed packages into {place}, whose files are read-only to the \
-                     templates extending it: add these packages to {:?}'s spec, or extend a base without them",
-                    base.name, base.name
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,15 +165,6 @@ mod tests {
         assert_ne!(key(base_record()), key(other_layers));
         assert_ne!(key(base_record()), key(other_env));
         assert_eq!(key(base_record()), key(base_record()));
-    }
-
-    #[test]
-    fn packages_into_the_bases_venv_or_npm_prefix_are_refused_naming_the_field() {
-        let pip = spec("name = \"child\"\nbase = \"tables\"\n[packages]\npip = [\"x\"]\n");
-        let error = check_extendable(&pip, &base_record()).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(error.starts_with("packages.pip: base template \"tables\""), "{error}");
-        let npm = spec("name = \"child\"\nbase = \"tables\"\n[packages]\nnpm = [\"x\"]\n");
-        assert!(check_extendable(&npm, &base_record()).is_ok(), "the base has no npm prefix");
     }
 
     #[test]

@@ -86,7 +86,7 @@ fn command_of(kind: &StepKind) -> String {
                 format!("apt-get update && apt-get install -y --no-install-recommends -- {}", quoted(packages))
             }
             StepKind::Pip(packages) => format!(
-                "set -e; python3 -m venv {VENV_DIR}; \
+                "set -e; [ -x {VENV_DIR}/bin/python ] || python3 -m venv {VENV_DIR}; \
                  {VENV_DIR}/bin/pip install --no-cache-dir --disable-pip-version-check --no-input -- {}",
                 quoted(packages)
             ),

@@ -181,9 +181,13 @@ impl Launcher<'_> {
     ) -> Result<UnixStream, RuntimeError> {
         let (host_channel, agent_channel) = UnixStream::pair().map_err(|e| RuntimeError::sys("socketpair", e))?;
         let id_base = guard.id_range.as_ref().map_or(self.config.host_id_base, IdRange::base);
-        if let Some(capture) = &plan.template.capture {
-            prepare_capture(capture, id_base, plan.uid, plan.gid)?;
-        }
+        let layer_mounts = match &plan.template.capture {
+            Some(capture) => {
+                prepare_capture(capture, id_base, plan.uid, plan.gid)?;
+                layer_mounts(&plan.template.layers, id_base + plan.uid, id_base + plan.gid)?
+            }
+            None => Vec::new(),
+        };
         let pid = match namespaces::clone_into_namespaces(id_base)? {
             CloneOutcome::Child => {
                 drop(host_channel);
@@ -218,6 +222,8 @@ impl Launcher<'_> {
         let mut channel = host_channel;
         write_frame(&mut channel, &Envelope::new(0, Message::Start))?;
         write_frame(&mut channel, &Envelope::new(0, Message::Plan { plan: Box::new(plan.clone()) }))?;
+        sandkasten_jail::idmap::send_fds(&channel, &layer_mounts)?;
+        drop(layer_mounts);
         // The agent builds its filesystem meanwhile; it runs nothing of the caller's before `CgroupJoined`.
         guard.cgroup()?.add_process(pid)?;
         write_frame(&mut channel, &Envelope::new(0, Message::CgroupJoined))?;
@@ -255,6 +261,20 @@ fn start_agent(channel: UnixStream, agent: RawFd) {
     if let Err(message) = failure {
         let _ = write_frame(&mut channel, &Envelope::new(0, Message::SetupFailed { message }));
     }
+}
+
+/// A build sandbox's lower layers as idmapped mounts (`sandkasten_jail::idmap`), in the order its overlay stacks
+/// them: the layers' owner (the host's root) is the sandbox user (host ids `uid`, `gid`) through them, so a step can
+/// change what an earlier layer holds.
+fn layer_mounts(layers: &[std::path::PathBuf], uid: u32, gid: u32) -> Result<Vec<std::os::fd::OwnedFd>, RuntimeError> {
+    use sandkasten_jail::rootfs::{RealHostFs, template_lowers};
+    use std::os::fd::AsFd;
+    let lowers = template_lowers(layers, &RealHostFs);
+    if lowers.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mapping = sandkasten_jail::idmap::owner_mapping(uid, gid)?;
+    Ok(lowers.iter().map(|lower| sandkasten_jail::idmap::idmapped(lower, mapping.as_fd())).collect::<Result<_, _>>()?)
 }
 
 /// Makes a build sandbox's capture directory ready for its overlay: `upper/opt` owned by the sandbox user (its steps
