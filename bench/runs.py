@@ -22,7 +22,6 @@ rows interleaved like the runs, each after the pools are full. Writes bench/resu
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -163,14 +162,8 @@ def measure_contexts(server: warm.Server, runs: int) -> list[dict]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sandkasten", default=str(ROOT / "target" / "release" / "sandkasten"))
-    parser.add_argument("--quick", action="store_true", help="fewer runs (a smoke test; the doc says so)")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
-    parser.add_argument("--no-render", action="store_true", help="do not re-render docs/benchmarks.md")
-    args = parser.parse_args()
-    if os.geteuid() != 0:
-        print("bench/runs.py must run as root (sandkasten serve needs it)", file=sys.stderr)
+    args = warm.bench_args(__doc__, DEFAULT_JSON, "sandkasten serve needs it")
+    if args is None:
         return 1
     binary = str(Path(args.sandkasten).resolve())
     runs = 30 if args.quick else 150

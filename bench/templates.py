@@ -20,7 +20,6 @@ Writes bench/results/templates.json and re-renders docs/benchmarks.md. Standard 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -140,14 +139,8 @@ def measure_cells(server: warm.Server, runs: int) -> list[dict]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sandkasten", default=str(ROOT / "target" / "release" / "sandkasten"))
-    parser.add_argument("--quick", action="store_true", help="fewer runs (a smoke test; the doc says so)")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
-    parser.add_argument("--no-render", action="store_true", help="do not re-render docs/benchmarks.md")
-    args = parser.parse_args()
-    if os.geteuid() != 0:
-        print("bench/templates.py must run as root (template builds and sandkasten serve need it)", file=sys.stderr)
+    args = warm.bench_args(__doc__, DEFAULT_JSON, "template builds and sandkasten serve need it")
+    if args is None:
         return 1
     binary = str(Path(args.sandkasten).resolve())
     cold, cached, runs = (1, 3, 10) if args.quick else (3, 5, 40)

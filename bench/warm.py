@@ -958,15 +958,10 @@ def machine(binary: str) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sandkasten", default=str(ROOT / "target" / "release" / "sandkasten"))
-    parser.add_argument("--quick", action="store_true", help="fewer requests (a smoke test; the doc says so)")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
-    parser.add_argument("--no-render", action="store_true", help="do not re-render docs/benchmarks.md")
-    parser.add_argument("--no-gvisor", action="store_true", help="skip the gvisor tier's measurements")
-    args = parser.parse_args()
-    if os.geteuid() != 0:
-        print("bench/warm.py must run as root (sandkasten serve needs it)", file=sys.stderr)
+    args = bench_args(__doc__, DEFAULT_JSON, "sandkasten serve needs it", "fewer requests (a smoke test; the doc says so)",
+                      lambda parser: parser.add_argument("--no-gvisor", action="store_true",
+                                                         help="skip the gvisor tier's measurements"))
+    if args is None:
         return 1
     binary = str(Path(args.sandkasten).resolve())
     p = {"quick": args.quick, "n_c1": 500, "n_c16": 2000, "n_py": 480, "cycles": 300, "loop_max_s": 15,
@@ -1008,6 +1003,24 @@ def main() -> int:
                 # the whole phase, server start and stop included
                 results["gvisor"]["elapsed_s"]["pool_phase"] = round(time.monotonic() - t0, 1)
     return finish(results, started, args.json, not args.no_render)
+
+
+def bench_args(doc: str, default_json: Path, why_root: str, quick_help: str = "fewer runs (a smoke test; the doc says so)",
+               extra=None) -> argparse.Namespace | None:
+    """The options every benchmark takes (`--sandkasten`, `--quick`, `--json`, `--no-render`, and those `extra`
+    adds to the parser), parsed; None, with the reason printed, unless run as root (`why_root` says why it must)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--sandkasten", default=str(ROOT / "target" / "release" / "sandkasten"))
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--json", type=Path, default=default_json)
+    parser.add_argument("--no-render", action="store_true", help="do not re-render docs/benchmarks.md")
+    if extra is not None:
+        extra(parser)
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print(f"{Path(sys.argv[0]).name} must run as root ({why_root})", file=sys.stderr)
+        return None
+    return args
 
 
 def finish(results: dict, started: float, path: Path, render_doc: bool) -> int:
