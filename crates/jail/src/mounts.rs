@@ -146,8 +146,8 @@ pub fn execute(
     }
 }
 
-/// Attaches each idmapped layer mount over its lower's path (this mount namespace only, after it was made private),
-/// so the overlay mounted next reads the layers through them.
+/// Attaches each idmapped layer mount (private, read-only: `idmap::idmapped`) over its lower's path in this mount
+/// namespace, so the overlay mounted next reads the layers through them.
 fn attach_layer_mounts(lowers: &[PathBuf], mounts: Vec<std::os::fd::OwnedFd>) -> Result<(), JailError> {
     if mounts.is_empty() {
         return Ok(());

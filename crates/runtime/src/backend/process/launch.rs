@@ -181,12 +181,13 @@ impl Launcher<'_> {
     ) -> Result<UnixStream, RuntimeError> {
         let (host_channel, agent_channel) = UnixStream::pair().map_err(|e| RuntimeError::sys("socketpair", e))?;
         let id_base = guard.id_range.as_ref().map_or(self.config.host_id_base, IdRange::base);
+        // A build sandbox's agent (process tier: `agent::init`) expects its layer mounts after the plan.
         let layer_mounts = match &plan.template.capture {
             Some(capture) => {
                 prepare_capture(capture, id_base, plan.uid, plan.gid)?;
-                layer_mounts(&plan.template.layers, id_base + plan.uid, id_base + plan.gid)?
+                Some(layer_mounts(&plan.template.layers, id_base + plan.uid, id_base + plan.gid)?)
             }
-            None => Vec::new(),
+            None => None,
         };
         let pid = match namespaces::clone_into_namespaces(id_base)? {
             CloneOutcome::Child => {
@@ -222,8 +223,9 @@ impl Launcher<'_> {
         let mut channel = host_channel;
         write_frame(&mut channel, &Envelope::new(0, Message::Start))?;
         write_frame(&mut channel, &Envelope::new(0, Message::Plan { plan: Box::new(plan.clone()) }))?;
-        sandkasten_jail::idmap::send_fds(&channel, &layer_mounts)?;
-        drop(layer_mounts);
+        if let Some(layer_mounts) = layer_mounts {
+            sandkasten_jail::idmap::send_fds(&channel, &layer_mounts)?;
+        }
         // The agent builds its filesystem meanwhile; it runs nothing of the caller's before `CgroupJoined`.
         guard.cgroup()?.add_process(pid)?;
         write_frame(&mut channel, &Envelope::new(0, Message::CgroupJoined))?;
