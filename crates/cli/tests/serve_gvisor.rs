@@ -165,15 +165,41 @@ fn oom_scores(id: &str) -> (Vec<i32>, Vec<i32>) {
     (std::iter::once(score(sentry)).chain(runtime_scores).collect(), stubs.into_iter().map(score).collect())
 }
 
+/// Drops from the page cache whatever of runsc's file no process maps or locks (`POSIX_FADV_DONTNEED`, as a cold
+/// cache or the host's memory pressure would) and answers (resident pages, pages) of the file after it (`mincore`).
+fn evict_runsc_from_page_cache() -> (usize, usize) {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(common::RUNSC).unwrap();
+    let len = file.metadata().unwrap().len() as usize;
+    // SAFETY: fadvise on a descriptor we own; mmap of it read-only at an address the kernel picks; mincore into a
+    // vector of one byte per page of that mapping; munmap of the same mapping.
+    unsafe {
+        assert_eq!(libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED), 0);
+        let addr = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0);
+        assert_ne!(addr, libc::MAP_FAILED);
+        let page = libc::sysconf(libc::_SC_PAGESIZE) as usize;
+        let mut pages = vec![0u8; len.div_ceil(page)];
+        assert_eq!(libc::mincore(addr, len, pages.as_mut_ptr()), 0);
+        libc::munmap(addr, len);
+        (pages.iter().filter(|state| **state & 1 == 1).count(), pages.len())
+    }
+}
+
 /// A memory bomb in a live gVisor sandbox ends the program, never the sandbox: the host's OOM killer weighs each
 /// program's stub process against the Sentry, and the Sentry is the heavier of the two often enough (about every
 /// other bomb before the stubs were given the higher OOM score) that five bombs in a row would end it. Checked on a
-/// fresh sandbox and on one resumed from a pause (a restore starts the Sentry and its stubs anew).
+/// fresh sandbox and on one resumed from a pause (a restore starts the Sentry and its stubs anew), with runsc's code
+/// dropped from the page cache before each: a Sentry that read its own code on its sandbox's account had it evicted
+/// by the bomb, faulted it back in to free the killed program's memory, and the OOM killer took the sandbox's other
+/// stubs, the agent's among them (every bomb on a cold cache, before the server kept runsc's code resident).
 #[test]
 fn memory_bombs_end_the_program_never_the_gvisor_sandbox() {
     require_runsc!();
     let server = Server::start();
+    evict_runsc_from_page_cache();
     let id = server.create_on(Tier::Gvisor, json!({"limits": {"memory_bytes": 96 << 20}}));
+    let (resident, pages) = evict_runsc_from_page_cache();
+    assert_eq!(resident, pages, "runsc's code is not kept resident once a gVisor sandbox started");
     let bomb = "a = []\nwhile True:\n    a.append(bytearray(8 << 20))\n";
     for round in ["fresh", "resumed"] {
         if round == "resumed" {
@@ -182,6 +208,7 @@ fn memory_bombs_end_the_program_never_the_gvisor_sandbox() {
                 assert_eq!(reply.status, 200, "{step}: {reply:?}");
             }
         }
+        evict_runsc_from_page_cache();
         let (runtime, stubs) = oom_scores(&id);
         assert!(
             stubs.iter().all(|stub| runtime.iter().all(|own| stub > own)),

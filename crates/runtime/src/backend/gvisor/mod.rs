@@ -17,6 +17,7 @@ mod checkpoint;
 mod cleanup;
 mod memory;
 mod oom;
+mod resident;
 mod runsc;
 
 use std::io::Read;

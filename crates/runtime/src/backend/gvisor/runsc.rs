@@ -63,6 +63,8 @@ pub(super) fn start(
         return Err(RuntimeError::Runsc("an OOM score with a NUL byte".to_owned()));
     };
     let runsc = resolve_runsc(config).ok_or_else(|| RuntimeError::HostUnsupported(runsc_missing(config)))?;
+    // Before the first Sentry can read runsc's code into the page cache on its sandbox's account (`resident`).
+    super::resident::pin(&runsc);
     let mut command = Command::new(&runsc);
     command
         .arg(format!("--root={}", runsc_root(config).display()))
