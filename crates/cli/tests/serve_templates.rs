@@ -108,6 +108,27 @@ fn a_built_template_is_what_create_and_run_name(tier: Tier) {
     assert_eq!(created["templateID"], "marked", "{created}");
     let seen = server.exec(&e2b_id, "cat /opt/marker; echo $HOME");
     assert_eq!(seen.json["stdout"], "made-by-the-template\n/home/user\n", "{seen:?}");
-    assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{e2b_id}"), KEY_1, None).status, 204);
-    assert_sandbox_gone_on(tier, &e2b_id);
+
+    // Its files snapshot restores onto the same template through E2B's create too.
+    assert_eq!(server.exec(&e2b_id, "echo kept > /home/user/note").json["exit_code"], 0);
+    let e2b_post = |path: String, body: serde_json::Value| {
+        let reply = server.http().post(format!("{}{path}", server.url)).header("X-API-Key", KEY_1).send_json(body);
+        let reply = reply.unwrap();
+        let status = reply.status().as_u16();
+        (status, serde_json::from_reader::<_, serde_json::Value>(reply.into_body().into_reader()).unwrap())
+    };
+    let (status, taken) = e2b_post(format!("/sandboxes/{e2b_id}/snapshots"), json!({"memory": false}));
+    assert_eq!(status, 201, "{taken}");
+    let snapshot = taken["snapshotID"].as_str().unwrap_or_default().to_owned();
+    let (status, restored) = e2b_post("/sandboxes".to_owned(), json!({"templateID": snapshot}));
+    assert_eq!(status, 201, "{restored}");
+    let restored = restored["sandboxID"].as_str().unwrap_or_default().to_owned();
+    let seen = server.exec(&restored, "cat /opt/marker /home/user/note");
+    assert_eq!(seen.json["stdout"], "made-by-the-template\nkept\n", "the restore lost its template: {seen:?}");
+    assert_eq!(server.call("GET", &format!("/v1/sandboxes/{restored}"), KEY_1, None).json["template"], "marked");
+    for id in [&e2b_id, &restored] {
+        assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
+        assert_sandbox_gone_on(tier, id);
+    }
+    assert_eq!(server.call("DELETE", &format!("/v1/snapshots/{snapshot}"), KEY_1, None).status, 204);
 }

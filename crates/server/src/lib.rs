@@ -33,6 +33,7 @@ pub mod store;
 mod store_paused;
 mod store_snapshots;
 mod supervised;
+mod template_use;
 pub mod transfers;
 mod transitions;
 mod usage_sampler;

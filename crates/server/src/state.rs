@@ -83,9 +83,8 @@ struct Inner {
     /// shutdown does not wait for them.
     stopping: tokio_util::sync::CancellationToken,
     shared_templates: crate::shared_templates::SharedTemplates,
-    /// Read-held by a create naming a built template from choosing it until its sandbox is started; write-held by a
-    /// template's removal while it finds the layers still needed and removes the rest.
-    template_use: Arc<tokio::sync::RwLock<()>>,
+    /// Keeps the layers a create chose from a removal until its sandbox's row names them (`template_use`).
+    template_use: crate::template_use::TemplateUse,
 }
 
 /// The audit queue's two ends, until `serve_on` starts the writer.
@@ -138,7 +137,7 @@ impl AppState {
                 effective_config: config.effective(runtime.max_pids()),
                 stopping: tokio_util::sync::CancellationToken::new(),
                 shared_templates: crate::shared_templates::SharedTemplates::default(),
-                template_use: Arc::default(),
+                template_use: Default::default(),
                 runtime,
             }),
         })
@@ -179,24 +178,24 @@ impl AppState {
         self.inner.runtime.as_ref()
     }
 
-    /// Held by a create naming a built template (`name`; none for a built-in layout) from choosing it until its
-    /// sandbox is started (its row, which a template removal reads, exists from early in the start), so a removal
-    /// (`removing_templates`) sees its layers as used.
-    pub(crate) async fn using_template(&self, name: Option<&str>) -> Option<tokio::sync::OwnedRwLockReadGuard<()>> {
+    /// Held by a create naming a built template (`name`; none for a built-in layout) while it chooses it; its
+    /// `starting` then keeps the layers chosen from a removal until the sandbox's row names them (`template_use`).
+    pub(crate) async fn choosing_template(&self, name: Option<&str>) -> Option<crate::template_use::Choosing> {
         match name {
             None | Some("host" | "e2b") => None,
-            Some(_) => Some(self.holding_templates().await),
+            Some(_) => Some(self.inner.template_use.choosing().await),
         }
     }
 
     /// Holds off template removals (the pools' refill while it switches a pool to a rebuilt template's layers).
     pub(crate) async fn holding_templates(&self) -> tokio::sync::OwnedRwLockReadGuard<()> {
-        Arc::clone(&self.inner.template_use).read_owned().await
+        self.inner.template_use.holding().await
     }
 
-    /// Held by a template removal: no create is between choosing a template and recording its sandbox.
-    pub(crate) async fn removing_templates(&self) -> tokio::sync::OwnedRwLockWriteGuard<()> {
-        Arc::clone(&self.inner.template_use).write_owned().await
+    /// Held by a template removal while it decides: no create is choosing a template meanwhile, and the layers of
+    /// those that chose before are its `starting_layers`.
+    pub(crate) async fn removing_templates(&self) -> crate::template_use::Removing {
+        self.inner.template_use.removing().await
     }
 
     /// Pulls of templates from the template store (`[templates] share`).

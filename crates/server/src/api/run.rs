@@ -71,10 +71,11 @@ pub(crate) async fn run(
     let template = body.template.clone();
     let mut plan = request::plan(body, state.settings())?;
     state.shared_templates().fetch(state.effective_config(), template.as_deref()).await?;
-    // Until the run's sandbox is started, a template removal waits (the layers chosen stay): the run's task holds
-    // it, so a client that goes away does not release it early.
-    let using_template = state.using_template(template.as_deref()).await;
+    // A template removal waits while the template is chosen, then keeps the layers chosen until the run's sandbox
+    // is started (`template_use`): the run's task holds them, so a client that goes away does not release them early.
+    let choosing = state.choosing_template(template.as_deref()).await;
     crate::built_templates::choose(&state.effective_config().templates, template.as_deref())?.apply(&mut plan.spec);
+    let starting = choosing.map(|choosing| choosing.starting(&plan.spec.layers.layers));
     // Resolved here as `start_sandbox` will (which gives the answer its isolation), so that a tier that cannot run
     // is refused before the scan.
     resolve_isolation(&state, &tenant, plan.spec.isolation, &plan.spec.workload)?;
@@ -84,7 +85,7 @@ pub(crate) async fn run(
         None => Vec::new(),
     };
     let limit = plan.spec.limits.output_bytes;
-    let started = task::spawn(state.clone(), tenant.clone(), plan, requested, using_template);
+    let started = task::spawn(state.clone(), tenant.clone(), plan, requested, starting);
     let (id, tier) =
         started.ready.await.map_err(|_| ApiError::internal("the run's task ended before its sandbox was ready"))??;
     if output::wants_stream(&headers) {

@@ -91,12 +91,9 @@ pub(crate) async fn create(
     validate::environment(&body.env).map_err(ApiError::unprocessable)?;
     validate::metadata(&body.metadata).map_err(ApiError::unprocessable)?;
     state.shared_templates().fetch(state.effective_config(), template.as_deref()).await?;
-    // Until the sandbox is started, a template removal waits (the layers chosen stay). Not for a restore from a
-    // snapshot, which can take minutes: a template removed meanwhile fails it, naming the missing layer.
-    let _using_template = match snapshot {
-        None => state.using_template(template.as_deref()).await,
-        Some(_) => None,
-    };
+    // A template removal waits while the template is chosen, then keeps the layers chosen until the sandbox's row
+    // names them (`template_use`): a restore from a snapshot, which can take minutes, holds off no removal.
+    let choosing = state.choosing_template(template.as_deref()).await;
     let chosen = crate::built_templates::choose(&state.effective_config().templates, template.as_deref())?;
     let settings = state.settings();
     let expires_ms = check_timeout(settings, body.timeout_s.unwrap_or(settings.default_timeout_s))?;
@@ -110,6 +107,7 @@ pub(crate) async fn create(
         ..SandboxSpec::default()
     };
     chosen.apply(&mut spec);
+    let _starting = choosing.map(|choosing| choosing.starting(&spec.layers.layers));
     let Some(snapshot) = snapshot else {
         let current = start_sandbox(&state, &tenant, spec, body.metadata, (expires_ms, body.lifecycle)).await?;
         return Ok((StatusCode::CREATED, Json(SandboxBody::created(current, state.runtime()))));

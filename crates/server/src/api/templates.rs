@@ -145,6 +145,7 @@ pub(crate) async fn delete(
     // removal's thread, so a client that goes away does not release it before the removal ends.
     let removing_templates = state.removing_templates().await;
     let mut in_use = layers_held(&state).await?;
+    in_use.extend(removing_templates.starting_layers());
     let unknown = || ApiError::not_found(format!("no template named {name:?}; GET /v1/templates lists them"));
     let removing = name.clone();
     let report = tokio::task::spawn_blocking(move || {

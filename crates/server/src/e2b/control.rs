@@ -161,24 +161,41 @@ pub(crate) async fn create(
     let tenant = api_tenant(&state, &headers)?;
     let body: NewSandbox = crate::e2b::error::parse_json(&body)?;
     refuse_unsupported(&body)?;
-    let mut built = None;
-    let mut _using_template = None;
     let snapshot = if is_snapshot_id(&body.template_id) {
         Some(snapshots::for_create(&state, &tenant, &body.template_id).await?)
-    } else if TEMPLATES.contains(&body.template_id.as_str()) {
-        None
     } else {
+        None
+    };
+    // The built template the sandbox is made of: the one named, or the one a files snapshot's source was made of (a
+    // memory snapshot's sandbox goes on with the source's spec).
+    let built_name = match &snapshot {
+        Some(snapshot) if snapshot.memory => None,
+        Some(snapshot) => snapshot.spec.layers.name.clone(),
+        None if TEMPLATES.contains(&body.template_id.as_str()) => None,
+        None => Some(body.template_id.clone()),
+    };
+    let mut built = None;
+    let mut choosing = None;
+    if let Some(name) = &built_name {
         state
             .shared_templates()
-            .fetch(state.effective_config(), Some(&body.template_id))
+            .fetch(state.effective_config(), Some(name))
             .await
             .map_err(crate::api::error::ApiError::from)?;
-        // Until the sandbox is started, a template removal waits (the layers chosen stay).
-        _using_template = state.using_template(Some(&body.template_id)).await;
+        // A template removal waits while the template is chosen, then keeps the layers chosen until the sandbox's
+        // row names them (`template_use`).
+        choosing = state.choosing_template(Some(name)).await;
         let templates = &state.effective_config().templates;
-        match crate::built_templates::choose(templates, Some(&body.template_id)) {
+        match crate::built_templates::choose(templates, Some(name)) {
             // A template built on this server: its layers at `/opt`, in the facade's layout.
             Ok(chosen) => built = Some(crate::built_templates::Chosen { layout: Template::E2b, ..chosen }),
+            Err(crate::built_templates::ChooseError::Unknown(_)) if snapshot.is_some() => {
+                return Err(E2bError::invalid(format!(
+                    "snapshot {} holds the files of a sandbox of template {name:?}, which is no longer built on                      this server: build it again (`sandkasten template build --cache {}`) to restore it",
+                    body.template_id,
+                    templates.cache_root().display()
+                )));
+            }
             Err(crate::built_templates::ChooseError::Unknown(_)) => {
                 return Err(E2bError::new(
                     Code::NotFound,
@@ -193,8 +210,7 @@ pub(crate) async fn create(
             }
             Err(error) => return Err(crate::api::error::ApiError::from(error).into()),
         }
-        None
-    };
+    }
     let env = body.env_vars.unwrap_or_default();
     let metadata = body.metadata.unwrap_or_default();
     validate::environment(&env).map_err(E2bError::invalid)?;
@@ -216,6 +232,7 @@ pub(crate) async fn create(
     if let Some(built) = built {
         built.apply(&mut spec);
     }
+    let _starting = choosing.map(|choosing| choosing.starting(&spec.layers.layers));
     if let Some(snapshot) = &snapshot {
         on_snapshot(&mut spec, snapshot);
     }

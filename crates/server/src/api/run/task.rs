@@ -73,17 +73,17 @@ pub(crate) fn spawn(
     tenant: Tenant,
     plan: RunPlan,
     requested: Instant,
-    using_template: Option<UsingTemplate>,
+    starting: Option<Starting>,
 ) -> Started {
     let (ready_sender, ready) = oneshot::channel();
     let (event_sender, events) = mpsc::channel(64);
     let clock = RunClock::new(requested);
-    tokio::spawn(run(state, tenant, plan, clock, (ready_sender, event_sender), using_template));
+    tokio::spawn(run(state, tenant, plan, clock, (ready_sender, event_sender), starting));
     Started { ready, events }
 }
 
-/// What a create naming a built template holds until its sandbox is started (`AppState::using_template`).
-type UsingTemplate = tokio::sync::OwnedRwLockReadGuard<()>;
+/// What keeps the layers of a run naming a built template from a removal until its sandbox is started.
+type Starting = crate::template_use::Starting;
 /// Where the run's task says its sandbox is ready (or why it is not), and where its events go.
 type RunChannels = (oneshot::Sender<Result<(String, Isolation), ApiError>>, mpsc::Sender<RunEvent>);
 
@@ -93,7 +93,7 @@ async fn run(
     plan: RunPlan,
     clock: RunClock,
     (ready, events): RunChannels,
-    using_template: Option<UsingTemplate>,
+    starting: Option<Starting>,
 ) {
     let expires_ms = now_ms().saturating_add(i64::try_from(plan.lifetime_s.saturating_mul(1000)).unwrap_or(i64::MAX));
     let metadata = Default::default();
@@ -112,7 +112,7 @@ async fn run(
             return;
         }
     };
-    drop(using_template);
+    drop(starting);
     clock.allocated();
     clock.vm_booted(state.runtime().vm_boot(&id));
     // From here on the sandbox exists: whatever happens below, it is destroyed before this task ends.
