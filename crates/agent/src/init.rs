@@ -35,13 +35,14 @@ pub(crate) fn run(plan: &AgentPlan, jail: &ProcessJail<'_>, channel: &mut UnixSt
     if host_hung_up(channel) {
         return Err("the host exited before the sandbox was built".to_owned());
     }
-    // A build sandbox's lower layers come as idmapped mounts right after the plan (`idmap`).
-    let layer_mounts = match &plan.template.capture {
-        Some(_) => {
-            let count = template_lowers(&plan.template.layers, &RealHostFs).len();
-            idmap::receive_fds(channel, count).map_err(|e| e.to_string())?
-        }
-        None => Vec::new(),
+    // A template's lower layers come as idmapped mounts right after the plan (`idmap`): every one, or (a sandbox
+    // that only reads them, on a host that cannot idmap its cache) none.
+    let layer_mounts = if plan.template.capture.is_none() && plan.template.layers.is_empty() {
+        Vec::new()
+    } else {
+        let count = template_lowers(&plan.template.layers, &RealHostFs).len();
+        let optional = plan.template.capture.is_none();
+        idmap::receive_fds(channel, count, optional).map_err(|e| e.to_string())?
     };
     let rootfs = RootfsSpec {
         new_root: PathBuf::from(NEW_ROOT),

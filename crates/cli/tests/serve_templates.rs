@@ -39,6 +39,11 @@ fn a_built_template_is_what_create_and_run_name(tier: Tier) {
     // The template's working directory and its name for the sandbox user.
     let seen = server.exec(&id, "pwd; whoami; id -u");
     assert_eq!(seen.json["stdout"], "/opt/app\nanalyst\n1000\n", "{seen:?}");
+    // The template's files are root's inside on every tier (the process tier idmaps its layers to the sandbox's
+    // root), read-only to its root too.
+    let seen =
+        server.exec(&id, "stat -c '%U:%G' /opt/marker /opt/app; sudo sh -c 'touch /opt/x 2>/dev/null || echo ro'");
+    assert_eq!(seen.json["stdout"], "root:root\nroot:root\nro\n", "{seen:?}");
     assert_eq!(server.call("DELETE", &format!("/v1/sandboxes/{id}"), KEY_1, None).status, 204);
     assert_sandbox_gone_on(tier, &id);
 

@@ -169,13 +169,13 @@ pub fn send_fds(channel: &UnixStream, fds: &[OwnedFd]) -> Result<(), JailError> 
 }
 
 /// Receives the descriptors that `send_fds` sent over `channel` (close-on-exec), failing unless they are
-/// `expected` many.
-pub fn receive_fds(channel: &UnixStream, expected: usize) -> Result<Vec<OwnedFd>, JailError> {
+/// `expected` many (or none, when `optional`).
+pub fn receive_fds(channel: &UnixStream, expected: usize, optional: bool) -> Result<Vec<OwnedFd>, JailError> {
     let mut count = [0u8; 4];
     let mut stream = channel;
     std::io::Read::read_exact(&mut stream, &mut count).map_err(|e| failed("receiving layer mounts", e))?;
     let count = u32::from_le_bytes(count) as usize;
-    if count != expected {
+    if count != expected && !(optional && count == 0) {
         return Err(failed(
             "receiving layer mounts",
             io::Error::other(format!("the host sent {count} layer mounts, the plan has {expected} lower layers")),
@@ -287,11 +287,20 @@ mod tests {
             .map(|_| OwnedFd::from(std::fs::File::open("/dev/null").unwrap_or_else(|e| panic!("{e}"))))
             .collect();
         send_fds(&host, &files).unwrap_or_else(|e| panic!("{e}"));
-        let received = receive_fds(&agent, 300).unwrap_or_else(|e| panic!("{e}"));
+        let received = receive_fds(&agent, 300, false).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(received.len(), 300);
-        send_fds(&host, &files[..2]).unwrap_or_else(|e| panic!("{e}"));
-        let mismatch = receive_fds(&agent, 3).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(mismatch.contains("the host sent 2 layer mounts, the plan has 3"), "{mismatch}");
+        let sent = |fds: &[OwnedFd], expected: usize, optional: bool| {
+            let (host, agent) = UnixStream::pair().unwrap_or_else(|e| panic!("{e}"));
+            send_fds(&host, fds).unwrap_or_else(|e| panic!("{e}"));
+            receive_fds(&agent, expected, optional).map(|fds| fds.len()).map_err(|e| e.to_string())
+        };
+        for optional in [false, true] {
+            let mismatch = sent(&files[..2], 3, optional).err().unwrap_or_default();
+            assert!(mismatch.contains("the host sent 2 layer mounts, the plan has 3"), "{mismatch}");
+        }
+        // None instead of all: refused for a build sandbox, taken for one that only reads its layers.
+        assert!(sent(&[], 3, false).is_err());
+        assert_eq!(sent(&[], 3, true), Ok(0));
         let flags = rustix::io::fcntl_getfd(&received[299]).unwrap_or_else(|e| panic!("{e}"));
         assert!(flags.contains(rustix::io::FdFlags::CLOEXEC), "received descriptors are close-on-exec");
     }

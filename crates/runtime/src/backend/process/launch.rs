@@ -181,13 +181,17 @@ impl Launcher<'_> {
     ) -> Result<UnixStream, RuntimeError> {
         let (host_channel, agent_channel) = UnixStream::pair().map_err(|e| RuntimeError::sys("socketpair", e))?;
         let id_base = guard.id_range.as_ref().map_or(self.config.host_id_base, IdRange::base);
-        // A build sandbox's agent (process tier: `agent::init`) expects its layer mounts after the plan.
+        // The agent (process tier: `agent::init`) of a template's sandbox expects its layer mounts after the plan.
         let layer_mounts = match &plan.template.capture {
             Some(capture) => {
                 prepare_capture(capture, id_base, plan.uid, plan.gid)?;
                 Some(layer_mounts(&plan.template.layers, id_base + plan.uid, id_base + plan.gid)?)
             }
-            None => None,
+            None if plan.template.layers.is_empty() => None,
+            None => Some(layer_mounts(&plan.template.layers, id_base, id_base).unwrap_or_else(|error| {
+                warn_plain_layers(&error);
+                Vec::new()
+            })),
         };
         let pid = match namespaces::clone_into_namespaces(id_base)? {
             CloneOutcome::Child => {
@@ -265,9 +269,19 @@ fn start_agent(channel: UnixStream, agent: RawFd) {
     }
 }
 
-/// A build sandbox's lower layers as idmapped mounts (`sandkasten_jail::idmap`), in the order its overlay stacks
-/// them: the layers' owner (the host's root) is the sandbox user (host ids `uid`, `gid`) through them, so a step can
-/// change what an earlier layer holds.
+/// Says once per process that a template's layers are mounted without an idmap (the cache's filesystem cannot be
+/// idmapped, or the host refuses): their files are then the overflow user's inside, as on hosts without idmaps.
+fn warn_plain_layers(error: &RuntimeError) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        tracing::warn!(%error, "template layers cannot be idmapped here: their files show as the overflow user's");
+    });
+}
+
+/// A template sandbox's lower layers as idmapped mounts (`sandkasten_jail::idmap`), in the order its overlay stacks
+/// them: the layers' owner (the host's root) is host ids `uid`, `gid` through them: a build sandbox's user, so a
+/// step can change what an earlier layer holds; else the sandbox's root, so the files are root's inside as on the
+/// other tiers.
 fn layer_mounts(layers: &[std::path::PathBuf], uid: u32, gid: u32) -> Result<Vec<std::os::fd::OwnedFd>, RuntimeError> {
     use sandkasten_jail::rootfs::{RealHostFs, template_lowers};
     use std::os::fd::AsFd;
