@@ -107,12 +107,14 @@ pub(crate) async fn create(
         ..SandboxSpec::default()
     };
     chosen.apply(&mut spec);
-    let _starting = choosing.map(|choosing| choosing.starting(&spec.layers.layers));
+    let starting = choosing.map(|choosing| choosing.starting(&spec.layers.layers));
     let Some(snapshot) = snapshot else {
         let current = start_sandbox(&state, &tenant, spec, body.metadata, (expires_ms, body.lifecycle)).await?;
+        drop(starting);
         return Ok((StatusCode::CREATED, Json(SandboxBody::created(current, state.runtime()))));
     };
-    let current = start_on_files(&state, &tenant, spec, body.metadata, (expires_ms, body.lifecycle), &snapshot).await?;
+    let expiry = (expires_ms, body.lifecycle);
+    let current = start_on_files(&state, &tenant, spec, body.metadata, expiry, &snapshot, starting).await?;
     Ok((StatusCode::CREATED, Json(SandboxBody::created(current, state.runtime()))))
 }
 

@@ -144,8 +144,10 @@ pub(crate) async fn delete(
     // No create is between choosing a template and recording its sandbox while this holds; it moves into the
     // removal's thread, so a client that goes away does not release it before the removal ends.
     let removing_templates = state.removing_templates().await;
-    let mut in_use = layers_held(&state).await?;
-    in_use.extend(removing_templates.starting_layers());
+    // The starting layers before the rows: a create only moves from starting to recorded, so in this order none is
+    // in neither.
+    let mut in_use = removing_templates.starting_layers();
+    in_use.extend(layers_held(&state).await?);
     let unknown = || ApiError::not_found(format!("no template named {name:?}; GET /v1/templates lists them"));
     let removing = name.clone();
     let report = tokio::task::spawn_blocking(move || {

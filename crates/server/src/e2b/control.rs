@@ -191,7 +191,8 @@ pub(crate) async fn create(
             Ok(chosen) => built = Some(crate::built_templates::Chosen { layout: Template::E2b, ..chosen }),
             Err(crate::built_templates::ChooseError::Unknown(_)) if snapshot.is_some() => {
                 return Err(E2bError::invalid(format!(
-                    "snapshot {} holds the files of a sandbox of template {name:?}, which is no longer built on                      this server: build it again (`sandkasten template build --cache {}`) to restore it",
+                    "snapshot {} holds the files of a sandbox of template {name:?}, which is no longer built on \
+                     this server: build it again (`sandkasten template build --cache {}`) to restore it",
                     body.template_id,
                     templates.cache_root().display()
                 )));
@@ -232,15 +233,20 @@ pub(crate) async fn create(
     if let Some(built) = built {
         built.apply(&mut spec);
     }
-    let _starting = choosing.map(|choosing| choosing.starting(&spec.layers.layers));
+    let starting = choosing.map(|choosing| choosing.starting(&spec.layers.layers));
     if let Some(snapshot) = &snapshot {
         on_snapshot(&mut spec, snapshot);
     }
     let record = match &snapshot {
         Some(snapshot) => {
-            lifecycle::start_on_files(&state, &tenant, spec, metadata, (expires_ms, lifecycle), snapshot).await?
+            let expiry = (expires_ms, lifecycle);
+            lifecycle::start_on_files(&state, &tenant, spec, metadata, expiry, snapshot, starting).await?
         }
-        None => start_sandbox(&state, &tenant, spec, metadata, (expires_ms, lifecycle)).await?,
+        None => {
+            let started = start_sandbox(&state, &tenant, spec, metadata, (expires_ms, lifecycle)).await?;
+            drop(starting);
+            started
+        }
     };
     created(&state, &record, &tenant, Some(&body.template_id))
 }

@@ -200,7 +200,8 @@ pub(crate) async fn usable_snapshot(
 
 /// Starts a sandbox of `tenant` for `spec` on the files of the filesystem snapshot `snapshot`; when they cannot be
 /// unpacked the sandbox is abandoned (destroyed, its row removed), so nothing half-made remains. Runs to its end even
-/// when the caller goes away.
+/// when the caller goes away, and so holds `starting` (its template's layers, `template_use`) until the sandbox's
+/// row names them.
 pub(crate) async fn start_on_files(
     state: &AppState,
     tenant: &Tenant,
@@ -208,10 +209,13 @@ pub(crate) async fn start_on_files(
     metadata: BTreeMap<String, String>,
     expiry: (i64, Lifecycle),
     snapshot: &SnapshotRecord,
+    starting: Option<crate::template_use::Starting>,
 ) -> Result<SandboxRecord, LifecycleError> {
     let (state, tenant, snapshot) = (state.clone(), tenant.clone(), snapshot.clone());
     to_completion(async move {
-        let current = start_sandbox(&state, &tenant, spec, metadata, expiry).await?;
+        let started = start_sandbox(&state, &tenant, spec, metadata, expiry).await;
+        drop(starting);
+        let current = started?;
         if let Err(error) = restore_files(&state, &snapshot, &current.id).await {
             abandon(&state, &current.id).await;
             return Err(error);

@@ -269,10 +269,11 @@ fn start_agent(channel: UnixStream, agent: RawFd) {
     }
 }
 
-/// Says once per process that a template's layers are mounted without an idmap (the cache's filesystem cannot be
-/// idmapped, or the host refuses): their files are then the overflow user's inside, as on hosts without idmaps.
+/// Says once per process (and each time at debug level) that a template's layers are mounted without an idmap (the
+/// cache's filesystem cannot be idmapped, or the host refuses): their files are then the overflow user's inside.
 fn warn_plain_layers(error: &RuntimeError) {
     static WARNED: std::sync::Once = std::sync::Once::new();
+    tracing::debug!(%error, "a sandbox's template layers mounted without an idmap");
     WARNED.call_once(|| {
         tracing::warn!(%error, "template layers cannot be idmapped here: their files show as the overflow user's");
     });
